@@ -1,0 +1,37 @@
+# make demo: set up .venv with every distribution in this repository, then run the demo.
+# make test: the same setup, then ruff and the whole test suite (what CI runs).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+# every distribution in the repository: the core, then each backend folder with a pyproject
+DISTS  := . $(patsubst %/pyproject.toml,%,$(wildcard opcore_*/pyproject.toml plugins/*/pyproject.toml))
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint bench docs clean
+
+$(STAMP): constraints.txt requirements-dev.txt $(addsuffix /pyproject.toml,$(DISTS))
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints.txt -r requirements-dev.txt $(addprefix -e ,$(DISTS))
+	touch $@
+
+demo: $(STAMP)
+	$(BIN)/python examples/demo.py
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench: $(STAMP)
+	for script in bench/*.py; do $(BIN)/python $$script || exit 1; done
+
+docs: $(STAMP)
+	$(BIN)/python scripts/gen_ops_doc.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

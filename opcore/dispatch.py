@@ -1,0 +1,370 @@
+"""The dispatcher: run, resolve and explain.
+
+The walk for a call (done once per signature, then cached):
+bind the arguments -> read the input metas -> one device for all -> the contract's meta
+function -> the ranked kernels for (device type, dtype) in the order the policy says ->
+the first whose checker accepts. A kernel raising Unsupported hands over to the next;
+one that crashes falls back with a warning (an error when pinned or strict). No kernel
+at all: the contract's decomposition. Still nothing: NoKernelError with every candidate.
+
+The cached path costs one key (op, policy, and per argument: dtype and shape, or type
+and value) and one dict lookup before the kernel runs; the meta check is skipped there
+because it passed for exactly that signature before.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy
+
+from opcore.arrays import converter, result_converter
+from opcore.errors import OpcoreError, Unsupported
+from opcore.kernels import Kernel
+from opcore.runtime import Runtime, on_change, runtime
+from opcore.selection import Selection, no_kernel_error, select, warn_once
+from opcore.settings import ContextPolicy, context_policy
+from opcore.types import array_kind_of
+
+__all__ = ["Plan", "build_plan", "clear_caches", "run"]
+
+MAX_CACHED = 8192  # signatures; past this the caches start over (bounds memory for varying shapes)
+
+_ndarray = numpy.ndarray
+_PLAIN = frozenset({int, float, bool, str, type(None)})
+_TORCH_TYPES: set[type] = set()  # torch.Tensor and subclasses (Parameter), added as they are seen
+_NUMPY: dict[tuple[Any, ...], Callable[..., Any]] = {}  # 1-3 numpy arrays, the inline key
+_POSITIONAL: dict[tuple[Any, ...] | None, Callable[..., Any]] = {}  # any positional call
+_BOUND: dict[tuple[Any, ...], Plan] = {}
+_RECOVER: dict[tuple[Any, ...] | None, Callable[[tuple[Any, ...], Exception], Any]] = {}
+_lock = threading.RLock()
+
+
+def clear_caches() -> None:
+    with _lock:
+        _POSITIONAL.clear()
+        _NUMPY.clear()
+        _RECOVER.clear()
+        _BOUND.clear()
+
+
+on_change(clear_caches)
+
+
+def run(op: str, /, *args: Any, backend: str | None = None, **kwargs: Any) -> Any:
+    """Run ``op`` on the best available backend; see the module docstring for the walk.
+
+    >>> opcore.run("linear", x, w, b)              # doctest: +SKIP
+    >>> opcore.run("softmax", x, dim=-1, backend="reference")  # doctest: +SKIP
+    """
+    if not kwargs:
+        # Calls whose arguments are all numpy arrays (the common case) build their key inline:
+        # measured 0.18 us for two arrays, against 0.37-0.51 us for a loop or map(attrgetter).
+        n = len(args)
+        key: tuple[Any, ...] | None = None
+        if n == 2:
+            a, b = args
+            if type(a) is _ndarray and type(b) is _ndarray:
+                key = (op, _policy(), backend, a.dtype, a.shape, b.dtype, b.shape)
+        elif n == 1:
+            a = args[0]
+            if type(a) is _ndarray:
+                key = (op, _policy(), backend, a.dtype, a.shape)
+        elif n == 3:
+            a, b, c = args
+            if type(a) is _ndarray and type(b) is _ndarray and type(c) is _ndarray:
+                key = (op, _policy(), backend, a.dtype, a.shape, b.dtype, b.shape, c.dtype, c.shape)
+        if key is not None:
+            entry = _NUMPY.get(key)
+            if entry is not None:
+                try:
+                    return entry(*args)
+                except Exception as error:
+                    return _RECOVER[key](args, error)
+        key = _positional_key(op, _policy(), backend, args)
+        entry = _POSITIONAL.get(key)
+        if entry is not None:
+            try:
+                return entry(*args)
+            except Exception as error:
+                return _RECOVER[key](args, error)
+    return _run_slow(op, args, kwargs, backend)
+
+
+_policy = context_policy.get
+
+
+def _numpy_key(
+    op: str, policy: ContextPolicy | None, backend: str | None, args: tuple[Any, ...]
+) -> tuple[Any, ...] | None:
+    """The inline key of run(), for 1 to 3 numpy arrays; None otherwise."""
+    if not 1 <= len(args) <= 3 or any(type(a) is not _ndarray for a in args):
+        return None
+    key: list[Any] = [op, policy, backend]
+    for a in args:
+        key += (a.dtype, a.shape)
+    return tuple(key)
+
+
+def _positional_key(
+    op: str, policy: ContextPolicy | None, backend: str | None, args: tuple[Any, ...]
+) -> tuple[Any, ...] | None:
+    """The fast-path key; None when an argument (a list, an unknown object) has no cheap key."""
+    key: list[Any] = [op, policy, backend]
+    for a in args:
+        t = type(a)
+        if t in _PLAIN:
+            key.append((t, a))
+        elif t is _ndarray or t in _TORCH_TYPES:
+            # numpy and torch dtypes never compare equal: the two kinds never share a key
+            key.append((a.dtype, a.shape, a.device) if t is not _ndarray else (a.dtype, a.shape))
+        else:
+            return None
+    return tuple(key)
+
+
+def _bound_key(values: tuple[Any, ...]) -> list[Any]:
+    key: list[Any] = []
+    for a in values:
+        t = type(a)
+        if t is _ndarray:
+            key += (a.dtype, a.shape)
+        elif t is tuple:
+            key.append(tuple(_bound_key(a)))
+        elif array_kind_of(a) is not None:
+            _TORCH_TYPES.add(t)
+            key += (a.dtype, a.shape, a.device)
+        else:
+            key += (t, a)
+    return key
+
+
+def _run_slow(op: str, args: tuple[Any, ...], kwargs: dict[str, Any], backend: str | None) -> Any:
+    rt = runtime().ensure_loaded()
+    contract = rt.registry.contract(op)
+    try:
+        bound = contract.schema.bind(args, kwargs)
+    except OpcoreError as error:
+        if error.op is None:
+            error.op = op
+        raise
+    policy = context_policy.get()
+    canonical = (op, policy, backend, *_bound_key(bound))
+    plan = _BOUND.get(canonical)
+    if plan is None:
+        pin = backend if backend is not None else (policy.pin if policy is not None else None)
+        selection = select(rt, contract, bound, policy, pin)
+        if selection.error is not None:
+            raise selection.error
+        plan = build_plan(selection, bound)
+        with _lock:
+            if len(_BOUND) >= MAX_CACHED:
+                clear_caches()
+            _BOUND[canonical] = plan
+    if not kwargs:
+        _remember_positional(op, policy, backend, args, bound, plan)
+    return plan(*bound)
+
+
+def _remember_positional(
+    op: str,
+    policy: ContextPolicy | None,
+    backend: str | None,
+    args: tuple[Any, ...],
+    bound: tuple[Any, ...],
+    plan: Plan,
+) -> None:
+    """Cache an entry taking the raw positional arguments, when the raw key is well defined.
+
+    The entry runs the first kernel bare; run() hands its errors to the matching recovery.
+    """
+    key = _positional_key(op, policy, backend, args)
+    if key is None:
+        return
+    first = plan.first
+    n = len(args)
+    if all(bound[i] is args[i] for i in range(n)):
+        tail = bound[n:]
+        if not tail:
+            entry = first
+
+            def to_bound(raw: tuple[Any, ...]) -> tuple[Any, ...]:
+                return raw
+        else:
+
+            def entry(*raw: Any) -> Any:
+                return first(*raw, *tail)
+
+            def to_bound(raw: tuple[Any, ...]) -> tuple[Any, ...]:
+                return raw + tail
+    else:
+        template = list(bound)
+        tensors = [i for i in range(n) if array_kind_of(args[i]) is not None]
+        for i in tensors:
+            template[i] = None  # never keep the example's data alive
+
+        def to_bound(raw: tuple[Any, ...]) -> tuple[Any, ...]:
+            call = template.copy()
+            for i in tensors:
+                call[i] = raw[i]
+            return tuple(call)
+
+        def entry(*raw: Any) -> Any:
+            return first(*to_bound(raw))
+
+    def recover(raw: tuple[Any, ...], error: Exception) -> Any:
+        return plan.recover(to_bound(raw), error)
+
+    numpy_key = _numpy_key(op, policy, backend, args)
+    with _lock:
+        if len(_POSITIONAL) >= MAX_CACHED:
+            _POSITIONAL.clear()
+            _NUMPY.clear()
+            _RECOVER.clear()
+        _RECOVER[key] = recover
+        _POSITIONAL[key] = entry
+        if numpy_key is not None:
+            _RECOVER[numpy_key] = recover
+            _NUMPY[numpy_key] = entry
+
+
+# --- plans: what a cached signature runs ------------------------------------------------------
+
+
+class Plan:
+    """What a cached signature runs: ``first`` (the chosen kernel, bare, conversions included)
+    and ``recover`` (what happens when it raises). Calling the plan does both.
+    """
+
+    __slots__ = ("calls", "first", "selection")
+
+    def __init__(self, selection: Selection, calls: list[Callable[..., Any]]) -> None:
+        self.selection = selection
+        self.calls = calls
+        self.first = calls[0]
+
+    def __call__(self, *args: Any) -> Any:
+        try:
+            return self.first(*args)
+        except Exception as error:
+            return self.recover(args, error)
+
+    def recover(self, args: tuple[Any, ...], error: Exception) -> Any:
+        return _recover(self.selection, self.calls, 0, args, error)
+
+    def __repr__(self) -> str:
+        return f"Plan({self.selection.contract.name} -> {_title(self.selection)})"
+
+
+def _title(selection: Selection) -> str:
+    return selection.accepted[0].title if selection.accepted else "decomposition"
+
+
+def build_plan(selection: Selection, bound: tuple[Any, ...]) -> Plan:
+    """The plan for a selection: its kernels in order (adapted to the caller's arrays), or the decomposition."""
+    if selection.decompose:
+        return Plan(selection, [_decomposition_plan(selection)])
+    return Plan(selection, [adapt(kernel, selection, bound) for kernel in selection.accepted])
+
+
+def _recover(
+    selection: Selection, calls: list[Callable[..., Any]], index: int, args: tuple[Any, ...], error: Exception
+) -> Any:
+    op = selection.contract.name
+    if selection.decompose:  # errors of the parts were handled by their own dispatch
+        raise error
+    reasons: list[str] = []
+    last_crash: Exception | None = None
+    while True:
+        kernel = selection.accepted[index]
+        if isinstance(error, Unsupported):
+            reasons.append(f"{kernel.title} handed over at run time: {error}")
+        elif isinstance(error, OpcoreError):
+            if error.op is None:
+                error.op = op
+            raise error
+        else:
+            if selection.pin is not None or selection.strict:
+                mode = f"pinned to {selection.pin!r}" if selection.pin else "strict mode"
+                if hasattr(error, "add_note"):  # Python 3.11+
+                    error.add_note(
+                        f"opcore: raised by kernel {kernel.title} ({kernel.source}) for {op}(); "
+                        f"no fallback because of {mode}"
+                    )
+                raise error
+            warn_once(op, kernel.backend, error, f"kernel {kernel.source}")
+            reasons.append(f"{kernel.title} raised {type(error).__name__}: {error}")
+            last_crash = error
+        index += 1
+        if index < len(calls):
+            try:
+                return calls[index](*args)
+            except Exception as next_error:
+                error = next_error
+                continue
+        if selection.contract.decomposition is not None and not selection.strict:
+            return _decomposition_plan(selection)(*args)
+        raise no_kernel_error(selection, "; ".join(reasons)) from last_crash
+
+
+def _decomposition_plan(selection: Selection) -> Callable[..., Any]:
+    decomposition = selection.contract.decomposition
+    pin = selection.pin
+    if pin is None:
+        return decomposition
+
+    def pinned_decomposition(*args: Any) -> Any:
+        current = context_policy.get()
+        token = context_policy.set(
+            ContextPolicy.make(current.order if current else None, current.strict if current else None, pin)
+        )
+        try:
+            return decomposition(*args)
+        finally:
+            context_policy.reset(token)
+
+    return pinned_decomposition
+
+
+def adapt(kernel: Kernel, selection: Selection, bound: tuple[Any, ...]) -> Callable[..., Any]:
+    """The kernel's function, wrapped in conversions only when the arrays are of another kind."""
+    fn = kernel.fn
+    if selection.kinds == {kernel.array_kind}:
+        return fn
+    to_kernel = converter(kernel.array_kind)
+    back = result_converter(kernel.array_kind, selection.caller_kind, tuple(m.dtype for m in selection.outputs))
+    positions = [
+        i
+        for i, value in enumerate(bound)
+        if array_kind_of(value) is not None or (isinstance(value, tuple) and any(array_kind_of(v) for v in value))
+    ]
+
+    def converted(*args: Any) -> Any:
+        call = list(args)
+        for i in positions:
+            value = call[i]
+            if type(value) is tuple:
+                call[i] = tuple(None if v is None else to_kernel(v) for v in value)
+            else:
+                call[i] = to_kernel(value)
+        return back(fn(*call))
+
+    return converted
+
+
+def selection_for(
+    rt: Runtime, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], backend: str | None
+) -> tuple[Selection, tuple[Any, ...]]:
+    """Bind and select without running (explain and resolve)."""
+    contract = rt.registry.contract(op)
+    try:
+        bound = contract.schema.bind(args, kwargs)
+    except OpcoreError as error:
+        if error.op is None:
+            error.op = op
+        raise
+    policy = context_policy.get()
+    pin = backend if backend is not None else (policy.pin if policy is not None else None)
+    return select(rt, contract, bound, policy, pin), bound

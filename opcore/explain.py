@@ -1,0 +1,89 @@
+"""``opcore.explain``: which backend would run a call, and why each other one would not."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from opcore.errors import OpcoreError
+from opcore.selection import Candidate, CandidateStatus, Selection
+from opcore.types import TensorMeta
+
+__all__ = ["Explanation", "explanation_of"]
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """The collected answer; ``str()`` renders it as a table.
+
+    chosen: "backend/label", "decomposition", or None when the call cannot run (see error).
+    """
+
+    op: str
+    schema: str
+    inputs: tuple[tuple[str, str], ...]
+    candidates: tuple[Candidate, ...]
+    chosen: str | None
+    order: str
+    strict: bool
+    pin: str | None
+    error: str | None = None
+
+    def __str__(self) -> str:
+        args = ", ".join(f"{name}: {text}" for name, text in self.inputs)
+        lines = [f"{self.op}({args})"]
+        mode = f"pinned to {self.pin}" if self.pin else ("strict" if self.strict else "fallback allowed")
+        lines.append(f"order: {self.order} · {mode}")
+        rows = [("backend", "priority", "status", "reason")]
+        for c in self.candidates:
+            rows.append((c.title, "" if c.priority is None else str(c.priority), c.status.value, c.reason))
+        widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        for row in rows:
+            lines.append("  " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:3])) + "  " + row[3])
+        if self.chosen == "decomposition":
+            lines.append("-> no kernel accepts it; runs as its decomposition into other ops")
+        elif self.chosen:
+            lines.append(f"-> runs on {self.chosen}")
+        else:
+            lines.append(f"-> cannot run: {self.error}")
+        return "\n".join(line.rstrip() for line in lines)
+
+    @property
+    def backend(self) -> str | None:
+        """The backend that would run it (None when decomposed or impossible)."""
+        if not self.chosen or self.chosen == "decomposition":
+            return None
+        return self.chosen.split("/")[0]
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, TensorMeta):
+        return value.describe()
+    if isinstance(value, tuple) and any(isinstance(v, TensorMeta) for v in value):
+        return "[" + ", ".join(_describe(v) for v in value) + "]"
+    return repr(value)
+
+
+def explanation_of(selection: Selection) -> Explanation:
+    contract = selection.contract
+    chosen = None
+    if selection.accepted:
+        chosen = selection.accepted[0].title
+    elif selection.decompose:
+        chosen = "decomposition"
+    order = ", ".join(selection.order) + f" (from {selection.order_source})" if selection.order else "by priority"
+    error = str(selection.error) if isinstance(selection.error, OpcoreError) else None
+    candidates = tuple(selection.candidates)
+    if chosen == "decomposition":
+        candidates += (Candidate("decomposition", CandidateStatus.CHOSEN, "built from other ops"),)
+    return Explanation(
+        op=contract.name,
+        schema=str(contract.schema),
+        inputs=tuple((a.name, _describe(v)) for a, v in zip(contract.schema.arguments, selection.meta_args)),
+        candidates=candidates,
+        chosen=chosen,
+        order=order,
+        strict=selection.strict,
+        pin=selection.pin,
+        error=error,
+    )

@@ -1,0 +1,385 @@
+"""Plugin discovery and loading: entry points in ``opcore.backends``, each isolated.
+
+A plugin that fails to import, whose hook raises, that targets another API version,
+that registers something invalid, or that reuses a taken backend name is recorded in
+its PluginReport, logged once, and skipped; the others load as if it were not there.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import Enum
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+import pluggy
+
+from opcore import hookspecs
+from opcore.backend import API_VERSION, BackendSpec
+from opcore.errors import PluginError
+from opcore.registry import Registrar, Registry
+from opcore.settings import Settings
+from opcore.types import DeviceType
+
+__all__ = ["ENTRY_POINT_GROUP", "PluginLoader", "PluginReport", "PluginStatus"]
+
+ENTRY_POINT_GROUP = "opcore.backends"
+logger = logging.getLogger("opcore.plugins")
+
+
+class PluginStatus(str, Enum):
+    LOADED = "loaded"
+    UNAVAILABLE = "unavailable"
+    FAILED = "failed"
+    DISABLED = "disabled"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class PluginReport:
+    """What happened to one plugin. backend None: it failed before announcing itself."""
+
+    name: str
+    status: PluginStatus
+    # One line: why it is unavailable, the error summary, or the setting that disabled it.
+    reason: str = ""
+    # The last frames of the traceback, for failures.
+    traceback: str = ""
+    distribution: str | None = None
+    distribution_version: str | None = None
+    # "module:attr" of the entry point, or "register_plugin(...)" for in-process plugins.
+    entry_point: str | None = None
+    backend: BackendSpec | None = None
+    kernel_count: int = 0
+    contract_count: int = 0
+    load_time_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status is PluginStatus.LOADED
+
+    @property
+    def status_text(self) -> str:
+        return f"{self.status.value}: {self.reason}" if self.reason else self.status.value
+
+    def __str__(self) -> str:
+        dist = f" ({self.distribution} {self.distribution_version})" if self.distribution else ""
+        return f"{self.name}{dist}: {self.status_text}"
+
+
+@dataclass(slots=True)
+class _Pending:
+    name: str
+    obj: Any
+    started: float
+    distribution: str | None
+    distribution_version: str | None
+    entry_point: str | None
+    spec: BackendSpec | None = None
+    registrar: Registrar | None = None
+    elapsed: float = 0.0
+    failure: PluginReport | None = field(default=None)
+
+
+def _summary(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+
+
+def _frames(error: BaseException) -> str:
+    lines = traceback.format_exception(type(error), error, error.__traceback__)
+    return "".join(lines[-6:]).rstrip()
+
+
+class PluginLoader:
+    """Loads plugins into a Registry and keeps their reports."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+        self.manager = pluggy.PluginManager(hookspecs.PROJECT)
+        self.manager.add_hookspecs(hookspecs)
+        self.reports: dict[str, PluginReport] = {}
+        self.objects: dict[str, Any] = {}  # backend name -> the plugin object, for unregister
+        self.claimed: dict[str, str] = {}  # backend name -> who provides it (distribution or entry point)
+
+    # -- discovery ---------------------------------------------------------------------------
+
+    @staticmethod
+    def entry_points() -> list[EntryPoint]:
+        return sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
+
+    def load_entry_points(self, settings: Settings) -> None:
+        pending: list[_Pending] = []
+        seen: dict[str, str] = {}
+        for ep in self.entry_points():
+            dist = getattr(ep, "dist", None)
+            dist_name = dist.name if dist is not None else None
+            dist_version = dist.version if dist is not None else None
+            if not settings.autoload or settings.disabled(ep.name):
+                reason = _disabled_reason(settings)
+                self._record(
+                    PluginReport(ep.name, PluginStatus.DISABLED, reason, "", dist_name, dist_version, ep.value)
+                )
+                continue
+            if ep.name in seen:
+                self._fail_early(
+                    ep.name,
+                    dist_name,
+                    dist_version,
+                    ep.value,
+                    0.0,
+                    f"a backend named {ep.name!r} is already provided by {seen[ep.name]}; "
+                    "uninstall one of the two distributions",
+                    "",
+                    key=f"{ep.name} [{dist_name or ep.value}]",
+                )
+                continue
+            seen[ep.name] = dist_name or ep.value
+            started = time.perf_counter()
+            try:
+                obj = ep.load()
+            except BaseException as error:
+                if isinstance(error, KeyboardInterrupt):
+                    raise
+                self._fail_early(
+                    ep.name,
+                    dist_name,
+                    dist_version,
+                    ep.value,
+                    time.perf_counter() - started,
+                    f"import failed: {_summary(error)}",
+                    _frames(error),
+                )
+                continue
+            item = _Pending(ep.name, obj, started, dist_name, dist_version, ep.value)
+            item.elapsed = time.perf_counter() - started
+            pending.append(item)
+        self._load(pending)
+
+    def register_object(self, obj: Any, name: str | None = None) -> PluginReport:
+        """In-process registration (tests, notebooks)."""
+        name = name or getattr(obj, "__name__", None) or type(obj).__name__
+        item = _Pending(name, obj, time.perf_counter(), None, None, f"register_plugin({name})")
+        self._load([item], expected_name=False)
+        return self.reports[item.name]
+
+    def unregister(self, name: str) -> None:
+        self.reports.pop(name, None)
+        self.claimed.pop(name, None)
+        plugin = self.objects.pop(name, None)
+        if plugin is not None and self.manager.is_registered(plugin):
+            self.manager.unregister(plugin)
+        self.registry.remove_backend(name)
+
+    # -- the load sequence: announce, check, contracts (all), kernels (all) ------------------------
+
+    def _load(self, pending: list[_Pending], expected_name: bool = True) -> None:
+        for item in pending:
+            self._announce(item, expected_name)
+        alive = [item for item in pending if item.failure is None and item.registrar is not None]
+        self._run_phase(alive, "opcore_register_contracts")
+        self._run_phase([i for i in alive if i.failure is None], "opcore_register_kernels")
+        for item in pending:
+            if item.failure is not None or item.registrar is None:
+                continue
+            try:
+                self.registry.commit(item.registrar)
+            except Exception as error:
+                self._fail(item, f"registration failed: {_summary(error)}", _frames(error))
+                continue
+            self._record(
+                PluginReport(
+                    item.spec.name,
+                    PluginStatus.LOADED,
+                    "",
+                    "",
+                    item.distribution,
+                    item.distribution_version,
+                    item.entry_point,
+                    item.spec,
+                    len(item.registrar.staged_kernels),
+                    len(item.registrar.staged_contracts),
+                    item.elapsed,
+                )
+            )
+
+    def _announce(self, item: _Pending, expected_name: bool) -> None:
+        started = time.perf_counter()
+        try:
+            self.manager.register(item.obj, name=item.name)
+        except Exception as error:
+            self._fail(item, f"invalid hook implementation: {_summary(error)}", _frames(error))
+            return
+        try:
+            unknown = [c.name for c in self.manager.get_hookcallers(item.obj) or () if c.spec is None]
+            if unknown:
+                raise PluginError(
+                    f"implements unknown hook(s) {', '.join(unknown)}",
+                    fix="the hooks are opcore_backend, opcore_register_contracts, opcore_register_kernels",
+                )
+            spec = self._call(item, "opcore_backend")
+            if spec is _MISSING:
+                raise PluginError("does not implement opcore_backend()", fix="add an @opcore.hookimpl opcore_backend")
+            if not isinstance(spec, BackendSpec):
+                raise PluginError(f"opcore_backend() returned {type(spec).__name__}, not a BackendSpec")
+            spec = _normalised(spec)
+            item.spec = spec
+            if spec.api_version != API_VERSION:
+                raise PluginError(
+                    f"built for opcore plugin API {spec.api_version}, this opcore speaks API {API_VERSION}",
+                    fix=f"install a release of {item.distribution or item.name} made for API {API_VERSION}, "
+                    "or the opcore release it was made for",
+                )
+            if expected_name and spec.name != item.name:
+                raise PluginError(
+                    f"the entry point is named {item.name!r} but the backend calls itself {spec.name!r}",
+                    fix="name the entry point after the backend",
+                )
+            owner = self.claimed.get(spec.name)
+            if owner is not None:
+                raise PluginError(
+                    f"a backend named {spec.name!r} is already provided by {owner}",
+                    fix="uninstall one of the two distributions, or unregister the first plugin",
+                )
+            self.claimed[spec.name] = item.distribution or item.entry_point or item.name
+            if not expected_name:
+                item.name = spec.name
+            available = spec.check_availability()
+        except Exception as error:
+            item.elapsed += time.perf_counter() - started
+            self._fail(item, _summary(error) if not isinstance(error, PluginError) else str(error), _frames(error))
+            return
+        item.elapsed += time.perf_counter() - started
+        if available is not True:
+            reason = available if isinstance(available, str) and available else "is_available() returned False"
+            self.registry.commit_backend(spec)
+            self._record(
+                PluginReport(
+                    spec.name,
+                    PluginStatus.UNAVAILABLE,
+                    reason,
+                    "",
+                    item.distribution,
+                    item.distribution_version,
+                    item.entry_point,
+                    spec,
+                    0,
+                    0,
+                    item.elapsed,
+                )
+            )
+            self.manager.unregister(item.obj)
+            return
+        item.registrar = Registrar(spec, self.registry)
+        self.objects[spec.name] = item.obj
+
+    def _run_phase(self, items: Iterable[_Pending], hook: str) -> None:
+        for item in items:
+            if item.failure is not None:
+                continue
+            started = time.perf_counter()
+            try:
+                self._call(item, hook, registrar=item.registrar)
+            except Exception as error:
+                self._fail(
+                    item,
+                    f"{hook}() failed: {_summary(error) if not isinstance(error, PluginError) else error}",
+                    _frames(error),
+                )
+            item.elapsed += time.perf_counter() - started
+            if hook == "opcore_register_contracts" and item.failure is None:
+                # other plugins' kernels may use these contracts in the next phase
+                for contract in item.registrar.staged_contracts:
+                    self.registry.contracts.setdefault(contract.name, contract)
+                    self.registry.contract_owner.setdefault(contract.name, item.spec.name)
+
+    def _call(self, item: _Pending, hook: str, **kwargs: Any) -> Any:
+        for impl in getattr(self.manager.hook, hook).get_hookimpls():
+            if impl.plugin is item.obj:
+                return impl.function(**kwargs)
+        return _MISSING
+
+    # -- recording -------------------------------------------------------------------------------
+
+    def _fail_early(
+        self,
+        name: str,
+        dist: str | None,
+        version: str | None,
+        entry_point: str | None,
+        elapsed: float,
+        reason: str,
+        frames: str,
+        key: str | None = None,
+    ) -> None:
+        report = PluginReport(
+            key or name, PluginStatus.FAILED, reason, frames, dist, version, entry_point, None, 0, 0, elapsed
+        )
+        self._record(report)
+
+    def _fail(self, item: _Pending, reason: str, frames: str) -> None:
+        name = item.name
+        if item.spec is not None and self.claimed.get(item.spec.name) == (
+            item.distribution or item.entry_point or item.name
+        ):
+            self.claimed.pop(item.spec.name)
+        item.failure = PluginReport(
+            name,
+            PluginStatus.FAILED,
+            reason,
+            frames,
+            item.distribution,
+            item.distribution_version,
+            item.entry_point,
+            item.spec,
+            0,
+            0,
+            item.elapsed,
+        )
+        # contracts staged in an earlier phase stay out: a failed plugin contributes nothing
+        if item.registrar is not None:
+            for contract in item.registrar.staged_contracts:
+                if self.registry.contract_owner.get(contract.name) == (item.spec.name if item.spec else None):
+                    self.registry.contracts.pop(contract.name, None)
+                    self.registry.contract_owner.pop(contract.name, None)
+        if self.manager.is_registered(item.obj):
+            self.manager.unregister(item.obj)
+        self._record(item.failure)
+
+    def _record(self, report: PluginReport) -> None:
+        self.reports[report.name] = report
+        if report.status is PluginStatus.FAILED:
+            logger.warning(
+                "opcore: backend plugin %r%s failed to load: %s. It is skipped; run `opcore doctor` for details, "
+                "or set OPCORE_DISABLE=%s to silence this.",
+                report.name,
+                f" ({report.distribution} {report.distribution_version})" if report.distribution else "",
+                report.reason,
+                report.name,
+            )
+
+
+_MISSING: Any = object()
+
+
+def _normalised(spec: BackendSpec) -> BackendSpec:
+    """Device types given as strings become DeviceType (a plugin may write ("cpu",))."""
+    if all(type(d) is DeviceType for d in spec.device_types):
+        return spec
+    device_types = tuple(DeviceType(d) for d in spec.device_types)
+    from dataclasses import replace
+
+    return replace(spec, device_types=device_types)
+
+
+def _disabled_reason(settings: Settings) -> str:
+    configured = settings.source("autoload" if not settings.autoload else "disable") == "opcore.configure"
+    if not settings.autoload:
+        return "by opcore.configure(autoload=False)" if configured else "by OPCORE_AUTOLOAD=0"
+    return "by opcore.configure(disable=...)" if configured else "by OPCORE_DISABLE"

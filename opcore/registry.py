@@ -1,0 +1,336 @@
+"""Contracts and kernels: validated at registration, each with its source, ranked into a table.
+
+Plugins never see the Registry; their hooks get a Registrar, which stages what the
+plugin adds and validates each item as it comes, so a bad registration fails with a
+message naming the plugin and the op, and nothing of that plugin is committed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+from opcore.backend import BackendSpec
+from opcore.contracts import OpContract, source_of
+from opcore.errors import ArgumentError, PluginError, UnknownOpError
+from opcore.kernels import Checker, Kernel, Prepare, as_dtypes
+from opcore.types import ArrayKind, DeviceType, DType
+
+__all__ = ["ContractFactory", "KernelFactory", "Registrar", "Registry"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# Called with an op name under a namespace ("aten.add.Tensor"); returns its contract, or
+# None when the name does not exist there. Lets a plugin serve a whole family of ops lazily.
+ContractFactory = Callable[[str], "OpContract | None"]
+# Called with a contract under a namespace; returns the backend's kernels for it (maybe none).
+KernelFactory = Callable[[OpContract], Iterable[Kernel]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Namespace:
+    prefix: str
+    factory: ContractFactory
+    plugin: str
+
+
+@dataclass(frozen=True, slots=True)
+class _KernelFactoryEntry:
+    prefix: str
+    factory: KernelFactory
+    backend: BackendSpec
+
+
+class Registry:
+    """All contracts and kernels, and the ranked table built from them (thread-safe)."""
+
+    def __init__(self, builtin: Iterable[OpContract] = ()) -> None:
+        self._lock = threading.RLock()
+        self.contracts: dict[str, OpContract] = {}
+        self.contract_owner: dict[str, str] = {}
+        self.kernels: dict[str, list[Kernel]] = {}
+        self.backends: dict[str, BackendSpec] = {}
+        self.namespaces: list[_Namespace] = []
+        self.kernel_factories: list[_KernelFactoryEntry] = []
+        self._table: dict[str, dict[tuple[DeviceType, DType], tuple[Kernel, ...]]] = {}
+        self._expanded: set[str] = set()
+        for contract in builtin:
+            self.contracts[contract.name] = contract
+            self.contract_owner[contract.name] = "opcore"
+
+    # -- lookup ------------------------------------------------------------------------------
+
+    def contract(self, name: str) -> OpContract:
+        """The contract of ``name``; a namespaced name is created on first use by its factory.
+
+        Unknown names raise UnknownOpError with the closest known names.
+        """
+        found = self.contracts.get(name)
+        if found is not None:
+            return found
+        with self._lock:
+            found = self.contracts.get(name)
+            if found is not None:
+                return found
+            for namespace in self.namespaces:
+                if name.startswith(namespace.prefix):
+                    try:
+                        made = namespace.factory(name)
+                    except Exception as error:  # a plugin's factory must not take the host down
+                        raise UnknownOpError(
+                            f"the '{namespace.plugin}' plugin could not describe {name!r}: "
+                            f"{type(error).__name__}: {error}",
+                            op=name,
+                        ) from error
+                    if made is not None:
+                        self._add_dynamic(made, namespace.plugin)
+                        return made
+        raise UnknownOpError(
+            f"unknown op {name!r}",
+            op=None,
+            fix=self._suggestion(name),
+        )
+
+    def _suggestion(self, name: str) -> str:
+        close = difflib.get_close_matches(name, list(self.contracts), n=3, cutoff=0.6)
+        hint = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
+        namespaces = ", ".join(f"'{n.prefix}*'" for n in self.namespaces)
+        more = f" and {namespaces}" if namespaces else ""
+        return hint + f"opcore.ops() lists the {len(self.contracts)} known ops{more}"
+
+    def _add_dynamic(self, contract: OpContract, plugin: str) -> None:
+        self.contracts[contract.name] = contract
+        self.contract_owner[contract.name] = plugin
+        for entry in self.kernel_factories:
+            if contract.name.startswith(entry.prefix):
+                made = list(entry.factory(contract))
+                registrar = Registrar(entry.backend, self)
+                for kernel in made:
+                    registrar.add(kernel)
+                for kernel in registrar.staged_kernels:
+                    self.kernels.setdefault(kernel.op, []).append(kernel)
+        self._table.pop(contract.name, None)
+
+    def ranked(self, op: str) -> Mapping[tuple[DeviceType, DType], tuple[Kernel, ...]]:
+        """Kernels of ``op`` per (device type, dtype), highest effective priority first."""
+        table = self._table.get(op)
+        if table is None:
+            with self._lock:
+                table = self._rank(op)
+                self._table[op] = table
+        return table
+
+    def _rank(self, op: str) -> dict[tuple[DeviceType, DType], tuple[Kernel, ...]]:
+        buckets: dict[tuple[DeviceType, DType], list[tuple[int, int, Kernel]]] = {}
+        for order, kernel in enumerate(self.kernels.get(op, ())):
+            spec = self.backends[kernel.backend]
+            for dtype in kernel.dtypes:
+                buckets.setdefault((kernel.device_type, dtype), []).append(
+                    (-(spec.priority + kernel.priority), order, kernel)
+                )
+        return {key: tuple(k for *_, k in sorted(items, key=lambda t: t[:2])) for key, items in buckets.items()}
+
+    def kernels_of(self, op: str) -> tuple[Kernel, ...]:
+        return tuple(self.kernels.get(op, ()))
+
+    def backend_kernel_count(self, backend: str) -> int:
+        return sum(1 for kernels in self.kernels.values() for k in kernels if k.backend == backend)
+
+    # -- committing a plugin's staged registrations ---------------------------------------------
+
+    def commit(self, registrar: Registrar) -> None:
+        with self._lock:
+            self.backends[registrar.backend.name] = registrar.backend
+            for contract in registrar.staged_contracts:
+                self.contracts[contract.name] = contract
+                self.contract_owner[contract.name] = registrar.backend.name
+            for namespace in registrar.staged_namespaces:
+                self.namespaces.append(namespace)
+            for entry in registrar.staged_factories:
+                self.kernel_factories.append(entry)
+            for kernel in registrar.staged_kernels:
+                self.kernels.setdefault(kernel.op, []).append(kernel)
+            self._table.clear()
+
+    def commit_backend(self, spec: BackendSpec) -> None:
+        with self._lock:
+            self.backends[spec.name] = spec
+
+    def remove_backend(self, name: str) -> None:
+        with self._lock:
+            self.backends.pop(name, None)
+            for op in list(self.kernels):
+                self.kernels[op] = [k for k in self.kernels[op] if k.backend != name]
+            for op, owner in list(self.contract_owner.items()):
+                if owner == name:
+                    del self.contracts[op]
+                    del self.contract_owner[op]
+            self.namespaces = [n for n in self.namespaces if n.plugin != name]
+            self.kernel_factories = [f for f in self.kernel_factories if f.backend.name != name]
+            self._table.clear()
+
+
+class Registrar:
+    """What a plugin's ``opcore_register_*`` hooks receive.
+
+    >>> registrar.add_kernel("relu", relu, dtypes=["float32", "float64"])   # doctest: +SKIP
+    >>> @registrar.kernel("gelu", dtypes=["float32"], checker=small_only)    # doctest: +SKIP
+    ... def gelu(x, approximate): ...
+    """
+
+    def __init__(self, backend: BackendSpec, registry: Registry) -> None:
+        self.backend = backend
+        self._registry = registry
+        self.staged_contracts: list[OpContract] = []
+        self.staged_kernels: list[Kernel] = []
+        self.staged_namespaces: list[_Namespace] = []
+        self.staged_factories: list[_KernelFactoryEntry] = []
+
+    @property
+    def contracts(self) -> Mapping[str, OpContract]:
+        """Every contract known so far (built-in, other plugins', and this plugin's staged ones)."""
+        merged = dict(self._registry.contracts)
+        merged.update((c.name, c) for c in self.staged_contracts)
+        return merged
+
+    def add_contract(self, contract: OpContract) -> OpContract:
+        """Contribute a new op (built with ``opcore.define_op``)."""
+        if not isinstance(contract, OpContract):
+            raise self._error(f"add_contract() expected an OpContract, found {type(contract).__name__}")
+        known = self.contracts.get(contract.name)
+        if known is not None:
+            owner = self._registry.contract_owner.get(contract.name, self.backend.name)
+            raise self._error(
+                f"op {contract.name!r} is already registered at {known.source} (by {owner!r})",
+                fix="choose a namespaced name for a vendor op, e.g. 'myvendor.op'",
+            )
+        self.staged_contracts.append(replace(contract, source=contract.source or self.backend.name))
+        return contract
+
+    def add_op_namespace(self, prefix: str, factory: ContractFactory) -> None:
+        """Serve every op whose name starts with ``prefix`` (e.g. ``"aten."``) through ``factory``."""
+        if not prefix.endswith("."):
+            raise self._error(f"add_op_namespace() expected a prefix ending in '.', found {prefix!r}")
+        self.staged_namespaces.append(_Namespace(prefix, factory, self.backend.name))
+
+    def add_kernel_factory(self, prefix: str, factory: KernelFactory) -> None:
+        """Give this backend's kernels for namespaced ops, made when an op is first used."""
+        self.staged_factories.append(_KernelFactoryEntry(prefix, factory, self.backend))
+
+    def add_kernel(
+        self,
+        op: str,
+        fn: Callable[..., Any],
+        *,
+        dtypes: Iterable[DType | str] | DType | str,
+        device_type: DeviceType | str | None = None,
+        array_kind: ArrayKind | str = ArrayKind.NUMPY,
+        priority: int = 0,
+        checker: Checker | None = None,
+        prepare: Prepare | None = None,
+        label: str = "",
+    ) -> Kernel:
+        """Register ``fn`` as this backend's kernel for ``op``; see Kernel for the fields.
+
+        device_type None: the backend's first device type.
+        """
+        try:
+            kernel = Kernel(
+                op=op,
+                fn=fn,
+                dtypes=as_dtypes(dtypes),
+                device_type=DeviceType(device_type) if device_type is not None else self.backend.device_types[0],
+                array_kind=ArrayKind(array_kind),
+                priority=priority,
+                checker=checker,
+                prepare=prepare,
+                label=label,
+            )
+        except (ValueError, ArgumentError) as error:
+            raise self._error(f"kernel for {op!r}: {error}") from None
+        return self.add(kernel)
+
+    def kernel(self, op: str, **options: Any) -> Callable[[F], F]:
+        """Decorator form of add_kernel."""
+
+        def register(fn: F) -> F:
+            self.add_kernel(op, fn, **options)
+            return fn
+
+        return register
+
+    def add(self, kernel: Kernel) -> Kernel:
+        """Validate a Kernel record and stage it; returns it with backend and source filled in."""
+        kernel = replace(kernel, backend=self.backend.name, source=kernel.source or source_of(kernel.fn))
+        contract = self._contract_for(kernel.op)
+        if not kernel.dtypes:
+            raise self._error(f"kernel for {kernel.op!r} at {kernel.source} declares no dtypes")
+        if kernel.device_type not in self.backend.device_types:
+            raise self._error(
+                f"kernel for {kernel.op!r} at {kernel.source} is for device type "
+                f"{kernel.device_type.value!r}, which the backend does not declare "
+                f"({', '.join(d.value for d in self.backend.device_types)})"
+            )
+        arity = len(contract.schema.arguments)
+        for role, function in (("fn", kernel.fn), ("checker", kernel.checker), ("prepare", kernel.prepare)):
+            if function is None:
+                continue
+            if not callable(function):
+                raise self._error(f"kernel for {kernel.op!r}: {role} is not callable ({type(function).__name__})")
+            wanted = 2 if role == "prepare" else arity
+            problem = _arity_problem(function, wanted)
+            if problem:
+                raise self._error(
+                    f"kernel for {kernel.op!r}: {role} {source_of(function)} cannot take "
+                    f"{wanted} positional arguments ({problem}); the schema is {contract.schema}"
+                    if role != "prepare"
+                    else f"kernel for {kernel.op!r}: prepare {source_of(function)} must take "
+                    f"(args, constants) ({problem})",
+                )
+        for other in self._existing(kernel.op):
+            if (
+                other.backend == kernel.backend
+                and other.device_type is kernel.device_type
+                and other.label == kernel.label
+                and other.dtypes & kernel.dtypes
+            ):
+                overlap = ", ".join(sorted(d.value for d in other.dtypes & kernel.dtypes))
+                raise self._error(
+                    f"a kernel for {kernel.op!r} ({overlap} on {kernel.device_type.value}) is already "
+                    f"registered at {other.source}; {kernel.source} would shadow it",
+                    fix="give one of them a distinct label=, or drop the duplicate",
+                )
+        self.staged_kernels.append(kernel)
+        return kernel
+
+    def _existing(self, op: str) -> Iterator[Kernel]:
+        yield from self._registry.kernels.get(op, ())
+        yield from (k for k in self.staged_kernels if k.op == op)
+
+    def _contract_for(self, op: str) -> OpContract:
+        staged = {c.name: c for c in self.staged_contracts}
+        if op in staged:
+            return staged[op]
+        try:
+            return self._registry.contract(op)
+        except UnknownOpError as error:
+            raise self._error(f"kernel for unknown op {op!r}", fix=error.fix) from None
+
+    def _error(self, message: str, fix: str | None = None) -> PluginError:
+        return PluginError(f"plugin {self.backend.name!r}: {message}", fix=fix)
+
+
+def _arity_problem(function: Callable[..., Any], count: int) -> str:
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # builtins and C functions: nothing to check
+        return ""
+    try:
+        signature.bind(*range(count))
+    except TypeError as error:
+        return str(error)
+    return ""

@@ -1,0 +1,174 @@
+"""``opcore.resolve``: decide once, call many times, with constant inputs prepared by the kernel."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from typing import Any
+
+from opcore.arrays import converter, result_converter
+from opcore.dispatch import build_plan, selection_for
+from opcore.errors import ArgumentError, OpcoreError, Unsupported
+from opcore.explain import Explanation, explanation_of
+from opcore.kernels import Kernel
+from opcore.runtime import runtime
+from opcore.selection import Selection, warn_once
+from opcore.types import array_kind_of
+
+__all__ = ["ResolvedOp", "resolve"]
+
+
+class ResolvedOp:
+    """A call decided once. Call it with the non-constant tensor arguments, in schema order.
+
+    It skips dispatch: no meta check, no cache lookup. Call it with inputs of the same
+    dtypes, devices and ranks as the examples (other sizes are fine); for anything else,
+    use opcore.run or resolve again.
+    """
+
+    __slots__ = ("__call__", "_prepared", "constants", "explanation", "free", "kernel", "op")
+
+    op: str
+    # None: no kernel accepted the examples and the op runs as its decomposition.
+    kernel: Kernel | None
+    constants: tuple[str, ...]
+    free: tuple[str, ...]
+    explanation: Explanation
+
+    @property
+    def backend(self) -> str:
+        return self.kernel.backend if self.kernel is not None else "decomposition"
+
+    @property
+    def prepared(self) -> bool:
+        """True when the kernel's prepare step baked the constants in (packed weights, initializers)."""
+        return self._prepared
+
+    def __repr__(self) -> str:
+        constants = f", constants={list(self.constants)}" if self.constants else ""
+        state = ", prepared" if self._prepared else ""
+        where = self.kernel.title if self.kernel is not None else "decomposition"
+        return f"ResolvedOp({self.op} on {where}{state}, takes ({', '.join(self.free)}){constants})"
+
+
+def resolve(
+    op: str, /, *args: Any, constants: Iterable[str] = (), backend: str | None = None, **kwargs: Any
+) -> ResolvedOp:
+    """Decide the kernel for these example arguments once; ``constants`` names tensor arguments
+    whose values are fixed (weights), which the kernel may prepare (pack) now.
+
+    >>> linear = opcore.resolve("linear", x, w, b, constants=("w", "b"))   # doctest: +SKIP
+    >>> y = linear(x)                                                        # doctest: +SKIP
+    """
+    rt = runtime().ensure_loaded()
+    selection, bound = selection_for(rt, op, args, kwargs, backend)
+    if selection.error is not None:
+        raise selection.error
+    contract = selection.contract
+    names = contract.schema.names
+    constants = tuple(constants)
+    tensor_at = [
+        i
+        for i, v in enumerate(bound)
+        if array_kind_of(v) is not None or (isinstance(v, tuple) and any(array_kind_of(x) for x in v))
+    ]
+    for name in constants:
+        if name not in names or names.index(name) not in tensor_at:
+            raise ArgumentError(
+                op=op,
+                arg="constants",
+                expected=f"names of tensor arguments passed in this call ({', '.join(names[i] for i in tensor_at)})",
+                found=repr(name),
+            )
+    constant_at = {names.index(n) for n in constants}
+    free_at = [i for i in tensor_at if i not in constant_at]
+    template = list(bound)
+    for i in free_at:
+        template[i] = None
+
+    resolved = ResolvedOp.__new__(ResolvedOp)
+    resolved.op = op
+    resolved.kernel = selection.accepted[0] if selection.accepted else None
+    resolved.constants = constants
+    resolved.free = tuple(names[i] for i in free_at)
+    resolved.explanation = explanation_of(selection)
+    resolved._prepared = False
+
+    plan = build_plan(selection, bound)
+    full = _filler(plan, template, free_at)
+    kernel = resolved.kernel
+    if kernel is not None and kernel.prepare is not None:
+        prepared = _prepare(kernel, selection, bound, frozenset(constants), free_at)
+        resolved._prepared = True
+        rest = replace(selection, accepted=selection.accepted[1:])
+        fallback = _filler(build_plan(rest, bound), template, free_at) if rest.accepted or rest.decompose else None
+        resolved.__call__ = _guarded(prepared, fallback, selection, kernel)
+    else:
+        resolved.__call__ = full
+    return resolved
+
+
+def _filler(plan: Callable[..., Any], template: list[Any], free_at: list[int]) -> Callable[..., Any]:
+    """A function of the free arguments calling plan with the full bound arguments."""
+    n = len(free_at)
+    if free_at == list(range(n)):
+        tail = tuple(template[n:])
+        if not tail:
+            return plan
+
+        def call_prefix(*free: Any) -> Any:
+            return plan(*free, *tail)
+
+        return call_prefix
+
+    def call_filled(*free: Any) -> Any:
+        call = template.copy()
+        for position, value in zip(free_at, free):
+            call[position] = value
+        return plan(*call)
+
+    return call_filled
+
+
+def _prepare(
+    kernel: Kernel, selection: Selection, bound: tuple[Any, ...], constants: frozenset[str], free_at: list[int]
+) -> Callable[..., Any]:
+    if selection.kinds == {kernel.array_kind}:
+        return kernel.prepare(bound, constants)
+    to_kernel = converter(kernel.array_kind)
+    converted = tuple(
+        tuple(None if v is None else to_kernel(v) for v in value)
+        if isinstance(value, tuple)
+        else to_kernel(value)
+        if array_kind_of(value) is not None
+        else value
+        for value in bound
+    )
+    inner = kernel.prepare(converted, constants)
+    back = result_converter(kernel.array_kind, selection.caller_kind, tuple(m.dtype for m in selection.outputs))
+
+    def prepared(*free: Any) -> Any:
+        return back(inner(*(to_kernel(v) for v in free)))
+
+    return prepared
+
+
+def _guarded(
+    prepared: Callable[..., Any], fallback: Callable[..., Any] | None, selection: Selection, kernel: Kernel
+) -> Callable[..., Any]:
+    def call(*free: Any) -> Any:
+        try:
+            return prepared(*free)
+        except OpcoreError as error:
+            if not isinstance(error, Unsupported) or fallback is None or selection.strict or selection.pin:
+                if error.op is None:
+                    error.op = selection.contract.name
+                raise
+            return fallback(*free)
+        except Exception as error:
+            if fallback is None or selection.strict or selection.pin:
+                raise
+            warn_once(selection.contract.name, kernel.backend, error, f"prepared kernel {kernel.source}")
+            return fallback(*free)
+
+    return call

@@ -1,0 +1,130 @@
+"""The process-wide state: settings, the registry, the plugin loader, and who to tell on change.
+
+Plugins load on first use (the first run, explain, resolve, backends or ops call), never at
+``import opcore``. Anything that changes what dispatch would pick (a plugin registered,
+configure, reload) bumps the generation and clears the dispatch caches.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from opcore.plugins import PluginLoader, PluginReport, PluginStatus
+from opcore.registry import Registry
+from opcore.settings import UNSET, Settings, settings_from
+
+__all__ = ["Runtime", "on_change", "runtime"]
+
+
+class Runtime:
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.overrides: dict[str, Any] = {}
+        self.settings: Settings = settings_from(os.environ, {})
+        # plugins given to register_plugin: they survive reloads until unregistered
+        self.in_process: dict[str, Any] = {}
+        self._fresh_registry()
+        self.loaded = False
+
+    def _fresh_registry(self) -> None:
+        from opcore.ops import BUILTIN_CONTRACTS
+
+        self.registry = Registry(BUILTIN_CONTRACTS)
+        self.loader = PluginLoader(self.registry)
+
+    # -- loading -------------------------------------------------------------------------------
+
+    def ensure_loaded(self) -> Runtime:
+        if not self.loaded:
+            with self.lock:
+                if not self.loaded:
+                    self.loader.load_entry_points(self.settings)
+                    for name, obj in self.in_process.items():
+                        self.loader.register_object(obj, name)
+                    self.loaded = True
+                    self.invalidate()
+        return self
+
+    def reload(self) -> None:
+        """Forget every plugin, re-read the environment, and load again on next use.
+
+        Plugins added with register_plugin are registered again.
+        """
+        with self.lock:
+            self.settings = settings_from(os.environ, self.overrides)
+            self._fresh_registry()
+            self.loaded = False
+            self.invalidate()
+
+    def configure(self, **options: Any) -> Settings:
+        with self.lock:
+            before = self.settings
+            for key, value in options.items():
+                if value is not UNSET:
+                    self.overrides[key] = value
+            self.settings = settings_from(os.environ, self.overrides)
+            load_time = (before.disable, before.autoload) != (self.settings.disable, self.settings.autoload)
+            if load_time and self.loaded:
+                self._fresh_registry()
+                self.loaded = False
+            self.invalidate()
+            return before
+
+    def reset_configuration(self) -> None:
+        with self.lock:
+            self.overrides.clear()
+        self.configure()
+
+    def register_plugin(self, obj: Any, name: str | None) -> PluginReport:
+        self.ensure_loaded()
+        with self.lock:
+            report = self.loader.register_object(obj, name)
+            if report.status is not PluginStatus.FAILED:
+                self.in_process[report.name] = obj
+            self.invalidate()
+        return report
+
+    def unregister_plugin(self, name: str) -> None:
+        self.ensure_loaded()
+        with self.lock:
+            self.in_process.pop(name, None)
+            self.loader.unregister(name)
+            self.invalidate()
+
+    def invalidate(self) -> None:
+        for listener in _LISTENERS:
+            listener()
+
+    # -- questions -----------------------------------------------------------------------------
+
+    def report(self, backend: str) -> PluginReport | None:
+        return self.loader.reports.get(backend)
+
+    def usable(self, backend: str) -> bool:
+        report = self.loader.reports.get(backend)
+        return report is not None and report.status is PluginStatus.LOADED
+
+
+_LISTENERS: list[Callable[[], None]] = []
+
+
+def on_change(listener: Callable[[], None]) -> None:
+    """Call ``listener`` whenever what dispatch would pick may have changed (cache clearing)."""
+    _LISTENERS.append(listener)
+
+
+_RUNTIME: Runtime | None = None
+_CREATE = threading.Lock()
+
+
+def runtime() -> Runtime:
+    """The process's Runtime, created on first use (plugins are not loaded yet)."""
+    global _RUNTIME  # noqa: PLW0603 - one lazily created process-wide object
+    if _RUNTIME is None:
+        with _CREATE:
+            if _RUNTIME is None:
+                _RUNTIME = Runtime()
+    return _RUNTIME

@@ -1,0 +1,283 @@
+"""Choosing kernels for one call signature: the meta check, the ranked walk, and the record of
+why each candidate was or was not chosen (which ``explain`` prints and NoKernelError quotes).
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from opcore.backend import DEFAULT_PRIORITIES
+from opcore.contracts import OpContract
+from opcore.errors import FallbackWarning, NoKernelError, OpcoreError, PluginError
+from opcore.kernels import Kernel
+from opcore.meta import common_device
+from opcore.plugins import PluginStatus
+from opcore.runtime import Runtime
+from opcore.settings import ContextPolicy
+from opcore.types import ArrayKind, Device, DType, TensorMeta, array_kind_of
+
+__all__ = ["Candidate", "CandidateStatus", "Selection", "select"]
+
+
+class CandidateStatus(str, Enum):
+    CHOSEN = "chosen"
+    FALLBACK = "fallback"  # accepted; runs if the ones before it hand over
+    DECLINED = "declined"  # its checker said no
+    PASSED_OVER = "passed over"  # the policy excludes it (pinned elsewhere, strict)
+    NO_KERNEL = "no kernel"  # the backend is loaded but has no kernel for this op, dtype and device
+    UNAVAILABLE = "unavailable"
+    FAILED = "failed"
+    DISABLED = "disabled"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One row of an explanation. priority None: the backend has no kernel here."""
+
+    backend: str
+    status: CandidateStatus
+    reason: str = ""
+    label: str = ""
+    source: str = ""
+    priority: int | None = None
+
+    @property
+    def title(self) -> str:
+        return f"{self.backend}/{self.label}" if self.label else self.backend
+
+
+@dataclass(slots=True)
+class Selection:
+    """Everything decided for one signature. error not None: the call cannot run."""
+
+    contract: OpContract
+    meta_args: tuple[Any, ...]
+    outputs: tuple[TensorMeta, ...]
+    device: Device
+    dtype: DType
+    caller_kind: ArrayKind
+    kinds: frozenset[ArrayKind]
+    order: tuple[str, ...] | None
+    order_source: str
+    strict: bool
+    pin: str | None
+    accepted: list[Kernel] = field(default_factory=list)
+    candidates: list[Candidate] = field(default_factory=list)
+    decompose: bool = False
+    error: OpcoreError | None = None
+
+
+def _meta_of(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return tuple(None if v is None else TensorMeta.of(v) if array_kind_of(v) else v for v in value)
+    return TensorMeta.of(value) if array_kind_of(value) is not None else value
+
+
+def _tensors(contract: OpContract, meta_args: tuple[Any, ...]) -> Iterable[tuple[str, TensorMeta]]:
+    for argument, value in zip(contract.schema.arguments, meta_args):
+        if isinstance(value, TensorMeta):
+            yield argument.name, value
+        elif isinstance(value, tuple):
+            for i, item in enumerate(value):
+                if isinstance(item, TensorMeta):
+                    yield f"{argument.name}[{i}]", item
+
+
+def kinds_of(bound: tuple[Any, ...]) -> list[ArrayKind]:
+    kinds = []
+    for value in bound:
+        for item in value if isinstance(value, tuple) else (value,):
+            kind = array_kind_of(item)
+            if kind is not None:
+                kinds.append(kind)
+    return kinds
+
+
+def effective_order(rt: Runtime, policy: ContextPolicy | None) -> tuple[tuple[str, ...] | None, str]:
+    if policy is not None and policy.order is not None:
+        return policy.order, "opcore.prefer"
+    if rt.settings.backends is not None:
+        return rt.settings.backends, rt.settings.source("backends")
+    return None, "priority"
+
+
+def check_named(rt: Runtime, names: Iterable[str], source: str) -> None:
+    """A backend the user named must be loaded; anything else is an error saying why."""
+    for name in names:
+        report = rt.report(name)
+        if report is not None and report.status is PluginStatus.LOADED:
+            continue
+        if report is None:
+            state = "which is not installed"
+            fix = (
+                f"pip install 'opcore[{name}]'"
+                if name in DEFAULT_PRIORITIES
+                else f"install the plugin providing {name!r}"
+            )
+        else:
+            state = f"which is {report.status_text}"
+            fix = "run `opcore doctor` for details"
+        where = "backend=" if source == "backend=" else source
+        loaded = ", ".join(n for n, r in rt.loader.reports.items() if r.ok) or "none"
+        raise PluginError(
+            f"{where} names backend {name!r}, {state} (loaded: {loaded})",
+            fix=f"{fix}, or name another backend",
+        )
+
+
+_warned: set[tuple[str, str, str]] = set()
+_warned_lock = threading.Lock()
+
+
+def warn_once(op: str, backend: str, error: BaseException, what: str) -> None:
+    key = (op, backend, type(error).__name__)
+    with _warned_lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    warnings.warn(
+        f"opcore: {what} of backend {backend!r} for {op}() raised {type(error).__name__}: {error}; "
+        "falling back to the next candidate. Pin the backend (backend=...) or use opcore.strict() to make "
+        "this an error.",
+        FallbackWarning,
+        stacklevel=4,
+    )
+
+
+def select(
+    rt: Runtime, contract: OpContract, bound: tuple[Any, ...], policy: ContextPolicy | None, pin: str | None
+) -> Selection:
+    """Check the inputs (meta function) and walk the ranked kernels for this signature.
+
+    Raises the contract's errors for bad inputs; a call that no kernel can run is
+    returned with ``error`` set, so explain can show it.
+    """
+    op = contract.name
+    meta_args = tuple(_meta_of(v) for v in bound)
+    try:
+        tensors = list(_tensors(contract, meta_args))
+        if not tensors:
+            raise OpcoreError("was called without any tensor", fix="pass at least one numpy array or torch tensor")
+        device = common_device(tensors)
+        out = contract.meta(*meta_args)
+    except OpcoreError as error:
+        if error.op is None:
+            error.op = op
+        raise
+    outputs = out if isinstance(out, tuple) else (out,)
+    keyed = meta_args[contract.dtype_position]
+    if isinstance(keyed, tuple):
+        keyed = next((m for m in keyed if isinstance(m, TensorMeta)), None)
+    dtype = keyed.dtype if isinstance(keyed, TensorMeta) else tensors[0][1].dtype
+    kinds = kinds_of(bound)
+    order, order_source = effective_order(rt, policy)
+    if pin is not None:
+        check_named(rt, (pin,), "backend=")
+    elif order is not None:
+        check_named(rt, order, order_source)
+    strict = policy.strict if policy is not None and policy.strict is not None else rt.settings.strict
+    selection = Selection(
+        contract, meta_args, outputs, device, dtype, kinds[0], frozenset(kinds), order, order_source, strict, pin
+    )
+    _walk(rt, selection)
+    return selection
+
+
+def _walk(rt: Runtime, s: Selection) -> None:
+    op = s.contract.name
+    registry = rt.registry
+    bucket = registry.ranked(op).get((s.device.type, s.dtype), ())
+    if s.order:
+        index = {name: i for i, name in enumerate(s.order)}
+        bucket = tuple(sorted(bucket, key=lambda k: index.get(k.backend, len(index))))
+    allowed: str | None = s.pin
+    why_not = f"the call is pinned to {s.pin!r}" if s.pin else ""
+    if s.pin is None and s.strict:
+        device_backends = [
+            name
+            for name in (s.order or ())
+            if name in registry.backends and s.device.type in registry.backends[name].device_types
+        ]
+        allowed = device_backends[0] if device_backends else (bucket[0].backend if bucket else None)
+        why_not = f"strict mode: only {allowed!r} may run it"
+    for kernel in bucket:
+        priority = registry.backends[kernel.backend].priority + kernel.priority
+        if allowed is not None and kernel.backend != allowed:
+            s.candidates.append(
+                Candidate(kernel.backend, CandidateStatus.PASSED_OVER, why_not, kernel.label, kernel.source, priority)
+            )
+            continue
+        verdict = _check(kernel, s)
+        if verdict is True:
+            status = CandidateStatus.FALLBACK if s.accepted else CandidateStatus.CHOSEN
+            s.accepted.append(kernel)
+            s.candidates.append(Candidate(kernel.backend, status, "", kernel.label, kernel.source, priority))
+        else:
+            s.candidates.append(
+                Candidate(kernel.backend, CandidateStatus.DECLINED, verdict, kernel.label, kernel.source, priority)
+            )
+    _others(rt, s, {k.backend for k in bucket})
+    if s.accepted:
+        return
+    if s.contract.decomposition is not None and not s.strict:
+        s.decompose = True
+        return
+    s.error = no_kernel_error(s)
+
+
+def _check(kernel: Kernel, s: Selection) -> bool | str:
+    if kernel.checker is None:
+        return True
+    try:
+        verdict = kernel.checker(*s.meta_args)
+    except Exception as error:
+        warn_once(s.contract.name, kernel.backend, error, "the checker")
+        return f"its checker raised {type(error).__name__}: {error}"
+    if verdict is True:
+        return True
+    return verdict if isinstance(verdict, str) and verdict else "its checker declined"
+
+
+def _others(rt: Runtime, s: Selection, ranked: set[str]) -> None:
+    """Rows for backends that have no kernel here, or did not load."""
+    registry = rt.registry
+    for name, report in sorted(rt.loader.reports.items()):
+        if name in ranked:
+            continue
+        if report.status is PluginStatus.LOADED:
+            mine = [k for k in registry.kernels_of(s.contract.name) if k.backend == name]
+            if not mine:
+                reason = f"has no kernel for {s.contract.name}"
+            else:
+                has = sorted({f"{d.value} on {k.device_type.value}" for k in mine for d in k.dtypes})
+                reason = f"no kernel for {s.dtype.value} on {s.device.type.value} (has {', '.join(has)})"
+            s.candidates.append(Candidate(name, CandidateStatus.NO_KERNEL, reason))
+        else:
+            s.candidates.append(Candidate(name, CandidateStatus(report.status.value), report.reason))
+
+
+def no_kernel_error(s: Selection, extra: str = "") -> NoKernelError:
+    lines = [f"no kernel accepts {s.dtype.value} inputs on {s.device}"]
+    if extra:
+        lines[0] += f" ({extra})"
+    for candidate in s.candidates:
+        lines.append(
+            f"  - {candidate.title}: {candidate.status.value}" + (f": {candidate.reason}" if candidate.reason else "")
+        )
+    if s.strict and s.contract.decomposition is not None:
+        lines.append("  - decomposition: not tried in strict mode")
+    missing = [n for n in DEFAULT_PRIORITIES if n not in {c.backend for c in s.candidates}]
+    fix = "run `opcore doctor` to see every backend"
+    if s.pin or s.strict:
+        fix = "drop backend= / strict mode to allow fallback, or " + fix
+    if missing:
+        fix = "install more backends (pip install 'opcore[" + ",".join(missing) + "]'), or " + fix
+    return NoKernelError("\n".join(lines), op=s.contract.name, fix=fix)
