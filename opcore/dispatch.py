@@ -238,12 +238,14 @@ class Plan:
     and ``recover`` (what happens when it raises). Calling the plan does both.
     """
 
-    __slots__ = ("calls", "first", "selection")
+    __slots__ = ("bound_example", "calls", "first", "selection")
 
-    def __init__(self, selection: Selection, calls: list[Callable[..., Any]]) -> None:
+    def __init__(self, selection: Selection, calls: list[Callable[..., Any] | None], bound: tuple[Any, ...]) -> None:
         self.selection = selection
         self.calls = calls
         self.first = calls[0]
+        # positions of tensors only (no data kept): what adapt() needs for the fallbacks
+        self.bound_example = tuple(_shape_of(v) for v in bound)
 
     def __call__(self, *args: Any) -> Any:
         try:
@@ -252,10 +254,31 @@ class Plan:
             return self.recover(args, error)
 
     def recover(self, args: tuple[Any, ...], error: Exception) -> Any:
-        return _recover(self.selection, self.calls, 0, args, error)
+        return _recover(self, 0, args, error)
+
+    def call_at(self, index: int) -> Callable[..., Any]:
+        """The index-th accepted kernel, imported and adapted on first need."""
+        call = self.calls[index]
+        if call is None:
+            call = self.calls[index] = adapt(self.selection.accepted[index], self.selection, self.bound_example)
+        return call
 
     def __repr__(self) -> str:
         return f"Plan({self.selection.contract.name} -> {_title(self.selection)})"
+
+
+def _shape_of(value: Any) -> Any:
+    """A stand-in keeping only whether a position holds tensors (for adapt)."""
+    if isinstance(value, tuple):
+        return tuple(_TENSOR if array_kind_of(v) is not None else None for v in value)
+    return _TENSOR if array_kind_of(value) is not None else None
+
+
+class _TensorMarker:
+    __slots__ = ()
+
+
+_TENSOR = _TensorMarker()
 
 
 def _title(selection: Selection) -> str:
@@ -263,15 +286,32 @@ def _title(selection: Selection) -> str:
 
 
 def build_plan(selection: Selection, bound: tuple[Any, ...]) -> Plan:
-    """The plan for a selection: its kernels in order (adapted to the caller's arrays), or the decomposition."""
+    """The plan for a selection: the first kernel adapted to the caller's arrays (the ones behind it
+    are imported and adapted only if it hands over), or the decomposition.
+    """
     if selection.decompose:
-        return Plan(selection, [_decomposition_plan(selection)])
-    return Plan(selection, [adapt(kernel, selection, bound) for kernel in selection.accepted])
+        return Plan(selection, [_decomposition_plan(selection)], bound)
+    calls: list[Callable[..., Any] | None] = [None] * len(selection.accepted)
+    while selection.accepted:
+        try:
+            calls[0] = adapt(selection.accepted[0], selection, bound)
+            break
+        except Exception as error:
+            if isinstance(error, OpcoreError) or selection.pin is not None or selection.strict:
+                raise
+            warn_once(selection.contract.name, selection.accepted[0].backend, error, "importing the kernel")
+            selection.accepted.pop(0)
+            calls.pop(0)
+    if not selection.accepted:
+        if selection.contract.decomposition is not None:
+            selection.decompose = True
+            return Plan(selection, [_decomposition_plan(selection)], bound)
+        raise no_kernel_error(selection, "every accepted kernel failed to import")
+    return Plan(selection, calls, bound)
 
 
-def _recover(
-    selection: Selection, calls: list[Callable[..., Any]], index: int, args: tuple[Any, ...], error: Exception
-) -> Any:
+def _recover(plan: Plan, index: int, args: tuple[Any, ...], error: Exception) -> Any:
+    selection = plan.selection
     op = selection.contract.name
     if selection.decompose:  # errors of the parts were handled by their own dispatch
         raise error
@@ -298,9 +338,9 @@ def _recover(
             reasons.append(f"{kernel.title} raised {type(error).__name__}: {error}")
             last_crash = error
         index += 1
-        if index < len(calls):
+        if index < len(selection.accepted):
             try:
-                return calls[index](*args)
+                return plan.call_at(index)(*args)
             except Exception as next_error:
                 error = next_error
                 continue
@@ -330,7 +370,7 @@ def _decomposition_plan(selection: Selection) -> Callable[..., Any]:
 
 def adapt(kernel: Kernel, selection: Selection, bound: tuple[Any, ...]) -> Callable[..., Any]:
     """The kernel's function, wrapped in conversions only when the arrays are of another kind."""
-    fn = kernel.fn
+    fn = kernel.function()
     if selection.kinds == {kernel.array_kind}:
         return fn
     to_kernel = converter(kernel.array_kind)

@@ -7,13 +7,14 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from opcore.types import ArrayKind, DeviceType, DType
 
-__all__ = ["Checker", "Kernel", "Prepare", "as_dtypes"]
+__all__ = ["Checker", "Kernel", "Prepare", "as_dtypes", "load_callable"]
 
 # Called with the bound arguments: a TensorMeta for each tensor, plain values for the rest.
 # Returns True to accept, or a string saying why it declines. Its answer is cached per call
@@ -34,7 +35,9 @@ class Kernel:
     """
 
     op: str
-    fn: Callable[..., Any]
+    # A callable, or "module:qualname" imported when the kernel first runs, so that loading the
+    # plugin does not import its runtime (torch, onnxruntime, openvino).
+    fn: Callable[..., Any] | str
     dtypes: frozenset[DType]
     device_type: DeviceType = DeviceType.CPU
     array_kind: ArrayKind = ArrayKind.NUMPY
@@ -42,8 +45,8 @@ class Kernel:
     priority: int = 0
     # None: always accepts the inputs its dtypes and device type admit.
     checker: Checker | None = None
-    # None: resolve() binds constants as they are and calls fn.
-    prepare: Prepare | None = None
+    # None: resolve() binds constants as they are and calls fn. Also "module:qualname".
+    prepare: Prepare | str | None = None
     # Short name shown by explain when one backend has several kernels for an op ("onednn").
     label: str = ""
     # Filled in at registration: the backend's name, and module:qualname of fn.
@@ -53,6 +56,31 @@ class Kernel:
     @property
     def title(self) -> str:
         return f"{self.backend}/{self.label}" if self.label else self.backend
+
+    def function(self) -> Callable[..., Any]:
+        """fn, imported if it was given as "module:qualname"."""
+        return load_callable(self.fn)
+
+
+_LOADED: dict[str, Callable[..., Any]] = {}
+
+
+def load_callable(value: Callable[..., Any] | str) -> Callable[..., Any]:
+    """A callable as is, or the object "module:qualname" names (imported once, then cached).
+
+    >>> load_callable("math:sqrt")(4.0)
+    2.0
+    """
+    if not isinstance(value, str):
+        return value
+    found = _LOADED.get(value)
+    if found is None:
+        module_name, _, qualname = value.partition(":")
+        found = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+        _LOADED[value] = found
+    return found
 
 
 def as_dtypes(values: Iterable[DType | str] | DType | str) -> frozenset[DType]:

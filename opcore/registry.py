@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -149,7 +150,9 @@ class Registry:
                 self.contracts[contract.name] = contract
                 self.contract_owner[contract.name] = registrar.backend.name
             for namespace in registrar.staged_namespaces:
-                self.namespaces.append(namespace)
+                # the CPU and CUDA torch backends both serve "aten." with the same shared factory
+                if not any(n.prefix == namespace.prefix and n.factory is namespace.factory for n in self.namespaces):
+                    self.namespaces.append(namespace)
             for entry in registrar.staged_factories:
                 self.kernel_factories.append(entry)
             for kernel in registrar.staged_kernels:
@@ -265,7 +268,8 @@ class Registrar:
 
     def add(self, kernel: Kernel) -> Kernel:
         """Validate a Kernel record and stage it; returns it with backend and source filled in."""
-        kernel = replace(kernel, backend=self.backend.name, source=kernel.source or source_of(kernel.fn))
+        source = kernel.fn if isinstance(kernel.fn, str) else source_of(kernel.fn)
+        kernel = replace(kernel, backend=self.backend.name, source=kernel.source or source)
         contract = self._contract_for(kernel.op)
         if not kernel.dtypes:
             raise self._error(f"kernel for {kernel.op!r} at {kernel.source} declares no dtypes")
@@ -279,6 +283,12 @@ class Registrar:
         for role, function in (("fn", kernel.fn), ("checker", kernel.checker), ("prepare", kernel.prepare)):
             if function is None:
                 continue
+            if isinstance(function, str) and role != "checker":
+                if not _REF.match(function):
+                    raise self._error(
+                        f"kernel for {kernel.op!r}: {role} {function!r} is not a 'module:qualname' reference"
+                    )
+                continue  # imported when the kernel first runs; checked then
             if not callable(function):
                 raise self._error(f"kernel for {kernel.op!r}: {role} is not callable ({type(function).__name__})")
             wanted = 2 if role == "prepare" else arity
@@ -322,6 +332,9 @@ class Registrar:
 
     def _error(self, message: str, fix: str | None = None) -> PluginError:
         return PluginError(f"plugin {self.backend.name!r}: {message}", fix=fix)
+
+
+_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 
 def _arity_problem(function: Callable[..., Any], count: int) -> str:

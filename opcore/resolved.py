@@ -7,10 +7,10 @@ from dataclasses import replace
 from typing import Any
 
 from opcore.arrays import converter, result_converter
-from opcore.dispatch import build_plan, selection_for
+from opcore.dispatch import Plan, build_plan, selection_for
 from opcore.errors import ArgumentError, OpcoreError, Unsupported
 from opcore.explain import Explanation, explanation_of
-from opcore.kernels import Kernel
+from opcore.kernels import Kernel, load_callable
 from opcore.runtime import runtime
 from opcore.selection import Selection, warn_once
 from opcore.types import array_kind_of
@@ -108,24 +108,45 @@ def resolve(
     return resolved
 
 
-def _filler(plan: Callable[..., Any], template: list[Any], free_at: list[int]) -> Callable[..., Any]:
-    """A function of the free arguments calling plan with the full bound arguments."""
+def _filler(plan: Plan, template: list[Any], free_at: list[int]) -> Callable[..., Any]:
+    """A function of the free arguments running plan.first on the full bound arguments,
+    handing errors to plan.recover (one Python frame on top of the kernel).
+    """
+    first = plan.first
+    recover = plan.recover
     n = len(free_at)
     if free_at == list(range(n)):
         tail = tuple(template[n:])
         if not tail:
-            return plan
+
+            def call_all(*free: Any) -> Any:
+                try:
+                    return first(*free)
+                except Exception as error:
+                    return recover(free, error)
+
+            return call_all
 
         def call_prefix(*free: Any) -> Any:
-            return plan(*free, *tail)
+            try:
+                return first(*free, *tail)
+            except Exception as error:
+                return recover(free + tail, error)
 
         return call_prefix
 
-    def call_filled(*free: Any) -> Any:
+    def fill(free: tuple[Any, ...]) -> tuple[Any, ...]:
         call = template.copy()
         for position, value in zip(free_at, free):
             call[position] = value
-        return plan(*call)
+        return tuple(call)
+
+    def call_filled(*free: Any) -> Any:
+        bound = fill(free)
+        try:
+            return first(*bound)
+        except Exception as error:
+            return recover(bound, error)
 
     return call_filled
 
@@ -133,8 +154,9 @@ def _filler(plan: Callable[..., Any], template: list[Any], free_at: list[int]) -
 def _prepare(
     kernel: Kernel, selection: Selection, bound: tuple[Any, ...], constants: frozenset[str], free_at: list[int]
 ) -> Callable[..., Any]:
+    prepare = load_callable(kernel.prepare)
     if selection.kinds == {kernel.array_kind}:
-        return kernel.prepare(bound, constants)
+        return prepare(bound, constants)
     to_kernel = converter(kernel.array_kind)
     converted = tuple(
         tuple(None if v is None else to_kernel(v) for v in value)
@@ -144,7 +166,7 @@ def _prepare(
         else value
         for value in bound
     )
-    inner = kernel.prepare(converted, constants)
+    inner = prepare(converted, constants)
     back = result_converter(kernel.array_kind, selection.caller_kind, tuple(m.dtype for m in selection.outputs))
 
     def prepared(*free: Any) -> Any:
