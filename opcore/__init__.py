@@ -6,6 +6,7 @@
 (2, 4)
 """
 
+from opcore import runtime as runtime  # the process-wide state, for tools (the doctor, tests)
 from opcore._version import __version__
 from opcore.api import (
     backends,
@@ -35,10 +36,9 @@ from opcore.errors import (
     Unsupported,
 )
 from opcore.explain import Explanation
-from opcore.hookspecs import hookimpl
 from opcore.kernels import Kernel
-from opcore.plugins import PluginReport, PluginStatus
 from opcore.registry import Registrar
+from opcore.reports import PluginReport, PluginStatus
 from opcore.resolved import ResolvedOp, resolve
 from opcore.types import ArrayKind, Device, DeviceType, DType, Layout, TensorMeta
 
@@ -85,3 +85,12 @@ __all__ = [
     "strict",
     "unregister_plugin",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # pluggy (with importlib.metadata) costs ~15 ms to import: plugins pay it, `import opcore` does not
+    if name == "hookimpl":
+        from opcore.hookspecs import hookimpl
+
+        return hookimpl
+    raise AttributeError(f"module 'opcore' has no attribute {name!r}")

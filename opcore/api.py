@@ -10,7 +10,7 @@ from opcore.contracts import OpContract
 from opcore.dispatch import selection_for
 from opcore.errors import ArgumentError, OpcoreError
 from opcore.explain import Explanation, explanation_of
-from opcore.plugins import PluginReport
+from opcore.reports import PluginReport
 from opcore.runtime import Runtime, runtime
 from opcore.selection import check_named
 from opcore.settings import UNSET, ContextPolicy, Settings, context_policy
@@ -94,8 +94,10 @@ def configure(
 ) -> Settings:
     """Process-wide settings over the environment; returns the settings in effect before.
 
-    backends: an order (names) or None to clear it; disable: names ("*" = all) — a load-time
-    setting, so plugins reload; strict: bool; autoload: bool; reset=True: drop all overrides.
+    backends: an order of names (``()``: plain priority, whatever OPCORE_BACKENDS says);
+    disable: names, ``"*"`` for all (a load-time setting: plugins reload); strict: bool;
+    autoload: bool. None for any of them drops that override, so the environment applies
+    again; reset=True drops them all.
 
     >>> opcore.configure(backends=["openvino", "cpu"], strict=True)   # doctest: +SKIP
     """
@@ -156,7 +158,7 @@ def register_plugin(plugin: Any, name: str | None = None) -> PluginReport:
     >>> opcore.register_plugin(my_plugin_module)   # doctest: +SKIP
     """
     from opcore.errors import PluginError
-    from opcore.plugins import PluginStatus
+    from opcore.reports import PluginStatus
 
     report = _rt().register_plugin(plugin, name)
     if report.status is PluginStatus.FAILED:

@@ -84,7 +84,7 @@ def _rebuild(cls: type[OpcoreError], message: str | None, state: dict) -> Opcore
 
 def _sentence(text: str) -> str:
     text = text.strip()
-    return text if text.endswith((".", "!", "?", ")")) or "\n" in text else text + "."
+    return text if text.endswith((".", "!", "?")) or "\n" in text else text + "."
 
 
 class ArgumentError(OpcoreError, TypeError):

@@ -12,7 +12,6 @@ import time
 import traceback
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from enum import Enum
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
@@ -22,6 +21,7 @@ from opcore import hookspecs
 from opcore.backend import API_VERSION, BackendSpec
 from opcore.errors import PluginError
 from opcore.registry import Registrar, Registry
+from opcore.reports import PluginReport, PluginStatus
 from opcore.settings import Settings
 from opcore.types import DeviceType
 
@@ -29,48 +29,6 @@ __all__ = ["ENTRY_POINT_GROUP", "PluginLoader", "PluginReport", "PluginStatus"]
 
 ENTRY_POINT_GROUP = "opcore.backends"
 logger = logging.getLogger("opcore.plugins")
-
-
-class PluginStatus(str, Enum):
-    LOADED = "loaded"
-    UNAVAILABLE = "unavailable"
-    FAILED = "failed"
-    DISABLED = "disabled"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-@dataclass(frozen=True, slots=True)
-class PluginReport:
-    """What happened to one plugin. backend None: it failed before announcing itself."""
-
-    name: str
-    status: PluginStatus
-    # One line: why it is unavailable, the error summary, or the setting that disabled it.
-    reason: str = ""
-    # The last frames of the traceback, for failures.
-    traceback: str = ""
-    distribution: str | None = None
-    distribution_version: str | None = None
-    # "module:attr" of the entry point, or "register_plugin(...)" for in-process plugins.
-    entry_point: str | None = None
-    backend: BackendSpec | None = None
-    kernel_count: int = 0
-    contract_count: int = 0
-    load_time_s: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return self.status is PluginStatus.LOADED
-
-    @property
-    def status_text(self) -> str:
-        return f"{self.status.value}: {self.reason}" if self.reason else self.status.value
-
-    def __str__(self) -> str:
-        dist = f" ({self.distribution} {self.distribution_version})" if self.distribution else ""
-        return f"{self.name}{dist}: {self.status_text}"
 
 
 @dataclass(slots=True)
@@ -112,7 +70,11 @@ class PluginLoader:
 
     @staticmethod
     def entry_points() -> list[EntryPoint]:
-        return sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
+        # by name, then distribution: when two distributions claim one name, the first one wins
+        return sorted(
+            entry_points(group=ENTRY_POINT_GROUP),
+            key=lambda ep: (ep.name, getattr(ep.dist, "name", "") or ""),
+        )
 
     def load_entry_points(self, settings: Settings) -> None:
         pending: list[_Pending] = []
@@ -167,7 +129,7 @@ class PluginLoader:
         name = name or getattr(obj, "__name__", None) or type(obj).__name__
         item = _Pending(name, obj, time.perf_counter(), None, None, f"register_plugin({name})")
         self._load([item], expected_name=False)
-        return self.reports[item.name]
+        return item.failure or self.reports[item.name]
 
     def unregister(self, name: str) -> None:
         self.reports.pop(name, None)
@@ -212,7 +174,8 @@ class PluginLoader:
     def _announce(self, item: _Pending, expected_name: bool) -> None:
         started = time.perf_counter()
         try:
-            self.manager.register(item.obj, name=item.name)
+            # pluggy's own names only need to be unique; the backend's name is checked below
+            self.manager.register(item.obj, name=f"{item.name}@{id(item.obj):x}")
         except Exception as error:
             self._fail(item, f"invalid hook implementation: {_summary(error)}", _frames(error))
             return
@@ -325,6 +288,8 @@ class PluginLoader:
 
     def _fail(self, item: _Pending, reason: str, frames: str) -> None:
         name = item.name
+        if name in self.reports and self.reports[name].entry_point != item.entry_point:
+            name = f"{name} [{item.distribution or item.entry_point}]"  # never hide the plugin already there
         if item.spec is not None and self.claimed.get(item.spec.name) == (
             item.distribution or item.entry_point or item.name
         ):
@@ -360,8 +325,8 @@ class PluginLoader:
                 "or set OPCORE_DISABLE=%s to silence this.",
                 report.name,
                 f" ({report.distribution} {report.distribution_version})" if report.distribution else "",
-                report.reason,
-                report.name,
+                report.reason.rstrip("."),
+                report.name.split(" ")[0],
             )
 
 

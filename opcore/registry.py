@@ -7,8 +7,6 @@ message naming the plugin and the op, and nothing of that plugin is committed.
 
 from __future__ import annotations
 
-import difflib
-import inspect
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -97,6 +95,8 @@ class Registry:
         )
 
     def _suggestion(self, name: str) -> str:
+        import difflib
+
         close = difflib.get_close_matches(name, list(self.contracts), n=3, cutoff=0.6)
         hint = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
         namespaces = ", ".join(f"'{n.prefix}*'" for n in self.namespaces)
@@ -338,6 +338,8 @@ _REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 
 def _arity_problem(function: Callable[..., Any], count: int) -> str:
+    import inspect  # ~10 ms to import: only when a plugin registers
+
     try:
         signature = inspect.signature(function)
     except (TypeError, ValueError):  # builtins and C functions: nothing to check

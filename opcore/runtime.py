@@ -10,10 +10,13 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from opcore.plugins import PluginLoader, PluginReport, PluginStatus
 from opcore.registry import Registry
+from opcore.reports import PluginReport, PluginStatus
+
+if TYPE_CHECKING:
+    from opcore.plugins import PluginLoader
 from opcore.settings import UNSET, Settings, settings_from
 
 __all__ = ["Runtime", "on_change", "runtime"]
@@ -31,9 +34,10 @@ class Runtime:
 
     def _fresh_registry(self) -> None:
         from opcore.ops import BUILTIN_CONTRACTS
+        from opcore.plugins import PluginLoader  # pluggy and importlib.metadata: on first use only
 
         self.registry = Registry(BUILTIN_CONTRACTS)
-        self.loader = PluginLoader(self.registry)
+        self.loader: PluginLoader = PluginLoader(self.registry)
 
     # -- loading -------------------------------------------------------------------------------
 
@@ -63,7 +67,9 @@ class Runtime:
         with self.lock:
             before = self.settings
             for key, value in options.items():
-                if value is not UNSET:
+                if value is None:  # drop the override: the environment applies again
+                    self.overrides.pop(key, None)
+                elif value is not UNSET:
                     self.overrides[key] = value
             self.settings = settings_from(os.environ, self.overrides)
             load_time = (before.disable, before.autoload) != (self.settings.disable, self.settings.autoload)

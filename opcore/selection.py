@@ -16,7 +16,7 @@ from opcore.contracts import OpContract
 from opcore.errors import FallbackWarning, NoKernelError, OpcoreError, PluginError
 from opcore.kernels import Kernel
 from opcore.meta import common_device
-from opcore.plugins import PluginStatus
+from opcore.reports import PluginStatus
 from opcore.runtime import Runtime
 from opcore.settings import ContextPolicy
 from opcore.types import ArrayKind, Device, DType, TensorMeta, array_kind_of
@@ -172,6 +172,12 @@ def select(
         if error.op is None:
             error.op = op
         raise
+    except Exception as error:  # a bug in a contract's meta function, reported as such
+        raise PluginError(
+            f"the meta function {contract.source} raised {type(error).__name__}: {error}",
+            op=op,
+            fix="this is a bug in the contract's plugin; report it to its authors",
+        ) from error
     outputs = out if isinstance(out, tuple) else (out,)
     keyed = meta_args[contract.dtype_position]
     if isinstance(keyed, tuple):
@@ -261,7 +267,8 @@ def _others(rt: Runtime, s: Selection, ranked: set[str]) -> None:
                 reason = f"no kernel for {s.dtype.value} on {s.device.type.value} (has {', '.join(has)})"
             s.candidates.append(Candidate(name, CandidateStatus.NO_KERNEL, reason))
         else:
-            s.candidates.append(Candidate(name, CandidateStatus(report.status.value), report.reason))
+            reason = report.reason.split(". Fix:")[0]  # the fix is in `opcore doctor`
+            s.candidates.append(Candidate(name, CandidateStatus(report.status.value), reason))
 
 
 def no_kernel_error(s: Selection, extra: str = "") -> NoKernelError:
@@ -274,7 +281,9 @@ def no_kernel_error(s: Selection, extra: str = "") -> NoKernelError:
         )
     if s.strict and s.contract.decomposition is not None:
         lines.append("  - decomposition: not tried in strict mode")
-    missing = [n for n in DEFAULT_PRIORITIES if n not in {c.backend for c in s.candidates}]
+    present = {c.backend for c in s.candidates}
+    suits = ("cuda",) if s.device.type.value == "cuda" else ("cpu", "openvino", "onnxruntime")
+    missing = [n for n in suits if n not in present]
     fix = "run `opcore doctor` to see every backend"
     if s.pin or s.strict:
         fix = "drop backend= / strict mode to allow fallback, or " + fix

@@ -88,7 +88,7 @@ def settings_from(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> S
         if value is UNSET:
             continue
         if key == "backends":
-            values[key] = None if value is None else _names(value)
+            values[key] = _names(value) or None
         elif key == "disable":
             values[key] = frozenset(_names(value or ()))
         elif isinstance(value, bool):

@@ -1,0 +1,33 @@
+"""Shared timing helper for the benchmarks: interleaved repeats, medians per call."""
+
+from __future__ import annotations
+
+import statistics
+import timeit
+from collections.abc import Callable, Mapping
+
+
+def calibrate(fn: Callable[[], object], target_s: float = 0.01) -> int:
+    """How many calls take about ``target_s``."""
+    number = 1
+    while True:
+        elapsed = timeit.timeit(fn, number=number)
+        if elapsed >= target_s or number >= 1 << 20:
+            return number
+        number *= 2 if elapsed > target_s / 10 else 10
+
+
+def medians(cases: Mapping[str, Callable[[], object]], repeats: int = 31) -> dict[str, float]:
+    """Median seconds per call of each case; the cases take turns, so drift hits them alike."""
+    numbers = {name: calibrate(fn) for name, fn in cases.items()}
+    samples: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(repeats):
+        for name, fn in cases.items():
+            samples[name].append(timeit.timeit(fn, number=numbers[name]) / numbers[name])
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    line = lambda row: "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(row, widths)))  # noqa: E731
+    return "\n".join([line(header), "  ".join("-" * w for w in widths), *map(line, rows)])

@@ -1,0 +1,49 @@
+"""Shared fixtures: a clean opcore state per test, and the fixture plugins with real metadata."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import opcore
+from opcore.settings import ENV_VARS
+
+FIXTURE_PLUGINS = Path(__file__).parent / "fixture_plugins"
+
+
+@pytest.fixture(autouse=True)
+def clean_opcore(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every test starts from the environment's defaults: no OPCORE_* variables, no overrides."""
+    for name in ENV_VARS:
+        monkeypatch.delenv(name, raising=False)
+    before = {name: os.environ.get(name) for name in ENV_VARS}
+    runtime = opcore.runtime.runtime()
+    if runtime.overrides or runtime.in_process or any(v is not None for v in before.values()):
+        runtime.overrides.clear()
+        runtime.in_process.clear()
+        opcore.reload_plugins()
+    yield
+    runtime.overrides.clear()
+    if runtime.in_process:
+        runtime.in_process.clear()
+    opcore.reload_plugins()
+
+
+@pytest.fixture
+def fixture_plugins(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Make the plugin distributions under tests/fixture_plugins visible, as if pip-installed."""
+    monkeypatch.syspath_prepend(str(FIXTURE_PLUGINS))
+    importlib.invalidate_caches()
+    opcore.reload_plugins()
+    yield FIXTURE_PLUGINS
+    for name in [m for m in sys.modules if m.startswith("opcore_fixture_")]:
+        del sys.modules[name]
+
+
+def reports() -> dict[str, opcore.PluginReport]:
+    return {r.name: r for r in opcore.backends()}

@@ -1,0 +1,1 @@
+"""Fixture built for another plugin API version."""

@@ -1,0 +1,1 @@
+"""A well-behaved third-party plugin used by the tests."""

@@ -1,0 +1,1 @@
+"""Fixture whose registration hook raises."""

@@ -1,0 +1,1 @@
+"""Fixture whose plugin module fails to import."""

@@ -1,0 +1,1 @@
+"""Fixture whose backend name differs from its entry point."""

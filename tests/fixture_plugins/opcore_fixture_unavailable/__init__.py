@@ -1,0 +1,1 @@
+"""Fixture whose device is missing."""

@@ -1,0 +1,1 @@
+"""Fixture registering a kernel for an op nobody defined."""

@@ -1,0 +1,1 @@
+"""Fixture reusing the name of another backend."""

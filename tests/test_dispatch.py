@@ -1,0 +1,300 @@
+"""The dispatch walk: caching, array kinds, hand-over, crashes, decomposition, errors, threads."""
+
+from __future__ import annotations
+
+import threading
+import types
+import warnings
+
+import numpy
+import pytest
+
+import opcore
+from opcore import BackendSpec, DeviceType
+from opcore.dispatch import _BOUND, _NUMPY, _POSITIONAL, MAX_CACHED
+
+torch = pytest.importorskip("torch", reason="array-kind conversions are tested with real torch tensors")
+
+X = numpy.array([[-1.0, 2.0], [3.0, -4.0]], dtype=numpy.float32)
+W = numpy.arange(6, dtype=numpy.float32).reshape(3, 2)
+
+
+def make_plugin(name: str, kernels: dict, priority: int = 50, contracts: tuple = (), **spec):
+    """An in-process plugin registering ``{op: (fn, options)}``."""
+
+    def opcore_backend() -> BackendSpec:
+        return BackendSpec(name=name, version="0", priority=priority, device_types=(DeviceType.CPU,), **spec)
+
+    def opcore_register_contracts(registrar: opcore.Registrar) -> None:
+        for contract in contracts:
+            registrar.add_contract(contract)
+
+    def opcore_register_kernels(registrar: opcore.Registrar) -> None:
+        for op, (fn, options) in kernels.items():
+            registrar.add_kernel(op, fn, **{"dtypes": ["float32"], **options})
+
+    hooks = {
+        f.__name__: opcore.hookimpl(f) for f in (opcore_backend, opcore_register_contracts, opcore_register_kernels)
+    }
+    return types.SimpleNamespace(__name__=name, **hooks)
+
+
+def relu_counting(calls: list):
+    def relu(x):
+        calls.append(x.shape)
+        return numpy.maximum(x, 0)
+
+    return relu
+
+
+# --- results and array kinds ---------------------------------------------------------------------
+
+
+def test_numpy_in_numpy_out() -> None:
+    y = opcore.run("linear", X, W)
+    assert isinstance(y, numpy.ndarray)
+    numpy.testing.assert_allclose(y, X @ W.T)
+
+
+def test_torch_in_torch_out_through_a_numpy_kernel() -> None:
+    x = torch.from_numpy(X)
+    y = opcore.run("relu", x, backend="reference")
+    assert isinstance(y, torch.Tensor)
+    assert y.tolist() == [[0.0, 2.0], [3.0, 0.0]]
+
+
+def test_bfloat16_travels_through_numpy_and_comes_back_bfloat16() -> None:
+    x = torch.tensor([[1.5, -2.0]], dtype=torch.bfloat16)
+    y = opcore.run("relu", x, backend="reference")
+    assert y.dtype is torch.bfloat16
+    assert y.tolist() == [[1.5, 0.0]]
+
+
+def test_results_follow_the_first_tensor_argument() -> None:
+    y = opcore.run("add", torch.from_numpy(X), X, backend="reference")
+    assert isinstance(y, torch.Tensor)
+    y = opcore.run("add", X, torch.from_numpy(X), backend="reference")
+    assert isinstance(y, numpy.ndarray)
+
+
+def test_python_numbers_where_the_schema_allows_them() -> None:
+    numpy.testing.assert_allclose(opcore.run("mul", X, 2), X * 2)
+    assert opcore.run("add", X.astype(numpy.int32), 2.5).dtype == numpy.float32
+
+
+# --- the caches ----------------------------------------------------------------------------------
+
+
+def test_second_call_takes_the_cached_path_without_the_meta_check() -> None:
+    calls: list = []
+    meta_calls: list = []
+
+    def meta(x):
+        meta_calls.append(x.shape)
+        return opcore.TensorMeta(x.shape, x.dtype)
+
+    contract = opcore.define_op("test.counted(Tensor x) -> Tensor", meta=meta)
+    opcore.register_plugin(make_plugin("counting", {"test.counted": (relu_counting(calls), {})}, contracts=(contract,)))
+    for _ in range(3):
+        opcore.run("test.counted", X)
+    assert len(calls) == 3
+    assert len(meta_calls) == 1
+    opcore.run("test.counted", X[:1])  # a new shape is a new signature: checked again
+    assert len(meta_calls) == 2
+    opcore.run("test.counted", x=X)  # keywords take the bound path, cached by signature too
+    assert len(meta_calls) == 2
+
+
+def test_cache_keys_cover_policy_and_pin(fixture_plugins) -> None:
+    from opcore_fixture_good.plugin import CALLS
+
+    CALLS.clear()
+    opcore.run("relu", X)
+    opcore.run("relu", X, backend="reference")
+    with opcore.prefer("reference"):
+        opcore.run("relu", X)
+    opcore.run("relu", X)
+    assert CALLS == ["relu", "relu"]
+
+
+def test_caches_clear_when_plugins_change() -> None:
+    opcore.run("relu", X)
+    assert _POSITIONAL and _NUMPY and _BOUND
+    calls: list = []
+    opcore.register_plugin(make_plugin("newer", {"relu": (relu_counting(calls), {})}))
+    opcore.run("relu", X)
+    assert calls == [(2, 2)]
+
+
+def test_caches_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("opcore.dispatch.MAX_CACHED", 4)
+    for n in range(1, 12):
+        opcore.run("relu", numpy.ones((n,), numpy.float32))
+    assert len(_BOUND) <= 4 and len(_POSITIONAL) <= 4
+    assert MAX_CACHED == 8192
+
+
+def test_threads_get_the_same_results_as_a_serial_run() -> None:
+    rng = numpy.random.default_rng(0)
+    inputs = [rng.standard_normal((n % 5 + 1, 4)).astype(numpy.float32) for n in range(40)]
+    w = rng.standard_normal((3, 4)).astype(numpy.float32)
+    serial = [opcore.run("linear", x, w) for x in inputs]
+    results: dict[int, list] = {}
+
+    def work(index: int) -> None:
+        opcore.reload_plugins() if index == 0 else None
+        results[index] = [opcore.run("linear", x, w) for x in inputs for _ in range(3)][::3]
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for got in results.values():
+        for a, b in zip(got, serial):
+            numpy.testing.assert_array_equal(a, b)
+
+
+# --- hand-over, crashes, decomposition -------------------------------------------------------------
+
+
+def test_unsupported_hands_over_to_the_next(fixture_plugins) -> None:
+    from opcore_fixture_good.plugin import CALLS
+
+    CALLS.clear()
+    for _ in range(2):  # also through the cached path
+        numpy.testing.assert_allclose(opcore.run("tanh", X), numpy.tanh(X), rtol=1e-6)
+    assert CALLS == ["tanh", "tanh"]
+
+
+def test_a_crashing_kernel_falls_back_with_one_warning(fixture_plugins) -> None:
+    with pytest.warns(opcore.FallbackWarning, match="fixture kernel crashed"):
+        y = opcore.run("sigmoid", X)
+    numpy.testing.assert_allclose(y, 1 / (1 + numpy.exp(-X)), rtol=1e-6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        opcore.run("sigmoid", X)  # the same (op, backend, error type): no second warning
+
+
+def test_a_crash_raises_when_pinned_or_strict(fixture_plugins) -> None:
+    with pytest.raises(RuntimeError, match="fixture kernel crashed") as info:
+        opcore.run("sigmoid", X, backend="fixture_good")
+    assert any("no fallback because of pinned to 'fixture_good'" in n for n in info.value.__notes__)
+    with opcore.strict(), pytest.raises(RuntimeError, match="fixture kernel crashed"):
+        opcore.run("sigmoid", X)
+
+
+def test_unsupported_when_pinned_is_a_no_kernel_error(fixture_plugins) -> None:
+    with pytest.raises(opcore.NoKernelError, match="handed over at run time: fixture declines at run time"):
+        opcore.run("tanh", X, backend="fixture_good")
+
+
+def test_a_checker_that_raises_declines_with_a_warning() -> None:
+    def bad_checker(x):
+        raise ZeroDivisionError("checker bug")
+
+    opcore.register_plugin(make_plugin("badcheck", {"relu": (numpy.abs, {"checker": bad_checker})}))
+    with pytest.warns(opcore.FallbackWarning, match="checker bug"):
+        explanation = opcore.explain("relu", X)
+    assert explanation.chosen == "reference"
+    assert "its checker raised ZeroDivisionError: checker bug" in str(explanation)
+
+
+def test_decomposition_runs_when_no_kernel_exists() -> None:
+    opcore.configure(disable=["reference"])
+    calls: list = []
+
+    def linear(x, w, b):
+        calls.append("linear")
+        return x @ w.T
+
+    opcore.register_plugin(make_plugin("parts", {"linear": (linear, {}), "relu": (relu_counting(calls), {})}))
+    y = opcore.run("linear_relu", X, W)
+    numpy.testing.assert_allclose(y, numpy.maximum(X @ W.T, 0))
+    assert calls == ["linear", (2, 3)]
+    assert opcore.explain("linear_relu", X, W).chosen == "decomposition"
+
+
+def test_pinned_decomposition_keeps_its_parts_on_the_pinned_backend() -> None:
+    calls: list = []
+
+    def linear(x, w, b):
+        calls.append("parts.linear")
+        return x @ w.T
+
+    opcore.register_plugin(
+        make_plugin("parts", {"linear": (linear, {}), "relu": (relu_counting(calls), {})}, priority=-10)
+    )
+    opcore.run("linear_relu", X, W, backend="parts")
+    assert calls == ["parts.linear", (2, 3)]  # reference outranks 'parts', yet the parts ran on 'parts'
+
+
+def test_strict_mode_does_not_decompose() -> None:
+    opcore.configure(disable=["reference"])
+    opcore.register_plugin(make_plugin("parts", {"linear": (lambda x, w, b: x @ w.T, {})}))
+    with opcore.strict(), pytest.raises(opcore.NoKernelError, match="decomposition: not tried in strict mode"):
+        opcore.run("linear_relu", X, W)
+
+
+# --- errors ----------------------------------------------------------------------------------------
+
+
+def test_no_kernel_error_lists_every_candidate_and_the_fix() -> None:
+    opcore.register_plugin(make_plugin("narrow", {"relu": (numpy.abs, {"checker": lambda x: "too narrow"})}))
+    with pytest.raises(opcore.NoKernelError) as info:
+        opcore.run("relu", X, backend="narrow")
+    text = str(info.value)
+    assert text.startswith("relu(): no kernel accepts float32 inputs on cpu")
+    assert "narrow: declined: too narrow" in text
+    assert "reference: passed over: the call is pinned to 'narrow'" in text
+    assert "Fix:" in text and "opcore doctor" in text
+
+
+def test_unknown_op_suggests_close_names() -> None:
+    with pytest.raises(opcore.UnknownOpError, match="did you mean 'linear'"):
+        opcore.run("linera", X, W)
+
+
+def test_unknown_backend_is_a_plugin_error() -> None:
+    with pytest.raises(opcore.PluginError, match="names backend 'cpuu', which is not installed"):
+        opcore.run("relu", X, backend="cpuu")
+
+
+def test_failed_backend_named_explicitly_is_an_error(fixture_plugins) -> None:
+    with pytest.raises(opcore.PluginError, match="which is failed: import failed: ImportError"):
+        opcore.run("relu", X, backend="fixture_importerror")
+    with pytest.raises(opcore.PluginError, match="which is unavailable: no widget attached"):
+        opcore.run("relu", X, backend="fixture_unavailable")
+
+
+def test_binding_errors_name_the_op() -> None:
+    with pytest.raises(opcore.ArgumentError, match=r"^relu\(\): argument 'x' expected a tensor"):
+        opcore.run("relu", [1.0, 2.0])
+    with pytest.raises(opcore.ArgumentError, match=r"linear\(\): missing required argument 'w'"):
+        opcore.run("linear", X)
+    with pytest.raises(opcore.ArgumentError, match="unexpected keyword argument 'bias'"):
+        opcore.run("linear", X, W, bias=None)
+    with pytest.raises(opcore.ArgumentError, match="takes 3 positional arguments but 4 were given"):
+        opcore.run("linear", X, W, None, None)
+
+
+def test_mixed_devices_are_a_device_error() -> None:
+    on_meta = torch.empty((2, 2), device="meta")
+    with pytest.raises(opcore.DeviceError, match=r"add\(\): argument 'other' expected the device of 'x' \(cpu\)"):
+        opcore.run("add", torch.from_numpy(X), on_meta)
+
+
+def test_a_broken_meta_function_is_a_plugin_error() -> None:
+    contract = opcore.define_op("test.brokenmeta(Tensor x) -> Tensor", meta=lambda x: x.no_such_field)
+    opcore.register_plugin(make_plugin("brokenmeta", {"test.brokenmeta": (numpy.abs, {})}, contracts=(contract,)))
+    with pytest.raises(opcore.PluginError, match="meta function .* raised AttributeError"):
+        opcore.run("test.brokenmeta", X)
+
+
+def test_an_opcore_error_from_a_kernel_propagates_with_the_op_name() -> None:
+    def picky(x):
+        raise opcore.ShapeError(arg="x", expected="sorted data", found="unsorted data")
+
+    opcore.register_plugin(make_plugin("picky", {"relu": (picky, {})}))
+    with pytest.raises(opcore.ShapeError, match=r"^relu\(\): argument 'x' expected sorted data"):
+        opcore.run("relu", X)
