@@ -20,6 +20,7 @@ from opcore.errors import ArgumentError, DeviceError, DTypeError, ShapeError
 from opcore.types import CPU, Device, DType, TensorMeta
 
 __all__ = [
+    "DEFAULT_FLOAT",
     "FLOATING",
     "INTEGRAL",
     "NUMERIC",

@@ -33,7 +33,7 @@ class Runtime:
         self.loaded = False
 
     def _fresh_registry(self) -> None:
-        from opcore.ops import BUILTIN_CONTRACTS
+        from opcore.opset import BUILTIN_CONTRACTS
         from opcore.plugins import PluginLoader  # pluggy and importlib.metadata: on first use only
 
         self.registry = Registry(BUILTIN_CONTRACTS)

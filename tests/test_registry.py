@@ -8,7 +8,7 @@ import pytest
 import opcore
 from opcore import BackendSpec, DeviceType, PluginError
 from opcore.meta import unary_float
-from opcore.ops import BUILTIN_CONTRACTS
+from opcore.opset import BUILTIN_CONTRACTS
 from opcore.registry import Registrar, Registry
 
 SPEC = BackendSpec(name="mine", version="0", priority=10, device_types=(DeviceType.CPU,))

@@ -1,0 +1,244 @@
+"""Elementwise contracts: arithmetic with broadcasting and PyTorch's type promotion, and activations.
+
+>>> from opcore.types import TensorMeta, DType
+>>> ADD.meta(TensorMeta((2, 1), DType.INT32), 2.5, 1).dtype
+<DType.FLOAT32: 'float32'>
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any
+
+import numpy
+
+from opcore.contracts import OpContract, define_op
+from opcore.errors import ArgumentError, DTypeError
+from opcore.meta import (
+    DEFAULT_FLOAT,
+    FLOATING,
+    INTEGRAL,
+    broadcast_shapes,
+    check_choice,
+    check_dtype,
+    check_floating,
+    result_type,
+    unary_float,
+    unary_promote_to_float,
+)
+from opcore.meta_extra import ALL_DTYPES
+from opcore.types import DType, TensorMeta
+
+__all__ = ["ADD", "CONTRACTS", "DIV", "DTYPES", "EXP", "GELU", "MUL", "RELU", "SIGMOID", "SILU", "SUB", "TANH"]
+
+Operand = TensorMeta | bool | int | float
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+# Largest finite value per floating dtype: torch refuses an alpha that overflows the result type.
+_FLOAT_MAX = {
+    DType.FLOAT16: 65504.0,
+    DType.BFLOAT16: 3.3895313892515355e38,
+    DType.FLOAT32: 3.4028234663852886e38,
+    DType.FLOAT64: sys.float_info.max,
+}
+APPROXIMATIONS = ("none", "tanh")
+ROUNDING_MODES = (None, "trunc", "floor")
+
+
+def _check_python_int(arg: str, value: Any) -> None:
+    # numpy (and torch) hold Python ints as int64; a larger one cannot reach any kernel.
+    if isinstance(value, int) and not isinstance(value, bool) and not _INT64_MIN <= value <= _INT64_MAX:
+        raise ArgumentError(arg=arg, expected="an int within the int64 range", found=str(value))
+
+
+def _binary(x: TensorMeta, other: Operand) -> TensorMeta:
+    """Broadcast shape and promoted dtype of ``x`` and ``other``."""
+    if isinstance(other, TensorMeta):
+        shape = broadcast_shapes(("x", x.shape), ("other", other.shape))
+    else:
+        _check_python_int("other", other)
+        shape = x.shape
+    return TensorMeta(shape, result_type(x, other), x.device)
+
+
+def _check_alpha(alpha: bool | int | float, dtype: DType, *, negated: bool = False) -> None:
+    """torch's rules for ``alpha`` in add and sub: its kind and value must fit the result's dtype
+    (sub checks -alpha, since torch computes it as add with -alpha).
+    """
+    if isinstance(alpha, bool):
+        if dtype is not DType.BOOL:
+            raise ArgumentError(
+                arg="alpha",
+                expected=f"an int or a float for a {dtype} result (a bool alpha is only for bool results)",
+                found=repr(alpha),
+            )
+        return
+    if isinstance(alpha, float) and dtype not in FLOATING:
+        raise ArgumentError(
+            arg="alpha",
+            expected=f"an int for integral inputs (the result is {dtype})",
+            found=repr(alpha),
+            fix="pass alpha as an int, or convert the inputs to a floating dtype",
+        )
+    value = -alpha if negated else alpha
+    if dtype in INTEGRAL:
+        info = numpy.iinfo(dtype.value)
+        low = -info.max if info.min == 0 else info.min  # torch lets negative values wrap into unsigned types
+        if not low <= value <= info.max:
+            what = f"-alpha to fit in {dtype}" if negated else f"a value that fits in {dtype}"
+            raise ArgumentError(arg="alpha", expected=f"{what} [{low}, {info.max}]", found=repr(alpha))
+    elif dtype in FLOATING:
+        _check_python_int("alpha", alpha)
+        limit = _FLOAT_MAX[dtype]
+        if math.isfinite(alpha) and abs(alpha) > limit:
+            raise ArgumentError(
+                arg="alpha", expected=f"a value that fits in {dtype} (|alpha| <= {limit:g})", found=repr(alpha)
+            )
+
+
+def add_meta(x: TensorMeta, other: Operand, alpha: bool | int | float) -> TensorMeta:
+    """Broadcast shape, promoted dtype, and an alpha that fits the result (torch.add's rules)."""
+    out = _binary(x, other)
+    _check_alpha(alpha, out.dtype)
+    return out
+
+
+def _is_bool(operand: Operand) -> bool:
+    return operand.dtype is DType.BOOL if isinstance(operand, TensorMeta) else isinstance(operand, bool)
+
+
+def sub_meta(x: TensorMeta, other: Operand, alpha: bool | int | float) -> TensorMeta:
+    """As add, and no bool operand (torch.sub refuses them)."""
+    if _is_bool(x) and _is_bool(other):
+        raise DTypeError(
+            arg="other",
+            expected="a non-bool operand (subtracting two bool tensors is not supported)",
+            found="bool and bool",
+            fix="use numpy.logical_xor (the ^ operator) instead",
+        )
+    for name, operand in (("x", x), ("other", other)):
+        if _is_bool(operand):
+            raise DTypeError(
+                arg=name,
+                expected="a non-bool operand (subtraction with a bool tensor is not supported)",
+                found="bool",
+                fix="to invert a mask use numpy.logical_not (the ~ operator); else convert it to an int dtype",
+            )
+    out = _binary(x, other)
+    _check_alpha(alpha, out.dtype, negated=True)
+    return out
+
+
+def mul_meta(x: TensorMeta, other: Operand) -> TensorMeta:
+    """Broadcast shape and promoted dtype."""
+    return _binary(x, other)
+
+
+def div_meta(x: TensorMeta, other: Operand, rounding_mode: str | None) -> TensorMeta:
+    """True division gives a floating dtype; rounded division keeps the promoted one, never bool."""
+    check_choice("rounding_mode", rounding_mode, ROUNDING_MODES)
+    out = _binary(x, other)
+    if rounding_mode is None:
+        # true division: integral and bool operands give the default float dtype
+        return out if out.dtype in FLOATING else out.replace(dtype=DEFAULT_FLOAT)
+    if out.dtype is DType.BOOL:
+        raise DTypeError(
+            arg="x",
+            expected=f"operands whose result is not bool for rounding_mode={rounding_mode!r}",
+            found="bool and bool",
+            fix="convert the operands to an integer dtype first",
+        )
+    return out
+
+
+def relu_meta(x: TensorMeta) -> TensorMeta:
+    """Same shape and dtype; every dtype but bool."""
+    check_dtype("x", x, ALL_DTYPES - {DType.BOOL}, fix="relu of a bool tensor is the tensor itself")
+    return TensorMeta(x.shape, x.dtype, x.device)
+
+
+def gelu_meta(x: TensorMeta, approximate: str) -> TensorMeta:
+    """Same shape and dtype; floating dtypes, approximate "none" or "tanh"."""
+    check_choice("approximate", approximate, APPROXIMATIONS)
+    check_floating("x", x)
+    return TensorMeta(x.shape, x.dtype, x.device)
+
+
+ADD = define_op(
+    "add(Tensor x, Tensor|Scalar other, *, Scalar alpha=1) -> Tensor",
+    meta=add_meta,
+    doc="x + alpha * other, broadcast and type-promoted; mirrors torch.add.",
+    tags=("elementwise", "binary"),
+)
+SUB = define_op(
+    "sub(Tensor x, Tensor|Scalar other, *, Scalar alpha=1) -> Tensor",
+    meta=sub_meta,
+    doc="x - alpha * other, broadcast and type-promoted; mirrors torch.sub (no bool operands).",
+    tags=("elementwise", "binary"),
+)
+MUL = define_op(
+    "mul(Tensor x, Tensor|Scalar other) -> Tensor",
+    meta=mul_meta,
+    doc="x * other, broadcast and type-promoted; mirrors torch.mul.",
+    tags=("elementwise", "binary"),
+)
+DIV = define_op(
+    "div(Tensor x, Tensor|Scalar other, *, str? rounding_mode=None) -> Tensor",
+    meta=div_meta,
+    doc="x / other: true division (ints give float32), or rounded with 'trunc' or 'floor'; mirrors torch.div.",
+    tags=("elementwise", "binary"),
+)
+RELU = define_op(
+    "relu(Tensor x) -> Tensor",
+    meta=relu_meta,
+    doc="max(x, 0), keeping the dtype; mirrors torch.relu (bool is rejected).",
+    tags=("elementwise", "activation"),
+)
+GELU = define_op(
+    'gelu(Tensor x, *, str approximate="none") -> Tensor',
+    meta=gelu_meta,
+    doc="Gaussian error linear unit, exact ('none') or the tanh approximation; mirrors torch.nn.functional.gelu.",
+    tags=("elementwise", "activation"),
+)
+SILU = define_op(
+    "silu(Tensor x) -> Tensor",
+    meta=unary_float,
+    doc="x * sigmoid(x), floating dtypes only; mirrors torch.nn.functional.silu.",
+    tags=("elementwise", "activation"),
+)
+SIGMOID = define_op(
+    "sigmoid(Tensor x) -> Tensor",
+    meta=unary_promote_to_float,
+    doc="1 / (1 + exp(-x)); integral and bool inputs give float32; mirrors torch.sigmoid.",
+    tags=("elementwise", "activation"),
+)
+TANH = define_op(
+    "tanh(Tensor x) -> Tensor",
+    meta=unary_promote_to_float,
+    doc="Hyperbolic tangent; integral and bool inputs give float32; mirrors torch.tanh.",
+    tags=("elementwise", "activation"),
+)
+EXP = define_op(
+    "exp(Tensor x) -> Tensor",
+    meta=unary_promote_to_float,
+    doc="e ** x; integral and bool inputs give float32; mirrors torch.exp.",
+    tags=("elementwise",),
+)
+
+CONTRACTS: tuple[OpContract, ...] = (ADD, SUB, MUL, DIV, RELU, GELU, SILU, SIGMOID, TANH, EXP)
+
+# The dtypes of the first tensor ('x') each contract accepts: what a backend that
+# implements the whole contract registers.
+DTYPES: dict[str, frozenset[DType]] = {
+    "add": ALL_DTYPES,
+    "sub": ALL_DTYPES - {DType.BOOL},
+    "mul": ALL_DTYPES,
+    "div": ALL_DTYPES,
+    "relu": ALL_DTYPES - {DType.BOOL},
+    "gelu": FLOATING,
+    "silu": FLOATING,
+    "sigmoid": ALL_DTYPES,
+    "tanh": ALL_DTYPES,
+    "exp": ALL_DTYPES,
+}

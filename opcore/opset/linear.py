@@ -1,0 +1,245 @@
+"""Matrix-product contracts: linear, matmul, bmm, and the fused linear + activation ops.
+
+The fused ops decompose into the unfused ones through ``opcore.run``, so a backend that
+has only ``linear`` and ``relu`` still serves ``linear_relu``.
+
+>>> from opcore.types import TensorMeta, DType
+>>> LINEAR.meta(TensorMeta((5, 3), DType.FLOAT32), TensorMeta((4, 3), DType.FLOAT32), None).shape
+(5, 4)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opcore.contracts import OpContract, define_op
+from opcore.errors import ShapeError
+from opcore.meta import (
+    FLOATING,
+    NUMERIC,
+    broadcast_shapes,
+    check_choice,
+    check_dtype,
+    check_floating,
+    check_rank,
+    check_same_dtype,
+)
+from opcore.meta_extra import check_min_rank, shape_text
+from opcore.opset.elementwise import APPROXIMATIONS
+from opcore.types import DType, TensorMeta
+
+__all__ = [
+    "BMM",
+    "CONTRACTS",
+    "DTYPES",
+    "GATED_MLP",
+    "LINEAR",
+    "LINEAR_GELU",
+    "LINEAR_RELU",
+    "LINEAR_SILU",
+    "MATMUL",
+]
+
+_NUMERIC_FIX = "torch's CPU matrix products support integer and floating dtypes, not bool"
+
+
+def linear_meta(x: TensorMeta, w: TensorMeta, b: TensorMeta | None) -> TensorMeta:
+    """x (..., in), w (out, in) or (in,), b broadcasting to the output; equal numeric dtypes."""
+    check_min_rank("x", x, 1, what="a tensor of at least 1 dimension (..., in_features)")
+    check_rank("w", w, (1, 2), what="a 1-D (in_features,) or 2-D (out_features, in_features) weight")
+    check_dtype("x", x, NUMERIC, fix=_NUMERIC_FIX)
+    check_same_dtype(("x", x), ("w", w), ("b", b))
+    if x.shape[-1] != w.shape[-1]:
+        raise ShapeError(
+            arg="w",
+            expected=f"in_features = {x.shape[-1]} (the last size of 'x' {shape_text(x.shape)}) as its last size",
+            found=f"a weight of shape {shape_text(w.shape)}",
+            fix="pass the weight as (out_features, in_features), as torch.nn.Linear stores it",
+        )
+    out_shape = x.shape[:-1] + w.shape[:-1]
+    if b is not None:
+        # torch adds the bias with broadcasting, but never lets it grow the output
+        try:
+            grown = broadcast_shapes(("b", b.shape), ("output", out_shape))
+        except ShapeError:
+            grown = None
+        if grown != out_shape:
+            example = f" such as ({w.shape[0]},)" if w.ndim == 2 else ""
+            raise ShapeError(
+                arg="b",
+                expected=f"a bias that broadcasts to the output shape {shape_text(out_shape)}{example}",
+                found=f"shape {shape_text(b.shape)}",
+            )
+    return TensorMeta(out_shape, x.dtype, x.device)
+
+
+def linear_float_meta(x: TensorMeta, w: TensorMeta, b: TensorMeta | None) -> TensorMeta:
+    """linear's checks, floating dtypes only (the activation needs them)."""
+    out = linear_meta(x, w, b)
+    check_floating("x", x)
+    return out
+
+
+def linear_gelu_meta(x: TensorMeta, w: TensorMeta, b: TensorMeta | None, approximate: str) -> TensorMeta:
+    """linear_float_meta's checks and approximate "none" or "tanh"."""
+    check_choice("approximate", approximate, APPROXIMATIONS)
+    return linear_float_meta(x, w, b)
+
+
+def matmul_meta(x: TensorMeta, y: TensorMeta) -> TensorMeta:
+    """torch.matmul's shapes: 1-D operands promoted and removed, batches broadcast; equal dtypes."""
+    check_min_rank("x", x, 1)
+    check_min_rank("y", y, 1)
+    check_dtype("x", x, NUMERIC, fix=_NUMERIC_FIX)
+    check_same_dtype(("x", x), ("y", y))
+    inner = y.shape[0] if y.ndim == 1 else y.shape[-2]
+    if x.shape[-1] != inner:
+        where = "its size" if y.ndim == 1 else "size at dim -2"
+        raise ShapeError(
+            arg="y",
+            expected=f"{where} = {x.shape[-1]} (the last size of 'x' {shape_text(x.shape)})",
+            found=f"shape {shape_text(y.shape)}",
+        )
+    # torch.matmul: a 1-D x is a row vector, a 1-D y a column vector, both removed again
+    rows = x.shape[-2:-1]
+    cols = y.shape[-1:] if y.ndim >= 2 else ()
+    batch = broadcast_shapes(("x", x.shape[:-2]), ("y", y.shape[:-2]))
+    return TensorMeta(batch + rows + cols, x.dtype, x.device)
+
+
+def bmm_meta(x: TensorMeta, y: TensorMeta) -> TensorMeta:
+    """Two 3-D tensors (b, n, k) and (b, k, m) of equal numeric dtypes."""
+    check_rank("x", x, 3, what="a 3-D tensor (batch, n, k)")
+    check_rank("y", y, 3, what="a 3-D tensor (batch, k, m)")
+    check_dtype("x", x, NUMERIC, fix=_NUMERIC_FIX)
+    check_same_dtype(("x", x), ("y", y))
+    wanted = (x.shape[0], x.shape[2])
+    if y.shape[:2] != wanted:
+        raise ShapeError(
+            arg="y",
+            expected=f"(batch, k) = {shape_text(wanted)} as its first two sizes, from 'x' {shape_text(x.shape)}",
+            found=f"shape {shape_text(y.shape)}",
+            fix="bmm does not broadcast; use matmul for broadcasting batches",
+        )
+    return TensorMeta((x.shape[0], x.shape[1], y.shape[2]), x.dtype, x.device)
+
+
+def gated_mlp_meta(x: TensorMeta, w_gate: TensorMeta, w_up: TensorMeta, w_down: TensorMeta) -> TensorMeta:
+    """x (..., hidden), w_gate and w_up (inter, hidden), w_down (out, inter); one floating dtype."""
+    check_min_rank("x", x, 1, what="a tensor of at least 1 dimension (..., hidden)")
+    for name, weight in (("w_gate", w_gate), ("w_up", w_up), ("w_down", w_down)):
+        check_rank(name, weight, 2, what="a 2-D weight (out_features, in_features)")
+    check_floating("x", x)
+    check_same_dtype(("x", x), ("w_gate", w_gate), ("w_up", w_up), ("w_down", w_down))
+    if w_gate.shape[1] != x.shape[-1]:
+        raise ShapeError(
+            arg="w_gate",
+            expected=f"shape (intermediate, {x.shape[-1]}) to match the last size of 'x' {shape_text(x.shape)}",
+            found=f"shape {shape_text(w_gate.shape)}",
+        )
+    if w_up.shape != w_gate.shape:
+        raise ShapeError(
+            arg="w_up", expected=f"the shape of 'w_gate' {shape_text(w_gate.shape)}", found=shape_text(w_up.shape)
+        )
+    if w_down.shape[1] != w_gate.shape[0]:
+        raise ShapeError(
+            arg="w_down",
+            expected=f"shape (out_features, {w_gate.shape[0]}) to take the intermediate size of 'w_gate'",
+            found=f"shape {shape_text(w_down.shape)}",
+        )
+    return TensorMeta((*x.shape[:-1], w_down.shape[0]), x.dtype, x.device)
+
+
+# --- decompositions: the unfused parts, each dispatched on its own ----------------------------
+
+
+def linear_relu_decomposition(x: Any, w: Any, b: Any) -> Any:
+    """relu(linear(x, w, b)), each part dispatched."""
+    import opcore
+
+    return opcore.run("relu", opcore.run("linear", x, w, b))
+
+
+def linear_silu_decomposition(x: Any, w: Any, b: Any) -> Any:
+    """silu(linear(x, w, b)), each part dispatched."""
+    import opcore
+
+    return opcore.run("silu", opcore.run("linear", x, w, b))
+
+
+def linear_gelu_decomposition(x: Any, w: Any, b: Any, approximate: str) -> Any:
+    """gelu(linear(x, w, b)), each part dispatched."""
+    import opcore
+
+    return opcore.run("gelu", opcore.run("linear", x, w, b), approximate=approximate)
+
+
+def gated_mlp_decomposition(x: Any, w_gate: Any, w_up: Any, w_down: Any) -> Any:
+    """linear(silu(linear(x, w_gate)) * linear(x, w_up), w_down), each part dispatched."""
+    import opcore
+
+    gate = opcore.run("silu", opcore.run("linear", x, w_gate))
+    return opcore.run("linear", opcore.run("mul", gate, opcore.run("linear", x, w_up)), w_down)
+
+
+LINEAR = define_op(
+    "linear(Tensor x, Tensor w, Tensor? b=None) -> Tensor",
+    meta=linear_meta,
+    doc="x @ w.T + b with w of shape (out_features, in_features) or (in_features,); "
+    "mirrors torch.nn.functional.linear.",
+    tags=("linear",),
+)
+MATMUL = define_op(
+    "matmul(Tensor x, Tensor y) -> Tensor",
+    meta=matmul_meta,
+    doc="Matrix product with 1-D promotion and broadcast batches; mirrors torch.matmul.",
+    tags=("linear",),
+)
+BMM = define_op(
+    "bmm(Tensor x, Tensor y) -> Tensor",
+    meta=bmm_meta,
+    doc="Batched matrix product of two 3-D tensors with equal batches; mirrors torch.bmm.",
+    tags=("linear",),
+)
+LINEAR_RELU = define_op(
+    "linear_relu(Tensor x, Tensor w, Tensor? b=None) -> Tensor",
+    meta=linear_meta,
+    doc="relu(linear(x, w, b)) in one call; mirrors torch.relu(torch.nn.functional.linear(...)).",
+    tags=("linear", "fused"),
+    decomposition=linear_relu_decomposition,
+)
+LINEAR_SILU = define_op(
+    "linear_silu(Tensor x, Tensor w, Tensor? b=None) -> Tensor",
+    meta=linear_float_meta,
+    doc="silu(linear(x, w, b)) in one call; mirrors torch.nn.functional.silu(torch.nn.functional.linear(...)).",
+    tags=("linear", "fused"),
+    decomposition=linear_silu_decomposition,
+)
+LINEAR_GELU = define_op(
+    'linear_gelu(Tensor x, Tensor w, Tensor? b=None, *, str approximate="none") -> Tensor',
+    meta=linear_gelu_meta,
+    doc="gelu(linear(x, w, b)) in one call; mirrors torch.nn.functional.gelu(torch.nn.functional.linear(...)).",
+    tags=("linear", "fused"),
+    decomposition=linear_gelu_decomposition,
+)
+GATED_MLP = define_op(
+    "gated_mlp(Tensor x, Tensor w_gate, Tensor w_up, Tensor w_down) -> Tensor",
+    meta=gated_mlp_meta,
+    doc="linear(silu(linear(x, w_gate)) * linear(x, w_up), w_down), the LLaMA-style feed-forward block; "
+    "mirrors that torch expression.",
+    tags=("linear", "fused"),
+    decomposition=gated_mlp_decomposition,
+)
+
+CONTRACTS: tuple[OpContract, ...] = (LINEAR, MATMUL, BMM, LINEAR_RELU, LINEAR_SILU, LINEAR_GELU, GATED_MLP)
+
+_INTEGRAL_AND_FLOATING = NUMERIC
+DTYPES: dict[str, frozenset[DType]] = {
+    "linear": _INTEGRAL_AND_FLOATING,
+    "matmul": _INTEGRAL_AND_FLOATING,
+    "bmm": _INTEGRAL_AND_FLOATING,
+    "linear_relu": _INTEGRAL_AND_FLOATING,
+    "linear_silu": FLOATING,
+    "linear_gelu": FLOATING,
+    "gated_mlp": FLOATING,
+}

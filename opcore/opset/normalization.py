@@ -1,0 +1,128 @@
+"""Normalization contracts: softmax, log_softmax, layer_norm, rms_norm.
+
+>>> from opcore.types import TensorMeta, DType
+>>> LAYER_NORM.meta(TensorMeta((2, 8), DType.FLOAT16), (8,), None, None, 1e-5).dtype
+<DType.FLOAT16: 'float16'>
+"""
+
+from __future__ import annotations
+
+from opcore.contracts import OpContract, define_op
+from opcore.errors import ArgumentError, DTypeError, ShapeError
+from opcore.meta import FLOATING, check_floating, normalize_dim
+from opcore.meta_extra import shape_text
+from opcore.types import DType, TensorMeta
+
+__all__ = ["CONTRACTS", "DTYPES", "LAYER_NORM", "LOG_SOFTMAX", "RMS_NORM", "SOFTMAX"]
+
+# torch's CPU kernels keep the parameters of a float16/bfloat16 input in float32 if asked to
+_REDUCED = frozenset({DType.FLOAT16, DType.BFLOAT16})
+
+
+def softmax_meta(x: TensorMeta, dim: int) -> TensorMeta:
+    """Same shape and dtype; floating dtypes and a dim within range."""
+    check_floating("x", x)
+    normalize_dim("dim", dim, x.ndim)
+    return TensorMeta(x.shape, x.dtype, x.device)
+
+
+def _check_normalized_shape(x: TensorMeta, normalized_shape: tuple[int, ...]) -> None:
+    if not normalized_shape:
+        raise ArgumentError(
+            arg="normalized_shape",
+            expected="at least one size (the trailing sizes of 'x' to normalize over)",
+            found="()",
+        )
+    count = len(normalized_shape)
+    if count > x.ndim or x.shape[x.ndim - count :] != normalized_shape:
+        raise ShapeError(
+            arg="normalized_shape",
+            expected=f"the trailing sizes of 'x' {shape_text(x.shape)}",
+            found=shape_text(normalized_shape),
+            fix="pass x.shape[-k:] for the last k dimensions",
+        )
+
+
+def _check_parameter_shape(name: str, parameter: TensorMeta | None, normalized_shape: tuple[int, ...]) -> None:
+    if parameter is not None and parameter.shape != normalized_shape:
+        raise ShapeError(
+            arg=name,
+            expected=f"the shape normalized_shape = {shape_text(normalized_shape)}",
+            found=f"shape {shape_text(parameter.shape)}",
+        )
+
+
+def layer_norm_meta(
+    x: TensorMeta,
+    normalized_shape: tuple[int, ...],
+    weight: TensorMeta | None,
+    bias: TensorMeta | None,
+    eps: float,
+) -> TensorMeta:
+    """normalized_shape = the trailing sizes of x; weight and bias of that shape, in x's dtype
+    (or float32 for a float16/bfloat16 x, as torch's CPU kernel allows).
+    """
+    check_floating("x", x)
+    _check_normalized_shape(x, normalized_shape)
+    _check_parameter_shape("weight", weight, normalized_shape)
+    _check_parameter_shape("bias", bias, normalized_shape)
+    allowed = (x.dtype, DType.FLOAT32) if x.dtype in _REDUCED else (x.dtype,)
+    first: tuple[str, TensorMeta] | None = None
+    for name, parameter in (("weight", weight), ("bias", bias)):
+        if parameter is None:
+            continue
+        if parameter.dtype not in allowed or (first is not None and parameter.dtype is not first[1].dtype):
+            wanted = " or ".join(d.value for d in allowed)
+            also = f", the same as '{first[0]}' ({first[1].dtype})" if first is not None else ""
+            raise DTypeError(
+                arg=name,
+                expected=f"the dtype of 'x' ({wanted}){also}",
+                found=parameter.dtype.value,
+                fix="convert weight and bias to the dtype of x",
+            )
+        first = first or (name, parameter)
+    return TensorMeta(x.shape, x.dtype, x.device)
+
+
+def rms_norm_meta(
+    x: TensorMeta, normalized_shape: tuple[int, ...], weight: TensorMeta | None, eps: float | None
+) -> TensorMeta:
+    """normalized_shape = the trailing sizes of x; a floating weight of that shape."""
+    check_floating("x", x)
+    _check_normalized_shape(x, normalized_shape)
+    _check_parameter_shape("weight", weight, normalized_shape)
+    if weight is not None:
+        check_floating("weight", weight)
+    return TensorMeta(x.shape, x.dtype, x.device)
+
+
+SOFTMAX = define_op(
+    "softmax(Tensor x, int dim) -> Tensor",
+    meta=softmax_meta,
+    doc="exp(x) / sum(exp(x)) along dim, floating dtypes only; mirrors torch.softmax.",
+    tags=("reduction", "normalization"),
+)
+LOG_SOFTMAX = define_op(
+    "log_softmax(Tensor x, int dim) -> Tensor",
+    meta=softmax_meta,
+    doc="log(softmax(x, dim)) computed stably, floating dtypes only; mirrors torch.log_softmax.",
+    tags=("reduction", "normalization"),
+)
+LAYER_NORM = define_op(
+    "layer_norm(Tensor x, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, float eps=1e-05) -> Tensor",
+    meta=layer_norm_meta,
+    doc="(x - mean) / sqrt(var + eps) * weight + bias over the trailing normalized_shape; "
+    "mirrors torch.nn.functional.layer_norm.",
+    tags=("reduction", "normalization"),
+)
+RMS_NORM = define_op(
+    "rms_norm(Tensor x, int[] normalized_shape, Tensor? weight=None, float? eps=None) -> Tensor",
+    meta=rms_norm_meta,
+    doc="x / sqrt(mean(x**2) + eps) * weight over the trailing normalized_shape (eps None: the machine "
+    "epsilon of the compute dtype); mirrors torch.nn.functional.rms_norm.",
+    tags=("reduction", "normalization"),
+)
+
+CONTRACTS: tuple[OpContract, ...] = (SOFTMAX, LOG_SOFTMAX, LAYER_NORM, RMS_NORM)
+
+DTYPES: dict[str, frozenset[DType]] = {contract.name: FLOATING for contract in CONTRACTS}

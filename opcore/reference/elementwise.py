@@ -1,0 +1,141 @@
+"""Reference kernels for the elementwise ops (float64 / int64 inside)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy
+
+from opcore.errors import ArgumentError
+from opcore.reference._common import F64, I64, binary_result_dtype, finish, float_result_dtype, quiet
+
+__all__ = ["add", "div", "exp", "gelu", "gelu_f64", "mul", "relu", "sigmoid", "sigmoid_f64", "silu", "sub", "tanh"]
+
+Operand = Any  # a numpy array or a Python number
+
+
+def _operands(x: numpy.ndarray, other: Operand, out: numpy.dtype) -> tuple[Any, Any]:
+    """Both operands in the compute dtype of ``out``: float64 for floating results, else int64."""
+    compute = F64 if out.kind == "f" else I64
+    if isinstance(other, numpy.ndarray):
+        return x.astype(compute, copy=False), other.astype(compute, copy=False)
+    return x.astype(compute, copy=False), (float(other) if out.kind == "f" else int(other))
+
+
+def _add(x: numpy.ndarray, other: Operand, alpha: Any, sign: int) -> numpy.ndarray:
+    out = binary_result_dtype(x, other)
+    with quiet():
+        if out.kind == "b":  # only add reaches here: bool + bool is logical or
+            return finish(numpy.logical_or(x, numpy.logical_and(other, bool(alpha))), out)
+        a, b = _operands(x, other, out)
+        if alpha != 1:
+            b = b * alpha
+        return finish(a + b if sign > 0 else a - b, out)
+
+
+def add(x: numpy.ndarray, other: Operand, alpha: Any) -> numpy.ndarray:
+    """x + alpha * other."""
+    return _add(x, other, alpha, 1)
+
+
+def sub(x: numpy.ndarray, other: Operand, alpha: Any) -> numpy.ndarray:
+    """x - alpha * other."""
+    return _add(x, other, alpha, -1)
+
+
+def mul(x: numpy.ndarray, other: Operand) -> numpy.ndarray:
+    """x * other."""
+    out = binary_result_dtype(x, other)
+    with quiet():
+        if out.kind == "b":
+            return finish(numpy.logical_and(x, other), out)
+        a, b = _operands(x, other, out)
+        return finish(a * b, out)
+
+
+def _integer_divide(a: Any, b: Any, rounding_mode: str) -> Any:
+    if not numpy.all(b):
+        raise ArgumentError(
+            arg="other",
+            expected=f"no zero divisor for an integer division with rounding_mode={rounding_mode!r}",
+            found="a zero",
+            fix="divide floating tensors to get inf/nan instead",
+        )
+    quotient = numpy.floor_divide(a, b)
+    if rounding_mode == "trunc":
+        # floor and trunc differ by one where the division is inexact and the signs differ
+        inexact = numpy.remainder(a, b) != 0
+        quotient = quotient + (inexact & ((numpy.asarray(a) < 0) != (numpy.asarray(b) < 0)))
+    return quotient
+
+
+def div(x: numpy.ndarray, other: Operand, rounding_mode: str | None) -> numpy.ndarray:
+    """x / other, optionally rounded toward zero ('trunc') or down ('floor')."""
+    out = binary_result_dtype(x, other)
+    with quiet():
+        if rounding_mode is None:
+            out = float_result_dtype(out)
+            a, b = _operands(x, other, out)
+            return finish(numpy.true_divide(a, b), out)
+        a, b = _operands(x, other, out)
+        if out.kind != "f":
+            return finish(_integer_divide(a, b, rounding_mode), out)
+        if rounding_mode == "trunc":
+            # torch truncates the quotient rounded to the result dtype (float16: 5.998 -> 6.0 -> 6)
+            return finish(numpy.trunc(numpy.true_divide(a, b).astype(out)), out)
+        return finish(numpy.floor_divide(a, b), out)  # Python's float floor division, as torch's
+
+
+def relu(x: numpy.ndarray) -> numpy.ndarray:
+    """max(x, 0); exact in the input dtype, NaN stays NaN."""
+    return finish(numpy.maximum(x, x.dtype.type(0)), x.dtype)
+
+
+_erf = numpy.frompyfunc(math.erf, 1, 1)  # libm's erf, as torch's CPU kernel; numpy has no erf
+
+
+def gelu_f64(a: numpy.ndarray, approximate: str) -> Any:
+    """gelu of a float64 array (shared with the fused linear kernels)."""
+    if approximate == "tanh":
+        inner = math.sqrt(2.0 / math.pi) * (a + 0.044715 * a * a * a)
+        return 0.5 * a * (1.0 + numpy.tanh(inner))
+    return 0.5 * a * (1.0 + numpy.asarray(_erf(a * math.sqrt(0.5)), dtype=F64))
+
+
+def sigmoid_f64(a: numpy.ndarray) -> Any:
+    """sigmoid of a float64 array; exp overflows to inf for very negative a, and 1/inf = 0."""
+    return 1.0 / (1.0 + numpy.exp(-a))
+
+
+def gelu(x: numpy.ndarray, approximate: str) -> numpy.ndarray:
+    """x * Phi(x), exactly or with the tanh approximation."""
+    with quiet():
+        return finish(gelu_f64(x.astype(F64, copy=False), approximate), x.dtype)
+
+
+def silu(x: numpy.ndarray) -> numpy.ndarray:
+    """x * sigmoid(x)."""
+    a = x.astype(F64, copy=False)
+    with quiet():
+        return finish(a * sigmoid_f64(a), x.dtype)
+
+
+def _unary_float(x: numpy.ndarray, function: Any) -> numpy.ndarray:
+    with quiet():
+        return finish(function(x.astype(F64, copy=False)), float_result_dtype(x.dtype))
+
+
+def sigmoid(x: numpy.ndarray) -> numpy.ndarray:
+    """1 / (1 + exp(-x)); integral and bool inputs give float32."""
+    return _unary_float(x, sigmoid_f64)
+
+
+def tanh(x: numpy.ndarray) -> numpy.ndarray:
+    """tanh(x); integral and bool inputs give float32."""
+    return _unary_float(x, numpy.tanh)
+
+
+def exp(x: numpy.ndarray) -> numpy.ndarray:
+    """e ** x; integral and bool inputs give float32."""
+    return _unary_float(x, numpy.exp)

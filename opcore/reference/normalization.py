@@ -1,0 +1,80 @@
+"""Reference kernels for softmax, log_softmax, layer_norm and rms_norm (float64 inside)."""
+
+from __future__ import annotations
+
+import numpy
+
+from opcore.reference._common import F64, FLOAT32, finish, quiet
+
+__all__ = ["layer_norm", "log_softmax", "rms_norm", "softmax"]
+
+
+def _shifted(x: numpy.ndarray, dim: int) -> tuple[numpy.ndarray, int]:
+    """x in float64 (0-D as shape (1,)) minus its max along dim, and the axis; for stability."""
+    a = x.astype(F64, copy=False).reshape(x.shape or (1,))
+    axis = dim % a.ndim
+    return a - a.max(axis=axis, keepdims=True), axis
+
+
+def softmax(x: numpy.ndarray, dim: int) -> numpy.ndarray:
+    """exp(x) / sum(exp(x)) along dim."""
+    if x.size == 0:
+        return numpy.empty(x.shape, x.dtype)
+    with quiet():
+        shifted, axis = _shifted(x, dim)
+        e = numpy.exp(shifted)
+        return finish((e / e.sum(axis=axis, keepdims=True)).reshape(x.shape), x.dtype)
+
+
+def log_softmax(x: numpy.ndarray, dim: int) -> numpy.ndarray:
+    """x - log(sum(exp(x))) along dim."""
+    if x.size == 0:
+        return numpy.empty(x.shape, x.dtype)
+    with quiet():
+        shifted, axis = _shifted(x, dim)
+        result = shifted - numpy.log(numpy.exp(shifted).sum(axis=axis, keepdims=True))
+        return finish(result.reshape(x.shape), x.dtype)
+
+
+def _trailing_axes(x: numpy.ndarray, normalized_shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(range(x.ndim - len(normalized_shape), x.ndim))
+
+
+def layer_norm(
+    x: numpy.ndarray,
+    normalized_shape: tuple[int, ...],
+    weight: numpy.ndarray | None,
+    bias: numpy.ndarray | None,
+    eps: float,
+) -> numpy.ndarray:
+    """(x - mean) / sqrt(var + eps) * weight + bias over the trailing dims (biased variance)."""
+    if x.size == 0:
+        return numpy.empty(x.shape, x.dtype)
+    axes = _trailing_axes(x, normalized_shape)
+    with quiet():
+        a = x.astype(F64, copy=False)
+        centered = a - a.mean(axis=axes, keepdims=True)
+        out = centered / numpy.sqrt((centered * centered).mean(axis=axes, keepdims=True) + eps)
+        if weight is not None:
+            out = out * weight.astype(F64, copy=False)
+        if bias is not None:
+            out = out + bias.astype(F64, copy=False)
+        return finish(out, x.dtype)
+
+
+def rms_norm(
+    x: numpy.ndarray, normalized_shape: tuple[int, ...], weight: numpy.ndarray | None, eps: float | None
+) -> numpy.ndarray:
+    """x / sqrt(mean(x**2) + eps) * weight over the trailing dims."""
+    if x.size == 0:
+        return numpy.empty(x.shape, x.dtype)
+    if eps is None:
+        # torch takes the epsilon of the type it computes in: float32 for float16 and bfloat16
+        eps = float(numpy.finfo(F64 if x.dtype == F64 else FLOAT32).eps)
+    axes = _trailing_axes(x, normalized_shape)
+    with quiet():
+        a = x.astype(F64, copy=False)
+        out = a / numpy.sqrt((a * a).mean(axis=axes, keepdims=True) + eps)
+        if weight is not None:
+            out = out * weight.astype(F64, copy=False)
+        return finish(out, x.dtype)

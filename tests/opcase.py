@@ -1,0 +1,259 @@
+"""Shared helpers for the op tests: call an op through its contract and the reference kernel,
+make inputs, compare with PyTorch, and check error messages.
+
+``call`` mimics the dispatcher for one backend: bind, meta check, kernel, result check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy
+import pytest
+
+from opcore.contracts import OpContract
+from opcore.errors import OpcoreError
+from opcore.opset import BUILTIN_CONTRACTS
+from opcore.reference import plugin
+from opcore.registry import Registrar, Registry
+from opcore.types import DeviceType, DType, TensorMeta, is_tensor
+
+CONTRACTS: dict[str, OpContract] = {contract.name: contract for contract in BUILTIN_CONTRACTS}
+
+# rtol, atol of the reference (float64 inside) against torch's kernels, per result dtype
+TOLERANCES: dict[str, tuple[float, float]] = {
+    "float16": (2e-3, 1e-3),
+    "bfloat16": (1.6e-2, 1e-2),
+    "float32": (1e-5, 1e-5),
+    "float64": (1e-10, 1e-10),
+}
+
+
+def reference_registry() -> Registry:
+    """A registry holding the built-in contracts and the reference kernels, registered through
+    the plugin's hook exactly as plugin discovery does (so registration is validated too).
+    """
+    registry = Registry(BUILTIN_CONTRACTS)
+    registrar = Registrar(plugin.opcore_backend(), registry)
+    plugin.opcore_register_kernels(registrar)
+    registry.commit(registrar)
+    return registry
+
+
+REGISTRY = reference_registry()
+
+
+def _is_torch(value: Any) -> bool:
+    return is_tensor(value) and not isinstance(value, numpy.ndarray)
+
+
+def _meta_of(value: Any) -> Any:
+    if is_tensor(value):
+        return TensorMeta.of(value)
+    if isinstance(value, tuple) and value and all(is_tensor(v) for v in value):
+        return tuple(TensorMeta.of(v) for v in value)
+    return value
+
+
+def _to_numpy(value: Any) -> Any:
+    """Torch tensors as numpy arrays; bfloat16 travels as float32, as the dispatcher sends it."""
+    if _is_torch(value):
+        import torch
+
+        return (value.float() if value.dtype == torch.bfloat16 else value).numpy()
+    if isinstance(value, tuple):
+        return tuple(_to_numpy(v) for v in value)
+    return value
+
+
+def _arrays(values: tuple[Any, ...]) -> list[numpy.ndarray]:
+    found = []
+    for value in values:
+        if isinstance(value, numpy.ndarray):
+            found.append(value)
+        elif isinstance(value, tuple):
+            found.extend(_arrays(value))
+    return found
+
+
+def call(op_name: str, *args: Any, **kwargs: Any) -> Any:
+    """Run ``op_name`` on the reference backend the way the dispatcher will.
+
+    Becomes ``opcore.run(op_name, *args, backend="reference", **kwargs)`` once the dispatcher
+    exists. Returns numpy for numpy inputs, torch (in the contract's dtype) if any input is torch.
+    """
+    contract = CONTRACTS[op_name]
+    try:
+        bound = contract.schema.bind(args, kwargs)
+        metas = tuple(_meta_of(value) for value in bound)
+        expected = contract.meta(*metas)
+        key = metas[contract.dtype_position]
+        dtype = key[0].dtype if isinstance(key, tuple) else key.dtype
+        kernels = REGISTRY.ranked(op_name).get((DeviceType.CPU, dtype))
+        if not kernels:
+            raise AssertionError(f"{op_name}: the meta function accepted {dtype} but no reference kernel takes it")
+        inputs = tuple(_to_numpy(value) for value in bound)
+        before = [array.tobytes() for array in _arrays(inputs)]
+        result = kernels[0].fn(*inputs)
+    except OpcoreError as error:
+        error.op = error.op or op_name  # what the dispatcher does
+        raise
+    if any(array.tobytes() != old for array, old in zip(_arrays(inputs), before)):
+        raise AssertionError(f"{op_name}: the reference kernel wrote into its inputs")
+    check_result(op_name, result, expected)
+    if any(_is_torch(value) for value in bound) or any(
+        isinstance(value, tuple) and any(_is_torch(v) for v in value) for value in bound
+    ):
+        import torch
+
+        return torch.from_numpy(result.copy()).to(expected.dtype.to_torch())
+    return result
+
+
+def check_result(op_name: str, result: Any, expected: TensorMeta) -> None:
+    """The kernel's result has the meta function's shape and dtype (float32 standing in for bf16)."""
+    if not isinstance(result, numpy.ndarray):
+        raise AssertionError(f"{op_name}: the reference kernel returned {type(result).__name__}, not an ndarray")
+    wanted = DType.FLOAT32 if expected.dtype is DType.BFLOAT16 else expected.dtype
+    if tuple(result.shape) != expected.shape or DType.from_numpy(result.dtype) is not wanted:
+        raise AssertionError(
+            f"{op_name}: the kernel returned {result.dtype}{list(result.shape)}, "
+            f"the meta function said {expected.describe()}"
+        )
+
+
+# --- inputs -------------------------------------------------------------------------------------
+
+_GENERATOR = numpy.random.default_rng(20240601)
+
+
+def reseed(seed: int = 20240601) -> None:
+    """Restart the input generator, so that a test sees the same data whatever ran before it."""
+    global _GENERATOR  # noqa: PLW0603 - one generator shared by every helper of this module
+    _GENERATOR = numpy.random.default_rng(seed)
+
+
+def rand(shape: tuple[int, ...], dtype: str = "float32", *, low: float = -3.0, high: float = 3.0, layout: str = ""):
+    """A torch tensor of random values; layout "transposed" or "strided" makes it non-contiguous."""
+    import torch
+
+    full = list(shape)
+    if layout == "transposed" and len(full) >= 2:
+        full[-1], full[-2] = full[-2], full[-1]
+    elif layout == "strided" and full:
+        full[-1] *= 2
+    if dtype == "bool":
+        data = _GENERATOR.random(full) < 0.5
+    elif dtype.startswith(("int", "uint")):
+        data = _GENERATOR.integers(int(low), int(high), size=full, endpoint=True).astype(dtype)
+    else:
+        data = _GENERATOR.uniform(low, high, size=full)
+    tensor = torch.from_numpy(numpy.asarray(data)).to(getattr(torch, dtype))
+    if layout == "transposed" and len(full) >= 2:
+        tensor = tensor.transpose(-1, -2)
+    elif layout == "strided" and full:
+        tensor = tensor[..., ::2]
+    return tensor
+
+
+def as_input(value: Any) -> Any:
+    """What the reference gets for a torch input: numpy (sharing memory), but bf16 stays torch."""
+    import torch
+
+    if _is_torch(value):
+        return value if value.dtype == torch.bfloat16 else value.numpy()
+    if isinstance(value, (list, tuple)) and value and all(_is_torch(v) for v in value):
+        return [as_input(v) for v in value]
+    return value
+
+
+def assert_close(actual: Any, expected: Any, *, exact: bool = False) -> None:
+    """Same dtype and shape as torch's result, values within the dtype's tolerance (ints exact)."""
+    import torch
+
+    if isinstance(actual, numpy.ndarray):
+        actual = torch.from_numpy(actual.copy())
+    assert actual.dtype == expected.dtype, f"dtype {actual.dtype}, torch gives {expected.dtype}"
+    assert actual.shape == expected.shape, f"shape {tuple(actual.shape)}, torch gives {tuple(expected.shape)}"
+    name = str(expected.dtype).removeprefix("torch.")
+    rtol, atol = (0.0, 0.0) if exact or name not in TOLERANCES else TOLERANCES[name]
+    torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
+
+
+def compare(op_name: str, torch_fn: Callable[..., Any], *args: Any, exact: bool = False, **kwargs: Any) -> Any:
+    """Run the op on the reference and ``torch_fn`` on the same (torch) inputs; compare the results."""
+    expected = torch_fn(*args, **kwargs)
+    actual = call(op_name, *(as_input(a) for a in args), **{k: as_input(v) for k, v in kwargs.items()})
+    assert_close(actual, expected, exact=exact)
+    return actual
+
+
+def expect_error(error_type: type[OpcoreError], arg: str, op_name: str, *args: Any, **kwargs: Any) -> OpcoreError:
+    """The call raises ``error_type`` whose message names the op and the argument."""
+    with pytest.raises(error_type) as caught:
+        call(op_name, *args, **kwargs)
+    message = str(caught.value)
+    assert message.startswith(f"{op_name}(): "), message
+    assert f"argument '{arg}'" in message, message
+    assert caught.value.arg == arg
+    return caught.value
+
+
+def z(*shape: int, dtype: str = "float32") -> numpy.ndarray:
+    """A numpy array of zeros, for error inputs."""
+    return numpy.zeros(shape, dtype)
+
+
+# --- error cases --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ErrorCase:
+    """One bad input: the call must raise ``error`` naming ``arg``.
+
+    torch_fn None: torch accepts the input or has no counterpart; else torch must reject it too.
+    """
+
+    id: str
+    op: str
+    args: tuple[Any, ...]
+    error: type[OpcoreError]
+    arg: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    torch_fn: Callable[..., Any] | None = None
+
+
+def to_torch(value: Any) -> Any:
+    import torch
+
+    if isinstance(value, numpy.ndarray):
+        return torch.from_numpy(value)
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, numpy.ndarray) for v in value):
+        return [torch.from_numpy(v) for v in value]
+    return value
+
+
+def check_error_case(case: ErrorCase) -> None:
+    """The case raises the expected error on the reference, and (if given) torch rejects it too."""
+    expect_error(case.error, case.arg, case.op, *case.args, **case.kwargs)
+    if case.torch_fn is not None:
+        torch_errors = (
+            RuntimeError,
+            ValueError,
+            TypeError,
+            IndexError,
+            NotImplementedError,
+            AssertionError,
+            OverflowError,
+        )
+        with pytest.raises(torch_errors):
+            case.torch_fn(*(to_torch(a) for a in case.args), **{k: to_torch(v) for k, v in case.kwargs.items()})
+
+
+def call_bound(op_name: str, bound: tuple[Any, ...]) -> Any:
+    """``call`` with every argument given in schema order (keyword-only ones passed by keyword)."""
+    schema = CONTRACTS[op_name].schema
+    keywords = {a.name: v for a, v in zip(schema.arguments, bound) if a.kwarg_only}
+    return call(op_name, *bound[: schema.n_positional], **keywords)

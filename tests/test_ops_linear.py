@@ -1,0 +1,312 @@
+"""Matrix-product contracts, the fused linear ops and their decompositions, against PyTorch."""
+
+from __future__ import annotations
+
+import numpy
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+from opcase import CONTRACTS, ErrorCase, call, call_bound, check_error_case, compare, rand, reseed, z  # noqa: E402
+
+import opcore  # noqa: E402
+from opcore.errors import ArgumentError, DTypeError, ShapeError  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _same_data_every_run():
+    reseed()
+
+
+FLOATS = ["float32", "float16", "float64", "bfloat16"]
+INTS = ["int64", "int32", "int16", "int8", "uint8"]
+
+
+def _ints_ok(dtype):
+    """Small values: integer products stay exact and comparable (torch wraps like the reference)."""
+    return {"low": 0, "high": 3} if dtype == "uint8" else {"low": -3, "high": 3}
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape", "b_shape"),
+    [
+        ((2, 3), (4, 3), (4,)),
+        ((2, 3), (4, 3), None),
+        ((3,), (4, 3), (4,)),
+        ((3,), (3,), None),
+        ((3,), (3,), ()),
+        ((2, 3), (3,), None),
+        ((5, 2, 3), (4, 3), (4,)),
+        ((2, 5, 2, 3), (4, 3), (5, 2, 4)),
+        ((0, 3), (4, 3), (4,)),
+        ((2, 0), (4, 0), (4,)),
+        ((2, 3), (0, 3), (0,)),
+        ((2, 3), (4, 3), ()),
+        ((2, 3), (4, 3), (1,)),
+        ((2, 3), (4, 3), (2, 4)),
+        ((2, 3), (4, 3), (2, 1)),
+    ],
+)
+def test_linear_shapes(x_shape, w_shape, b_shape):
+    bias = None if b_shape is None else rand(b_shape)
+    compare("linear", F.linear, rand(x_shape), rand(w_shape), bias)
+
+
+@pytest.mark.parametrize("dtype", FLOATS + INTS)
+def test_linear_dtypes(dtype):
+    options = _ints_ok(dtype) if dtype in INTS else {}
+    x, w, b = rand((3, 2, 8), dtype, **options), rand((5, 8), dtype, **options), rand((5,), dtype, **options)
+    compare("linear", F.linear, x, w, b)
+    compare("linear", F.linear, x, w)
+
+
+@pytest.mark.parametrize("layout", ["transposed", "strided"])
+def test_linear_non_contiguous(layout):
+    compare("linear", F.linear, rand((4, 6), layout=layout), rand((5, 6), layout=layout), rand((5,), layout=layout))
+    compare("linear", F.linear, rand((4, 6), "int64", layout=layout), rand((5, 6), "int64", layout=layout))
+
+
+def test_linear_one_dimensional_weight_with_bias():
+    # torch refuses a bias with a 1-D weight and a 2-D input (an addmm limit); opcore broadcasts it
+    x, w, b = rand((2, 3), "float64"), rand((3,), "float64"), rand((), "float64")
+    result = call("linear", x.numpy(), w.numpy(), b.numpy())
+    numpy.testing.assert_allclose(result, x.numpy() @ w.numpy() + b.numpy(), rtol=1e-12)
+
+
+def test_linear_integer_overflow_wraps_like_torch():
+    x = torch.full((1, 4), 100, dtype=torch.int8)
+    compare("linear", F.linear, x, x, exact=True)
+    x = torch.full((1, 3), 2**31 - 1, dtype=torch.int32)
+    compare("linear", F.linear, x, x, exact=True)
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "y_shape"),
+    [
+        ((3,), (3,)),
+        ((2, 3), (3,)),
+        ((3,), (3, 4)),
+        ((4, 3), (3, 6)),
+        ((2, 4, 3), (3,)),
+        ((3,), (2, 3, 4)),
+        ((2, 1, 4, 3), (5, 3, 6)),
+        ((7, 4, 3), (3, 2)),
+        ((0, 3), (3, 2)),
+        ((2, 0), (0, 3)),
+        ((0,), (0,)),
+        ((2, 0, 4, 3), (1, 3, 2)),
+    ],
+)
+def test_matmul_shapes(x_shape, y_shape):
+    compare("matmul", torch.matmul, rand(x_shape), rand(y_shape))
+
+
+@pytest.mark.parametrize("dtype", FLOATS + INTS)
+def test_matmul_and_bmm_dtypes(dtype):
+    options = _ints_ok(dtype) if dtype in INTS else {}
+    compare("matmul", torch.matmul, rand((2, 3, 5), dtype, **options), rand((5, 4), dtype, **options))
+    compare("bmm", torch.bmm, rand((2, 3, 5), dtype, **options), rand((2, 5, 4), dtype, **options))
+
+
+@pytest.mark.parametrize("layout", ["transposed", "strided"])
+def test_matmul_and_bmm_non_contiguous(layout):
+    compare("matmul", torch.matmul, rand((2, 3, 5), layout=layout), rand((5, 4), layout=layout))
+    compare("bmm", torch.bmm, rand((2, 3, 5), layout=layout), rand((2, 5, 4), layout=layout))
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "y_shape"), [((2, 3, 4), (2, 4, 5)), ((0, 3, 4), (0, 4, 5)), ((2, 0, 4), (2, 4, 1))]
+)
+def test_bmm_shapes(x_shape, y_shape):
+    compare("bmm", torch.bmm, rand(x_shape), rand(y_shape))
+
+
+# --- fused ops ---------------------------------------------------------------------------------
+
+
+def _in_float64(fn):
+    """fn computed in float64 and cast to the first input's dtype: the correctly rounded result."""
+
+    def run(first, *rest, **kwargs):
+        upcast = [t.double() if isinstance(t, torch.Tensor) else t for t in rest]
+        return fn(first.double(), *upcast, **kwargs).to(first.dtype)
+
+    return run
+
+
+def linear_relu_torch(x, w, b=None):
+    return torch.relu(F.linear(x, w, b))
+
+
+def linear_silu_torch(x, w, b=None):
+    return F.silu(F.linear(x, w, b))
+
+
+def linear_gelu_torch(x, w, b=None, approximate="none"):
+    return F.gelu(F.linear(x, w, b), approximate=approximate)
+
+
+def gated_mlp_torch(x, w_gate, w_up, w_down):
+    return F.linear(F.silu(F.linear(x, w_gate)) * F.linear(x, w_up), w_down)
+
+
+FUSED = {"linear_relu": linear_relu_torch, "linear_silu": linear_silu_torch, "linear_gelu": linear_gelu_torch}
+
+
+@pytest.mark.parametrize("op", list(FUSED))
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize(("x_shape", "with_bias"), [((4, 8), True), ((8,), False), ((2, 3, 8), True), ((0, 8), True)])
+def test_fused_linear_activation(op, dtype, x_shape, with_bias):
+    torch_fn = FUSED[op] if dtype in ("float32", "float64") else _in_float64(FUSED[op])
+    bias = rand((6,), dtype) if with_bias else None
+    compare(op, torch_fn, rand(x_shape, dtype), rand((6, 8), dtype), bias)
+
+
+@pytest.mark.parametrize("dtype", INTS)
+def test_linear_relu_integers(dtype):
+    options = _ints_ok(dtype)
+    compare("linear_relu", linear_relu_torch, rand((4, 8), dtype, **options), rand((6, 8), dtype, **options))
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_linear_gelu_approximate(approximate):
+    x, w, b = rand((4, 8)), rand((6, 8), layout="transposed"), rand((6,))
+    compare("linear_gelu", linear_gelu_torch, x, w, b, approximate=approximate)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("x_shape", [(3, 8), (8,), (2, 3, 8), (0, 8)])
+def test_gated_mlp(dtype, x_shape):
+    torch_fn = gated_mlp_torch if dtype == "float64" else _in_float64(gated_mlp_torch)
+    weights = rand((16, 8), dtype, low=-1, high=1), rand((16, 8), dtype, low=-1, high=1), rand((5, 16), dtype)
+    compare("gated_mlp", torch_fn, rand(x_shape, dtype), *weights)
+
+
+def test_gated_mlp_float32_against_torch_directly():
+    x, weights = rand((3, 8), low=-1, high=1), (rand((16, 8), low=-1, high=1), rand((16, 8)), rand((5, 16)))
+    expected = gated_mlp_torch(x, *weights)
+    actual = call("gated_mlp", x.numpy(), *(w.numpy() for w in weights))
+    torch.testing.assert_close(torch.from_numpy(actual), expected, rtol=1e-5, atol=1e-4)
+
+
+# --- decompositions ----------------------------------------------------------------------------
+
+DECOMPOSED = {
+    "linear_relu": lambda: (rand((4, 8)).numpy(), rand((6, 8)).numpy(), rand((6,)).numpy()),
+    "linear_silu": lambda: (rand((4, 8)).numpy(), rand((6, 8)).numpy(), None),
+    "linear_gelu": lambda: (rand((2, 4, 8)).numpy(), rand((6, 8)).numpy(), rand((6,)).numpy(), "tanh"),
+    "gated_mlp": lambda: tuple(rand(s).numpy() for s in ((3, 8), (16, 8), (16, 8), (5, 16))),
+}
+
+
+def _check_decomposition(op):
+    args = DECOMPOSED[op]()
+    fused = call_bound(op, args)
+    decomposed = CONTRACTS[op].decomposition(*args)  # decompositions get the bound arguments positionally
+    assert isinstance(decomposed, numpy.ndarray) and decomposed.dtype == fused.dtype
+    numpy.testing.assert_allclose(decomposed, fused, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", list(DECOMPOSED))
+def test_decomposition_through_the_parts(op, monkeypatch):
+    # each part run on the reference directly, standing in for the dispatcher
+    monkeypatch.setattr(opcore, "run", call, raising=False)
+    _check_decomposition(op)
+
+
+def _reference_backend_loaded():
+    return any(report.name == "reference" and report.status.value == "loaded" for report in opcore.backends())
+
+
+@pytest.mark.skipif(not hasattr(opcore, "run"), reason="dispatcher not merged yet")
+@pytest.mark.parametrize("op", list(DECOMPOSED))
+def test_decomposition_through_the_dispatcher(op):
+    if not _reference_backend_loaded():
+        pytest.skip("the reference backend's entry point is not installed (pip install -e .)")
+    _check_decomposition(op)
+
+
+def test_fused_contracts_say_they_are_fused():
+    for name, contract in CONTRACTS.items():
+        assert ("fused" in contract.tags) == (contract.decomposition is not None), name
+
+
+# --- errors ------------------------------------------------------------------------------------
+
+i32, f64 = "int32", "float64"
+ERRORS = [
+    ErrorCase("linear-x-0d", "linear", (z(), z(4, 3)), ShapeError, "x", torch_fn=F.linear),
+    ErrorCase("linear-w-0d", "linear", (z(2, 3), z()), ShapeError, "w", torch_fn=F.linear),
+    ErrorCase("linear-w-3d", "linear", (z(2, 3), z(1, 4, 3)), ShapeError, "w", torch_fn=F.linear),
+    ErrorCase("linear-bool", "linear", (z(2, 3, dtype="bool"),) * 2, DTypeError, "x", torch_fn=F.linear),
+    ErrorCase("linear-w-dtype", "linear", (z(2, 3), z(4, 3, dtype=f64)), DTypeError, "w", torch_fn=F.linear),
+    ErrorCase("linear-b-dtype", "linear", (z(2, 3), z(4, 3), z(4, dtype=f64)), DTypeError, "b", torch_fn=F.linear),
+    ErrorCase("linear-in-features", "linear", (z(2, 3), z(4, 5)), ShapeError, "w", torch_fn=F.linear),
+    ErrorCase("linear-1d-in-features", "linear", (z(3), z(4)), ShapeError, "w", torch_fn=F.linear),
+    ErrorCase("linear-b-shape", "linear", (z(2, 3), z(4, 3), z(3)), ShapeError, "b", torch_fn=F.linear),
+    ErrorCase("linear-b-grows", "linear", (z(2, 3), z(4, 3), z(5, 2, 4)), ShapeError, "b"),
+    ErrorCase("linear_relu-bool", "linear_relu", (z(2, 3, dtype="bool"),) * 2, DTypeError, "x", torch_fn=F.linear),
+    ErrorCase("linear_relu-in-features", "linear_relu", (z(2, 3), z(4, 5)), ShapeError, "w", torch_fn=F.linear),
+    ErrorCase("linear_silu-int", "linear_silu", (z(2, 3, dtype=i32), z(4, 3, dtype=i32)), DTypeError, "x"),
+    ErrorCase("linear_silu-b-shape", "linear_silu", (z(2, 3), z(4, 3), z(2)), ShapeError, "b"),
+    ErrorCase("linear_gelu-int", "linear_gelu", (z(2, 3, dtype=i32), z(4, 3, dtype=i32)), DTypeError, "x"),
+    ErrorCase(
+        "linear_gelu-approximate", "linear_gelu", (z(2, 3), z(4, 3)), ArgumentError, "approximate", {"approximate": "x"}
+    ),
+    ErrorCase("matmul-x-0d", "matmul", (z(), z(3)), ShapeError, "x", torch_fn=torch.matmul),
+    ErrorCase("matmul-y-0d", "matmul", (z(3), z()), ShapeError, "y", torch_fn=torch.matmul),
+    ErrorCase(
+        "matmul-bool", "matmul", (z(2, 3, dtype="bool"), z(3, 2, dtype="bool")), DTypeError, "x", {}, torch.matmul
+    ),
+    ErrorCase("matmul-dtype", "matmul", (z(2, 3), z(3, 2, dtype=f64)), DTypeError, "y", torch_fn=torch.matmul),
+    ErrorCase("matmul-inner", "matmul", (z(2, 3), z(4, 2)), ShapeError, "y", torch_fn=torch.matmul),
+    ErrorCase("matmul-inner-1d", "matmul", (z(2, 3), z(4)), ShapeError, "y", torch_fn=torch.matmul),
+    ErrorCase("matmul-batch", "matmul", (z(2, 4, 3), z(5, 3, 6)), ShapeError, "y", torch_fn=torch.matmul),
+    ErrorCase("bmm-x-2d", "bmm", (z(4, 3), z(1, 3, 6)), ShapeError, "x", torch_fn=torch.bmm),
+    ErrorCase("bmm-y-4d", "bmm", (z(1, 4, 3), z(1, 1, 3, 6)), ShapeError, "y", torch_fn=torch.bmm),
+    ErrorCase("bmm-bool", "bmm", (z(1, 2, 3, dtype="bool"), z(1, 3, 2, dtype="bool")), DTypeError, "x", {}, torch.bmm),
+    ErrorCase("bmm-dtype", "bmm", (z(1, 4, 3), z(1, 3, 6, dtype=f64)), DTypeError, "y", torch_fn=torch.bmm),
+    ErrorCase("bmm-batch", "bmm", (z(2, 4, 3), z(1, 3, 6)), ShapeError, "y", torch_fn=torch.bmm),
+    ErrorCase("bmm-inner", "bmm", (z(1, 4, 3), z(1, 2, 6)), ShapeError, "y", torch_fn=torch.bmm),
+    ErrorCase("gated_mlp-x-0d", "gated_mlp", (z(), z(4, 3), z(4, 3), z(3, 4)), ShapeError, "x", {}, gated_mlp_torch),
+    ErrorCase("gated_mlp-w_gate-1d", "gated_mlp", (z(3), z(3), z(4, 3), z(3, 4)), ShapeError, "w_gate"),
+    ErrorCase("gated_mlp-w_down-3d", "gated_mlp", (z(3), z(4, 3), z(4, 3), z(1, 3, 4)), ShapeError, "w_down"),
+    ErrorCase(
+        "gated_mlp-int",
+        "gated_mlp",
+        (z(3, dtype=i32), z(4, 3, dtype=i32), z(4, 3, dtype=i32), z(3, 4, dtype=i32)),
+        DTypeError,
+        "x",
+        {},
+        gated_mlp_torch,
+    ),
+    ErrorCase(
+        "gated_mlp-dtype",
+        "gated_mlp",
+        (z(3), z(4, 3), z(4, 3), z(3, 4, dtype=f64)),
+        DTypeError,
+        "w_down",
+        {},
+        gated_mlp_torch,
+    ),
+    ErrorCase(
+        "gated_mlp-hidden", "gated_mlp", (z(5), z(4, 3), z(4, 3), z(3, 4)), ShapeError, "w_gate", {}, gated_mlp_torch
+    ),
+    ErrorCase(
+        "gated_mlp-w_up", "gated_mlp", (z(3), z(4, 3), z(5, 3), z(3, 4)), ShapeError, "w_up", {}, gated_mlp_torch
+    ),
+    ErrorCase(
+        "gated_mlp-w_down", "gated_mlp", (z(3), z(4, 3), z(4, 3), z(3, 5)), ShapeError, "w_down", {}, gated_mlp_torch
+    ),
+]
+
+
+@pytest.mark.parametrize("case", ERRORS, ids=lambda case: case.id)
+def test_errors(case):
+    check_error_case(case)
+
+
+def test_weight_error_says_how_torch_stores_it():
+    with pytest.raises(ShapeError, match=r"as torch.nn.Linear stores it"):
+        call("linear", z(2, 3), z(3, 4))
