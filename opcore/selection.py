@@ -13,7 +13,7 @@ from typing import Any
 
 from opcore.backend import DEFAULT_PRIORITIES
 from opcore.contracts import OpContract
-from opcore.errors import FallbackWarning, NoKernelError, OpcoreError, PluginError
+from opcore.errors import ArgumentError, FallbackWarning, NoKernelError, OpcoreError, PluginError
 from opcore.kernels import Kernel
 from opcore.meta import common_device
 from opcore.reports import PluginStatus
@@ -164,10 +164,10 @@ def select(
     meta_args = tuple(_meta_of(v) for v in bound)
     try:
         tensors = list(_tensors(contract, meta_args))
-        if not tensors:
-            raise OpcoreError("was called without any tensor", fix="pass at least one numpy array or torch tensor")
         device = common_device(tensors)
-        out = contract.meta(*meta_args)
+        out = contract.meta(*meta_args)  # first: its message about a missing tensor is the better one
+        if not tensors:
+            raise ArgumentError("was called without any tensor", fix="pass at least one numpy array or torch tensor")
     except OpcoreError as error:
         if error.op is None:
             error.op = op
@@ -190,8 +190,13 @@ def select(
     elif order is not None:
         check_named(rt, order, order_source)
     strict = policy.strict if policy is not None and policy.strict is not None else rt.settings.strict
+    caller_kind = kinds[0]
+    if caller_kind is ArrayKind.NUMPY and ArrayKind.TORCH in kinds and any(
+        o.dtype is DType.BFLOAT16 for o in outputs
+    ):
+        caller_kind = ArrayKind.TORCH  # numpy cannot hold a bfloat16 result: give it back as torch
     selection = Selection(
-        contract, meta_args, outputs, device, dtype, kinds[0], frozenset(kinds), order, order_source, strict, pin
+        contract, meta_args, outputs, device, dtype, caller_kind, frozenset(kinds), order, order_source, strict, pin
     )
     _walk(rt, selection)
     return selection

@@ -1,7 +1,7 @@
 """Shared helpers for the op tests: call an op through its contract and the reference kernel,
 make inputs, compare with PyTorch, and check error messages.
 
-``call`` mimics the dispatcher for one backend: bind, meta check, kernel, result check.
+``call`` runs an op through the dispatcher pinned to the reference backend, and checks the result.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 import numpy
 import pytest
 
+import opcore
 from opcore.contracts import OpContract
 from opcore.errors import OpcoreError
 from opcore.opset import BUILTIN_CONTRACTS
@@ -79,37 +80,33 @@ def _arrays(values: tuple[Any, ...]) -> list[numpy.ndarray]:
 
 
 def call(op_name: str, *args: Any, **kwargs: Any) -> Any:
-    """Run ``op_name`` on the reference backend the way the dispatcher will.
-
-    Becomes ``opcore.run(op_name, *args, backend="reference", **kwargs)`` once the dispatcher
-    exists. Returns numpy for numpy inputs, torch (in the contract's dtype) if any input is torch.
+    """Run ``op_name`` through the dispatcher, pinned to the reference backend; check that the
+    result has the meta function's shape and dtype and that no input was written into.
+    Returns numpy for numpy inputs, torch (in the contract's dtype) if the first tensor is torch.
     """
     contract = CONTRACTS[op_name]
-    try:
-        bound = contract.schema.bind(args, kwargs)
-        metas = tuple(_meta_of(value) for value in bound)
-        expected = contract.meta(*metas)
-        key = metas[contract.dtype_position]
-        dtype = key[0].dtype if isinstance(key, tuple) else key.dtype
-        kernels = REGISTRY.ranked(op_name).get((DeviceType.CPU, dtype))
-        if not kernels:
-            raise AssertionError(f"{op_name}: the meta function accepted {dtype} but no reference kernel takes it")
-        inputs = tuple(_to_numpy(value) for value in bound)
-        before = [array.tobytes() for array in _arrays(inputs)]
-        result = kernels[0].fn(*inputs)
-    except OpcoreError as error:
-        error.op = error.op or op_name  # what the dispatcher does
-        raise
-    if any(array.tobytes() != old for array, old in zip(_arrays(inputs), before)):
+    inputs = [_to_numpy(value) for value in (*args, *kwargs.values())]
+    before = [array.tobytes() for array in _arrays(tuple(inputs))]
+    result = opcore.run(op_name, *args, backend="reference", **kwargs)
+    if any(array.tobytes() != old for array, old in zip(_arrays(tuple(inputs)), before)):
         raise AssertionError(f"{op_name}: the reference kernel wrote into its inputs")
-    check_result(op_name, result, expected)
-    if any(_is_torch(value) for value in bound) or any(
-        isinstance(value, tuple) and any(_is_torch(v) for v in value) for value in bound
-    ):
-        import torch
-
-        return torch.from_numpy(result.copy()).to(expected.dtype.to_torch())
+    bound = contract.schema.bind(args, kwargs)
+    expected = contract.meta(*(_meta_of(value) for value in bound))
+    if _is_torch(result):
+        got = TensorMeta.of(result)
+        if got.shape != expected.shape or got.dtype is not expected.dtype:
+            raise AssertionError(f"{op_name}: got {got.describe()}, the meta function said {expected.describe()}")
+    else:
+        check_result(op_name, result, expected)
     return result
+
+
+def kernel_of(op_name: str, dtype: DType) -> Any:
+    """The reference kernel registered for ``op_name`` and ``dtype`` (validated as discovery would)."""
+    kernels = REGISTRY.ranked(op_name).get((DeviceType.CPU, dtype))
+    if not kernels:
+        raise AssertionError(f"{op_name}: no reference kernel takes {dtype}")
+    return kernels[0].function()
 
 
 def check_result(op_name: str, result: Any, expected: TensorMeta) -> None:

@@ -10,7 +10,6 @@ F = torch.nn.functional
 
 from opcase import CONTRACTS, ErrorCase, call, call_bound, check_error_case, compare, rand, reseed, z  # noqa: E402
 
-import opcore  # noqa: E402
 from opcore.errors import ArgumentError, DTypeError, ShapeError  # noqa: E402
 
 
@@ -209,21 +208,7 @@ def _check_decomposition(op):
 
 
 @pytest.mark.parametrize("op", list(DECOMPOSED))
-def test_decomposition_through_the_parts(op, monkeypatch):
-    # each part run on the reference directly, standing in for the dispatcher
-    monkeypatch.setattr(opcore, "run", call, raising=False)
-    _check_decomposition(op)
-
-
-def _reference_backend_loaded():
-    return any(report.name == "reference" and report.status.value == "loaded" for report in opcore.backends())
-
-
-@pytest.mark.skipif(not hasattr(opcore, "run"), reason="dispatcher not merged yet")
-@pytest.mark.parametrize("op", list(DECOMPOSED))
 def test_decomposition_through_the_dispatcher(op):
-    if not _reference_backend_loaded():
-        pytest.skip("the reference backend's entry point is not installed (pip install -e .)")
     _check_decomposition(op)
 
 

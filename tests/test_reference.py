@@ -121,7 +121,7 @@ def test_float16_stays_float16_and_float32_stands_in_for_bfloat16():
     assert call_bound("gelu", (x, "none")).dtype == numpy.float16
     assert call_bound("linear", (x, x, None)).dtype == numpy.float16
     # what a bfloat16 torch tensor looks like to a numpy kernel: float32, and float32 comes back
-    fn = REGISTRY.ranked("softmax")[(DeviceType.CPU, DType.BFLOAT16)][0].fn
+    fn = REGISTRY.ranked("softmax")[(DeviceType.CPU, DType.BFLOAT16)][0].function()
     assert fn(numpy.ones((2, 3), "float32"), -1).dtype == numpy.float32
 
 
