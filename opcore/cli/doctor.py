@@ -1,0 +1,357 @@
+"""``opcore doctor``: collect a record of what opcore found (every probe returns a value or a
+reason, never raises), then render it as text for people or as JSON (schema 1, docs/cli.md).
+
+>>> report = collect()          # doctest: +SKIP
+>>> report.exit_status          # doctest: +SKIP
+0
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import platform
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from opcore._version import __version__
+from opcore.backend import DEFAULT_PRIORITIES
+from opcore.cli.probes import CpuInfo, GpuProbe, LibraryInfo, cpu_info, gpu_probe, libraries
+from opcore.reports import PluginReport, PluginStatus
+from opcore.settings import ENV_VARS, Settings
+
+__all__ = ["SCHEMA_VERSION", "DoctorReport", "Hint", "PluginInfo", "collect", "to_json"]
+
+# Bumped only when a key of the JSON form changes meaning or disappears (adding keys is allowed).
+SCHEMA_VERSION = 1
+# A backend's describe() that has not answered by then is reported as hung, and the doctor goes on.
+DESCRIBE_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class PluginInfo:
+    """One discovered plugin: its load report plus what its describe() said.
+
+    describe None: not asked (the plugin failed or is disabled) or it failed (describe_error says why).
+    """
+
+    report: PluginReport
+    describe: tuple[tuple[str, str], ...] | None = None
+    describe_error: str = ""
+    describe_time_s: float | None = None
+
+    @property
+    def name(self) -> str:
+        return self.report.name
+
+
+@dataclass(frozen=True, slots=True)
+class Hint:
+    """Something to act on. level: "warning" (behaviour differs from what was asked) or "info"."""
+
+    level: str
+    message: str
+    fix: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SettingInfo:
+    name: str
+    value: Any
+    # "OPCORE_BACKENDS", "opcore.configure" or "default"
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class DoctorReport:
+    """Everything the doctor shows. settings_error not None: the OPCORE_* settings are invalid, so
+    no plugin was loaded (plugins is empty).
+    """
+
+    opcore_version: str
+    opcore_path: str
+    python_version: str
+    python_implementation: str
+    python_executable: str
+    platform: str
+    system: str
+    release: str
+    cpu: CpuInfo
+    gpu: GpuProbe
+    plugins: tuple[PluginInfo, ...]
+    libraries: tuple[LibraryInfo, ...]
+    settings: tuple[SettingInfo, ...]
+    settings_error: str | None
+    environment: tuple[tuple[str, str], ...]
+    hints: tuple[Hint, ...]
+    collect_time_s: float
+
+    def count(self, status: PluginStatus) -> int:
+        return sum(1 for p in self.plugins if p.report.status is status)
+
+    @property
+    def exit_status(self) -> int:
+        """1 when a plugin failed to load or the settings are invalid (CI gates on it), else 0."""
+        return 1 if self.settings_error is not None or self.count(PluginStatus.FAILED) else 0
+
+
+# -- collecting -------------------------------------------------------------------------------------
+
+
+def _call_with_timeout(fn: Any, timeout_s: float) -> tuple[Any, BaseException | None, bool]:
+    """(result, error, finished): runs fn in a daemon thread, so a hung probe cannot hang the doctor."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["result"] = fn()
+        except BaseException as error:
+            box["error"] = error
+
+    worker = threading.Thread(target=target, name="opcore-doctor-probe", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        return None, None, False
+    return box.get("result"), box.get("error"), True
+
+
+def _describe(report: PluginReport, timeout_s: float) -> PluginInfo:
+    spec = report.backend
+    if spec is None or spec.describe is None or report.status not in (PluginStatus.LOADED, PluginStatus.UNAVAILABLE):
+        return PluginInfo(report)
+    started = time.perf_counter()
+    result, error, finished = _call_with_timeout(spec.describe, timeout_s)
+    elapsed = time.perf_counter() - started
+    if not finished:
+        return PluginInfo(report, None, f"describe() did not answer within {timeout_s:g} s", elapsed)
+    if error is not None:
+        return PluginInfo(report, None, f"describe() raised {type(error).__name__}: {error}", elapsed)
+    if not isinstance(result, Mapping):
+        return PluginInfo(report, None, f"describe() returned {type(result).__name__}, not a mapping", elapsed)
+    lines = tuple((str(key), str(value)) for key, value in result.items())
+    return PluginInfo(report, lines, "", elapsed)
+
+
+def _settings(settings: Settings) -> tuple[SettingInfo, ...]:
+    return (
+        SettingInfo("backends", list(settings.backends) if settings.backends is not None else None,
+                    settings.source("backends")),
+        SettingInfo("disable", sorted(settings.disable), settings.source("disable")),
+        SettingInfo("strict", settings.strict, settings.source("strict")),
+        SettingInfo("autoload", settings.autoload, settings.source("autoload")),
+    )  # fmt: skip
+
+
+def _install_fix(name: str) -> str:
+    if name in DEFAULT_PRIORITIES and name != "reference":
+        return f"pip install 'opcore[{name}]'"
+    return f"install the plugin that provides {name!r}"
+
+
+def _hints(
+    plugins: tuple[PluginInfo, ...],
+    settings: Settings | None,
+    environment: tuple[tuple[str, str], ...],
+    gpu: GpuProbe,
+) -> tuple[Hint, ...]:
+    hints: list[Hint] = []
+    reports = {p.report.name: p.report for p in plugins}
+    for name, _ in environment:
+        # plugins read their own OPCORE_* variables (OPCORE_ORT_CACHE_SIZE): only a near miss is a typo
+        close = difflib.get_close_matches(name, ENV_VARS, n=1, cutoff=0.85) if name not in ENV_VARS else []
+        if close:
+            hints.append(
+                Hint("warning", f"{name} is set but is not an opcore setting, so it has no effect",
+                     f"did you mean {close[0]}?")
+            )  # fmt: skip
+    if settings is not None and settings.backends is not None:
+        where = settings.source("backends")
+        where = "opcore.configure(backends=...)" if where == "opcore.configure" else where
+        for name in settings.backends:
+            report = reports.get(name)
+            if report is None:
+                hints.append(
+                    Hint(
+                        "warning",
+                        f"{where} names {name!r}, which is not installed; calls fail until it is",
+                        f"{_install_fix(name)}, or remove it from {where}",
+                    )
+                )
+            elif report.status is not PluginStatus.LOADED:
+                hints.append(
+                    Hint(
+                        "warning",
+                        f"{where} names {name!r}, which is {report.status_text}",
+                        f"fix the plugin (see above), or remove it from {where}",
+                    )
+                )
+    if settings is not None:
+        for name in sorted(settings.disable - {"*"}):
+            if not any(r.name.split(" ")[0] == name for r in reports.values()):
+                hints.append(Hint("info", f"OPCORE_DISABLE names {name!r}, which no installed plugin provides"))
+    cuda_loaded = any(
+        r.status is PluginStatus.LOADED and r.backend is not None and "cuda" in {str(d) for d in r.backend.device_types}
+        for r in reports.values()
+    )
+    if gpu.visible and not cuda_loaded:
+        cuda = reports.get("cuda")
+        if cuda is None:
+            hints.append(
+                Hint(
+                    "warning",
+                    f"a GPU is visible ({gpu.evidence}) but no CUDA backend is installed",
+                    "pip install 'opcore[cuda]'",
+                )
+            )
+        else:
+            hints.append(
+                Hint(
+                    "warning",
+                    f"a GPU is visible ({gpu.evidence}) but the cuda backend is {cuda.status_text}",
+                    "see the cuda plugin above",
+                )
+            )
+    loaded = [r for r in reports.values() if r.status is PluginStatus.LOADED]
+    if settings is not None and loaded and all(r.name == "reference" for r in loaded):
+        hints.append(
+            Hint(
+                "info",
+                "only the numpy reference backend is loaded: every op runs, slowly",
+                "pip install 'opcore[cpu]' (or [onnxruntime], [openvino]) for fast kernels",
+            )
+        )
+    return tuple(hints)
+
+
+def collect(describe: bool = True, timeout_s: float = DESCRIBE_TIMEOUT_S) -> DoctorReport:
+    """Load the plugins (if not yet) and probe everything; never raises for what it finds.
+
+    describe False: skip the backends' describe() (which may import their runtimes).
+    """
+    started = time.perf_counter()
+    import opcore
+    from opcore.runtime import runtime
+
+    environment = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("OPCORE_")))
+    settings: Settings | None
+    settings_error: str | None = None
+    plugins: tuple[PluginInfo, ...] = ()
+    try:
+        rt = runtime().ensure_loaded()
+        settings = rt.settings
+    except Exception as error:  # invalid OPCORE_* values stop the runtime from starting
+        settings = None
+        settings_error = str(error) or type(error).__name__
+    else:
+        reports = tuple(rt.loader.reports.values())
+        if describe:
+            plugins = tuple(_describe(r, timeout_s) for r in reports)
+        else:
+            plugins = tuple(PluginInfo(r) for r in reports)
+        plugins = tuple(sorted(plugins, key=_plugin_order))
+    gpu = gpu_probe()
+    return DoctorReport(
+        opcore_version=__version__,
+        opcore_path=os.path.dirname(opcore.__file__ or ""),
+        python_version=platform.python_version(),
+        python_implementation=platform.python_implementation(),
+        python_executable=sys.executable,
+        platform=platform.platform(),
+        system=platform.system(),
+        release=platform.release(),
+        cpu=cpu_info(),
+        gpu=gpu,
+        plugins=plugins,
+        libraries=libraries(),  # after describe(): details come from runtimes the backends imported
+        settings=_settings(settings) if settings is not None else (),
+        settings_error=settings_error,
+        environment=environment,
+        hints=_hints(plugins, settings, environment, gpu),
+        collect_time_s=time.perf_counter() - started,
+    )
+
+
+_STATUS_ORDER = {PluginStatus.LOADED: 0, PluginStatus.UNAVAILABLE: 1, PluginStatus.FAILED: 2, PluginStatus.DISABLED: 3}
+
+
+def _plugin_order(info: PluginInfo) -> tuple[int, int, str]:
+    spec = info.report.backend
+    return (_STATUS_ORDER[info.report.status], -(spec.priority if spec else 0), info.name)
+
+
+# -- the JSON form (documented in docs/cli.md; keep the two in step) -----------------------------------
+
+
+def _plugin_json(info: PluginInfo) -> dict[str, Any]:
+    report = info.report
+    spec = report.backend
+    return {
+        "name": report.name,
+        "status": report.status.value,
+        "reason": report.reason,
+        "traceback": report.traceback,
+        "distribution": report.distribution,
+        "distribution_version": report.distribution_version,
+        "entry_point": report.entry_point,
+        "backend": None
+        if spec is None
+        else {
+            "name": spec.name,
+            "version": spec.version,
+            "api_version": spec.api_version,
+            "priority": spec.priority,
+            "device_types": [str(d) for d in spec.device_types],
+            "description": spec.description,
+            "install_hint": spec.install_hint,
+        },
+        "kernel_count": report.kernel_count,
+        "contract_count": report.contract_count,
+        "load_time_s": report.load_time_s,
+        "describe": None if info.describe is None else dict(info.describe),
+        "describe_error": info.describe_error,
+        "describe_time_s": info.describe_time_s,
+    }
+
+
+def to_json(report: DoctorReport) -> dict[str, Any]:
+    """The documented, versioned form (``"schema": 1``)."""
+    cpu = report.cpu
+    return {
+        "schema": SCHEMA_VERSION,
+        "opcore": {"version": report.opcore_version, "path": report.opcore_path},
+        "python": {
+            "version": report.python_version,
+            "implementation": report.python_implementation,
+            "executable": report.python_executable,
+        },
+        "platform": {"description": report.platform, "system": report.system, "release": report.release},
+        "cpu": {
+            "model": cpu.model,
+            "machine": cpu.machine,
+            "logical_cores": cpu.logical_cores,
+            "usable_cores": cpu.usable_cores,
+            "isa": None if cpu.isa is None else dict(cpu.isa),
+            "reason": cpu.reason,
+        },
+        "gpu": {"visible": report.gpu.visible, "devices": list(report.gpu.devices), "evidence": report.gpu.evidence},
+        "plugins": [_plugin_json(p) for p in report.plugins],
+        "libraries": [
+            {"name": lib.name, "version": lib.version, "details": dict(lib.details), "reason": lib.reason}
+            for lib in report.libraries
+        ],
+        "settings": {s.name: {"value": s.value, "source": s.source} for s in report.settings},
+        "settings_error": report.settings_error,
+        "environment": dict(report.environment),
+        "hints": [{"level": h.level, "message": h.message, "fix": h.fix} for h in report.hints],
+        "summary": {
+            "plugins": len(report.plugins),
+            **{status.value: report.count(status) for status in PluginStatus},
+            "exit_status": report.exit_status,
+        },
+        "collect_time_s": report.collect_time_s,
+    }

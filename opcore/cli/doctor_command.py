@@ -1,0 +1,50 @@
+"""``opcore doctor``'s arguments and handler (the record is in doctor.py, the text in doctor_text.py)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from opcore.cli.render import Style, dumps_json
+
+__all__ = ["add_parser", "run_doctor"]
+
+EXAMPLES = """\
+examples:
+  opcore doctor                  what was discovered, loaded, failed and why
+  opcore doctor --verbose        with the tracebacks of plugins that failed
+  opcore doctor --json           the stable form for scripts (schema in docs/cli.md)
+  opcore doctor --quick          skip the backends' describe() (no runtime imports)
+
+exit status: 0 fine, 1 a plugin failed to load or the OPCORE_* settings are invalid"""
+
+
+def add_parser(subparsers: Any, parent: argparse.ArgumentParser) -> None:
+    parser = subparsers.add_parser(
+        "doctor",
+        parents=[parent],
+        help="what opcore discovered, what failed and why (exit status 1 when a plugin failed)",
+        description="Show opcore's version, Python, platform and CPU features; every discovered plugin "
+        "(loaded, unavailable, failed, disabled) with its distribution, entry point and status; runtime "
+        "library versions; the OPCORE_* settings in effect; and hints.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable output (schema 1, docs/cli.md)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show the tracebacks of failed plugins")
+    parser.add_argument(
+        "--quick", action="store_true", help="do not call the backends' describe() (which may import torch etc.)"
+    )
+    parser.set_defaults(handler=run_doctor)
+
+
+def run_doctor(args: argparse.Namespace, style: Style) -> int:
+    from opcore.cli.doctor import collect, to_json
+    from opcore.cli.doctor_text import render_text
+
+    report = collect(describe=not args.quick)
+    if args.json:
+        print(dumps_json(to_json(report)))
+    else:
+        print(render_text(report, style, verbose=args.verbose))
+    return report.exit_status
