@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 DISTS  := . $(patsubst %/pyproject.toml,%,$(wildcard opcore_*/pyproject.toml plugins/*/pyproject.toml))
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench docs clean
+.PHONY: demo test conformance lint bench docs clean
 
 $(STAMP): constraints.txt requirements-dev.txt $(addsuffix /pyproject.toml,$(DISTS))
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,15 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest
+	$(MAKE) conformance
+
+# the conformance kit (opcore.testing) against every backend of this repository; a backend that is
+# unavailable here (cuda without a GPU) is reported as not run, with its reason
+conformance: $(STAMP)
+	$(BIN)/python -m pytest -p opcore.testing.plugin --pyargs opcore.testing \
+	    --opcore-backend reference --opcore-backend cpu --opcore-backend onnxruntime --opcore-backend openvino \
+	    $(if $(wildcard opcore_cuda/pyproject.toml),--opcore-backend cuda)
+	$(BIN)/python -m pytest plugins/example/tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -252,7 +252,8 @@ class TensorMeta:
 
     @property
     def is_contiguous(self) -> bool:
-        return self.strides is None or self.strides == contiguous_strides(self.shape)
+        # an empty tensor is contiguous whatever its strides (numpy gives empty arrays zero strides), as in torch
+        return self.strides is None or self.numel == 0 or self.strides == contiguous_strides(self.shape)
 
     def describe(self) -> str:
         """Short text for messages: ``float32[2, 3] on cpu``."""

@@ -45,5 +45,20 @@ def fixture_plugins(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
         del sys.modules[name]
 
 
+@pytest.fixture
+def only_reference(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Core tests reason about ranking with the reference backend and the fixture plugins alone:
+    every other installed backend (cpu, onnxruntime, openvino, example, ...) is disabled.
+    """
+    from opcore.plugins import PluginLoader
+
+    others = sorted({ep.name for ep in PluginLoader.entry_points()} - {"reference"})
+    others = [name for name in others if not name.startswith("fixture_")]
+    if others:
+        monkeypatch.setenv("OPCORE_DISABLE", ",".join(others))
+        opcore.reload_plugins()
+    yield
+
+
 def reports() -> dict[str, opcore.PluginReport]:
     return {r.name: r for r in opcore.backends()}

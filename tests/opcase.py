@@ -2,12 +2,14 @@
 make inputs, compare with PyTorch, and check error messages.
 
 ``call`` runs an op through the dispatcher pinned to the reference backend, and checks the result.
+The error cases are the conformance kit's (``opcore.testing``), checked here on the reference and
+against torch.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy
@@ -19,6 +21,7 @@ from opcore.errors import OpcoreError
 from opcore.opset import BUILTIN_CONTRACTS
 from opcore.reference import plugin
 from opcore.registry import Registrar, Registry
+from opcore.testing import ErrorInput, TensorInput, entry, error_inputs_of
 from opcore.types import DeviceType, DType, TensorMeta, is_tensor
 
 CONTRACTS: dict[str, OpContract] = {contract.name: contract for contract in BUILTIN_CONTRACTS}
@@ -199,43 +202,47 @@ def expect_error(error_type: type[OpcoreError], arg: str, op_name: str, *args: A
 
 
 def z(*shape: int, dtype: str = "float32") -> numpy.ndarray:
-    """A numpy array of zeros, for error inputs."""
+    """A numpy array of zeros."""
     return numpy.zeros(shape, dtype)
 
 
-# --- error cases --------------------------------------------------------------------------------
+# --- error cases: the conformance kit's error inputs (opcore.testing), checked on the reference ---
 
 
-@dataclass(frozen=True)
-class ErrorCase:
-    """One bad input: the call must raise ``error`` naming ``arg``.
-
-    torch_fn None: torch accepts the input or has no counterpart; else torch must reject it too.
-    """
-
-    id: str
-    op: str
-    args: tuple[Any, ...]
-    error: type[OpcoreError]
-    arg: str
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    torch_fn: Callable[..., Any] | None = None
+def kit_errors(*ops: str) -> list[tuple[str, ErrorInput]]:
+    """(op, error input) for every error input the kit has for these ops."""
+    return [(op, case) for op in ops for case in error_inputs_of(entry(op))]
 
 
-def to_torch(value: Any) -> Any:
-    import torch
+def error_id(item: Any) -> str:
+    return f"{item[0]}-{item[1].id}" if isinstance(item, tuple) else str(item)
 
-    if isinstance(value, numpy.ndarray):
-        return torch.from_numpy(value)
-    if isinstance(value, (list, tuple)) and value and all(isinstance(v, numpy.ndarray) for v in value):
-        return [torch.from_numpy(v) for v in value]
+
+def _numpy_of(value: Any) -> Any:
+    if isinstance(value, TensorInput):
+        return value.to_numpy()
+    if isinstance(value, list):
+        return [_numpy_of(v) for v in value]
     return value
 
 
-def check_error_case(case: ErrorCase) -> None:
-    """The case raises the expected error on the reference, and (if given) torch rejects it too."""
-    expect_error(case.error, case.arg, case.op, *case.args, **case.kwargs)
-    if case.torch_fn is not None:
+def _torch_of(value: Any) -> Any:
+    if isinstance(value, TensorInput):
+        return value.to_torch()
+    if isinstance(value, list):
+        return [_torch_of(v) for v in value]
+    return value
+
+
+def check_error_case(op_name: str, case: ErrorInput, torch_fn: Callable[..., Any] | None = None) -> None:
+    """The case raises its error on the reference (naming the op and the argument, matching the
+    kit's pattern), and torch's ``torch_fn`` rejects it too where the kit says torch does.
+    """
+    error = expect_error(
+        case.error, case.arg, op_name, *map(_numpy_of, case.args), **{k: _numpy_of(v) for k, v in case.kwargs.items()}
+    )
+    assert re.search(case.match, str(error)), f"{error} does not match {case.match!r}"
+    if case.torch_rejects and torch_fn is not None:
         torch_errors = (
             RuntimeError,
             ValueError,
@@ -246,7 +253,7 @@ def check_error_case(case: ErrorCase) -> None:
             OverflowError,
         )
         with pytest.raises(torch_errors):
-            case.torch_fn(*(to_torch(a) for a in case.args), **{k: to_torch(v) for k, v in case.kwargs.items()})
+            torch_fn(*map(_torch_of, case.args), **{k: _torch_of(v) for k, v in case.kwargs.items()})
 
 
 def call_bound(op_name: str, bound: tuple[Any, ...]) -> Any:

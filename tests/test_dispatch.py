@@ -15,6 +15,8 @@ from opcore.dispatch import _BOUND, _NUMPY, _POSITIONAL, MAX_CACHED
 
 torch = pytest.importorskip("torch", reason="array-kind conversions are tested with real torch tensors")
 
+pytestmark = pytest.mark.usefixtures("only_reference")
+
 X = numpy.array([[-1.0, 2.0], [3.0, -4.0]], dtype=numpy.float32)
 W = numpy.arange(6, dtype=numpy.float32).reshape(3, 2)
 
@@ -201,7 +203,7 @@ def test_a_checker_that_raises_declines_with_a_warning() -> None:
 
 
 def test_decomposition_runs_when_no_kernel_exists() -> None:
-    opcore.configure(disable=["reference"])
+    opcore.configure(disable=[*opcore.runtime.runtime().settings.disable, "reference"])
     calls: list = []
 
     def linear(x, w, b):
@@ -230,7 +232,7 @@ def test_pinned_decomposition_keeps_its_parts_on_the_pinned_backend() -> None:
 
 
 def test_strict_mode_does_not_decompose() -> None:
-    opcore.configure(disable=["reference"])
+    opcore.configure(disable=[*opcore.runtime.runtime().settings.disable, "reference"])
     opcore.register_plugin(make_plugin("parts", {"linear": (lambda x, w, b: x @ w.T, {})}))
     with opcore.strict(), pytest.raises(opcore.NoKernelError, match="decomposition: not tried in strict mode"):
         opcore.run("linear_relu", X, W)

@@ -8,6 +8,8 @@ import pytest
 import opcore
 from opcore.selection import CandidateStatus
 
+pytestmark = pytest.mark.usefixtures("only_reference")
+
 X = numpy.ones((2, 2), numpy.float32)
 
 

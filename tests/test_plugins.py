@@ -14,6 +14,8 @@ from conftest import FIXTURE_PLUGINS, reports
 import opcore
 from opcore import BackendSpec, DeviceType, PluginStatus
 
+pytestmark = pytest.mark.usefixtures("only_reference")
+
 X = numpy.array([[-1.0, 2.0], [3.0, -4.0]], dtype=numpy.float32)
 
 

@@ -8,6 +8,8 @@ from test_dispatch import make_plugin
 
 import opcore
 
+pytestmark = pytest.mark.usefixtures("only_reference")
+
 X = numpy.array([[-1.0, 2.0], [3.0, -4.0]], dtype=numpy.float32)
 W = numpy.arange(6, dtype=numpy.float32).reshape(3, 2)
 B = numpy.array([0.5, -0.5, 1.0], dtype=numpy.float32)
@@ -92,7 +94,7 @@ def test_resolve_respects_the_pin() -> None:
 
 
 def test_resolved_decomposition() -> None:
-    opcore.configure(disable=["reference"])
+    opcore.configure(disable=[*opcore.runtime.runtime().settings.disable, "reference"])
     opcore.register_plugin(
         make_plugin("parts", {"linear": (lambda x, w, b: x @ w.T, {}), "relu": (lambda x: numpy.maximum(x, 0), {})})
     )

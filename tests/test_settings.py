@@ -11,6 +11,8 @@ import pytest
 import opcore
 from opcore.settings import settings_from
 
+pytestmark = pytest.mark.usefixtures("only_reference")
+
 X = numpy.array([[-1.0, 2.0]], dtype=numpy.float32)
 
 

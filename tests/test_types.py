@@ -78,3 +78,8 @@ def test_import_opcore_imports_no_runtime() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_an_empty_tensor_is_contiguous_whatever_its_strides() -> None:
+    empty = numpy.zeros((3, 0, 2), "float32")  # numpy gives it zero strides
+    assert TensorMeta.of(empty).is_contiguous and not TensorMeta.of(numpy.zeros((2, 3)).T).is_contiguous

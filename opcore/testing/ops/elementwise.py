@@ -1,0 +1,207 @@
+"""Kit entries for the elementwise ops: add, sub, mul, div, relu, gelu, silu, sigmoid, tanh, exp."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from opcore.errors import ArgumentError, DTypeError, ShapeError
+from opcore.opset import BUILTIN_DTYPES
+from opcore.testing.builders import SampleSet, shape_id, tensor_of, z
+from opcore.testing.records import ErrorInput, OpEntry, Sample
+from opcore.types import DType
+
+__all__ = ["ENTRIES"]
+
+BINARY = ("add", "sub", "mul", "div")
+UNARY = ("relu", "gelu", "silu", "sigmoid", "tanh", "exp")
+
+_BROADCAST = [((2, 3), (3,)), ((4, 1, 3), (2, 1)), ((), ()), ((5,), ()), ((), (2, 2)), ((2, 0, 3), (3,)), ((0,), (1,))]
+_PROMOTIONS = [
+    ("int32", "float16"),
+    ("uint8", "int8"),
+    ("bool", "int16"),
+    ("float32", "float64"),
+    ("bfloat16", "float16"),
+    ("int64", "float32"),
+]
+_ZERO_DIM = [("float16", "float64"), ("int32", "float64"), ("bfloat16", "int64"), ("int32", "bool"), ("uint8", "int64")]
+_SCALARS = [("float32", 2.5), ("float32", -3), ("float16", 2), ("int32", 2.5), ("int32", -3), ("uint8", 2)]
+_BOOL_SCALARS = [("bool", True), ("bool", 2), ("int64", True)]  # sub refuses bool operands
+_SPECIAL = [-math.inf, -1000.0, -30.0, -1.0, -0.0, 0.0, 1e-8, 1.0, 30.0, 1000.0, math.inf, math.nan]
+
+
+def _dtypes(op: str) -> list[str]:
+    return [d.value for d in DType if d in BUILTIN_DTYPES[op]]
+
+
+def binary_samples(op: str) -> Iterable[Sample]:
+    """Every dtype, broadcasting, scalars, non-contiguous inputs, promotion, magnitudes, attributes."""
+    s = SampleSet(op)
+    no_bool = op == "sub"
+
+    def other(shape: tuple[int, ...], dtype: str = "float32", **options: str) -> object:
+        return s.nonzero(shape, dtype, **options) if op == "div" else s.tensor(shape, dtype, **options)
+
+    for dtype in _dtypes(op):
+        s.add(dtype, s.tensor((3, 4), dtype, low=-9, high=9), other((3, 4), dtype))
+    for x_shape, y_shape in _BROADCAST:
+        s.add(f"shape-{shape_id(x_shape)}-{shape_id(y_shape)}", s.tensor(x_shape), other(y_shape))
+    s.add("1d", s.tensor((7,)), other((7,)))
+    for layout in ("transposed", "strided", "expanded"):
+        s.add(layout, s.tensor((3, 4), layout=layout), other((3, 4), layout=layout))
+    s.add("int64-transposed-float64-row", s.tensor((3, 4), "int64", layout="transposed"), other((4,), "float64"))
+    for dtype, scalar in _SCALARS + ([] if no_bool else _BOOL_SCALARS):
+        s.add(f"{dtype}-scalar-{scalar!r}", s.tensor((2, 3), dtype), scalar)
+    for x_dtype, y_dtype in _PROMOTIONS:
+        if no_bool and "bool" in (x_dtype, y_dtype):
+            continue
+        s.add(f"promote-{x_dtype}-{y_dtype}", s.tensor((4, 2, 3), x_dtype), other((2, 3), y_dtype))
+    for x_dtype, y_dtype in _ZERO_DIM:
+        if no_bool and "bool" in (x_dtype, y_dtype):
+            continue
+        s.add(f"promote-{x_dtype}-0d-{y_dtype}", s.tensor((3,), x_dtype), other((), y_dtype))
+    s.add("large-float32", s.tensor((3, 4), low=-1e30, high=1e30), other((3, 4)), note="overflow to inf")
+    s.add("small-float32", s.tensor((3, 4), low=-1e-30, high=1e-30), other((3, 4)))
+    s.add("large-float16", s.tensor((3, 4), "float16", low=-6e4, high=6e4), other((3, 4), "float16"))
+    s.add("float32-special", tensor_of(_SPECIAL[:6] * 2, "float32"), tensor_of(_SPECIAL[::-1], "float32"))
+    if op in ("add", "sub"):
+        _alpha_samples(s, op)
+    if op == "div":
+        _rounding_samples(s)
+    if op in ("add", "mul"):
+        s.add("uint8-wraps", tensor_of([250, 3], "uint8"), 300 if op == "add" else -1)
+        s.add("int32-wraps", tensor_of([2**31 - 1, 5], "int32"), 2)
+        s.add("int64-exact", tensor_of([2**62 + 1, -(2**62) - 3], "int64"), tensor_of([3, 1], "int64"))
+    return s
+
+
+def _alpha_samples(s: SampleSet, op: str) -> None:
+    for dtype, alpha in [("float32", 2), ("float32", -0.5), ("float16", 3.0), ("int64", 3), ("uint8", -1)]:
+        s.add(f"{dtype}-alpha-{alpha!r}", s.tensor((2, 3), dtype, high=9), s.tensor((2, 3), dtype, high=9), alpha=alpha)
+    if op == "add":
+        for alpha in (True, False, 0, 2):
+            s.add(f"bool-alpha-{alpha!r}", s.tensor((8,), "bool"), s.tensor((8,), "bool"), alpha=alpha)
+
+
+def _rounding_samples(s: SampleSet) -> None:
+    for mode in ("trunc", "floor"):
+        for dtype in ("float32", "float64", "float16", "int64", "int32", "int8", "uint8"):
+            x = s.tensor((3, 4), dtype, low=-20, high=20)
+            s.add(f"{dtype}-{mode}", x, s.nonzero((4,), dtype), rounding_mode=mode)
+        s.add(f"float32-{mode}-scalar", s.tensor((3, 4), low=-20, high=20), -2.5, rounding_mode=mode)
+        s.add(f"int64-{mode}-scalar", s.tensor((3, 4), "int64", low=-20, high=20), 3, rounding_mode=mode)
+        s.add(
+            f"bfloat16-{mode}",  # whole numbers over powers of two: no rounding of the quotient to argue over
+            tensor_of([[-7.0, 7.0, 5.0, -3.0]], "bfloat16"),
+            tensor_of([1.0, -2.0, 4.0, -0.5], "bfloat16"),
+            rounding_mode=mode,
+        )
+        s.add(
+            f"float32-{mode}-special",
+            tensor_of([-7.0, 7.0, 0.0, math.inf, math.nan], "float32"),
+            tensor_of([2.0, -2.0, 0.0, 1.0, 1.0], "float32"),
+            rounding_mode=mode,
+        )
+        s.add(f"bool-int-{mode}", tensor_of([True, False], "bool"), tensor_of([3, 1], "int64"), rounding_mode=mode)
+    s.add("int-true-division-by-zero", tensor_of([1, 0, -1], "int64"), 0, note="inf and nan, as torch")
+    s.add("float32-by-zero", tensor_of([-7.0, 7.0, 0.0, math.inf, math.nan], "float32"), 0.0)
+
+
+def unary_samples(op: str) -> Iterable[Sample]:
+    """Every dtype, scalars, empty and 1-D inputs, non-contiguous inputs, magnitudes, special values."""
+    s = SampleSet(op)
+    for dtype in _dtypes(op):
+        s.add(dtype, s.tensor((3, 4), dtype, low=-5, high=5 if dtype != "uint8" else 9))
+    for shape in ((), (0,), (7,), (2, 3, 4), (3, 0, 2)):
+        s.add(f"shape-{shape_id(shape)}", s.tensor(shape))
+    for dtype in ("float16", "float64", "bfloat16"):
+        s.add(f"{dtype}-scalar", s.tensor((), dtype))
+    for layout in ("transposed", "strided", "expanded"):
+        s.add(layout, s.tensor((4, 5), layout=layout))
+    s.add("large-float32", s.tensor((3, 4), low=-1e4, high=1e4))
+    s.add("small-float32", s.tensor((3, 4), low=-1e-4, high=1e-4))
+    s.add("large-float64", s.tensor((3, 4), "float64", low=-800, high=800))
+    # gelu of +-inf: torch's vectorized float32 kernel gives nan where the exact answer is inf
+    special = [v for v in _SPECIAL if not (op == "gelu" and math.isinf(v))]
+    for dtype in ("float32", "float64", "float16"):
+        s.add(f"{dtype}-special", tensor_of(special, dtype))
+    if op == "gelu":
+        for dtype in ("float32", "float64", "float16", "bfloat16"):
+            s.add(f"{dtype}-tanh", s.tensor((5, 6), dtype, low=-6, high=6), approximate="tanh")
+        s.add("float32-none", s.tensor((5, 6), low=-6, high=6), approximate="none")
+    return s
+
+
+def _error_inputs() -> dict[str, list[ErrorInput]]:
+    i8, i32, i64, u8, f16, b = "int8", "int32", "int64", "uint8", "float16", "bool"
+    fit = r"a value that fits in"
+    return {
+        "add": [
+            ErrorInput("broadcast", (z(2, 3), z(4)), ShapeError, "other", "shapes that broadcast together"),
+            ErrorInput("huge-int", (z(2), 2**70), ArgumentError, "other", "an int within the int64 range"),
+            ErrorInput("bool-alpha-float", (z(2), z(2)), ArgumentError, "alpha", "a bool alpha is only for bool",
+                       {"alpha": True}),
+            ErrorInput("float-alpha-int", (z(2, dtype=i32), z(2, dtype=i32)), ArgumentError, "alpha",
+                       r"an int for integral inputs \(the result is int32\)", {"alpha": 2.5}),
+            ErrorInput("float-alpha-bool", (z(2, dtype=b), z(2, dtype=b)), ArgumentError, "alpha",
+                       r"an int for integral inputs \(the result is bool\)", {"alpha": 0.5}),
+            ErrorInput("alpha-overflow-uint8", (z(2, dtype=u8), z(2, dtype=u8)), ArgumentError, "alpha",
+                       f"{fit} uint8", {"alpha": 256}),
+            ErrorInput("alpha-overflow-float16", (z(2, dtype=f16), z(2, dtype=f16)), ArgumentError, "alpha",
+                       f"{fit} float16", {"alpha": 1e6}),
+            ErrorInput("alpha-huge-int", (z(2), z(2)), ArgumentError, "alpha", "int64 range", {"alpha": 2**70}),
+        ],
+        "sub": [
+            ErrorInput("broadcast", (z(2, 3), z(2)), ShapeError, "other", "shapes that broadcast together"),
+            ErrorInput("two-bools", (z(2, dtype=b), z(2, dtype=b)), DTypeError, "other", "subtracting two bool"),
+            ErrorInput("bool-scalar", (z(2, dtype=b), True), DTypeError, "other", "subtracting two bool"),
+            ErrorInput("bool-x", (z(2, dtype=b), z(2, dtype=i32)), DTypeError, "x", "subtraction with a bool"),
+            ErrorInput("bool-other", (z(2, dtype=i64), True), DTypeError, "other", "subtraction with a bool"),
+            ErrorInput("alpha-negated-overflow", (z(2, dtype=i8), z(2, dtype=i8)), ArgumentError, "alpha",
+                       "-alpha to fit in int8", {"alpha": -128}),
+            ErrorInput("float-alpha-int", (z(2, dtype=i64), 1), ArgumentError, "alpha", "an int for integral inputs",
+                       {"alpha": 1.0}),
+        ],
+        "mul": [
+            ErrorInput("broadcast", (z(3, 1, 2), z(4, 3)), ShapeError, "other", "shapes that broadcast together"),
+            ErrorInput("huge-int", (z(2, dtype=i32), -(2**64)), ArgumentError, "other", "int64 range"),
+        ],
+        "div": [
+            ErrorInput("broadcast", (z(2, 3), z(2)), ShapeError, "other", "shapes that broadcast together"),
+            ErrorInput("rounding-mode", (z(2), 2.0), ArgumentError, "rounding_mode", "one of None, 'trunc', 'floor'",
+                       {"rounding_mode": "round"}),
+            ErrorInput("bool-rounding", (z(2, dtype=b), z(2, dtype=b)), DTypeError, "x", "whose result is not bool",
+                       {"rounding_mode": "trunc"}),
+            ErrorInput("int-by-zero", (tensor_of([4, 5], i64), tensor_of([2, 0], i64)), ArgumentError, "other",
+                       "no zero divisor", {"rounding_mode": "floor"}, raised_by="kernel"),
+            ErrorInput("int-by-zero-scalar", (tensor_of([4, 5], i8), 0), ArgumentError, "other", "no zero divisor",
+                       {"rounding_mode": "trunc"}, raised_by="kernel"),
+        ],
+        "relu": [ErrorInput("bool", (z(2, dtype=b),), DTypeError, "x", "found bool")],
+        "gelu": [
+            ErrorInput("int", (z(2, dtype=i64),), DTypeError, "x", "found int64"),
+            ErrorInput("bool", (z(2, dtype=b),), DTypeError, "x", "found bool"),
+            ErrorInput("approximate", (z(2),), ArgumentError, "approximate", "one of 'none', 'tanh'",
+                       {"approximate": "erf"}),
+        ],
+        "silu": [ErrorInput("int", (z(2, dtype=i32),), DTypeError, "x", "found int32")],
+    }  # fmt: skip
+
+
+_ERRORS: dict[str, list[ErrorInput]] = {}
+
+
+def error_inputs(op: str) -> list[ErrorInput]:
+    """The op's error inputs (built once)."""
+    if not _ERRORS:
+        _ERRORS.update(_error_inputs())
+    return _ERRORS.get(op, [])
+
+
+def _entry(op: str) -> OpEntry:
+    samples = binary_samples if op in BINARY else unary_samples
+    return OpEntry(op, lambda: samples(op), lambda: error_inputs(op))
+
+
+ENTRIES: tuple[OpEntry, ...] = tuple(_entry(op) for op in BINARY + UNARY)

@@ -1,0 +1,247 @@
+"""Kit entries for the matrix products and the fused linear ops."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy
+
+from opcore.errors import ArgumentError, DTypeError, ShapeError
+from opcore.testing.builders import SampleSet, shape_id, tensor_of, z
+from opcore.testing.records import ErrorInput, OpEntry, Sample
+from opcore.testing.tolerances import REDUCED_PRECISION_CHAINS
+
+__all__ = ["ENTRIES"]
+
+FLOATS = ("float32", "float16", "float64", "bfloat16")
+INTS = ("int64", "int32", "int16", "int8", "uint8")
+
+
+def _range(dtype: str) -> dict[str, float]:
+    """Small integers, so that integer products stay exact (torch wraps as the reference does)."""
+    if dtype in INTS:
+        return {"low": 0, "high": 3} if dtype == "uint8" else {"low": -3, "high": 3}
+    return {}
+
+
+_LINEAR_SHAPES = [
+    ((2, 3), (4, 3), (4,)),
+    ((2, 3), (4, 3), None),
+    ((3,), (4, 3), (4,)),
+    ((3,), (3,), None),
+    ((3,), (3,), ()),
+    ((2, 3), (3,), None),
+    ((5, 2, 3), (4, 3), (4,)),
+    ((2, 5, 2, 3), (4, 3), (5, 2, 4)),
+    ((0, 3), (4, 3), (4,)),
+    ((2, 0), (4, 0), (4,)),
+    ((2, 3), (0, 3), (0,)),
+    ((2, 3), (4, 3), ()),
+    ((2, 3), (4, 3), (1,)),
+    ((2, 3), (4, 3), (2, 4)),
+    ((2, 3), (4, 3), (2, 1)),
+]
+
+
+def linear_samples() -> Iterable[Sample]:
+    s = SampleSet("linear")
+    for x_shape, w_shape, b_shape in _LINEAR_SHAPES:
+        bias = None if b_shape is None else s.tensor(b_shape)
+        name = f"x{shape_id(x_shape)}-w{shape_id(w_shape)}-b{'none' if b_shape is None else shape_id(b_shape)}"
+        s.add(name, s.tensor(x_shape), s.tensor(w_shape), bias)
+    for dtype in FLOATS + INTS:
+        options = _range(dtype)
+        x, w, b = s.tensor((3, 2, 8), dtype, **options), s.tensor((5, 8), dtype, **options), s.tensor((5,), dtype)
+        s.add(dtype, x, w, b)
+        s.add(f"{dtype}-no-bias", x, w)
+    for layout in ("transposed", "strided"):
+        s.add(layout, s.tensor((4, 6), layout=layout), s.tensor((5, 6), layout=layout), s.tensor((5,), layout=layout))
+        s.add(f"int64-{layout}", s.tensor((4, 6), "int64", layout=layout), s.tensor((5, 6), "int64", layout=layout))
+    s.add("w-1d-bias-0d", s.tensor((2, 3), "float64"), s.tensor((3,), "float64"), s.tensor((), "float64"),
+          note="torch's F.linear refuses this bias; opcore broadcasts it")  # fmt: skip
+    s.add("large", s.tensor((4, 16), low=-1e3, high=1e3), s.tensor((6, 16), low=-1e3, high=1e3), s.tensor((6,)))
+    s.add("small", s.tensor((4, 16), low=-1e-3, high=1e-3), s.tensor((6, 16), low=-1e-3, high=1e-3))
+    s.add("int8-wraps", tensor_of(numpy.full((1, 4), 100), "int8"), tensor_of(numpy.full((1, 4), 100), "int8"))
+    s.add("int32-wraps", tensor_of(numpy.full((1, 3), 2**31 - 1), "int32"), tensor_of(numpy.ones((2, 3)), "int32"))
+    return s
+
+
+_MATMUL_SHAPES = [
+    ((3,), (3,)),
+    ((2, 3), (3,)),
+    ((3,), (3, 4)),
+    ((4, 3), (3, 6)),
+    ((2, 4, 3), (3,)),
+    ((3,), (2, 3, 4)),
+    ((2, 1, 4, 3), (5, 3, 6)),
+    ((7, 4, 3), (3, 2)),
+    ((0, 3), (3, 2)),
+    ((2, 0), (0, 3)),
+    ((0,), (0,)),
+    ((2, 0, 4, 3), (1, 3, 2)),
+]
+
+
+def matmul_samples() -> Iterable[Sample]:
+    s = SampleSet("matmul")
+    for x_shape, y_shape in _MATMUL_SHAPES:
+        s.add(f"{shape_id(x_shape)}-{shape_id(y_shape)}", s.tensor(x_shape), s.tensor(y_shape))
+    for dtype in FLOATS + INTS:
+        s.add(dtype, s.tensor((2, 3, 5), dtype, **_range(dtype)), s.tensor((5, 4), dtype, **_range(dtype)))
+    for layout in ("transposed", "strided"):
+        s.add(layout, s.tensor((2, 3, 5), layout=layout), s.tensor((5, 4), layout=layout))
+    s.add("large", s.tensor((3, 8), low=-1e3, high=1e3), s.tensor((8, 2), low=-1e3, high=1e3))
+    return s
+
+
+def bmm_samples() -> Iterable[Sample]:
+    s = SampleSet("bmm")
+    for x_shape, y_shape in [
+        ((2, 3, 4), (2, 4, 5)),
+        ((0, 3, 4), (0, 4, 5)),
+        ((2, 0, 4), (2, 4, 1)),
+        ((1, 1, 1), (1, 1, 1)),
+    ]:
+        s.add(f"{shape_id(x_shape)}-{shape_id(y_shape)}", s.tensor(x_shape), s.tensor(y_shape))
+    for dtype in FLOATS + INTS:
+        s.add(dtype, s.tensor((2, 3, 5), dtype, **_range(dtype)), s.tensor((2, 5, 4), dtype, **_range(dtype)))
+    for layout in ("transposed", "strided"):
+        s.add(layout, s.tensor((2, 3, 5), layout=layout), s.tensor((2, 5, 4), layout=layout))
+    s.add("large", s.tensor((2, 3, 8), low=-1e3, high=1e3), s.tensor((2, 8, 2), low=-1e3, high=1e3))
+    return s
+
+
+def fused_samples(op: str) -> Iterable[Sample]:
+    """Every dtype, 1-D and batched inputs, empty batches, with and without bias; gelu's approximate."""
+    s = SampleSet(op)
+    dtypes = FLOATS + (INTS if op == "linear_relu" else ())
+    for dtype in dtypes:
+        options = _range(dtype)
+        cases = [((4, 8), True), ((8,), False)] + ([((2, 3, 8), True), ((0, 8), True)] if dtype == "float32" else [])
+        for x_shape, with_bias in cases:
+            bias = s.tensor((6,), dtype, **options) if with_bias else None
+            name = f"{dtype}-{shape_id(x_shape)}" + ("" if with_bias else "-no-bias")
+            s.add(name, s.tensor(x_shape, dtype, **options), s.tensor((6, 8), dtype, **options), bias)
+    s.add("w-transposed", s.tensor((4, 8)), s.tensor((6, 8), layout="transposed"), s.tensor((6,)))
+    s.add("x-strided", s.tensor((4, 8), layout="strided"), s.tensor((6, 8)), None)
+    s.add("large", s.tensor((4, 8), low=-300, high=300), s.tensor((6, 8), low=-300, high=300), s.tensor((6,)))
+    s.add("small", s.tensor((4, 8), low=-1e-3, high=1e-3), s.tensor((6, 8)), s.tensor((6,), low=-1e-3, high=1e-3))
+    if op == "linear_gelu":
+        for dtype in ("float32", "float16"):
+            x, w, b = s.tensor((4, 8), dtype), s.tensor((6, 8), dtype, layout="transposed"), s.tensor((6,), dtype)
+            s.add(f"{dtype}-tanh", x, w, b, approximate="tanh")
+        s.add("float32-none", s.tensor((4, 8)), s.tensor((6, 8)), s.tensor((6,)), approximate="none")
+    return s
+
+
+def gated_mlp_samples() -> Iterable[Sample]:
+    s = SampleSet("gated_mlp")
+
+    def weights(dtype: str, layout: str = "contiguous") -> tuple[object, ...]:
+        return (
+            s.tensor((16, 8), dtype, low=-1, high=1, layout=layout),
+            s.tensor((16, 8), dtype, low=-1, high=1),
+            s.tensor((5, 16), dtype, layout=layout),
+        )
+
+    for dtype in FLOATS:
+        for x_shape in [(3, 8), (8,)] + ([(2, 3, 8), (0, 8)] if dtype == "float32" else []):
+            s.add(f"{dtype}-{shape_id(x_shape)}", s.tensor(x_shape, dtype), *weights(dtype))
+    s.add("transposed-weights", s.tensor((3, 8)), *weights("float32", "transposed"))
+    s.add("x-strided", s.tensor((3, 8), layout="strided"), *weights("float32"))
+    s.add("large-x", s.tensor((3, 8), low=-300, high=300), *weights("float32"))
+    return s
+
+
+def _error_inputs() -> dict[str, list[ErrorInput]]:
+    i32, f64, b = "int32", "float64", "bool"
+    same = r"the dtype of 'x' \(float32\)"
+    bias = "a bias that broadcasts to the output shape"
+    return {
+        "linear": [
+            ErrorInput("x-0d", (z(), z(4, 3)), ShapeError, "x", "at least 1 dimension"),
+            ErrorInput("w-0d", (z(2, 3), z()), ShapeError, "w", "found a 0-D tensor"),
+            ErrorInput("w-3d", (z(2, 3), z(1, 4, 3)), ShapeError, "w", "found a 3-D tensor"),
+            ErrorInput("bool", (z(2, 3, dtype=b), z(2, 3, dtype=b)), DTypeError, "x", "found bool"),
+            ErrorInput("w-dtype", (z(2, 3), z(4, 3, dtype=f64)), DTypeError, "w", same),
+            ErrorInput("b-dtype", (z(2, 3), z(4, 3), z(4, dtype=f64)), DTypeError, "b", same),
+            ErrorInput("in-features", (z(2, 3), z(4, 5)), ShapeError, "w", "in_features = 3"),
+            ErrorInput("1d-in-features", (z(3), z(4)), ShapeError, "w", "in_features = 3"),
+            ErrorInput("b-shape", (z(2, 3), z(4, 3), z(3)), ShapeError, "b", bias),
+            ErrorInput("b-grows", (z(2, 3), z(4, 3), z(5, 2, 4)), ShapeError, "b", bias, torch_rejects=False),
+        ],
+        "linear_relu": [
+            ErrorInput("bool", (z(2, 3, dtype=b), z(2, 3, dtype=b)), DTypeError, "x", "found bool"),
+            ErrorInput("in-features", (z(2, 3), z(4, 5)), ShapeError, "w", "in_features = 3"),
+        ],
+        "linear_silu": [
+            ErrorInput("int", (z(2, 3, dtype=i32), z(4, 3, dtype=i32)), DTypeError, "x", "found int32",
+                       torch_rejects=False),
+            ErrorInput("b-shape", (z(2, 3), z(4, 3), z(2)), ShapeError, "b", bias, torch_rejects=False),
+        ],
+        "linear_gelu": [
+            ErrorInput("int", (z(2, 3, dtype=i32), z(4, 3, dtype=i32)), DTypeError, "x", "found int32",
+                       torch_rejects=False),
+            ErrorInput("approximate", (z(2, 3), z(4, 3)), ArgumentError, "approximate", "one of 'none', 'tanh'",
+                       {"approximate": "x"}, torch_rejects=False),
+        ],
+        "matmul": [
+            ErrorInput("x-0d", (z(), z(3)), ShapeError, "x", "at least 1 dimension"),
+            ErrorInput("y-0d", (z(3), z()), ShapeError, "y", "at least 1 dimension"),
+            ErrorInput("bool", (z(2, 3, dtype=b), z(3, 2, dtype=b)), DTypeError, "x", "found bool"),
+            ErrorInput("dtype", (z(2, 3), z(3, 2, dtype=f64)), DTypeError, "y", same),
+            ErrorInput("inner", (z(2, 3), z(4, 2)), ShapeError, "y", "size at dim -2 = 3"),
+            ErrorInput("inner-1d", (z(2, 3), z(4)), ShapeError, "y", "its size = 3"),
+            ErrorInput("batch", (z(2, 4, 3), z(5, 3, 6)), ShapeError, "y", "shapes that broadcast together"),
+        ],
+        "bmm": [
+            ErrorInput("x-2d", (z(4, 3), z(1, 3, 6)), ShapeError, "x", r"a 3-D tensor \(batch, n, k\)"),
+            ErrorInput("y-4d", (z(1, 4, 3), z(1, 1, 3, 6)), ShapeError, "y", r"a 3-D tensor \(batch, k, m\)"),
+            ErrorInput("bool", (z(1, 2, 3, dtype=b), z(1, 3, 2, dtype=b)), DTypeError, "x", "found bool"),
+            ErrorInput("dtype", (z(1, 4, 3), z(1, 3, 6, dtype=f64)), DTypeError, "y", same),
+            ErrorInput("batch", (z(2, 4, 3), z(1, 3, 6)), ShapeError, "y", r"\(batch, k\) = \(2, 3\)"),
+            ErrorInput("inner", (z(1, 4, 3), z(1, 2, 6)), ShapeError, "y", r"\(batch, k\) = \(1, 3\)"),
+        ],
+        "gated_mlp": [
+            ErrorInput("x-0d", (z(), z(4, 3), z(4, 3), z(3, 4)), ShapeError, "x", r"1 dimension \(\.\.\., hidden"),
+            ErrorInput("w_gate-1d", (z(3), z(3), z(4, 3), z(3, 4)), ShapeError, "w_gate", "a 2-D weight",
+                       torch_rejects=False),
+            ErrorInput("w_down-3d", (z(3), z(4, 3), z(4, 3), z(1, 3, 4)), ShapeError, "w_down", "a 2-D weight",
+                       torch_rejects=False),
+            ErrorInput("int", (z(3, dtype=i32), z(4, 3, dtype=i32), z(4, 3, dtype=i32), z(3, 4, dtype=i32)),
+                       DTypeError, "x", "found int32"),
+            ErrorInput("dtype", (z(3), z(4, 3), z(4, 3), z(3, 4, dtype=f64)), DTypeError, "w_down", same),
+            ErrorInput("hidden", (z(5), z(4, 3), z(4, 3), z(3, 4)), ShapeError, "w_gate", r"shape \(intermediate, 5\)"),
+            ErrorInput("w_up", (z(3), z(4, 3), z(5, 3), z(3, 4)), ShapeError, "w_up", "the shape of 'w_gate'"),
+            ErrorInput("w_down", (z(3), z(4, 3), z(4, 3), z(3, 5)), ShapeError, "w_down", r"shape \(out_features, 4\)"),
+        ],
+    }  # fmt: skip
+
+
+_ERRORS: dict[str, list[ErrorInput]] = {}
+
+
+def error_inputs(op: str) -> list[ErrorInput]:
+    if not _ERRORS:
+        _ERRORS.update(_error_inputs())
+    return _ERRORS.get(op, [])
+
+
+_SAMPLES = {
+    "linear": linear_samples,
+    "matmul": matmul_samples,
+    "bmm": bmm_samples,
+    "linear_relu": lambda: fused_samples("linear_relu"),
+    "linear_silu": lambda: fused_samples("linear_silu"),
+    "linear_gelu": lambda: fused_samples("linear_gelu"),
+    "gated_mlp": gated_mlp_samples,
+}
+_CHAINED = {"linear_relu", "linear_silu", "linear_gelu", "gated_mlp"}
+
+
+def _entry(op: str) -> OpEntry:
+    tolerances = REDUCED_PRECISION_CHAINS if op in _CHAINED else {}
+    return OpEntry(op, _SAMPLES[op], lambda: error_inputs(op), tolerances)
+
+
+ENTRIES: tuple[OpEntry, ...] = tuple(_entry(op) for op in _SAMPLES)

@@ -1,0 +1,161 @@
+"""Kit entries for softmax, log_softmax, layer_norm and rms_norm."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from opcore.errors import ArgumentError, DTypeError, ShapeError
+from opcore.testing.builders import SampleSet, shape_id, tensor_of, z
+from opcore.testing.records import ErrorInput, OpEntry, Sample
+from opcore.testing.tolerances import REDUCED_PRECISION_CHAINS
+
+__all__ = ["ENTRIES"]
+
+FLOATS = ("float32", "float16", "float64", "bfloat16")
+_SOFTMAX_DIMS = [
+    ((), 0), ((), -1), ((0,), 0), ((5,), 0), ((2, 3, 4), 0), ((2, 3, 4), 1), ((2, 3, 4), -1), ((2, 3, 4), -3),
+    ((2, 0, 3), 1), ((2, 0, 3), 2), ((1, 1), 1),
+]  # fmt: skip
+_SPECIAL_ROWS = [
+    [1000.0, 0.0, -1000.0, 5.0],
+    [-math.inf, 0.0, 1.0, -math.inf],
+    [-math.inf, -math.inf, -math.inf, -math.inf],
+    [1.0, math.nan, 2.0, 3.0],
+    [30.0, 30.0, 30.0, 30.0],
+]
+
+
+def softmax_samples(op: str) -> Iterable[Sample]:
+    """Scalars, empty dims, every dim, every dtype and layout, large and special values."""
+    s = SampleSet(op)
+    for shape, dim in _SOFTMAX_DIMS:
+        s.add(f"{shape_id(shape)}-dim{dim}", s.tensor(shape), dim)
+    for dtype in FLOATS:
+        for layout in ("contiguous", "transposed", "strided"):
+            s.add(f"{dtype}-{layout}-last", s.tensor((3, 7), dtype, layout=layout, low=-10, high=10), -1)
+            s.add(f"{dtype}-{layout}-first", s.tensor((3, 7), dtype, layout=layout), 0)
+    s.add("large", s.tensor((3, 7), low=-1000, high=1000), -1, note="needs the max subtracted first")
+    s.add("small", s.tensor((3, 7), low=-1e-4, high=1e-4), -1)
+    for dtype in ("float32", "float64", "float16"):
+        s.add(f"{dtype}-special", tensor_of(_SPECIAL_ROWS, dtype), -1)
+    return s
+
+
+_NORM_SHAPES = [((2, 3, 8), (8,)), ((2, 3, 8), (3, 8)), ((8,), (8,)), ((0, 8), (8,)), ((2, 0), (0,)), ((4, 1), (1,))]
+
+
+def layer_norm_samples() -> Iterable[Sample]:
+    s = SampleSet("layer_norm")
+    for shape, normalized in _NORM_SHAPES:
+        for parameters in ("none", "weight", "both"):
+            weight = s.tensor(normalized) if parameters != "none" else None
+            bias = s.tensor(normalized) if parameters == "both" else None
+            s.add(
+                f"{shape_id(shape)}-over-{shape_id(normalized)}-{parameters}", s.tensor(shape), normalized, weight, bias
+            )
+    for dtype in FLOATS:
+        for layout in ("contiguous", "transposed", "strided"):
+            x = s.tensor((3, 4, 6), dtype, layout=layout, low=-5, high=7)
+            weight, bias = (
+                s.tensor((6,), dtype),
+                s.tensor((6,), dtype, layout="strided" if layout != "contiguous" else layout),
+            )
+            s.add(f"{dtype}-{layout}", x, (6,), weight, bias)
+        s.add(f"{dtype}-eps", s.tensor((3, 6), dtype), (6,), s.tensor((6,), dtype), s.tensor((6,), dtype), 0.5)
+    for dtype in ("float16", "bfloat16"):
+        s.add(f"{dtype}-float32-parameters", s.tensor((3, 6), dtype), (6,), s.tensor((6,)), s.tensor((6,)))
+        s.add(f"{dtype}-float32-bias", s.tensor((3, 6), dtype), (6,), None, s.tensor((6,)))
+    s.add("constant-rows", tensor_of([[3.0] * 5] * 2, "float32"), (5,), note="zero variance")
+    s.add("normalized-shape-int", s.tensor((2, 6)), 6)
+    s.add("large", s.tensor((3, 6), low=-1e4, high=1e4), (6,))
+    s.add("small", s.tensor((3, 6), low=-1e-2, high=1e-2), (6,), tolerance=None)
+    return s
+
+
+def rms_norm_samples() -> Iterable[Sample]:
+    s = SampleSet("rms_norm")
+    for shape, normalized in _NORM_SHAPES:
+        s.add(f"{shape_id(shape)}-over-{shape_id(normalized)}", s.tensor(shape), normalized)
+        s.add(
+            f"{shape_id(shape)}-over-{shape_id(normalized)}-weight", s.tensor(shape), normalized, s.tensor(normalized)
+        )
+    for dtype in FLOATS:
+        for layout in ("contiguous", "transposed", "strided"):
+            s.add(f"{dtype}-{layout}", s.tensor((3, 4, 6), dtype, layout=layout), (6,), s.tensor((6,), dtype))
+        for eps in (1e-6, 0.5):
+            s.add(f"{dtype}-eps-{eps}", s.tensor((3, 6), dtype), (6,), s.tensor((6,), dtype), eps)
+        # values so small that the default eps dominates: float16 computes in float32, so uses its eps
+        s.add(f"{dtype}-default-eps-tiny", tensor_of([[1e-3] * 4] * 2, dtype), (4,))
+        s.add(f"{dtype}-zeros", tensor_of([[0.0] * 4] * 2, dtype), (4,))
+    s.add("normalized-shape-int", s.tensor((2, 6)), 6)
+    s.add("large", s.tensor((3, 6), low=-1e4, high=1e4), (6,))
+    s.add("weight-float64", s.tensor((3, 6)), (6,), s.tensor((6,), "float64"), note="a weight of another float dtype")
+    return s
+
+
+def _error_inputs() -> dict[str, list[ErrorInput]]:
+    i32, i64, b = "int32", "int64", "bool"
+    dim = r"a dim in the range"
+    trailing = "the trailing sizes of 'x'"
+    return {
+        "softmax": [
+            ErrorInput("int", (z(2, dtype=i64), 0), DTypeError, "x", "found int64"),
+            ErrorInput("bool", (z(2, dtype=b), 0), DTypeError, "x", "found bool"),
+            ErrorInput("dim", (z(2, 3), 2), ShapeError, "dim", rf"{dim} \[-2, 1\]"),
+            ErrorInput("dim-negative", (z(2, 3), -3), ShapeError, "dim", rf"{dim} \[-2, 1\]"),
+            ErrorInput("0d-dim", (z(), 1), ShapeError, "dim", rf"{dim} \[-1, 0\] for a 0-D tensor"),
+        ],
+        "log_softmax": [
+            ErrorInput("int", (z(2, dtype=i32), 0), DTypeError, "x", "found int32"),
+            ErrorInput("dim", (z(2, 3), -4), ShapeError, "dim", dim),
+        ],
+        "layer_norm": [
+            ErrorInput("int", (z(2, 3, dtype=i64), (3,)), DTypeError, "x", "found int64"),
+            ErrorInput("empty", (z(2, 3), ()), ArgumentError, "normalized_shape", "at least one size"),
+            ErrorInput("mismatch", (z(2, 3), (4,)), ShapeError, "normalized_shape", trailing),
+            ErrorInput("too-long", (z(3), (2, 3)), ShapeError, "normalized_shape", trailing),
+            ErrorInput("negative", (z(2, 3), (-3,)), ShapeError, "normalized_shape", trailing),
+            ErrorInput("weight", (z(2, 3), (3,), z(4)), ShapeError, "weight", r"normalized_shape = \(3,\)"),
+            ErrorInput("weight-2d", (z(2, 3), (3,), z(1, 3)), ShapeError, "weight", r"normalized_shape = \(3,\)"),
+            ErrorInput("bias", (z(2, 3), (3,), None, z(2)), ShapeError, "bias", r"normalized_shape = \(3,\)"),
+            ErrorInput("weight-dtype", (z(2, 3), (3,), z(3, dtype="float64")), DTypeError, "weight",
+                       r"the dtype of 'x' \(float32\)"),
+            ErrorInput("bias-dtype", (z(2, 3), (3,), None, z(3, dtype="float16")), DTypeError, "bias",
+                       r"the dtype of 'x' \(float32\)"),
+            ErrorInput("mixed-parameters", (z(2, 3, dtype="float16"), (3,), z(3), z(3, dtype="float16")), DTypeError,
+                       "bias", r"the same as 'weight' \(float32\)"),
+        ],
+        "rms_norm": [
+            ErrorInput("int", (z(2, 3, dtype=i64), (3,)), DTypeError, "x", "found int64"),
+            ErrorInput("empty", (z(2, 3), ()), ArgumentError, "normalized_shape", "at least one size"),
+            ErrorInput("mismatch", (z(2, 3), (2,)), ShapeError, "normalized_shape", trailing),
+            ErrorInput("weight", (z(2, 3), (3,), z(4)), ShapeError, "weight", r"normalized_shape = \(3,\)"),
+            ErrorInput("weight-int", (z(2, 3), (3,), z(3, dtype=i32)), DTypeError, "weight", "found int32",
+                       torch_rejects=False),
+        ],
+    }  # fmt: skip
+
+
+_ERRORS: dict[str, list[ErrorInput]] = {}
+
+
+def error_inputs(op: str) -> list[ErrorInput]:
+    if not _ERRORS:
+        _ERRORS.update(_error_inputs())
+    return _ERRORS.get(op, [])
+
+
+_SAMPLES = {
+    "softmax": lambda: softmax_samples("softmax"),
+    "log_softmax": lambda: softmax_samples("log_softmax"),
+    "layer_norm": layer_norm_samples,
+    "rms_norm": rms_norm_samples,
+}
+
+
+def _entry(op: str) -> OpEntry:
+    return OpEntry(op, _SAMPLES[op], lambda: error_inputs(op), REDUCED_PRECISION_CHAINS)
+
+
+ENTRIES: tuple[OpEntry, ...] = tuple(_entry(op) for op in _SAMPLES)

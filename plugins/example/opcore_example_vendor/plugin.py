@@ -1,0 +1,66 @@
+"""The ``example`` backend's hooks (entry point ``example = "opcore_example_vendor.plugin"``).
+
+Loading this module must stay cheap: kernels are named as ``"module:qualname"`` strings and
+imported when one first runs; checkers see TensorMeta (shapes, dtypes), never data.
+
+>>> opcore_backend().name, opcore_backend().priority
+('example', 150)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import opcore
+from opcore import BackendSpec, DeviceType, TensorMeta
+from opcore_example_vendor import __version__
+from opcore_example_vendor.contracts import SWIGLU
+
+if TYPE_CHECKING:
+    from opcore.registry import Registrar
+
+__all__ = ["PRIORITY", "SILU_PRIORITY", "opcore_backend", "opcore_register_contracts", "opcore_register_kernels"]
+
+# Above reference (0) and onnxruntime (100), below openvino (200), cpu (300) and cuda (400).
+PRIORITY = 150
+# Added to PRIORITY for the silu kernel: 250 ranks it above openvino, still below cpu.
+SILU_PRIORITY = 100
+
+
+def contiguous_only(x: TensorMeta) -> bool | str:
+    """Accept contiguous inputs; say why otherwise (opcore.explain shows the reason)."""
+    return True if x.is_contiguous else "example's silu takes contiguous inputs only"
+
+
+@opcore.hookimpl
+def opcore_backend() -> BackendSpec:
+    return BackendSpec(
+        name="example",
+        version=__version__,
+        priority=PRIORITY,
+        device_types=(DeviceType.CPU,),
+        api_version=opcore.API_VERSION,
+        is_available=None,  # numpy is always there; a real plugin checks its runtime cheaply here
+        describe=lambda: {"kernels": "numpy"},
+        description="example third-party backend (numpy)",
+        install_hint="pip install opcore-example-vendor",
+    )
+
+
+@opcore.hookimpl
+def opcore_register_contracts(registrar: Registrar) -> None:
+    registrar.add_contract(SWIGLU)
+
+
+@opcore.hookimpl
+def opcore_register_kernels(registrar: Registrar) -> None:
+    registrar.add_kernel(
+        "silu",
+        "opcore_example_vendor.kernels:silu",
+        dtypes=["float32", "float64"],
+        priority=SILU_PRIORITY,
+        checker=contiguous_only,
+    )
+    registrar.add_kernel(
+        "example.swiglu", "opcore_example_vendor.kernels:swiglu", dtypes=["float16", "float32", "float64"]
+    )
