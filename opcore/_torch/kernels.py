@@ -1,0 +1,265 @@
+"""Device-generic torch kernels for every built-in op: the same code serves the CPU and the CUDA backend.
+
+Each function takes the op's bound arguments positionally in schema order (tensors are torch
+tensors on one device) and returns a tensor of exactly the contract's output dtype. Input checks
+already ran in the contract's meta function; what is left here are the few places where torch
+itself cannot follow the contract (a data-dependent error, a bias with a 1-D weight) and the
+ones where torch would warn.
+
+Where a torch function already has the contract's signature and semantics, the kernel *is* that
+function (``relu = torch.relu``): one Python frame less on the dispatcher's cached path.
+
+>>> import torch
+>>> linear_relu(torch.ones(2, 3), torch.ones(4, 3), None).shape
+torch.Size([2, 4])
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from opcore.errors import ArgumentError
+
+__all__ = [
+    "add",
+    "bmm",
+    "cat",
+    "conv2d",
+    "conv2d_relu",
+    "conv2d_silu",
+    "div",
+    "embedding",
+    "exp",
+    "gated_mlp",
+    "gelu",
+    "layer_norm",
+    "linear",
+    "linear_gelu",
+    "linear_relu",
+    "linear_silu",
+    "log_softmax",
+    "matmul",
+    "mul",
+    "permute",
+    "relu",
+    "reshape",
+    "rms_norm",
+    "scaled_dot_product_attention",
+    "sigmoid",
+    "silu",
+    "softmax",
+    "sub",
+    "tanh",
+    "transpose",
+]
+
+Tensor = torch.Tensor
+Operand = Any  # a tensor or a Python number
+
+# --- elementwise -------------------------------------------------------------------------------
+
+
+def add(x: Tensor, other: Operand, alpha: Any) -> Tensor:
+    """x + alpha * other (torch.add's broadcasting and type promotion)."""
+    return torch.add(x, other, alpha=alpha)
+
+
+def sub(x: Tensor, other: Operand, alpha: Any) -> Tensor:
+    """x - alpha * other."""
+    return torch.sub(x, other, alpha=alpha)
+
+
+mul = torch.mul
+
+
+def div(x: Tensor, other: Operand, rounding_mode: str | None) -> Tensor:
+    """x / other; an integer division by zero is the caller's error, as in the reference backend."""
+    try:
+        return torch.div(x, other, rounding_mode=rounding_mode)
+    except RuntimeError as error:
+        if "ZeroDivisionError" not in str(error):
+            raise
+        raise ArgumentError(
+            arg="other",
+            expected=f"no zero divisor for an integer division with rounding_mode={rounding_mode!r}",
+            found="a zero",
+            fix="divide floating tensors to get inf/nan instead",
+        ) from None
+
+
+relu = torch.relu
+silu = F.silu
+sigmoid = torch.sigmoid
+tanh = torch.tanh
+exp = torch.exp
+
+
+def gelu(x: Tensor, approximate: str) -> Tensor:
+    """Exact or tanh-approximated gelu."""
+    return F.gelu(x, approximate=approximate)
+
+
+# --- matrix products ---------------------------------------------------------------------------
+
+
+def linear(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+    """x @ w.T + b. torch's addmv refuses a bias beside a 1-D weight and a batched x; the contract
+    allows any bias that broadcasts to the output without growing it, so that case adds it apart.
+    """
+    if b is not None and w.ndim == 1 and x.ndim > 1:
+        return torch.add(torch.matmul(x, w), b)
+    return F.linear(x, w, b)
+
+
+matmul = torch.matmul
+bmm = torch.bmm
+
+
+def linear_relu(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+    """relu(linear(x, w, b)), the relu in place on linear's fresh result."""
+    return torch.relu_(linear(x, w, b))
+
+
+def linear_silu(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+    """silu(linear(x, w, b)), the silu in place."""
+    return F.silu(linear(x, w, b), inplace=True)
+
+
+def linear_gelu(x: Tensor, w: Tensor, b: Tensor | None, approximate: str) -> Tensor:
+    """gelu(linear(x, w, b))."""
+    return F.gelu(linear(x, w, b), approximate=approximate)
+
+
+def gated_mlp(x: Tensor, w_gate: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor:
+    """linear(silu(linear(x, w_gate)) * linear(x, w_up), w_down), intermediates updated in place."""
+    hidden = F.silu(F.linear(x, w_gate), inplace=True)
+    hidden.mul_(F.linear(x, w_up))
+    return F.linear(hidden, w_down)
+
+
+# --- normalization -----------------------------------------------------------------------------
+
+
+def softmax(x: Tensor, dim: int) -> Tensor:
+    return torch.softmax(x, dim)
+
+
+def log_softmax(x: Tensor, dim: int) -> Tensor:
+    return torch.log_softmax(x, dim)
+
+
+def layer_norm(
+    x: Tensor, normalized_shape: tuple[int, ...], weight: Tensor | None, bias: Tensor | None, eps: float
+) -> Tensor:
+    """torch's layer_norm keeps float32 parameters of a float16/bfloat16 input (the contract allows them)."""
+    return F.layer_norm(x, normalized_shape, weight, bias, eps)
+
+
+def rms_norm(x: Tensor, normalized_shape: tuple[int, ...], weight: Tensor | None, eps: float | None) -> Tensor:
+    """The weight is brought to x's dtype first: torch's result already has x's dtype, but a mixed
+    pair leaves its fused kernel and warns ("Mismatch dtype between input and weight").
+    """
+    if weight is not None and weight.dtype != x.dtype:
+        weight = weight.to(x.dtype)
+    return F.rms_norm(x, normalized_shape, weight, eps)
+
+
+# --- nn ----------------------------------------------------------------------------------------
+
+
+def embedding(input: Tensor, weight: Tensor, padding_idx: int | None) -> Tensor:
+    """The rows of weight; an index out of range (data, so not checked by the meta function) is
+    reported as the reference backend reports it.
+    """
+    try:
+        return F.embedding(input, weight, padding_idx)
+    except IndexError:
+        rows = weight.shape[0]
+        raise ArgumentError(
+            arg="input",
+            expected=f"indices in [0, {rows - 1}] (the weight has {rows} rows)",
+            found="an index out of range",
+            fix="indices must be non-negative and below num_embeddings",
+        ) from None
+
+
+def conv2d(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    stride: tuple[int, ...],
+    padding: tuple[int, ...],
+    dilation: tuple[int, ...],
+    groups: int,
+) -> Tensor:
+    """torch's dilated convolution has no int8/16/32 kernel: those run in int64 and are cast back,
+    which gives the same result (integer sums wrap modulo 2**bits either way).
+    """
+    if x.dtype in _NARROW_INTS and dilation != (1, 1):
+        wide = F.conv2d(
+            x.long(), weight.long(), None if bias is None else bias.long(), stride, padding, dilation, groups
+        )
+        return wide.to(x.dtype)
+    return F.conv2d(x, weight, bias, stride, padding, dilation, groups)
+
+
+_NARROW_INTS = frozenset({torch.int32, torch.int16, torch.int8, torch.uint8})
+
+
+def scaled_dot_product_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float | None,
+    enable_gqa: bool,
+) -> Tensor:
+    return F.scaled_dot_product_attention(
+        query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa
+    )
+
+
+# --- shape -------------------------------------------------------------------------------------
+
+transpose = torch.transpose
+permute = torch.permute
+reshape = torch.reshape
+
+
+def cat(tensors: tuple[Tensor, ...], dim: int) -> Tensor:
+    """Joined along dim in the promoted dtype; torch skips 1-D empty tensors as the contract does."""
+    return torch.cat(tensors, dim)
+
+
+# --- fused ops that torch runs as two calls ------------------------------------------------------
+
+
+def conv2d_relu(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    stride: tuple[int, ...],
+    padding: tuple[int, ...],
+    dilation: tuple[int, ...],
+    groups: int,
+) -> Tensor:
+    """relu(conv2d(...)), the relu in place (the contract comes from opcore-cpu until the core has one)."""
+    return torch.relu_(conv2d(x, weight, bias, stride, padding, dilation, groups))
+
+
+def conv2d_silu(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    stride: tuple[int, ...],
+    padding: tuple[int, ...],
+    dilation: tuple[int, ...],
+    groups: int,
+) -> Tensor:
+    """silu(conv2d(...)), the silu in place."""
+    return F.silu(conv2d(x, weight, bias, stride, padding, dilation, groups), inplace=True)

@@ -1,0 +1,143 @@
+"""Registering the shared torch kernels: what the CPU and the CUDA plugin both call.
+
+Importing this module does not import torch: kernels are registered as ``"module:qualname"``
+strings, imported when one first runs, so loading a plugin stays cheap.
+
+>>> @opcore.hookimpl                                                             # doctest: +SKIP
+... def opcore_register_kernels(registrar):
+...     register_torch_kernels(registrar, "cpu", CPU_DTYPES)
+...     register_aten_fallback(registrar, "cpu")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from opcore.types import ArrayKind, DeviceType, DType
+
+if TYPE_CHECKING:
+    from opcore.contracts import OpContract
+    from opcore.kernels import Kernel
+    from opcore.registry import Registrar
+
+__all__ = [
+    "ATEN_LABEL",
+    "ATEN_PREFIX",
+    "FALLBACK_LABEL",
+    "FALLBACK_PRIORITY",
+    "KERNEL_MODULE",
+    "PREPARES",
+    "aten_namespace",
+    "builtin_fallback_checker",
+    "register_aten_fallback",
+    "register_torch_kernels",
+]
+
+KERNEL_MODULE = "opcore._torch.kernels"
+# ops whose shared kernel can prepare constant weights (opcore._torch.prepared)
+PREPARES = {
+    op: f"opcore._torch.prepared:prepare_{op}" for op in ("linear", "linear_relu", "linear_silu", "linear_gelu")
+}
+ATEN_LABEL = "aten"  # the plain torch kernels: one ATen call (or a few) per op
+FALLBACK_LABEL = "aten-fallback"  # a built-in op run as torch.ops.aten.<op> by name (as aten.* ops are)
+FALLBACK_PRIORITY = -10  # below every own kernel of the backend
+
+
+def register_torch_kernels(
+    registrar: Registrar,
+    device_type: DeviceType | str,
+    dtypes_by_op: Mapping[str, Iterable[DType | str]],
+) -> list[Kernel]:
+    """Register ``opcore._torch.kernels.<op>`` for each op of ``dtypes_by_op`` on ``device_type``
+    with the dtypes given there (what torch supports for that op on that device; a backend adds its
+    own device-specific kernels on top, with another label). Built-in ops missing from
+    ``dtypes_by_op`` get the by-name ATen fallback (label "aten-fallback") when ATen has an op of
+    the same name: a built-in op added to the core later runs on torch before a kernel is written.
+
+    >>> register_torch_kernels(registrar, "cpu", {"relu": ["float32"]})               # doctest: +SKIP
+    """
+    from opcore.opset import BUILTIN_DTYPES
+
+    device = DeviceType(device_type)
+    added = [
+        registrar.add_kernel(
+            op,
+            f"{KERNEL_MODULE}:{op}",
+            dtypes=dtypes,
+            device_type=device,
+            array_kind=ArrayKind.TORCH,
+            prepare=PREPARES.get(op),
+            label=ATEN_LABEL,
+        )
+        for op, dtypes in dtypes_by_op.items()
+    ]
+    for op, dtypes in BUILTIN_DTYPES.items():
+        if op in dtypes_by_op:
+            continue
+        added.append(
+            registrar.add_kernel(
+                op,
+                f"opcore._torch.aten:builtin_fallback.{op}",
+                dtypes=dtypes,
+                device_type=device,
+                array_kind=ArrayKind.TORCH,
+                priority=FALLBACK_PRIORITY,
+                checker=builtin_fallback_checker(op),
+                label=FALLBACK_LABEL,
+            )
+        )
+    return added
+
+
+def register_aten_fallback(registrar: Registrar, device_type: DeviceType | str) -> None:
+    """Serve ``aten.<name>[.<overload>]`` ops on ``device_type`` through the shared ATen fallback.
+
+    Every torch backend passes the same contract factory (``aten_namespace``), so the registry
+    keeps one ``"aten."`` namespace however many torch backends load.
+    """
+    registrar.add_op_namespace(ATEN_PREFIX, aten_namespace)
+    registrar.add_kernel_factory(ATEN_PREFIX, _AtenKernels(DeviceType(device_type)))
+
+
+ATEN_PREFIX = "aten."
+
+
+def aten_namespace(name: str) -> OpContract | None:
+    """The "aten." contract factory: ``opcore._torch.aten.aten_contract``, imported on first use
+    (the module is only needed once an ``aten.*`` op is called).
+    """
+    from opcore._torch.aten import aten_contract
+
+    return aten_contract(name)
+
+
+class _AtenKernels:
+    """The "aten." kernel factory of one device type, importing the ATen fallback on first use."""
+
+    __slots__ = ("device_type",)
+
+    def __init__(self, device_type: DeviceType) -> None:
+        self.device_type = device_type
+
+    def __call__(self, contract: OpContract) -> Iterable[Kernel]:
+        from opcore._torch.aten import kernel_factory
+
+        return kernel_factory(self.device_type)(contract)
+
+
+def builtin_fallback_checker(op: str) -> Callable[..., bool | str]:
+    """The checker of a by-name fallback: ATen must have an op of that name."""
+
+    def has_aten_op(*_: Any) -> bool | str:
+        import torch
+
+        try:
+            if hasattr(torch.ops.aten, op):
+                return True
+        except RuntimeError:
+            pass
+        return f"ATen has no op named {op!r} to fall back to"
+
+    has_aten_op.__qualname__ = f"builtin_fallback_checker[{op}]"
+    return has_aten_op

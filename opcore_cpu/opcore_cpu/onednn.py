@@ -1,0 +1,165 @@
+"""oneDNN fused linear kernels: linear + relu / silu / gelu in one call, and gated_mlp built from them.
+
+``torch.ops.mkldnn._linear_pointwise(x, w, b, attr, [], algorithm)`` runs the inner product
+with the activation as a oneDNN post-op (attr "relu", "swish", "gelu"; algorithm "none" or
+"tanh" for gelu). Its ``.binary`` overload fuses a binary post-op: gated_mlp's up projection
+multiplies by the gate inside the GEMM. ``_reorder_linear_weight(w, batch_size)`` packs a
+weight once into oneDNN's blocked layout; the packed weight still serves any batch size.
+
+The plain functions take dense weights (what ``opcore.run`` passes); the ``prepare_*`` functions
+pack constant weights once for ``opcore.resolve(..., constants=("w", "b"))``. Which problems come
+here at all is decided in ``opcore_cpu.choice`` (small ones stay on ATen).
+
+float32 on Intel CPUs packs for MKL instead (``torch.ops.mkl._mkl_reorder_linear_weight`` and
+``_mkl_linear``, the activation applied in place): there MKL's packed sgemm beats oneDNN's
+(32x4096x4096: 3652 vs 4021 us; 1x4096x4096: 1233 vs 1408 us, where oneDNN would lose to eager's
+1262). On AMD CPUs MKL takes a slow generic path and oneDNN wins by 2x, so oneDNN packs there.
+
+>>> import torch
+>>> linear_relu(torch.ones(32, 64), torch.ones(16, 64), None).shape
+torch.Size([32, 16])
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from opcore._torch.prepared import batch_rows, free_positions, with_free_args
+
+__all__ = [
+    "float32_packing",
+    "gated_mlp",
+    "linear_gelu",
+    "linear_relu",
+    "linear_silu",
+    "pack_linear_weight",
+    "prepare_gated_mlp",
+    "prepare_linear_gelu",
+    "prepare_linear_relu",
+    "prepare_linear_silu",
+]
+
+Tensor = torch.Tensor
+_pointwise = torch.ops.mkldnn._linear_pointwise.default
+_pointwise_binary = torch.ops.mkldnn._linear_pointwise.binary
+_reorder = torch.ops.mkldnn._reorder_linear_weight
+_NO_SCALARS: list[Any] = []  # the post-op's scalars; torch never writes into it
+_LINEAR_NAMES = ("x", "w", "b", "approximate")
+_GATED_NAMES = ("x", "w_gate", "w_up", "w_down")
+
+_mkl_reorder = torch.ops.mkl._mkl_reorder_linear_weight
+_mkl_linear = torch.ops.mkl._mkl_linear.default
+# the activation after MKL's GEMM, in place on its fresh result
+_MKL_ACTIVATIONS: dict[str, Callable[[Tensor, str], Tensor]] = {
+    "relu": lambda y, _: torch.relu_(y),
+    "swish": lambda y, _: F.silu(y, inplace=True),
+    "gelu": lambda y, approximate: F.gelu(y, approximate=approximate),
+    "none": lambda y, _: y,
+}
+
+
+@functools.cache
+def float32_packing() -> str:
+    """Who packs float32 weights: "mkl" on Intel CPUs with MKL, else "onednn" (see the module doc)."""
+    from opcore_cpu.system import cpu_vendor
+
+    return "mkl" if cpu_vendor() == "GenuineIntel" and torch.backends.mkl.is_available() else "onednn"
+
+
+def pack_linear_weight(w: Tensor, batch_size: int) -> Tensor:
+    """w in oneDNN's blocked layout for GEMMs of about ``batch_size`` rows (any other size still works)."""
+    return _reorder(w.contiguous(), batch_size)
+
+
+def linear_relu(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+    return _pointwise(x, w, b, "relu", _NO_SCALARS, "")
+
+
+def linear_silu(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+    return _pointwise(x, w, b, "swish", _NO_SCALARS, "")
+
+
+def linear_gelu(x: Tensor, w: Tensor, b: Tensor | None, approximate: str) -> Tensor:
+    return _pointwise(x, w, b, "gelu", _NO_SCALARS, approximate)
+
+
+def gated_mlp(x: Tensor, w_gate: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor:
+    """silu fused into the gate GEMM, the gate product fused into the up GEMM, then the down GEMM."""
+    gate = _pointwise(x, w_gate, None, "swish", _NO_SCALARS, "")
+    hidden = _pointwise_binary(x, gate, w_up, None, "mul")
+    return _pointwise(hidden, w_down, None, "none", _NO_SCALARS, "")
+
+
+def _mkl_prepared(attr: str, w: Tensor, b: Tensor | None, rows: int, algorithm: str) -> Callable[[Tensor], Tensor]:
+    packed = _mkl_reorder(w.contiguous(), rows)
+    activate = _MKL_ACTIVATIONS[attr]
+
+    def prepared(x: Tensor) -> Tensor:
+        if x.ndim == 1:  # MKL's linear resizes a 1-D result with a deprecation warning
+            return activate(_mkl_linear(x.unsqueeze(0), packed, w, b, rows), algorithm)[0]
+        return activate(_mkl_linear(x, packed, w, b, rows), algorithm)
+
+    return prepared
+
+
+def _prepare_linear(attr: str) -> Callable[[tuple[Any, ...], frozenset[str]], Callable[..., Any]]:
+    def prepare(args: tuple[Any, ...], constants: frozenset[str]) -> Callable[..., Any]:
+        x, w, b = args[:3]
+        algorithm = args[3] if len(args) > 3 else ""
+        free = free_positions(args, _LINEAR_NAMES, constants)
+        if free == [0] and x.dtype == torch.float32 and float32_packing() == "mkl":
+            return _mkl_prepared(attr, w, b, batch_rows(x), algorithm)
+        if "w" in constants:
+            w = pack_linear_weight(w, batch_rows(x))
+        if free == [0]:  # the common case: only x varies; one closure, no argument shuffling
+
+            def prepared(x: Tensor) -> Tensor:
+                return _pointwise(x, w, b, attr, _NO_SCALARS, algorithm)
+
+            return prepared
+
+        def kernel(x: Tensor, w: Tensor, b: Tensor | None, *_: Any) -> Tensor:
+            return _pointwise(x, w, b, attr, _NO_SCALARS, algorithm)
+
+        template = [None if i in free else value for i, value in enumerate((x, w, b))]
+        return with_free_args(kernel, template, free)
+
+    prepare.__qualname__ = f"prepare_linear[{attr}]"
+    return prepare
+
+
+prepare_linear_relu = _prepare_linear("relu")
+prepare_linear_silu = _prepare_linear("swish")
+prepare_linear_gelu = _prepare_linear("gelu")
+
+
+def prepare_gated_mlp(args: tuple[Any, ...], constants: frozenset[str]) -> Callable[..., Any]:
+    """Packs each constant weight once; x's row count is the packing hint for all three GEMMs."""
+    x = args[0]
+    rows = batch_rows(x)
+    free = free_positions(args, _GATED_NAMES, constants)
+    if free == [0] and x.dtype == torch.float32 and float32_packing() == "mkl":
+        gate = _mkl_prepared("swish", args[1], None, rows, "")
+        up = _mkl_prepared("none", args[2], None, rows, "")
+        down = _mkl_prepared("none", args[3], None, rows, "")
+        return lambda x: down(gate(x).mul_(up(x)))
+    weights = [
+        pack_linear_weight(value, rows) if name in constants else value
+        for name, value in zip(_GATED_NAMES[1:], args[1:])
+    ]
+    if free == [0]:
+        w_gate, w_up, w_down = weights
+
+        def prepared(x: Tensor) -> Tensor:
+            gate = _pointwise(x, w_gate, None, "swish", _NO_SCALARS, "")
+            hidden = _pointwise_binary(x, gate, w_up, None, "mul")
+            return _pointwise(hidden, w_down, None, "none", _NO_SCALARS, "")
+
+        return prepared
+    template = [None if i in free else value for i, value in enumerate((x, *weights))]
+    return with_free_args(gated_mlp, template, free)

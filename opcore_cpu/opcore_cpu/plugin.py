@@ -1,0 +1,91 @@
+"""The ``cpu`` backend's hooks (entry point ``cpu = "opcore_cpu.plugin"`` in ``opcore.backends``).
+
+Loading this module imports no torch: every kernel is named as ``"module:qualname"`` and imported
+when it first runs; the checkers live in the torch-free ``opcore_cpu.choice``.
+
+Three layers of kernels, highest priority first:
+
+- ``cpu/onednn`` (+10): oneDNN fused linear + activation, gated_mlp and conv2d + activation, with
+  ``prepare`` packing constant weights; their checkers send small problems to the next layer.
+- ``cpu/aten``: the shared device-generic torch kernels (``opcore._torch.kernels``), every op.
+- ``aten.*`` ops: the shared ATen fallback (``opcore._torch.aten``), any ``torch.ops.aten`` op.
+
+>>> opcore_backend().priority
+300
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import opcore
+from opcore.backend import DEFAULT_PRIORITIES, BackendSpec
+from opcore.types import ArrayKind, DeviceType
+from opcore_cpu import __version__, choice, system
+from opcore_cpu.contracts import CONTRACTS
+from opcore_cpu.dtypes import CPU_DTYPES, ONEDNN_DTYPES
+
+if TYPE_CHECKING:
+    from opcore.registry import Registrar
+
+__all__ = ["ONEDNN_LABEL", "ONEDNN_PRIORITY", "opcore_backend", "opcore_register_contracts", "opcore_register_kernels"]
+
+ONEDNN_LABEL = "onednn"
+ONEDNN_PRIORITY = 10  # above this backend's plain ATen kernels
+
+# op -> (kernel, prepare, checker) of the oneDNN fused kernels
+_ONEDNN = {
+    "linear_relu": ("opcore_cpu.onednn:linear_relu", "opcore_cpu.onednn:prepare_linear_relu", choice.linear_checker),
+    "linear_silu": ("opcore_cpu.onednn:linear_silu", "opcore_cpu.onednn:prepare_linear_silu", choice.linear_checker),
+    "linear_gelu": ("opcore_cpu.onednn:linear_gelu", "opcore_cpu.onednn:prepare_linear_gelu", choice.linear_checker),
+    "gated_mlp": ("opcore_cpu.onednn:gated_mlp", "opcore_cpu.onednn:prepare_gated_mlp", choice.gated_mlp_checker),
+    "conv2d_relu": ("opcore_cpu.conv:conv2d_relu", "opcore_cpu.conv:prepare_conv2d_relu", choice.conv_checker),
+    "conv2d_silu": ("opcore_cpu.conv:conv2d_silu", "opcore_cpu.conv:prepare_conv2d_silu", choice.conv_checker),
+}
+
+
+@opcore.hookimpl
+def opcore_backend() -> BackendSpec:
+    """PyTorch on CPU: cheap to announce (no torch import until a kernel runs)."""
+    return BackendSpec(
+        name="cpu",
+        version=__version__,
+        priority=DEFAULT_PRIORITIES["cpu"],
+        device_types=(DeviceType.CPU,),
+        is_available=system.is_available,
+        describe=system.describe,
+        description="PyTorch CPU: ATen kernels, oneDNN fused linear/conv with packed weights, the ATen fallback",
+        install_hint="pip install 'opcore[cpu]'",
+    )
+
+
+@opcore.hookimpl
+def opcore_register_contracts(registrar: Registrar) -> None:
+    """conv2d_relu and conv2d_silu, unless the core (or another plugin) already defines them."""
+    known = registrar.contracts
+    for contract in CONTRACTS:
+        if contract.name not in known:
+            registrar.add_contract(contract)
+
+
+@opcore.hookimpl
+def opcore_register_kernels(registrar: Registrar) -> None:
+    """The shared torch kernels, the oneDNN fused kernels on top, and the ATen fallback."""
+    from opcore._torch.registration import register_aten_fallback, register_torch_kernels
+
+    known = registrar.contracts
+    register_torch_kernels(registrar, DeviceType.CPU, {op: d for op, d in CPU_DTYPES.items() if op in known})
+    for op, (kernel, prepare, checker) in _ONEDNN.items():
+        if op not in known:
+            continue
+        registrar.add_kernel(
+            op,
+            kernel,
+            dtypes=ONEDNN_DTYPES,
+            array_kind=ArrayKind.TORCH,
+            priority=ONEDNN_PRIORITY,
+            checker=checker,
+            prepare=prepare,
+            label=ONEDNN_LABEL,
+        )
+    register_aten_fallback(registrar, DeviceType.CPU)

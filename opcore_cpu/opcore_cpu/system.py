@@ -1,0 +1,139 @@
+"""What the doctor and the loader ask about this machine: is torch there, which oneDNN, which ISA.
+
+``is_available`` runs at load time and imports nothing heavy; ``describe`` runs only for the
+doctor and may import torch, but never raises (a probe that fails says so in its value).
+
+>>> is_available()                                                              # doctest: +SKIP
+True
+>>> describe()["oneDNN"]                                                        # doctest: +SKIP
+'3.12.0'
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import re
+from collections.abc import Callable, Mapping
+
+__all__ = ["MIN_TORCH", "cpu_flags", "cpu_vendor", "describe", "is_available", "isa_summary", "onednn_version"]
+
+MIN_TORCH = (2, 4)  # the mkldnn pointwise ops with these signatures exist from torch 2.4 on
+# /proc/cpuinfo flags that change what oneDNN can do here, in the order the doctor lists them
+ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16")
+
+
+def _torch_version() -> str | None:
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text.split("+", maxsplit=1)[0])[:2])
+
+
+def is_available() -> bool | str:
+    """True when torch >= 2.4 is installed; otherwise the reason (cheap: no torch import)."""
+    if importlib.util.find_spec("torch") is None:
+        return "torch is not installed; pip install 'opcore[cpu]' installs it"
+    version = _torch_version()
+    if version is None:
+        return "torch is importable but has no distribution metadata (a source checkout?); reinstall torch"
+    if _version_tuple(version) < MIN_TORCH:
+        return f"torch {version} is too old: opcore-cpu needs torch >= {'.'.join(map(str, MIN_TORCH))}"
+    return True
+
+
+def onednn_version() -> str | None:
+    """oneDNN's version as torch reports it in torch.__config__.show() ("Intel(R) MKL-DNN v3.12.0")."""
+    import torch
+
+    match = re.search(r"(?:MKL-DNN|oneDNN)[^\n]*?v(\d+\.\d+(?:\.\d+)?)", torch.__config__.show())
+    return match.group(1) if match else None
+
+
+def _cpuinfo_field(name: str) -> str | None:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith(name):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return None
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU's flags from /proc/cpuinfo (empty where there is none, e.g. macOS)."""
+    return frozenset((_cpuinfo_field("flags") or "").split())
+
+
+def cpu_vendor() -> str | None:
+    """The CPU vendor from /proc/cpuinfo ("GenuineIntel", "AuthenticAMD", ...), or None."""
+    return _cpuinfo_field("vendor_id")
+
+
+def isa_summary(flags: frozenset[str]) -> str:
+    """The flags that matter to oneDNN, and what their absence means."""
+    present = [flag for flag in ISA_FLAGS if flag in flags]
+    if not flags:
+        return "unknown (no /proc/cpuinfo)"
+    text = " ".join(present) or "none of " + ", ".join(ISA_FLAGS)
+    if "amx_bf16" not in flags:
+        text += " (no AMX: bfloat16 GEMMs run on AVX-512 BF16 at best)"
+    if "avx512_bf16" not in flags and "amx_bf16" not in flags:
+        text += " (no native bfloat16: oneDNN converts to float32)"
+    return text
+
+
+def _probe(probe: Callable[[], object]) -> str:
+    try:
+        value = probe()
+    except Exception as error:  # the doctor shows the failure next to the value
+        return f"unknown ({type(error).__name__}: {error})"
+    return "unknown" if value is None else str(value)
+
+
+def describe() -> Mapping[str, str]:
+    """name -> value lines for ``opcore doctor``; never raises."""
+
+    def mkldnn() -> str:
+        import torch
+
+        version = onednn_version() or "version unknown"
+        return version if torch.backends.mkldnn.is_available() else f"{version} (torch.backends.mkldnn unavailable)"
+
+    def mkl() -> str:
+        import torch
+
+        match = re.search(r"Math Kernel Library Version (\d[\d.]*)", torch.__config__.show())
+        available = torch.backends.mkl.is_available()
+        return (match.group(1) if match else "version unknown") + ("" if available else " (unavailable)")
+
+    def capability() -> str:
+        import torch
+
+        return torch.backends.cpu.get_cpu_capability()
+
+    def threads() -> str:
+        import torch
+
+        return str(torch.get_num_threads())
+
+    def packing() -> str:
+        from opcore_cpu.onednn import float32_packing
+
+        return f"{float32_packing()} (prepared float32 linear weights)"
+
+    return {
+        "torch": _torch_version() or "not installed",
+        "oneDNN": _probe(mkldnn),
+        "MKL": _probe(mkl),
+        "ATen CPU capability": _probe(capability),
+        "CPU": _probe(cpu_vendor),
+        "ISA": _probe(lambda: isa_summary(cpu_flags())),
+        "threads": _probe(threads),
+        "float32 packing": _probe(packing),
+    }

@@ -1,0 +1,244 @@
+"""The cpu backend's oneDNN fused linear kernels (opcore_cpu.onednn) and their checkers
+(opcore_cpu.choice): results against the reference, the crossover in explain, and prepare's
+packed weights through opcore.resolve.
+"""
+
+from __future__ import annotations
+
+import numpy
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from opcase import TOLERANCES, rand, reseed  # noqa: E402
+
+import opcore  # noqa: E402
+from opcore.types import DType, TensorMeta  # noqa: E402
+from opcore_cpu import choice  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("error")
+
+BIG = (64, 256, 256)  # M*K*N = 4194304: above the crossover in every dtype
+SMALL = (8, 64, 64)  # 32768: below it in float32
+LINEAR_OPS = ["linear_relu", "linear_silu", "linear_gelu"]
+
+
+@pytest.fixture(autouse=True)
+def _same_data():
+    reseed()
+
+
+def inputs(shape, dtype="float32", bias=True):
+    m, k, n = shape
+    x, w = rand((m, k), dtype, low=-1, high=1), rand((n, k), dtype, low=-0.2, high=0.2)
+    return x, w, (rand((n,), dtype) if bias else None)
+
+
+def close(actual, expected, dtype):
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape
+    rtol, atol = TOLERANCES[dtype]
+    torch.testing.assert_close(actual, expected, rtol=rtol * 4, atol=atol * 4)  # K=256 sums
+
+
+def chosen(op, *args, **kwargs):
+    return opcore.explain(op, *args, **kwargs).chosen
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("op", LINEAR_OPS)
+def test_fused_linear_matches_the_reference(op, dtype):
+    for bias in (True, False):
+        args = inputs(BIG, dtype, bias)
+        assert chosen(op, *args) == "cpu/onednn"
+        close(opcore.run(op, *args), opcore.run(op, *args, backend="reference"), dtype)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_fused_gelu_approximations(approximate):
+    args = inputs(BIG)
+    expected = torch.nn.functional.gelu(torch.nn.functional.linear(*args), approximate=approximate)
+    close(opcore.run("linear_gelu", *args, approximate=approximate), expected, "float32")
+
+
+def test_fused_linear_takes_batched_and_non_contiguous_inputs():
+    x, w, b = inputs(BIG)
+    batched = x.reshape(4, 16, 256)
+    assert chosen("linear_relu", batched, w, b) == "cpu/onednn"
+    close(opcore.run("linear_relu", batched, w, b), torch.relu(torch.nn.functional.linear(batched, w, b)), "float32")
+    xt, wt = x.t().contiguous().t(), w.t().contiguous().t()
+    close(opcore.run("linear_relu", xt, wt, b), torch.relu(torch.nn.functional.linear(x, w, b)), "float32")
+
+
+def test_numpy_inputs_run_fused_and_come_back_as_numpy():
+    x, w, b = (t.numpy() for t in inputs(BIG))
+    assert chosen("linear_silu", x, w, b) == "cpu/onednn"
+    y = opcore.run("linear_silu", x, w, b)
+    assert isinstance(y, numpy.ndarray) and y.dtype == numpy.float32
+    numpy.testing.assert_allclose(y, opcore.run("linear_silu", x, w, b, backend="reference"), rtol=1e-4, atol=1e-4)
+
+
+# --- the crossover ------------------------------------------------------------------------------
+
+
+def test_small_problems_stay_on_aten_and_explain_says_why():
+    explanation = opcore.explain("linear_relu", *inputs(SMALL))
+    assert explanation.chosen == "cpu/aten"
+    row = next(c for c in explanation.candidates if c.title == "cpu/onednn")
+    assert row.status.value == "declined"
+    assert row.reason.startswith(f"M*K*N = 32768 < {choice.MIN_WORK[DType.FLOAT32]} (float32)")
+    assert "fixed ~20 us cost" in row.reason
+    assert "cpu/onednn" in str(explanation) and "declined" in str(explanation)
+
+
+@pytest.mark.parametrize(
+    ("shape", "bias", "reason"),
+    [
+        ((8, 0, 8), (8,), "in_features is 0"),
+        ((8, 64, 64), (8, 64), "bias of shape (64,) only"),
+        ((64, 256, 256), (), "bias of shape (256,) only"),
+    ],
+)
+def test_checker_declines_what_onednn_cannot_take(shape, bias, reason):
+    m, k, n = shape
+    verdict = choice.linear_checker(
+        TensorMeta((m, k), DType.FLOAT32), TensorMeta((n, k), DType.FLOAT32), TensorMeta(bias, DType.FLOAT32)
+    )
+    assert isinstance(verdict, str) and reason in verdict, verdict
+    x, w, b = rand((m, k)), rand((n, k)), rand(bias)
+    torch.testing.assert_close(opcore.run("linear_relu", x, w, b), torch.relu(torch.nn.functional.linear(x, w, b)))
+
+
+def test_checker_declines_one_dimensional_weights_and_other_dtypes():
+    vector = choice.linear_checker(TensorMeta((4096, 64), DType.FLOAT32), TensorMeta((64,), DType.FLOAT32), None)
+    assert "2-D weight" in vector
+    half = choice.linear_checker(TensorMeta((64, 256), DType.FLOAT16), TensorMeta((256, 256), DType.FLOAT16), None)
+    assert "float32 and bfloat16, not float16" in half
+    assert chosen("linear_relu", *inputs(BIG, "float16")) == "cpu/aten"  # no onednn kernel declared for float16
+    assert chosen("linear_relu", *inputs(BIG, "float64")) == "cpu/aten"
+
+
+def test_bfloat16_crossover_is_lower():
+    assert choice.MIN_WORK[DType.BFLOAT16] < choice.MIN_WORK[DType.FLOAT32]
+    # the bench's small shape: oneDNN wins in bfloat16 (ATen's bfloat16 linear is oneDNN too)
+    x, w = TensorMeta((8, 64), DType.BFLOAT16), TensorMeta((64, 64), DType.BFLOAT16)
+    assert choice.linear_checker(x, w, None) is True
+    tiny = choice.linear_checker(TensorMeta((1, 64), DType.BFLOAT16), w, None)
+    assert tiny.startswith("M*K*N = 4096 < 32768 (bfloat16)")
+
+
+# --- prepare: packed weights through resolve ---------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("op", LINEAR_OPS)
+def test_resolve_with_constant_weights_packs_them(op, dtype):
+    x, w, b = inputs(BIG, dtype)
+    resolved = opcore.resolve(op, x, w, b, constants=("w", "b"))
+    assert resolved.backend == "cpu" and resolved.kernel.label == "onednn"
+    assert resolved.prepared and resolved.free == ("x",)
+    for rows in (BIG[0], 1, 7, 200):  # packed for 64 rows; every batch size must still work
+        other = rand((rows, BIG[1]), dtype, low=-1, high=1)
+        close(resolved(other), opcore.run(op, other, w, b, backend="reference"), dtype)
+    batched = rand((3, 5, BIG[1]), dtype, low=-1, high=1)
+    close(resolved(batched), opcore.run(op, batched, w, b, backend="reference"), dtype)
+
+
+def test_packed_weight_is_not_the_dense_one():
+    from opcore_cpu.onednn import pack_linear_weight
+
+    w = rand((256, 256))
+    packed = pack_linear_weight(w, 64)
+    assert packed.is_mkldnn and not w.is_mkldnn
+
+
+def test_resolve_with_only_the_bias_constant_or_a_free_weight():
+    x, w, b = inputs(BIG)
+    free_weight = opcore.resolve("linear_relu", x, w, b, constants=("b",))
+    assert free_weight.prepared and free_weight.free == ("x", "w")
+    expected = torch.relu(torch.nn.functional.linear(x, w, b))
+    close(free_weight(x, w), expected, "float32")
+    nothing = opcore.resolve("linear_relu", x, w, b)
+    close(nothing(x, w, b), expected, "float32")
+
+
+def test_resolve_below_the_crossover_runs_aten_with_its_own_prepare():
+    x, w, b = inputs(SMALL)
+    resolved = opcore.resolve("linear_relu", x, w, b, constants=("w", "b"))
+    assert resolved.kernel.label == "aten" and resolved.prepared  # the shared kernel's addmm prepare
+    close(resolved(x), torch.relu(torch.nn.functional.linear(x, w, b)), "float32")
+
+
+def test_numpy_resolve_returns_numpy():
+    x, w, b = (t.numpy() for t in inputs(BIG))
+    resolved = opcore.resolve("linear_relu", x, w, b, constants=("w", "b"))
+    assert resolved.prepared
+    y = resolved(x)
+    assert isinstance(y, numpy.ndarray)
+    numpy.testing.assert_allclose(y, opcore.run("linear_relu", x, w, b, backend="reference"), rtol=1e-4, atol=1e-4)
+
+
+# --- gated_mlp ----------------------------------------------------------------------------------
+
+
+def gated_inputs(dtype="float32", rows=32, hidden=256, intermediate=512):
+    return (
+        rand((rows, hidden), dtype, low=-1, high=1),
+        rand((intermediate, hidden), dtype, low=-0.2, high=0.2),
+        rand((intermediate, hidden), dtype, low=-0.2, high=0.2),
+        rand((hidden, intermediate), dtype, low=-0.2, high=0.2),
+    )
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_gated_mlp_fused(dtype):
+    args = gated_inputs(dtype)
+    assert chosen("gated_mlp", *args) == "cpu/onednn"
+    expected = opcore.run("gated_mlp", *args, backend="reference")
+    tolerance = 1e-4 if dtype == "float32" else 5e-2
+    torch.testing.assert_close(opcore.run("gated_mlp", *args), expected, rtol=tolerance, atol=tolerance)
+    resolved = opcore.resolve("gated_mlp", *args, constants=("w_gate", "w_up", "w_down"))
+    assert resolved.prepared and resolved.kernel.label == "onednn" and resolved.free == ("x",)
+    for rows in (32, 1, 5):
+        x = rand((rows, 256), dtype, low=-1, high=1)
+        expected = opcore.run("gated_mlp", x, *args[1:], backend="reference")
+        torch.testing.assert_close(resolved(x), expected, rtol=tolerance, atol=tolerance)
+
+
+def test_gated_mlp_small_stays_on_aten():
+    explanation = opcore.explain("gated_mlp", *gated_inputs(rows=1, hidden=16, intermediate=32))
+    assert explanation.chosen == "cpu/aten"
+    assert "M*hidden*intermediate = 512" in next(c.reason for c in explanation.candidates if c.label == "onednn")
+
+
+def test_gated_mlp_with_some_weights_free():
+    args = gated_inputs()
+    resolved = opcore.resolve("gated_mlp", *args, constants=("w_gate", "w_down"))
+    assert resolved.free == ("x", "w_up")
+    expected = opcore.run("gated_mlp", *args, backend="reference")
+    torch.testing.assert_close(resolved(args[0], args[2]), expected, rtol=1e-4, atol=1e-4)
+
+
+# --- float32 packing for MKL (what Intel CPUs get) -----------------------------------------------
+
+
+def test_float32_packing_follows_the_vendor():
+    from opcore_cpu import onednn, system
+
+    expected = "mkl" if system.cpu_vendor() == "GenuineIntel" and torch.backends.mkl.is_available() else "onednn"
+    assert onednn.float32_packing() == expected
+
+
+@pytest.mark.parametrize("op", [*LINEAR_OPS, "gated_mlp"])
+def test_mkl_packed_float32_path(op, monkeypatch):
+    from opcore_cpu import onednn
+
+    monkeypatch.setattr(onednn, "float32_packing", lambda: "mkl")
+    args = gated_inputs() if op == "gated_mlp" else inputs(BIG)
+    names = ("w_gate", "w_up", "w_down") if op == "gated_mlp" else ("w", "b")
+    resolved = opcore.resolve(op, *args, constants=names)
+    assert resolved.prepared and resolved.kernel.label == "onednn"
+    for rows in (args[0].shape[0], 1, 9):
+        x = rand((rows, args[0].shape[1]), low=-1, high=1)
+        close(resolved(x), opcore.run(op, x, *args[1:], backend="reference"), "float32")
+    vector = rand((args[0].shape[1],), low=-1, high=1)  # 1-D x: no resize warning (warnings are errors here)
+    close(resolved(vector), opcore.run(op, vector, *args[1:], backend="reference"), "float32")

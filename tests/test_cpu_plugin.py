@@ -1,0 +1,149 @@
+"""The opcore-cpu distribution: its entry point, what loading it costs (no torch import), its
+availability and doctor lines (opcore_cpu.system), and what it registers (opcore_cpu.plugin).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from opcore_cpu.dtypes import CPU_DTYPES, ONEDNN_DTYPES
+
+import opcore
+from opcore.types import DType
+from opcore_cpu import plugin, system
+
+pytestmark = pytest.mark.filterwarnings("error")
+
+
+def cpu_report() -> opcore.PluginReport:
+    return next(r for r in opcore.backends() if r.name == "cpu")
+
+
+def test_entry_point_names_the_backend():
+    (entry,) = [e for e in importlib.metadata.entry_points(group="opcore.backends") if e.name == "cpu"]
+    assert entry.value == "opcore_cpu.plugin" and entry.dist.name == "opcore-cpu"
+    assert "opcore==0.1.0" in entry.dist.requires and any(r.startswith("torch") for r in entry.dist.requires)
+
+
+def test_loads_with_the_published_priority():
+    report = cpu_report()
+    assert report.status is opcore.PluginStatus.LOADED, report.reason
+    assert report.backend.priority == opcore.DEFAULT_PRIORITIES["cpu"] == 300
+    assert report.distribution == "opcore-cpu" and report.contract_count == 2
+
+
+def test_loading_the_plugin_does_not_import_torch():
+    code = (
+        "import sys, opcore\n"
+        "assert any(r.name == 'cpu' and r.ok for r in opcore.backends())\n"
+        "assert 'torch' not in sys.modules, 'loading opcore-cpu imported torch'\n"
+        "opcore.explain('relu', __import__('numpy').ones(3))\n"
+        "print('ok')\n"
+    )
+    # from the repository root, whose folder opcore_cpu/ must not shadow the package (see its pyproject)
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root, check=False
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_is_available_reasons(monkeypatch):
+    assert system.is_available() is True
+    monkeypatch.setattr(system, "_torch_version", lambda: "2.3.1+cpu")
+    assert "torch 2.3.1+cpu is too old" in system.is_available()
+    monkeypatch.setattr(system, "_torch_version", lambda: None)
+    assert "no distribution metadata" in system.is_available()
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    assert system.is_available() == "torch is not installed; pip install 'opcore[cpu]' installs it"
+
+
+def test_unavailable_backend_registers_nothing(monkeypatch):
+    monkeypatch.setattr(system, "_torch_version", lambda: "2.0.0")
+    opcore.reload_plugins()
+    report = cpu_report()
+    assert report.status is opcore.PluginStatus.UNAVAILABLE and "too old" in report.reason
+    assert opcore.explain("relu", __import__("numpy").ones(2)).backend not in ("cpu", None)
+
+
+def test_describe_for_the_doctor():
+    pytest.importorskip("torch")
+    lines = system.describe()
+    assert lines["torch"] == importlib.metadata.version("torch")
+    assert lines["oneDNN"].split()[0].count(".") >= 1, lines["oneDNN"]  # "3.12.0"
+    assert lines["ATen CPU capability"] in ("DEFAULT", "AVX2", "AVX512", "AVX512_BF16", "AMX", "SVE256", "ZVECTOR")
+    flags = system.cpu_flags()
+    for flag in ("avx2", "avx512f", "amx_bf16"):
+        assert (flag in lines["ISA"]) is (flag in flags)
+    assert int(lines["threads"]) >= 1
+
+
+def test_describe_never_raises(monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.setattr(system, "onednn_version", lambda: 1 / 0)
+    assert system.describe()["oneDNN"].startswith("unknown (ZeroDivisionError")
+
+
+def test_isa_summary_flags_missing_features():
+    assert system.isa_summary(frozenset({"avx2", "avx512f", "avx512_bf16"})).startswith(
+        "avx2 avx512f avx512_bf16 (no AMX"
+    )
+    assert "no native bfloat16" in system.isa_summary(frozenset({"avx2"}))
+    assert system.isa_summary(frozenset()) == "unknown (no /proc/cpuinfo)"
+
+
+def test_registered_kernels_and_labels():
+    from opcore.runtime import runtime
+
+    registry = runtime().ensure_loaded().registry
+    mine = [k for kernels in registry.kernels.values() for k in kernels if k.backend == "cpu"]
+    aten = {k.op: k for k in mine if k.label == "aten"}
+    assert set(aten) == set(CPU_DTYPES)
+    for op, dtypes in CPU_DTYPES.items():
+        assert aten[op].dtypes == dtypes and aten[op].source == f"opcore._torch.kernels:{op}"
+    onednn = {k.op: k for k in mine if k.label == "onednn"}
+    assert set(onednn) == {"linear_relu", "linear_silu", "linear_gelu", "gated_mlp", "conv2d_relu", "conv2d_silu"}
+    for kernel in onednn.values():
+        assert kernel.dtypes == ONEDNN_DTYPES and kernel.priority == plugin.ONEDNN_PRIORITY
+        assert kernel.prepare is not None and kernel.checker is not None
+
+
+def test_onednn_dtypes_are_the_ones_onednn_takes():
+    torch = pytest.importorskip("torch")
+    fused = torch.ops.mkldnn._linear_pointwise
+    for dtype in DType:
+        if not dtype.is_floating:
+            continue
+        x, w = torch.ones(4, 8, dtype=dtype.to_torch()), torch.ones(3, 8, dtype=dtype.to_torch())
+        if dtype in ONEDNN_DTYPES:
+            assert fused(x, w, None, "relu", [], "").dtype == x.dtype
+        else:
+            with pytest.raises(RuntimeError):  # float64: not a oneDNN type; float16: no AVX512-FP16 here
+                if dtype is DType.FLOAT16 and torch.ops.mkldnn._is_mkldnn_fp16_supported():
+                    pytest.skip("this CPU has native float16: oneDNN could take it (not declared yet)")
+                fused(x, w, None, "relu", [], "")
+
+
+def test_contracts_step_aside_for_existing_ones():
+    from opcore_cpu.contracts import CONTRACTS
+
+    class Recorder:
+        def __init__(self, known):
+            self.contracts = known
+            self.added = []
+
+        def add_contract(self, contract):
+            self.added.append(contract.name)
+
+    fresh = Recorder({})
+    plugin.opcore_register_contracts(fresh)
+    assert fresh.added == [c.name for c in CONTRACTS]
+    taken = Recorder({"conv2d_relu": object()})
+    plugin.opcore_register_contracts(taken)
+    assert taken.added == ["conv2d_silu"]
