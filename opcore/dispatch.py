@@ -375,11 +375,7 @@ def adapt(kernel: Kernel, selection: Selection, bound: tuple[Any, ...]) -> Calla
         return fn
     to_kernel = converter(kernel.array_kind)
     back = result_converter(kernel.array_kind, selection.caller_kind, tuple(m.dtype for m in selection.outputs))
-    positions = [
-        i
-        for i, value in enumerate(bound)
-        if array_kind_of(value) is not None or (isinstance(value, tuple) and any(array_kind_of(v) for v in value))
-    ]
+    positions = [i for i, value in enumerate(bound) if _holds_tensor(value)]
 
     def converted(*args: Any) -> Any:
         call = list(args)
@@ -392,6 +388,13 @@ def adapt(kernel: Kernel, selection: Selection, bound: tuple[Any, ...]) -> Calla
         return back(fn(*call))
 
     return converted
+
+
+def _holds_tensor(value: Any) -> bool:
+    """A tensor, a list with tensors, or the stand-in a Plan keeps instead of its example's data."""
+    if isinstance(value, tuple):
+        return any(_holds_tensor(v) for v in value)
+    return value is _TENSOR or array_kind_of(value) is not None
 
 
 def selection_for(

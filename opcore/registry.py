@@ -149,10 +149,9 @@ class Registry:
             for contract in registrar.staged_contracts:
                 self.contracts[contract.name] = contract
                 self.contract_owner[contract.name] = registrar.backend.name
-            for namespace in registrar.staged_namespaces:
-                # the CPU and CUDA torch backends both serve "aten." with the same shared factory
-                if not any(n.prefix == namespace.prefix and n.factory is namespace.factory for n in self.namespaces):
-                    self.namespaces.append(namespace)
+            # the CPU and CUDA torch backends both serve "aten." with one shared factory: both entries
+            # are kept (the first match answers), so unregistering either leaves the other serving
+            self.namespaces.extend(registrar.staged_namespaces)
             for entry in registrar.staged_factories:
                 self.kernel_factories.append(entry)
             for kernel in registrar.staged_kernels:

@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from opcore.arrays import converter, result_converter
-from opcore.dispatch import Plan, build_plan, selection_for
+from opcore.dispatch import _TENSOR, Plan, build_plan, selection_for
 from opcore.errors import ArgumentError, OpcoreError, Unsupported
 from opcore.explain import Explanation, explanation_of
 from opcore.kernels import Kernel, load_callable
@@ -101,7 +101,7 @@ def resolve(
         prepared = _prepare(kernel, selection, bound, frozenset(constants), free_at)
         resolved._prepared = True
         rest = replace(selection, accepted=selection.accepted[1:])
-        fallback = _filler(build_plan(rest, bound), template, free_at) if rest.accepted or rest.decompose else None
+        fallback = _lazy_fallback(rest, bound, template, free_at) if rest.accepted or rest.decompose else None
         resolved.__call__ = _guarded(prepared, fallback, selection, kernel)
     else:
         resolved.__call__ = full
@@ -149,6 +149,22 @@ def _filler(plan: Plan, template: list[Any], free_at: list[int]) -> Callable[...
             return recover(bound, error)
 
     return call_filled
+
+
+def _lazy_fallback(
+    rest: Selection, bound: tuple[Any, ...], template: list[Any], free_at: list[int]
+) -> Callable[..., Any]:
+    """The plan behind a prepared kernel, built (and its backend imported) only if it is needed."""
+    # build_plan only needs to know where the tensors are: keep no example data alive
+    where = tuple(_TENSOR if array_kind_of(v) is not None else v for v in bound)
+    made: list[Callable[..., Any]] = []
+
+    def fallback(*free: Any) -> Any:
+        if not made:
+            made.append(_filler(build_plan(rest, where), template, free_at))
+        return made[0](*free)
+
+    return fallback
 
 
 def _prepare(

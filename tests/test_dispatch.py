@@ -300,3 +300,28 @@ def test_an_opcore_error_from_a_kernel_propagates_with_the_op_name() -> None:
     opcore.register_plugin(make_plugin("picky", {"relu": (picky, {})}))
     with pytest.raises(opcore.ShapeError, match=r"^relu\(\): argument 'x' expected sorted data"):
         opcore.run("relu", X)
+
+
+def test_fallback_kernels_get_their_arrays_converted_too() -> None:
+    # the first kernel consumes numpy and hands over; the torch kernel behind it must still receive torch
+    def declines(x):
+        raise opcore.Unsupported("not today")
+
+    def torch_relu(x):
+        assert isinstance(x, torch.Tensor), type(x)
+        return torch.relu(x)
+
+    opcore.register_plugin(make_plugin("first", {"relu": (declines, {})}, priority=60))
+    opcore.register_plugin(make_plugin("second", {"relu": (torch_relu, {"array_kind": "torch"})}, priority=55))
+    for _ in range(2):
+        y = opcore.run("relu", X)
+        assert isinstance(y, numpy.ndarray) and y.tolist() == [[0.0, 2.0], [3.0, 0.0]]
+
+
+def test_negative_strides_reach_torch_kernels() -> None:
+    seen = []
+    opcore.register_plugin(
+        make_plugin("torchy", {"relu": (lambda x: seen.append(1) or torch.relu(x), {"array_kind": "torch"})})
+    )
+    y = opcore.run("relu", X[::-1])
+    assert seen and y.tolist() == [[3.0, 0.0], [0.0, 2.0]]

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy
 import pytest
-from opcase import CONTRACTS, REGISTRY, call_bound
+from opcase import CONTRACTS, REGISTRY, call, call_bound
 
 import opcore
 from opcore.errors import DTypeError, OpcoreError
@@ -168,3 +168,9 @@ def test_entry_point_and_discovery():
     x = numpy.arange(6.0, dtype="float32").reshape(2, 3)
     result = opcore.run("softmax", x, -1, backend="reference")
     numpy.testing.assert_allclose(result, call_bound("softmax", (x, -1)))
+
+
+def test_batched_linear_with_no_input_features():
+    # regression: reshape(-1, 0) cannot infer the batch size when K == 0
+    y = call("linear", numpy.ones((2, 3, 0), numpy.float32), numpy.ones((4, 0), numpy.float32))
+    assert y.shape == (2, 3, 4) and not y.any()

@@ -17,7 +17,8 @@ _TO_TORCH_DTYPE = {d: d.to_torch() for d in DType}
 def to_torch(value: Any) -> Any:
     if isinstance(value, (numpy.ndarray, numpy.generic)):
         value = numpy.asarray(value)
-        if not value.flags.writeable:  # torch warns on read-only memory; copy instead
+        # torch warns on read-only memory and refuses negative strides (x[::-1]): copy those
+        if not value.flags.writeable or any(stride < 0 for stride in value.strides):
             value = value.copy()
         return torch.from_numpy(value)
     return value

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy
@@ -23,7 +24,8 @@ def _linear(x: numpy.ndarray, w: numpy.ndarray, b: numpy.ndarray | None) -> Any:
     if a.ndim <= 2:
         out = numpy.dot(a, m.T)  # a 1-D w gives a matrix-vector product
     else:
-        out = numpy.dot(a.reshape(-1, a.shape[-1]), m.T).reshape(a.shape[:-1] + m.shape[:-1])
+        rows = math.prod(a.shape[:-1])  # not -1: reshape cannot infer it when a dimension is 0
+        out = numpy.dot(a.reshape(rows, a.shape[-1]), m.T).reshape(a.shape[:-1] + m.shape[:-1])
     if b is None:
         return out
     if isinstance(out, numpy.ndarray) and out.ndim:
