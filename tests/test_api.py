@@ -8,7 +8,6 @@ import pytest
 import opcore
 from opcore import DType, TensorMeta
 
-
 pytestmark = pytest.mark.usefixtures("only_reference")
 
 def test_all_is_sorted_and_resolves() -> None:
