@@ -31,6 +31,8 @@ def clean_opcore(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     runtime.overrides.clear()
     if runtime.in_process:
         runtime.in_process.clear()
+    for name in ENV_VARS:  # a fixture's OPCORE_* (only_reference) is still set here: the next test starts clean
+        monkeypatch.delenv(name, raising=False)
     opcore.reload_plugins()
 
 

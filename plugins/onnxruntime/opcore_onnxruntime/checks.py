@@ -1,0 +1,82 @@
+"""Checkers: what the ONNX Runtime kernels decline, and why (``opcore.explain`` shows the reason).
+
+They see TensorMeta and attribute values only (their answers are cached per signature), and
+import nothing heavy: this module is loaded with the plugin.
+
+>>> from opcore.types import TensorMeta, DType
+>>> checker_for("conv2d")(TensorMeta((1, 2, 4, 4), DType.FLOAT64), TensorMeta((3, 2, 3, 3), DType.FLOAT64),
+...                       None, (1, 1), (0, 0), (1, 1), 1)
+"ONNX Runtime's CPU Conv has float32 and float16 kernels only, found float64"
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from opcore.types import DType, TensorMeta
+
+__all__ = ["BFLOAT16_REASON", "checker_for"]
+
+Checker = Callable[..., "bool | str"]
+
+BFLOAT16_REASON = (
+    "bfloat16 is not offered: ONNX Runtime kernels take numpy arrays, which have no bfloat16 "
+    "(use float32, or the cpu backend for bfloat16)"
+)
+_CONV_DTYPES = frozenset({DType.FLOAT32, DType.FLOAT16})
+
+
+def _tensors(args: tuple[Any, ...]) -> Iterator[TensorMeta]:
+    for value in args:
+        if isinstance(value, TensorMeta):
+            yield value
+        elif isinstance(value, tuple):
+            yield from (v for v in value if isinstance(v, TensorMeta))
+
+
+def _gelu_float64(x: TensorMeta, approximate: str) -> bool | str:
+    if x.dtype is DType.FLOAT64 and approximate == "none":
+        return "ONNX Runtime has no float64 Gelu or Erf kernel (approximate='tanh' works in float64)"
+    return True
+
+
+def _linear_gelu(x: TensorMeta, w: TensorMeta, b: TensorMeta | None, approximate: str) -> bool | str:
+    return _gelu_float64(x, approximate)
+
+
+def _conv2d(x: TensorMeta, weight: TensorMeta, *rest: Any) -> bool | str:
+    if x.dtype not in _CONV_DTYPES:
+        return f"ONNX Runtime's CPU Conv has float32 and float16 kernels only, found {x.dtype}"
+    if 0 in x.shape:
+        return f"ONNX Runtime's Conv fails on empty inputs, found shape {x.shape}"
+    return True
+
+
+def _sdpa(query: TensorMeta, key: TensorMeta, *rest: Any) -> bool | str:
+    if query.shape[-1] == 0:
+        # the graph optimizer fuses the key's Transpose and the scale into FusedMatMul, which reads
+        # stale memory (or fails) for an empty inner dimension
+        return "ONNX Runtime's fused attention MatMul mishandles an empty embedding dimension (E = 0)"
+    return True
+
+
+_SPECIFIC: dict[str, Checker] = {
+    "scaled_dot_product_attention": _sdpa,
+    "gelu": _gelu_float64,
+    "linear_gelu": _linear_gelu,
+    "conv2d": _conv2d,
+}
+
+
+def checker_for(op: str) -> Checker:
+    """The checker of ``op``'s kernel: bfloat16 is declined for every op, then the op's own rules."""
+    specific = _SPECIFIC.get(op)
+
+    def check(*args: Any) -> bool | str:
+        if any(t.dtype is DType.BFLOAT16 for t in _tensors(args)):
+            return BFLOAT16_REASON
+        return specific(*args) if specific is not None else True
+
+    check.__name__ = check.__qualname__ = f"check_{op}"
+    return check

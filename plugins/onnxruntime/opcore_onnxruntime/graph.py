@@ -1,0 +1,221 @@
+"""A small builder of ONNX graphs over ``onnx.helper``: named values with their dtype and rank.
+
+Inputs get symbolic dimensions (``dim_param``), so one model serves every size of the same
+ranks. Constant tensors (``prepare``'s weights) become initializers; large ones are handed to
+ONNX Runtime as external initializers that share the numpy memory instead of being copied
+into the protobuf.
+
+>>> g = Graph("relu")
+>>> x = g.input(numpy.dtype("float32"), 2)
+>>> y = g.op("Relu", x)
+>>> g.model(y).graph.node[0].op_type
+'Relu'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy
+from onnx import ModelProto, TensorProto, helper, numpy_helper
+
+__all__ = ["EXTERNAL_BYTES", "Graph", "Scalar", "Value", "onnx_type"]
+
+# Constants at least this large are passed as external initializers (shared memory).
+EXTERNAL_BYTES = 1 << 16
+
+_ONNX_TYPES: dict[numpy.dtype, int] = {
+    numpy.dtype(numpy.bool_): TensorProto.BOOL,
+    numpy.dtype(numpy.uint8): TensorProto.UINT8,
+    numpy.dtype(numpy.int8): TensorProto.INT8,
+    numpy.dtype(numpy.int16): TensorProto.INT16,
+    numpy.dtype(numpy.int32): TensorProto.INT32,
+    numpy.dtype(numpy.int64): TensorProto.INT64,
+    numpy.dtype(numpy.float16): TensorProto.FLOAT16,
+    numpy.dtype(numpy.float32): TensorProto.FLOAT,
+    numpy.dtype(numpy.float64): TensorProto.DOUBLE,
+}
+
+
+_SCALAR_TYPES: dict[type, numpy.dtype] = {
+    bool: numpy.dtype(numpy.bool_),
+    int: numpy.dtype(numpy.int64),
+    float: numpy.dtype(numpy.float64),
+}
+
+
+def onnx_type(dtype: numpy.dtype) -> int:
+    """The ONNX element type of a numpy dtype."""
+    return _ONNX_TYPES[numpy.dtype(dtype)]
+
+
+def _without_trailing_none(inputs: tuple[Value | None, ...]) -> tuple[Value | None, ...]:
+    end = len(inputs)
+    while end and inputs[end - 1] is None:
+        end -= 1
+    return inputs[:end]
+
+
+@dataclass(frozen=True, slots=True)
+class Value:
+    """A named value of the graph; ``rank`` None when the builder does not track it."""
+
+    name: str
+    dtype: numpy.dtype
+    rank: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Scalar:
+    """A Python number given for a ``Tensor|Scalar`` argument.
+
+    ``value`` None: it is fed at run time as a 0-D input (one model serves every value);
+    else it is baked into the graph as a constant.
+    """
+
+    kind: type
+    value: bool | int | float | None = None
+
+
+@dataclass(slots=True)
+class _Input:
+    name: str
+    dtype: numpy.dtype | None
+    rank: int
+
+
+@dataclass(slots=True)
+class Graph:
+    """Nodes, inputs (in feed order), initializers and external initializers of one model."""
+
+    name: str
+    opset: int = 21
+    ir_version: int = 10
+    nodes: list[Any] = field(default_factory=list)
+    inputs: list[_Input] = field(default_factory=list)
+    initializers: list[TensorProto] = field(default_factory=list)
+    # name -> array for external initializers (kept alive by the session that uses them)
+    externals: dict[str, numpy.ndarray] = field(default_factory=dict)
+    # feed positions of Scalar inputs and the dtype they are converted to
+    scalar_feeds: list[tuple[int, numpy.dtype]] = field(default_factory=list)
+    _count: int = 0
+
+    def _fresh(self, prefix: str) -> str:
+        self._count += 1
+        return f"{prefix}{self._count}"
+
+    # -- sources ---------------------------------------------------------------------------------
+
+    def input(self, dtype: numpy.dtype, rank: int) -> Value:
+        """A graph input of ``rank`` symbolic dimensions."""
+        name = f"in{len(self.inputs)}"
+        self.inputs.append(_Input(name, numpy.dtype(dtype), rank))
+        return Value(name, numpy.dtype(dtype), rank)
+
+    def scalar(self, scalar: Scalar) -> Value:
+        """A Python number as a 0-D value: a constant if baked, else a 0-D input fed at run time.
+
+        Its dtype is bool, int64 or float64 after the Python type; builders cast it where needed.
+        """
+        dtype = _SCALAR_TYPES[scalar.kind]
+        if scalar.value is not None:
+            return self.const(numpy.asarray(scalar.value, dtype=dtype))
+        value = self.input(dtype, 0)
+        self.scalar_feeds.append((len(self.inputs) - 1, dtype))
+        return value
+
+    def weight(self, array: numpy.ndarray) -> Value:
+        """A constant tensor (prepared weights): an initializer ONNX Runtime may pre-pack."""
+        array = numpy.ascontiguousarray(array)
+        name = self._fresh("weight")
+        if array.nbytes >= EXTERNAL_BYTES:
+            tensor = TensorProto()
+            tensor.name = name
+            tensor.data_type = onnx_type(array.dtype)
+            tensor.dims.extend(array.shape)
+            tensor.data_location = TensorProto.EXTERNAL
+            entry = tensor.external_data.add()
+            entry.key, entry.value = "location", name
+            self.initializers.append(tensor)
+            self.externals[name] = array
+        else:
+            self.initializers.append(numpy_helper.from_array(array, name))
+        return Value(name, array.dtype, array.ndim)
+
+    def const(self, array: Any, dtype: numpy.dtype | str | None = None) -> Value:
+        """A small constant (an attribute value, axes, a shape)."""
+        array = numpy.asarray(array, dtype=dtype)
+        name = self._fresh("const")
+        self.initializers.append(numpy_helper.from_array(array, name))
+        return Value(name, array.dtype, array.ndim)
+
+    def ints(self, values: Sequence[int]) -> Value:
+        """A 1-D int64 constant (axes, shapes, perms given as inputs)."""
+        return self.const(numpy.asarray(list(values), dtype=numpy.int64))
+
+    def internalize(self) -> None:
+        """Copy the external initializers' data into the model (for runtimes that cannot share it)."""
+        for index, tensor in enumerate(self.initializers):
+            if tensor.name in self.externals:
+                self.initializers[index] = numpy_helper.from_array(self.externals[tensor.name], tensor.name)
+        self.externals.clear()
+
+    # -- nodes -----------------------------------------------------------------------------------
+
+    def op(
+        self,
+        op_type: str,
+        *inputs: Value | None,
+        dtype: numpy.dtype | str | None = None,
+        rank: int | None = -1,
+        domain: str = "",
+        **attributes: Any,
+    ) -> Value:
+        """One node with one output. dtype / rank default to the first input's (rank None: unknown).
+
+        A None input is an omitted optional input (written as the empty name).
+        """
+        first = next(v for v in inputs if v is not None)
+        inputs = _without_trailing_none(inputs)  # onnxruntime crashes on a trailing empty input name
+        name = self._fresh("t")
+        self.nodes.append(
+            helper.make_node(
+                op_type,
+                [v.name if v is not None else "" for v in inputs],
+                [name],
+                domain=domain or None,
+                **{k: v for k, v in attributes.items() if v is not None},
+            )
+        )
+        out_dtype = first.dtype if dtype is None else numpy.dtype(dtype)
+        return Value(name, out_dtype, first.rank if rank == -1 else rank)
+
+    def cast(self, value: Value, dtype: numpy.dtype | str) -> Value:
+        """``value`` converted to ``dtype`` (no node when it already is)."""
+        dtype = numpy.dtype(dtype)
+        if value.dtype == dtype:
+            return value
+        return self.op("Cast", value, dtype=dtype, to=onnx_type(dtype))
+
+    def shape(self, value: Value, start: int | None = None, end: int | None = None) -> Value:
+        """The (int64) shape of ``value``, or a slice of it."""
+        return self.op("Shape", value, dtype=numpy.int64, rank=1, start=start, end=end)
+
+    # -- the model -------------------------------------------------------------------------------
+
+    def model(self, output: Value) -> ModelProto:
+        inputs = [
+            helper.make_tensor_value_info(i.name, onnx_type(i.dtype), [f"{i.name}_{d}" for d in range(i.rank)])
+            for i in self.inputs
+            if i.dtype is not None
+        ]
+        outputs = [helper.make_tensor_value_info(output.name, onnx_type(output.dtype), None)]
+        graph = helper.make_graph(self.nodes, self.name, inputs, outputs, initializer=self.initializers)
+        return helper.make_model(
+            graph,
+            opset_imports=[helper.make_opsetid("", self.opset)],
+            ir_version=self.ir_version,
+            producer_name="opcore-onnxruntime",
+        )

@@ -1,0 +1,1 @@
+"""ONNX builders per op family; each module-level OnnxOp is a kernel."""

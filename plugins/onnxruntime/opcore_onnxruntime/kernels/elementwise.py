@@ -1,0 +1,206 @@
+"""Elementwise kernels: add, sub, mul, div (PyTorch's promotion and rounding modes) and activations."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy
+
+from opcore.errors import ArgumentError, Unsupported
+from opcore_onnxruntime.graph import Graph, Scalar, Value
+from opcore_onnxruntime.kernels._common import (
+    BOOL,
+    F32,
+    F64,
+    I32,
+    I64,
+    binary_result,
+    compute_float,
+    finish,
+    operand,
+    to_compute,
+)
+from opcore_onnxruntime.session import onnx_kernel
+
+__all__ = [
+    "add",
+    "apply_gelu",
+    "apply_relu",
+    "apply_silu",
+    "div",
+    "exp",
+    "gelu",
+    "mul",
+    "relu",
+    "sigmoid",
+    "silu",
+    "sub",
+    "tanh",
+]
+
+Operand = Value | Scalar
+
+
+# --- arithmetic -------------------------------------------------------------------------------
+
+
+def _add(g: Graph, x: Value, other: Operand, alpha: Any, node: str) -> Value:
+    out = binary_result(x, other)
+    if out == BOOL:  # bool + bool is logical or (sub refuses bools in its contract)
+        if not alpha:
+            return g.op("Identity", x)
+        return g.op("Or", x, operand(g, other, BOOL))
+    compute = to_compute(out)
+    a, b = g.cast(x, compute), operand(g, other, compute)
+    if alpha != 1:
+        b = g.op("Mul", b, g.const(numpy.asarray(alpha, dtype=compute)))
+    return finish(g, g.op(node, a, b), out)
+
+
+def build_add(g: Graph, x: Value, other: Operand, alpha: Any) -> Value:
+    return _add(g, x, other, alpha, "Add")
+
+
+def build_sub(g: Graph, x: Value, other: Operand, alpha: Any) -> Value:
+    return _add(g, x, other, alpha, "Sub")
+
+
+def build_mul(g: Graph, x: Value, other: Operand) -> Value:
+    out = binary_result(x, other)
+    if out == BOOL:
+        return g.op("And", x, operand(g, other, BOOL))
+    compute = to_compute(out)
+    return finish(g, g.op("Mul", g.cast(x, compute), operand(g, other, compute)), out)
+
+
+def _floor_divide_float(g: Graph, a: Value, b: Value) -> Value:
+    """Python's (and torch's) floor division of floats: via fmod, so that 1 // 0.1 is 9, not 10."""
+    dtype = a.dtype
+    zero, one, half = (g.const(numpy.asarray(v, dtype=dtype)) for v in (0.0, 1.0, 0.5))
+    mod = g.op("Mod", a, b, fmod=1)
+    quotient = g.op("Div", g.op("Sub", a, mod), b)
+    signs_differ = g.op("Xor", g.op("Less", b, zero, dtype=BOOL), g.op("Less", mod, zero, dtype=BOOL), dtype=BOOL)
+    adjust = g.op("And", g.op("Not", g.op("Equal", mod, zero, dtype=BOOL)), signs_differ, dtype=BOOL)
+    quotient = g.op("Where", adjust, g.op("Sub", quotient, one), quotient, dtype=dtype)
+    floored = g.op("Floor", quotient)
+    round_up = g.op("Greater", g.op("Sub", quotient, floored), half, dtype=BOOL)
+    floored = g.op("Where", round_up, g.op("Add", floored, one), floored, dtype=dtype)
+    # a zero divisor gives a / b (inf or nan), as torch
+    return g.op("Where", g.op("Equal", b, zero, dtype=BOOL), g.op("Div", a, b), floored, dtype=dtype)
+
+
+def build_div(g: Graph, x: Value, other: Operand, rounding_mode: str | None) -> Value:
+    out = binary_result(x, other)
+    if rounding_mode is None:
+        out = out if out.kind == "f" else F32  # true division of integers gives float32
+        compute = compute_float(out)
+        return finish(g, g.op("Div", g.cast(x, compute), operand(g, other, compute)), out)
+    compute = to_compute(out)
+    a, b = g.cast(x, compute), operand(g, other, compute)
+    if out.kind in "iu":
+        if rounding_mode == "trunc":
+            return finish(g, g.op("Div", a, b), out)  # C division truncates
+        # Python's modulo has the divisor's sign, so a - a % b is an exact multiple of b
+        return finish(g, g.op("Div", g.op("Sub", a, g.op("Mod", a, b, fmod=0)), b), out)
+    if rounding_mode == "floor":
+        return finish(g, _floor_divide_float(g, a, b), out)
+    # torch truncates the quotient rounded to the result dtype
+    quotient = g.cast(g.cast(g.op("Div", a, b), out), compute)
+    negative = g.op("Less", quotient, g.const(numpy.asarray(0, dtype=compute)), dtype=BOOL)
+    truncated = g.op("Where", negative, g.op("Ceil", quotient), g.op("Floor", quotient))
+    return finish(g, truncated, out)
+
+
+def _integral(value: Any) -> bool:
+    if isinstance(value, numpy.ndarray):
+        return value.dtype.kind in "iub"
+    return isinstance(value, int)
+
+
+def check_div(x: numpy.ndarray, other: Any, rounding_mode: str | None) -> None:
+    """Integer division by zero (and INT_MIN / -1) crashes the process in native code: refuse it first."""
+    if rounding_mode is None or not (_integral(x) and _integral(other)):
+        return
+    divisor = numpy.asarray(other)
+    if divisor.size and not numpy.all(divisor):
+        raise ArgumentError(
+            arg="other",
+            expected=f"no zero divisor for an integer division with rounding_mode={rounding_mode!r}",
+            found="a zero",
+            fix="divide floating tensors to get inf/nan instead",
+        )
+    # the quotient is computed in int64, where only INT64_MIN / -1 overflows
+    if x.dtype == I64 and numpy.any(divisor == -1) and numpy.any(x == numpy.iinfo(I64).min):
+        raise Unsupported("the integer quotient INT64_MIN / -1 overflows in native code")
+
+
+add = onnx_kernel("add", build_add)
+sub = onnx_kernel("sub", build_sub)
+mul = onnx_kernel("mul", build_mul)
+div = onnx_kernel("div", build_div, check=check_div)
+
+
+# --- activations ------------------------------------------------------------------------------
+
+
+def apply_relu(g: Graph, x: Value) -> Value:
+    """max(x, 0) in x's dtype (ONNX Relu has no uint8/int16/int64 kernel in onnxruntime)."""
+    if x.dtype.kind == "u":
+        return g.op("Identity", x)
+    if x.dtype.kind == "i" and x.dtype not in (numpy.dtype(numpy.int8), I32):
+        wide = g.cast(x, I64)
+        return g.cast(g.op("Max", wide, g.const(numpy.asarray(0, dtype=I64))), x.dtype)
+    return g.op("Relu", x)
+
+
+def apply_gelu(g: Graph, x: Value, approximate: str) -> Value:
+    """gelu of a float32/float64 value: ONNX Gelu (opset 20) or its formula."""
+    if x.dtype != F64 and g.opset >= 20:
+        return g.op("Gelu", x, approximate=approximate)
+    dtype = x.dtype
+    half = g.const(numpy.asarray(0.5, dtype=dtype))
+    one = g.const(numpy.asarray(1.0, dtype=dtype))
+    if approximate == "tanh":
+        cube = g.op("Mul", g.op("Mul", x, x), x)
+        inner = g.op("Add", x, g.op("Mul", cube, g.const(numpy.asarray(0.044715, dtype=dtype))))
+        inner = g.op("Mul", inner, g.const(numpy.asarray(math.sqrt(2.0 / math.pi), dtype=dtype)))
+        return g.op("Mul", g.op("Mul", x, half), g.op("Add", one, g.op("Tanh", inner)))
+    scaled = g.op("Mul", x, g.const(numpy.asarray(math.sqrt(0.5), dtype=dtype)))
+    return g.op("Mul", g.op("Mul", x, half), g.op("Add", one, g.op("Erf", scaled)))
+
+
+def apply_silu(g: Graph, x: Value) -> Value:
+    return g.op("Mul", x, g.op("Sigmoid", x))
+
+
+def build_relu(g: Graph, x: Value) -> Value:
+    return apply_relu(g, x)
+
+
+def build_gelu(g: Graph, x: Value, approximate: str) -> Value:
+    compute = compute_float(x.dtype)
+    return finish(g, apply_gelu(g, g.cast(x, compute), approximate), x.dtype)
+
+
+def build_silu(g: Graph, x: Value) -> Value:
+    compute = compute_float(x.dtype)
+    return finish(g, apply_silu(g, g.cast(x, compute)), x.dtype)
+
+
+def _unary_float(node: str):
+    def build(g: Graph, x: Value) -> Value:
+        out = x.dtype if x.dtype.kind == "f" else F32  # integers and bools give float32, as torch
+        compute = compute_float(out)
+        return finish(g, g.op(node, g.cast(x, compute)), out)
+
+    build.__name__ = f"build_{node.lower()}"
+    return build
+
+
+relu = onnx_kernel("relu", build_relu)
+gelu = onnx_kernel("gelu", build_gelu)
+silu = onnx_kernel("silu", build_silu)
+sigmoid = onnx_kernel("sigmoid", _unary_float("Sigmoid"))
+tanh = onnx_kernel("tanh", _unary_float("Tanh"))
+exp = onnx_kernel("exp", _unary_float("Exp"))

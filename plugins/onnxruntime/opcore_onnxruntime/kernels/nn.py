@@ -1,0 +1,121 @@
+"""embedding (Gather), conv2d (Conv) and scaled_dot_product_attention (MatMul, Softmax, MatMul)."""
+
+from __future__ import annotations
+
+import numpy
+
+from opcore.errors import ArgumentError
+from opcore_onnxruntime.graph import Graph, Value
+from opcore_onnxruntime.kernels._common import BOOL, compute_float, finish
+from opcore_onnxruntime.session import onnx_kernel
+
+__all__ = ["check_embedding", "conv2d", "embedding", "scaled_dot_product_attention"]
+
+
+def check_embedding(input: numpy.ndarray, weight: numpy.ndarray, padding_idx: int | None) -> None:
+    """Gather wraps negative indices and fails on large ones; torch refuses both: check first."""
+    rows = weight.shape[0]
+    if input.size:
+        low, high = int(input.min()), int(input.max())
+        if low < 0 or high >= rows:
+            raise ArgumentError(
+                arg="input",
+                expected=f"indices in [0, {rows - 1}] (the weight has {rows} rows)",
+                found=f"index {low if low < 0 else high} (index out of range)",
+                fix="indices must be non-negative and below num_embeddings",
+            )
+
+
+def build_embedding(g: Graph, input: Value, weight: Value, padding_idx: int | None) -> Value:
+    # padding_idx only changes gradients
+    return g.op("Gather", weight, input, axis=0, rank=input.rank + 1)
+
+
+def build_conv2d(
+    g: Graph,
+    x: Value,
+    weight: Value,
+    bias: Value | None,
+    stride: tuple[int, ...],
+    padding: tuple[int, ...],
+    dilation: tuple[int, ...],
+    groups: int,
+) -> Value:
+    compute = compute_float(x.dtype)
+    a = g.cast(x, compute)
+    if x.rank == 3:
+        a = g.op("Unsqueeze", a, g.ints([0]), rank=4)
+    out = g.op(
+        "Conv",
+        a,
+        g.cast(weight, compute),
+        g.cast(bias, compute) if bias is not None else None,
+        strides=list(stride),
+        pads=[padding[0], padding[1], padding[0], padding[1]],
+        dilations=list(dilation),
+        group=groups,
+    )
+    if x.rank == 3:
+        out = g.op("Squeeze", out, g.ints([0]), rank=3)
+    return finish(g, out, x.dtype)
+
+
+def _repeat_heads(g: Graph, kv: Value, query: Value) -> Value:
+    """(..., Hkv, S, E) -> (..., Hq, S, E), each key/value head repeated Hq / Hkv times in a row."""
+    heads = g.shape(query, -3, -2)
+    kv_heads = g.shape(kv, -3, -2)
+    repeats = g.op("Div", heads, kv_heads)
+    expanded = g.op("Unsqueeze", kv, g.ints([-3]), rank=kv.rank + 1)
+    target = g.op("Concat", g.shape(kv, 0, -3), kv_heads, repeats, g.shape(kv, -2), axis=0)
+    expanded = g.op("Expand", expanded, target)
+    return g.op("Reshape", expanded, g.op("Concat", g.shape(kv, 0, -3), heads, g.shape(kv, -2), axis=0), rank=kv.rank)
+
+
+def build_sdpa(
+    g: Graph,
+    query: Value,
+    key: Value,
+    value: Value,
+    attn_mask: Value | None,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float | None,
+    enable_gqa: bool,
+) -> Value:
+    compute = compute_float(query.dtype)
+    q, k, v = (g.cast(t, compute) for t in (query, key, value))
+    if enable_gqa:
+        k, v = _repeat_heads(g, k, q), _repeat_heads(g, v, q)
+    if scale is None:  # 1 / sqrt(E), E read at run time (an empty E gives zero scores whatever the scale)
+        embed = g.cast(g.shape(q, -1), compute)
+        one = g.const(numpy.asarray([1], dtype=compute))
+        embed = g.op("Max", embed, one)
+        factor = g.op("Reciprocal", g.op("Sqrt", embed))
+    else:
+        factor = g.const(numpy.asarray([scale], dtype=compute))
+    perm = list(range(k.rank))
+    perm[-1], perm[-2] = perm[-2], perm[-1]
+    scores = g.op("MatMul", g.op("Mul", q, factor), g.op("Transpose", k, perm=perm), rank=None)
+    minus_inf = g.const(numpy.asarray(-numpy.inf, dtype=compute))
+    masked = is_causal or attn_mask is not None
+    if is_causal:
+        size = g.op("Concat", g.shape(q, -2, -1), g.shape(k, -2, -1), axis=0)
+        ones = g.op("Expand", g.const(numpy.asarray(1, dtype=numpy.int64)), size, rank=2)
+        keep = g.cast(g.op("Trilu", ones, None, upper=0), BOOL)
+        scores = g.op("Where", keep, scores, minus_inf, dtype=compute)
+    elif attn_mask is not None:
+        if attn_mask.dtype == BOOL:
+            scores = g.op("Where", attn_mask, scores, minus_inf, dtype=compute)
+        else:
+            scores = g.op("Add", scores, g.cast(attn_mask, compute))
+    weights = g.op("Softmax", scores, axis=-1)
+    if masked:  # a fully masked row gives zeros, as torch, not NaN
+        top = g.op("ReduceMax", scores, g.ints([-1]), keepdims=1)
+        empty = g.op("Equal", top, minus_inf, dtype=BOOL)
+        weights = g.op("Where", empty, g.const(numpy.asarray(0, dtype=compute)), weights, dtype=compute)
+    return finish(g, g.op("MatMul", weights, v), query.dtype)
+
+
+embedding = onnx_kernel("embedding", build_embedding, check=check_embedding)
+conv2d = onnx_kernel("conv2d", build_conv2d)
+scaled_dot_product_attention = onnx_kernel("scaled_dot_product_attention", build_sdpa)

@@ -1,0 +1,140 @@
+"""Checkers: what the OpenVINO kernels decline, and why (``opcore.explain`` shows the reason).
+
+The CPU plugin runs float64 as float32 and int64 as int32, saturates int8/uint8 arithmetic,
+and computes integer matrix products, Relu and division in float32: results that would differ
+from PyTorch's are declined here rather than returned. Checkers see TensorMeta and attribute
+values only (their answers are cached per signature) and import nothing heavy.
+
+>>> from opcore.types import TensorMeta, DType
+>>> checker_for("relu")(TensorMeta((2,), DType.FLOAT64))
+"OpenVINO's CPU plugin computes float64 in float32 (use float32, or another backend for float64)"
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from opcore.meta import result_type
+from opcore.types import DType, TensorMeta
+
+__all__ = ["BFLOAT16_REASON", "checker_for"]
+
+Checker = Callable[..., "bool | str"]
+
+BFLOAT16_REASON = (
+    "bfloat16 is not offered: OpenVINO kernels here take numpy arrays, which have no bfloat16 "
+    "(use float32, or the cpu backend for bfloat16)"
+)
+FLOAT64_REASON = "OpenVINO's CPU plugin computes float64 in float32 (use float32, or another backend for float64)"
+INT64_REASON = "OpenVINO's CPU plugin narrows int64 to int32 (use int32, or another backend for int64)"
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+
+
+def _tensors(args: tuple[Any, ...], skip: int | None = None) -> Iterator[TensorMeta]:
+    for position, value in enumerate(args):
+        if position == skip:
+            continue
+        if isinstance(value, TensorMeta):
+            yield value
+        elif isinstance(value, tuple):
+            yield from (v for v in value if isinstance(v, TensorMeta))
+
+
+def _dtype_reason(dtype: DType) -> str | None:
+    if dtype is DType.BFLOAT16:
+        return BFLOAT16_REASON
+    if dtype is DType.FLOAT64:
+        return FLOAT64_REASON
+    if dtype is DType.INT64:
+        return INT64_REASON
+    return None
+
+
+def _operand(x: TensorMeta, other: Any) -> bool | str:
+    if isinstance(other, int) and not isinstance(other, bool) and not _INT32_MIN <= other <= _INT32_MAX:
+        return f"the Python int {other} does not fit in int32, which OpenVINO's CPU plugin computes in"
+    out = result_type(x, other)
+    reason = _dtype_reason(out)
+    return f"the result would be {out}: {reason}" if reason else True
+
+
+def _add(x: TensorMeta, other: Any, alpha: Any) -> bool | str:
+    return _operand(x, other)
+
+
+def _mul(x: TensorMeta, other: Any) -> bool | str:
+    return _operand(x, other)
+
+
+def _div(x: TensorMeta, other: Any, rounding_mode: str | None) -> bool | str:
+    verdict = _operand(x, other)
+    if verdict is not True or rounding_mode is None:
+        return verdict
+    if not result_type(x, other).is_floating:
+        return (
+            f"integer division with rounding_mode={rounding_mode!r}: OpenVINO's CPU plugin divides "
+            "integers in float32 (inexact beyond 2**24)"
+        )
+    if result_type(x, other) is DType.FLOAT16:
+        # the model runs in float32 under the precision hint, and the plugin folds a Convert to f16
+        # away: the quotient is not rounded to float16 before truncation (5.999 -> 5, torch: 6.0 -> 6)
+        return f"rounding_mode={rounding_mode!r} of float16: OpenVINO rounds the quotient in float32, not float16"
+    if rounding_mode == "floor":
+        # torch's floor division goes through an exact fmod; OpenVINO's Mod is a - trunc(a / b) * b
+        # in float32, so quotients that round up to an integer (1.0 // 0.1) would come out one too high
+        return "rounding_mode='floor': OpenVINO's float Mod is not exact, so floor division could be off by one"
+    return True
+
+
+def _floating_product(x: TensorMeta, *rest: Any) -> bool | str:
+    if not x.dtype.is_floating:
+        return (
+            f"OpenVINO's CPU plugin computes {x.dtype} matrix products in float32 "
+            "(inexact beyond 2**24, saturating where torch wraps)"
+        )
+    return True
+
+
+def _conv2d(x: TensorMeta, *rest: Any) -> bool | str:
+    if not x.dtype.is_floating:
+        return f"OpenVINO's CPU plugin computes {x.dtype} convolutions in float32 (inexact beyond 2**24)"
+    return True
+
+
+def _sdpa(query: TensorMeta, key: TensorMeta, value: TensorMeta, *rest: Any) -> bool | str:
+    if key.shape[-2] == 0 or query.shape[-1] == 0:
+        return "OpenVINO's ScaledDotProductAttention gives wrong values for an empty key sequence or embedding"
+    return True
+
+
+_SPECIFIC: dict[str, Checker] = {
+    "scaled_dot_product_attention": _sdpa,
+    "add": _add,
+    "sub": _add,
+    "mul": _mul,
+    "div": _div,
+    "linear": _floating_product,
+    "linear_relu": _floating_product,
+    "matmul": _floating_product,
+    "bmm": _floating_product,
+    "conv2d": _conv2d,
+}
+# embedding's indices (argument 0) may be int64: they are below the number of rows
+_SKIP = {"embedding": 0}
+
+
+def checker_for(op: str) -> Checker:
+    """The checker of ``op``'s kernel: bfloat16, float64 and int64 tensors are declined, then the op's rules."""
+    specific = _SPECIFIC.get(op)
+    skip = _SKIP.get(op)
+
+    def check(*args: Any) -> bool | str:
+        for meta in _tensors(args, skip):
+            reason = _dtype_reason(meta.dtype)
+            if reason:
+                return reason
+        return specific(*args) if specific is not None else True
+
+    check.__name__ = check.__qualname__ = f"check_{op}"
+    return check

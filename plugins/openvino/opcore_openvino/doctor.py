@@ -1,0 +1,74 @@
+"""What ``opcore doctor`` shows about OpenVINO: collected here, never raising.
+
+>>> describe()["openvino"]        # doctest: +SKIP
+'2026.4.1-22982-e213a147257-releases/2026/4'
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+
+from opcore_openvino.cache import DEFAULT_CACHE_SIZE, ENV_VAR
+
+__all__ = ["describe"]
+
+
+def _probe(lines: dict[str, str], name: str, read: Callable[[], str]) -> None:
+    try:
+        lines[name] = read()
+    except Exception as error:  # the doctor reports a failing probe instead of failing
+        lines[name] = f"unavailable ({type(error).__name__}: {error})"
+
+
+def _version() -> str:
+    import openvino
+
+    return str(openvino.get_version())
+
+
+def _devices() -> str:
+    from opcore_openvino.compiled import core
+
+    found = []
+    for device in core().available_devices:
+        try:
+            name = core().get_property(device, "FULL_DEVICE_NAME")
+        except Exception:  # some devices have no full name
+            name = ""
+        found.append(f"{device} ({name})" if name else device)
+    return ", ".join(found) or "none"
+
+
+def _default_precision() -> str:
+    from opcore_openvino.compiled import CONFIG, core
+
+    default = core().get_property("CPU", "INFERENCE_PRECISION_HINT")
+    name = default.get_type_name() if hasattr(default, "get_type_name") else str(default)
+    note = " (float32 models would silently run in it)" if name != "f32" else ""
+    return f"CPU default {name}{note}; opcore compiles with {CONFIG['INFERENCE_PRECISION_HINT']}"
+
+
+def _capabilities() -> str:
+    from opcore_openvino.compiled import core
+
+    return ", ".join(core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+
+
+def _cache() -> str:
+    from opcore_openvino.cache import cache_stats
+
+    setting = os.environ.get(ENV_VAR)
+    source = f"{ENV_VAR}={setting}" if setting else f"default {DEFAULT_CACHE_SIZE}; set {ENV_VAR} to change"
+    return f"{cache_stats().describe()} [{source}]"
+
+
+def describe() -> Mapping[str, str]:
+    """name -> value lines; each probe that fails says why instead of raising."""
+    lines: dict[str, str] = {}
+    _probe(lines, "openvino", _version)
+    _probe(lines, "devices", _devices)
+    _probe(lines, "precision", _default_precision)
+    _probe(lines, "CPU capabilities", _capabilities)
+    _probe(lines, "compiled-model cache", _cache)
+    return lines

@@ -1,0 +1,119 @@
+"""A small builder of OpenVINO models over ``openvino.opset13``: parameters with dynamic dimensions,
+constants, casts and shape helpers.
+
+Parameters have a static rank and dynamic sizes (``PartialShape([-1] * rank)``), so one compiled
+model serves every size of the same ranks. Constant tensors (``prepare``'s weights) become
+``Constant`` nodes that share the numpy memory.
+
+>>> g = Graph("relu")
+>>> x = g.input(numpy.dtype("float32"), 2)
+>>> g.model(ops.relu(x)).get_parameters()[0].get_partial_shape()
+<PartialShape: [?,?]>
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy
+import openvino
+import openvino.opset13 as ops
+
+__all__ = ["Graph", "Node", "Scalar", "dtype_of", "ops", "ov_type", "rank_of"]
+
+Node = Any  # an openvino Node or Output
+
+_OV_TYPES: dict[numpy.dtype, openvino.Type] = {
+    numpy.dtype(numpy.bool_): openvino.Type.boolean,
+    numpy.dtype(numpy.uint8): openvino.Type.u8,
+    numpy.dtype(numpy.int8): openvino.Type.i8,
+    numpy.dtype(numpy.int16): openvino.Type.i16,
+    numpy.dtype(numpy.int32): openvino.Type.i32,
+    numpy.dtype(numpy.int64): openvino.Type.i64,
+    numpy.dtype(numpy.float16): openvino.Type.f16,
+    numpy.dtype(numpy.float32): openvino.Type.f32,
+    numpy.dtype(numpy.float64): openvino.Type.f64,
+}
+_NUMPY_TYPES = {str(t): d for d, t in _OV_TYPES.items()}
+
+# Python numbers fed at run time: ints as int32 (the CPU plugin runs int64 as int32; the checker
+# declines larger values), floats as float64 (cast in the graph: no numpy overflow warning).
+_SCALAR_TYPES: dict[type, numpy.dtype] = {
+    bool: numpy.dtype(numpy.bool_),
+    int: numpy.dtype(numpy.int32),
+    float: numpy.dtype(numpy.float64),
+}
+
+
+def ov_type(dtype: numpy.dtype) -> openvino.Type:
+    return _OV_TYPES[numpy.dtype(dtype)]
+
+
+def dtype_of(node: Node) -> numpy.dtype:
+    """The numpy dtype of a node's (first) output."""
+    return _NUMPY_TYPES[str(node.get_output_element_type(0))]
+
+
+def rank_of(node: Node) -> int:
+    return node.get_output_partial_shape(0).rank.get_length()
+
+
+@dataclass(frozen=True, slots=True)
+class Scalar:
+    """A Python number given for a ``Tensor|Scalar`` argument; ``value`` None: fed at run time."""
+
+    kind: type
+    value: bool | int | float | None = None
+
+
+@dataclass(slots=True)
+class Graph:
+    name: str
+    parameters: list[Any] = field(default_factory=list)
+    # feed positions of Scalar parameters and the dtype their value is converted to
+    scalar_feeds: list[tuple[int, numpy.dtype]] = field(default_factory=list)
+    # arrays whose memory shared Constants read (kept alive with the compiled model)
+    keep: list[numpy.ndarray] = field(default_factory=list)
+
+    def input(self, dtype: numpy.dtype, rank: int) -> Node:
+        parameter = ops.parameter(openvino.PartialShape([-1] * rank), ov_type(dtype), name=f"in{len(self.parameters)}")
+        self.parameters.append(parameter)
+        return parameter
+
+    def scalar(self, scalar: Scalar) -> Node:
+        dtype = _SCALAR_TYPES[scalar.kind]
+        if scalar.value is not None:
+            return self.const(numpy.asarray(scalar.value, dtype=dtype))
+        node = self.input(dtype, 0)
+        self.scalar_feeds.append((len(self.parameters) - 1, dtype))
+        return node
+
+    def weight(self, array: numpy.ndarray) -> Node:
+        """A constant tensor sharing ``array``'s memory (the CPU plugin repacks it at compile time)."""
+        if not (array.flags.c_contiguous and array.flags.writeable):  # shared memory must be both
+            array = numpy.array(array, order="C")
+        self.keep.append(array)
+        return ops.constant(array, shared_memory=True)
+
+    def const(self, value: Any, dtype: numpy.dtype | str | None = None) -> Node:
+        return ops.constant(numpy.asarray(value, dtype=dtype))
+
+    def ints(self, values: Sequence[int]) -> Node:
+        return ops.constant(numpy.asarray(list(values), dtype=numpy.int64))
+
+    def cast(self, node: Node, dtype: numpy.dtype | str) -> Node:
+        dtype = numpy.dtype(dtype)
+        if dtype_of(node) == dtype:
+            return node
+        return ops.convert(node, ov_type(dtype))
+
+    def dims(self, node: Node, start: int, end: int | None = None) -> Node:
+        """Sizes ``start:end`` of ``node``'s shape (int64, 1-D; negative positions count from the end)."""
+        rank = rank_of(node)
+        positions = list(range(rank))[start:end]
+        return ops.gather(ops.shape_of(node, "i64"), self.ints(positions), 0)
+
+    def model(self, output: Node) -> openvino.Model:
+        return openvino.Model([output], self.parameters, self.name)

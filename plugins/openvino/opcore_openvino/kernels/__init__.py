@@ -1,0 +1,1 @@
+"""OpenVINO builders per op family; each module-level kernel function serves one op."""

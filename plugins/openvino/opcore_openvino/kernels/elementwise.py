@@ -1,0 +1,126 @@
+"""Elementwise kernels: add, sub, mul, div (PyTorch's promotion and rounding modes) and activations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opcore_openvino.compiled import ov_kernel
+from opcore_openvino.graph import Graph, Node, Scalar, dtype_of, ops
+from opcore_openvino.kernels._common import BOOL, F32, I32, binary_result, finish, operand, to_compute
+
+__all__ = [
+    "add",
+    "apply_gelu",
+    "apply_relu",
+    "apply_silu",
+    "div",
+    "exp",
+    "gelu",
+    "keep_nan",
+    "mul",
+    "relu",
+    "sigmoid",
+    "silu",
+    "sub",
+    "tanh",
+]
+
+Operand = Node | Scalar
+
+
+def _add(g: Graph, x: Node, other: Operand, alpha: Any, combine: Any) -> Node:
+    out = binary_result(x, other)
+    if out == BOOL:  # bool + bool is logical or (sub refuses bools in its contract)
+        return ops.logical_or(x, operand(g, other, BOOL)) if alpha else x
+    compute = to_compute(out)
+    a, b = g.cast(x, compute), operand(g, other, compute)
+    if alpha != 1:
+        b = ops.multiply(b, g.const(alpha, compute))
+    return finish(g, combine(a, b), out)
+
+
+def build_add(g: Graph, x: Node, other: Operand, alpha: Any) -> Node:
+    return _add(g, x, other, alpha, ops.add)
+
+
+def build_sub(g: Graph, x: Node, other: Operand, alpha: Any) -> Node:
+    return _add(g, x, other, alpha, ops.subtract)
+
+
+def build_mul(g: Graph, x: Node, other: Operand) -> Node:
+    out = binary_result(x, other)
+    if out == BOOL:
+        return ops.logical_and(x, operand(g, other, BOOL))
+    compute = to_compute(out)
+    return finish(g, ops.multiply(g.cast(x, compute), operand(g, other, compute)), out)
+
+
+def build_div(g: Graph, x: Node, other: Operand, rounding_mode: str | None) -> Node:
+    out = binary_result(x, other)
+    if rounding_mode is None:
+        out = out if out.kind == "f" else F32  # true division of integers gives float32
+        return finish(g, ops.divide(g.cast(x, out), operand(g, other, out)), out)
+    # trunc of floats only: the checker declines the rest (see checks._div)
+    a, b = g.cast(x, out), operand(g, other, out)
+    quotient = ops.divide(a, b)
+    return ops.select(ops.less(quotient, g.const(0, out)), ops.ceiling(quotient), ops.floor(quotient))
+
+
+add = ov_kernel("add", build_add)
+sub = ov_kernel("sub", build_sub)
+mul = ov_kernel("mul", build_mul)
+div = ov_kernel("div", build_div)
+
+
+def apply_relu(g: Graph, x: Node) -> Node:
+    """max(x, 0) in x's dtype; integers through Maximum in int32 (the CPU's Relu rounds them via float)."""
+    dtype = dtype_of(x)
+    if dtype.kind == "u":
+        return x
+    if dtype.kind == "i":
+        return g.cast(ops.maximum(g.cast(x, I32), g.const(0, I32)), dtype)
+    return keep_nan(x, ops.relu(x))
+
+
+def keep_nan(x: Node, result: Node) -> Node:
+    """``result`` with NaN wherever x is NaN: the CPU plugin's Relu and Exp turn NaN into 0 and inf."""
+    return ops.select(ops.is_nan(x), x, result)
+
+
+def apply_gelu(g: Graph, x: Node, approximate: str) -> Node:
+    return ops.gelu(x, "tanh" if approximate == "tanh" else "erf")
+
+
+def apply_silu(g: Graph, x: Node) -> Node:
+    return ops.multiply(x, ops.sigmoid(x))  # the CPU plugin fuses this into Swish
+
+
+def build_relu(g: Graph, x: Node) -> Node:
+    return apply_relu(g, x)
+
+
+def build_gelu(g: Graph, x: Node, approximate: str) -> Node:
+    return apply_gelu(g, x, approximate)
+
+
+def build_silu(g: Graph, x: Node) -> Node:
+    return apply_silu(g, x)
+
+
+def _unary_float(function: Any, *, nan_safe: bool = True) -> Any:
+    def build(g: Graph, x: Node) -> Node:
+        dtype = dtype_of(x)
+        if dtype.kind != "f":  # integers and bools give float32
+            return function(g.cast(x, F32))
+        return function(x) if nan_safe else keep_nan(x, function(x))
+
+    build.__name__ = f"build_{function.__name__}"
+    return build
+
+
+relu = ov_kernel("relu", build_relu)
+gelu = ov_kernel("gelu", build_gelu)
+silu = ov_kernel("silu", build_silu)
+sigmoid = ov_kernel("sigmoid", _unary_float(ops.sigmoid))
+tanh = ov_kernel("tanh", _unary_float(ops.tanh))
+exp = ov_kernel("exp", _unary_float(ops.exp, nan_safe=False))

@@ -1,0 +1,133 @@
+"""embedding (Gather), conv2d (Convolution / GroupConvolution) and scaled_dot_product_attention
+(OpenVINO's ScaledDotProductAttention; grouped-query attention repeats key/value heads first).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy
+import openvino
+
+from opcore.errors import ArgumentError
+from opcore_openvino.compiled import ATTRIBUTE, TENSOR, ov_kernel
+from opcore_openvino.graph import Graph, Node, dtype_of, ops, rank_of
+from opcore_openvino.kernels._common import BOOL
+
+__all__ = ["check_embedding", "conv2d", "embedding", "scaled_dot_product_attention"]
+
+
+def check_embedding(input: numpy.ndarray, weight: numpy.ndarray, padding_idx: int | None) -> None:
+    """Gather wraps negative indices and gives zeros for large ones; torch refuses both: check first."""
+    rows = weight.shape[0]
+    if input.size:
+        low, high = int(input.min()), int(input.max())
+        if low < 0 or high >= rows:
+            raise ArgumentError(
+                arg="input",
+                expected=f"indices in [0, {rows - 1}] (the weight has {rows} rows)",
+                found=f"index {low if low < 0 else high} (index out of range)",
+                fix="indices must be non-negative and below num_embeddings",
+            )
+
+
+def build_embedding(g: Graph, input: Node, weight: Node, padding_idx: int | None) -> Node:
+    return ops.gather(weight, input, 0)  # padding_idx only changes gradients
+
+
+def build_conv2d(
+    g: Graph,
+    x: Node,
+    weight: Node,
+    bias: Node | None,
+    stride: tuple[int, ...],
+    padding: tuple[int, ...],
+    dilation: tuple[int, ...],
+    groups: int,
+    weight_shape: tuple[int, ...],
+) -> Node:
+    # the CPU plugin's convolution needs weights of a static shape: fixed per compiled model
+    _fix_shape(weight, weight_shape)
+    if bias is not None:
+        _fix_shape(bias, weight_shape[:1])
+    batched = rank_of(x) == 4
+    a = x if batched else ops.unsqueeze(x, g.ints([0]))
+    pads = list(padding)
+    if groups == 1:
+        out = ops.convolution(a, weight, list(stride), pads, pads, list(dilation))
+    else:  # (O, I/G, kH, kW) -> (G, O/G, I/G, kH, kW)
+        out_channels, *rest = weight_shape
+        grouped = ops.reshape(weight, g.ints([groups, out_channels // groups, *rest]), False)
+        out = ops.group_convolution(a, grouped, list(stride), pads, pads, list(dilation))
+    if bias is not None:
+        out = ops.add(out, ops.unsqueeze(bias, g.ints([1, 2])))
+    return out if batched else ops.squeeze(out, g.ints([0]))
+
+
+def _repeat_heads(g: Graph, kv: Node, query: Node) -> Node:
+    """(..., Hkv, S, E) -> (..., Hq, S, E), each key/value head repeated Hq / Hkv times in a row."""
+    heads, kv_heads = g.dims(query, -3, -2), g.dims(kv, -3, -2)
+    repeats = ops.divide(heads, kv_heads)
+    expanded = ops.unsqueeze(kv, g.ints([rank_of(kv) - 2]))
+    target = ops.concat([g.dims(kv, 0, -3), kv_heads, repeats, g.dims(kv, -2)], 0)
+    expanded = ops.broadcast(expanded, target)
+    return ops.reshape(expanded, ops.concat([g.dims(kv, 0, -3), heads, g.dims(kv, -2)], 0), False)
+
+
+def build_sdpa(
+    g: Graph,
+    query: Node,
+    key: Node,
+    value: Node,
+    attn_mask: Node | None,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float | None,
+    enable_gqa: bool,
+) -> Node:
+    dtype = dtype_of(query)
+    if enable_gqa:
+        key, value = _repeat_heads(g, key, query), _repeat_heads(g, value, query)
+    factor = g.const(scale, dtype) if scale is not None else None
+    if attn_mask is None:
+        return ops.scaled_dot_product_attention(query, key, value, None, factor, is_causal)
+    out = ops.scaled_dot_product_attention(query, key, value, attn_mask, factor, False)
+    # a fully masked row gives zeros, as torch, not NaN
+    keep = attn_mask if dtype_of(attn_mask) == BOOL else ops.not_equal(attn_mask, g.const(-numpy.inf, dtype))
+    any_kept = ops.reduce_logical_or(keep, g.ints([-1]), True)
+    return ops.select(any_kept, out, g.const(0, dtype))
+
+
+def _fix_shape(node: Node, shape: tuple[int, ...]) -> None:
+    if node.get_type_name() == "Parameter":
+        node.set_partial_shape(openvino.PartialShape(list(shape)))
+
+
+embedding = ov_kernel("embedding", build_embedding, check=check_embedding)
+_conv2d = ov_kernel(
+    "conv2d",
+    build_conv2d,
+    names=("x", "weight", "bias", "stride", "padding", "dilation", "groups", "weight_shape"),
+    roles=(TENSOR, TENSOR, TENSOR, ATTRIBUTE, ATTRIBUTE, ATTRIBUTE, ATTRIBUTE, ATTRIBUTE),
+)
+
+
+def conv2d(
+    x: numpy.ndarray,
+    weight: numpy.ndarray,
+    bias: numpy.ndarray | None,
+    stride: tuple[int, ...],
+    padding: tuple[int, ...],
+    dilation: tuple[int, ...],
+    groups: int,
+) -> numpy.ndarray:
+    """One compiled model per weight shape (the CPU plugin has no dynamic-shape weights); any input size."""
+    return _conv2d(x, weight, bias, stride, padding, dilation, groups, weight.shape)
+
+
+def _prepare_conv2d(args: tuple[Any, ...], constants: frozenset[str]) -> Any:
+    return _conv2d.prepare((*args, args[1].shape), constants)  # type: ignore[attr-defined]
+
+
+conv2d.prepare = _prepare_conv2d  # type: ignore[attr-defined]
+scaled_dot_product_attention = ov_kernel("scaled_dot_product_attention", build_sdpa)
