@@ -26,9 +26,9 @@ from opcore.kernels import Kernel
 from opcore.runtime import Runtime, on_change, runtime
 from opcore.selection import Selection, no_kernel_error, select, warn_once
 from opcore.settings import ContextPolicy, context_policy
-from opcore.types import array_kind_of
+from opcore.types import ArrayKind, array_kind_of
 
-__all__ = ["Plan", "build_plan", "clear_caches", "run"]
+__all__ = ["Plan", "build_plan", "clear_caches", "kernel_converters", "run"]
 
 MAX_CACHED = 8192  # signatures; past this the caches start over (bounds memory for varying shapes)
 
@@ -368,13 +368,28 @@ def _decomposition_plan(selection: Selection) -> Callable[..., Any]:
     return pinned_decomposition
 
 
+def kernel_converters(kernel: Kernel, selection: Selection) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+    """How the caller's arrays reach ``kernel`` (one array at a time) and how its result comes back.
+
+    A selection with a ``transfer`` device (numpy inputs pinned to a device backend) moves the
+    arrays there on the way in and brings the result back to host numpy on the way out.
+    """
+    if selection.transfer is not None and kernel.array_kind is ArrayKind.TORCH:
+        from opcore._torch import arrays as torch_arrays
+
+        return torch_arrays.to_device(str(selection.transfer)), torch_arrays.to_host
+    dtypes = tuple(m.dtype for m in selection.outputs)
+    return converter(kernel.array_kind), result_converter(kernel.array_kind, selection.caller_kind, dtypes)
+
+
 def adapt(kernel: Kernel, selection: Selection, bound: tuple[Any, ...]) -> Callable[..., Any]:
-    """The kernel's function, wrapped in conversions only when the arrays are of another kind."""
+    """The kernel's function, wrapped in conversions only when the arrays are of another kind
+    (or must move to another device).
+    """
     fn = kernel.function()
     if selection.kinds == {kernel.array_kind}:
         return fn
-    to_kernel = converter(kernel.array_kind)
-    back = result_converter(kernel.array_kind, selection.caller_kind, tuple(m.dtype for m in selection.outputs))
+    to_kernel, back = kernel_converters(kernel, selection)
     positions = [i for i, value in enumerate(bound) if _holds_tensor(value)]
 
     def converted(*args: Any) -> Any:

@@ -6,8 +6,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
-from opcore.arrays import converter, result_converter
-from opcore.dispatch import _TENSOR, Plan, build_plan, selection_for
+from opcore.dispatch import _TENSOR, Plan, build_plan, kernel_converters, selection_for
 from opcore.errors import ArgumentError, OpcoreError, Unsupported
 from opcore.explain import Explanation, explanation_of
 from opcore.kernels import Kernel, load_callable
@@ -173,7 +172,7 @@ def _prepare(
     prepare = load_callable(kernel.prepare)
     if selection.kinds == {kernel.array_kind}:
         return prepare(bound, constants)
-    to_kernel = converter(kernel.array_kind)
+    to_kernel, back = kernel_converters(kernel, selection)  # with a transfer: constants move to the device once
     converted = tuple(
         tuple(None if v is None else to_kernel(v) for v in value)
         if isinstance(value, tuple)
@@ -183,7 +182,6 @@ def _prepare(
         for value in bound
     )
     inner = prepare(converted, constants)
-    back = result_converter(kernel.array_kind, selection.caller_kind, tuple(m.dtype for m in selection.outputs))
 
     def prepared(*free: Any) -> Any:
         return back(inner(*(to_kernel(v) for v in free)))

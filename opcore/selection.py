@@ -21,7 +21,7 @@ from opcore.runtime import Runtime
 from opcore.settings import ContextPolicy
 from opcore.types import ArrayKind, Device, DType, TensorMeta, array_kind_of
 
-__all__ = ["Candidate", "CandidateStatus", "Selection", "select"]
+__all__ = ["Candidate", "CandidateStatus", "Selection", "select", "transfer_target"]
 
 
 class CandidateStatus(str, Enum):
@@ -73,6 +73,10 @@ class Selection:
     candidates: list[Candidate] = field(default_factory=list)
     decompose: bool = False
     error: OpcoreError | None = None
+    # None: the kernels run where the inputs are. Else the device of the pinned backend that numpy
+    # inputs are moved to (a call pinned to a backend without host kernels, e.g. backend="cuda"); the
+    # result comes back to host numpy. ``device`` is then this device, which keys the kernels.
+    transfer: Device | None = None
 
 
 def _meta_of(value: Any) -> Any:
@@ -185,21 +189,35 @@ def select(
     dtype = keyed.dtype if isinstance(keyed, TensorMeta) else tensors[0][1].dtype
     kinds = kinds_of(bound)
     order, order_source = effective_order(rt, policy)
+    transfer = None
     if pin is not None:
         check_named(rt, (pin,), "backend=")
+        transfer = transfer_target(rt, pin, device, kinds)
     elif order is not None:
         check_named(rt, order, order_source)
     strict = policy.strict if policy is not None and policy.strict is not None else rt.settings.strict
     caller_kind = kinds[0]
-    if caller_kind is ArrayKind.NUMPY and ArrayKind.TORCH in kinds and any(
-        o.dtype is DType.BFLOAT16 for o in outputs
-    ):
+    if caller_kind is ArrayKind.NUMPY and ArrayKind.TORCH in kinds and any(o.dtype is DType.BFLOAT16 for o in outputs):
         caller_kind = ArrayKind.TORCH  # numpy cannot hold a bfloat16 result: give it back as torch
     selection = Selection(
-        contract, meta_args, outputs, device, dtype, caller_kind, frozenset(kinds), order, order_source, strict, pin
-    )
+        contract, meta_args, outputs, transfer or device, dtype, caller_kind, frozenset(kinds), order, order_source,
+        strict, pin, transfer=transfer,
+    )  # fmt: skip
     _walk(rt, selection)
     return selection
+
+
+def transfer_target(rt: Runtime, pin: str, device: Device, kinds: list[ArrayKind]) -> Device | None:
+    """Where the inputs of a call pinned to ``pin`` must go: None when the backend serves their device
+    (or they are torch tensors, whose placement is the caller's business), else the backend's first
+    device type, for numpy inputs only: ``opcore.run(op, numpy_x, backend="cuda")`` runs on the GPU.
+    """
+    spec = rt.registry.backends.get(pin)
+    if spec is None or not spec.device_types or device.type in spec.device_types:
+        return None
+    if any(kind is not ArrayKind.NUMPY for kind in kinds):
+        return None
+    return Device(spec.device_types[0])
 
 
 def _walk(rt: Runtime, s: Selection) -> None:

@@ -1,4 +1,5 @@
-"""numpy <-> torch conversions for the dispatcher (zero-copy on CPU where possible)."""
+"""numpy <-> torch conversions for the dispatcher (zero-copy on CPU where possible), and the moves
+to and from a device for numpy inputs pinned to a device backend (``backend="cuda"``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 import numpy
 import torch
 
-from opcore.errors import DeviceError
+from opcore.errors import DeviceError, Unsupported
 from opcore.types import ArrayKind, DType
 
 _TO_TORCH_DTYPE = {d: d.to_torch() for d in DType}
@@ -62,3 +63,47 @@ def result_to(target: ArrayKind, dtypes: tuple[DType, ...]) -> Callable[[Any], A
 def _back(result: Any, dtype: Any) -> Any:
     tensor = to_torch(numpy.asarray(result))
     return tensor if tensor.dtype is dtype else tensor.to(dtype)
+
+
+# what torch raises when a device cannot be reached: AssertionError "Torch not compiled with CUDA
+# enabled"; RuntimeError "Found no NVIDIA driver", "The NVIDIA driver on your system is too old", an
+# unknown device type. Running out of memory is not among them: it stays the caller's error.
+_OUT_OF_MEMORY = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+
+
+def to_device(device: str) -> Callable[[Any], Any]:
+    """A function moving a numpy array to ``device`` as a torch tensor (other values pass through).
+
+    A device torch cannot reach raises Unsupported with torch's reason, so a pinned call reports
+    it (NoKernelError) instead of leaking a traceback.
+
+    >>> to_device("meta")(numpy.ones(2)).device
+    device(type='meta')
+    """
+
+    def move(value: Any) -> Any:
+        tensor = to_torch(value)
+        if not isinstance(tensor, torch.Tensor):
+            return tensor
+        try:
+            return tensor.to(device)
+        except (RuntimeError, AssertionError) as error:
+            if isinstance(error, _OUT_OF_MEMORY):
+                raise
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise Unsupported(f"cannot move the inputs to {device}: {reason}") from None
+
+    return move
+
+
+def to_host(result: Any) -> Any:
+    """A kernel's result (a tensor or a tuple of them) on any device, as host numpy arrays.
+
+    >>> to_host((torch.ones(2), 3))
+    (array([1., 1.], dtype=float32), 3)
+    """
+    if isinstance(result, tuple):
+        return tuple(to_host(r) for r in result)
+    if isinstance(result, torch.Tensor):
+        return to_numpy(result.detach().cpu())
+    return result

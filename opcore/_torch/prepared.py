@@ -89,7 +89,9 @@ def _prepare_linear(
         w, b = args[1], args[2]
         approximate = args[3] if len(args) > 3 else "none"
         free = free_positions(args, _LINEAR_NAMES, constants)
-        if free != [0] or w.ndim != 2 or (b is not None and b.ndim != 1):
+        # in_features == 0 stays on the dense kernel: torch's CUDA addmm returns the bias at once for an
+        # empty reduction, skipping _addmm_activation's relu (its CPU addmm applies it)
+        if free != [0] or w.ndim != 2 or (b is not None and b.ndim != 1) or w.shape[1] == 0:
             template = [None if i in free else value for i, value in enumerate(args)]
             return with_free_args(dense, template, free)
         wt = w.t()

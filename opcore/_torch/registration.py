@@ -48,6 +48,7 @@ def register_torch_kernels(
     registrar: Registrar,
     device_type: DeviceType | str,
     dtypes_by_op: Mapping[str, Iterable[DType | str]],
+    overrides: Mapping[str, str] | None = None,
 ) -> list[Kernel]:
     """Register ``opcore._torch.kernels.<op>`` for each op of ``dtypes_by_op`` on ``device_type``
     with the dtypes given there (what torch supports for that op on that device; a backend adds its
@@ -55,15 +56,20 @@ def register_torch_kernels(
     ``dtypes_by_op`` get the by-name ATen fallback (label "aten-fallback") when ATen has an op of
     the same name: a built-in op added to the core later runs on torch before a kernel is written.
 
+    ``overrides`` (op -> ``"module:qualname"``) names the kernel to register instead of the shared
+    one, still labelled "aten", where torch on this device needs more than the shared code (CUDA
+    does not raise on an integer division by zero or an embedding index out of range).
+
     >>> register_torch_kernels(registrar, "cpu", {"relu": ["float32"]})               # doctest: +SKIP
     """
     from opcore.opset import BUILTIN_DTYPES
 
     device = DeviceType(device_type)
+    replaced = overrides or {}
     added = [
         registrar.add_kernel(
             op,
-            f"{KERNEL_MODULE}:{op}",
+            replaced.get(op, f"{KERNEL_MODULE}:{op}"),
             dtypes=dtypes,
             device_type=device,
             array_kind=ArrayKind.TORCH,

@@ -1,0 +1,100 @@
+"""The ``cuda`` backend's hooks (entry point ``cuda = "opcore_cuda.plugin"`` in ``opcore.backends``).
+
+Loading this module imports no torch: every kernel is named as ``"module:qualname"`` and imported
+when it first runs; availability and the checkers live in the torch-free ``opcore_cuda.system``
+and ``opcore_cuda.choice``. Without a usable GPU the backend is unavailable (with the reason) and
+registers nothing, so numpy and CPU inputs never meet it.
+
+Its kernels are keyed by device type ``cuda``: they rank only for inputs on a CUDA device, or for
+numpy inputs pinned with ``backend="cuda"`` (moved to the GPU and back by the dispatcher).
+Three layers, highest priority first:
+
+- ``cuda/cublaslt`` (+10): linear_relu and linear_gelu through ``torch._addmm_activation``, the
+  activation fused into the GEMM as a cuBLASLt epilogue.
+- ``cuda/aten``: the shared device-generic torch kernels (``opcore._torch.kernels``) for every
+  built-in op, with ``opcore_cuda.kernels`` in place of three of them (div, embedding, layer_norm);
+  scaled_dot_product_attention is torch's fused SDPA (flash / memory-efficient / cuDNN).
+- ``aten.*`` ops: the shared ATen fallback (``opcore._torch.aten``), any ``torch.ops.aten`` op.
+
+>>> opcore_backend().priority
+400
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import opcore
+from opcore.backend import DEFAULT_PRIORITIES, BackendSpec
+from opcore.types import ArrayKind, DeviceType
+from opcore_cuda import __version__, choice, system
+from opcore_cuda.dtypes import CUBLASLT_DTYPES, CUDA_DTYPES
+
+if TYPE_CHECKING:
+    from opcore.registry import Registrar
+
+__all__ = ["CUBLASLT_LABEL", "CUBLASLT_PRIORITY", "CUDA_OVERRIDES", "opcore_backend", "opcore_register_kernels"]
+
+CUBLASLT_LABEL = "cublaslt"
+CUBLASLT_PRIORITY = 10  # above this backend's plain ATen kernels
+# the kernels registered in place of the shared ones (as opcore_cuda.kernels.CUDA_OVERRIDES, which
+# imports torch and so cannot be imported here)
+CUDA_OVERRIDES = {op: f"opcore_cuda.kernels:{op}" for op in ("div", "embedding", "layer_norm")}
+
+# op -> (kernel, prepare, checker) of the cuBLASLt epilogue kernels
+_CUBLASLT = {
+    "linear_relu": (
+        "opcore_cuda.cublaslt:linear_relu",
+        "opcore_cuda.cublaslt:prepare_linear_relu",
+        choice.relu_epilogue_checker,
+    ),
+    "linear_gelu": (
+        "opcore_cuda.cublaslt:linear_gelu",
+        "opcore_cuda.cublaslt:prepare_linear_gelu",
+        choice.gelu_epilogue_checker,
+    ),
+}
+
+
+@opcore.hookimpl
+def opcore_backend() -> BackendSpec:
+    """PyTorch on CUDA: cheap to announce (no torch import until a kernel runs)."""
+    return BackendSpec(
+        name="cuda",
+        version=__version__,
+        priority=DEFAULT_PRIORITIES["cuda"],
+        device_types=(DeviceType.CUDA,),
+        is_available=system.is_available,
+        describe=system.describe,
+        description="PyTorch CUDA: ATen kernels (cuBLAS, cuDNN, fused SDPA), cuBLASLt epilogues, the ATen fallback",
+        install_hint=f"pip install 'opcore[cuda]' with a CUDA build of torch ({system.TORCH_INSTALL_URL})",
+    )
+
+
+@opcore.hookimpl
+def opcore_register_kernels(registrar: Registrar) -> None:
+    """The shared torch kernels for CUDA, the cuBLASLt epilogue kernels on top, and the ATen fallback."""
+    from opcore._torch.registration import register_aten_fallback, register_torch_kernels
+
+    known = registrar.contracts
+    register_torch_kernels(
+        registrar,
+        DeviceType.CUDA,
+        {op: dtypes for op, dtypes in CUDA_DTYPES.items() if op in known},
+        overrides=CUDA_OVERRIDES,
+    )
+    for op, (kernel, prepare, checker) in _CUBLASLT.items():
+        if op not in known:
+            continue
+        registrar.add_kernel(
+            op,
+            kernel,
+            dtypes=CUBLASLT_DTYPES,
+            device_type=DeviceType.CUDA,
+            array_kind=ArrayKind.TORCH,
+            priority=CUBLASLT_PRIORITY,
+            checker=checker,
+            prepare=prepare,
+            label=CUBLASLT_LABEL,
+        )
+    register_aten_fallback(registrar, DeviceType.CUDA)
