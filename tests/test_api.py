@@ -10,6 +10,7 @@ from opcore import DType, TensorMeta
 
 pytestmark = pytest.mark.usefixtures("only_reference")
 
+
 def test_all_is_sorted_and_resolves() -> None:
     assert len(set(opcore.__all__)) == len(opcore.__all__)
     for name in opcore.__all__:
