@@ -20,7 +20,7 @@ pytestmark = pytest.mark.filterwarnings("error")
 
 BIG = (64, 256, 256)  # M*K*N = 4194304: above the crossover in every dtype
 SMALL = (8, 64, 64)  # 32768: below it in float32
-LINEAR_OPS = ["linear_relu", "linear_silu", "linear_gelu"]
+LINEAR_OPS = ["linear", "linear_relu", "linear_silu", "linear_gelu"]
 
 
 @pytest.fixture(autouse=True)

@@ -108,7 +108,8 @@ def test_registered_kernels_and_labels():
     for op, dtypes in CPU_DTYPES.items():
         assert aten[op].dtypes == dtypes and aten[op].source == f"opcore._torch.kernels:{op}"
     onednn = {k.op: k for k in mine if k.label == "onednn"}
-    assert set(onednn) == {"linear_relu", "linear_silu", "linear_gelu", "gated_mlp", "conv2d_relu", "conv2d_silu"}
+    linears = {"linear", "linear_relu", "linear_silu", "linear_gelu"}
+    assert set(onednn) == linears | {"gated_mlp", "conv2d_relu", "conv2d_silu"}
     for kernel in onednn.values():
         assert kernel.dtypes == ONEDNN_DTYPES and kernel.priority == plugin.ONEDNN_PRIORITY
         assert kernel.prepare is not None and kernel.checker is not None

@@ -70,7 +70,7 @@ def _strided(*metas: TensorMeta | None) -> str | None:
 
 
 def linear_checker(x: TensorMeta, w: TensorMeta, b: TensorMeta | None, *_: object) -> bool | str:
-    """linear_relu / linear_silu / linear_gelu: a 2-D weight, a (out_features,) bias, and enough work."""
+    """linear / linear_relu / linear_silu / linear_gelu: a 2-D weight, a (out_features,) bias, and enough work."""
     if w.ndim != 2:
         return "oneDNN's fused linear needs a 2-D weight (out_features, in_features)"
     if b is not None and b.shape != (w.shape[0],):

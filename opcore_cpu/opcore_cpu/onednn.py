@@ -1,4 +1,5 @@
-"""oneDNN fused linear kernels: linear + relu / silu / gelu in one call, and gated_mlp built from them.
+"""oneDNN fused linear kernels: linear + relu / silu / gelu in one call, and gated_mlp built from them;
+plain linear too (post-op "none"), so that a resolved linear runs on a packed weight.
 
 ``torch.ops.mkldnn._linear_pointwise(x, w, b, attr, [], algorithm)`` runs the inner product
 with the activation as a oneDNN post-op (attr "relu", "swish", "gelu"; algorithm "none" or
@@ -34,11 +35,13 @@ from opcore._torch.prepared import batch_rows, free_positions, with_free_args
 __all__ = [
     "float32_packing",
     "gated_mlp",
+    "linear",
     "linear_gelu",
     "linear_relu",
     "linear_silu",
     "pack_linear_weight",
     "prepare_gated_mlp",
+    "prepare_linear",
     "prepare_linear_gelu",
     "prepare_linear_relu",
     "prepare_linear_silu",
@@ -74,6 +77,10 @@ def float32_packing() -> str:
 def pack_linear_weight(w: Tensor, batch_size: int) -> Tensor:
     """w in oneDNN's blocked layout for GEMMs of about ``batch_size`` rows (any other size still works)."""
     return _reorder(w.contiguous(), batch_size)
+
+
+def linear(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+    return _pointwise(x, w, b, "none", _NO_SCALARS, "")
 
 
 def linear_relu(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
@@ -133,6 +140,7 @@ def _prepare_linear(attr: str) -> Callable[[tuple[Any, ...], frozenset[str]], Ca
     return prepare
 
 
+prepare_linear = _prepare_linear("none")
 prepare_linear_relu = _prepare_linear("relu")
 prepare_linear_silu = _prepare_linear("swish")
 prepare_linear_gelu = _prepare_linear("gelu")

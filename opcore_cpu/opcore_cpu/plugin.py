@@ -5,7 +5,7 @@ when it first runs; the checkers live in the torch-free ``opcore_cpu.choice``.
 
 Three layers of kernels, highest priority first:
 
-- ``cpu/onednn`` (+10): oneDNN fused linear + activation, gated_mlp and conv2d + activation, with
+- ``cpu/onednn`` (+10): oneDNN linear and fused linear + activation, gated_mlp and conv2d + activation, with
   ``prepare`` packing constant weights; their checkers send small problems to the next layer.
 - ``cpu/aten``: the shared device-generic torch kernels (``opcore._torch.kernels``), every op.
 - ``aten.*`` ops: the shared ATen fallback (``opcore._torch.aten``), any ``torch.ops.aten`` op.
@@ -35,6 +35,7 @@ ONEDNN_PRIORITY = 10  # above this backend's plain ATen kernels
 
 # op -> (kernel, prepare, checker) of the oneDNN fused kernels
 _ONEDNN = {
+    "linear": ("opcore_cpu.onednn:linear", "opcore_cpu.onednn:prepare_linear", choice.linear_checker),
     "linear_relu": ("opcore_cpu.onednn:linear_relu", "opcore_cpu.onednn:prepare_linear_relu", choice.linear_checker),
     "linear_silu": ("opcore_cpu.onednn:linear_silu", "opcore_cpu.onednn:prepare_linear_silu", choice.linear_checker),
     "linear_gelu": ("opcore_cpu.onednn:linear_gelu", "opcore_cpu.onednn:prepare_linear_gelu", choice.linear_checker),

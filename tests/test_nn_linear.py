@@ -1,0 +1,173 @@
+"""opcore.nn.Linear and the fused LinearReLU / LinearSiLU / LinearGELU on each backend, against torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch.nn.functional as F  # noqa: E402
+
+import opcore  # noqa: E402
+import opcore.nn  # noqa: E402
+
+BACKENDS = ["cpu", "onnxruntime", "openvino"]
+TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
+
+ACTIVATIONS = {
+    opcore.nn.Linear: lambda y: y,
+    opcore.nn.LinearReLU: F.relu,
+    opcore.nn.LinearSiLU: F.silu,
+    opcore.nn.LinearGELU: F.gelu,
+}
+
+
+def needs(backend: str) -> None:
+    if backend not in {r.name for r in opcore.backends() if r.ok}:
+        pytest.skip(f"backend {backend!r} is not installed here")
+
+
+def close(actual, expected, dtype=torch.float32):
+    tolerance = TOLERANCE[dtype]
+    torch.testing.assert_close(actual, expected, rtol=tolerance, atol=tolerance)
+
+
+def test_import_opcore_imports_neither_torch_nor_opcore_nn():
+    code = (
+        "import sys, opcore; "
+        "assert 'torch' not in sys.modules and 'opcore.nn' not in sys.modules, 'imported'; "
+        "import opcore.nn; assert 'torch' in sys.modules"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", list(ACTIVATIONS), ids=lambda k: k.__name__)
+def test_matches_torch_at_every_rank(backend, kind):
+    needs(backend)
+    torch.manual_seed(0)
+    layer = kind(48, 24, backend=backend)
+    assert layer.backend == backend
+    activation = ACTIVATIONS[kind]
+    with torch.no_grad():
+        for shape in [(48,), (5, 48), (1, 48), (300, 48), (2, 3, 48), (2, 1, 2, 48)]:
+            x = torch.randn(shape)
+            y = layer(x)
+            assert y.shape == (*shape[:-1], 24)
+            close(y, activation(F.linear(x, layer.weight, layer.bias)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gelu_tanh_and_no_bias(backend):
+    needs(backend)
+    torch.manual_seed(0)
+    layer = opcore.nn.LinearGELU(32, 16, bias=False, approximate="tanh", backend=backend)
+    assert layer.bias is None and "approximate='tanh'" in repr(layer)
+    x = torch.randn(7, 32)
+    with torch.no_grad():
+        close(layer(x), F.gelu(F.linear(x, layer.weight), approximate="tanh"))
+
+
+@pytest.mark.parametrize("kind", list(ACTIVATIONS), ids=lambda k: k.__name__)
+def test_bfloat16_on_cpu_is_packed_by_onednn(kind):
+    torch.manual_seed(0)
+    layer = kind(256, 512, dtype=torch.bfloat16, backend="cpu")
+    assert layer.bound.resolved[0].kernel.title == "cpu/onednn" and layer.bound.resolved[0].prepared
+    x = torch.randn(4, 64, 256, dtype=torch.bfloat16)
+    with torch.no_grad():
+        y = layer(x)
+    assert y.dtype == torch.bfloat16
+    close(y, ACTIVATIONS[kind](F.linear(x, layer.weight, layer.bias)), torch.bfloat16)
+
+
+def test_extra_repr_names_backend_kernel_and_dtype():
+    layer = opcore.nn.LinearSiLU(1024, 1024, backend="cpu")
+    text = repr(layer)
+    assert text.startswith("LinearSiLU(in_features=1024, out_features=1024, bias=True, dtype=float32, backend=cpu (")
+    assert "cpu/onednn prepared" in text
+    small = opcore.nn.Linear(8, 8, backend="cpu")  # below oneDNN's crossover: ATen's prepared addmm
+    assert "backend=cpu (cpu/aten prepared)" in repr(small)
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
+def test_bfloat16_on_a_numpy_backend_is_refused_at_construction(backend):
+    needs(backend)
+    with pytest.raises(opcore.NoKernelError) as caught:
+        opcore.nn.LinearSiLU(64, 32, backend=backend, dtype=torch.bfloat16)
+    message = str(caught.value)
+    assert message.startswith(f"opcore.nn.LinearSiLU(): no backend of ['{backend}'] runs it for bfloat16 on cpu")
+    assert f"{backend}: linear declined: bfloat16 is not offered" in message
+    assert "Fix: " in message
+
+
+def test_a_list_falls_back_in_order_and_says_what_it_passed_over():
+    needs("onnxruntime")
+    layer = opcore.nn.LinearSiLU(64, 32, backend=["onnxruntime", "cpu"], dtype=torch.bfloat16)
+    assert layer.backend == "cpu"
+    assert layer.bound.passed_over[0][0] == "onnxruntime"
+    assert "passed over: onnxruntime" in repr(layer)
+    float32 = opcore.nn.LinearSiLU(64, 32, backend=["onnxruntime", "cpu"])
+    assert float32.backend == "onnxruntime" and "passed over" not in repr(float32)
+
+
+def test_unknown_backend_names_are_reported_with_the_loaded_ones():
+    with pytest.raises(opcore.NoKernelError, match=r"- nosuch: backend= names backend 'nosuch', which is not"):
+        opcore.nn.Linear(8, 8, backend="nosuch")
+    with pytest.raises(opcore.ArgumentError, match="a list of names in preference order"):
+        opcore.nn.Linear(8, 8, backend=["cpu", 3])
+
+
+def test_ranked_default_follows_prefer():
+    needs("openvino")
+    assert opcore.nn.Linear(64, 64).backend == "cpu"
+    with opcore.prefer("openvino"):
+        assert opcore.nn.Linear(64, 64).backend == "openvino"
+
+
+def test_fresh_module_initialises_like_torch():
+    torch.manual_seed(3)
+    ours = opcore.nn.Linear(16, 8)
+    torch.manual_seed(3)
+    theirs = torch.nn.Linear(16, 8)
+    torch.testing.assert_close(ours.weight, theirs.weight)
+    torch.testing.assert_close(ours.bias, theirs.bias)
+
+
+def test_from_torch_shares_parameters_and_casts_on_request():
+    linear = torch.nn.Linear(32, 16)
+    shared = opcore.nn.LinearReLU.from_torch(linear)
+    assert shared.weight is linear.weight and shared.bias is linear.bias
+    cast = opcore.nn.LinearReLU.from_torch(linear, dtype=torch.bfloat16)
+    assert cast.weight.dtype == torch.bfloat16 and linear.weight.dtype == torch.float32
+    gelu = opcore.nn.LinearGELU.from_torch(linear, approximate="tanh", backend="cpu")
+    assert gelu.approximate == "tanh"
+    x = torch.randn(3, 32)
+    with torch.no_grad():
+        close(gelu(x), F.gelu(linear(x), approximate="tanh"))
+
+
+def test_input_of_another_dtype_is_a_dtype_error():
+    layer = opcore.nn.Linear(8, 4)
+    message = r"opcore.nn.Linear\(\): argument 'input' expected float32"
+    with torch.no_grad(), pytest.raises(opcore.DTypeError, match=message):
+        layer(torch.ones(2, 8, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_empty_batch(backend):
+    needs(backend)
+    layer = opcore.nn.Linear(8, 4, backend=backend)
+    with torch.no_grad():
+        assert layer(torch.ones(0, 8)).shape == (0, 4)
+        assert layer(torch.ones(2, 0, 8)).shape == (2, 0, 4)
+
+
+def test_bad_options_are_argument_errors():
+    with pytest.raises(opcore.ArgumentError, match="'grad' expected 'autograd' or 'raise'"):
+        opcore.nn.Linear(8, 4, grad="maybe")
+    with pytest.raises(opcore.ArgumentError, match="'example_rows' expected a positive int"):
+        opcore.nn.Linear(8, 4, example_rows=0)
