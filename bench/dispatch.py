@@ -21,11 +21,15 @@ import opcore
 from opcore.reference import elementwise, linear
 
 
-def import_cost_ms(repeats: int = 7) -> tuple[float, float]:
-    """Median ms of `import numpy` alone and of `import opcore` after it, each in a fresh process."""
+def import_cost_ms(repeats: int = 7) -> tuple[float, float, float]:
+    """Median ms, each in a fresh process, of `import numpy`, of `import opcore` after it, and of
+    the first opcore.run (which loads the dispatcher and every installed plugin; no runtime).
+    """
     code = (
         "import time; t0 = time.perf_counter(); import numpy; t1 = time.perf_counter(); "
-        "import opcore; t2 = time.perf_counter(); print((t1 - t0) * 1e3, (t2 - t1) * 1e3)"
+        "import opcore; t2 = time.perf_counter(); "
+        "opcore.run('relu', numpy.ones(2, 'float32'), backend='reference'); t3 = time.perf_counter(); "
+        "print((t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3)"
     )
     runs = []
     for _ in range(repeats):
@@ -86,8 +90,9 @@ def main() -> None:
         )
     print("opcore dispatch overhead, reference backend, x 2x8 · w 8x8 float32 (medians of 31 interleaved runs)")
     print(table(("call", "direct us", "opcore us", "overhead us", "ratio", "target", "met"), rows))
-    numpy_ms, opcore_ms = import_cost_ms()
+    numpy_ms, opcore_ms, first_ms = import_cost_ms()
     print(f"\nimport numpy: {numpy_ms:.1f} ms; import opcore after it: {opcore_ms:.1f} ms (target < 50 ms)")
+    print(f"first opcore.run (loads the dispatcher and every installed plugin, no runtime): {first_ms:.1f} ms")
 
 
 if __name__ == "__main__":

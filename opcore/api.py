@@ -9,7 +9,7 @@ from typing import Any
 from opcore.contracts import OpContract
 from opcore.dispatch import selection_for
 from opcore.errors import ArgumentError, OpcoreError
-from opcore.explain import Explanation, explanation_of
+from opcore.explanation import Explanation, explanation_of
 from opcore.reports import PluginReport
 from opcore.runtime import Runtime, runtime
 from opcore.selection import check_named

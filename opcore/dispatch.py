@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy
 
+from opcore._calls import fixed_arity
 from opcore.arrays import converter, result_converter
 from opcore.errors import OpcoreError, Unsupported
 from opcore.kernels import Kernel
@@ -187,18 +188,11 @@ def _remember_positional(
     n = len(args)
     if all(bound[i] is args[i] for i in range(n)):
         tail = bound[n:]
-        if not tail:
-            entry = first
+        entry = fixed_arity(first, n, tail)  # first itself when nothing is appended
 
-            def to_bound(raw: tuple[Any, ...]) -> tuple[Any, ...]:
-                return raw
-        else:
+        def to_bound(raw: tuple[Any, ...]) -> tuple[Any, ...]:
+            return raw + tail
 
-            def entry(*raw: Any) -> Any:
-                return first(*raw, *tail)
-
-            def to_bound(raw: tuple[Any, ...]) -> tuple[Any, ...]:
-                return raw + tail
     else:
         template = list(bound)
         tensors = [i for i in range(n) if array_kind_of(args[i]) is not None]

@@ -6,9 +6,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
+from opcore._calls import fixed_arity
 from opcore.dispatch import _TENSOR, Plan, build_plan, kernel_converters, selection_for
 from opcore.errors import ArgumentError, OpcoreError, Unsupported
-from opcore.explain import Explanation, explanation_of
+from opcore.explanation import Explanation, explanation_of
 from opcore.kernels import Kernel, load_callable
 from opcore.runtime import runtime
 from opcore.selection import Selection, warn_once
@@ -101,7 +102,7 @@ def resolve(
         resolved._prepared = True
         rest = replace(selection, accepted=selection.accepted[1:])
         fallback = _lazy_fallback(rest, bound, template, free_at) if rest.accepted or rest.decompose else None
-        resolved.__call__ = _guarded(prepared, fallback, selection, kernel)
+        resolved.__call__ = _guarded(prepared, fallback, selection, kernel, len(free_at))
     else:
         resolved.__call__ = full
     return resolved
@@ -115,24 +116,7 @@ def _filler(plan: Plan, template: list[Any], free_at: list[int]) -> Callable[...
     recover = plan.recover
     n = len(free_at)
     if free_at == list(range(n)):
-        tail = tuple(template[n:])
-        if not tail:
-
-            def call_all(*free: Any) -> Any:
-                try:
-                    return first(*free)
-                except Exception as error:
-                    return recover(free, error)
-
-            return call_all
-
-        def call_prefix(*free: Any) -> Any:
-            try:
-                return first(*free, *tail)
-            except Exception as error:
-                return recover(free + tail, error)
-
-        return call_prefix
+        return fixed_arity(first, n, tuple(template[n:]), recover)
 
     def fill(free: tuple[Any, ...]) -> tuple[Any, ...]:
         call = template.copy()
@@ -190,21 +174,20 @@ def _prepare(
 
 
 def _guarded(
-    prepared: Callable[..., Any], fallback: Callable[..., Any] | None, selection: Selection, kernel: Kernel
+    prepared: Callable[..., Any], fallback: Callable[..., Any] | None, selection: Selection, kernel: Kernel, n: int
 ) -> Callable[..., Any]:
-    def call(*free: Any) -> Any:
-        try:
-            return prepared(*free)
-        except OpcoreError as error:
+    """The prepared kernel as a function of the n free arguments, handing over to ``fallback``."""
+
+    def recover(free: tuple[Any, ...], error: Exception) -> Any:
+        if isinstance(error, OpcoreError):
             if not isinstance(error, Unsupported) or fallback is None or selection.strict or selection.pin:
                 if error.op is None:
                     error.op = selection.contract.name
-                raise
+                raise error
             return fallback(*free)
-        except Exception as error:
-            if fallback is None or selection.strict or selection.pin:
-                raise
-            warn_once(selection.contract.name, kernel.backend, error, f"prepared kernel {kernel.source}")
-            return fallback(*free)
+        if fallback is None or selection.strict or selection.pin:
+            raise error
+        warn_once(selection.contract.name, kernel.backend, error, f"prepared kernel {kernel.source}")
+        return fallback(*free)
 
-    return call
+    return fixed_arity(prepared, n, (), recover)

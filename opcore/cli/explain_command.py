@@ -14,7 +14,7 @@ from typing import Any
 
 from opcore.cli.inputs import CallSpec, add_input_arguments, prepare_call
 from opcore.cli.render import Style, dumps_json
-from opcore.explain import Explanation
+from opcore.explanation import Explanation
 
 __all__ = ["EXAMPLES", "add_parser", "explanation_json", "run_explain"]
 
