@@ -22,7 +22,7 @@ import numpy
 
 from opcore._calls import fixed_arity
 from opcore.arrays import converter, result_converter
-from opcore.errors import OpcoreError, Unsupported
+from opcore.errors import NoKernelError, OpcoreError, Unsupported
 from opcore.kernels import Kernel
 from opcore.runtime import Runtime, on_change, runtime
 from opcore.selection import Selection, no_kernel_error, select, warn_once
@@ -356,6 +356,12 @@ def _decomposition_plan(selection: Selection) -> Callable[..., Any]:
         )
         try:
             return decomposition(*args)
+        except NoKernelError as error:  # say which call failed: the user asked for the whole op
+            raise NoKernelError(
+                f"no kernel of {pin!r} accepts it, and its decomposition needs a part {pin!r} cannot run:\n{error}",
+                op=selection.contract.name,
+                fix=f"drop backend={pin!r} to let the op or its parts run elsewhere",
+            ) from error
         finally:
             context_policy.reset(token)
 

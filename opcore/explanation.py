@@ -75,7 +75,8 @@ def explanation_of(selection: Selection) -> Explanation:
     error = str(selection.error) if isinstance(selection.error, OpcoreError) else None
     candidates = tuple(selection.candidates)
     if chosen == "decomposition":
-        candidates += (Candidate("decomposition", CandidateStatus.CHOSEN, "built from other ops"),)
+        where = f", each pinned to {selection.pin!r}" if selection.pin else ""
+        candidates += (Candidate("decomposition", CandidateStatus.CHOSEN, f"built from other ops{where}"),)
     return Explanation(
         op=contract.name,
         schema=str(contract.schema),

@@ -325,3 +325,12 @@ def test_negative_strides_reach_torch_kernels() -> None:
     )
     y = opcore.run("relu", X[::-1])
     assert seen and y.tolist() == [[3.0, 0.0], [0.0, 2.0]]
+
+
+def test_pinned_decomposition_missing_a_part_names_the_whole_op() -> None:
+    opcore.register_plugin(make_plugin("halfway", {"relu": (lambda x: numpy.maximum(x, 0), {})}))
+    explanation = opcore.explain("linear_relu", X, W, backend="halfway")
+    assert explanation.chosen == "decomposition" and "each pinned to 'halfway'" in str(explanation)
+    with pytest.raises(opcore.NoKernelError, match=r"^linear_relu\(\): no kernel of 'halfway' accepts it") as info:
+        opcore.run("linear_relu", X, W, backend="halfway")
+    assert "linear(): no kernel accepts float32" in str(info.value)
