@@ -301,3 +301,10 @@ def test_cpu_info_reads_the_isa_flags() -> None:
     assert [name for name, _ in info.isa] == list(probes.ISA_FLAGS)
     flags = Path("/proc/cpuinfo").read_text().split("flags", 1)[-1].splitlines()[0].split()
     assert dict(info.isa)["avx2"] == ("avx2" in flags)
+
+
+def test_deep_reports_live_torch_values() -> None:
+    result = run_cli("doctor", "--deep")
+    assert "ATen CPU capability" in result.out
+    quick = run_cli("doctor")
+    assert "oneDNN" in quick.out and "opcore doctor --deep" in quick.out

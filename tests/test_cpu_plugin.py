@@ -148,3 +148,13 @@ def test_contracts_step_aside_for_existing_ones():
     taken = Recorder({"conv2d_relu": object()})
     plugin.opcore_register_contracts(taken)
     assert taken.added == ["conv2d_silu"]
+
+
+def test_describe_without_torch_reads_the_headers_and_imports_nothing():
+    code = (
+        "import sys; from opcore_cpu import system; lines = system.describe(); "
+        "print(lines['oneDNN']); print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0] == f"{system.onednn_version()} (from torch's headers)"  # the same version torch reports
+    assert out[1] == "False"

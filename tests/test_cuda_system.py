@@ -218,3 +218,9 @@ def test_torch_build_is_read_from_torchs_version_file(tmp_path, content, version
     if content is not None:
         (tmp_path / "version.py").write_text(content)
     assert system.torch_build([str(tmp_path)], version) == expected
+
+
+def test_describe_without_torch_imports_nothing() -> None:
+    code = "import sys; from opcore_cuda import system; lines = system.describe(); print('torch' in sys.modules, lines)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.startswith("False ") and "opcore doctor --deep" in out

@@ -15,6 +15,7 @@ examples:
   opcore doctor --verbose        with the tracebacks of plugins that failed
   opcore doctor --json           the stable form for scripts (schema in docs/cli.md)
   opcore doctor --quick          skip the backends' describe() (no runtime imports)
+  opcore doctor --deep           import torch first: live torch values (threads, devices, TF32)
 
 exit status: 0 fine, 1 a plugin failed to load or the OPCORE_* settings are invalid"""
 
@@ -35,13 +36,29 @@ def add_parser(subparsers: Any, parent: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--quick", action="store_true", help="do not call the backends' describe() (which may import torch etc.)"
     )
+    parser.add_argument(
+        "--deep", action="store_true", help="import torch first, so the torch backends report live values (~1 s more)"
+    )
     parser.set_defaults(handler=run_doctor)
+
+
+def _import_torch() -> None:
+    """--deep: the torch backends report live values (threads, devices, TF32) once torch is loaded."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is not None:
+        try:
+            import torch  # noqa: F401
+        except Exception:  # a broken torch is the cpu/cuda backends' to report
+            pass
 
 
 def run_doctor(args: argparse.Namespace, style: Style) -> int:
     from opcore.cli.doctor import collect, to_json
     from opcore.cli.doctor_text import render_text
 
+    if args.deep:
+        _import_torch()
     report = collect(describe=not args.quick)
     if args.json:
         print(dumps_json(to_json(report)))

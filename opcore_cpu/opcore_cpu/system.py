@@ -1,7 +1,8 @@
 """What the doctor and the loader ask about this machine: is torch there, which oneDNN, which ISA.
 
 ``is_available`` runs at load time and imports nothing heavy; ``describe`` runs only for the
-doctor and may import torch, but never raises (a probe that fails says so in its value).
+doctor and never raises (a probe that fails says so in its value). It reads live values from
+torch only when torch is already imported (``opcore doctor --deep`` imports it first).
 
 >>> is_available()                                                              # doctest: +SKIP
 True
@@ -14,7 +15,9 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import re
+import sys
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 __all__ = ["MIN_TORCH", "cpu_flags", "cpu_vendor", "describe", "is_available", "isa_summary", "onednn_version"]
 
@@ -44,6 +47,25 @@ def is_available() -> bool | str:
     if _version_tuple(version) < MIN_TORCH:
         return f"torch {version} is too old: opcore-cpu needs torch >= {'.'.join(map(str, MIN_TORCH))}"
     return True
+
+
+def onednn_header_version() -> str | None:
+    """oneDNN's version from the headers inside the torch wheel (torch/include/oneapi/dnnl):
+    the library torch was built with, read without importing torch.
+    """
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for folder in spec.submodule_search_locations:
+        header = Path(folder) / "include" / "oneapi" / "dnnl" / "dnnl_version.h"
+        try:
+            text = header.read_text()
+        except OSError:
+            continue
+        parts = [re.search(rf"#define DNNL_VERSION_{name} (\d+)", text) for name in ("MAJOR", "MINOR", "PATCH")]
+        if all(parts):
+            return ".".join(match.group(1) for match in parts if match)
+    return None
 
 
 def onednn_version() -> str | None:
@@ -127,6 +149,14 @@ def describe() -> Mapping[str, str]:
 
         return f"{float32_packing()} (prepared float32 linear weights)"
 
+    if "torch" not in sys.modules:  # importing torch costs ~1 s: the doctor asks for it with --deep
+        return {
+            "torch": _torch_version() or "not installed",
+            "oneDNN": _probe(lambda: f"{onednn_header_version() or 'version unknown'} (from torch's headers)"),
+            "CPU": _probe(cpu_vendor),
+            "ISA": _probe(lambda: isa_summary(cpu_flags())),
+            "live values": "MKL, ATen CPU capability, threads, float32 packing: `opcore doctor --deep`",
+        }
     return {
         "torch": _torch_version() or "not installed",
         "oneDNN": _probe(mkldnn),

@@ -298,6 +298,11 @@ def describe() -> Mapping[str, str]:
     lines: dict[str, str] = {"torch": facts.torch_version or "not installed"}
     if not facts.torch_installed:
         return lines
+    if "torch" not in sys.modules:  # importing torch costs ~1 s: the doctor asks for it with --deep
+        lines["NVIDIA driver"] = facts.driver_version or "not found (no /proc/driver/nvidia/version)"
+        lines["CUDA_VISIBLE_DEVICES"] = "(not set)" if facts.visible_devices is None else repr(facts.visible_devices)
+        lines["live values"] = "torch CUDA, cuDNN, devices, TF32, SDPA backends: `opcore doctor --deep`"
+        return lines
 
     def torch_cuda() -> str:
         import torch
