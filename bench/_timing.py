@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import statistics
 import timeit
 from collections.abc import Callable, Mapping
@@ -18,12 +19,17 @@ def calibrate(fn: Callable[[], object], target_s: float = 0.01) -> int:
 
 
 def medians(cases: Mapping[str, Callable[[], object]], repeats: int = 31) -> dict[str, float]:
-    """Median seconds per call of each case; the cases take turns, so drift hits them alike."""
+    """Median seconds per call of each case. The cases take turns, in a new order each round, so
+    drift and what ran just before (warm caches, a 64 MB weight just streamed) hit them alike.
+    """
     numbers = {name: calibrate(fn) for name, fn in cases.items()}
     samples: dict[str, list[float]] = {name: [] for name in cases}
+    order = list(cases)
+    shuffle = random.Random(0).shuffle
     for _ in range(repeats):
-        for name, fn in cases.items():
-            samples[name].append(timeit.timeit(fn, number=numbers[name]) / numbers[name])
+        shuffle(order)
+        for name in order:
+            samples[name].append(timeit.timeit(cases[name], number=numbers[name]) / numbers[name])
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
