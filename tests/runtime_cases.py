@@ -1,5 +1,5 @@
-"""Sample calls of every built-in op for the graph-runtime backends (ONNX Runtime, OpenVINO), and
-the comparison with the reference backend.
+"""Sample calls of every built-in op for the graph-runtime backends (ONNX Runtime, OpenVINO), the
+comparison with the reference backend, and the checks both backends' tests share.
 
 Each backend's test runs every case pinned to the backend: a case the backend accepts must match
 the reference within the output dtype's tolerance; a case it declines must say why (explain).
@@ -7,15 +7,40 @@ the reference within the output dtype's tolerance; a case it declines must say w
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import importlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy
+import pytest
 
 import opcore
 
-__all__ = ["CASES", "TOLERANCES", "Case", "assert_matches_reference", "outcome"]
+__all__ = [
+    "CASES",
+    "TOLERANCES",
+    "Case",
+    "assert_batch_sizes_share_one_model",
+    "assert_cache_size_comes_from_the_environment",
+    "assert_embedding_indices_out_of_range_are_refused",
+    "assert_loading_imports_no_runtime",
+    "assert_matches_reference",
+    "assert_matches_reference_or_declines",
+    "assert_numpy_calls_import_only",
+    "assert_prepared_linear_matches",
+    "assert_threads_match_a_serial_run",
+    "assert_torch_tensors_come_back",
+    "outcome",
+    "python_json",
+    "skip_unless_loaded",
+]
 
 # rtol, atol against the float64 reference, per result dtype (float16 results are rounded once)
 TOLERANCES: dict[str, tuple[float, float]] = {
@@ -266,3 +291,179 @@ def assert_matches_reference(case: Case, backend: str) -> Any:
         equal_nan=True,
     )
     return actual
+
+
+def assert_matches_reference_or_declines(case: Case, backend: str, phrase: str | None) -> None:
+    """``phrase`` None: the backend runs ``case`` and matches the reference; else it declines with
+    a reason containing ``phrase``."""
+    chosen, reason = outcome(case, backend)
+    if phrase is not None:
+        assert chosen is None, f"{case.id} was expected to be declined ({phrase})"
+        assert phrase in reason, reason
+        return
+    assert chosen == backend, f"declined: {reason}"
+    assert_matches_reference(case, backend)
+
+
+# --- checks both graph-runtime backends' tests share ------------------------------------------
+
+
+def skip_unless_loaded(backend: str) -> Callable[[], None]:
+    """An autouse fixture (assign it to a name in the test module) that skips the module's tests
+    when ``backend``'s plugin is not loaded."""
+
+    @pytest.fixture(autouse=True)
+    def loaded() -> None:
+        if not any(r.name == backend and r.ok for r in opcore.backends()):
+            pytest.skip(f"the {backend} plugin is not installed (pip install -e plugins/{backend})")
+
+    return loaded
+
+
+def python_json(code: str, **env: str) -> dict:
+    """Run ``code`` in a fresh interpreter; it prints one JSON object."""
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+_RUNTIMES = ("onnxruntime", "onnx", "openvino", "torch")
+
+
+def assert_loading_imports_no_runtime(backend: str, runtimes: tuple[str, ...]) -> None:
+    """Loading the plugins leaves ``backend`` loaded and none of its ``runtimes`` imported."""
+    found = python_json(
+        "import json, sys, opcore; reports = {r.name: r.status.value for r in opcore.backends()}; "
+        f"print(json.dumps({{'status': reports.get({backend!r}), "
+        f"'imported': [m for m in {_RUNTIMES!r} if m in sys.modules]}}))"
+    )
+    assert found["status"] == "loaded"
+    for runtime in runtimes:
+        assert runtime not in found["imported"]
+
+
+def assert_numpy_calls_import_only(backend: str, runtime: str) -> None:
+    """run, prefer, explain and resolve on ``backend`` with numpy inputs import ``runtime`` and
+    neither torch nor the other runtime."""
+    found = python_json(
+        "import json, sys, numpy, opcore\n"
+        "x = numpy.ones((2, 8), numpy.float32); w = numpy.ones((4, 8), numpy.float32)\n"
+        f"with opcore.prefer({backend!r}):\n"
+        "    a = opcore.run('linear', x, w)\n"
+        "    chosen = opcore.explain('linear', x, w).backend\n"
+        f"b = opcore.run('softmax', x, dim=-1, backend={backend!r})\n"
+        f"c = opcore.resolve('linear', x, w, constants=('w',), backend={backend!r})(x)\n"
+        "print(json.dumps({'chosen': chosen, 'sum': float(a.sum() + b.sum() + c.sum()), "
+        "'imported': sorted(m for m in ('onnxruntime', 'torch', 'openvino') if m in sys.modules)}))"
+    )
+    assert found["chosen"] == backend
+    assert found["sum"] == pytest.approx(2 * 4 * 8 * 2 + 2)
+    assert found["imported"] == [runtime]
+
+
+def assert_cache_size_comes_from_the_environment(package: str, variable: str, size: int) -> None:
+    """``package.cache_size()`` is ``variable``'s value; a value that is not a size is an error naming it."""
+    found = python_json(
+        f"import json, {package} as o; print(json.dumps({{'size': o.cache_size()}}))", **{variable: str(size)}
+    )
+    assert found["size"] == size
+    done = subprocess.run(
+        [sys.executable, "-c", f"import {package} as o; o.cache_size()"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, variable: "lots"},
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode != 0 and variable in done.stderr
+
+
+def assert_prepared_linear_matches(
+    backend: str, linear: Any, x: numpy.ndarray, w: numpy.ndarray, b: numpy.ndarray
+) -> Any:
+    """linear prepared with w and b baked in, directly and through opcore.resolve, matches x @ w.T + b
+    at several batch sizes and for non-contiguous and read-only inputs; returns the prepared function."""
+    prepared = linear.prepare((x, w, b), frozenset({"w", "b"}))
+    for batch in (1, 4, 9):
+        xs = arr((batch, x.shape[1]))
+        numpy.testing.assert_allclose(prepared(xs), xs @ w.T + b, rtol=2e-5, atol=2e-5)
+    resolved = opcore.resolve("linear", x, w, b, constants=("w", "b"), backend=backend)
+    assert resolved.prepared and resolved.free == ("x",)
+    numpy.testing.assert_allclose(resolved(x), x @ w.T + b, rtol=2e-5, atol=2e-5)
+    transposed, frozen = arr((x.shape[1], 3)).T, arr((5, x.shape[1]))
+    frozen.flags.writeable = False
+    for layout in (transposed, frozen):  # copied once where the runtime needs contiguous memory
+        numpy.testing.assert_allclose(resolved(layout), layout @ w.T + b, rtol=2e-5, atol=2e-5)
+    return prepared
+
+
+def assert_torch_tensors_come_back(backend: str) -> tuple[Any, Any]:
+    """torch inputs give torch results of the same dtype; bfloat16 is declined with the numpy reason.
+    Returns (torch, a float32 input) for the backend's own checks."""
+    torch = pytest.importorskip("torch")
+    x, w = torch.randn(3, 8), torch.randn(5, 8)
+    y = opcore.run("linear", x, w, backend=backend)
+    assert isinstance(y, torch.Tensor) and y.dtype == torch.float32
+    torch.testing.assert_close(y, torch.nn.functional.linear(x, w), rtol=2e-5, atol=2e-5)
+    explanation = opcore.explain("linear", x.bfloat16(), w.bfloat16(), backend=backend)
+    assert explanation.chosen is None
+    assert "numpy arrays, which have no bfloat16" in str(explanation)
+    return torch, x
+
+
+def assert_batch_sizes_share_one_model(backend: str, cache_stats: Callable[[], Any]) -> None:
+    """Every batch size of the same ranks reuses one cached model; another rank builds another;
+    Python numbers are fed, not baked in."""
+    w, b = arr((6, 10)), arr((6,))
+    opcore.run("linear", arr((1, 10)), w, b, backend=backend)
+    before = cache_stats().misses
+    for batch in (2, 7, 64, 0):
+        x = arr((batch, 10))
+        numpy.testing.assert_allclose(opcore.run("linear", x, w, b, backend=backend), x @ w.T + b, rtol=2e-5, atol=2e-5)
+    assert cache_stats().misses == before
+    opcore.run("linear", arr((3, 4, 10)), w, b, backend=backend)  # another rank: another model
+    assert cache_stats().misses == before + 1
+    for value in (0.5, 2.0, -3.0):  # Python numbers are fed, not baked in
+        opcore.run("add", arr((3, 4)), value, backend=backend)
+    assert cache_stats().misses == before + 2
+
+
+def assert_embedding_indices_out_of_range_are_refused(backend: str) -> None:
+    weight = arr((5, 3))
+    for bad in (numpy.array([0, 5]), numpy.array([-1, 2])):
+        with pytest.raises(opcore.ArgumentError, match=r"indices in \[0, 4\]"):
+            opcore.run("embedding", bad, weight, backend=backend)
+
+
+_BENCH_THREADS = Path(__file__).resolve().parent.parent / "bench" / "threads.py"
+
+
+def _bench_threads() -> Any:
+    spec = importlib.util.spec_from_file_location("bench_threads", _BENCH_THREADS)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def assert_threads_match_a_serial_run(backend: str, package: str) -> None:
+    """bench/threads.py for 4 s with 4 threads, the cache shrunk halfway: every result bitwise
+    identical to the serial run."""
+    if not any(r.name == backend and r.ok for r in opcore.backends()):
+        pytest.skip(f"the {backend} plugin is not installed")
+    plugin = importlib.import_module(package)
+    size = plugin.cache_size()
+    try:
+        report = _bench_threads().run_threads(backend, seconds=4.0, threads=4, shrink_cache=plugin.set_cache_size)
+    finally:
+        plugin.set_cache_size(size)
+    assert not report.errors, report.errors
+    assert report.mismatches == 0
+    assert report.calls > 100

@@ -11,7 +11,14 @@ import pytest
 pytest.importorskip("onnxruntime", reason="the ONNX Runtime backend needs onnxruntime")
 pytest.importorskip("onnx", reason="the ONNX Runtime backend needs onnx")
 
-from runtime_cases import CASES, arr, assert_matches_reference, outcome
+from runtime_cases import (
+    CASES,
+    arr,
+    assert_batch_sizes_share_one_model,
+    assert_embedding_indices_out_of_range_are_refused,
+    assert_matches_reference_or_declines,
+    skip_unless_loaded,
+)
 
 import opcore
 
@@ -28,38 +35,18 @@ EXPECTED_DECLINES = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _loaded():
-    if not any(r.name == BACKEND and r.ok for r in opcore.backends()):
-        pytest.skip("the onnxruntime plugin is not installed (pip install -e plugins/onnxruntime)")
+_loaded = skip_unless_loaded(BACKEND)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_matches_reference_or_declines_with_reason(case):
-    chosen, reason = outcome(case, BACKEND)
-    if case.id in EXPECTED_DECLINES:
-        assert chosen is None, f"{case.id} was expected to be declined"
-        assert EXPECTED_DECLINES[case.id] in reason
-        return
-    assert chosen == BACKEND, f"declined: {reason}"
-    assert_matches_reference(case, BACKEND)
+    assert_matches_reference_or_declines(case, BACKEND, EXPECTED_DECLINES.get(case.id))
 
 
 def test_batch_sizes_reuse_one_session_per_rank():
     from opcore_onnxruntime import cache_stats
 
-    w, b = arr((6, 10)), arr((6,))
-    opcore.run("linear", arr((1, 10)), w, b, backend=BACKEND)
-    before = cache_stats().misses
-    for batch in (2, 7, 64, 0):
-        x = arr((batch, 10))
-        numpy.testing.assert_allclose(opcore.run("linear", x, w, b, backend=BACKEND), x @ w.T + b, rtol=2e-5, atol=2e-5)
-    assert cache_stats().misses == before
-    opcore.run("linear", arr((3, 4, 10)), w, b, backend=BACKEND)  # another rank: another session
-    assert cache_stats().misses == before + 1
-    for value in (0.5, 2.0, -3.0):  # Python numbers are fed, not baked in
-        opcore.run("add", arr((3, 4)), value, backend=BACKEND)
-    assert cache_stats().misses == before + 2
+    assert_batch_sizes_share_one_model(BACKEND, cache_stats)
 
 
 def test_scalar_operands_of_any_value_share_a_session_and_stay_exact():
@@ -86,7 +73,4 @@ def test_integer_division_by_zero_is_an_error_not_a_crash():
 
 
 def test_embedding_indices_out_of_range_are_refused_like_torch():
-    weight = arr((5, 3))
-    for bad in (numpy.array([0, 5]), numpy.array([-1, 2])):
-        with pytest.raises(opcore.ArgumentError, match=r"indices in \[0, 4\]"):
-            opcore.run("embedding", bad, weight, backend=BACKEND)
+    assert_embedding_indices_out_of_range_are_refused(BACKEND)

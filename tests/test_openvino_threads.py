@@ -4,39 +4,12 @@ run, also while the compiled-model cache evicts and rebuilds. ``bench/threads.py
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("openvino", reason="the OpenVINO backend needs openvino")
 
-import opcore
-
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "threads.py"
-
-
-def _bench_threads():
-    spec = importlib.util.spec_from_file_location("bench_threads", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+from runtime_cases import assert_threads_match_a_serial_run
 
 
 def test_four_threads_match_a_serial_run():
-    if not any(r.name == "openvino" and r.ok for r in opcore.backends()):
-        pytest.skip("the openvino plugin is not installed")
-    import opcore_openvino
-
-    size = opcore_openvino.cache_size()
-    try:
-        report = _bench_threads().run_threads(
-            "openvino", seconds=4.0, threads=4, shrink_cache=opcore_openvino.set_cache_size
-        )
-    finally:
-        opcore_openvino.set_cache_size(size)
-    assert not report.errors, report.errors
-    assert report.mismatches == 0
-    assert report.calls > 100
+    assert_threads_match_a_serial_run("openvino", "opcore_openvino")

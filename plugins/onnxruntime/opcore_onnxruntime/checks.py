@@ -11,9 +11,10 @@ import nothing heavy: this module is loaded with the plugin.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
+from opcore.onemodel.plugin import dtype_checker
 from opcore.types import DType, TensorMeta
 
 __all__ = ["BFLOAT16_REASON", "checker_for"]
@@ -25,14 +26,6 @@ BFLOAT16_REASON = (
     "(use float32, or the cpu backend for bfloat16)"
 )
 _CONV_DTYPES = frozenset({DType.FLOAT32, DType.FLOAT16})
-
-
-def _tensors(args: tuple[Any, ...]) -> Iterator[TensorMeta]:
-    for value in args:
-        if isinstance(value, TensorMeta):
-            yield value
-        elif isinstance(value, tuple):
-            yield from (v for v in value if isinstance(v, TensorMeta))
 
 
 def _gelu_float64(x: TensorMeta, approximate: str) -> bool | str:
@@ -69,14 +62,10 @@ _SPECIFIC: dict[str, Checker] = {
 }
 
 
+def _bfloat16(dtype: DType) -> str | None:
+    return BFLOAT16_REASON if dtype is DType.BFLOAT16 else None
+
+
 def checker_for(op: str) -> Checker:
     """The checker of ``op``'s kernel: bfloat16 is declined for every op, then the op's own rules."""
-    specific = _SPECIFIC.get(op)
-
-    def check(*args: Any) -> bool | str:
-        if any(t.dtype is DType.BFLOAT16 for t in _tensors(args)):
-            return BFLOAT16_REASON
-        return specific(*args) if specific is not None else True
-
-    check.__name__ = check.__qualname__ = f"check_{op}"
-    return check
+    return dtype_checker(op, _bfloat16, _SPECIFIC.get(op))

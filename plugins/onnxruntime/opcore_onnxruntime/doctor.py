@@ -6,19 +6,12 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 
-from opcore_onnxruntime.cache import DEFAULT_CACHE_SIZE, ENV_VAR
+from opcore.onemodel.plugin import probe
+from opcore_onnxruntime.cache import SESSIONS
 
 __all__ = ["describe"]
-
-
-def _probe(lines: dict[str, str], name: str, read: Callable[[], str]) -> None:
-    try:
-        lines[name] = read()
-    except Exception as error:  # the doctor reports a failing probe instead of failing
-        lines[name] = f"unavailable ({type(error).__name__}: {error})"
 
 
 def _ep_devices() -> str:
@@ -34,14 +27,6 @@ def _ep_devices() -> str:
         vendor = getattr(device, "ep_vendor", "") or getattr(hardware, "vendor", "")
         found.append(f"{device.ep_name} on {kind}" + (f" ({vendor})" if vendor else ""))
     return ", ".join(found) or "none"
-
-
-def _cache() -> str:
-    from opcore_onnxruntime.cache import cache_stats
-
-    setting = os.environ.get(ENV_VAR)
-    source = f"{ENV_VAR}={setting}" if setting else f"default {DEFAULT_CACHE_SIZE}; set {ENV_VAR} to change"
-    return f"{cache_stats().describe()} [{source}]"
 
 
 def _opset() -> str:
@@ -61,10 +46,10 @@ def describe() -> Mapping[str, str]:
 
         return read
 
-    _probe(lines, "onnxruntime", version("onnxruntime"))
-    _probe(lines, "onnx", version("onnx"))
-    _probe(lines, "providers", lambda: ", ".join(__import__("onnxruntime").get_available_providers()))
-    _probe(lines, "ep devices", _ep_devices)
-    _probe(lines, "opset", _opset)
-    _probe(lines, "session cache", _cache)
+    probe(lines, "onnxruntime", version("onnxruntime"))
+    probe(lines, "onnx", version("onnx"))
+    probe(lines, "providers", lambda: ", ".join(__import__("onnxruntime").get_available_providers()))
+    probe(lines, "ep devices", _ep_devices)
+    probe(lines, "opset", _opset)
+    probe(lines, "session cache", SESSIONS.describe)
     return lines

@@ -21,6 +21,8 @@ from typing import Any
 import numpy
 from onnx import ModelProto, TensorProto, helper, numpy_helper
 
+from opcore.onemodel.op import Scalar
+
 __all__ = ["EXTERNAL_BYTES", "Graph", "Scalar", "Value", "onnx_type"]
 
 # Constants at least this large are passed as external initializers (shared memory).
@@ -65,18 +67,6 @@ class Value:
     name: str
     dtype: numpy.dtype
     rank: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class Scalar:
-    """A Python number given for a ``Tensor|Scalar`` argument.
-
-    ``value`` None: it is fed at run time as a 0-D input (one model serves every value);
-    else it is baked into the graph as a constant.
-    """
-
-    kind: type
-    value: bool | int | float | None = None
 
 
 @dataclass(slots=True)

@@ -12,10 +12,11 @@ values only (their answers are cached per signature) and import nothing heavy.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from opcore.meta import result_type
+from opcore.onemodel.plugin import dtype_checker
 from opcore.types import DType, TensorMeta
 
 __all__ = ["BFLOAT16_REASON", "checker_for"]
@@ -29,16 +30,6 @@ BFLOAT16_REASON = (
 FLOAT64_REASON = "OpenVINO's CPU plugin computes float64 in float32 (use float32, or another backend for float64)"
 INT64_REASON = "OpenVINO's CPU plugin narrows int64 to int32 (use int32, or another backend for int64)"
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
-
-
-def _tensors(args: tuple[Any, ...], skip: int | None = None) -> Iterator[TensorMeta]:
-    for position, value in enumerate(args):
-        if position == skip:
-            continue
-        if isinstance(value, TensorMeta):
-            yield value
-        elif isinstance(value, tuple):
-            yield from (v for v in value if isinstance(v, TensorMeta))
 
 
 def _dtype_reason(dtype: DType) -> str | None:
@@ -126,15 +117,4 @@ _SKIP = {"embedding": 0}
 
 def checker_for(op: str) -> Checker:
     """The checker of ``op``'s kernel: bfloat16, float64 and int64 tensors are declined, then the op's rules."""
-    specific = _SPECIFIC.get(op)
-    skip = _SKIP.get(op)
-
-    def check(*args: Any) -> bool | str:
-        for meta in _tensors(args, skip):
-            reason = _dtype_reason(meta.dtype)
-            if reason:
-                return reason
-        return specific(*args) if specific is not None else True
-
-    check.__name__ = check.__qualname__ = f"check_{op}"
-    return check
+    return dtype_checker(op, _dtype_reason, _SPECIFIC.get(op), skip=_SKIP.get(op))

@@ -6,19 +6,12 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
-from opcore_openvino.cache import DEFAULT_CACHE_SIZE, ENV_VAR
+from opcore.onemodel.plugin import probe
+from opcore_openvino.cache import MODELS
 
 __all__ = ["describe"]
-
-
-def _probe(lines: dict[str, str], name: str, read: Callable[[], str]) -> None:
-    try:
-        lines[name] = read()
-    except Exception as error:  # the doctor reports a failing probe instead of failing
-        lines[name] = f"unavailable ({type(error).__name__}: {error})"
 
 
 def _version() -> str:
@@ -55,20 +48,12 @@ def _capabilities() -> str:
     return ", ".join(core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
 
 
-def _cache() -> str:
-    from opcore_openvino.cache import cache_stats
-
-    setting = os.environ.get(ENV_VAR)
-    source = f"{ENV_VAR}={setting}" if setting else f"default {DEFAULT_CACHE_SIZE}; set {ENV_VAR} to change"
-    return f"{cache_stats().describe()} [{source}]"
-
-
 def describe() -> Mapping[str, str]:
     """name -> value lines; each probe that fails says why instead of raising."""
     lines: dict[str, str] = {}
-    _probe(lines, "openvino", _version)
-    _probe(lines, "devices", _devices)
-    _probe(lines, "precision", _default_precision)
-    _probe(lines, "CPU capabilities", _capabilities)
-    _probe(lines, "compiled-model cache", _cache)
+    probe(lines, "openvino", _version)
+    probe(lines, "devices", _devices)
+    probe(lines, "precision", _default_precision)
+    probe(lines, "CPU capabilities", _capabilities)
+    probe(lines, "compiled-model cache", MODELS.describe)
     return lines

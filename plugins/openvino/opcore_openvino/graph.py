@@ -21,6 +21,8 @@ import numpy
 import openvino
 import openvino.opset13 as ops
 
+from opcore.onemodel.op import Scalar
+
 __all__ = ["Graph", "Node", "Scalar", "dtype_of", "ops", "ov_type", "rank_of"]
 
 Node = Any  # an openvino Node or Output
@@ -58,14 +60,6 @@ def dtype_of(node: Node) -> numpy.dtype:
 
 def rank_of(node: Node) -> int:
     return node.get_output_partial_shape(0).rank.get_length()
-
-
-@dataclass(frozen=True, slots=True)
-class Scalar:
-    """A Python number given for a ``Tensor|Scalar`` argument; ``value`` None: fed at run time."""
-
-    kind: type
-    value: bool | int | float | None = None
 
 
 @dataclass(slots=True)

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import numpy
 
-from opcore.meta import result_type
-from opcore.types import DType, TensorMeta
+from opcore.onemodel.builders import result_dtype
 from opcore_onnxruntime.graph import Graph, Scalar, Value, onnx_type
 
 __all__ = [
@@ -38,15 +37,13 @@ I32 = numpy.dtype(numpy.int32)
 I64 = numpy.dtype(numpy.int64)
 
 
-def _meta(value: Value | Scalar) -> TensorMeta | bool | int | float:
-    if isinstance(value, Scalar):
-        return value.kind(1)
-    return TensorMeta((1,) * (value.rank or 0), DType.from_numpy(value.dtype))
+def _dtype_and_rank(value: Value) -> tuple[numpy.dtype, int]:
+    return value.dtype, value.rank or 0
 
 
 def binary_result(x: Value, other: Value | Scalar) -> numpy.dtype:
     """torch.result_type(x, other): 0-D tensors and Python numbers count less than tensors."""
-    return result_type(_meta(x), _meta(other)).to_numpy()
+    return result_dtype(x, other, _dtype_and_rank)
 
 
 def compute_float(dtype: numpy.dtype) -> numpy.dtype:

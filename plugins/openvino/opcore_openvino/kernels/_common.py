@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import numpy
 
-from opcore.meta import result_type
-from opcore.types import DType, TensorMeta
+from opcore.onemodel.builders import result_dtype
 from opcore_openvino.graph import Graph, Node, Scalar, dtype_of, rank_of
 
 __all__ = ["BOOL", "F16", "F32", "I32", "binary_result", "finish", "operand", "to_compute"]
@@ -23,15 +22,13 @@ F32 = numpy.dtype(numpy.float32)
 I32 = numpy.dtype(numpy.int32)
 
 
-def _meta(value: Node | Scalar) -> TensorMeta | bool | int | float:
-    if isinstance(value, Scalar):
-        return value.kind(1)
-    return TensorMeta((1,) * rank_of(value), DType.from_numpy(dtype_of(value)))
+def _dtype_and_rank(node: Node) -> tuple[numpy.dtype, int]:
+    return dtype_of(node), rank_of(node)
 
 
 def binary_result(x: Node, other: Node | Scalar) -> numpy.dtype:
     """torch.result_type(x, other): 0-D tensors and Python numbers count less than tensors."""
-    return result_type(_meta(x), _meta(other)).to_numpy()
+    return result_dtype(x, other, _dtype_and_rank)
 
 
 def to_compute(dtype: numpy.dtype) -> numpy.dtype:

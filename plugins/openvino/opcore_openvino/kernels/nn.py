@@ -9,26 +9,12 @@ from typing import Any
 import numpy
 import openvino
 
-from opcore.errors import ArgumentError
+from opcore.onemodel.builders import check_embedding_indices as check_embedding
 from opcore_openvino.compiled import ATTRIBUTE, TENSOR, ov_kernel
 from opcore_openvino.graph import Graph, Node, dtype_of, ops, rank_of
 from opcore_openvino.kernels._common import BOOL
 
 __all__ = ["check_embedding", "conv2d", "embedding", "scaled_dot_product_attention"]
-
-
-def check_embedding(input: numpy.ndarray, weight: numpy.ndarray, padding_idx: int | None) -> None:
-    """Gather wraps negative indices and gives zeros for large ones; torch refuses both: check first."""
-    rows = weight.shape[0]
-    if input.size:
-        low, high = int(input.min()), int(input.max())
-        if low < 0 or high >= rows:
-            raise ArgumentError(
-                arg="input",
-                expected=f"indices in [0, {rows - 1}] (the weight has {rows} rows)",
-                found=f"index {low if low < 0 else high} (index out of range)",
-                fix="indices must be non-negative and below num_embeddings",
-            )
 
 
 def build_embedding(g: Graph, input: Node, weight: Node, padding_idx: int | None) -> Node:

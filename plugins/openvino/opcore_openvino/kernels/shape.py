@@ -7,14 +7,10 @@ compiled model; cat leaves 1-D empty tensors out (torch's legacy rule) but promo
 
 from __future__ import annotations
 
-from functools import lru_cache, reduce
-
 import numpy
 import openvino
 
-from opcore.meta import promote_types
-from opcore.opset.shape import is_skipped_in_cat
-from opcore.types import DType
+from opcore.onemodel.builders import cat_through, transpose_perm
 from opcore_openvino.compiled import ATTRIBUTE, TENSOR, TENSORS, ov_kernel
 from opcore_openvino.graph import Graph, Node, ops, rank_of
 
@@ -28,12 +24,7 @@ def _transpose(g: Graph, x: Node, perm: list[int]) -> Node:
 
 
 def build_transpose(g: Graph, x: Node, dim0: int, dim1: int) -> Node:
-    rank = rank_of(x)
-    perm = list(range(rank))
-    if rank:
-        first, second = dim0 % rank, dim1 % rank
-        perm[first], perm[second] = perm[second], perm[first]
-    return _transpose(g, x, perm)
+    return _transpose(g, x, transpose_perm(rank_of(x), dim0, dim1))
 
 
 def build_permute(g: Graph, x: Node, dims: tuple[int, ...]) -> Node:
@@ -55,7 +46,6 @@ def build_cat(g: Graph, tensors: tuple[Node, ...], dim: int, dtype: numpy.dtype)
 transpose = ov_kernel("transpose", build_transpose)
 permute = ov_kernel("permute", build_permute)
 _reshape = ov_kernel("reshape", build_reshape, names=("x", "shape", "length"), roles=(TENSOR, TENSOR, ATTRIBUTE))
-_cat = ov_kernel("cat", build_cat, names=("tensors", "dim", "dtype"), roles=(TENSORS, ATTRIBUTE, ATTRIBUTE))
 
 
 def reshape(x: numpy.ndarray, shape: tuple[int, ...]) -> numpy.ndarray:
@@ -63,16 +53,4 @@ def reshape(x: numpy.ndarray, shape: tuple[int, ...]) -> numpy.ndarray:
     return _reshape(x, numpy.asarray(shape, dtype=numpy.int64), len(shape))
 
 
-def cat(tensors: tuple[numpy.ndarray, ...], dim: int) -> numpy.ndarray:
-    """The tensors joined along dim in their promoted dtype; 1-D empty ones are left out."""
-    dtype = _promoted(tuple(t.dtype for t in tensors))
-    kept = tuple(t for t in tensors if not is_skipped_in_cat(t.shape))
-    if not kept:
-        return numpy.empty((0,), dtype)
-    return _cat(kept, dim, dtype)
-
-
-@lru_cache(maxsize=256)
-def _promoted(dtypes: tuple[numpy.dtype, ...]) -> numpy.dtype:
-    """torch.promote_types over the tensors' dtypes."""
-    return reduce(promote_types, (DType.from_numpy(d) for d in dtypes)).to_numpy()
+cat = cat_through(ov_kernel("cat", build_cat, names=("tensors", "dim", "dtype"), roles=(TENSORS, ATTRIBUTE, ATTRIBUTE)))
