@@ -22,7 +22,7 @@ from opcore.opset import BUILTIN_CONTRACTS
 from opcore.reference import plugin
 from opcore.registry import Registrar, Registry
 from opcore.testing import ErrorInput, TensorInput, entry, error_inputs_of
-from opcore.types import DeviceType, DType, TensorMeta, is_tensor
+from opcore.types import DType, TensorMeta, is_tensor
 
 CONTRACTS: dict[str, OpContract] = {contract.name: contract for contract in BUILTIN_CONTRACTS}
 
@@ -102,14 +102,6 @@ def call(op_name: str, *args: Any, **kwargs: Any) -> Any:
     else:
         check_result(op_name, result, expected)
     return result
-
-
-def kernel_of(op_name: str, dtype: DType) -> Any:
-    """The reference kernel registered for ``op_name`` and ``dtype`` (validated as discovery would)."""
-    kernels = REGISTRY.ranked(op_name).get((DeviceType.CPU, dtype))
-    if not kernels:
-        raise AssertionError(f"{op_name}: no reference kernel takes {dtype}")
-    return kernels[0].function()
 
 
 def check_result(op_name: str, result: Any, expected: TensorMeta) -> None:
