@@ -11,6 +11,7 @@ F = torch.nn.functional
 from opcase import CONTRACTS, call, call_bound, check_error_case, compare, error_id, kit_errors, rand, reseed, z  # noqa: E402
 
 from opcore.errors import ShapeError  # noqa: E402
+from opcore.testing.ops.linear import LINEAR_SHAPES, int_range  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -22,31 +23,7 @@ FLOATS = ["float32", "float16", "float64", "bfloat16"]
 INTS = ["int64", "int32", "int16", "int8", "uint8"]
 
 
-def _ints_ok(dtype):
-    """Small values: integer products stay exact and comparable (torch wraps like the reference)."""
-    return {"low": 0, "high": 3} if dtype == "uint8" else {"low": -3, "high": 3}
-
-
-@pytest.mark.parametrize(
-    ("x_shape", "w_shape", "b_shape"),
-    [
-        ((2, 3), (4, 3), (4,)),
-        ((2, 3), (4, 3), None),
-        ((3,), (4, 3), (4,)),
-        ((3,), (3,), None),
-        ((3,), (3,), ()),
-        ((2, 3), (3,), None),
-        ((5, 2, 3), (4, 3), (4,)),
-        ((2, 5, 2, 3), (4, 3), (5, 2, 4)),
-        ((0, 3), (4, 3), (4,)),
-        ((2, 0), (4, 0), (4,)),
-        ((2, 3), (0, 3), (0,)),
-        ((2, 3), (4, 3), ()),
-        ((2, 3), (4, 3), (1,)),
-        ((2, 3), (4, 3), (2, 4)),
-        ((2, 3), (4, 3), (2, 1)),
-    ],
-)
+@pytest.mark.parametrize(("x_shape", "w_shape", "b_shape"), LINEAR_SHAPES)
 def test_linear_shapes(x_shape, w_shape, b_shape):
     bias = None if b_shape is None else rand(b_shape)
     compare("linear", F.linear, rand(x_shape), rand(w_shape), bias)
@@ -54,7 +31,7 @@ def test_linear_shapes(x_shape, w_shape, b_shape):
 
 @pytest.mark.parametrize("dtype", FLOATS + INTS)
 def test_linear_dtypes(dtype):
-    options = _ints_ok(dtype) if dtype in INTS else {}
+    options = int_range(dtype)
     x, w, b = rand((3, 2, 8), dtype, **options), rand((5, 8), dtype, **options), rand((5,), dtype, **options)
     compare("linear", F.linear, x, w, b)
     compare("linear", F.linear, x, w)
@@ -103,7 +80,7 @@ def test_matmul_shapes(x_shape, y_shape):
 
 @pytest.mark.parametrize("dtype", FLOATS + INTS)
 def test_matmul_and_bmm_dtypes(dtype):
-    options = _ints_ok(dtype) if dtype in INTS else {}
+    options = int_range(dtype)
     compare("matmul", torch.matmul, rand((2, 3, 5), dtype, **options), rand((5, 4), dtype, **options))
     compare("bmm", torch.bmm, rand((2, 3, 5), dtype, **options), rand((2, 5, 4), dtype, **options))
 
@@ -164,7 +141,7 @@ def test_fused_linear_activation(op, dtype, x_shape, with_bias):
 
 @pytest.mark.parametrize("dtype", INTS)
 def test_linear_relu_integers(dtype):
-    options = _ints_ok(dtype)
+    options = int_range(dtype)
     compare("linear_relu", linear_relu_torch, rand((4, 8), dtype, **options), rand((6, 8), dtype, **options))
 
 

@@ -13,6 +13,7 @@ F = torch.nn.functional
 from opcase import call, check_error_case, compare, error_id, kit_errors, rand, reseed, z  # noqa: E402
 
 from opcore.errors import ArgumentError  # noqa: E402
+from opcore.testing.ops.nn import CONV_CASES  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -55,21 +56,6 @@ def test_embedding_returns_a_copy():
 
 
 # --- conv2d ------------------------------------------------------------------------------------
-
-CONV_CASES = [
-    # x shape, weight shape, stride, padding, dilation, groups
-    ((2, 4, 9, 8), (6, 4, 3, 3), 1, 0, 1, 1),
-    ((2, 4, 9, 8), (6, 2, 3, 2), 2, 1, 1, 2),
-    ((2, 4, 9, 8), (6, 4, 3, 3), (2, 1), (2, 0), (1, 2), 1),
-    ((1, 4, 9, 8), (8, 1, 3, 3), 1, 1, 2, 4),
-    ((1, 3, 5, 5), (2, 3, 1, 1), 1, 0, 1, 1),
-    ((1, 3, 3, 3), (2, 3, 5, 5), 1, 1, 1, 1),
-    ((1, 2, 7, 7), (4, 2, 3, 3), 3, 0, 3, 1),
-    ((2, 6, 4, 6), (6, 2, 2, 3), (1, 3), (1, 2), 1, 3),
-    ((0, 4, 5, 5), (6, 4, 3, 3), 1, 0, 1, 1),
-    ((4, 5, 5), (6, 4, 3, 3), 1, 1, 1, 1),
-    ((4, 6, 5), (6, 2, 3, 3), 2, 0, 1, 2),
-]
 
 
 @pytest.mark.parametrize(("x_shape", "w_shape", "stride", "padding", "dilation", "groups"), CONV_CASES)

@@ -11,20 +11,20 @@ from opcore.testing.builders import SampleSet, shape_id, tensor_of, z
 from opcore.testing.records import ErrorInput, OpEntry, Sample
 from opcore.testing.tolerances import REDUCED_PRECISION_CHAINS
 
-__all__ = ["ENTRIES"]
+__all__ = ["ENTRIES", "LINEAR_SHAPES", "int_range"]
 
 FLOATS = ("float32", "float16", "float64", "bfloat16")
 INTS = ("int64", "int32", "int16", "int8", "uint8")
 
 
-def _range(dtype: str) -> dict[str, float]:
+def int_range(dtype: str) -> dict[str, float]:
     """Small integers, so that integer products stay exact (torch wraps as the reference does)."""
     if dtype in INTS:
         return {"low": 0, "high": 3} if dtype == "uint8" else {"low": -3, "high": 3}
     return {}
 
 
-_LINEAR_SHAPES = [
+LINEAR_SHAPES = [
     ((2, 3), (4, 3), (4,)),
     ((2, 3), (4, 3), None),
     ((3,), (4, 3), (4,)),
@@ -45,12 +45,12 @@ _LINEAR_SHAPES = [
 
 def linear_samples() -> Iterable[Sample]:
     s = SampleSet("linear")
-    for x_shape, w_shape, b_shape in _LINEAR_SHAPES:
+    for x_shape, w_shape, b_shape in LINEAR_SHAPES:
         bias = None if b_shape is None else s.tensor(b_shape)
         name = f"x{shape_id(x_shape)}-w{shape_id(w_shape)}-b{'none' if b_shape is None else shape_id(b_shape)}"
         s.add(name, s.tensor(x_shape), s.tensor(w_shape), bias)
     for dtype in FLOATS + INTS:
-        options = _range(dtype)
+        options = int_range(dtype)
         x, w, b = s.tensor((3, 2, 8), dtype, **options), s.tensor((5, 8), dtype, **options), s.tensor((5,), dtype)
         s.add(dtype, x, w, b)
         s.add(f"{dtype}-no-bias", x, w)
@@ -87,7 +87,7 @@ def matmul_samples() -> Iterable[Sample]:
     for x_shape, y_shape in _MATMUL_SHAPES:
         s.add(f"{shape_id(x_shape)}-{shape_id(y_shape)}", s.tensor(x_shape), s.tensor(y_shape))
     for dtype in FLOATS + INTS:
-        s.add(dtype, s.tensor((2, 3, 5), dtype, **_range(dtype)), s.tensor((5, 4), dtype, **_range(dtype)))
+        s.add(dtype, s.tensor((2, 3, 5), dtype, **int_range(dtype)), s.tensor((5, 4), dtype, **int_range(dtype)))
     for layout in ("transposed", "strided"):
         s.add(layout, s.tensor((2, 3, 5), layout=layout), s.tensor((5, 4), layout=layout))
     s.add("large", s.tensor((3, 8), low=-1e3, high=1e3), s.tensor((8, 2), low=-1e3, high=1e3))
@@ -104,7 +104,7 @@ def bmm_samples() -> Iterable[Sample]:
     ]:
         s.add(f"{shape_id(x_shape)}-{shape_id(y_shape)}", s.tensor(x_shape), s.tensor(y_shape))
     for dtype in FLOATS + INTS:
-        s.add(dtype, s.tensor((2, 3, 5), dtype, **_range(dtype)), s.tensor((2, 5, 4), dtype, **_range(dtype)))
+        s.add(dtype, s.tensor((2, 3, 5), dtype, **int_range(dtype)), s.tensor((2, 5, 4), dtype, **int_range(dtype)))
     for layout in ("transposed", "strided"):
         s.add(layout, s.tensor((2, 3, 5), layout=layout), s.tensor((2, 5, 4), layout=layout))
     s.add("large", s.tensor((2, 3, 8), low=-1e3, high=1e3), s.tensor((2, 8, 2), low=-1e3, high=1e3))
@@ -116,7 +116,7 @@ def fused_samples(op: str) -> Iterable[Sample]:
     s = SampleSet(op)
     dtypes = FLOATS + (INTS if op == "linear_relu" else ())
     for dtype in dtypes:
-        options = _range(dtype)
+        options = int_range(dtype)
         cases = [((4, 8), True), ((8,), False)] + ([((2, 3, 8), True), ((0, 8), True)] if dtype == "float32" else [])
         for x_shape, with_bias in cases:
             bias = s.tensor((6,), dtype, **options) if with_bias else None

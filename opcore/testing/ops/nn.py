@@ -12,7 +12,7 @@ from opcore.testing.builders import SampleSet, shape_id, tensor_of, z
 from opcore.testing.records import ErrorInput, OpEntry, Sample
 from opcore.testing.tolerances import REDUCED_PRECISION_CHAINS
 
-__all__ = ["ENTRIES"]
+__all__ = ["CONV_CASES", "ENTRIES"]
 
 FLOATS = ("float32", "float16", "float64", "bfloat16")
 SDPA = "scaled_dot_product_attention"
@@ -34,7 +34,7 @@ def embedding_samples() -> Iterable[Sample]:
     return s
 
 
-_CONV_CASES = [
+CONV_CASES = [
     # x shape, weight shape, stride, padding, dilation, groups
     ((2, 4, 9, 8), (6, 4, 3, 3), 1, 0, 1, 1),
     ((2, 4, 9, 8), (6, 2, 3, 2), 2, 1, 1, 2),
@@ -53,7 +53,7 @@ _CONV_CASES = [
 def conv2d_samples() -> Iterable[Sample]:
     """Attributes (stride, padding, dilation, groups), 3-D input, empty batch, dtypes, layouts."""
     s = SampleSet("conv2d")
-    for i, (x_shape, w_shape, stride, padding, dilation, groups) in enumerate(_CONV_CASES):
+    for i, (x_shape, w_shape, stride, padding, dilation, groups) in enumerate(CONV_CASES):
         bias = s.tensor((w_shape[0],)) if i % 2 == 0 else None
         name = f"x{shape_id(x_shape)}-w{shape_id(w_shape)}-s{stride}-p{padding}-d{dilation}-g{groups}"
         s.add(name.replace(" ", ""), s.tensor(x_shape), s.tensor(w_shape), bias, stride, padding, dilation, groups)
