@@ -29,7 +29,16 @@ from opcore.selection import Selection, no_kernel_error, select, warn_once
 from opcore.settings import ContextPolicy, context_policy
 from opcore.types import ArrayKind, array_kind_of
 
-__all__ = ["Plan", "build_plan", "clear_caches", "kernel_converters", "run"]
+__all__ = [
+    "Plan",
+    "build_plan",
+    "clear_caches",
+    "convert_tensors",
+    "holds_tensor",
+    "kernel_converters",
+    "run",
+    "stand_ins",
+]
 
 MAX_CACHED = 8192  # signatures; past this the caches start over (bounds memory for varying shapes)
 
@@ -239,7 +248,7 @@ class Plan:
         self.calls = calls
         self.first = calls[0]
         # positions of tensors only (no data kept): what adapt() needs for the fallbacks
-        self.bound_example = tuple(_shape_of(v) for v in bound)
+        self.bound_example = stand_ins(bound)
 
     def __call__(self, *args: Any) -> Any:
         try:
@@ -261,8 +270,14 @@ class Plan:
         return f"Plan({self.selection.contract.name} -> {_title(self.selection)})"
 
 
-def _shape_of(value: Any) -> Any:
-    """A stand-in keeping only whether a position holds tensors (for adapt)."""
+def stand_ins(bound: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The bound arguments with every tensor replaced by a marker and everything else by None: where
+    the tensors are (what adapt needs), without keeping an example's data alive.
+    """
+    return tuple(_stand_in(v) for v in bound)
+
+
+def _stand_in(value: Any) -> Any:
     if isinstance(value, tuple):
         return tuple(_TENSOR if array_kind_of(v) is not None else None for v in value)
     return _TENSOR if array_kind_of(value) is not None else None
@@ -390,7 +405,7 @@ def adapt(kernel: Kernel, selection: Selection, bound: tuple[Any, ...]) -> Calla
     if selection.kinds == {kernel.array_kind}:
         return fn
     to_kernel, back = kernel_converters(kernel, selection)
-    positions = [i for i, value in enumerate(bound) if _holds_tensor(value)]
+    positions = [i for i, value in enumerate(bound) if holds_tensor(value)]
 
     def converted(*args: Any) -> Any:
         call = list(args)
@@ -405,11 +420,23 @@ def adapt(kernel: Kernel, selection: Selection, bound: tuple[Any, ...]) -> Calla
     return converted
 
 
-def _holds_tensor(value: Any) -> bool:
+def holds_tensor(value: Any) -> bool:
     """A tensor, a list with tensors, or the stand-in a Plan keeps instead of its example's data."""
     if isinstance(value, tuple):
-        return any(_holds_tensor(v) for v in value)
+        return any(holds_tensor(v) for v in value)
     return value is _TENSOR or array_kind_of(value) is not None
+
+
+def convert_tensors(values: tuple[Any, ...], convert: Callable[[Any], Any]) -> tuple[Any, ...]:
+    """``values`` with every tensor (also inside lists) passed through ``convert``."""
+    return tuple(
+        tuple(None if v is None else convert(v) for v in value)
+        if isinstance(value, tuple)
+        else convert(value)
+        if array_kind_of(value) is not None
+        else value
+        for value in values
+    )
 
 
 def selection_for(

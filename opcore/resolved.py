@@ -7,13 +7,12 @@ from dataclasses import replace
 from typing import Any
 
 from opcore._calls import fixed_arity
-from opcore.dispatch import _TENSOR, Plan, build_plan, kernel_converters, selection_for
+from opcore.dispatch import Plan, build_plan, convert_tensors, holds_tensor, kernel_converters, selection_for, stand_ins
 from opcore.errors import ArgumentError, OpcoreError, Unsupported
 from opcore.explanation import Explanation, explanation_of
 from opcore.kernels import Kernel, load_callable
 from opcore.runtime import runtime
 from opcore.selection import Selection, warn_once
-from opcore.types import array_kind_of
 
 __all__ = ["ResolvedOp", "resolve"]
 
@@ -67,11 +66,7 @@ def resolve(
     contract = selection.contract
     names = contract.schema.names
     constants = tuple(constants)
-    tensor_at = [
-        i
-        for i, v in enumerate(bound)
-        if array_kind_of(v) is not None or (isinstance(v, tuple) and any(array_kind_of(x) for x in v))
-    ]
+    tensor_at = [i for i, v in enumerate(bound) if holds_tensor(v)]
     for name in constants:
         if name not in names or names.index(name) not in tensor_at:
             raise ArgumentError(
@@ -138,8 +133,7 @@ def _lazy_fallback(
     rest: Selection, bound: tuple[Any, ...], template: list[Any], free_at: list[int]
 ) -> Callable[..., Any]:
     """The plan behind a prepared kernel, built (and its backend imported) only if it is needed."""
-    # build_plan only needs to know where the tensors are: keep no example data alive
-    where = tuple(_TENSOR if array_kind_of(v) is not None else v for v in bound)
+    where = stand_ins(bound)  # build_plan only needs to know where the tensors are
     made: list[Callable[..., Any]] = []
 
     def fallback(*free: Any) -> Any:
@@ -157,15 +151,7 @@ def _prepare(
     if selection.kinds == {kernel.array_kind}:
         return prepare(bound, constants)
     to_kernel, back = kernel_converters(kernel, selection)  # with a transfer: constants move to the device once
-    converted = tuple(
-        tuple(None if v is None else to_kernel(v) for v in value)
-        if isinstance(value, tuple)
-        else to_kernel(value)
-        if array_kind_of(value) is not None
-        else value
-        for value in bound
-    )
-    inner = prepare(converted, constants)
+    inner = prepare(convert_tensors(bound, to_kernel), constants)
 
     def prepared(*free: Any) -> Any:
         return back(inner(*(to_kernel(v) for v in free)))
