@@ -11,7 +11,7 @@ from opcore.dispatch import selection_for
 from opcore.errors import ArgumentError, OpcoreError
 from opcore.explanation import Explanation, explanation_of
 from opcore.reports import PluginReport
-from opcore.runtime import Runtime, runtime
+from opcore.runtime import runtime
 from opcore.selection import check_named
 from opcore.settings import UNSET, ContextPolicy, Settings, context_policy
 from opcore.types import TensorMeta
@@ -30,16 +30,12 @@ __all__ = [
 ]
 
 
-def _rt() -> Runtime:
-    return runtime()
-
-
 def explain(op: str, /, *args: Any, backend: str | None = None, **kwargs: Any) -> Explanation:
     """Which backend would run this call, and why each other one would not (nothing runs).
 
     >>> print(opcore.explain("linear", x, w))   # doctest: +SKIP
     """
-    rt = _rt().ensure_loaded()
+    rt = runtime().ensure_loaded()
     selection, _ = selection_for(rt, op, args, kwargs, backend)
     return explanation_of(selection)
 
@@ -55,7 +51,7 @@ def prefer(*backends: str) -> Iterator[None]:
         raise ArgumentError(
             op="opcore.prefer", arg="backends", expected="one or more backend names", found=repr(backends)
         )
-    rt = _rt().ensure_loaded()
+    rt = runtime().ensure_loaded()
     check_named(rt, backends, "opcore.prefer")
     current = context_policy.get()
     token = context_policy.set(
@@ -101,7 +97,7 @@ def configure(
 
     >>> opcore.configure(backends=["openvino", "cpu"], strict=True)   # doctest: +SKIP
     """
-    rt = _rt()
+    rt = runtime()
     if reset:
         rt.overrides.clear()
     try:
@@ -117,7 +113,7 @@ def backends() -> tuple[PluginReport, ...]:
     >>> [(r.name, r.status.value) for r in opcore.backends()]   # doctest: +SKIP
     [('cpu', 'loaded'), ('cuda', 'unavailable'), ('reference', 'loaded')]
     """
-    return tuple(_rt().ensure_loaded().loader.reports.values())
+    return tuple(runtime().ensure_loaded().loader.reports.values())
 
 
 def ops() -> tuple[OpContract, ...]:
@@ -126,7 +122,7 @@ def ops() -> tuple[OpContract, ...]:
     >>> sorted(c.name for c in opcore.ops())[:3]   # doctest: +SKIP
     ['add', 'bmm', 'cat']
     """
-    return tuple(sorted(_rt().ensure_loaded().registry.contracts.values(), key=lambda c: c.name))
+    return tuple(sorted(runtime().ensure_loaded().registry.contracts.values(), key=lambda c: c.name))
 
 
 def infer_meta(op: str, /, *args: Any, **kwargs: Any) -> TensorMeta | tuple[TensorMeta, ...]:
@@ -136,7 +132,7 @@ def infer_meta(op: str, /, *args: Any, **kwargs: Any) -> TensorMeta | tuple[Tens
     >>> opcore.infer_meta("linear", x, w).shape
     (2, 4)
     """
-    contract = _rt().ensure_loaded().registry.contract(op)
+    contract = runtime().ensure_loaded().registry.contract(op)
     try:
         bound = contract.schema.bind(args, kwargs, metas=True)
         from opcore.meta import common_device
@@ -160,7 +156,7 @@ def register_plugin(plugin: Any, name: str | None = None) -> PluginReport:
     from opcore.errors import PluginError
     from opcore.reports import PluginStatus
 
-    report = _rt().register_plugin(plugin, name)
+    report = runtime().register_plugin(plugin, name)
     if report.status is PluginStatus.FAILED:
         raise PluginError(
             f"register_plugin({report.name!r}) failed: {report.reason}", fix="see opcore.backends() for the traceback"
@@ -170,9 +166,9 @@ def register_plugin(plugin: Any, name: str | None = None) -> PluginReport:
 
 def unregister_plugin(name: str) -> None:
     """Remove a backend and its kernels and contracts (entry-point plugins come back on reload)."""
-    _rt().unregister_plugin(name)
+    runtime().unregister_plugin(name)
 
 
 def reload_plugins() -> None:
     """Re-read the OPCORE_* environment and load every plugin again on next use."""
-    _rt().reload()
+    runtime().reload()

@@ -35,7 +35,6 @@ logger = logging.getLogger("opcore.plugins")
 class _Pending:
     name: str
     obj: Any
-    started: float
     distribution: str | None
     distribution_version: str | None
     entry_point: str | None
@@ -119,7 +118,7 @@ class PluginLoader:
                     _frames(error),
                 )
                 continue
-            item = _Pending(ep.name, obj, started, dist_name, dist_version, ep.value)
+            item = _Pending(ep.name, obj, dist_name, dist_version, ep.value)
             item.elapsed = time.perf_counter() - started
             pending.append(item)
         self._load(pending)
@@ -127,7 +126,7 @@ class PluginLoader:
     def register_object(self, obj: Any, name: str | None = None) -> PluginReport:
         """In-process registration (tests, notebooks)."""
         name = name or getattr(obj, "__name__", None) or type(obj).__name__
-        item = _Pending(name, obj, time.perf_counter(), None, None, f"register_plugin({name})")
+        item = _Pending(name, obj, None, None, f"register_plugin({name})")
         self._load([item], expected_name=False)
         return item.failure or self.reports[item.name]
 

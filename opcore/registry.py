@@ -138,9 +138,6 @@ class Registry:
     def kernels_of(self, op: str) -> tuple[Kernel, ...]:
         return tuple(self.kernels.get(op, ()))
 
-    def backend_kernel_count(self, backend: str) -> int:
-        return sum(1 for kernels in self.kernels.values() for k in kernels if k.backend == backend)
-
     # -- committing a plugin's staged registrations ---------------------------------------------
 
     def commit(self, registrar: Registrar) -> None:

@@ -79,11 +79,6 @@ class Runtime:
             self.invalidate()
             return before
 
-    def reset_configuration(self) -> None:
-        with self.lock:
-            self.overrides.clear()
-        self.configure()
-
     def register_plugin(self, obj: Any, name: str | None) -> PluginReport:
         self.ensure_loaded()
         with self.lock:
@@ -108,10 +103,6 @@ class Runtime:
 
     def report(self, backend: str) -> PluginReport | None:
         return self.loader.reports.get(backend)
-
-    def usable(self, backend: str) -> bool:
-        report = self.loader.reports.get(backend)
-        return report is not None and report.status is PluginStatus.LOADED
 
 
 _LISTENERS: list[Callable[[], None]] = []
