@@ -20,6 +20,7 @@ from opcore.errors import ArgumentError, DeviceError, DTypeError, ShapeError
 from opcore.types import CPU, Device, DType, TensorMeta
 
 __all__ = [
+    "ALL_DTYPES",
     "DEFAULT_FLOAT",
     "FLOATING",
     "INTEGRAL",
@@ -28,12 +29,15 @@ __all__ = [
     "check_choice",
     "check_dtype",
     "check_floating",
+    "check_min_rank",
+    "check_positive",
     "check_rank",
     "check_same_dtype",
     "common_device",
     "normalize_dim",
     "promote_types",
     "result_type",
+    "shape_text",
     "unary_float",
     "unary_promote_to_float",
 ]
@@ -41,10 +45,17 @@ __all__ = [
 FLOATING = frozenset({DType.FLOAT16, DType.BFLOAT16, DType.FLOAT32, DType.FLOAT64})
 INTEGRAL = frozenset({DType.UINT8, DType.INT8, DType.INT16, DType.INT32, DType.INT64})
 NUMERIC = FLOATING | INTEGRAL
+ALL_DTYPES = frozenset(DType)
 DEFAULT_FLOAT = DType.FLOAT32  # torch's default dtype: what int tensors and Python floats promote to
 
 
-def _shape_text(shape: tuple[int, ...]) -> str:
+def shape_text(shape: Iterable[int]) -> str:
+    """A shape as Python writes a tuple: ``(2, 3)``, ``(3,)``, ``()``.
+
+    >>> shape_text((3,))
+    '(3,)'
+    """
+    shape = tuple(shape)
     return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
 
 
@@ -60,7 +71,29 @@ def check_rank(arg: str, meta: TensorMeta, ranks: int | Iterable[int], *, what: 
         raise ShapeError(
             arg=arg,
             expected=expected if what else "a " + expected,
-            found=f"a {meta.ndim}-D tensor of shape {_shape_text(meta.shape)}",
+            found=f"a {meta.ndim}-D tensor of shape {shape_text(meta.shape)}",
+        )
+
+
+def check_min_rank(arg: str, meta: TensorMeta, minimum: int, *, what: str | None = None) -> None:
+    """The tensor must have at least ``minimum`` dimensions."""
+    if meta.ndim < minimum:
+        plural = "s" if minimum != 1 else ""
+        raise ShapeError(
+            arg=arg,
+            expected=what or f"a tensor with at least {minimum} dimension{plural}",
+            found=f"a {meta.ndim}-D tensor of shape {shape_text(meta.shape)}",
+        )
+
+
+def check_positive(arg: str, values: tuple[int, ...], *, allow_zero: bool = False) -> None:
+    """Every value must be > 0 (or >= 0 with ``allow_zero``), as torch's conv attributes."""
+    bad = [v for v in values if v < 0 or (v == 0 and not allow_zero)]
+    if bad:
+        raise ArgumentError(
+            arg=arg,
+            expected="non-negative values" if allow_zero else "positive values",
+            found=repr(list(values)),
         )
 
 
@@ -110,7 +143,7 @@ def broadcast_shapes(*named: tuple[str, tuple[int, ...]]) -> tuple[int, ...]:
     try:
         return tuple(numpy.broadcast_shapes(*(shape for _, shape in named)))
     except ValueError:
-        described = ", ".join(f"{name} {_shape_text(shape)}" for name, shape in named)
+        described = ", ".join(f"{name} {shape_text(shape)}" for name, shape in named)
         raise ShapeError(
             arg=named[-1][0],
             expected="shapes that broadcast together (each trailing size equal, or 1)",

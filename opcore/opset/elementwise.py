@@ -16,6 +16,7 @@ import numpy
 from opcore.contracts import OpContract, define_op
 from opcore.errors import ArgumentError, DTypeError
 from opcore.meta import (
+    ALL_DTYPES,
     DEFAULT_FLOAT,
     FLOATING,
     INTEGRAL,
@@ -27,7 +28,6 @@ from opcore.meta import (
     unary_float,
     unary_promote_to_float,
 )
-from opcore.meta_extra import ALL_DTYPES
 from opcore.types import DType, TensorMeta
 
 __all__ = ["ADD", "CONTRACTS", "DIV", "DTYPES", "EXP", "GELU", "MUL", "RELU", "SIGMOID", "SILU", "SUB", "TANH"]

@@ -21,10 +21,11 @@ from opcore.meta import (
     check_choice,
     check_dtype,
     check_floating,
+    check_min_rank,
     check_rank,
     check_same_dtype,
+    shape_text,
 )
-from opcore.meta_extra import check_min_rank, shape_text
 from opcore.opset.elementwise import APPROXIMATIONS
 from opcore.types import DType, TensorMeta
 

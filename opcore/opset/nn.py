@@ -11,15 +11,18 @@ from __future__ import annotations
 from opcore.contracts import OpContract, define_op
 from opcore.errors import ArgumentError, DTypeError, ShapeError
 from opcore.meta import (
+    ALL_DTYPES,
     FLOATING,
     NUMERIC,
     broadcast_shapes,
     check_dtype,
     check_floating,
+    check_min_rank,
+    check_positive,
     check_rank,
     check_same_dtype,
+    shape_text,
 )
-from opcore.meta_extra import ALL_DTYPES, check_min_rank, check_positive, shape_text
 from opcore.types import DType, TensorMeta
 
 __all__ = ["CONTRACTS", "CONV2D", "DTYPES", "EMBEDDING", "INDEX_DTYPES", "SCALED_DOT_PRODUCT_ATTENTION"]

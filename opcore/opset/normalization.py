@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from opcore.contracts import OpContract, define_op
 from opcore.errors import ArgumentError, DTypeError, ShapeError
-from opcore.meta import FLOATING, check_floating, normalize_dim
-from opcore.meta_extra import shape_text
+from opcore.meta import FLOATING, check_floating, normalize_dim, shape_text
 from opcore.types import DType, TensorMeta
 
 __all__ = ["CONTRACTS", "DTYPES", "LAYER_NORM", "LOG_SOFTMAX", "RMS_NORM", "SOFTMAX"]

@@ -12,8 +12,7 @@ from functools import reduce
 
 from opcore.contracts import OpContract, define_op
 from opcore.errors import ArgumentError, ShapeError
-from opcore.meta import normalize_dim, promote_types
-from opcore.meta_extra import ALL_DTYPES, shape_text
+from opcore.meta import ALL_DTYPES, normalize_dim, promote_types, shape_text
 from opcore.types import DType, TensorMeta
 
 __all__ = ["CAT", "CONTRACTS", "DTYPES", "PERMUTE", "RESHAPE", "TRANSPOSE", "is_skipped_in_cat"]
