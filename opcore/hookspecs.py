@@ -27,6 +27,7 @@ import pluggy
 
 if TYPE_CHECKING:
     from opcore.backend import BackendSpec
+    from opcore.graph.partition import PartitionCompiler
     from opcore.registry import Registrar
 
 __all__ = ["PROJECT", "hookimpl", "hookspec"]
@@ -57,4 +58,15 @@ def opcore_register_kernels(registrar: Registrar) -> None:
     Runs only when the backend is available. Each kernel is validated against its
     op's schema here; one invalid kernel fails the whole plugin, which is reported
     and registers nothing. Keep heavy imports inside the kernels.
+    """
+
+
+@hookspec
+def opcore_partition_compiler() -> PartitionCompiler | None:
+    """Return the backend's partition compiler (``opcore.graph.partition.PartitionCompiler``), or
+    None: a graph runtime compiles whole runs of a captured model's nodes as one model.
+
+    Called when a plan is made, only for loaded (available) backends. Must be cheap: return an
+    object that imports its runtime when it first compiles or loads (see
+    ``opcore.onemodel.partition.GraphPartitionCompiler``).
     """

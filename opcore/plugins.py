@@ -130,6 +130,16 @@ class PluginLoader:
         self._load([item], expected_name=False)
         return item.failure or self.reports[item.name]
 
+    def call_hook(self, backend: str, hook: str, **kwargs: Any) -> Any:
+        """The result of ``hook`` of the loaded ``backend``'s plugin; None when it does not implement it."""
+        plugin = self.objects.get(backend)
+        if plugin is None:
+            return None
+        for impl in getattr(self.manager.hook, hook).get_hookimpls():
+            if impl.plugin is plugin:
+                return impl.function(**kwargs)
+        return None
+
     def unregister(self, name: str) -> None:
         self.reports.pop(name, None)
         self.claimed.pop(name, None)
@@ -183,7 +193,8 @@ class PluginLoader:
             if unknown:
                 raise PluginError(
                     f"implements unknown hook(s) {', '.join(unknown)}",
-                    fix="the hooks are opcore_backend, opcore_register_contracts, opcore_register_kernels",
+                    fix="the hooks are opcore_backend, opcore_register_contracts, opcore_register_kernels, "
+                    "opcore_partition_compiler",
                 )
             spec = self._call(item, "opcore_backend")
             if spec is _MISSING:

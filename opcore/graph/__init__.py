@@ -1,0 +1,48 @@
+"""opcore.graph: whole models captured once, planned across backends, saved and loaded.
+
+The names below load on first use (PEP 562), as in ``opcore``: importing ``opcore.graph`` (or its
+``partition`` module, which backends import) imports neither torch nor any runtime.
+
+>>> from opcore.graph import ValueRef
+>>> ValueRef("x")
+ValueRef(name='x')
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# public name -> the module defining it
+_EXPORTS = {
+    "CompiledPartition": "opcore.graph.partition",
+    "PartNode": "opcore.graph.partition",
+    "PartitionCompiler": "opcore.graph.partition",
+    "PartitionError": "opcore.graph.partition",
+    "PartitionSpec": "opcore.graph.partition",
+    "ValueRef": "opcore.graph.partition",
+    "compilers": "opcore.graph.partition",
+}
+
+__all__ = [
+    "CompiledPartition",
+    "PartNode",
+    "PartitionCompiler",
+    "PartitionError",
+    "PartitionSpec",
+    "ValueRef",
+    "compilers",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'opcore.graph' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
