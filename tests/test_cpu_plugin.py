@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from machine import onednn_reason
 from opcore_cpu.dtypes import CPU_DTYPES, ONEDNN_DTYPES
 
 import opcore
@@ -90,6 +91,16 @@ def test_describe_never_raises(monkeypatch):
     assert system.describe()["oneDNN"].startswith("unknown (ZeroDivisionError")
 
 
+def test_bfloat16_reason_follows_the_cpu_flags():
+    pytest.importorskip("torch")
+    flags = system.cpu_flags()
+    if not flags:
+        pytest.skip("no /proc/cpuinfo flags to compare torch's bfloat16 test with")
+    native = {"avx512bw", "avx512vl", "avx512dq"} <= flags or "amx_bf16" in flags
+    reason = system.onednn_bfloat16_reason()
+    assert reason == (None if native else system.BFLOAT16_NO_AVX512)
+
+
 def test_isa_summary_flags_missing_features():
     assert system.isa_summary(frozenset({"avx2", "avx512f", "avx512_bf16"})).startswith(
         "avx2 avx512f avx512_bf16 (no AMX"
@@ -122,8 +133,11 @@ def test_onednn_dtypes_are_the_ones_onednn_takes():
         if not dtype.is_floating:
             continue
         x, w = torch.ones(4, 8, dtype=dtype.to_torch()), torch.ones(3, 8, dtype=dtype.to_torch())
-        if dtype in ONEDNN_DTYPES:
+        if dtype in ONEDNN_DTYPES and onednn_reason(dtype) is None:
             assert fused(x, w, None, "relu", [], "").dtype == x.dtype
+        elif dtype in ONEDNN_DTYPES:  # declared, and declined by the checker here: oneDNN refuses it
+            with pytest.raises(RuntimeError, match="could not create a primitive descriptor"):
+                fused(x, w, None, "relu", [], "")
         else:
             with pytest.raises(RuntimeError):  # float64: not a oneDNN type; float16: no AVX512-FP16 here
                 if dtype is DType.FLOAT16 and torch.ops.mkldnn._is_mkldnn_fp16_supported():

@@ -10,9 +10,8 @@ and this module imports no torch, because the plugin hands these functions to th
 
 from __future__ import annotations
 
-import functools
-
 from opcore.types import DType, Layout, TensorMeta
+from opcore_cpu.system import onednn_bfloat16_reason
 
 __all__ = ["MIN_WORK", "conv_checker", "gated_mlp_checker", "linear_checker"]
 
@@ -40,16 +39,9 @@ MIN_WORK: dict[DType, int] = {
 FIXED_COST_NOTE = "oneDNN's fixed ~20 us cost per call loses to ATen here"
 
 
-@functools.cache
-def _bf16_supported() -> bool:
-    import torch  # selection time: a torch kernel is about to run anyway
-
-    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-
-
 def _dtype_reason(dtype: DType) -> str | None:
-    if dtype is DType.BFLOAT16 and not _bf16_supported():
-        return "this CPU has no AVX-512 (oneDNN's bfloat16 kernels need AVX512BW/VL/DQ or AMX)"
+    if dtype is DType.BFLOAT16:
+        return onednn_bfloat16_reason()
     if dtype not in MIN_WORK:
         return f"oneDNN's fused kernels here take float32 and bfloat16, not {dtype}"
     return None

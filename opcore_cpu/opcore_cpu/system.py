@@ -12,6 +12,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import importlib.util
 import re
@@ -19,11 +20,21 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-__all__ = ["MIN_TORCH", "cpu_flags", "cpu_vendor", "describe", "is_available", "isa_summary", "onednn_version"]
+__all__ = [
+    "MIN_TORCH",
+    "cpu_flags",
+    "cpu_vendor",
+    "describe",
+    "is_available",
+    "isa_summary",
+    "onednn_bfloat16_reason",
+    "onednn_version",
+]
 
 MIN_TORCH = (2, 4)  # the mkldnn pointwise ops with these signatures exist from torch 2.4 on
 # /proc/cpuinfo flags that change what oneDNN can do here, in the order the doctor lists them
 ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16")
+BFLOAT16_NO_AVX512 = "this CPU has no AVX-512 (oneDNN's bfloat16 kernels need AVX512BW/VL/DQ or AMX)"
 
 
 def _torch_version() -> str | None:
@@ -108,6 +119,28 @@ def isa_summary(flags: frozenset[str]) -> str:
     if "avx512_bf16" not in flags and "amx_bf16" not in flags:
         text += " (no native bfloat16: oneDNN converts to float32)"
     return text
+
+
+@functools.cache
+def _torch_bf16_supported() -> bool:
+    import torch  # asked at selection time, when a torch kernel is about to run anyway
+
+    # torch's own test before it lets oneDNN run bfloat16: AVX512BW/VL/DQ (or AMX, or Arm's BF16)
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def onednn_bfloat16_reason() -> str | None:
+    """None where oneDNN's bfloat16 kernels run natively on this machine; otherwise why they do not.
+
+    The oneDNN kernels' checkers decline bfloat16 with this reason, and tests derive their
+    expectations from it (imports torch on first call).
+
+    >>> onednn_bfloat16_reason() in (None, BFLOAT16_NO_AVX512)                    # doctest: +SKIP
+    True
+    """
+    if not _torch_bf16_supported():
+        return BFLOAT16_NO_AVX512
+    return None
 
 
 def _probe(probe: Callable[[], object]) -> str:
