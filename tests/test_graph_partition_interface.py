@@ -120,3 +120,27 @@ def test_importing_the_interface_imports_no_runtime() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_compile_or_locate_finds_the_first_node_a_runtime_refuses() -> None:
+    """A runtime that refuses any model holding an ``exp`` without saying where: the search over
+    prefixes names the exp node (index 3) after about log2(n) more compiles."""
+    from opcore.onemodel.partition import compile_or_locate
+
+    ops = ("relu", "tanh", "sigmoid", "exp", "relu", "tanh")
+    nodes = tuple(PartNode(op, (ValueRef(f"v{i}"),), (f"v{i + 1}",)) for i, op in enumerate(ops))
+    metas = {f"v{i}": M for i in range(len(ops) + 1)}
+    spec = PartitionSpec("p1", nodes, ("v0",), {}, (f"v{len(ops)}",), metas)
+    tried: list[int] = []
+
+    def compile_spec(part: PartitionSpec) -> str:
+        tried.append(len(part.nodes))
+        if any(node.op == "exp" for node in part.nodes):
+            raise PartitionError(part.name, "fussy", "model refused")
+        return "compiled"
+
+    with pytest.raises(PartitionError) as caught:
+        compile_or_locate(spec, compile_spec, "fussy")
+    assert (caught.value.node, caught.value.op, caught.value.reason) == (3, "exp", "model refused")
+    assert len(tried) <= 1 + 3
+    assert compile_or_locate(spec.prefix(3), compile_spec, "fussy") == "compiled"

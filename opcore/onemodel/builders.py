@@ -19,7 +19,7 @@ from opcore.onemodel.op import Scalar
 from opcore.opset.shape import is_skipped_in_cat
 from opcore.types import DType, TensorMeta
 
-__all__ = ["cat_through", "check_embedding_indices", "result_dtype", "transpose_perm"]
+__all__ = ["cat_through", "check_embedding_indices", "promoted", "result_dtype", "transpose_perm"]
 
 
 def result_dtype(x: Any, other: Any, dtype_and_rank: Callable[[Any], tuple[numpy.dtype, int]]) -> numpy.dtype:
@@ -74,7 +74,7 @@ def cat_through(kernel: Callable[..., Any]) -> Callable[[tuple[numpy.ndarray, ..
     """
 
     def cat(tensors: tuple[numpy.ndarray, ...], dim: int) -> numpy.ndarray:
-        dtype = _promoted(tuple(t.dtype for t in tensors))
+        dtype = promoted(tuple(t.dtype for t in tensors))
         kept = tuple(t for t in tensors if not is_skipped_in_cat(t.shape))
         if not kept:
             return numpy.empty((0,), dtype)
@@ -84,6 +84,10 @@ def cat_through(kernel: Callable[..., Any]) -> Callable[[tuple[numpy.ndarray, ..
 
 
 @lru_cache(maxsize=256)
-def _promoted(dtypes: tuple[numpy.dtype, ...]) -> numpy.dtype:
-    """torch.promote_types over the tensors' dtypes."""
+def promoted(dtypes: tuple[numpy.dtype, ...]) -> numpy.dtype:
+    """torch.promote_types over the tensors' dtypes.
+
+    >>> promoted((numpy.dtype("int8"), numpy.dtype("float16")))
+    dtype('float16')
+    """
     return reduce(promote_types, (DType.from_numpy(d) for d in dtypes)).to_numpy()

@@ -100,8 +100,8 @@ class Model(Protocol):
 class GraphBuilder(Protocol):
     """What the shared code asks of a backend's graph builder (builders use much more)."""
 
-    def input(self, dtype: numpy.dtype, rank: int) -> Any:
-        """A tensor input of ``rank`` dynamic dimensions."""
+    def input(self, dtype: numpy.dtype, rank: int, dims: Sequence[int | None] | None = None) -> Any:
+        """A tensor input of ``rank`` dimensions: all dynamic, or ``dims`` (None where dynamic)."""
 
     def weight(self, array: numpy.ndarray) -> Any:
         """A constant tensor (a prepared op's weights)."""
@@ -194,7 +194,20 @@ class OneModelOp:
         kernel.__name__ = kernel.__qualname__ = op
         kernel.prepare = self.prepare  # type: ignore[attr-defined]
         kernel.spec = self  # type: ignore[attr-defined]
+        kernel.chain = self.chain  # type: ignore[attr-defined]
         return kernel
+
+    def chain(self, graph: Any, *args: Any) -> Any:
+        """This op's nodes written into ``graph`` (a partition's model, opcore.onemodel.partition):
+        tensors are graph values already, Python numbers given for operands are baked in.
+
+        A kernel whose arguments are not the contract's (a wrapper) sets its own ``chain``.
+        """
+        values = [
+            Scalar(type(value), value) if role is OPERAND and isinstance(value, (bool, int, float)) else value
+            for value, role in zip(args, self.roles)
+        ]
+        return self.build(graph, *values)
 
     def _generic_kernel(self, lookup: Any, create: Any, make: Any) -> Callable[..., Any]:
         op, roles, check = self.op, self.roles, self.check

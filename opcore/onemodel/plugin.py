@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 __all__ = [
     "KERNEL_LAYOUT",
     "dtype_checker",
+    "kernel_targets",
     "probe",
     "register_kernels",
     "runtime_available",
@@ -75,8 +76,9 @@ def register_kernels(
 
     >>> register_kernels(registrar, "opcore_onnxruntime.kernels", checker_for)  # doctest: +SKIP
     """
-    for op, (module, prepares) in layout.items():
-        target = f"{package}.{module}:{op}"
+    targets = kernel_targets(package, layout)
+    for op, (_, prepares) in layout.items():
+        target = targets[op]
         registrar.add_kernel(
             op,
             target,
@@ -85,6 +87,16 @@ def register_kernels(
             checker=checker_for(op),
             prepare=f"{target}.prepare" if prepares else None,
         )
+
+
+def kernel_targets(package: str, layout: Mapping[str, tuple[str, bool]] = KERNEL_LAYOUT) -> dict[str, str]:
+    """op -> ``"package.module:op"``, the kernel function of each op of ``layout`` (what
+    ``register_kernels`` registers and a partition compiler chains).
+
+    >>> kernel_targets("opcore_onnxruntime.kernels")["relu"]
+    'opcore_onnxruntime.kernels.elementwise:relu'
+    """
+    return {op: f"{package}.{module}:{op}" for op, (module, _) in layout.items()}
 
 
 def version_tuple(text: str) -> tuple[int, ...]:

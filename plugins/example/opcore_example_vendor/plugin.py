@@ -17,9 +17,17 @@ from opcore_example_vendor import __version__
 from opcore_example_vendor.contracts import SWIGLU
 
 if TYPE_CHECKING:
+    from opcore.graph.partition import PartitionCompiler
     from opcore.registry import Registrar
 
-__all__ = ["PRIORITY", "SILU_PRIORITY", "opcore_backend", "opcore_register_contracts", "opcore_register_kernels"]
+__all__ = [
+    "PRIORITY",
+    "SILU_PRIORITY",
+    "opcore_backend",
+    "opcore_partition_compiler",
+    "opcore_register_contracts",
+    "opcore_register_kernels",
+]
 
 # Above reference (0) and onnxruntime (100), below openvino (200), cpu (300) and cuda (400).
 PRIORITY = 150
@@ -64,3 +72,12 @@ def opcore_register_kernels(registrar: Registrar) -> None:
     registrar.add_kernel(
         "example.swiglu", "opcore_example_vendor.kernels:swiglu", dtypes=["float16", "float32", "float64"]
     )
+
+
+@opcore.hookimpl
+def opcore_partition_compiler() -> PartitionCompiler:
+    """Runs of captured silu / example.swiglu nodes as one partition (optional: a backend without
+    this hook still runs every node its kernels accept, one at a time)."""
+    from opcore_example_vendor.partition import ExampleCompiler
+
+    return ExampleCompiler()

@@ -22,6 +22,7 @@ import numpy
 from onnx import ModelProto, TensorProto, helper, numpy_helper
 
 from opcore.onemodel.op import Scalar
+from opcore.types import TensorMeta
 
 __all__ = ["EXTERNAL_BYTES", "Graph", "Scalar", "Value", "onnx_type"]
 
@@ -74,6 +75,7 @@ class _Input:
     name: str
     dtype: numpy.dtype | None
     rank: int
+    dims: tuple[int | None, ...] | None = None  # None: every dimension symbolic; else None where symbolic
 
 
 @dataclass(slots=True)
@@ -90,6 +92,8 @@ class Graph:
     externals: dict[str, numpy.ndarray] = field(default_factory=dict)
     # feed positions of Scalar inputs and the dtype they are converted to
     scalar_feeds: list[tuple[int, numpy.dtype]] = field(default_factory=list)
+    # prefix of node names (a partition sets "n<index>." per captured node, to trace runtime errors)
+    tag: str = ""
     _count: int = 0
 
     def _fresh(self, prefix: str) -> str:
@@ -98,10 +102,10 @@ class Graph:
 
     # -- sources ---------------------------------------------------------------------------------
 
-    def input(self, dtype: numpy.dtype, rank: int) -> Value:
-        """A graph input of ``rank`` symbolic dimensions."""
+    def input(self, dtype: numpy.dtype, rank: int, dims: Sequence[int | None] | None = None) -> Value:
+        """A graph input of ``rank`` symbolic dimensions, or of sizes ``dims`` (None: symbolic)."""
         name = f"in{len(self.inputs)}"
-        self.inputs.append(_Input(name, numpy.dtype(dtype), rank))
+        self.inputs.append(_Input(name, numpy.dtype(dtype), rank, tuple(dims) if dims is not None else None))
         return Value(name, numpy.dtype(dtype), rank)
 
     def scalar(self, scalar: Scalar) -> Value:
@@ -175,6 +179,7 @@ class Graph:
                 op_type,
                 [v.name if v is not None else "" for v in inputs],
                 [name],
+                name=f"{self.tag}{op_type}{self._count}",
                 domain=domain or None,
                 **{k: v for k, v in attributes.items() if v is not None},
             )
@@ -195,14 +200,34 @@ class Graph:
 
     # -- the model -------------------------------------------------------------------------------
 
-    def model(self, output: Value) -> ModelProto:
+    def annotate(self, value: Value, meta: TensorMeta) -> Value:
+        """``value`` with the rank of its meta (a partition's node outputs: builders track ranks
+        only as far as their own op needs, the meta is exact)."""
+        return value if value.rank == meta.ndim else Value(value.name, value.dtype, meta.ndim)
+
+    def result(self, value: Value) -> Value:
+        """``value`` as a graph output: an input or a constant goes through an Identity node first
+        (a graph output must be a node's output)."""
+        if value.name in {i.name for i in self.inputs} or value.name.startswith(("weight", "const")):
+            return self.op("Identity", value)
+        return value
+
+    def model(self, *outputs: Value) -> ModelProto:
+        """The model with these outputs (in order)."""
         inputs = [
-            helper.make_tensor_value_info(i.name, onnx_type(i.dtype), [f"{i.name}_{d}" for d in range(i.rank)])
+            helper.make_tensor_value_info(
+                i.name,
+                onnx_type(i.dtype),
+                [
+                    f"{i.name}_{d}" if i.dims is None or i.dims[d] is None else i.dims[d]  # type: ignore[misc]
+                    for d in range(i.rank)
+                ],
+            )
             for i in self.inputs
             if i.dtype is not None
         ]
-        outputs = [helper.make_tensor_value_info(output.name, onnx_type(output.dtype), None)]
-        graph = helper.make_graph(self.nodes, self.name, inputs, outputs, initializer=self.initializers)
+        results = [helper.make_tensor_value_info(o.name, onnx_type(o.dtype), None) for o in outputs]
+        graph = helper.make_graph(self.nodes, self.name, inputs, results, initializer=self.initializers)
         return helper.make_model(
             graph,
             opset_imports=[helper.make_opsetid("", self.opset)],

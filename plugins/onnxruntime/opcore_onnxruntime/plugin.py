@@ -10,20 +10,22 @@ Loading this module imports neither onnxruntime nor onnx: kernels are named as
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from opcore.backend import BackendSpec
 from opcore.hookspecs import hookimpl
-from opcore.onemodel.plugin import KERNEL_LAYOUT, register_kernels, runtime_available
+from opcore.onemodel.plugin import KERNEL_LAYOUT, kernel_targets, register_kernels, runtime_available
 from opcore.types import DeviceType
 from opcore_onnxruntime import __version__
 from opcore_onnxruntime.checks import checker_for
 
 if TYPE_CHECKING:
+    from opcore.graph.partition import PartitionCompiler
     from opcore.registry import Registrar
 
-__all__ = ["KERNELS", "MIN_ONNXRUNTIME", "opcore_backend", "opcore_register_kernels"]
+__all__ = ["KERNELS", "MIN_ONNXRUNTIME", "opcore_backend", "opcore_partition_compiler", "opcore_register_kernels"]
 
 MIN_ONNXRUNTIME = (1, 17)
 
@@ -62,3 +64,19 @@ def opcore_backend() -> BackendSpec:
 def opcore_register_kernels(registrar: Registrar) -> None:
     """One numpy kernel per op for every dtype its contract accepts; the checker declines the rest."""
     register_kernels(registrar, "opcore_onnxruntime.kernels", checker_for, KERNELS)
+
+
+@hookimpl
+def opcore_partition_compiler() -> PartitionCompiler:
+    """Partitions of captured models as one model each, chaining the kernels' builders (imports
+    onnxruntime only when it first compiles)."""
+    return _partition_compiler()
+
+
+@functools.cache
+def _partition_compiler() -> PartitionCompiler:
+    from opcore.onemodel.partition import GraphPartitionCompiler
+
+    return GraphPartitionCompiler(
+        "onnxruntime", kernel_targets("opcore_onnxruntime.kernels", KERNELS), "opcore_onnxruntime.partition"
+    )

@@ -20,20 +20,32 @@ from typing import Any
 
 import numpy
 import onnxruntime
-from onnx import helper
+from onnx import ModelProto, helper
 
 from opcore.errors import Unsupported
 from opcore.onemodel.op import ATTRIBUTE, OPERAND, TENSOR, TENSORS, OneModelOp, first_line
 from opcore_onnxruntime.cache import SESSIONS
 from opcore_onnxruntime.graph import Graph, Value
 
-__all__ = ["ATTRIBUTE", "OPERAND", "TENSOR", "TENSORS", "OnnxOp", "Session", "onnx_kernel", "target_opset"]
+__all__ = [
+    "ATTRIBUTE",
+    "OPERAND",
+    "TENSOR",
+    "TENSORS",
+    "OnnxOp",
+    "Session",
+    "onnx_kernel",
+    "open_session",
+    "session_options",
+    "target_opset",
+]
 
 _opset: tuple[int, int] | None = None
 _opset_lock = threading.Lock()
 
 
-def _options() -> onnxruntime.SessionOptions:
+def session_options() -> onnxruntime.SessionOptions:
+    """The options of every session opcore opens (errors-only logging)."""
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3  # errors only: a one-op model's "unused input" notes are noise
     return options
@@ -59,11 +71,35 @@ def _probe_opset() -> tuple[int, int]:
         graph = Graph("probe", opset, ir_version)
         model = graph.model(graph.op("Identity", graph.input(numpy.dtype(numpy.float32), 1)))
         try:
-            onnxruntime.InferenceSession(model.SerializeToString(), _options(), providers=["CPUExecutionProvider"])
+            onnxruntime.InferenceSession(
+                model.SerializeToString(), session_options(), providers=["CPUExecutionProvider"]
+            )
         except Exception:
             continue
         return opset, ir_version
     raise Unsupported(f"onnxruntime {onnxruntime.__version__} accepts no ONNX opset >= 18")
+
+
+def open_session(graph: Graph, *outputs: Value) -> tuple[onnxruntime.InferenceSession, ModelProto, tuple[Any, ...]]:
+    """An InferenceSession of ``graph`` with these outputs, the model it was made from (external
+    initializers not in it), and what must stay alive while the session runs (the memory its
+    external initializers share). Raises Unsupported with onnxruntime's first line when it fails.
+    """
+    options = session_options()
+    if graph.externals and not hasattr(options, "add_external_initializers"):
+        graph.internalize()  # an onnxruntime without it: the weights are copied into the model
+    model = graph.model(*outputs)
+    keep: tuple[Any, ...] = ()
+    if graph.externals:
+        names = list(graph.externals)
+        values = [onnxruntime.OrtValue.ortvalue_from_numpy(graph.externals[n]) for n in names]
+        options.add_external_initializers(names, values)
+        keep = (values, graph.externals)  # the session reads this memory
+    try:
+        session = onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    except Exception as error:
+        raise Unsupported(f"onnxruntime could not build the {graph.name} model: {first_line(error)}") from error
+    return session, model, keep
 
 
 class Session:
@@ -72,24 +108,8 @@ class Session:
     __slots__ = ("_keep", "_names", "_outputs", "_run", "externals", "scalars", "session")
 
     def __init__(self, graph: Graph, output: Value) -> None:
-        options = _options()
-        if graph.externals and not hasattr(options, "add_external_initializers"):
-            graph.internalize()  # an onnxruntime without it: the weights are copied into the model
-        model = graph.model(output)
+        self.session, _, self._keep = open_session(graph, output)
         self.externals = len(graph.externals)  # initializers that share the caller's memory
-        if graph.externals:
-            names = list(graph.externals)
-            values = [onnxruntime.OrtValue.ortvalue_from_numpy(graph.externals[n]) for n in names]
-            options.add_external_initializers(names, values)
-            self._keep: tuple[Any, ...] = (values, graph.externals)  # the session reads this memory
-        else:
-            self._keep = ()
-        try:
-            self.session = onnxruntime.InferenceSession(
-                model.SerializeToString(), options, providers=["CPUExecutionProvider"]
-            )
-        except Exception as error:
-            raise Unsupported(f"onnxruntime could not build the {graph.name} model: {first_line(error)}") from error
         # The binding under InferenceSession.run, taking the same arguments: the public wrapper's
         # per-call checks (feed names, OrtValue ownership, graph capture) cost ~2 us and cannot fail
         # on the complete numpy feeds built here. Public run when a future version moves it.
@@ -140,9 +160,7 @@ class OnnxOp(OneModelOp):
         return Graph(self.op, opset, ir_version)
 
     def output(self, graph: Graph, value: Value) -> Value:
-        if value.name in {i.name for i in graph.inputs} or value.name.startswith(("weight", "const")):
-            return graph.op("Identity", value)  # a graph output must be a node's output
-        return value
+        return graph.result(value)
 
     def compile(self, graph: Graph, output: Value) -> Session:
         return Session(graph, output)

@@ -16,7 +16,7 @@ array([0., 2.], dtype=float32)
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy
@@ -25,9 +25,21 @@ import openvino
 from opcore.errors import Unsupported
 from opcore.onemodel.op import ATTRIBUTE, OPERAND, TENSOR, TENSORS, OneModelOp, first_line
 from opcore_openvino.cache import MODELS
-from opcore_openvino.graph import Graph, ops
+from opcore_openvino.graph import Graph
 
-__all__ = ["ATTRIBUTE", "CONFIG", "OPERAND", "TENSOR", "TENSORS", "Compiled", "OvOp", "core", "ov_kernel"]
+__all__ = [
+    "ATTRIBUTE",
+    "CONFIG",
+    "DEVICE",
+    "OPERAND",
+    "TENSOR",
+    "TENSORS",
+    "Compiled",
+    "OvOp",
+    "core",
+    "feed",
+    "ov_kernel",
+]
 
 # The CPU plugin's default precision hint is bf16 on CPUs with AMX/AVX512-BF16: float32 models
 # would silently lose precision (1e-2 at 32x4096x4096). float16 models run in float32 too.
@@ -47,6 +59,22 @@ def core() -> openvino.Core:
             if _core is None:
                 _core = openvino.Core()
     return _core
+
+
+def feed(request: openvino.InferRequest, arrays: Sequence[Any]) -> list[numpy.ndarray]:
+    """Set the request's inputs to ``arrays`` (in order) without copying where the memory allows;
+    returns the copies made (a shared Tensor does not keep its array alive: hold them for the call).
+    """
+    held = []
+    for index, given in enumerate(arrays):
+        try:
+            tensor = _Tensor(given, shared_memory=True)
+        except (RuntimeError, ValueError):  # shared memory must be C-contiguous and writeable
+            copy = numpy.array(given, order="C")
+            held.append(copy)
+            tensor = _Tensor(copy, shared_memory=True)
+        request.set_input_tensor(index, tensor)
+    return held
 
 
 class Compiled:
@@ -76,16 +104,8 @@ class Compiled:
             request = self._local.request
         except AttributeError:
             request = self.request()
-        held = []  # copies made here: a shared Tensor does not keep its array alive
         try:
-            for index, given in enumerate(arrays):
-                try:
-                    tensor = _Tensor(given, shared_memory=True)
-                except (RuntimeError, ValueError):  # shared memory must be C-contiguous and writeable
-                    copy = numpy.array(given, order="C")
-                    held.append(copy)
-                    tensor = _Tensor(copy, shared_memory=True)
-                request.set_input_tensor(index, tensor)
+            held = feed(request, arrays)  # noqa: F841 - the copies must outlive the call
             if scalars:
                 for (index, dtype), value in zip(self.scalars, scalars):
                     request.set_input_tensor(index, _Tensor(numpy.asarray(value, dtype=dtype)))
@@ -133,9 +153,7 @@ class OvOp(OneModelOp):
         return Graph(self.op)
 
     def output(self, graph: Graph, value: Any) -> Any:
-        if value.get_type_name() in ("Parameter", "Constant"):
-            return ops.convert(value, value.get_output_element_type(0))  # a result must follow an op
-        return value
+        return graph.result(value)
 
     def compile(self, graph: Graph, output: Any) -> Compiled:
         return Compiled(graph, output)

@@ -71,8 +71,10 @@ class Graph:
     # arrays whose memory shared Constants read (kept alive with the compiled model)
     keep: list[numpy.ndarray] = field(default_factory=list)
 
-    def input(self, dtype: numpy.dtype, rank: int) -> Node:
-        parameter = ops.parameter(openvino.PartialShape([-1] * rank), ov_type(dtype), name=f"in{len(self.parameters)}")
+    def input(self, dtype: numpy.dtype, rank: int, dims: Sequence[int | None] | None = None) -> Node:
+        """A parameter of ``rank`` dynamic dimensions, or of sizes ``dims`` (None: dynamic)."""
+        sizes = [-1] * rank if dims is None else [-1 if d is None else d for d in dims]
+        parameter = ops.parameter(openvino.PartialShape(sizes), ov_type(dtype), name=f"in{len(self.parameters)}")
         self.parameters.append(parameter)
         return parameter
 
@@ -109,5 +111,13 @@ class Graph:
         positions = list(range(rank))[start:end]
         return ops.gather(ops.shape_of(node, "i64"), self.ints(positions), 0)
 
-    def model(self, output: Node) -> openvino.Model:
-        return openvino.Model([output], self.parameters, self.name)
+    def result(self, node: Node) -> Node:
+        """``node`` as a model output: a Parameter or a Constant goes through a Convert first (a
+        result must follow an op)."""
+        if node.get_type_name() in ("Parameter", "Constant"):
+            return ops.convert(node, node.get_output_element_type(0))
+        return node
+
+    def model(self, *outputs: Node) -> openvino.Model:
+        """The model with these outputs (in order)."""
+        return openvino.Model(list(outputs), self.parameters, self.name)

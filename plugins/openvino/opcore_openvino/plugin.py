@@ -10,20 +10,22 @@ imported when one first runs; ``is_available`` reads package metadata.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from opcore.backend import BackendSpec
 from opcore.hookspecs import hookimpl
-from opcore.onemodel.plugin import KERNEL_LAYOUT, register_kernels, runtime_available
+from opcore.onemodel.plugin import KERNEL_LAYOUT, kernel_targets, register_kernels, runtime_available
 from opcore.types import DeviceType
 from opcore_openvino import __version__
 from opcore_openvino.checks import checker_for
 
 if TYPE_CHECKING:
+    from opcore.graph.partition import PartitionCompiler
     from opcore.registry import Registrar
 
-__all__ = ["KERNELS", "MIN_OPENVINO", "opcore_backend", "opcore_register_kernels"]
+__all__ = ["KERNELS", "MIN_OPENVINO", "opcore_backend", "opcore_partition_compiler", "opcore_register_kernels"]
 
 MIN_OPENVINO = (2024, 0)
 
@@ -62,3 +64,19 @@ def opcore_backend() -> BackendSpec:
 def opcore_register_kernels(registrar: Registrar) -> None:
     """One numpy kernel per op for every dtype its contract accepts; the checker declines the rest."""
     register_kernels(registrar, "opcore_openvino.kernels", checker_for, KERNELS)
+
+
+@hookimpl
+def opcore_partition_compiler() -> PartitionCompiler:
+    """Partitions of captured models as one model each, chaining the kernels' builders (imports
+    openvino only when it first compiles)."""
+    return _partition_compiler()
+
+
+@functools.cache
+def _partition_compiler() -> PartitionCompiler:
+    from opcore.onemodel.partition import GraphPartitionCompiler
+
+    return GraphPartitionCompiler(
+        "openvino", kernel_targets("opcore_openvino.kernels", KERNELS), "opcore_openvino.partition"
+    )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy
 
-from opcore.onemodel.builders import cat_through, transpose_perm
+from opcore.onemodel.builders import cat_through, promoted, transpose_perm
 from opcore_onnxruntime.graph import Graph, Value
 from opcore_onnxruntime.session import ATTRIBUTE, TENSOR, TENSORS, onnx_kernel
 
@@ -50,6 +50,22 @@ def reshape(x: numpy.ndarray, shape: tuple[int, ...]) -> numpy.ndarray:
     return _reshape(x, numpy.asarray(shape, dtype=numpy.int64))
 
 
+def chain_reshape(g: Graph, x: Value, shape: tuple[int, ...]) -> Value:
+    """reshape in a partition: the target shape is a constant."""
+    return build_reshape(g, x, g.ints(shape))
+
+
+reshape.chain = chain_reshape  # type: ignore[attr-defined]
+
 cat = cat_through(
     onnx_kernel("cat", build_cat, names=("tensors", "dim", "dtype"), roles=(TENSORS, ATTRIBUTE, ATTRIBUTE))
 )
+
+
+def chain_cat(g: Graph, tensors: tuple[Value, ...], dim: int) -> Value:
+    """cat in a partition, in the promoted dtype (ranks must agree: torch's skipping of 1-D empty
+    tensors is left to the one-op kernel, a partition fails to compile and is split there)."""
+    return build_cat(g, tensors, dim, promoted(tuple(t.dtype for t in tensors)))
+
+
+cat.chain = chain_cat  # type: ignore[attr-defined]

@@ -115,5 +115,23 @@ def _prepare_conv2d(args: tuple[Any, ...], constants: frozenset[str]) -> Any:
     return _conv2d.prepare((*args, args[1].shape), constants)  # type: ignore[attr-defined]
 
 
+def chain_conv2d(
+    g: Graph,
+    x: Node,
+    weight: Node,
+    bias: Node | None,
+    stride: tuple[int, ...],
+    padding: tuple[int, ...],
+    dilation: tuple[int, ...],
+    groups: int,
+) -> Node:
+    """conv2d in a partition: the weight's shape is static there (a constant, or an input of fixed size)."""
+    shape = weight.get_output_partial_shape(0)
+    if shape.is_dynamic:
+        raise ValueError(f"the CPU plugin's convolution needs a static weight shape, found {shape}")
+    return build_conv2d(g, x, weight, bias, stride, padding, dilation, groups, tuple(shape.to_shape()))
+
+
 conv2d.prepare = _prepare_conv2d  # type: ignore[attr-defined]
+conv2d.chain = chain_conv2d  # type: ignore[attr-defined]
 scaled_dot_product_attention = ov_kernel("scaled_dot_product_attention", build_sdpa)

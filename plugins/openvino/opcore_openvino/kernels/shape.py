@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy
 import openvino
 
-from opcore.onemodel.builders import cat_through, transpose_perm
+from opcore.onemodel.builders import cat_through, promoted, transpose_perm
 from opcore_openvino.compiled import ATTRIBUTE, TENSOR, TENSORS, ov_kernel
-from opcore_openvino.graph import Graph, Node, ops, rank_of
+from opcore_openvino.graph import Graph, Node, dtype_of, ops, rank_of
 
 __all__ = ["cat", "permute", "reshape", "transpose"]
 
@@ -34,7 +34,8 @@ def build_permute(g: Graph, x: Node, dims: tuple[int, ...]) -> Node:
 
 def build_reshape(g: Graph, x: Node, shape: Node, length: int) -> Node:
     # the CPU plugin needs the output rank: the target's length is fixed per compiled model
-    shape.set_partial_shape(openvino.PartialShape([length]))
+    if shape.get_type_name() == "Parameter":
+        shape.set_partial_shape(openvino.PartialShape([length]))
     return ops.reshape(x, shape, False)  # special_zero False: a 0 is a size, as in torch
 
 
@@ -53,4 +54,20 @@ def reshape(x: numpy.ndarray, shape: tuple[int, ...]) -> numpy.ndarray:
     return _reshape(x, numpy.asarray(shape, dtype=numpy.int64), len(shape))
 
 
+def chain_reshape(g: Graph, x: Node, shape: tuple[int, ...]) -> Node:
+    """reshape in a partition: the target shape is a constant."""
+    return build_reshape(g, x, g.ints(shape), len(shape))
+
+
+reshape.chain = chain_reshape  # type: ignore[attr-defined]
+
 cat = cat_through(ov_kernel("cat", build_cat, names=("tensors", "dim", "dtype"), roles=(TENSORS, ATTRIBUTE, ATTRIBUTE)))
+
+
+def chain_cat(g: Graph, tensors: tuple[Node, ...], dim: int) -> Node:
+    """cat in a partition, in the promoted dtype (ranks must agree: torch's skipping of 1-D empty
+    tensors is left to the one-op kernel, a partition fails to compile and is split there)."""
+    return build_cat(g, tensors, dim, promoted(tuple(dtype_of(t) for t in tensors)))
+
+
+cat.chain = chain_cat  # type: ignore[attr-defined]
