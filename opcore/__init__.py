@@ -58,6 +58,9 @@ _EXPORTS = {
     "reload_plugins": "opcore.api",
     "strict": "opcore.api",
     "unregister_plugin": "opcore.api",
+    "tune": "opcore.tuning.measure",
+    "TuneResult": "opcore.tuning.measure",
+    "StaleTuningWarning": "opcore.errors",
 }
 
 __all__ = [
@@ -84,7 +87,9 @@ __all__ = [
     "Registrar",
     "ResolvedOp",
     "ShapeError",
+    "StaleTuningWarning",
     "TensorMeta",
+    "TuneResult",
     "UnknownOpError",
     "Unsupported",
     "__version__",
@@ -101,6 +106,7 @@ __all__ = [
     "resolve",
     "run",
     "strict",
+    "tune",
     "unregister_plugin",
 ]
 
@@ -146,6 +152,7 @@ if TYPE_CHECKING:  # what static analysis sees
         OpcoreError,
         PluginError,
         ShapeError,
+        StaleTuningWarning,
         UnknownOpError,
         Unsupported,
     )
@@ -155,4 +162,5 @@ if TYPE_CHECKING:  # what static analysis sees
     from opcore.registry import Registrar
     from opcore.reports import PluginReport, PluginStatus
     from opcore.resolved import ResolvedOp, resolve
+    from opcore.tuning.measure import TuneResult, tune
     from opcore.types import ArrayKind, Device, DeviceType, DType, Layout, TensorMeta

@@ -86,14 +86,16 @@ def configure(
     disable: Any = UNSET,
     strict: Any = UNSET,
     autoload: Any = UNSET,
+    tune: Any = UNSET,
     reset: bool = False,
 ) -> Settings:
     """Process-wide settings over the environment; returns the settings in effect before.
 
     backends: an order of names (``()``: plain priority, whatever OPCORE_BACKENDS says);
     disable: names, ``"*"`` for all (a load-time setting: plugins reload); strict: bool;
-    autoload: bool. None for any of them drops that override, so the environment applies
-    again; reset=True drops them all.
+    autoload: bool; tune: bool (as OPCORE_TUNE: measure each new signature's kernels first).
+    None for any of them drops that override, so the environment applies again; reset=True
+    drops them all.
 
     >>> opcore.configure(backends=["openvino", "cpu"], strict=True)   # doctest: +SKIP
     """
@@ -101,7 +103,7 @@ def configure(
     if reset:
         rt.overrides.clear()
     try:
-        return rt.configure(backends=backends, disable=disable, strict=strict, autoload=autoload)
+        return rt.configure(backends=backends, disable=disable, strict=strict, autoload=autoload, tune=tune)
     except OpcoreError as error:
         error.op = error.op or "opcore.configure"
         raise

@@ -22,6 +22,7 @@ import numpy
 
 from opcore._calls import fixed_arity
 from opcore.arrays import converter, result_converter
+from opcore.contracts import OpContract
 from opcore.errors import NoKernelError, OpcoreError, Unsupported
 from opcore.kernels import Kernel
 from opcore.runtime import Runtime, on_change, runtime
@@ -165,7 +166,7 @@ def _run_slow(op: str, args: tuple[Any, ...], kwargs: dict[str, Any], backend: s
     plan = _BOUND.get(canonical)
     if plan is None:
         pin = backend if backend is not None else (policy.pin if policy is not None else None)
-        selection = select(rt, contract, bound, policy, pin)
+        selection = select_tuned(rt, contract, bound, policy, pin)
         if selection.error is not None:
             raise selection.error
         plan = build_plan(selection, bound)
@@ -440,9 +441,9 @@ def convert_tensors(values: tuple[Any, ...], convert: Callable[[Any], Any]) -> t
 
 
 def selection_for(
-    rt: Runtime, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], backend: str | None
+    rt: Runtime, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], backend: str | None, tune: bool = False
 ) -> tuple[Selection, tuple[Any, ...]]:
-    """Bind and select without running (explain and resolve)."""
+    """Bind and select without running (explain, resolve, tune). tune: measure first under OPCORE_TUNE=1."""
     contract = rt.registry.contract(op)
     try:
         bound = contract.schema.bind(args, kwargs)
@@ -452,4 +453,23 @@ def selection_for(
         raise
     policy = context_policy.get()
     pin = backend if backend is not None else (policy.pin if policy is not None else None)
-    return select(rt, contract, bound, policy, pin), bound
+    return (select_tuned if tune else select)(rt, contract, bound, policy, pin), bound
+
+
+def select_tuned(
+    rt: Runtime, contract: OpContract, bound: tuple[Any, ...], policy: ContextPolicy | None, pin: str | None
+) -> Selection:
+    """select(), but with OPCORE_TUNE=1 a signature the tuning file has no measurement for is measured
+    first (once: afterwards the file has it). Only on a cache miss, never on the cached path.
+    """
+    selection = select(rt, contract, bound, policy, pin)
+    if rt.settings.tune and selection.measured is None:
+        from opcore.errors import NoKernelError
+        from opcore.tuning.measure import tune_selection
+
+        try:
+            tune_selection(rt, selection, bound)
+        except NoKernelError:  # nothing to measure: the selection says why
+            return selection
+        selection = select(rt, contract, bound, policy, pin)
+    return selection

@@ -21,6 +21,7 @@ __all__ = [
     "OpcoreError",
     "PluginError",
     "ShapeError",
+    "StaleTuningWarning",
     "UnknownOpError",
     "Unsupported",
 ]
@@ -121,3 +122,9 @@ class PluginError(OpcoreError):
 
 class FallbackWarning(UserWarning):
     """A kernel crashed and the call fell back to the next candidate (once per op, backend and error type)."""
+
+
+class StaleTuningWarning(UserWarning):
+    """The tuning file was made for other versions or another machine (or cannot be read): it is ignored,
+    and kernels rank by static priority (once per file and reason).
+    """

@@ -28,18 +28,27 @@ class Explanation:
     strict: bool
     pin: str | None
     error: str | None = None
+    # How the kernels were ranked when a tuning file is in play: "measured: <entry key>, <when>" or why
+    # its times were not used ("tuning file stale: ..."); "" without a tuning file (static ranking).
+    ranking: str = ""
 
     def __str__(self) -> str:
         args = ", ".join(f"{name}: {text}" for name, text in self.inputs)
         lines = [f"{self.op}({args})"]
         mode = f"pinned to {self.pin}" if self.pin else ("strict" if self.strict else "fallback allowed")
         lines.append(f"order: {self.order} · {mode}")
-        rows = [("backend", "priority", "status", "reason")]
+        if self.ranking:
+            lines.append(f"ranking: {self.ranking}")
+        timed = any(c.measured is not None for c in self.candidates)
+        rows = [("backend", "priority", *(("measured",) if timed else ()), "status", "reason")]
         for c in self.candidates:
-            rows.append((c.title, "" if c.priority is None else str(c.priority), c.status.value, c.reason))
-        widths = [max(len(r[i]) for r in rows) for i in range(3)]
+            priority = "" if c.priority is None else str(c.priority)
+            measured = (c.measured.text() if c.measured is not None else "",) if timed else ()
+            rows.append((c.title, priority, *measured, c.status.value, c.reason))
+        n = len(rows[0]) - 1
+        widths = [max(len(r[i]) for r in rows) for i in range(n)]
         for row in rows:
-            lines.append("  " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:3])) + "  " + row[3])
+            lines.append("  " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:n])) + "  " + row[n])
         if self.chosen == "decomposition":
             lines.append("-> no kernel accepts it; runs as its decomposition into other ops")
         elif self.chosen:
@@ -87,4 +96,15 @@ def explanation_of(selection: Selection) -> Explanation:
         strict=selection.strict,
         pin=selection.pin,
         error=error,
+        ranking=_ranking(selection),
     )
+
+
+def _ranking(selection: Selection) -> str:
+    entry = selection.measured
+    if entry is not None:
+        when = f", measured {entry.measured_at}" if entry.measured_at else ""
+        return f"measured (tuning file entry {entry.key}{when}); static priority for the rest"
+    if selection.tuning_note:
+        return f"static priority ({selection.tuning_note})"
+    return ""

@@ -14,12 +14,28 @@ from typing import Any
 
 from opcore.types import ArrayKind, DeviceType, DType
 
-__all__ = ["Checker", "Kernel", "Prepare", "as_dtypes", "load_callable"]
+__all__ = ["Checker", "Costly", "Kernel", "Prepare", "as_dtypes", "load_callable"]
 
 # Called with the bound arguments: a TensorMeta for each tensor, plain values for the rest.
 # Returns True to accept, or a string saying why it declines. Its answer is cached per call
 # signature (shapes, dtypes, devices, attribute values), so it must not look at data.
+# A Costly string declines on speed alone (the kernel could run, but a constant says another
+# is faster here): without a measurement it is a decline like any other, and a measured ranking
+# (opcore.tune) overrides it.
 Checker = Callable[..., "bool | str"]
+
+
+class Costly(str):
+    """A checker's reason that is about speed, not ability: the static fallback of measured ranking.
+
+    >>> def checker(x, w, b):
+    ...     return Costly("M*K*N below the measured crossover") if x.numel < 64 else True
+    >>> isinstance(Costly("too small to pay the fixed cost"), str)
+    True
+    """
+
+    __slots__ = ()
+
 
 # Called once by opcore.resolve with the bound arguments (tensors already in the kernel's
 # array kind; the non-constant ones are the examples) and the names of the constant ones.

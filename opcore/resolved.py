@@ -60,7 +60,7 @@ def resolve(
     >>> y = linear(x)                                                        # doctest: +SKIP
     """
     rt = runtime().ensure_loaded()
-    selection, bound = selection_for(rt, op, args, kwargs, backend)
+    selection, bound = selection_for(rt, op, args, kwargs, backend, tune=True)
     if selection.error is not None:
         raise selection.error
     contract = selection.contract

@@ -14,14 +14,15 @@ from typing import Any
 from opcore.backend import DEFAULT_PRIORITIES
 from opcore.contracts import OpContract
 from opcore.errors import ArgumentError, FallbackWarning, NoKernelError, OpcoreError, PluginError
-from opcore.kernels import Kernel
+from opcore.kernels import Costly, Kernel
 from opcore.meta import common_device
 from opcore.reports import PluginStatus
 from opcore.runtime import Runtime
 from opcore.settings import ContextPolicy
+from opcore.tuning.table import Entry, Measurement, lookup, measured_order, signature_key
 from opcore.types import ArrayKind, Device, DType, TensorMeta, array_kind_of
 
-__all__ = ["Candidate", "CandidateStatus", "Selection", "select", "transfer_target"]
+__all__ = ["Candidate", "CandidateStatus", "Selection", "check_kernel", "select", "transfer_target"]
 
 
 class CandidateStatus(str, Enum):
@@ -40,7 +41,9 @@ class CandidateStatus(str, Enum):
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """One row of an explanation. priority None: the backend has no kernel here."""
+    """One row of an explanation. priority None: the backend has no kernel here. measured None: the
+    tuning file has no time of this kernel for this signature.
+    """
 
     backend: str
     status: CandidateStatus
@@ -48,6 +51,7 @@ class Candidate:
     label: str = ""
     source: str = ""
     priority: int | None = None
+    measured: Measurement | None = None
 
     @property
     def title(self) -> str:
@@ -77,6 +81,10 @@ class Selection:
     # inputs are moved to (a call pinned to a backend without host kernels, e.g. backend="cuda"); the
     # result comes back to host numpy. ``device`` is then this device, which keys the kernels.
     transfer: Device | None = None
+    # The tuning file's measurement of this signature's bucket (None: ranked by static priority) and,
+    # when there is none to use although a file exists, why (a stale file, another thread count).
+    measured: Entry | None = None
+    tuning_note: str = ""
 
 
 def _meta_of(value: Any) -> Any:
@@ -224,6 +232,9 @@ def _walk(rt: Runtime, s: Selection) -> None:
     op = s.contract.name
     registry = rt.registry
     bucket = registry.ranked(op).get((s.device.type, s.dtype), ())
+    s.measured, s.tuning_note = lookup(rt, lambda: tuning_key(s))
+    if s.measured is not None:  # measured winners first; an order the user gave still comes before
+        bucket = measured_order(bucket, s.measured)
     if s.order:
         index = {name: i for i, name in enumerate(s.order)}
         bucket = tuple(sorted(bucket, key=lambda k: index.get(k.backend, len(index))))
@@ -239,20 +250,20 @@ def _walk(rt: Runtime, s: Selection) -> None:
         why_not = f"strict mode: only {allowed!r} may run it"
     for kernel in bucket:
         priority = registry.backends[kernel.backend].priority + kernel.priority
+        measured = s.measured.time_of(kernel.title) if s.measured is not None else None
+        about = (kernel.label, kernel.source, priority, measured)
         if allowed is not None and kernel.backend != allowed:
-            s.candidates.append(
-                Candidate(kernel.backend, CandidateStatus.PASSED_OVER, why_not, kernel.label, kernel.source, priority)
-            )
+            s.candidates.append(Candidate(kernel.backend, CandidateStatus.PASSED_OVER, why_not, *about))
             continue
-        verdict = _check(kernel, s)
+        verdict = check_kernel(kernel, s)
+        if isinstance(verdict, Costly) and measured is not None:
+            verdict = True  # a constant said it is slower here; the measurement says otherwise
         if verdict is True:
             status = CandidateStatus.FALLBACK if s.accepted else CandidateStatus.CHOSEN
+            s.candidates.append(Candidate(kernel.backend, status, "", *about))
             s.accepted.append(kernel)
-            s.candidates.append(Candidate(kernel.backend, status, "", kernel.label, kernel.source, priority))
         else:
-            s.candidates.append(
-                Candidate(kernel.backend, CandidateStatus.DECLINED, verdict, kernel.label, kernel.source, priority)
-            )
+            s.candidates.append(Candidate(kernel.backend, CandidateStatus.DECLINED, verdict, *about))
     _others(rt, s, {k.backend for k in bucket})
     if s.accepted:
         return
@@ -262,7 +273,16 @@ def _walk(rt: Runtime, s: Selection) -> None:
     s.error = no_kernel_error(s)
 
 
-def _check(kernel: Kernel, s: Selection) -> bool | str:
+def tuning_key(s: Selection) -> str:
+    """The tuning file's key of this selection's signature (its bucket)."""
+    named = zip(s.contract.schema.names, s.meta_args)
+    return signature_key(s.contract.name, s.device.type.value, named)
+
+
+def check_kernel(kernel: Kernel, s: Selection) -> bool | str:
+    """The kernel's checker on this selection's metas: True, or why it declines (a ``Costly`` reason when
+    only a speed constant stands in the way); a checker that raises declines with a warning.
+    """
     if kernel.checker is None:
         return True
     try:

@@ -18,7 +18,7 @@ from opcore.errors import ArgumentError
 
 __all__ = ["ContextPolicy", "ENV_VARS", "Settings", "UNSET", "context_policy", "settings_from"]
 
-ENV_VARS = ("OPCORE_AUTOLOAD", "OPCORE_BACKENDS", "OPCORE_DISABLE", "OPCORE_STRICT")
+ENV_VARS = ("OPCORE_AUTOLOAD", "OPCORE_BACKENDS", "OPCORE_DISABLE", "OPCORE_STRICT", "OPCORE_TUNE")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -44,6 +44,9 @@ class Settings:
     disable: frozenset[str] = frozenset()
     strict: bool = False
     autoload: bool = True
+    # True: the first call of a signature without a measurement in the tuning file measures its kernels
+    # (opcore.tune) before running; cached calls never do.
+    tune: bool = False
     # setting name -> where its value came from ("OPCORE_BACKENDS", "opcore.configure", "default")
     sources: Mapping[str, str] | None = None
 
@@ -79,6 +82,8 @@ def settings_from(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> S
         values["disable"], sources["disable"] = frozenset(_names(environ["OPCORE_DISABLE"])), "OPCORE_DISABLE"
     if "OPCORE_STRICT" in environ:
         values["strict"], sources["strict"] = _flag("OPCORE_STRICT", environ["OPCORE_STRICT"]), "OPCORE_STRICT"
+    if "OPCORE_TUNE" in environ:
+        values["tune"], sources["tune"] = _flag("OPCORE_TUNE", environ["OPCORE_TUNE"]), "OPCORE_TUNE"
     if "OPCORE_AUTOLOAD" in environ:
         values["autoload"], sources["autoload"] = (
             _flag("OPCORE_AUTOLOAD", environ["OPCORE_AUTOLOAD"]),

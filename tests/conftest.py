@@ -17,8 +17,11 @@ FIXTURE_PLUGINS = Path(__file__).parent / "fixture_plugins"
 
 
 @pytest.fixture(autouse=True)
-def clean_opcore(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Every test starts from the environment's defaults: no OPCORE_* variables, no overrides."""
+def clean_opcore(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    """Every test starts from the environment's defaults: no OPCORE_* variables, no overrides, and a
+    tuning file of its own that does not exist yet (never the user's).
+    """
+    monkeypatch.setenv("OPCORE_TUNE_FILE", str(tmp_path / "tuning.json"))
     for name in ENV_VARS:
         monkeypatch.delenv(name, raising=False)
     before = {name: os.environ.get(name) for name in ENV_VARS}

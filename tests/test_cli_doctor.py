@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from cli_support import FAILING, Result, run_cli
 
+from opcore import probes
 from opcore.backend import BackendSpec
-from opcore.cli import doctor, probes
+from opcore.cli import doctor
 from opcore.reports import PluginReport, PluginStatus
 from opcore.types import DeviceType
 
@@ -21,7 +22,7 @@ SCENARIO = {"OPCORE_DISABLE": "fixture_unavailable", "OPCORE_BACKENDS": "nonexis
 
 TOP_LEVEL_KEYS = {
     "schema", "opcore", "python", "platform", "cpu", "gpu", "plugins", "libraries", "settings",
-    "settings_error", "environment", "hints", "summary", "collect_time_s",
+    "settings_error", "environment", "hints", "summary", "collect_time_s", "tuning",
 }  # fmt: skip
 PLUGIN_KEYS = {
     "name", "status", "reason", "traceback", "distribution", "distribution_version", "entry_point",
@@ -111,7 +112,7 @@ def test_json_has_the_documented_keys(data: dict) -> None:
     for plugin in data["plugins"]:
         assert set(plugin) == PLUGIN_KEYS
     assert set(data["summary"]) == {"plugins", "loaded", "unavailable", "failed", "disabled", "exit_status"}
-    assert set(data["settings"]) == {"backends", "disable", "strict", "autoload"}
+    assert set(data["settings"]) == {"backends", "disable", "strict", "autoload", "tune"}
     doc = (Path(__file__).resolve().parent.parent / "docs" / "cli.md").read_text(encoding="utf-8")
     for key in TOP_LEVEL_KEYS | PLUGIN_KEYS:
         assert f'"{key}"' in doc, f"docs/cli.md does not document {key!r}"

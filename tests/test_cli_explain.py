@@ -102,7 +102,7 @@ def test_json_serialises_the_explanation() -> None:
     )
     assert candidates["fixture_unavailable"] == {
         "backend": "fixture_unavailable", "label": "", "title": "fixture_unavailable", "status": "disabled",
-        "reason": "by OPCORE_DISABLE", "priority": None, "source": "",
+        "reason": "by OPCORE_DISABLE", "priority": None, "source": "", "measured": None,
     }  # fmt: skip
     assert data["array_kind"] == "numpy" and data["device"] == "cpu"
 

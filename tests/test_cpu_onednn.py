@@ -14,6 +14,7 @@ from machine import check_onednn_choice, onednn_or_aten, onednn_reason  # noqa: 
 from opcase import TOLERANCES, rand, reseed  # noqa: E402
 
 import opcore  # noqa: E402
+from opcore.kernels import Costly  # noqa: E402
 from opcore.types import DType, TensorMeta  # noqa: E402
 from opcore_cpu import choice  # noqa: E402
 
@@ -91,6 +92,20 @@ def test_small_problems_stay_on_aten_and_explain_says_why():
     assert "cpu/onednn" in str(explanation) and "declined" in str(explanation)
 
 
+def test_the_crossover_is_only_the_static_fallback_of_a_measurement():
+    x, w, b = inputs(SMALL)
+    row = next(c for c in opcore.explain("linear_relu", x, w, b).candidates if c.title == "cpu/onednn")
+    assert isinstance(row.reason, Costly)  # a speed constant, not an inability
+    result = opcore.tune("linear_relu", x, w, b, rounds=3)
+    assert result.static == "cpu/aten"
+    assert {"cpu/onednn", "cpu/aten"} <= {m.kernel for m in result.entry.measurements}
+    explanation = opcore.explain("linear_relu", x, w, b)
+    assert explanation.chosen == result.winner
+    onednn = next(c for c in explanation.candidates if c.title == "cpu/onednn")
+    assert onednn.status.value in ("chosen", "fallback") and onednn.measured is not None
+    close(opcore.run("linear_relu", x, w, b), torch.relu(torch.nn.functional.linear(x, w, b)), "float32")
+
+
 @pytest.mark.parametrize(
     ("shape", "bias", "reason"),
     [
@@ -105,6 +120,7 @@ def test_checker_declines_what_onednn_cannot_take(shape, bias, reason):
         TensorMeta((m, k), DType.FLOAT32), TensorMeta((n, k), DType.FLOAT32), TensorMeta(bias, DType.FLOAT32)
     )
     assert isinstance(verdict, str) and reason in verdict, verdict
+    assert not isinstance(verdict, Costly)  # oneDNN cannot run it: no measurement overrides that
     x, w, b = rand((m, k)), rand((n, k)), rand(bias)
     torch.testing.assert_close(opcore.run("linear_relu", x, w, b), torch.relu(torch.nn.functional.linear(x, w, b)))
 

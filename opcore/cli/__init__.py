@@ -1,7 +1,7 @@
-"""The ``opcore`` command: ``doctor``, ``ops``, ``explain`` and ``bench`` (docs/cli.md).
+"""The ``opcore`` command: ``doctor``, ``ops``, ``explain``, ``bench`` and ``tune`` (docs/cli.md).
 
 Exit status: 0 fine; 1 the command found a problem (doctor: a plugin failed; explain: the call
-cannot run; bench: no backend ran it); 2 bad arguments or input (one line on stderr);
+cannot run; bench: no backend ran it; tune: nothing to measure); 2 bad arguments or input (one line on stderr);
 3 an unexpected error inside opcore (``--debug`` shows its traceback); 130 interrupted.
 
 >>> main(["doctor", "--json"])   # doctest: +SKIP
@@ -48,7 +48,7 @@ def _common(parser: argparse.ArgumentParser, default: object) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from opcore.cli import bench_command, doctor_command, explain_command, ops_command
+    from opcore.cli import bench_command, doctor_command, explain_command, ops_command, tune_command
 
     parser = _Parser(
         prog="opcore",
@@ -71,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     ops_command.add_parser(subparsers, parent)
     explain_command.add_parser(subparsers, parent)
     bench_command.add_parser(subparsers, parent)
+    tune_command.add_parser(subparsers, parent)
     return parser
 
 

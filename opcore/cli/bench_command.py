@@ -242,7 +242,7 @@ def _inputs_text(call: CallSpec) -> str:
 def bench_json(call: CallSpec, results: list[BenchResult], args: argparse.Namespace) -> dict[str, Any]:
     """The results as JSON (documented in docs/cli.md)."""
     from opcore._version import __version__
-    from opcore.cli.probes import cpu_info
+    from opcore.probes import cpu_info
 
     fastest = _fastest(results)
     rows = []

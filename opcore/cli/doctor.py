@@ -20,11 +20,11 @@ from typing import Any
 
 from opcore._version import __version__
 from opcore.backend import DEFAULT_PRIORITIES
-from opcore.cli.probes import CpuInfo, GpuProbe, LibraryInfo, cpu_info, gpu_probe, libraries
+from opcore.probes import CpuInfo, GpuProbe, LibraryInfo, cpu_info, gpu_probe, libraries
 from opcore.reports import PluginReport, PluginStatus
 from opcore.settings import ENV_VARS, Settings
 
-__all__ = ["SCHEMA_VERSION", "DoctorReport", "Hint", "PluginInfo", "collect", "to_json"]
+__all__ = ["SCHEMA_VERSION", "DoctorReport", "Hint", "PluginInfo", "TuningInfo", "collect", "to_json"]
 
 # Bumped only when a key of the JSON form changes meaning or disappears (adding keys is allowed).
 SCHEMA_VERSION = 1
@@ -67,6 +67,18 @@ class SettingInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class TuningInfo:
+    """The tuning file (opcore.tune). status: absent, current, stale or unreadable (reason says why);
+    entries: how many signatures it measured (0 unless current).
+    """
+
+    path: str
+    status: str
+    reason: str
+    entries: int
+
+
+@dataclass(frozen=True, slots=True)
 class DoctorReport:
     """Everything the doctor shows. settings_error not None: the OPCORE_* settings are invalid, so
     no plugin was loaded (plugins is empty).
@@ -89,6 +101,8 @@ class DoctorReport:
     environment: tuple[tuple[str, str], ...]
     hints: tuple[Hint, ...]
     collect_time_s: float
+    # None: not looked at (the settings are invalid, so no plugin loaded and no fingerprint exists)
+    tuning: TuningInfo | None = None
 
     def count(self, status: PluginStatus) -> int:
         return sum(1 for p in self.plugins if p.report.status is status)
@@ -144,6 +158,7 @@ def _settings(settings: Settings) -> tuple[SettingInfo, ...]:
         SettingInfo("disable", sorted(settings.disable), settings.source("disable")),
         SettingInfo("strict", settings.strict, settings.source("strict")),
         SettingInfo("autoload", settings.autoload, settings.source("autoload")),
+        SettingInfo("tune", settings.tune, settings.source("tune")),
     )  # fmt: skip
 
 
@@ -255,6 +270,7 @@ def collect(describe: bool = True, timeout_s: float = DESCRIBE_TIMEOUT_S) -> Doc
             plugins = tuple(PluginInfo(r) for r in reports)
         plugins = tuple(sorted(plugins, key=_plugin_order))
     gpu = gpu_probe()
+    tuning = _tuning(rt) if settings_error is None else None
     return DoctorReport(
         opcore_version=__version__,
         opcore_path=os.path.dirname(opcore.__file__ or ""),
@@ -273,7 +289,20 @@ def collect(describe: bool = True, timeout_s: float = DESCRIBE_TIMEOUT_S) -> Doc
         environment=environment,
         hints=_hints(plugins, settings, environment, gpu),
         collect_time_s=time.perf_counter() - started,
+        tuning=tuning,
     )
+
+
+def _tuning(rt: Any) -> TuningInfo:
+    import warnings
+
+    from opcore.errors import StaleTuningWarning
+    from opcore.tuning.table import state
+
+    with warnings.catch_warnings():  # the doctor shows the file's state itself
+        warnings.simplefilter("ignore", StaleTuningWarning)
+        found = state(rt)
+    return TuningInfo(found.path, found.status, found.reason, len(found.entries))
 
 
 _STATUS_ORDER = {PluginStatus.LOADED: 0, PluginStatus.UNAVAILABLE: 1, PluginStatus.FAILED: 2, PluginStatus.DISABLED: 3}
@@ -348,6 +377,14 @@ def to_json(report: DoctorReport) -> dict[str, Any]:
         "settings_error": report.settings_error,
         "environment": dict(report.environment),
         "hints": [{"level": h.level, "message": h.message, "fix": h.fix} for h in report.hints],
+        "tuning": None
+        if report.tuning is None
+        else {
+            "path": report.tuning.path,
+            "status": report.tuning.status,
+            "reason": report.tuning.reason,
+            "entries": report.tuning.entries,
+        },
         "summary": {
             "plugins": len(report.plugins),
             **{status.value: report.count(status) for status in PluginStatus},

@@ -140,6 +140,19 @@ def render_text(report: DoctorReport, style: Style, verbose: bool = False) -> st
     else:
         out.append("  " + style.dim("no OPCORE_* variable is set"))
 
+    if report.tuning is not None:
+        out.append("")
+        out.append(style.head("tuning") + style.dim("  (measured ranking: opcore tune, OPCORE_TUNE=1)"))
+        tuning = report.tuning
+        if tuning.status == "current":
+            noun = "entry" if tuning.entries == 1 else "entries"
+            state = f"{tuning.entries} {noun}, measured on this machine and these versions"
+        elif tuning.status == "absent":
+            state = style.dim("no file: kernels rank by static priority")
+        else:
+            state = style.warn(f"{tuning.status}, ignored: {tuning.reason}")
+        out.append(table([("file", tuning.path), ("state", state)], header=False))
+
     if report.hints:
         out.append("")
         out.append(style.head("hints"))

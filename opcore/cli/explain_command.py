@@ -84,9 +84,13 @@ def explanation_json(explanation: Explanation, call: CallSpec | None = None) -> 
                 "reason": c.reason,
                 "priority": c.priority,
                 "source": c.source,
+                "measured": None
+                if c.measured is None
+                else {"median_us": c.measured.median_us, "iqr_us": c.measured.iqr_us, "rounds": c.measured.rounds},
             }
             for c in explanation.candidates
         ],
+        "ranking": explanation.ranking,
         "chosen": explanation.chosen,
         "backend": explanation.backend,
         "error": explanation.error,

@@ -1,5 +1,10 @@
 """When the oneDNN kernels run and when plain ATen does: the checkers, with the measured crossovers.
 
+The crossovers are the static fallback only: a problem below one is declined as ``Costly`` (oneDNN
+could run it, a constant measured on one machine says ATen is faster), which a measured ranking
+(``opcore.tune``, ``OPCORE_TUNE=1``) on this machine overrides. What oneDNN cannot run at all (a
+bfloat16 GEMM on a CPU without AVX-512, a 1-D weight) is a plain decline.
+
 These run at selection time on TensorMeta (never on data; the answer is cached per signature),
 and this module imports no torch, because the plugin hands these functions to the registry at load.
 
@@ -10,6 +15,7 @@ and this module imports no torch, because the plugin hands these functions to th
 
 from __future__ import annotations
 
+from opcore.kernels import Costly
 from opcore.types import DType, Layout, TensorMeta
 from opcore_cpu.system import onednn_bfloat16_reason
 
@@ -50,7 +56,7 @@ def _dtype_reason(dtype: DType) -> str | None:
 def _work_reason(work: int, dtype: DType, what: str) -> str | None:
     least = MIN_WORK[dtype]
     if work < least:
-        return f"{what} = {work} < {least} ({dtype}): {FIXED_COST_NOTE}"
+        return Costly(f"{what} = {work} < {least} ({dtype}): {FIXED_COST_NOTE}")
     return None
 
 
@@ -132,5 +138,5 @@ def conv_checker(
     work = batch * out_channels * out_h * out_w * group_channels * kernel_h * kernel_w
     least = MIN_CONV_WORK[x.dtype]
     if work < least:
-        return f"N*OC*OH*OW*IC/groups*KH*KW = {work} < {least} ({x.dtype}): {FIXED_COST_NOTE}"
+        return Costly(f"N*OC*OH*OW*IC/groups*KH*KW = {work} < {least} ({x.dtype}): {FIXED_COST_NOTE}")
     return True

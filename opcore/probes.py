@@ -1,4 +1,4 @@
-"""Cheap probes of the machine for ``opcore doctor``: each returns a record, never raises.
+"""Cheap probes of the machine (the doctor, the tuning fingerprint): each returns a record, never raises.
 
 None of them imports torch, onnxruntime or openvino: versions come from the installed
 distributions' metadata, and details (oneDNN, providers, devices) are read only from a
@@ -27,6 +27,7 @@ __all__ = [
     "GpuProbe",
     "LibraryInfo",
     "cpu_info",
+    "distribution_version",
     "gpu_probe",
     "libraries",
 ]
@@ -116,7 +117,7 @@ def gpu_probe(which: Callable[[str], str | None] = shutil.which, timeout_s: floa
     except OSError:
         entries = []
     if entries:
-        return GpuProbe(True, tuple(f"PCI {e}" for e in entries), f"{len(entries)} under {gpus}")
+        return GpuProbe(True, tuple(_proc_gpu(gpus, e) for e in entries), f"{len(entries)} under {gpus}")
     tool = which("nvidia-smi")
     if tool is not None:
         try:
@@ -136,7 +137,20 @@ def gpu_probe(which: Callable[[str], str | None] = shutil.which, timeout_s: floa
     return GpuProbe(False, (), f"none found: no {gpus}, no /dev/nvidia0, {smi}")
 
 
-def _version(name: str) -> str | None:
+def _proc_gpu(root: str, entry: str) -> str:
+    """A GPU's model and address from the driver's information file ("NVIDIA H100 80GB HBM3 (PCI
+    0000:1b:00.0)"); the address alone when that file has no model line.
+    """
+    try:
+        with open(os.path.join(root, entry, "information"), encoding="utf-8", errors="replace") as handle:
+            found = re.search(r"^Model:\s*(.+)$", handle.read(4096), re.MULTILINE)
+    except OSError:
+        found = None
+    return f"{found.group(1).strip()} (PCI {entry})" if found else f"PCI {entry}"
+
+
+def distribution_version(name: str) -> str | None:
+    """The installed distribution's version from its metadata (no import); None when absent or unreadable."""
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
@@ -173,7 +187,7 @@ _DETAILS: dict[str, Callable[[Any], list[tuple[str, str]]]] = {
 def libraries(names: tuple[str, ...] = LIBRARIES) -> tuple[LibraryInfo, ...]:
     found = []
     for name in names:
-        version = _version(name)
+        version = distribution_version(name)
         if version is None:
             found.append(LibraryInfo(name, None, (), "not installed"))
             continue
