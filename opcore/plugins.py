@@ -17,7 +17,7 @@ from typing import Any
 
 import pluggy
 
-from opcore import hookspecs
+from opcore import distmeta, hookspecs
 from opcore.backend import API_VERSION, BackendSpec
 from opcore.errors import PluginError
 from opcore.registry import Registrar, Registry
@@ -54,6 +54,12 @@ def _frames(error: BaseException) -> str:
     return "".join(lines[-6:]).rstrip()
 
 
+def _dist_field(ep: EntryPoint, name: str) -> str | None:
+    """The entry point's distribution's Name or Version, without parsing its whole METADATA."""
+    dist = getattr(ep, "dist", None)
+    return distmeta.field(dist, name) if dist is not None else None
+
+
 class PluginLoader:
     """Loads plugins into a Registry and keeps their reports."""
 
@@ -72,16 +78,14 @@ class PluginLoader:
         # by name, then distribution: when two distributions claim one name, the first one wins
         return sorted(
             entry_points(group=ENTRY_POINT_GROUP),
-            key=lambda ep: (ep.name, getattr(ep.dist, "name", "") or ""),
+            key=lambda ep: (ep.name, _dist_field(ep, "Name") or ""),
         )
 
     def load_entry_points(self, settings: Settings) -> None:
         pending: list[_Pending] = []
         seen: dict[str, str] = {}
         for ep in self.entry_points():
-            dist = getattr(ep, "dist", None)
-            dist_name = dist.name if dist is not None else None
-            dist_version = dist.version if dist is not None else None
+            dist_name, dist_version = _dist_field(ep, "Name"), _dist_field(ep, "Version")
             if not settings.autoload or settings.disabled(ep.name):
                 reason = _disabled_reason(settings)
                 self._record(

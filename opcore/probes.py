@@ -18,8 +18,9 @@ import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import metadata
 from typing import Any
+
+from opcore import distmeta
 
 __all__ = [
     "ISA_FLAGS",
@@ -151,12 +152,7 @@ def _proc_gpu(root: str, entry: str) -> str:
 
 def distribution_version(name: str) -> str | None:
     """The installed distribution's version from its metadata (no import); None when absent or unreadable."""
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
-    except Exception:  # a broken METADATA file must not stop the doctor
-        return None
+    return distmeta.version(name)
 
 
 def _torch_details(module: Any) -> list[tuple[str, str]]:

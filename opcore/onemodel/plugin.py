@@ -8,11 +8,11 @@ with the plugin: imports no runtime.
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from opcore import distmeta
 from opcore.opset import BUILTIN_DTYPES
 from opcore.types import DType, TensorMeta
 
@@ -122,9 +122,8 @@ def runtime_available(modules: Sequence[str], distribution: str, minimum: tuple[
     for module in modules:
         if importlib.util.find_spec(module) is None:
             return f"{module} is not installed (pip install 'opcore[{extra}]')"
-    try:
-        version = importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
+    version = distmeta.version(distribution)
+    if version is None:
         return f"{distribution} has no distribution metadata (a broken install?)"
     if version_tuple(version) < minimum:
         wanted = ".".join(str(part) for part in minimum)

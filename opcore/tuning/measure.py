@@ -16,8 +16,6 @@ file under the signature's bucket, and the dispatch caches are cleared so the ne
 
 from __future__ import annotations
 
-import random
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -120,6 +118,9 @@ def tune_selection(rt: Runtime, selection: Selection, bound: tuple[Any, ...], ro
 def _measure(
     candidates: list[Kernel], selection: Selection, bound: tuple[Any, ...], rounds: int
 ) -> tuple[list[Measurement], list[tuple[str, str]]]:
+    import random
+    import statistics
+
     from opcore.dispatch import adapt
 
     sync = _synchronizer(selection)

@@ -13,12 +13,13 @@ True
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import importlib.util
 import re
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
+
+from opcore import distmeta
 
 __all__ = [
     "MIN_TORCH",
@@ -38,10 +39,7 @@ BFLOAT16_NO_AVX512 = "this CPU has no AVX-512 (oneDNN's bfloat16 kernels need AV
 
 
 def _torch_version() -> str | None:
-    try:
-        return importlib.metadata.version("torch")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    return distmeta.version("torch")  # the METADATA header only: no email parsing of torch's long METADATA
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:

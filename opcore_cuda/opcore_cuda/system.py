@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import ast
 import glob
-import importlib.metadata
 import importlib.util
 import os
 import re
@@ -28,6 +27,8 @@ import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from opcore import distmeta
 
 __all__ = [
     "MIN_DRIVER",
@@ -81,10 +82,7 @@ class Facts:
 
 
 def _torch_version() -> str | None:
-    try:
-        return importlib.metadata.version("torch")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    return distmeta.version("torch")  # the METADATA header only: no email parsing of torch's long METADATA
 
 
 def torch_build(folders: list[str], version: str | None) -> tuple[str | None, str | None]:
