@@ -236,3 +236,12 @@ def test_kernel_factory_ignores_contracts_it_did_not_make():
     assert made is not None and len(list(kernel_factory("cpu")(made))) == 1
     other = opcore.define_op("aten.mine(Tensor x) -> Tensor", meta=lambda x: x)
     assert list(kernel_factory("cpu")(other)) == []
+
+
+def test_int1_dims_take_one_int_or_a_list_of_any_length():
+    """ATen's int[1] (reduction dims) is not a fixed length: mean over two dims binds and runs."""
+    x = torch.randn(2, 3, 4, 5)
+    assert torch.equal(opcore.run("aten.mean.dim", x, [2, 3]), x.mean(dim=(2, 3)))
+    assert torch.equal(opcore.run("aten.mean.dim", x, 1), x.mean(dim=1))
+    with pytest.raises(opcore.ArgumentError, match="an int or a list of ints"):
+        opcore.run("aten.mean.dim", x, "two")

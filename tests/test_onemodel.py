@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import numpy
 import pytest
 
+import opcore
 from opcore.errors import ArgumentError, DTypeError, Unsupported
 from opcore.onemodel.builders import cat_through, check_embedding_indices, result_dtype, transpose_perm
 from opcore.onemodel.cache import ModelCache
@@ -466,3 +467,14 @@ def test_the_plugin_scaffolding_loads_without_the_kernel_machinery():
 def test_importing_the_package_imports_no_runtime():
     every = "opcore.onemodel.op, opcore.onemodel.cache, opcore.onemodel.builders, opcore.onemodel.plugin"
     assert _imported_after(every, "('torch', 'onnxruntime', 'openvino', 'onnx')") == []
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
+def test_resolved_operand_tensor_is_an_input_not_the_example(backend):
+    """A Tensor|Scalar argument given as an array is fed at every call: resolving on examples (empty
+    arrays, as opcore.graph does) must not bake the example's data into the model."""
+    if backend not in {r.name for r in opcore.backends() if r.ok}:
+        pytest.skip(f"{backend} is not loaded here")
+    x, other = numpy.random.rand(2, 8, 4).astype("float32"), numpy.random.rand(2, 8, 1).astype("float32")
+    resolved = opcore.resolve("mul", numpy.zeros_like(x), numpy.zeros_like(other), backend=backend)
+    numpy.testing.assert_allclose(resolved(x, other), x * other, rtol=1e-6)

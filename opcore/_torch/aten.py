@@ -210,8 +210,13 @@ def _literal(value: Any) -> str | None:
 
 def _convert_argument(argument: Any) -> _Converted:
     default = argument.default_value if argument.has_default_value() else NO_DEFAULT
-    type_text, object_kind = _type_text(argument.real_type, getattr(argument, "N", None), default)
+    length = getattr(argument, "N", None)
+    # ATen's int[1] (reduction dims: mean.dim, sum.dim_IntList, amax) takes one int or a list of any
+    # length; only N > 1 (conv's stride, int[2]) fixes the length
+    type_text, object_kind = _type_text(argument.real_type, None if length == 1 else length, default)
     convert = _TorchObject(object_kind, type_text.endswith("?")) if object_kind else None
+    if length == 1 and convert is None:
+        convert = _OneOrMore(type_text.endswith("?"))
     if default is NO_DEFAULT:
         return _Converted(f"{type_text} {argument.name}", convert=convert)
     literal = _literal(default)
@@ -219,6 +224,23 @@ def _convert_argument(argument: Any) -> _Converted:
         return _Converted(f"{type_text} {argument.name}={literal}", convert=convert)
     # hold the place with None (which makes the type optional in the text) and patch the real default in
     return _Converted(f"{type_text} {argument.name}=None", default=default, convert=convert)
+
+
+class _OneOrMore:
+    """The value check of ATen's ``int[1]``: an int (made a 1-tuple) or a list of ints of any length."""
+
+    __slots__ = ("optional",)
+
+    def __init__(self, optional: bool) -> None:
+        self.optional = optional
+
+    def __call__(self, op: str, arg: str, value: Any) -> Any:
+        if value is None and self.optional:
+            return None
+        items = (value,) if isinstance(value, int) and not isinstance(value, bool) else value
+        if isinstance(items, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in items):
+            return tuple(int(v) for v in items)
+        raise ArgumentError(op=op, arg=arg, expected="an int or a list of ints", found=repr(value))
 
 
 class _TorchObject:

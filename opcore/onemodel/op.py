@@ -278,7 +278,7 @@ class OneModelOp:
         free_at = [
             i
             for i, (name, value, role) in enumerate(zip(self.names, args, self.roles))
-            if name not in constants and value is not None and role in (TENSOR, TENSORS)
+            if name not in constants and _fed(value, role)
         ]
         check = self.check
         if check is None and all(self.roles[i] is TENSOR for i in free_at):
@@ -311,11 +311,7 @@ class OneModelOp:
 
     def _through_cache(self, args: tuple[Any, ...]) -> Callable[..., Any]:
         kernel = self.kernel()
-        free_at = [
-            i
-            for i, (value, role) in enumerate(zip(args, self.roles))
-            if value is not None and role in (TENSOR, TENSORS)
-        ]
+        free_at = [i for i, (value, role) in enumerate(zip(args, self.roles)) if _fed(value, role)]
         template = list(args)
 
         def call(*free: Any) -> Any:
@@ -325,6 +321,12 @@ class OneModelOp:
             return kernel(*full)
 
         return call
+
+
+def _fed(value: Any, role: str) -> bool:
+    """Whether the argument is a tensor fed at run time: a tensor, a list of them, or an operand
+    (Tensor|Scalar) given as an array; an operand given as a number is baked into the model."""
+    return value is not None and (role in (TENSOR, TENSORS) or (role is OPERAND and type(value) is _ndarray))
 
 
 # Kernels of ops whose arguments are all tensors (relu, matmul, linear...) build their key without

@@ -1,0 +1,158 @@
+"""``opcore.graph.capture``: a model captured once with torch.export, lowered to opcore ops, planned.
+
+>>> plan = opcore.graph.capture(model, (x,))                                   # doctest: +SKIP
+>>> plan = opcore.graph.capture(model, (x,), backends=["openvino"], fallback=False)   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from opcore.errors import ArgumentError
+from opcore.graph.errors import CaptureError
+from opcore.graph.plan import Plan, PlanOptions, assemble
+from opcore.types import Device
+
+__all__ = ["capture", "export"]
+
+_CAPTURE = "opcore.graph.capture"
+
+
+def capture(
+    model: Any,
+    example_inputs: Any,
+    example_kwargs: Mapping[str, Any] | None = None,
+    *,
+    dynamic_shapes: Any = None,
+    backends: Sequence[str] | None = None,
+    device: str | None = None,
+    fallback: bool = True,
+    submodule: str | None = None,
+    partitions: bool = False,
+) -> Plan:
+    """Capture ``model`` (an nn.Module) on ``example_inputs`` and plan it across the backends.
+
+    dynamic_shapes: as torch.export's (e.g. ``({0: torch.export.Dim("batch")},)``); backends: the
+    backends to plan on, in order of preference (None: all, by rank); device: "cpu" or "cuda" (None:
+    the examples' device); fallback=False (or ``opcore.strict()``): every node must run on
+    ``backends``, else UncoveredError lists the nodes that do not; submodule: capture only this
+    part of the model ("layers.0.mlp"), called with ``example_inputs``.
+
+    >>> plan = opcore.graph.capture(torch.nn.Linear(8, 4).eval(), (torch.randn(2, 8),))  # doctest: +SKIP
+    """
+    from opcore.graph.lowering import lower
+
+    started = time.perf_counter()
+    model = _part(model, submodule)
+    args = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+    kwargs = dict(example_kwargs or {})
+    place = Device.parse(device) if device is not None else _device_of(args, kwargs)
+    program = export(model, args, kwargs, dynamic_shapes)
+    import torch
+    from torch.utils import _pytree
+
+    constants = _constants(program, place)
+    flat = _pytree.tree_leaves((args, kwargs))
+    graph, notes = lower(program, flat, constants, place)
+    graph = replace(
+        graph,
+        in_spec=_pytree.treespec_dumps(program.call_spec.in_spec),
+        out_spec=_pytree.treespec_dumps(program.call_spec.out_spec),
+    )
+    applied: list[str] = []
+    captured = time.perf_counter()
+    options = PlanOptions(
+        backends=tuple(backends) if backends is not None else None,
+        fallback=fallback,
+        device=str(place),
+        partitions=partitions,
+        rewrites=False,
+        cuda_graph=place.type.value == "cuda" and not any(i.dynamic_axes for i in graph.values.values()),
+    )
+    with torch.no_grad():
+        plan = assemble(graph, constants, options, notes)
+    plan.notes[:0] = applied
+    plan.timings.capture = captured - started
+    plan.timings.plan = time.perf_counter() - captured
+    return plan
+
+
+def export(model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic_shapes: Any) -> Any:
+    """torch.export's program with nothing decomposed (every op stays whole: linear, attention, ...),
+    in functional form; the exporter's refusal becomes a CaptureError with its reason."""
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        raise ArgumentError(op=_CAPTURE, arg="model", expected="a torch.nn.Module", found=type(model).__name__)
+    try:
+        program = torch.export.export(model, args, dict(kwargs), dynamic_shapes=dynamic_shapes, strict=False)
+        # an empty table: functionalise (no in-place ops left), decompose nothing; opcore's own ATen
+        # fallback runs any op no backend claims, so nothing needs decomposing before deciding
+        with warnings.catch_warnings():
+            # torch 2.13's own run_decompositions deep-copies its call graph through a deprecated
+            # pytree path and warns about itself; nothing the caller can act on
+            warnings.filterwarnings("ignore", message=r".*treespec, LeafSpec", category=FutureWarning)
+            return program.run_decompositions({})
+    except Exception as error:
+        reason = _first_lines(str(error))
+        raise CaptureError(
+            f"torch.export could not capture {type(model).__name__}: {type(error).__name__}: {reason}",
+            op=_CAPTURE,
+            fix="capture a part of the model that torch.export accepts (capture(..., submodule='path')), "
+            "or fix what the exporter names",
+        ) from error
+
+
+def _first_lines(text: str, limit: int = 6) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    shown = "\n".join(lines[:limit])
+    return shown + ("\n..." if len(lines) > limit else "")
+
+
+def _part(model: Any, submodule: str | None) -> Any:
+    if not submodule:
+        return model
+    try:
+        return model.get_submodule(submodule)
+    except AttributeError as error:
+        names = [name for name, _ in model.named_modules() if name][:8]
+        raise ArgumentError(
+            op=_CAPTURE,
+            arg="submodule",
+            expected=f"a submodule path of {type(model).__name__} (e.g. {', '.join(names) or 'none'})",
+            found=repr(submodule),
+        ) from error
+
+
+def _device_of(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Device:
+    from torch.utils import _pytree
+
+    for leaf in _pytree.tree_leaves((args, kwargs)):
+        if hasattr(leaf, "device"):
+            return Device.parse(str(leaf.device))
+    return Device.parse("cpu")
+
+
+def _constants(program: Any, device: Device) -> dict[str, Any]:
+    """Placeholder name -> tensor, for every parameter, buffer and lifted constant, on the plan's device."""
+    found: dict[str, Any] = {}
+    for spec in program.graph_signature.input_specs:
+        kind = spec.kind.name
+        if kind in ("PARAMETER", "BUFFER"):
+            value = program.state_dict.get(spec.target)
+            if value is None:  # a non-persistent buffer
+                value = program.constants[spec.target]
+        elif kind == "CONSTANT_TENSOR":
+            value = program.constants[spec.target]
+        elif kind == "USER_INPUT":
+            continue
+        else:
+            raise CaptureError(
+                f"the exported program has a {kind} input ({spec.target}), which a plan cannot hold", op=_CAPTURE
+            )
+        found[spec.arg.name] = value.detach().to(str(device))
+    return found

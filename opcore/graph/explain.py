@@ -1,0 +1,129 @@
+"""``plan.explain()``: collect a record of what runs where and why, then render it as text or JSON.
+
+>>> print(plan.explain())        # doctest: +SKIP
+openvino 170/183 nodes in 2 partitions; cpu 13 nodes (aten.diff, aten.cumsum, ...)
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+from opcore.errors import ArgumentError
+
+__all__ = ["describe", "render", "summary"]
+
+_SHOWN_OPS = 4
+# statuses explain's text does not repeat per node: accepted ones, and backends that did not load
+# (said once at the top); the JSON keeps every verdict
+_NOT_REJECTED = ("chosen", "fallback", "partition")
+_NOT_LOADED = ("unavailable", "failed", "disabled")
+
+
+def summary(plan: Any) -> str:
+    """One line: per backend, how many nodes it runs and in how many partitions (graph runtimes) or
+    which ops (per-node kernels), the busiest backend first."""
+    decisions = [d for d in plan.decisions if d.backend != "python"]
+    total = len(decisions)
+    by_backend: dict[str, list[Any]] = {}
+    for decision in decisions:
+        by_backend.setdefault(decision.backend, []).append(decision)
+    parts = []
+    for backend, chosen in sorted(by_backend.items(), key=lambda item: (-len(item[1]), item[0])):
+        partitions = sorted({d.partition for d in chosen if d.partition is not None})
+        per_node = [d for d in chosen if d.partition is None]
+        text = f"{backend} {len(chosen)}/{total} nodes"
+        if partitions:
+            text += f" in {len(partitions)} partition{'s' * (len(partitions) != 1)}"
+            if per_node:
+                text += f" (+{len(per_node)} on kernels)"
+        ops = [op for op, _ in Counter(d.op for d in per_node).most_common()]
+        if ops and not partitions:
+            text += " (" + ", ".join(ops[:_SHOWN_OPS]) + (", ..." if len(ops) > _SHOWN_OPS else "") + ")"
+        parts.append(text)
+    sizes = len(plan.decisions) - total
+    tail = f"; {sizes} size computation{'s' * (sizes != 1)}" if sizes else ""
+    return ("; ".join(parts) or "no nodes") + tail
+
+
+def describe(plan: Any) -> dict[str, Any]:
+    """The JSON-able record behind explain: summary, options, partitions, nodes with every verdict."""
+    values = plan.graph.values
+    nodes = []
+    for node, decision in zip(plan.graph.nodes, plan.decisions):
+        nodes.append(
+            {
+                "name": node.name,
+                "op": node.op,
+                "target": node.target,
+                "backend": decision.backend,
+                "kernel": decision.kernel,
+                "source": decision.source,
+                "partition": decision.partition,
+                "outputs": {o: _meta_text(values[o]) for o in node.outputs},
+                "note": decision.note,
+                "candidates": [
+                    {"backend": v.backend, "kernel": v.kernel, "status": v.status, "reason": v.reason}
+                    for v in decision.verdicts
+                ],
+            }
+        )
+    return {
+        "summary": summary(plan),
+        "device": plan.options.device,
+        "backends": list(plan.options.backends) if plan.options.backends is not None else None,
+        "fallback": plan.options.fallback,
+        "notes": list(plan.notes),
+        "partitions": [p.describe() for p in plan.partitions],
+        "nodes": nodes,
+    }
+
+
+def render(plan: Any, format: str = "text") -> str:
+    """explain()'s text, or ``format="json"`` for the record as JSON."""
+    record = describe(plan)
+    if format == "json":
+        return json.dumps(record, indent=2)
+    if format != "text":
+        raise ArgumentError(op="Plan.explain", arg="format", expected="'text' or 'json'", found=repr(format))
+    lines = [record["summary"]]
+    absent = {
+        c["backend"]: f"{c['status']}: {c['reason']}" if c["reason"] else c["status"]
+        for node in record["nodes"]
+        for c in node["candidates"]
+        if c["status"] in _NOT_LOADED
+    }
+    for backend, why in sorted(absent.items()):
+        lines.append(f"  {backend}: {why}")
+    for note in record["notes"]:
+        lines.append(f"  note: {note}")
+    for partition in record["partitions"]:
+        lines.append(
+            f"  partition {partition['name']} on {partition['backend']}: {partition['nodes']} nodes, "
+            f"{len(partition['inputs'])} inputs, {len(partition['outputs'])} outputs"
+            + (f" ({partition['note']})" if partition.get("note") else "")
+        )
+    width = max((len(n["name"]) for n in record["nodes"]), default=0)
+    for node in record["nodes"]:
+        where = node["kernel"] or node["backend"] or "?"
+        if node["partition"]:
+            where = f"{node['backend']} partition {node['partition']}"
+        shapes = ", ".join(node["outputs"].values())
+        lines.append(f"  {node['name']:<{width}}  {node['op']} -> {where}  [{shapes}]")
+        if node["note"]:
+            lines.append(f"  {'':<{width}}    note: {node['note']}")
+        for candidate in node["candidates"]:
+            if candidate["status"] in _NOT_REJECTED or candidate["status"] in _NOT_LOADED:
+                continue
+            title = candidate["kernel"] or candidate["backend"]
+            reason = f": {candidate['reason']}" if candidate["reason"] else ""
+            lines.append(f"  {'':<{width}}    {title}: {candidate['status']}{reason}")
+    return "\n".join(lines)
+
+
+def _meta_text(info: Any) -> str:
+    if info.meta is None:
+        return "int"
+    dims = ", ".join(str(d) for d in info.dims) if info.dims else ", ".join(map(str, info.meta.shape))
+    return f"{info.meta.dtype.value}[{dims}]"

@@ -1,0 +1,141 @@
+"""The captured graph as opcore sees it: frozen records of values and op nodes.
+
+A ``Graph`` holds runtime inputs, constants (weights), nodes in topological order, and the
+outputs. Every node applies one opcore op (a contract such as ``linear``, or an ATen fallback
+``aten.<name>.<overload>``) to arguments bound in the contract's schema order: a ``ValueRef`` for a
+tensor (or a scalar computed at run time from a shape), a tuple for lists, plain values for the
+rest. ``Scalar`` nodes compute sizes from shapes (``x.shape[0] * 8``) for graphs with dynamic dims.
+
+>>> from opcore.types import DType, TensorMeta
+>>> info = ValueInfo("x", TensorMeta((2, 8), DType.FLOAT32), ("batch", 8))
+>>> info.dims
+('batch', 8)
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from opcore.graph.partition import ValueRef
+from opcore.types import TensorMeta
+
+__all__ = ["SCALAR_OPS", "Graph", "Node", "ValueInfo", "ValueRef", "refs_in", "substitute"]
+
+# The run-time arithmetic on sizes that torch.export writes for dynamic dims. A closed table: a
+# saved plan names these by key, and nothing else is ever looked up from a file.
+SCALAR_OPS: Mapping[str, Callable[..., Any]] = {
+    "sym_size": lambda x, dim: x.shape[dim],
+    "sym_numel": lambda x: x.numel(),
+    "add": operator.add,
+    "sub": operator.sub,
+    "mul": operator.mul,
+    "floordiv": operator.floordiv,
+    "truediv": operator.truediv,
+    "mod": operator.mod,
+    "neg": operator.neg,
+    "pow": operator.pow,
+    "eq": operator.eq,
+    "ne": operator.ne,
+    "lt": operator.lt,
+    "le": operator.le,
+    "gt": operator.gt,
+    "ge": operator.ge,
+    "sym_max": max,
+    "sym_min": min,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ValueInfo:
+    """One value of the graph. meta None: a Python scalar (a size computed at run time).
+
+    ``meta`` holds the example's concrete sizes; ``dims`` the same sizes with a symbol (a str such as
+    ``"s0"``) where the dimension is dynamic.
+    """
+
+    name: str
+    meta: TensorMeta | None
+    dims: tuple[int | str, ...] = ()
+    # a scalar's value in the example (what planning binds); None for tensors
+    example: Any = None
+
+    @property
+    def dynamic_axes(self) -> frozenset[int]:
+        return frozenset(i for i, d in enumerate(self.dims) if isinstance(d, str))
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One op applied to bound arguments.
+
+    ``op``: an opcore op name, or a key of SCALAR_OPS when ``scalar`` is True. ``target``: the ATen
+    overload it came from ("aten.linear.default"), or the rewrite that made it ("rewrite:linear_relu").
+    ``args``: in the op's schema order (see the module docstring). ``outputs``: the value names it
+    produces, one per output of the op.
+    """
+
+    name: str
+    op: str
+    target: str
+    args: tuple[Any, ...]
+    outputs: tuple[str, ...]
+    scalar: bool = False
+
+    def refs(self) -> tuple[str, ...]:
+        """The names of the values this node reads, in argument order."""
+        return tuple(ref.name for ref in refs_in(self.args))
+
+
+@dataclass(frozen=True, slots=True)
+class Graph:
+    """A captured model. ``outputs``: the flat outputs (a ValueRef, or a constant such as None);
+    ``out_spec`` / ``in_spec``: torch's pytree specs (as JSON) that rebuild the model's structures.
+    """
+
+    inputs: tuple[str, ...]
+    constants: tuple[str, ...]
+    nodes: tuple[Node, ...]
+    outputs: tuple[Any, ...]
+    values: Mapping[str, ValueInfo]
+    in_spec: str = ""
+    out_spec: str = ""
+    # the constant names as the model's state_dict calls them ("layers.0.q.weight"), for explain
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def meta(self, name: str) -> TensorMeta:
+        found = self.values[name].meta
+        if found is None:
+            raise KeyError(f"{name} is a scalar, not a tensor")
+        return found
+
+    def users(self) -> dict[str, list[int]]:
+        """For each value, the indices of the nodes reading it."""
+        users: dict[str, list[int]] = {}
+        for i, node in enumerate(self.nodes):
+            for name in node.refs():
+                users.setdefault(name, []).append(i)
+        return users
+
+    def output_names(self) -> set[str]:
+        return {ref.name for ref in refs_in(self.outputs)}
+
+
+def refs_in(value: Any) -> Iterator[ValueRef]:
+    """Every ValueRef in a value, lists included."""
+    if isinstance(value, ValueRef):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from refs_in(item)
+
+
+def substitute(value: Any, lookup: Callable[[str], Any]) -> Any:
+    """The value with every ValueRef replaced by ``lookup(name)`` (lists become tuples)."""
+    if isinstance(value, ValueRef):
+        return lookup(value.name)
+    if isinstance(value, (tuple, list)):
+        return tuple(substitute(item, lookup) for item in value)
+    return value

@@ -1,0 +1,300 @@
+"""From a ``torch.export`` program to opcore's IR, with shapes and dtypes propagated.
+
+Every ATen node becomes the opcore op that the mapping table names (``mapping.RULES``), or the ATen
+fallback op ``aten.<name>.<overload>``. Its arguments are bound in that op's schema order and its
+outputs' metas come from the op's meta function (the contract's; for ATen ops, torch's meta tensors),
+run on the example's concrete sizes; the exporter's symbolic sizes are kept next to them (``dims``).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Mapping
+from typing import Any
+
+from opcore.contracts import OpContract
+from opcore.errors import OpcoreError
+from opcore.graph.errors import CaptureError
+from opcore.graph.ir import SCALAR_OPS, Graph, Node, ValueInfo, ValueRef, refs_in, substitute
+from opcore.graph.mapping import RULES, map_arguments
+from opcore.runtime import runtime
+from opcore.types import Device, DType, TensorMeta
+
+__all__ = ["lower"]
+
+# nodes torch.export adds to check its own assumptions at run time; a plan checks shapes at plan time
+_CHECKS = ("aten._assert_tensor_metadata", "aten._assert_scalar", "aten.sym_constrain_range", "aten._assert_async")
+_PYTHON_SCALAR_OPS = {
+    operator.add: "add", operator.sub: "sub", operator.mul: "mul", operator.floordiv: "floordiv",
+    operator.truediv: "truediv", operator.mod: "mod", operator.neg: "neg", operator.pow: "pow",
+    operator.eq: "eq", operator.ne: "ne", operator.lt: "lt", operator.le: "le", operator.gt: "gt", operator.ge: "ge",
+}  # fmt: skip
+_CAPTURE = "opcore.graph.capture"
+
+
+def lower(
+    program: Any, example_flat: list[Any], constants: Mapping[str, Any], device: Device
+) -> tuple[Graph, dict[str, str]]:
+    """The IR of an exported program (after ``run_decompositions``), and a note per node that did
+    not map to its contract (why it runs as the ATen fallback).
+
+    ``example_flat``: the user inputs, flattened; ``constants``: placeholder name -> tensor.
+    """
+    import torch
+
+    rt = runtime().ensure_loaded()
+    signature = program.graph_signature
+    user_inputs = list(signature.user_inputs)
+    values: dict[str, ValueInfo] = {}
+    concrete: dict[str, Any] = {}  # value name -> TensorMeta or a Python scalar (the example's)
+    env: dict[str, Any] = {}  # fx node name -> ValueRef, or a tuple of them (a multi-output node)
+    nodes: list[Node] = []
+    notes: dict[str, str] = {}
+    inputs: list[str] = []
+    constant_names: list[str] = []
+    if len(example_flat) != len(user_inputs):
+        raise CaptureError(
+            f"the exported program takes {len(user_inputs)} inputs, the examples flatten to {len(example_flat)}",
+            op=_CAPTURE,
+        )
+    examples = dict(zip(user_inputs, example_flat))
+
+    for fx_node in program.graph.nodes:
+        name = fx_node.name
+        if fx_node.op == "placeholder":
+            if name in examples:
+                value = examples[name]
+                inputs.append(name)
+            elif name in constants:
+                value = constants[name]
+                constant_names.append(name)
+            else:
+                raise CaptureError(
+                    f"input {name!r} of the exported program is neither a user input nor a constant", op=_CAPTURE
+                )
+            if not isinstance(value, torch.Tensor):
+                raise CaptureError(
+                    f"input {name!r} is a {type(value).__name__}; a plan takes tensors only",
+                    op=_CAPTURE,
+                    fix="pass non-tensor settings to the model's constructor, not to forward()",
+                )
+            meta = TensorMeta.of(value).replace(device=device)
+            values[name] = ValueInfo(name, meta, _dims(fx_node, meta.shape))
+            concrete[name] = meta
+            env[name] = ValueRef(name)
+        elif fx_node.op == "call_function":
+            _lower_call(rt, fx_node, env, values, concrete, nodes, notes)
+        elif fx_node.op == "output":
+            outputs = tuple(_raw(arg, env) for arg in fx_node.args[0])
+        else:
+            raise CaptureError(f"node {name!r} is a {fx_node.op!r} node, which a plan cannot run", op=_CAPTURE)
+
+    user_outputs = [i for i, spec in enumerate(signature.output_specs) if spec.kind.name == "USER_OUTPUT"]
+    if len(user_outputs) != len(outputs):
+        mutated = [spec.target for spec in signature.output_specs if spec.kind.name != "USER_OUTPUT"]
+        raise CaptureError(
+            f"the model mutates state in forward() ({', '.join(map(str, mutated))}); a plan is a pure function",
+            op=_CAPTURE,
+            fix="capture the model in eval() mode, without in-place updates of buffers",
+        )
+    graph = Graph(
+        inputs=tuple(inputs),
+        constants=tuple(constant_names),
+        nodes=tuple(nodes),
+        outputs=outputs,
+        values=values,
+        sources={spec.arg.name: str(spec.target) for spec in signature.input_specs if spec.target is not None},
+    )
+    return graph, notes
+
+
+def _lower_call(
+    rt: Any,
+    fx_node: Any,
+    env: dict[str, Any],
+    values: dict[str, ValueInfo],
+    concrete: dict[str, Any],
+    nodes: list[Node],
+    notes: dict[str, str],
+) -> None:
+    import torch
+
+    target = fx_node.target
+    name = fx_node.name
+    if target is operator.getitem:
+        source, index = fx_node.args
+        env[name] = env[source.name][index]
+        return
+    if isinstance(target, torch._ops.OpOverload):
+        qualified = f"{target.namespace}.{target._schema.name.split('::')[-1]}.{target._overloadname}"
+        if qualified.startswith(_CHECKS):
+            return
+        if qualified in ("aten.sym_size.int", "aten.sym_numel.default"):
+            _scalar_node(fx_node, qualified.split(".")[1], env, values, concrete, nodes)
+            return
+        if target.namespace != "aten":
+            raise CaptureError(
+                f"node {name!r} calls {qualified}, which is not an ATen op; a plan runs ATen and opcore ops",
+                op=_CAPTURE,
+            )
+        _op_node(rt, fx_node, target, qualified, env, values, concrete, nodes, notes)
+        return
+    scalar = _PYTHON_SCALAR_OPS.get(target) or getattr(target, "__name__", "")
+    if scalar in SCALAR_OPS and not isinstance(fx_node.meta.get("val"), torch.Tensor):
+        _scalar_node(fx_node, scalar, env, values, concrete, nodes)
+        return
+    raise CaptureError(
+        f"node {name!r} calls {getattr(target, '__qualname__', target)!r}, which a plan cannot run",
+        op=_CAPTURE,
+        fix="capture a submodule without it (capture(..., submodule='path')), or rewrite that part of forward()",
+    )
+
+
+def _scalar_node(
+    fx_node: Any,
+    op: str,
+    env: dict[str, Any],
+    values: dict[str, ValueInfo],
+    concrete: dict[str, Any],
+    nodes: list[Node],
+) -> None:
+    name = fx_node.name
+    args = tuple(_raw(arg, env) for arg in fx_node.args)
+    example = _shape_op(op)(*substitute(args, concrete.__getitem__))
+    values[name] = ValueInfo(name, None, (), example)
+    concrete[name] = example
+    env[name] = ValueRef(name)
+    nodes.append(Node(name, op, "python" if op not in ("sym_size", "sym_numel") else f"aten.{op}", args, (name,), True))
+
+
+def _shape_op(op: str) -> Any:
+    """SCALAR_OPS[op], working on TensorMeta as on tensors (sizes from .shape)."""
+    if op == "sym_numel":
+        return lambda x: math.prod(x.shape)
+    return SCALAR_OPS[op]
+
+
+def _op_node(
+    rt: Any,
+    fx_node: Any,
+    target: Any,
+    qualified: str,
+    env: dict[str, Any],
+    values: dict[str, ValueInfo],
+    concrete: dict[str, Any],
+    nodes: list[Node],
+    notes: dict[str, str],
+) -> None:
+    name = fx_node.name
+    aten_args = _aten_arguments(
+        target, [_raw(a, env) for a in fx_node.args], {k: _raw(v, env) for k, v in fx_node.kwargs.items()}
+    )
+    lowered = None
+    rule = RULES.get(qualified)
+    if rule is not None:
+        if rule.op not in rt.registry.contracts:
+            notes[name] = f"{rule.op!r} is not a registered op in this process"
+        else:
+            mapped = map_arguments(rule, aten_args)
+            if isinstance(mapped, str):
+                notes[name] = mapped
+            else:
+                try:
+                    lowered = _bind(rt.registry.contract(rule.op), mapped, concrete)
+                    _agree(lowered[2], fx_node, rule.op)
+                except OpcoreError as error:
+                    notes[name] = f"{rule.op} refused the arguments: {error}"
+                    lowered = None
+    if lowered is None:
+        try:
+            lowered = _bind(rt.registry.contract(qualified), aten_args, concrete)
+        except OpcoreError as error:
+            raise CaptureError(f"node {name!r} ({qualified}): {error}", op=_CAPTURE) from error
+    op, args, out_metas = lowered
+    val = fx_node.meta.get("val")
+    if len(out_metas) == 1:
+        outputs: tuple[str, ...] = (name,)
+        env[name] = ValueRef(name)
+        vals = [val]
+    else:
+        outputs = tuple(f"{name}.{i}" for i in range(len(out_metas)))
+        env[name] = tuple(ValueRef(o) for o in outputs)
+        vals = list(val) if isinstance(val, (tuple, list)) else [None] * len(outputs)
+    for out, meta, v in zip(outputs, out_metas, vals):
+        values[out] = ValueInfo(out, meta, _dims_of(v, meta.shape))
+        concrete[out] = meta
+    nodes.append(Node(name, op, qualified, args, outputs))
+
+
+def _bind(
+    contract: OpContract, raw: Mapping[str, Any], concrete: Mapping[str, Any]
+) -> tuple[str, tuple[Any, ...], tuple[TensorMeta, ...]]:
+    """(op, IR arguments in schema order, output metas) for keyword arguments holding ValueRefs."""
+    example = {k: substitute(v, concrete.__getitem__) for k, v in raw.items()}
+    bound = contract.schema.bind((), example, metas=True)
+    try:
+        out = contract.meta(*bound)
+    except OpcoreError as error:
+        if error.op is None:
+            error.op = contract.name
+        raise
+    args = tuple(
+        substitute(raw[n], ValueRef) if n in raw and any(True for _ in refs_in(raw[n])) else value
+        for n, value in zip(contract.schema.names, bound)
+    )
+    return contract.name, args, out if isinstance(out, tuple) else (out,)
+
+
+def _agree(metas: tuple[TensorMeta, ...], fx_node: Any, op: str) -> None:
+    """The contract's meta must say what torch said (static sizes and dtype), else the mapping is wrong."""
+    val = fx_node.meta.get("val")
+    if val is None or len(metas) != 1 or not hasattr(val, "shape"):
+        return
+    meta = metas[0]
+    sizes = [d if isinstance(d, int) else None for d in (_symbol(s) for s in val.shape)]
+    same_shape = len(sizes) == meta.ndim and all(s is None or s == m for s, m in zip(sizes, meta.shape))
+    if not same_shape or DType.from_torch(val.dtype) is not meta.dtype:
+        raise OpcoreError(f"its meta function gives {meta.describe()}, torch gives {val.dtype}{list(val.shape)}", op=op)
+
+
+def _aten_arguments(target: Any, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The node's arguments by their ATen names, defaults filled in."""
+    named: dict[str, Any] = {}
+    for i, argument in enumerate(target._schema.arguments):
+        if i < len(args) and not argument.kwarg_only:
+            named[argument.name] = args[i]
+        elif argument.name in kwargs:
+            named[argument.name] = kwargs[argument.name]
+        elif argument.has_default_value():
+            named[argument.name] = argument.default_value
+    return named
+
+
+def _raw(value: Any, env: Mapping[str, Any]) -> Any:
+    """An FX argument with nodes replaced by ValueRefs (lists become tuples)."""
+    if hasattr(value, "op") and hasattr(value, "name") and hasattr(value, "meta"):  # a torch.fx.Node
+        return env[value.name]
+    if isinstance(value, (list, tuple)):
+        return tuple(_raw(v, env) for v in value)
+    return value
+
+
+def _dims(fx_node: Any, shape: tuple[int, ...]) -> tuple[int | str, ...]:
+    return _dims_of(fx_node.meta.get("val"), shape)
+
+
+def _dims_of(val: Any, shape: tuple[int, ...]) -> tuple[int | str, ...]:
+    if val is None or not hasattr(val, "shape") or len(val.shape) != len(shape):
+        return tuple(shape)
+    return tuple(d if isinstance(d, str) else s for d, s in zip((_symbol(v) for v in val.shape), shape))
+
+
+def _symbol(size: Any) -> int | str:
+    """An int for a static size, the symbol's text ("s0") for a symbolic one."""
+    import torch
+
+    if isinstance(size, torch.SymInt):
+        expr = size.node.expr
+        return int(expr) if getattr(expr, "is_number", False) else str(expr)
+    return int(size)

@@ -1,0 +1,156 @@
+"""The one table from ATen overloads to opcore contracts.
+
+Each entry says which opcore op an ATen overload is, and where each of the op's arguments comes
+from: an ATen argument's name, a fixed value (``Fixed``), or a conversion of one (``Convert``). An
+entry may refuse a node (``when`` returns the reason): the node then runs as the ATen fallback
+``aten.<name>.<overload>``, as does every overload that has no entry, or whose op is not
+registered in this process. To map a new contract, add one line.
+
+>>> RULES["aten.linear.default"].op
+'linear'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["RULES", "Convert", "Fixed", "Rule", "map_arguments"]
+
+
+@dataclass(frozen=True, slots=True)
+class Fixed:
+    """A value the opcore argument always takes."""
+
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Convert:
+    """The ATen argument ``name`` passed through ``fn``."""
+
+    name: str
+    fn: Callable[[Any], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """ATen overload -> opcore op. ``args``: opcore argument name -> its source (an ATen argument
+    name, Fixed or Convert); opcore arguments not named take their defaults. ``when`` None: every
+    node maps; else it gets the ATen arguments by name and returns None or why this node does not.
+    """
+
+    op: str
+    args: Mapping[str, str | Fixed | Convert]
+    when: Callable[[Mapping[str, Any]], str | None] | None = None
+
+
+def _rule(
+    op: str, when: Callable[[Mapping[str, Any]], str | None] | None = None, **args: str | Fixed | Convert
+) -> Rule:
+    return Rule(op, args, when)
+
+
+def _none_if_negative(value: Any) -> Any:
+    return None if value is not None and value < 0 else value
+
+
+def _no_dtype(args: Mapping[str, Any]) -> str | None:
+    return None if args.get("dtype") is None else "it casts to another dtype (dtype=...)"
+
+
+def _not_half_to_float(args: Mapping[str, Any]) -> str | None:
+    return "half_to_float=True changes the output dtype" if args.get("half_to_float") else None
+
+
+def _int_padding(args: Mapping[str, Any]) -> str | None:
+    return None if not isinstance(args.get("padding"), str) else "string padding ('same'/'valid')"
+
+
+_UNARY = {name: _rule(name, x="self") for name in ("relu", "silu", "sigmoid", "tanh", "exp")}
+
+RULES: Mapping[str, Rule] = {
+    # linear algebra (kept whole by capture: never decomposed into t + addmm)
+    "aten.linear.default": _rule("linear", x="input", w="weight", b="bias"),
+    "aten.matmul.default": _rule("matmul", x="self", y="other"),
+    "aten.mm.default": _rule("matmul", x="self", y="mat2"),
+    "aten.bmm.default": _rule("bmm", x="self", y="mat2"),
+    # elementwise
+    "aten.add.Tensor": _rule("add", x="self", other="other", alpha="alpha"),
+    "aten.add.Scalar": _rule("add", x="self", other="other", alpha="alpha"),
+    "aten.sub.Tensor": _rule("sub", x="self", other="other", alpha="alpha"),
+    "aten.sub.Scalar": _rule("sub", x="self", other="other", alpha="alpha"),
+    "aten.mul.Tensor": _rule("mul", x="self", other="other"),
+    "aten.mul.Scalar": _rule("mul", x="self", other="other"),
+    "aten.div.Tensor": _rule("div", x="self", other="other"),
+    "aten.div.Scalar": _rule("div", x="self", other="other"),
+    "aten.div.Tensor_mode": _rule("div", x="self", other="other", rounding_mode="rounding_mode"),
+    **{f"aten.{name}.default": rule for name, rule in _UNARY.items()},
+    "aten.gelu.default": _rule("gelu", x="self", approximate="approximate"),
+    # nn
+    "aten.embedding.default": _rule(
+        "embedding", input="indices", weight="weight", padding_idx=Convert("padding_idx", _none_if_negative)
+    ),
+    "aten.conv2d.default": _rule(
+        "conv2d",
+        _int_padding,
+        x="input",
+        weight="weight",
+        bias="bias",
+        stride="stride",
+        padding="padding",
+        dilation="dilation",
+        groups="groups",
+    ),
+    "aten.scaled_dot_product_attention.default": _rule(
+        "scaled_dot_product_attention",
+        query="query",
+        key="key",
+        value="value",
+        attn_mask="attn_mask",
+        dropout_p="dropout_p",
+        is_causal="is_causal",
+        scale="scale",
+        enable_gqa="enable_gqa",
+    ),
+    # normalization
+    "aten.softmax.int": _rule("softmax", _no_dtype, x="self", dim="dim"),
+    "aten._softmax.default": _rule("softmax", _not_half_to_float, x="self", dim="dim"),
+    "aten.log_softmax.int": _rule("log_softmax", _no_dtype, x="self", dim="dim"),
+    "aten._log_softmax.default": _rule("log_softmax", _not_half_to_float, x="self", dim="dim"),
+    "aten.layer_norm.default": _rule(
+        "layer_norm", x="input", normalized_shape="normalized_shape", weight="weight", bias="bias", eps="eps"
+    ),
+    "aten.rms_norm.default": _rule(
+        "rms_norm", x="input", normalized_shape="normalized_shape", weight="weight", eps="eps"
+    ),
+    # shape
+    "aten.transpose.int": _rule("transpose", x="self", dim0="dim0", dim1="dim1"),
+    "aten.permute.default": _rule("permute", x="self", dims="dims"),
+    "aten.view.default": _rule("reshape", x="self", shape="size"),
+    "aten.reshape.default": _rule("reshape", x="self", shape="size"),
+    "aten._unsafe_view.default": _rule("reshape", x="self", shape="size"),
+    "aten.cat.default": _rule("cat", tensors="tensors", dim="dim"),
+}
+
+
+def map_arguments(rule: Rule, aten_args: Mapping[str, Any]) -> dict[str, Any] | str:
+    """The opcore keyword arguments for a node's ATen arguments (by name), or why it does not map.
+
+    >>> map_arguments(RULES["aten.add.Tensor"], {"self": "x", "other": 2.0, "alpha": 1})
+    {'x': 'x', 'other': 2.0, 'alpha': 1}
+    """
+    if rule.when is not None:
+        reason = rule.when(aten_args)
+        if reason is not None:
+            return reason
+    mapped: dict[str, Any] = {}
+    for name, source in rule.args.items():
+        if isinstance(source, Fixed):
+            mapped[name] = source.value
+        elif isinstance(source, Convert):
+            mapped[name] = source.fn(aten_args[source.name])
+        else:
+            mapped[name] = aten_args[source]
+    return mapped

@@ -1,0 +1,165 @@
+"""opcore.graph capture and per-node planning: torch.export -> opcore IR -> decided kernels."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import opcore  # noqa: E402
+import opcore.graph  # noqa: E402
+from opcore import dispatch  # noqa: E402
+from opcore.graph.errors import CaptureError, UncoveredError  # noqa: E402
+from tests.graph_models import CNN, MLP, LlamaBlock, seeded  # noqa: E402
+
+
+def close(a, b, atol=1e-5):
+    return (a - b).abs().max().item() <= atol
+
+
+@pytest.fixture(scope="module")
+def llama():
+    torch.manual_seed(0)
+    return seeded(LlamaBlock()), torch.randn(2, 8, 32)
+
+
+def test_mlp_plan_matches_eager_and_keeps_linear_whole():
+    model = seeded(MLP())
+    x = torch.randn(4, 16)
+    plan = opcore.graph.capture(model, (x,), partitions=False)
+    assert [n.op for n in plan.graph.nodes] == ["linear", "relu", "linear"]
+    assert plan.graph.nodes[0].target == "aten.linear.default"
+    assert close(plan(x), model(x))
+    assert plan(torch.randn(4, 16)).shape == (4, 16)
+
+
+def test_llama_block_maps_contracts_and_falls_back_to_aten(llama):
+    model, x = llama
+    plan = opcore.graph.capture(model, (x,), partitions=False)
+    ops = {n.op for n in plan.graph.nodes}
+    assert {"linear", "scaled_dot_product_attention", "reshape", "transpose", "cat", "mul", "add"} <= ops
+    assert "aten.cumsum.default" in ops  # no contract: the ATen fallback
+    out, total = plan(x)
+    want_out, want_total = model(x)
+    assert close(out, want_out) and close(total, want_total)
+    # the model's output structure comes back
+    assert isinstance(plan(x), tuple) and len(plan(x)) == 2
+
+
+def test_every_backend_is_asked_for_every_node(llama):
+    model, x = llama
+    plan = opcore.graph.capture(model, (x,), partitions=False)
+    loaded = {r.name for r in opcore.backends()}
+    record = json.loads(plan.explain(format="json"))
+    for node in record["nodes"]:
+        if node["backend"] == "python":
+            continue
+        assert {c["backend"] for c in node["candidates"]} == loaded, node["name"]
+    linear = next(n for n in record["nodes"] if n["op"] == "linear")
+    assert linear["outputs"] and linear["source"]
+
+
+def test_kernels_are_decided_once_no_dispatch_at_run_time(llama, monkeypatch):
+    model, x = llama
+    plan = opcore.graph.capture(model, (x,), partitions=False)
+
+    def no_dispatch(*args, **kwargs):
+        raise AssertionError("the plan dispatched at run time")
+
+    monkeypatch.setattr(dispatch, "run", no_dispatch)
+    monkeypatch.setattr(dispatch, "_run_slow", no_dispatch)
+    out, _ = plan(x)
+    assert close(out, model(x)[0])
+
+
+def test_dict_and_nested_outputs_come_back_in_structure():
+    class Two(torch.nn.Module):
+        def forward(self, x, y):
+            return {"sum": x + y, "parts": [x * 2, torch.relu(y)]}
+
+    x, y = torch.randn(3), torch.randn(3)
+    plan = opcore.graph.capture(Two(), (x, y), partitions=False)
+    got = plan(x, y)
+    assert set(got) == {"sum", "parts"} and len(got["parts"]) == 2
+    assert close(got["parts"][1], torch.relu(y))
+    with pytest.raises(opcore.ArgumentError, match="structure the model was captured with"):
+        plan(x)
+
+
+def test_dynamic_batch(llama):
+    model, x = llama
+    batch = torch.export.Dim("batch", min=1, max=16)
+    plan = opcore.graph.capture(model, (x,), dynamic_shapes=({0: batch},), partitions=False)
+    assert isinstance(plan.graph.values["x"].dims[0], str)
+    for b in (1, 3, 5):
+        xb = torch.randn(b, 8, 32)
+        assert close(plan(xb)[0], model(xb)[0])
+
+
+def test_exporter_refusal_is_an_opcore_error_with_its_reason():
+    class DataDependent(torch.nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:
+                return x * 2
+            return x
+
+    with pytest.raises(CaptureError, match="torch.export could not capture DataDependent") as info:
+        opcore.graph.capture(DataDependent(), (torch.randn(3),))
+    assert isinstance(info.value, opcore.OpcoreError)
+    assert "Fix:" in str(info.value)
+
+
+def test_submodule_path_captures_part(llama):
+    model, _ = llama
+    h = torch.randn(2, 8, 32)
+    plan = opcore.graph.capture(model, (h,), submodule="norm1", partitions=False)
+    assert close(plan(h), model.norm1(h))
+    with pytest.raises(opcore.ArgumentError, match="submodule"):
+        opcore.graph.capture(model, (h,), submodule="no.such.part")
+
+
+def test_strict_lists_every_uncovered_node(llama):
+    model, x = llama
+    with pytest.raises(UncoveredError) as info:
+        opcore.graph.capture(model, (x,), backends=["onnxruntime"], fallback=False, partitions=False)
+    message = str(info.value)
+    assert "cumsum" in message and "onnxruntime" in message
+    with opcore.strict(), pytest.raises(UncoveredError, match="cumsum"):
+        opcore.graph.capture(model, (x,), backends=["onnxruntime"], partitions=False)
+    # with fallback, the same request runs: onnxruntime where it accepts, the ranked rest elsewhere
+    plan = opcore.graph.capture(model, (x,), backends=["onnxruntime"], partitions=False)
+    backends = {d.backend for d in plan.decisions}
+    assert "onnxruntime" in backends and "cpu" in backends
+    assert close(plan(x)[0], model(x)[0], atol=1e-4)
+
+
+def test_backends_must_be_loaded():
+    with pytest.raises(opcore.PluginError, match="no_such_backend"):
+        opcore.graph.capture(seeded(MLP()), (torch.randn(2, 16),), backends=["no_such_backend"])
+
+
+def test_cnn_and_verify():
+    model = seeded(CNN())
+    x = torch.randn(2, 3, 8, 8)
+    plan = opcore.graph.capture(model, (x,), partitions=False)
+    assert "conv2d" in {n.op for n in plan.graph.nodes}
+    assert close(plan(x), model(x), atol=1e-4)
+    report = plan.verify(x)
+    assert report.ok, str(report)
+    assert report.first is None and len(report.checks) == len(plan.graph.nodes)
+
+
+def test_explain_summary_and_json(llama):
+    model, x = llama
+    plan = opcore.graph.capture(model, (x,), partitions=False)
+    text = plan.explain()
+    first = text.splitlines()[0]
+    assert first.startswith("cpu ") and "nodes" in first
+    assert "cumsum" in text
+    record = json.loads(plan.explain(format="json"))
+    assert record["summary"] == first
+    assert len(record["nodes"]) == len(plan.graph.nodes)
+    with pytest.raises(opcore.ArgumentError, match="format"):
+        plan.explain(format="yaml")
