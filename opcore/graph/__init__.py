@@ -1,5 +1,8 @@
 """opcore.graph: whole models captured once, planned across backends, saved and loaded.
 
+>>> plan = opcore.graph.capture(model, (x,))      # doctest: +SKIP
+>>> y = plan(x); print(plan.explain())            # doctest: +SKIP
+
 The names below load on first use (PEP 562), as in ``opcore``: importing ``opcore.graph`` (or its
 ``partition`` module, which backends import) imports neither torch nor any runtime.
 
@@ -15,6 +18,12 @@ from typing import Any
 
 # public name -> the module defining it
 _EXPORTS = {
+    "CaptureError": "opcore.graph.errors",
+    "Plan": "opcore.graph.plan",
+    "PlanFileError": "opcore.graph.errors",
+    "UncoveredError": "opcore.graph.errors",
+    "VerifyReport": "opcore.graph.verify",
+    "capture": "opcore.graph.capturing",
     "CompiledPartition": "opcore.graph.partition",
     "PartNode": "opcore.graph.partition",
     "PartitionCompiler": "opcore.graph.partition",
@@ -25,12 +34,18 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "CaptureError",
     "CompiledPartition",
     "PartNode",
     "PartitionCompiler",
     "PartitionError",
     "PartitionSpec",
+    "Plan",
+    "PlanFileError",
+    "UncoveredError",
     "ValueRef",
+    "VerifyReport",
+    "capture",
     "compilers",
 ]
 
