@@ -28,7 +28,7 @@ def llama():
 def test_mlp_plan_matches_eager_and_keeps_linear_whole():
     model = seeded(MLP())
     x = torch.randn(4, 16)
-    plan = opcore.graph.capture(model, (x,), partitions=False)
+    plan = opcore.graph.capture(model, (x,), partitions=False, rewrites=False)
     assert [n.op for n in plan.graph.nodes] == ["linear", "relu", "linear"]
     assert plan.graph.nodes[0].target == "aten.linear.default"
     assert close(plan(x), model(x))
@@ -37,7 +37,7 @@ def test_mlp_plan_matches_eager_and_keeps_linear_whole():
 
 def test_llama_block_maps_contracts_and_falls_back_to_aten(llama):
     model, x = llama
-    plan = opcore.graph.capture(model, (x,), partitions=False)
+    plan = opcore.graph.capture(model, (x,), partitions=False, rewrites=False)
     ops = {n.op for n in plan.graph.nodes}
     assert {"linear", "scaled_dot_product_attention", "reshape", "transpose", "cat", "mul", "add"} <= ops
     assert "aten.cumsum.default" in ops  # no contract: the ATen fallback

@@ -32,6 +32,7 @@ def capture(
     device: str | None = None,
     fallback: bool = True,
     submodule: str | None = None,
+    rewrites: bool = True,
     partitions: bool = False,
 ) -> Plan:
     """Capture ``model`` (an nn.Module) on ``example_inputs`` and plan it across the backends.
@@ -40,7 +41,8 @@ def capture(
     backends to plan on, in order of preference (None: all, by rank); device: "cpu" or "cuda" (None:
     the examples' device); fallback=False (or ``opcore.strict()``): every node must run on
     ``backends``, else UncoveredError lists the nodes that do not; submodule: capture only this
-    part of the model ("layers.0.mlp"), called with ``example_inputs``.
+    part of the model ("layers.0.mlp"), called with ``example_inputs``; rewrites=False: keep the
+    graph as exported (no fused ops, see opcore.graph.rewrite).
 
     >>> plan = opcore.graph.capture(torch.nn.Linear(8, 4).eval(), (torch.randn(2, 8),))  # doctest: +SKIP
     """
@@ -64,13 +66,17 @@ def capture(
         out_spec=_pytree.treespec_dumps(program.call_spec.out_spec),
     )
     applied: list[str] = []
+    if rewrites:
+        from opcore.graph.rewrite import apply_rewrites
+
+        graph, applied = apply_rewrites(graph)
     captured = time.perf_counter()
     options = PlanOptions(
         backends=tuple(backends) if backends is not None else None,
         fallback=fallback,
         device=str(place),
         partitions=partitions,
-        rewrites=False,
+        rewrites=rewrites,
         cuda_graph=place.type.value == "cuda" and not any(i.dynamic_axes for i in graph.values.values()),
     )
     with torch.no_grad():

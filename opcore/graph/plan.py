@@ -29,7 +29,7 @@ class PlanOptions:
     fallback: bool = True
     device: str = "cpu"
     partitions: bool = False
-    rewrites: bool = False
+    rewrites: bool = True
     cuda_graph: bool = False
 
 

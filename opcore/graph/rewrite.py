@@ -1,0 +1,404 @@
+"""Rewrites as data: a pattern of ATen ops -> one fused opcore op, applied where it is the same op.
+
+A pattern (``Pat``) names the ATen overloads it matches and, per ATen argument name, a sub-pattern,
+a variable (``Var``, bound on first sight, compared after) or a test of a plain value. Patterns
+read every node through its ATen arguments (``aten_arguments``), whether the node maps to an opcore
+contract or runs as the ATen fallback, so they keep matching when new contracts are mapped.
+A ``Rewrite``'s ``build`` sees the bindings and the metas and returns the fused op's arguments, or
+None where the fused op would not compute the same thing (another dim, a weight of another shape,
+another dtype); then nothing changes. A match replaces its root node; the nodes inside the match
+go away, which is allowed only when nothing outside the match reads them.
+
+>>> [r.name for r in REWRITES][:2]
+['gated_mlp', 'layer_norm']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from opcore.errors import OpcoreError
+from opcore.graph.ir import Graph, Node, ValueRef, substitute
+from opcore.graph.mapping import RULES
+from opcore.runtime import runtime
+
+__all__ = ["REWRITES", "Pat", "Rewrite", "Var", "apply_rewrites", "aten_arguments"]
+
+
+@dataclass(frozen=True, slots=True)
+class Var:
+    """Binds the value at this place (a ValueRef or a plain value); the same name must bind the same value."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Pat:
+    """A node of one of ``targets`` whose ATen arguments match ``args``. ``bind``: name the node's
+    output; ``commutative``: also try with ``self`` and ``other`` swapped (add, mul)."""
+
+    targets: tuple[str, ...]
+    args: Mapping[str, Any] = field(default_factory=dict)
+    bind: str = ""
+    commutative: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Rewrite:
+    """pattern -> op. build(bindings, meta) returns the op's keyword arguments, or None to leave
+    the match alone; ``meta(name)`` gives a bound value's TensorMeta."""
+
+    name: str
+    op: str
+    pattern: Pat
+    build: Callable[[Mapping[str, Any], Callable[[str], Any]], dict[str, Any] | None]
+
+
+def _is(value: Any) -> Callable[[Any], bool]:
+    return lambda v: v == value
+
+
+_MUL = ("aten.mul.Tensor",)
+_ADD = ("aten.add.Tensor", "aten.add.Scalar")
+_LINEAR = ("aten.linear.default",)
+_MEAN_LAST = {"dim": Var("dims"), "keepdim": _is(True), "dtype": _is(None)}
+
+
+def _last_dim(dims: Any, rank: int) -> bool:
+    return isinstance(dims, tuple) and len(dims) == 1 and dims[0] in (-1, rank - 1)
+
+
+def _linear_act(act: str) -> Rewrite:
+    targets = (f"aten.{act}.default",)
+    args: dict[str, Any] = {"self": Pat(_LINEAR, {"input": Var("x"), "weight": Var("w"), "bias": Var("b")})}
+    if act == "gelu":
+        args["approximate"] = Var("approximate")
+
+    def build(b: Mapping[str, Any], meta: Callable[[str], Any]) -> dict[str, Any] | None:
+        out = {"x": b["x"], "w": b["w"], "b": b["b"]}
+        if act == "gelu":
+            out["approximate"] = b["approximate"]
+        return out
+
+    name = {"relu": "linear_relu", "silu": "linear_silu", "gelu": "linear_gelu"}[act]
+    return Rewrite(name, name, Pat(targets, args), build)
+
+
+def _gated_mlp(b: Mapping[str, Any], meta: Callable[[str], Any]) -> dict[str, Any] | None:
+    if b["bg"] is not None or b["bu"] is not None or b["bd"] is not None:
+        return None  # gated_mlp has no biases
+    return {"x": b["x"], "w_gate": b["wg"], "w_up": b["wu"], "w_down": b["wd"]}
+
+
+def _rms_norm(b: Mapping[str, Any], meta: Callable[[str], Any]) -> dict[str, Any] | None:
+    x = meta("x")
+    if not _last_dim(b["dims"], x.ndim) or b["two"] not in (2, 2.0) or not isinstance(b["eps"], float):
+        return None
+    if b.get("alpha", 1) != 1 or not x.dtype.is_floating:
+        return None
+    weight = b.get("w")
+    if weight is not None:
+        w = meta("w")
+        if w.shape != (x.shape[-1],) or w.dtype is not x.dtype:
+            return None  # a weight that broadcasts otherwise, or promotes: not rms_norm's weight
+    return {"x": b["x"], "normalized_shape": (x.shape[-1],), "weight": weight, "eps": b["eps"]}
+
+
+def _layer_norm(b: Mapping[str, Any], meta: Callable[[str], Any]) -> dict[str, Any] | None:
+    x = meta("x")
+    if not (_last_dim(b["dims"], x.ndim) and _last_dim(b["dims2"], x.ndim)) or b["two"] not in (2, 2.0):
+        return None
+    if not isinstance(b["eps"], float) or not x.dtype.is_floating or b.get("alpha", 1) != 1:
+        return None
+    for name in ("w", "bias"):
+        if b.get(name) is not None:
+            m = meta(name)
+            if m.shape != (x.shape[-1],) or m.dtype is not x.dtype:
+                return None
+    if b.get("alpha_b", 1) != 1:
+        return None
+    return {
+        "x": b["x"],
+        "normalized_shape": (x.shape[-1],),
+        "weight": b.get("w"),
+        "bias": b.get("bias"),
+        "eps": b["eps"],
+    }
+
+
+def _softmax(b: Mapping[str, Any], meta: Callable[[str], Any]) -> dict[str, Any] | None:
+    x = meta("x")
+    dims, dims2 = b["dims"], b["dims2"]
+    if (
+        not (isinstance(dims, tuple) and len(dims) == 1 and tuple(dims2 or ()) == tuple(dims))
+        or not x.dtype.is_floating
+    ):
+        return None
+    if b.get("alpha", 1) != 1:
+        return None
+    return {"x": b["x"], "dim": dims[0]}
+
+
+# rms_norm: weight * (x * rsqrt(mean(x ** 2, -1, keepdim=True) + eps)), either operand order
+_RMS_CORE = Pat(
+    _MUL,
+    {
+        "self": Var("x"),
+        "other": Pat(
+            ("aten.rsqrt.default",),
+            {
+                "self": Pat(
+                    _ADD,
+                    {
+                        "self": Pat(
+                            ("aten.mean.dim",),
+                            {
+                                "self": Pat(("aten.pow.Tensor_Scalar",), {"self": Var("x"), "exponent": Var("two")}),
+                                **_MEAN_LAST,
+                            },
+                        ),
+                        "other": Var("eps"),
+                        "alpha": Var("alpha"),
+                    },
+                )
+            },
+        ),
+    },
+    commutative=True,
+)
+
+# layer_norm: ((x - mean(x)) * rsqrt(mean((x - mean(x)) ** 2) + eps)) [* w] [+ b], over the last dim
+_CENTERED = Pat(
+    ("aten.sub.Tensor",),
+    {"self": Var("x"), "other": Pat(("aten.mean.dim",), {"self": Var("x"), **_MEAN_LAST}), "alpha": _is(1)},
+    bind="centered",
+)
+_LN_CORE = Pat(
+    _MUL,
+    {
+        "self": Var("centered"),
+        "other": Pat(
+            ("aten.rsqrt.default",),
+            {
+                "self": Pat(
+                    _ADD,
+                    {
+                        "self": Pat(
+                            ("aten.mean.dim",),
+                            {
+                                "self": Pat(("aten.pow.Tensor_Scalar",), {"self": _CENTERED, "exponent": Var("two")}),
+                                "dim": Var("dims2"),
+                                "keepdim": _is(True),
+                                "dtype": _is(None),
+                            },
+                        ),
+                        "other": Var("eps"),
+                        "alpha": Var("alpha"),
+                    },
+                )
+            },
+        ),
+    },
+    commutative=True,
+)
+
+# softmax: exp(x - amax(x, dim, keepdim=True)) / sum(that, dim, keepdim=True) (the stable form only:
+# exp(x) / sum(exp(x)) overflows where softmax does not, so it is not the same op)
+_SHIFTED_EXP = Pat(
+    ("aten.exp.default",),
+    {
+        "self": Pat(
+            ("aten.sub.Tensor",),
+            {
+                "self": Var("x"),
+                "other": Pat(("aten.amax.default",), {"self": Var("x"), "dim": Var("dims"), "keepdim": _is(True)}),
+                "alpha": Var("alpha"),
+            },
+        )
+    },
+    bind="e",
+)
+
+# In order: a layer norm's centred value would also match rms_norm's pattern, so layer_norm goes first;
+# gated_mlp before linear_silu, which would take its gate projection.
+REWRITES: tuple[Rewrite, ...] = (
+    Rewrite(
+        "gated_mlp",
+        "gated_mlp",
+        Pat(
+            _LINEAR,
+            {
+                "input": Pat(
+                    _MUL,
+                    {
+                        "self": Pat(
+                            ("aten.silu.default",),
+                            {"self": Pat(_LINEAR, {"input": Var("x"), "weight": Var("wg"), "bias": Var("bg")})},
+                        ),
+                        "other": Pat(_LINEAR, {"input": Var("x"), "weight": Var("wu"), "bias": Var("bu")}),
+                    },
+                    commutative=True,
+                ),
+                "weight": Var("wd"),
+                "bias": Var("bd"),
+            },
+        ),
+        _gated_mlp,
+    ),
+    Rewrite(
+        "layer_norm",
+        "layer_norm",
+        Pat(
+            _ADD,
+            {
+                "self": Pat(_MUL, {"self": _LN_CORE, "other": Var("w")}, commutative=True),
+                "other": Var("bias"),
+                "alpha": Var("alpha_b"),
+            },
+        ),
+        _layer_norm,
+    ),
+    Rewrite("layer_norm_unweighted", "layer_norm", _LN_CORE, _layer_norm),
+    Rewrite("rms_norm", "rms_norm", Pat(_MUL, {"self": Var("w"), "other": _RMS_CORE}, commutative=True), _rms_norm),
+    Rewrite("rms_norm_unweighted", "rms_norm", _RMS_CORE, _rms_norm),
+    Rewrite(
+        "softmax",
+        "softmax",
+        Pat(
+            ("aten.div.Tensor",),
+            {
+                "self": _SHIFTED_EXP,
+                "other": Pat(
+                    ("aten.sum.dim_IntList",),
+                    {"self": Var("e"), "dim": Var("dims2"), "keepdim": _is(True), "dtype": _is(None)},
+                ),
+            },
+        ),
+        _softmax,
+    ),
+    _linear_act("relu"),
+    _linear_act("silu"),
+    _linear_act("gelu"),
+)
+
+
+def aten_arguments(node: Node) -> dict[str, Any] | None:
+    """A node's arguments by their ATen names, whether it maps to a contract or is an ATen op."""
+    if not node.target.startswith("aten."):
+        return None
+    registry = runtime().ensure_loaded().registry
+    if node.op.startswith("aten."):
+        return dict(zip(registry.contract(node.op).schema.names, node.args))
+    rule = RULES.get(node.target)
+    if rule is None:
+        return None
+    names = registry.contract(node.op).schema.names
+    return {source: node.args[names.index(name)] for name, source in rule.args.items() if isinstance(source, str)}
+
+
+class _Match:
+    def __init__(self, graph: Graph, producer: Mapping[str, int]) -> None:
+        self.graph = graph
+        self.producer = producer
+        self.bindings: dict[str, Any] = {}
+        self.nodes: list[int] = []
+
+    def value(self, pattern: Any, value: Any) -> bool:
+        if isinstance(pattern, Pat):
+            if not isinstance(value, ValueRef) or value.name not in self.producer:
+                return False
+            return self.node(pattern, self.producer[value.name])
+        if isinstance(pattern, Var):
+            if pattern.name in self.bindings:
+                return self.bindings[pattern.name] == value
+            self.bindings[pattern.name] = value
+            return True
+        if callable(pattern):
+            return bool(pattern(value))
+        return pattern == value
+
+    def node(self, pattern: Pat, index: int) -> bool:
+        node = self.graph.nodes[index]
+        if node.target not in pattern.targets or len(node.outputs) != 1:
+            return False
+        args = aten_arguments(node)
+        if args is None:
+            return False
+        orders = [args]
+        if pattern.commutative:
+            orders.append({**args, "self": args.get("other"), "other": args.get("self")})
+        for candidate in orders:
+            saved = (dict(self.bindings), list(self.nodes))
+            if all(name in candidate and self.value(sub, candidate[name]) for name, sub in pattern.args.items()):
+                if not pattern.bind or self.value(Var(pattern.bind), ValueRef(node.outputs[0])):
+                    if index not in self.nodes:
+                        self.nodes.append(index)
+                    return True
+            self.bindings, self.nodes = saved
+        return False
+
+
+def apply_rewrites(graph: Graph, rewrites: tuple[Rewrite, ...] = REWRITES) -> tuple[Graph, list[str]]:
+    """The graph with every rewrite applied where it matches; and one note per rewrite applied."""
+    registry = runtime().ensure_loaded().registry
+    counts: dict[str, int] = {}
+    changed = True
+    while changed:
+        changed = False
+        for rewrite in rewrites:
+            if rewrite.op not in registry.contracts:
+                continue
+            for index in range(len(graph.nodes)):
+                replaced = _try(graph, rewrite, index)
+                if replaced is not None:
+                    graph = replaced
+                    counts[rewrite.name] = counts.get(rewrite.name, 0) + 1
+                    changed = True
+                    break
+            if changed:
+                break
+    notes = [f"rewrite {name}: {n} match{'es' * (n != 1)}" for name, n in counts.items()]
+    return graph, notes
+
+
+def _try(graph: Graph, rewrite: Rewrite, index: int) -> Graph | None:
+    producer = {o: i for i, node in enumerate(graph.nodes) for o in node.outputs}
+    match = _Match(graph, producer)
+    if not match.node(rewrite.pattern, index):
+        return None
+    root = graph.nodes[index]
+    inside = set(match.nodes)
+    users = graph.users()
+    outputs = graph.output_names()
+    for i in inside - {index}:
+        name = graph.nodes[i].outputs[0]
+        if name in outputs or any(u not in inside for u in users.get(name, ())):
+            return None  # something outside the match reads an inner value: keep the nodes
+    bindings = match.bindings
+
+    def meta(name: str) -> Any:
+        value = bindings[name]
+        return graph.meta(value.name) if isinstance(value, ValueRef) else None
+
+    built = rewrite.build(bindings, meta)
+    if built is None:
+        return None
+    contract = runtime().registry.contract(rewrite.op)
+    try:
+        metas = {k: substitute(v, lambda n: graph.values[n].meta) for k, v in built.items()}
+        bound_metas = contract.schema.bind((), metas, metas=True)
+        out = contract.meta(*bound_metas)
+    except OpcoreError:
+        return None
+    out_meta = out if not isinstance(out, tuple) else out[0]
+    want = graph.meta(root.outputs[0])
+    if out_meta.shape != want.shape or out_meta.dtype is not want.dtype:
+        return None
+    args = tuple(built[name] if name in built else value for name, value in zip(contract.schema.names, bound_metas))
+    fused = Node(root.name, rewrite.op, f"rewrite:{rewrite.name}", args, root.outputs)
+    nodes = [fused if i == index else node for i, node in enumerate(graph.nodes) if i == index or i not in inside]
+    gone = {graph.nodes[i].outputs[0] for i in inside - {index}}
+    values = {name: info for name, info in graph.values.items() if name not in gone}
+    return replace(graph, nodes=tuple(nodes), values=values)
