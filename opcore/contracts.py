@@ -2,8 +2,8 @@
 
 >>> from opcore.meta import unary_float
 >>> contract = define_op("my.erf(Tensor x) -> Tensor", meta=unary_float, doc="Error function.")
->>> contract.name
-'my.erf'
+>>> contract.name, sorted(d.value for d in contract.dtypes)[:2]
+('my.erf', ['bfloat16', 'bool'])
 """
 
 from __future__ import annotations
@@ -13,10 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from opcore.errors import ArgumentError
-from opcore.schema import Schema, parse_schema
-from opcore.types import TensorMeta
+from opcore.schema import BaseType, Schema, parse_schema
+from opcore.types import DType, TensorMeta
 
-__all__ = ["MetaFunction", "OpContract", "define_op", "source_of"]
+__all__ = ["ALL_DTYPES", "MetaFunction", "OpContract", "define_op", "source_of"]
+
+ALL_DTYPES: frozenset[DType] = frozenset(DType)
 
 MetaFunction = Callable[..., "TensorMeta | tuple[TensorMeta, ...]"]
 
@@ -38,10 +40,21 @@ class OpContract:
     # None: the op cannot be built from other ops. Otherwise called with the bound
     # arguments (the caller's arrays) and runs the parts through opcore.run.
     decomposition: Callable[..., Any] | None = None
-    # None: the first tensor argument's dtype picks the kernel; else this argument's.
+    # None: the first tensor argument's dtype picks the kernel; else this argument's. For an op
+    # without a tensor argument (a creation op) it names its ``str?`` dtype attribute, whose None
+    # means default_dtype.
     dtype_arg: str | None = None
     # module:qualname of the meta function, or the plugin that contributed the contract.
     source: str = ""
+    # The dtypes accepted for the argument whose dtype picks the kernel: what a complete backend
+    # registers (BUILTIN_DTYPES, the reference backend, the torch and graph backends derive theirs).
+    dtypes: frozenset[DType] = ALL_DTYPES
+    # The family module the op lives in (opcore.families); "" for a plugin's own contract.
+    family: str = ""
+    # An op without a tensor argument: the dtype when its dtype attribute is None, and the argument
+    # naming its device (None: always the CPU).
+    default_dtype: DType = DType.FLOAT32
+    device_arg: str | None = None
 
     @property
     def name(self) -> str:
@@ -52,6 +65,11 @@ class OpContract:
         if self.dtype_arg is not None:
             return self.schema.names.index(self.dtype_arg)
         return self.schema.tensor_positions[0]
+
+    @property
+    def creates(self) -> bool:
+        """True for an op without a tensor argument: its dtype and device come from attributes."""
+        return not self.schema.tensor_positions
 
     def summary(self) -> str:
         """The first line of the docstring."""
@@ -73,17 +91,44 @@ def define_op(
     tags: Iterable[str] = (),
     decomposition: Callable[..., Any] | None = None,
     dtype_arg: str | None = None,
+    dtypes: Iterable[DType | str] = ALL_DTYPES,
+    family: str = "",
+    default_dtype: DType | str = DType.FLOAT32,
+    device_arg: str | None = None,
 ) -> OpContract:
-    """Build a contract from a schema string; the schema is parsed and checked here."""
+    """Build a contract from a schema string; the schema is parsed and checked here.
+
+    ``dtypes``: what the op accepts for the argument whose dtype picks the kernel (the first
+    tensor, or ``dtype_arg``); ``family``: its module under ``opcore.opset`` for a built-in op.
+    An op without a tensor argument (``zeros(int[] size, *, str? dtype=None, str device="cpu")``)
+    names its dtype attribute as ``dtype_arg`` (None there means ``default_dtype``) and may name
+    its device attribute as ``device_arg``.
+    """
     parsed = parse_schema(schema)
+    for name, value in (("dtype_arg", dtype_arg), ("device_arg", device_arg)):
+        if value is not None and value not in parsed.names:
+            raise ArgumentError(op="define_op", arg=name, expected=f"one of {parsed.names}", found=repr(value))
     if not parsed.tensor_positions:
+        dtype_type = None if dtype_arg is None else parsed.arguments[parsed.names.index(dtype_arg)].type
+        if dtype_type is None or dtype_type.base is not BaseType.STR or dtype_type.is_list:
+            raise ArgumentError(
+                f"schema {schema!r} has no tensor argument",
+                op="define_op",
+                arg="dtype_arg",
+                expected="the name of a str dtype attribute (say dtype_arg='dtype'), for an op without a tensor",
+                found=repr(dtype_arg),
+                fix="take a Tensor, or name the str? dtype attribute that picks the kernel",
+            )
+    elif device_arg is not None:
         raise ArgumentError(
-            f"schema {schema!r} has no tensor argument",
             op="define_op",
-            fix="every op takes at least one Tensor; its dtype and device pick the kernel",
+            arg="device_arg",
+            expected="None for an op with a tensor argument (its tensors' device picks the kernel)",
+            found=repr(device_arg),
         )
-    if dtype_arg is not None and dtype_arg not in parsed.names:
-        raise ArgumentError(op="define_op", arg="dtype_arg", expected=f"one of {parsed.names}", found=repr(dtype_arg))
+    accepted = frozenset(DType.parse(d) for d in dtypes)
+    if not accepted:
+        raise ArgumentError(op="define_op", arg="dtypes", expected="at least one dtype", found="none")
     if not callable(meta):
         raise ArgumentError(op="define_op", arg="meta", expected="a function", found=type(meta).__name__)
     return OpContract(
@@ -94,4 +139,8 @@ def define_op(
         decomposition=decomposition,
         dtype_arg=dtype_arg,
         source=source_of(meta),
+        dtypes=accepted,
+        family=family,
+        default_dtype=DType.parse(default_dtype),
+        device_arg=device_arg,
     )

@@ -1,4 +1,4 @@
-"""The ATen fallback (opcore._torch.aten): any torch.ops.aten op through opcore.run, bound through
+"""The ATen fallback (opcore.torchkit.aten): any torch.ops.aten op through opcore.run, bound through
 the op's _schema, its outputs inferred on meta tensors, served by the cpu backend.
 """
 
@@ -10,8 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import opcore  # noqa: E402
-from opcore._torch.aten import FALLBACK_LABEL, aten_contract, find_overload, kernel_factory  # noqa: E402
 from opcore.runtime import runtime  # noqa: E402
+from opcore.torchkit.aten import FALLBACK_LABEL, aten_contract, find_overload, kernel_factory  # noqa: E402
 from opcore.types import DType, TensorMeta  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("error")
@@ -214,7 +214,7 @@ def test_namespace_factory_is_shared_and_survives_either_backend():
 
         @opcore.hookimpl
         def opcore_register_kernels(self, registrar):
-            from opcore._torch.registration import register_aten_fallback
+            from opcore.torchkit.registration import register_aten_fallback
 
             register_aten_fallback(registrar, "cpu")
 

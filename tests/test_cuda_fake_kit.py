@@ -30,7 +30,7 @@ import opcore_cuda.cublaslt  # noqa: E402
 import opcore_cuda.kernels  # noqa: E402, F401
 from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTensorMode  # noqa: E402
 
-import opcore._torch.aten  # noqa: E402  (imported outside the fake mode)
+import opcore.torchkit.aten  # noqa: E402  (imported outside the fake mode)
 
 LOOKS_AT_DATA = {"embedding"}  # every call checks the indices
 FAKE_COPY_LIMIT = "PyTorch is not linked with support for cuda devices"

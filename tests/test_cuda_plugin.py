@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy
 import pytest
-from opcore_cuda.dtypes import CUBLASLT_DTYPES, CUDA_DTYPES
+from opcore_cuda.dtypes import CUBLASLT_DTYPES, CUDA_DIFFERENCES, CUDA_DTYPES
 
 import opcore
 from opcore.runtime import runtime
@@ -50,7 +50,7 @@ def fake_cuda():
     import opcore_cuda.kernels  # noqa: F401
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    import opcore._torch.aten  # noqa: F401  (imported outside the mode: module-level tensors stay real)
+    import opcore.torchkit.aten  # noqa: F401  (imported outside the mode: module-level tensors stay real)
 
     mode = FakeTensorMode()
 
@@ -168,9 +168,11 @@ def test_registered_kernels_labels_and_dtypes(cuda_available):
     mine = [k for kernels in registry.kernels.values() for k in kernels if k.backend == "cuda"]
     assert {k.device_type for k in mine} == {DeviceType.CUDA}
     aten = {k.op: k for k in mine if k.label == "aten"}
-    assert set(aten) == set(CUDA_DTYPES)  # conv2d_relu/silu: opcore-cpu's contracts are installed here
-    for op, dtypes in CUDA_DTYPES.items():
-        wanted = plugin.CUDA_OVERRIDES.get(op, f"opcore._torch.kernels:{op}")
+    # conv2d_relu/silu: opcore-cpu's contracts are installed here
+    expected = {**CUDA_DTYPES, **{op: CUDA_DIFFERENCES[op] for op in ("conv2d_relu", "conv2d_silu")}}
+    assert set(aten) == set(expected)
+    for op, dtypes in expected.items():
+        wanted = plugin.CUDA_OVERRIDES.get(op, f"opcore.torchkit.kernels:{op}")
         assert aten[op].dtypes == dtypes and aten[op].source == wanted, op
     for op in ("linear", "matmul", "bmm", "linear_relu", "conv2d"):
         assert not any(d.is_integer for d in aten[op].dtypes), f"{op}: CUDA has no integer kernel"

@@ -3,7 +3,7 @@
 The dispatcher keys kernels by the inputs' device type, so numpy inputs only ever rank CPU
 kernels; a call *pinned* to a backend without CPU kernels moves them to that backend's device and
 brings the result back as numpy (selection.transfer_target, dispatch.kernel_converters,
-_torch.arrays.to_device / to_host). Tested with in-process plugins on torch's "meta" device (real
+torchkit.arrays.to_device / to_host). Tested with in-process plugins on torch's "meta" device (real
 tensors without data) and on devices this machine lacks.
 """
 
@@ -20,7 +20,7 @@ from opcore.errors import Unsupported
 from opcore.selection import CandidateStatus
 
 torch = pytest.importorskip("torch", reason="device transfers move numpy arrays into torch tensors")
-from opcore._torch.arrays import to_device, to_host  # noqa: E402  (needs torch)
+from opcore.torchkit.arrays import to_device, to_host  # noqa: E402  (needs torch)
 
 pytestmark = pytest.mark.usefixtures("only_reference")
 

@@ -6,6 +6,7 @@ checks, the through-cache path), the hooks a backend supplies, and the plugin sc
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
@@ -20,8 +21,8 @@ from opcore.onemodel.builders import cat_through, check_embedding_indices, resul
 from opcore.onemodel.cache import ModelCache
 from opcore.onemodel.op import ATTRIBUTE, OPERAND, TENSOR, TENSORS, OneModelOp, Scalar, argument_roles, first_line
 from opcore.onemodel.plugin import (
-    KERNEL_LAYOUT,
     dtype_checker,
+    kernel_layout,
     probe,
     register_kernels,
     runtime_available,
@@ -32,6 +33,13 @@ from opcore.opset import BUILTIN_CONTRACTS, BUILTIN_DTYPES
 from opcore.types import DType, TensorMeta
 
 Feeds = list[Any]
+
+# the built-in ops both graph runtimes were written for
+FIRST_OPS = set(
+    "add sub mul div relu gelu silu sigmoid tanh exp linear matmul bmm linear_relu linear_silu linear_gelu "
+    "gated_mlp softmax log_softmax layer_norm rms_norm embedding conv2d scaled_dot_product_attention "
+    "transpose permute reshape cat".split()
+)
 
 
 class FakeGraph:
@@ -404,24 +412,47 @@ class RecordingRegistrar:
         self.kernels.append((op, fn, options))
 
 
-def test_register_kernels_names_each_kernel_by_module_and_op():
+def test_register_kernels_takes_the_ops_each_family_module_declares(tmp_path, monkeypatch):
+    """A graph backend's op set is what its family modules list in __all__ (read, not imported)."""
+    package = tmp_path / "vendorkernels"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "linear.py").write_text('import no_such_runtime\n__all__ = ["linear", "helper"]\n')
+    (package / "elementwise.py").write_text('__all__ = ["relu", "exp"]\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
     registrar = RecordingRegistrar()
 
     def checker_for(op: str) -> Any:
         return lambda *args: f"{op} declined"
 
-    register_kernels(registrar, "vendor.kernels", checker_for)
-    assert [op for op, _, _ in registrar.kernels] == list(KERNEL_LAYOUT)
+    layout = register_kernels(registrar, "vendorkernels", checker_for)
+    assert (
+        layout
+        == kernel_layout("vendorkernels")
+        == {
+            "relu": ("elementwise", False),
+            "exp": ("elementwise", False),
+            "linear": ("linear", True),
+        }
+    )
     by_op = {op: (fn, options) for op, fn, options in registrar.kernels}
+    assert set(by_op) == {"relu", "exp", "linear"}  # "helper" is no op; the module was never imported
     fn, options = by_op["linear"]
-    assert fn == "vendor.kernels.linear:linear" and options["prepare"] == "vendor.kernels.linear:linear.prepare"
+    assert fn == "vendorkernels.linear:linear" and options["prepare"] == "vendorkernels.linear:linear.prepare"
     assert options["dtypes"] == BUILTIN_DTYPES["linear"] and options["array_kind"] == "numpy"
     assert options["checker"]() == "linear declined"
     assert by_op["relu"][1]["prepare"] is None
-    assert set(KERNEL_LAYOUT) <= {c.name for c in BUILTIN_CONTRACTS}
-    few = RecordingRegistrar()
-    register_kernels(few, "vendor.kernels", checker_for, {"exp": ("math", False)})
-    assert [(op, fn) for op, fn, _ in few.kernels] == [("exp", "vendor.kernels.math:exp")]
+
+
+@pytest.mark.parametrize("package", ["opcore_onnxruntime.kernels", "opcore_openvino.kernels"])
+def test_graph_backends_declare_every_builtin_op_they_had(package):
+    """Both graph runtimes take the 28 ops they were written for; the declared list is each module's
+    real __all__, and names built-in ops only."""
+    layout = kernel_layout(package)
+    assert set(layout) >= FIRST_OPS
+    assert set(layout) <= set(BUILTIN_DTYPES)
+    for op, (module, _) in layout.items():
+        assert op in importlib.import_module(f"{package}.{module}").__all__
 
 
 def test_runtime_available_says_what_is_missing_or_too_old():

@@ -1,4 +1,4 @@
-"""The shared torch kernels (opcore._torch.kernels, registered by opcore._torch.registration),
+"""The shared torch kernels (opcore.torchkit.kernels, registered by opcore.torchkit.registration),
 run through the dispatcher pinned to the cpu backend and compared with the reference backend on
 the same inputs: every built-in op, every dtype the cpu backend declares, scalars, empty
 dimensions, broadcasting and non-contiguous inputs. Result dtypes must equal the contract's.
@@ -17,8 +17,8 @@ torch = pytest.importorskip("torch")
 from opcase import TOLERANCES, rand, reseed  # noqa: E402
 
 import opcore  # noqa: E402
-from opcore._torch.registration import ATEN_LABEL, FALLBACK_LABEL, register_torch_kernels  # noqa: E402
 from opcore.opset import BUILTIN_DTYPES  # noqa: E402
+from opcore.torchkit.registration import ATEN_LABEL, FALLBACK_LABEL, register_torch_kernels  # noqa: E402
 from opcore.types import DType, TensorMeta  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("error")
@@ -314,17 +314,29 @@ def test_numpy_inputs_reach_the_cpu_backend_and_come_back_as_numpy():
 
 
 def test_declared_dtypes_follow_the_contracts():
-    from opcore_cpu.dtypes import CPU_DTYPES
+    from opcore_cpu.dtypes import CPU_DIFFERENCES, CPU_DTYPES
+    from opcore_cuda.dtypes import CUDA_DIFFERENCES, CUDA_DTYPES
 
     for op, dtypes in BUILTIN_DTYPES.items():
-        assert CPU_DTYPES[op] == dtypes, f"{op}: the cpu backend declares {sorted(CPU_DTYPES[op])}"
+        assert CPU_DTYPES[op] == CPU_DIFFERENCES.get(op, dtypes), f"{op}: cpu declares {sorted(CPU_DTYPES[op])}"
+        assert CUDA_DTYPES[op] == CUDA_DIFFERENCES.get(op, dtypes), f"{op}: cuda declares {sorted(CUDA_DTYPES[op])}"
+    assert not CPU_DIFFERENCES  # probed: torch on CPU takes every dtype the contracts do
+
+
+def test_the_shared_kernel_list_is_what_the_module_exports():
+    """register_torch_kernels reads kernels.__all__ from the source; it must be the real one."""
+    from opcore.torchkit import kernels
+    from opcore.torchkit.registration import shared_kernel_ops
+
+    assert shared_kernel_ops() == tuple(kernels.__all__)
+    assert all(callable(getattr(kernels, op)) for op in kernels.__all__)
 
 
 class _TorchOnlyPlugin:
     """A torch backend declaring only relu: every other built-in op gets the by-name ATen fallback."""
 
     def __init__(self, dtypes_by_op: dict[str, Any]) -> None:
-        self.dtypes_by_op = dtypes_by_op
+        self.dtypes_by_op = dtypes_by_op  # the ops it takes, and their dtypes
 
     @opcore.hookimpl
     def opcore_backend(self) -> opcore.BackendSpec:
@@ -332,7 +344,7 @@ class _TorchOnlyPlugin:
 
     @opcore.hookimpl
     def opcore_register_kernels(self, registrar: opcore.Registrar) -> None:
-        register_torch_kernels(registrar, "cpu", self.dtypes_by_op)
+        register_torch_kernels(registrar, "cpu", self.dtypes_by_op, ops=self.dtypes_by_op)
 
 
 def _with_plugin(plugin: Any, body: Callable[[], None]) -> None:
@@ -364,7 +376,7 @@ def test_register_torch_kernels_labels_and_by_name_fallback():
 
 
 def test_by_name_fallback_hands_over_what_torch_cannot_do():
-    from opcore._torch.aten import builtin_fallback
+    from opcore.torchkit.aten import builtin_fallback
 
     with pytest.raises(opcore.Unsupported, match="not implemented for 'Long'"):
         builtin_fallback.gelu(torch.tensor([1, 2]), "none")

@@ -1,5 +1,6 @@
 """The plugin module's scaffolding of one-model backends: availability from package metadata,
-one kernel per op registered by name, checkers that decline by dtype first, doctor probes. Loaded
+one kernel per op its kernels package declares (``__all__`` of each family module), registered
+by name, checkers that decline by dtype first, doctor probes. Loaded
 with the plugin: imports no runtime.
 
 >>> version_tuple("2026.4.1-22982")
@@ -13,15 +14,17 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from opcore import distmeta
-from opcore.opset import BUILTIN_DTYPES
+from opcore.exports import declared_names
 from opcore.types import DType, TensorMeta
 
 if TYPE_CHECKING:
+    from opcore.contracts import OpContract
     from opcore.registry import Registrar
 
 __all__ = [
-    "KERNEL_LAYOUT",
+    "bakes_constants",
     "dtype_checker",
+    "kernel_layout",
     "kernel_targets",
     "probe",
     "register_kernels",
@@ -30,52 +33,49 @@ __all__ = [
     "version_tuple",
 ]
 
-# op -> (module of its kernel under the backend's kernels package, whether resolve's constants are
-# baked into the model): the layout of both graph-runtime backends. Ops with one tensor argument
-# have nothing to bake in; resolve shares the cached model for them.
-KERNEL_LAYOUT: Mapping[str, tuple[str, bool]] = {
-    "add": ("elementwise", True),
-    "sub": ("elementwise", True),
-    "mul": ("elementwise", True),
-    "div": ("elementwise", True),
-    "relu": ("elementwise", False),
-    "gelu": ("elementwise", False),
-    "silu": ("elementwise", False),
-    "sigmoid": ("elementwise", False),
-    "tanh": ("elementwise", False),
-    "exp": ("elementwise", False),
-    "linear": ("linear", True),
-    "matmul": ("linear", True),
-    "bmm": ("linear", True),
-    "linear_relu": ("linear", True),
-    "linear_silu": ("linear", True),
-    "linear_gelu": ("linear", True),
-    "gated_mlp": ("linear", True),
-    "softmax": ("normalization", False),
-    "log_softmax": ("normalization", False),
-    "layer_norm": ("normalization", True),
-    "rms_norm": ("normalization", True),
-    "embedding": ("nn", True),
-    "conv2d": ("nn", True),
-    "scaled_dot_product_attention": ("nn", True),
-    "transpose": ("shape", False),
-    "permute": ("shape", False),
-    "reshape": ("shape", False),
-    "cat": ("shape", False),
-}
+
+def bakes_constants(contract: OpContract) -> bool:
+    """Whether resolve's constant tensors are baked into the op's model: ops with one tensor
+    argument (a list counts as one) have nothing to bake in, and resolve shares the cached model.
+
+    >>> from opcore.opset.elementwise import ADD, RELU
+    >>> bakes_constants(ADD), bakes_constants(RELU)
+    (True, False)
+    """
+    return sum(1 for a in contract.schema.arguments if a.type.holds_tensors and not a.type.is_list) > 1
+
+
+def kernel_layout(package: str) -> dict[str, tuple[str, bool]]:
+    """op -> (family module, whether resolve's constants are baked in) for each built-in op whose
+    family module under ``package`` lists it in ``__all__``: the op set a graph backend declares
+    by writing the kernel (read without importing the runtime).
+
+    >>> kernel_layout("opcore_onnxruntime.kernels")["relu"]       # doctest: +SKIP
+    ('elementwise', False)
+    """
+    from opcore.opset import BUILTIN_CONTRACTS
+
+    return {
+        c.name: (c.family, bakes_constants(c))
+        for c in BUILTIN_CONTRACTS
+        if c.name in declared_names(f"{package}.{c.family}")
+    }
 
 
 def register_kernels(
     registrar: Registrar,
     package: str,
     checker_for: Callable[[str], Callable[..., bool | str]],
-    layout: Mapping[str, tuple[str, bool]] = KERNEL_LAYOUT,
-) -> None:
-    """One numpy kernel per op of ``layout`` for every dtype its contract accepts, named as
-    ``"package.module:op"`` (imported when first run); ``checker_for(op)`` declines the rest.
+) -> dict[str, tuple[str, bool]]:
+    """One numpy kernel per op of ``kernel_layout(package)`` for every dtype its contract accepts,
+    named as ``"package.family:op"`` (imported when first run); ``checker_for(op)`` declines the
+    rest. Returns the layout registered.
 
     >>> register_kernels(registrar, "opcore_onnxruntime.kernels", checker_for)  # doctest: +SKIP
     """
+    from opcore.opset import BUILTIN_DTYPES
+
+    layout = kernel_layout(package)
     targets = kernel_targets(package, layout)
     for op, (_, prepares) in layout.items():
         target = targets[op]
@@ -87,16 +87,18 @@ def register_kernels(
             checker=checker_for(op),
             prepare=f"{target}.prepare" if prepares else None,
         )
+    return layout
 
 
-def kernel_targets(package: str, layout: Mapping[str, tuple[str, bool]] = KERNEL_LAYOUT) -> dict[str, str]:
-    """op -> ``"package.module:op"``, the kernel function of each op of ``layout`` (what
-    ``register_kernels`` registers and a partition compiler chains).
+def kernel_targets(package: str, layout: Mapping[str, tuple[str, bool]] | None = None) -> dict[str, str]:
+    """op -> ``"package.family:op"``, the kernel function of each op of ``layout`` (default:
+    ``kernel_layout(package)``; what ``register_kernels`` registers and a partition compiler chains).
 
     >>> kernel_targets("opcore_onnxruntime.kernels")["relu"]
     'opcore_onnxruntime.kernels.elementwise:relu'
     """
-    return {op: f"{package}.{module}:{op}" for op, (module, _) in layout.items()}
+    chosen = kernel_layout(package) if layout is None else layout
+    return {op: f"{package}.{module}:{op}" for op, (module, _) in chosen.items()}
 
 
 def version_tuple(text: str) -> tuple[int, ...]:

@@ -1,4 +1,5 @@
-"""The built-in op contracts, one module per family.
+"""The built-in op contracts, one module per family (``opcore.families``), and what is derived
+from them.
 
 >>> from opcore.opset import BUILTIN_CONTRACTS
 >>> sorted(c.name for c in BUILTIN_CONTRACTS)[:3]
@@ -7,24 +8,35 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 
 from opcore.contracts import OpContract
-from opcore.opset import elementwise, linear, nn, normalization, shape
+from opcore.errors import PluginError
+from opcore.families import FAMILIES
 from opcore.types import DType
 
-__all__ = ["BUILTIN_CONTRACTS", "BUILTIN_DTYPES"]
+__all__ = ["BUILTIN_CONTRACTS", "BUILTIN_DTYPES", "family_contracts"]
 
-BUILTIN_CONTRACTS: tuple[OpContract, ...] = (
-    elementwise.CONTRACTS + linear.CONTRACTS + normalization.CONTRACTS + nn.CONTRACTS + shape.CONTRACTS
-)
+
+def family_contracts(family: str) -> tuple[OpContract, ...]:
+    """``opcore.opset.<family>.CONTRACTS``, each checked to name that family."""
+    contracts: tuple[OpContract, ...] = importlib.import_module(f"opcore.opset.{family}").CONTRACTS
+    for contract in contracts:
+        if contract.family != family:
+            raise PluginError(
+                f"the contract of {contract.name!r} in opcore.opset.{family} says family={contract.family!r}",
+                op=contract.name,
+                arg="family",
+                expected=repr(family),
+                found=repr(contract.family),
+                fix=f"pass family={family!r} to define_op",
+            )
+    return contracts
+
+
+BUILTIN_CONTRACTS: tuple[OpContract, ...] = tuple(c for family in FAMILIES for c in family_contracts(family))
 
 # For each built-in op, the dtypes its contract accepts for the argument whose dtype picks the
 # kernel (the first tensor, or the contract's dtype_arg): what a complete backend registers.
-BUILTIN_DTYPES: Mapping[str, frozenset[DType]] = {
-    **elementwise.DTYPES,
-    **linear.DTYPES,
-    **normalization.DTYPES,
-    **nn.DTYPES,
-    **shape.DTYPES,
-}
+BUILTIN_DTYPES: Mapping[str, frozenset[DType]] = {c.name: c.dtypes for c in BUILTIN_CONTRACTS}

@@ -30,7 +30,7 @@ from opcore.meta import (
 )
 from opcore.types import DType, TensorMeta
 
-__all__ = ["ADD", "CONTRACTS", "DIV", "DTYPES", "EXP", "GELU", "MUL", "RELU", "SIGMOID", "SILU", "SUB", "TANH"]
+__all__ = ["ADD", "CONTRACTS", "DIV", "EXP", "GELU", "MUL", "RELU", "SIGMOID", "SILU", "SUB", "TANH"]
 
 Operand = TensorMeta | bool | int | float
 
@@ -168,77 +168,82 @@ def gelu_meta(x: TensorMeta, approximate: str) -> TensorMeta:
 ADD = define_op(
     "add(Tensor x, Tensor|Scalar other, *, Scalar alpha=1) -> Tensor",
     meta=add_meta,
+    dtypes=ALL_DTYPES,
+    family="elementwise",
     doc="x + alpha * other, broadcast and type-promoted; mirrors torch.add.",
     tags=("elementwise", "binary"),
 )
 SUB = define_op(
     "sub(Tensor x, Tensor|Scalar other, *, Scalar alpha=1) -> Tensor",
     meta=sub_meta,
+    dtypes=ALL_DTYPES - {DType.BOOL},
+    family="elementwise",
     doc="x - alpha * other, broadcast and type-promoted; mirrors torch.sub (no bool operands).",
     tags=("elementwise", "binary"),
 )
 MUL = define_op(
     "mul(Tensor x, Tensor|Scalar other) -> Tensor",
     meta=mul_meta,
+    dtypes=ALL_DTYPES,
+    family="elementwise",
     doc="x * other, broadcast and type-promoted; mirrors torch.mul.",
     tags=("elementwise", "binary"),
 )
 DIV = define_op(
     "div(Tensor x, Tensor|Scalar other, *, str? rounding_mode=None) -> Tensor",
     meta=div_meta,
+    dtypes=ALL_DTYPES,
+    family="elementwise",
     doc="x / other: true division (ints give float32), or rounded with 'trunc' or 'floor'; mirrors torch.div.",
     tags=("elementwise", "binary"),
 )
 RELU = define_op(
     "relu(Tensor x) -> Tensor",
     meta=relu_meta,
+    dtypes=ALL_DTYPES - {DType.BOOL},
+    family="elementwise",
     doc="max(x, 0), keeping the dtype; mirrors torch.relu (bool is rejected).",
     tags=("elementwise", "activation"),
 )
 GELU = define_op(
     'gelu(Tensor x, *, str approximate="none") -> Tensor',
     meta=gelu_meta,
+    dtypes=FLOATING,
+    family="elementwise",
     doc="Gaussian error linear unit, exact ('none') or the tanh approximation; mirrors torch.nn.functional.gelu.",
     tags=("elementwise", "activation"),
 )
 SILU = define_op(
     "silu(Tensor x) -> Tensor",
     meta=unary_float,
+    dtypes=FLOATING,
+    family="elementwise",
     doc="x * sigmoid(x), floating dtypes only; mirrors torch.nn.functional.silu.",
     tags=("elementwise", "activation"),
 )
 SIGMOID = define_op(
     "sigmoid(Tensor x) -> Tensor",
     meta=unary_promote_to_float,
+    dtypes=ALL_DTYPES,
+    family="elementwise",
     doc="1 / (1 + exp(-x)); integral and bool inputs give float32; mirrors torch.sigmoid.",
     tags=("elementwise", "activation"),
 )
 TANH = define_op(
     "tanh(Tensor x) -> Tensor",
     meta=unary_promote_to_float,
+    dtypes=ALL_DTYPES,
+    family="elementwise",
     doc="Hyperbolic tangent; integral and bool inputs give float32; mirrors torch.tanh.",
     tags=("elementwise", "activation"),
 )
 EXP = define_op(
     "exp(Tensor x) -> Tensor",
     meta=unary_promote_to_float,
+    dtypes=ALL_DTYPES,
+    family="elementwise",
     doc="e ** x; integral and bool inputs give float32; mirrors torch.exp.",
     tags=("elementwise",),
 )
 
 CONTRACTS: tuple[OpContract, ...] = (ADD, SUB, MUL, DIV, RELU, GELU, SILU, SIGMOID, TANH, EXP)
-
-# The dtypes of the first tensor ('x') each contract accepts: what a backend that
-# implements the whole contract registers.
-DTYPES: dict[str, frozenset[DType]] = {
-    "add": ALL_DTYPES,
-    "sub": ALL_DTYPES - {DType.BOOL},
-    "mul": ALL_DTYPES,
-    "div": ALL_DTYPES,
-    "relu": ALL_DTYPES - {DType.BOOL},
-    "gelu": FLOATING,
-    "silu": FLOATING,
-    "sigmoid": ALL_DTYPES,
-    "tanh": ALL_DTYPES,
-    "exp": ALL_DTYPES,
-}

@@ -27,12 +27,11 @@ from opcore.meta import (
     shape_text,
 )
 from opcore.opset.elementwise import APPROXIMATIONS
-from opcore.types import DType, TensorMeta
+from opcore.types import TensorMeta
 
 __all__ = [
     "BMM",
     "CONTRACTS",
-    "DTYPES",
     "GATED_MLP",
     "LINEAR",
     "LINEAR_GELU",
@@ -186,6 +185,8 @@ def gated_mlp_decomposition(x: Any, w_gate: Any, w_up: Any, w_down: Any) -> Any:
 LINEAR = define_op(
     "linear(Tensor x, Tensor w, Tensor? b=None) -> Tensor",
     meta=linear_meta,
+    dtypes=NUMERIC,
+    family="linear",
     doc="x @ w.T + b with w of shape (out_features, in_features) or (in_features,); "
     "mirrors torch.nn.functional.linear.",
     tags=("linear",),
@@ -193,18 +194,24 @@ LINEAR = define_op(
 MATMUL = define_op(
     "matmul(Tensor x, Tensor y) -> Tensor",
     meta=matmul_meta,
+    dtypes=NUMERIC,
+    family="linear",
     doc="Matrix product with 1-D promotion and broadcast batches; mirrors torch.matmul.",
     tags=("linear",),
 )
 BMM = define_op(
     "bmm(Tensor x, Tensor y) -> Tensor",
     meta=bmm_meta,
+    dtypes=NUMERIC,
+    family="linear",
     doc="Batched matrix product of two 3-D tensors with equal batches; mirrors torch.bmm.",
     tags=("linear",),
 )
 LINEAR_RELU = define_op(
     "linear_relu(Tensor x, Tensor w, Tensor? b=None) -> Tensor",
     meta=linear_meta,
+    dtypes=NUMERIC,
+    family="linear",
     doc="relu(linear(x, w, b)) in one call; mirrors torch.relu(torch.nn.functional.linear(...)).",
     tags=("linear", "fused"),
     decomposition=linear_relu_decomposition,
@@ -212,6 +219,8 @@ LINEAR_RELU = define_op(
 LINEAR_SILU = define_op(
     "linear_silu(Tensor x, Tensor w, Tensor? b=None) -> Tensor",
     meta=linear_float_meta,
+    dtypes=FLOATING,
+    family="linear",
     doc="silu(linear(x, w, b)) in one call; mirrors torch.nn.functional.silu(torch.nn.functional.linear(...)).",
     tags=("linear", "fused"),
     decomposition=linear_silu_decomposition,
@@ -219,6 +228,8 @@ LINEAR_SILU = define_op(
 LINEAR_GELU = define_op(
     'linear_gelu(Tensor x, Tensor w, Tensor? b=None, *, str approximate="none") -> Tensor',
     meta=linear_gelu_meta,
+    dtypes=FLOATING,
+    family="linear",
     doc="gelu(linear(x, w, b)) in one call; mirrors torch.nn.functional.gelu(torch.nn.functional.linear(...)).",
     tags=("linear", "fused"),
     decomposition=linear_gelu_decomposition,
@@ -226,6 +237,8 @@ LINEAR_GELU = define_op(
 GATED_MLP = define_op(
     "gated_mlp(Tensor x, Tensor w_gate, Tensor w_up, Tensor w_down) -> Tensor",
     meta=gated_mlp_meta,
+    dtypes=FLOATING,
+    family="linear",
     doc="linear(silu(linear(x, w_gate)) * linear(x, w_up), w_down), the LLaMA-style feed-forward block; "
     "mirrors that torch expression.",
     tags=("linear", "fused"),
@@ -233,14 +246,3 @@ GATED_MLP = define_op(
 )
 
 CONTRACTS: tuple[OpContract, ...] = (LINEAR, MATMUL, BMM, LINEAR_RELU, LINEAR_SILU, LINEAR_GELU, GATED_MLP)
-
-_INTEGRAL_AND_FLOATING = NUMERIC
-DTYPES: dict[str, frozenset[DType]] = {
-    "linear": _INTEGRAL_AND_FLOATING,
-    "matmul": _INTEGRAL_AND_FLOATING,
-    "bmm": _INTEGRAL_AND_FLOATING,
-    "linear_relu": _INTEGRAL_AND_FLOATING,
-    "linear_silu": FLOATING,
-    "linear_gelu": FLOATING,
-    "gated_mlp": FLOATING,
-}

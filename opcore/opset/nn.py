@@ -25,7 +25,7 @@ from opcore.meta import (
 )
 from opcore.types import DType, TensorMeta
 
-__all__ = ["CONTRACTS", "CONV2D", "DTYPES", "EMBEDDING", "INDEX_DTYPES", "SCALED_DOT_PRODUCT_ATTENTION"]
+__all__ = ["CONTRACTS", "CONV2D", "EMBEDDING", "INDEX_DTYPES", "SCALED_DOT_PRODUCT_ATTENTION"]
 
 INDEX_DTYPES = frozenset({DType.INT32, DType.INT64})
 
@@ -183,6 +183,8 @@ def sdpa_meta(
 EMBEDDING = define_op(
     "embedding(Tensor input, Tensor weight, int? padding_idx=None) -> Tensor",
     meta=embedding_meta,
+    dtypes=ALL_DTYPES,
+    family="nn",
     doc="The rows of weight picked by the int32/int64 indices in input; mirrors torch.nn.functional.embedding.",
     tags=("indexing",),
     dtype_arg="weight",
@@ -191,6 +193,8 @@ CONV2D = define_op(
     "conv2d(Tensor x, Tensor weight, Tensor? bias=None, int[2] stride=1, int[2] padding=0, int[2] dilation=1, "
     "int groups=1) -> Tensor",
     meta=conv2d_meta,
+    dtypes=NUMERIC,
+    family="nn",
     doc="2-D cross-correlation over (N, C, H, W) or (C, H, W) input; mirrors torch.nn.functional.conv2d.",
     tags=("convolution",),
 )
@@ -198,16 +202,11 @@ SCALED_DOT_PRODUCT_ATTENTION = define_op(
     "scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, "
     "float dropout_p=0.0, bool is_causal=False, *, float? scale=None, bool enable_gqa=False) -> Tensor",
     meta=sdpa_meta,
+    dtypes=FLOATING,
+    family="nn",
     doc="softmax(query @ key.T * scale + mask) @ value, inference only (dropout_p must be 0.0); "
     "mirrors torch.nn.functional.scaled_dot_product_attention.",
     tags=("attention",),
 )
 
 CONTRACTS: tuple[OpContract, ...] = (EMBEDDING, CONV2D, SCALED_DOT_PRODUCT_ATTENTION)
-
-# embedding's kernel is picked by the weight's dtype (dtype_arg="weight")
-DTYPES: dict[str, frozenset[DType]] = {
-    "embedding": ALL_DTYPES,
-    "conv2d": NUMERIC,
-    "scaled_dot_product_attention": FLOATING,
-}

@@ -12,7 +12,7 @@ from opcore.errors import ArgumentError, DTypeError, ShapeError
 from opcore.meta import FLOATING, check_floating, normalize_dim, shape_text
 from opcore.types import DType, TensorMeta
 
-__all__ = ["CONTRACTS", "DTYPES", "LAYER_NORM", "LOG_SOFTMAX", "RMS_NORM", "SOFTMAX"]
+__all__ = ["CONTRACTS", "LAYER_NORM", "LOG_SOFTMAX", "RMS_NORM", "SOFTMAX"]
 
 # torch's CPU kernels keep the parameters of a float16/bfloat16 input in float32 if asked to
 _REDUCED = frozenset({DType.FLOAT16, DType.BFLOAT16})
@@ -98,18 +98,24 @@ def rms_norm_meta(
 SOFTMAX = define_op(
     "softmax(Tensor x, int dim) -> Tensor",
     meta=softmax_meta,
+    dtypes=FLOATING,
+    family="normalization",
     doc="exp(x) / sum(exp(x)) along dim, floating dtypes only; mirrors torch.softmax.",
     tags=("reduction", "normalization"),
 )
 LOG_SOFTMAX = define_op(
     "log_softmax(Tensor x, int dim) -> Tensor",
     meta=softmax_meta,
+    dtypes=FLOATING,
+    family="normalization",
     doc="log(softmax(x, dim)) computed stably, floating dtypes only; mirrors torch.log_softmax.",
     tags=("reduction", "normalization"),
 )
 LAYER_NORM = define_op(
     "layer_norm(Tensor x, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, float eps=1e-05) -> Tensor",
     meta=layer_norm_meta,
+    dtypes=FLOATING,
+    family="normalization",
     doc="(x - mean) / sqrt(var + eps) * weight + bias over the trailing normalized_shape; "
     "mirrors torch.nn.functional.layer_norm.",
     tags=("reduction", "normalization"),
@@ -117,11 +123,11 @@ LAYER_NORM = define_op(
 RMS_NORM = define_op(
     "rms_norm(Tensor x, int[] normalized_shape, Tensor? weight=None, float? eps=None) -> Tensor",
     meta=rms_norm_meta,
+    dtypes=FLOATING,
+    family="normalization",
     doc="x / sqrt(mean(x**2) + eps) * weight over the trailing normalized_shape (eps None: the machine "
     "epsilon of the compute dtype); mirrors torch.nn.functional.rms_norm.",
     tags=("reduction", "normalization"),
 )
 
 CONTRACTS: tuple[OpContract, ...] = (SOFTMAX, LOG_SOFTMAX, LAYER_NORM, RMS_NORM)
-
-DTYPES: dict[str, frozenset[DType]] = {contract.name: FLOATING for contract in CONTRACTS}

@@ -15,7 +15,7 @@ from opcore.errors import ArgumentError, ShapeError
 from opcore.meta import ALL_DTYPES, normalize_dim, promote_types, shape_text
 from opcore.types import DType, TensorMeta
 
-__all__ = ["CAT", "CONTRACTS", "DTYPES", "PERMUTE", "RESHAPE", "TRANSPOSE", "is_skipped_in_cat"]
+__all__ = ["CAT", "CONTRACTS", "PERMUTE", "RESHAPE", "TRANSPOSE", "is_skipped_in_cat"]
 
 
 def transpose_meta(x: TensorMeta, dim0: int, dim1: int) -> TensorMeta:
@@ -122,28 +122,34 @@ def cat_meta(tensors: tuple[TensorMeta, ...], dim: int) -> TensorMeta:
 TRANSPOSE = define_op(
     "transpose(Tensor x, int dim0, int dim1) -> Tensor",
     meta=transpose_meta,
+    dtypes=ALL_DTYPES,
+    family="shape",
     doc="x with dims dim0 and dim1 swapped; mirrors torch.transpose.",
     tags=("shape",),
 )
 PERMUTE = define_op(
     "permute(Tensor x, int[] dims) -> Tensor",
     meta=permute_meta,
+    dtypes=ALL_DTYPES,
+    family="shape",
     doc="x with its dims reordered to dims; mirrors torch.permute.",
     tags=("shape",),
 )
 RESHAPE = define_op(
     "reshape(Tensor x, int[] shape) -> Tensor",
     meta=reshape_meta,
+    dtypes=ALL_DTYPES,
+    family="shape",
     doc="x with a new shape of the same number of elements (one -1 is inferred); mirrors torch.reshape.",
     tags=("shape",),
 )
 CAT = define_op(
     "cat(Tensor[] tensors, int dim=0) -> Tensor",
     meta=cat_meta,
+    dtypes=ALL_DTYPES,
+    family="shape",
     doc="The tensors joined along dim, type-promoted; 1-D empty tensors are skipped; mirrors torch.cat.",
     tags=("shape",),
 )
 
 CONTRACTS: tuple[OpContract, ...] = (TRANSPOSE, PERMUTE, RESHAPE, CAT)
-
-DTYPES: dict[str, frozenset[DType]] = {contract.name: ALL_DTYPES for contract in CONTRACTS}

@@ -1,5 +1,5 @@
 """The reference backend's hooks: one numpy kernel for every built-in op, for every dtype its
-contract accepts.
+contract accepts. The kernel of op ``o`` of family ``f`` is ``opcore.reference.f.o``.
 
 >>> opcore_backend().priority
 0
@@ -7,51 +7,33 @@ contract accepts.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import opcore
 from opcore.backend import BackendSpec
 from opcore.hookspecs import hookimpl
-from opcore.opset import BUILTIN_DTYPES
-from opcore.reference import elementwise, linear, nn, normalization, shape
+from opcore.opset import BUILTIN_CONTRACTS, BUILTIN_DTYPES
 from opcore.types import DeviceType
 
 if TYPE_CHECKING:
     from opcore.registry import Registrar
 
-__all__ = ["KERNELS", "opcore_backend", "opcore_register_kernels"]
+__all__ = ["KERNELS", "builtin_kernels", "opcore_backend", "opcore_register_kernels"]
 
-KERNELS: Mapping[str, Callable[..., Any]] = {
-    "add": elementwise.add,
-    "sub": elementwise.sub,
-    "mul": elementwise.mul,
-    "div": elementwise.div,
-    "relu": elementwise.relu,
-    "gelu": elementwise.gelu,
-    "silu": elementwise.silu,
-    "sigmoid": elementwise.sigmoid,
-    "tanh": elementwise.tanh,
-    "exp": elementwise.exp,
-    "linear": linear.linear,
-    "matmul": linear.matmul,
-    "bmm": linear.bmm,
-    "linear_relu": linear.linear_relu,
-    "linear_silu": linear.linear_silu,
-    "linear_gelu": linear.linear_gelu,
-    "gated_mlp": linear.gated_mlp,
-    "softmax": normalization.softmax,
-    "log_softmax": normalization.log_softmax,
-    "layer_norm": normalization.layer_norm,
-    "rms_norm": normalization.rms_norm,
-    "embedding": nn.embedding,
-    "conv2d": nn.conv2d,
-    "scaled_dot_product_attention": nn.scaled_dot_product_attention,
-    "transpose": shape.transpose,
-    "permute": shape.permute,
-    "reshape": shape.reshape,
-    "cat": shape.cat,
-}
+
+def builtin_kernels() -> dict[str, Callable[..., Any]]:
+    """op -> its kernel: the function named as the op in ``opcore.reference.<its family>``."""
+    kernels: dict[str, Callable[..., Any]] = {}
+    for contract in BUILTIN_CONTRACTS:
+        kernel = getattr(importlib.import_module(f"opcore.reference.{contract.family}"), contract.name, None)
+        if kernel is not None:  # tests/test_reference.py checks that every built-in op has one
+            kernels[contract.name] = kernel
+    return kernels
+
+
+KERNELS: Mapping[str, Callable[..., Any]] = builtin_kernels()
 
 
 @hookimpl

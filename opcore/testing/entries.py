@@ -17,6 +17,7 @@ A plugin that contributes an op contract adds its entry in one of two ways:
 
 from __future__ import annotations
 
+import importlib
 import threading
 from collections.abc import Iterable
 from importlib.metadata import entry_points
@@ -48,10 +49,10 @@ _errors: dict[int, tuple[OpEntry, tuple[ErrorInput, ...]]] = {}
 
 
 def builtin_entries() -> tuple[OpEntry, ...]:
-    """The entries of the 28 built-in ops."""
-    from opcore.testing.ops import elementwise, linear, nn, normalization, shape
+    """The entries of the built-in ops: ``opcore.testing.ops.<family>.ENTRIES`` for each family."""
+    from opcore.families import FAMILIES
 
-    return elementwise.ENTRIES + linear.ENTRIES + normalization.ENTRIES + nn.ENTRIES + shape.ENTRIES
+    return tuple(e for f in FAMILIES for e in importlib.import_module(f"opcore.testing.ops.{f}").ENTRIES)
 
 
 def add_entry(entry: OpEntry, *, replace: bool = False) -> OpEntry:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from opcore.contracts import OpContract, define_op
-from opcore.meta import check_floating
+from opcore.meta import FLOATING, NUMERIC, check_floating
 from opcore.opset.nn import conv2d_meta
 from opcore.types import TensorMeta
 
@@ -55,6 +55,7 @@ def conv2d_silu_decomposition(*args: Any) -> Any:
 CONV2D_RELU = define_op(
     f"conv2d_relu({_ARGUMENTS}) -> Tensor",
     meta=conv2d_meta,
+    dtypes=NUMERIC,
     doc="relu(conv2d(...)) in one call; mirrors torch.relu(torch.nn.functional.conv2d(...)).",
     tags=("convolution", "fused"),
     decomposition=conv2d_relu_decomposition,
@@ -62,6 +63,7 @@ CONV2D_RELU = define_op(
 CONV2D_SILU = define_op(
     f"conv2d_silu({_ARGUMENTS}) -> Tensor",
     meta=conv2d_float_meta,
+    dtypes=FLOATING,
     doc="silu(conv2d(...)) in one call, floating dtypes only; mirrors "
     "torch.nn.functional.silu(torch.nn.functional.conv2d(...)).",
     tags=("convolution", "fused"),

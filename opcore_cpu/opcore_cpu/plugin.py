@@ -7,8 +7,8 @@ Three layers of kernels, highest priority first:
 
 - ``cpu/onednn`` (+10): oneDNN linear and fused linear + activation, gated_mlp and conv2d + activation, with
   ``prepare`` packing constant weights; their checkers send small problems to the next layer.
-- ``cpu/aten``: the shared device-generic torch kernels (``opcore._torch.kernels``), every op.
-- ``aten.*`` ops: the shared ATen fallback (``opcore._torch.aten``), any ``torch.ops.aten`` op.
+- ``cpu/aten``: the shared device-generic torch kernels (``opcore.torchkit.kernels``), every op.
+- ``aten.*`` ops: the shared ATen fallback (``opcore.torchkit.aten``), any ``torch.ops.aten`` op.
 
 >>> opcore_backend().priority
 300
@@ -23,7 +23,7 @@ from opcore.backend import DEFAULT_PRIORITIES, BackendSpec
 from opcore.types import ArrayKind, DeviceType
 from opcore_cpu import __version__, choice, system
 from opcore_cpu.contracts import CONTRACTS
-from opcore_cpu.dtypes import CPU_DTYPES, ONEDNN_DTYPES
+from opcore_cpu.dtypes import CPU_DIFFERENCES, ONEDNN_DTYPES
 
 if TYPE_CHECKING:
     from opcore.registry import Registrar
@@ -72,10 +72,10 @@ def opcore_register_contracts(registrar: Registrar) -> None:
 @opcore.hookimpl
 def opcore_register_kernels(registrar: Registrar) -> None:
     """The shared torch kernels, the oneDNN fused kernels on top, and the ATen fallback."""
-    from opcore._torch.registration import register_aten_fallback, register_torch_kernels
+    from opcore.torchkit.registration import register_aten_fallback, register_torch_kernels
 
     known = registrar.contracts
-    register_torch_kernels(registrar, DeviceType.CPU, {op: d for op, d in CPU_DTYPES.items() if op in known})
+    register_torch_kernels(registrar, DeviceType.CPU, CPU_DIFFERENCES)
     for op, (kernel, prepare, checker) in _ONEDNN.items():
         if op not in known:
             continue

@@ -1,4 +1,5 @@
-"""The dtypes torch's CUDA kernels support, per op: what the "cuda/aten" kernels declare.
+"""The dtypes torch's CUDA kernels support, per op: what the "cuda/aten" kernels declare, as the
+contracts' dtypes except where ``CUDA_DIFFERENCES`` says CUDA differs.
 
 Unlike ``opcore_cpu.dtypes`` this table could not be probed on a GPU when it was written; it
 follows torch's CUDA dispatch macros, and is conservative where CUDA differs from CPU: no integer
@@ -14,49 +15,30 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from opcore.meta import FLOATING
+from opcore.opset import BUILTIN_CONTRACTS
+from opcore.torchkit.registration import torch_dtypes
 from opcore.types import DType
 
-__all__ = ["CUBLASLT_DTYPES", "CUDA_DTYPES", "FLOATING"]
+__all__ = ["CUBLASLT_DTYPES", "CUDA_DIFFERENCES", "CUDA_DTYPES", "FLOATING"]
 
-FLOATING = frozenset({DType.FLOAT16, DType.BFLOAT16, DType.FLOAT32, DType.FLOAT64})
-INTEGRAL = frozenset({DType.UINT8, DType.INT8, DType.INT16, DType.INT32, DType.INT64})
-NUMERIC = FLOATING | INTEGRAL
-EVERY = NUMERIC | {DType.BOOL}
-
-CUDA_DTYPES: Mapping[str, frozenset[DType]] = {
-    "add": EVERY,
-    "sub": NUMERIC,  # torch refuses bool - bool on every device
-    "mul": EVERY,
-    "div": EVERY,  # opcore_cuda.kernels.div: CUDA does not raise on an integer division by zero
-    "relu": NUMERIC,  # clamp_min's CUDA kernel takes every numeric dtype
-    "gelu": FLOATING,
-    "silu": FLOATING,
-    "sigmoid": EVERY,  # integer and bool inputs are computed in the promoted float dtype
-    "tanh": EVERY,
-    "exp": EVERY,
+# op -> the dtypes torch's CUDA kernels take where they are not the contract's
+CUDA_DIFFERENCES: Mapping[str, frozenset[DType]] = {
     "linear": FLOATING,  # no integer GEMM on CUDA
     "matmul": FLOATING,
     "bmm": FLOATING,
     "linear_relu": FLOATING,
-    "linear_silu": FLOATING,
-    "linear_gelu": FLOATING,
-    "gated_mlp": FLOATING,
-    "softmax": FLOATING,
-    "log_softmax": FLOATING,
-    "layer_norm": FLOATING,  # opcore_cuda.kernels.layer_norm: float32 parameters of a float16 input
-    "rms_norm": FLOATING,
-    "embedding": EVERY,  # keyed by the weight's dtype; opcore_cuda.kernels.embedding checks the indices
     "conv2d": FLOATING,  # cuDNN (and torch's slow CUDA convolutions) are floating only
-    "scaled_dot_product_attention": FLOATING,  # flash / memory-efficient / cuDNN / math, torch picks
-    "transpose": EVERY,
-    "permute": EVERY,
-    "reshape": EVERY,
-    "cat": EVERY,
     # contributed by opcore-cpu (opcore_cpu.contracts) until the core has them; registered only
     # when the contract exists
     "conv2d_relu": FLOATING,
     "conv2d_silu": FLOATING,
 }
+
+# every built-in op; notes on the ones CUDA serves through its own kernel (opcore_cuda.kernels):
+# div (CUDA does not raise on an integer division by zero), layer_norm (float32 parameters of a
+# float16 input), embedding (keyed by the weight's dtype; checks the indices)
+CUDA_DTYPES: Mapping[str, frozenset[DType]] = torch_dtypes(BUILTIN_CONTRACTS, CUDA_DIFFERENCES)
 
 # torch._addmm_activation's cuBLASLt path takes these (and float64, which gains nothing from it)
 CUBLASLT_DTYPES = frozenset({DType.FLOAT16, DType.BFLOAT16, DType.FLOAT32})

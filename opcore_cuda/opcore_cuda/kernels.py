@@ -1,4 +1,4 @@
-"""The few ops where torch on CUDA needs more than the shared kernels (``opcore._torch.kernels``).
+"""The few ops where torch on CUDA needs more than the shared kernels (``opcore.torchkit.kernels``).
 
 Each function wraps the shared kernel (never a copy of it) and is registered in its place, with
 the same "aten" label, through ``register_torch_kernels(..., overrides=plugin.CUDA_OVERRIDES)``:
@@ -24,8 +24,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from opcore._torch import kernels as shared
 from opcore.errors import ArgumentError
+from opcore.torchkit import kernels as shared
 
 __all__ = ["div", "embedding", "layer_norm"]
 

@@ -11,10 +11,10 @@ Three layers, highest priority first:
 
 - ``cuda/cublaslt`` (+10): linear_relu and linear_gelu through ``torch._addmm_activation``, the
   activation fused into the GEMM as a cuBLASLt epilogue.
-- ``cuda/aten``: the shared device-generic torch kernels (``opcore._torch.kernels``) for every
+- ``cuda/aten``: the shared device-generic torch kernels (``opcore.torchkit.kernels``) for every
   built-in op, with ``opcore_cuda.kernels`` in place of three of them (div, embedding, layer_norm);
   scaled_dot_product_attention is torch's fused SDPA (flash / memory-efficient / cuDNN).
-- ``aten.*`` ops: the shared ATen fallback (``opcore._torch.aten``), any ``torch.ops.aten`` op.
+- ``aten.*`` ops: the shared ATen fallback (``opcore.torchkit.aten``), any ``torch.ops.aten`` op.
 
 >>> opcore_backend().priority
 400
@@ -28,7 +28,7 @@ import opcore
 from opcore.backend import DEFAULT_PRIORITIES, BackendSpec
 from opcore.types import ArrayKind, DeviceType
 from opcore_cuda import __version__, choice, system
-from opcore_cuda.dtypes import CUBLASLT_DTYPES, CUDA_DTYPES
+from opcore_cuda.dtypes import CUBLASLT_DTYPES, CUDA_DIFFERENCES
 
 if TYPE_CHECKING:
     from opcore.registry import Registrar
@@ -74,13 +74,13 @@ def opcore_backend() -> BackendSpec:
 @opcore.hookimpl
 def opcore_register_kernels(registrar: Registrar) -> None:
     """The shared torch kernels for CUDA, the cuBLASLt epilogue kernels on top, and the ATen fallback."""
-    from opcore._torch.registration import register_aten_fallback, register_torch_kernels
+    from opcore.torchkit.registration import register_aten_fallback, register_torch_kernels
 
     known = registrar.contracts
     register_torch_kernels(
         registrar,
         DeviceType.CUDA,
-        {op: dtypes for op, dtypes in CUDA_DTYPES.items() if op in known},
+        CUDA_DIFFERENCES,
         overrides=CUDA_OVERRIDES,
     )
     for op, (kernel, prepare, checker) in _CUBLASLT.items():

@@ -6,7 +6,7 @@ None in a CPU build), ``CUDA_VISIBLE_DEVICES``, the NVIDIA driver's ``/proc`` an
 and its version. ``gather_facts()`` collects them and ``availability(facts)`` decides, so every
 branch can be tested with made-up facts. What this cannot see (a GPU the driver refuses, a context
 that fails to initialise) surfaces when a kernel first moves data there: torch's reason comes back
-as ``opcore.Unsupported`` (see ``opcore._torch.arrays.to_device``).
+as ``opcore.Unsupported`` (see ``opcore.torchkit.arrays.to_device``).
 
 ``describe()`` runs only for the doctor: it imports torch and asks it about the devices, but never
 raises (a probe that fails says so in its value).

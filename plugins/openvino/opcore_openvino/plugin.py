@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from opcore.backend import BackendSpec
 from opcore.hookspecs import hookimpl
-from opcore.onemodel.plugin import KERNEL_LAYOUT, kernel_targets, register_kernels, runtime_available
+from opcore.onemodel.plugin import kernel_layout, kernel_targets, register_kernels, runtime_available
 from opcore.types import DeviceType
 from opcore_openvino import __version__
 from opcore_openvino.checks import checker_for
@@ -29,9 +29,9 @@ __all__ = ["KERNELS", "MIN_OPENVINO", "opcore_backend", "opcore_partition_compil
 
 MIN_OPENVINO = (2024, 0)
 
-# op -> module of its kernel (the kernel object has the op's name); ops with prepare=True bake
-# their constant tensors in as Constants when resolved with constants.
-KERNELS: Mapping[str, tuple[str, bool]] = KERNEL_LAYOUT
+# op -> (module of its kernel, whether resolve's constants are baked in): the ops whose family
+# module under opcore_openvino.kernels lists them in __all__ (each module-level kernel is named as its op)
+KERNELS: Mapping[str, tuple[str, bool]] = kernel_layout("opcore_openvino.kernels")
 
 
 def is_available() -> bool | str:
@@ -63,7 +63,7 @@ def opcore_backend() -> BackendSpec:
 @hookimpl
 def opcore_register_kernels(registrar: Registrar) -> None:
     """One numpy kernel per op for every dtype its contract accepts; the checker declines the rest."""
-    register_kernels(registrar, "opcore_openvino.kernels", checker_for, KERNELS)
+    register_kernels(registrar, "opcore_openvino.kernels", checker_for)
 
 
 @hookimpl

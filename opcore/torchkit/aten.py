@@ -9,7 +9,7 @@ functions). It has three parts:
   ShapeError / DTypeError / ArgumentError naming the op).
 - ``kernel_factory(device_type)``, the kernel factory each torch backend registers for ``"aten."``.
 - ``builtin_fallback``, by-name kernels for built-in ops that a torch backend has no own kernel
-  for but ATen has an op of the same name (``"opcore._torch.aten:builtin_fallback.relu"``).
+  for but ATen has an op of the same name (``"opcore.torchkit.aten:builtin_fallback.relu"``).
 
 Naming: ``aten.<name>.<overload>`` picks that overload. Without an overload, ``.default`` when the
 op has a usable one, else the first *usable* overload in torch's declaration order (``aten.add`` is
@@ -37,11 +37,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from opcore._torch.registration import ATEN_PREFIX, FALLBACK_LABEL
 from opcore.contracts import OpContract, define_op
 from opcore.errors import ArgumentError, DTypeError, NoKernelError, OpcoreError, ShapeError, Unsupported
 from opcore.kernels import Kernel
 from opcore.schema import NO_DEFAULT, Schema
+from opcore.torchkit.registration import ATEN_PREFIX, FALLBACK_LABEL
 from opcore.types import ArrayKind, DeviceType, DType, TensorMeta
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from opcore._torch import kernels
+from opcore.torchkit import kernels
 
 __all__ = [
     "batch_rows",

@@ -5,7 +5,7 @@ strings, imported when one first runs, so loading a plugin stays cheap.
 
 >>> @opcore.hookimpl                                                             # doctest: +SKIP
 ... def opcore_register_kernels(registrar):
-...     register_torch_kernels(registrar, "cpu", CPU_DTYPES)
+...     register_torch_kernels(registrar, "cpu", CPU_DIFFERENCES)
 ...     register_aten_fallback(registrar, "cpu")
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from opcore.exports import declared_names
 from opcore.types import ArrayKind, DeviceType, DType
 
 if TYPE_CHECKING:
@@ -32,40 +33,67 @@ __all__ = [
     "builtin_fallback_checker",
     "register_aten_fallback",
     "register_torch_kernels",
+    "shared_kernel_ops",
+    "torch_dtypes",
 ]
 
-KERNEL_MODULE = "opcore._torch.kernels"
-# ops whose shared kernel can prepare constant weights (opcore._torch.prepared)
+KERNEL_MODULE = "opcore.torchkit.kernels"
+# ops whose shared kernel can prepare constant weights (opcore.torchkit.prepared)
 PREPARES = {
-    op: f"opcore._torch.prepared:prepare_{op}" for op in ("linear", "linear_relu", "linear_silu", "linear_gelu")
+    op: f"opcore.torchkit.prepared:prepare_{op}" for op in ("linear", "linear_relu", "linear_silu", "linear_gelu")
 }
 ATEN_LABEL = "aten"  # the plain torch kernels: one ATen call (or a few) per op
 FALLBACK_LABEL = "aten-fallback"  # a built-in op run as torch.ops.aten.<op> by name (as aten.* ops are)
 FALLBACK_PRIORITY = -10  # below every own kernel of the backend
 
 
+def torch_dtypes(
+    contracts: Iterable[OpContract], differences: Mapping[str, Iterable[DType | str]] | None = None
+) -> dict[str, frozenset[DType]]:
+    """op -> the dtypes torch on a device supports: the contract's, except where ``differences``
+    says torch there takes fewer (or others).
+
+    >>> from opcore.opset import BUILTIN_CONTRACTS
+    >>> sorted(d.value for d in torch_dtypes(BUILTIN_CONTRACTS, {"bmm": ["float32"]})["bmm"])
+    ['float32']
+    """
+    differ = differences or {}
+    return {c.name: frozenset(DType.parse(d) for d in differ.get(c.name, c.dtypes)) for c in contracts}
+
+
+def shared_kernel_ops() -> tuple[str, ...]:
+    """The ops ``opcore.torchkit.kernels`` has a kernel for (its ``__all__``, read without torch)."""
+    return declared_names(KERNEL_MODULE)
+
+
 def register_torch_kernels(
     registrar: Registrar,
     device_type: DeviceType | str,
-    dtypes_by_op: Mapping[str, Iterable[DType | str]],
+    differences: Mapping[str, Iterable[DType | str]] | None = None,
     overrides: Mapping[str, str] | None = None,
+    ops: Iterable[str] | None = None,
 ) -> list[Kernel]:
-    """Register ``opcore._torch.kernels.<op>`` for each op of ``dtypes_by_op`` on ``device_type``
-    with the dtypes given there (what torch supports for that op on that device; a backend adds its
-    own device-specific kernels on top, with another label). Built-in ops missing from
-    ``dtypes_by_op`` get the by-name ATen fallback (label "aten-fallback") when ATen has an op of
-    the same name: a built-in op added to the core later runs on torch before a kernel is written.
+    """Register ``opcore.torchkit.kernels.<op>`` on ``device_type`` for each op the registrar knows
+    (built-in or a plugin's contract) that the shared kernels implement, with the dtypes of
+    ``torch_dtypes`` (the contract's, but where ``differences`` says torch on this device differs;
+    a backend adds its own device-specific kernels on top, with another label). Built-in ops
+    without a shared kernel get the by-name ATen fallback (label "aten-fallback") when ATen has an
+    op of the same name: a built-in op added to the core runs on torch before a kernel is written.
 
+    ``ops`` limits the shared kernels registered to those ops (a vendor's backend taking a few);
     ``overrides`` (op -> ``"module:qualname"``) names the kernel to register instead of the shared
     one, still labelled "aten", where torch on this device needs more than the shared code (CUDA
     does not raise on an integer division by zero or an embedding index out of range).
 
     >>> register_torch_kernels(registrar, "cpu", {"relu": ["float32"]})               # doctest: +SKIP
     """
-    from opcore.opset import BUILTIN_DTYPES
+    from opcore.opset import BUILTIN_CONTRACTS
 
     device = DeviceType(device_type)
     replaced = overrides or {}
+    known = registrar.contracts
+    shared = set(shared_kernel_ops()) if ops is None else set(ops) & set(shared_kernel_ops())
+    dtypes_by_op = torch_dtypes((c for op, c in known.items() if op in shared), differences)
     added = [
         registrar.add_kernel(
             op,
@@ -78,13 +106,13 @@ def register_torch_kernels(
         )
         for op, dtypes in dtypes_by_op.items()
     ]
-    for op, dtypes in BUILTIN_DTYPES.items():
+    for op, dtypes in torch_dtypes(BUILTIN_CONTRACTS, differences).items():
         if op in dtypes_by_op:
             continue
         added.append(
             registrar.add_kernel(
                 op,
-                f"opcore._torch.aten:builtin_fallback.{op}",
+                f"opcore.torchkit.aten:builtin_fallback.{op}",
                 dtypes=dtypes,
                 device_type=device,
                 array_kind=ArrayKind.TORCH,
@@ -110,10 +138,10 @@ ATEN_PREFIX = "aten."
 
 
 def aten_namespace(name: str) -> OpContract | None:
-    """The "aten." contract factory: ``opcore._torch.aten.aten_contract``, imported on first use
+    """The "aten." contract factory: ``opcore.torchkit.aten.aten_contract``, imported on first use
     (the module is only needed once an ``aten.*`` op is called).
     """
-    from opcore._torch.aten import aten_contract
+    from opcore.torchkit.aten import aten_contract
 
     return aten_contract(name)
 
@@ -127,7 +155,7 @@ class _AtenKernels:
         self.device_type = device_type
 
     def __call__(self, contract: OpContract) -> Iterable[Kernel]:
-        from opcore._torch.aten import kernel_factory
+        from opcore.torchkit.aten import kernel_factory
 
         return kernel_factory(self.device_type)(contract)
 
