@@ -40,9 +40,10 @@ class OpContract:
     # None: the op cannot be built from other ops. Otherwise called with the bound
     # arguments (the caller's arrays) and runs the parts through opcore.run.
     decomposition: Callable[..., Any] | None = None
-    # None: the first tensor argument's dtype picks the kernel; else this argument's. For an op
-    # without a tensor argument (a creation op) it names its ``str?`` dtype attribute, whose None
-    # means default_dtype.
+    # None: the first tensor argument's dtype picks the kernel; else this argument's. An op without
+    # a tensor argument (a creation op) names its ``str?`` dtype attribute here; its meta function
+    # reads that attribute (None: the op's default, as torch's) and its device attribute, and the
+    # output meta's dtype and device pick the kernel.
     dtype_arg: str | None = None
     # module:qualname of the meta function, or the plugin that contributed the contract.
     source: str = ""
@@ -51,10 +52,6 @@ class OpContract:
     dtypes: frozenset[DType] = ALL_DTYPES
     # The family module the op lives in (opcore.families); "" for a plugin's own contract.
     family: str = ""
-    # An op without a tensor argument: the dtype when its dtype attribute is None, and the argument
-    # naming its device (None: always the CPU).
-    default_dtype: DType = DType.FLOAT32
-    device_arg: str | None = None
 
     @property
     def name(self) -> str:
@@ -68,7 +65,7 @@ class OpContract:
 
     @property
     def creates(self) -> bool:
-        """True for an op without a tensor argument: its dtype and device come from attributes."""
+        """True for an op without a tensor argument: its output's dtype and device pick the kernel."""
         return not self.schema.tensor_positions
 
     def summary(self) -> str:
@@ -93,21 +90,20 @@ def define_op(
     dtype_arg: str | None = None,
     dtypes: Iterable[DType | str] = ALL_DTYPES,
     family: str = "",
-    default_dtype: DType | str = DType.FLOAT32,
-    device_arg: str | None = None,
 ) -> OpContract:
     """Build a contract from a schema string; the schema is parsed and checked here.
 
     ``dtypes``: what the op accepts for the argument whose dtype picks the kernel (the first
     tensor, or ``dtype_arg``); ``family``: its module under ``opcore.opset`` for a built-in op.
     An op without a tensor argument (``zeros(int[] size, *, str? dtype=None, str device="cpu")``)
-    names its dtype attribute as ``dtype_arg`` (None there means ``default_dtype``) and may name
-    its device attribute as ``device_arg``.
+    names its dtype attribute as ``dtype_arg``; its meta function returns the output with the
+    dtype and device those attributes ask for (``DType.parse``, ``Device.parse``; None: the op's
+    default), and that dtype and device pick the kernel. Its result comes back as a numpy array
+    on the CPU, as a torch tensor on any other device.
     """
     parsed = parse_schema(schema)
-    for name, value in (("dtype_arg", dtype_arg), ("device_arg", device_arg)):
-        if value is not None and value not in parsed.names:
-            raise ArgumentError(op="define_op", arg=name, expected=f"one of {parsed.names}", found=repr(value))
+    if dtype_arg is not None and dtype_arg not in parsed.names:
+        raise ArgumentError(op="define_op", arg="dtype_arg", expected=f"one of {parsed.names}", found=repr(dtype_arg))
     if not parsed.tensor_positions:
         dtype_type = None if dtype_arg is None else parsed.arguments[parsed.names.index(dtype_arg)].type
         if dtype_type is None or dtype_type.base is not BaseType.STR or dtype_type.is_list:
@@ -119,13 +115,6 @@ def define_op(
                 found=repr(dtype_arg),
                 fix="take a Tensor, or name the str? dtype attribute that picks the kernel",
             )
-    elif device_arg is not None:
-        raise ArgumentError(
-            op="define_op",
-            arg="device_arg",
-            expected="None for an op with a tensor argument (its tensors' device picks the kernel)",
-            found=repr(device_arg),
-        )
     accepted = frozenset(DType.parse(d) for d in dtypes)
     if not accepted:
         raise ArgumentError(op="define_op", arg="dtypes", expected="at least one dtype", found="none")
@@ -141,6 +130,4 @@ def define_op(
         source=source_of(meta),
         dtypes=accepted,
         family=family,
-        default_dtype=DType.parse(default_dtype),
-        device_arg=device_arg,
     )

@@ -20,7 +20,7 @@ from opcore.reports import PluginStatus
 from opcore.runtime import Runtime
 from opcore.settings import ContextPolicy
 from opcore.tuning.table import Entry, Measurement, lookup, measured_order, signature_key
-from opcore.types import ArrayKind, Device, DType, TensorMeta, array_kind_of
+from opcore.types import ArrayKind, Device, DeviceType, DType, TensorMeta, array_kind_of
 
 __all__ = ["Candidate", "CandidateStatus", "Selection", "check_kernel", "select", "transfer_target"]
 
@@ -178,7 +178,7 @@ def select(
         tensors = list(_tensors(contract, meta_args))
         device = common_device(tensors)
         out = contract.meta(*meta_args)  # first: its message about a missing tensor is the better one
-        if not tensors:
+        if not tensors and not contract.creates:
             raise ArgumentError("was called without any tensor", fix="pass at least one numpy array or torch tensor")
     except OpcoreError as error:
         if error.op is None:
@@ -191,10 +191,13 @@ def select(
             fix="this is a bug in the contract's plugin; report it to its authors",
         ) from error
     outputs = out if isinstance(out, tuple) else (out,)
-    keyed = meta_args[contract.dtype_position]
-    if isinstance(keyed, tuple):
-        keyed = next((m for m in keyed if isinstance(m, TensorMeta)), None)
-    dtype = keyed.dtype if isinstance(keyed, TensorMeta) else tensors[0][1].dtype
+    if contract.creates:  # no tensor: the output its meta read from the dtype and device attributes
+        device, dtype = outputs[0].device, outputs[0].dtype
+    else:
+        keyed = meta_args[contract.dtype_position]
+        if isinstance(keyed, tuple):
+            keyed = next((m for m in keyed if isinstance(m, TensorMeta)), None)
+        dtype = keyed.dtype if isinstance(keyed, TensorMeta) else tensors[0][1].dtype
     kinds = kinds_of(bound)
     order, order_source = effective_order(rt, policy)
     transfer = None
@@ -204,7 +207,8 @@ def select(
     elif order is not None:
         check_named(rt, order, order_source)
     strict = policy.strict if policy is not None and policy.strict is not None else rt.settings.strict
-    caller_kind = kinds[0]
+    # a creation op's result: numpy on the CPU, torch elsewhere
+    caller_kind = kinds[0] if kinds else ArrayKind.NUMPY if device.type is DeviceType.CPU else ArrayKind.TORCH
     if caller_kind is ArrayKind.NUMPY and ArrayKind.TORCH in kinds and any(o.dtype is DType.BFLOAT16 for o in outputs):
         caller_kind = ArrayKind.TORCH  # numpy cannot hold a bfloat16 result: give it back as torch
     selection = Selection(

@@ -99,6 +99,8 @@ def _dispatch_dtype(op_entry: OpEntry, sample: Sample | ErrorInput) -> DType | N
     value = bound[contract.dtype_position]
     if isinstance(value, tuple):
         value = next((v for v in value if isinstance(v, TensorMeta)), None)
+    if contract.creates and value is not None:  # a creation op's dtype attribute
+        return DType.parse(value)
     return value.dtype if isinstance(value, TensorMeta) else None
 
 
