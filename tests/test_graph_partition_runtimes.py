@@ -267,3 +267,17 @@ def test_save_then_load_in_a_fresh_process(backend: str, tmp_path: pathlib.Path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"  # loading a partition imports no torch
     numpy.testing.assert_allclose(numpy.load(tmp_path / "out.npy"), part(values["x"])[0], rtol=1e-6, atol=1e-6)
+
+
+def test_a_reshape_to_a_size_computed_at_run_time(backend: str) -> None:
+    """view(x, [n, 4, 2]) with n a dynamic batch size that the plan feeds as a 0-D input."""
+    rng = _rng()
+    values = {"x": rng.standard_normal((3, 8)).astype("float32"), "n": numpy.asarray(3, dtype=numpy.int64)}
+    nodes = (PartNode("reshape", (R("x"), (R("n"), 4, 2)), ("y",)), PartNode("softmax", (R("y"), 1), ("z",)))
+    values["y"] = values["x"].reshape(3, 4, 2)
+    values["z"] = opcore.run("softmax", values["y"], 1)
+    spec = _spec(nodes, values, ("x", "n"), (), ("z",), {"x": frozenset({0})})
+    part = compilers()[backend].compile(spec)
+    x = rng.standard_normal((5, 8)).astype("float32")
+    (z,) = part(x, numpy.asarray(5, dtype=numpy.int64))
+    numpy.testing.assert_allclose(z, opcore.run("softmax", x.reshape(5, 4, 2), 1, backend="cpu"), rtol=1e-5, atol=1e-6)

@@ -109,7 +109,25 @@ def compile_partition(spec: PartitionSpec, chain_of: Callable[[str], Any]) -> Ov
     return compile_or_locate(spec, lambda part: _compile(part, chain_of), BACKEND)  # type: ignore[no-any-return]
 
 
+def _refuse_empty(spec: PartitionSpec) -> None:
+    """Values of a static size 0 are refused: compiling a Gather of empty indices with static shapes
+    kills the process (SIGFPE in the CPU plugin, 2026.4); the one-op kernels (dynamic shapes) take them."""
+    for index, node in enumerate(spec.nodes):
+        for name in (*node.refs(), *node.outputs):
+            meta = spec.metas.get(name)
+            if meta is not None and 0 in meta.shape:
+                raise PartitionError(
+                    spec.name,
+                    BACKEND,
+                    f"value {name!r} is empty (shape {meta.shape}): the CPU plugin can crash compiling empty "
+                    "static shapes",
+                    node=index,
+                    op=node.op,
+                )
+
+
 def _compile(spec: PartitionSpec, chain_of: Callable[[str], Any]) -> OvPartition:
+    _refuse_empty(spec)
     graph = Graph(spec.name)
     values = chain_nodes(graph, spec, chain_of, BACKEND)
     outputs: list[Node] = [

@@ -50,9 +50,16 @@ def reshape(x: numpy.ndarray, shape: tuple[int, ...]) -> numpy.ndarray:
     return _reshape(x, numpy.asarray(shape, dtype=numpy.int64))
 
 
-def chain_reshape(g: Graph, x: Value, shape: tuple[int, ...]) -> Value:
-    """reshape in a partition: the target shape is a constant."""
-    return build_reshape(g, x, g.ints(shape))
+def chain_reshape(g: Graph, x: Value, shape: tuple[int | Value, ...]) -> Value:
+    """reshape in a partition: the target shape is a constant, or sizes computed in the graph (a
+    dynamic axis's size given as a 0-D value) joined with the constant ones."""
+    if all(isinstance(size, int) for size in shape):
+        return build_reshape(g, x, g.ints(shape))  # type: ignore[arg-type]
+    pieces = [
+        g.ints([size]) if isinstance(size, int) else g.op("Reshape", g.cast(size, numpy.int64), g.ints([1]), rank=1)
+        for size in shape
+    ]
+    return build_reshape(g, x, g.op("Concat", *pieces, axis=0, rank=1))
 
 
 reshape.chain = chain_reshape  # type: ignore[attr-defined]

@@ -54,9 +54,16 @@ def reshape(x: numpy.ndarray, shape: tuple[int, ...]) -> numpy.ndarray:
     return _reshape(x, numpy.asarray(shape, dtype=numpy.int64), len(shape))
 
 
-def chain_reshape(g: Graph, x: Node, shape: tuple[int, ...]) -> Node:
-    """reshape in a partition: the target shape is a constant."""
-    return build_reshape(g, x, g.ints(shape), len(shape))
+def chain_reshape(g: Graph, x: Node, shape: tuple[int | Node, ...]) -> Node:
+    """reshape in a partition: the target shape is a constant, or sizes computed in the graph (a
+    dynamic axis's size given as a 0-D value) joined with the constant ones."""
+    if all(isinstance(size, int) for size in shape):
+        return build_reshape(g, x, g.ints(shape), len(shape))  # type: ignore[arg-type]
+    pieces = [
+        g.ints([size]) if isinstance(size, int) else ops.reshape(g.cast(size, numpy.int64), g.ints([1]), False)
+        for size in shape
+    ]
+    return build_reshape(g, x, ops.concat(pieces, 0), len(shape))
 
 
 reshape.chain = chain_reshape  # type: ignore[attr-defined]

@@ -1,0 +1,458 @@
+"""Whole models: eager PyTorch, torch.compile, the graph runtimes used directly, and opcore.graph plans.
+
+Models (random weights, fp32, built from configs: nothing is downloaded): three Hugging Face
+``transformers`` architectures — a Llama-style decoder (LlamaForCausalLM), GPT-2 (GPT2LMHeadModel)
+and BERT (BertModel) — each with 2 layers, hidden 512, 8 heads, vocabulary 4096, on 64 tokens;
+and a small ResNet-style CNN written here (three stages of two basic blocks, BatchNorm, 64x64
+images). Batch 1 and 8, torch.set_num_threads(2) (ONNX Runtime and OpenVINO use their defaults,
+which are the machine's cores: 2 here). Medians of interleaved rounds (bench/_timing.py).
+
+Columns: eager; torch.compile (Inductor, compile time apart); OpenVINO ``convert_model`` used
+directly and an ONNX Runtime session of ``torch.onnx.export`` (each where it works, else why
+not); the opcore plan ranked by default, and plans restricted to openvino or onnxruntime
+partitions (+ the cpu backend for what they do not take); speed-ups against eager, max |diff|
+against eager. Then per model: capture and load times, coverage (nodes per backend,
+partitions), the share of nodes each graph runtime accepts, and the exported ATen targets.
+
+Targets (issue 11): ranked plan >= 1.5x eager on the Llama decoder at batch 1 and never below eager;
+a one-partition plan >= 0.95x the same engine used directly; load >= 5x faster than capture;
+max |diff| <= 1e-4. Issue 12: >= 95% of each model's nodes accepted by onnxruntime and openvino.
+
+    python bench/graph.py                          # every model, batch 1 and 8 (several minutes)
+    python bench/graph.py --models llama --batches 1
+    python bench/graph.py --skip compile,onnx      # leave out columns (compile: Inductor is slow to compile here)
+    python bench/graph.py --targets-only --write docs/benchmarks.md   # regenerate the ATen-targets section
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import os
+import pathlib
+import re
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy
+import torch
+from torch import nn
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _timing import medians, table
+
+VOCAB, HIDDEN, LAYERS, HEADS, SEQUENCE = 4096, 512, 2, 8, 64
+THREADS = 2
+BATCHES = (1, 8)
+OV_CONFIG = {"INFERENCE_PRECISION_HINT": "f32"}
+GRAPH_RUNTIMES = ("onnxruntime", "openvino")
+ACCEPTING = ("chosen", "fallback", "partition")  # a plan's verdicts that mean "this backend runs it"
+
+
+# --- the models ---------------------------------------------------------------------------------
+
+
+class FirstOutput(nn.Module):
+    """A transformers model called on input ids, returning one tensor (logits or hidden states):
+    what every column compares."""
+
+    def __init__(self, model: nn.Module, key: str) -> None:
+        super().__init__()
+        self.model, self.key = model, key
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return getattr(self.model(input_ids=input_ids), self.key)
+
+
+def llama() -> nn.Module:
+    import transformers
+
+    config = transformers.LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=1376,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=HEADS,
+        max_position_embeddings=2 * SEQUENCE,
+        use_cache=False,
+    )
+    return FirstOutput(transformers.LlamaForCausalLM(config), "logits")
+
+
+def gpt2() -> nn.Module:
+    import transformers
+
+    config = transformers.GPT2Config(
+        vocab_size=VOCAB,
+        n_embd=HIDDEN,
+        n_layer=LAYERS,
+        n_head=HEADS,
+        n_positions=2 * SEQUENCE,
+        bos_token_id=0,
+        eos_token_id=0,
+        use_cache=False,
+    )
+    return FirstOutput(transformers.GPT2LMHeadModel(config), "logits")
+
+
+def bert() -> nn.Module:
+    import transformers
+
+    config = transformers.BertConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        intermediate_size=4 * HIDDEN,
+        max_position_embeddings=2 * SEQUENCE,
+    )
+    return FirstOutput(transformers.BertModel(config), "last_hidden_state")
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, inputs: int, outputs: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(inputs, outputs, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(outputs)
+        self.conv2 = nn.Conv2d(outputs, outputs, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(outputs)
+        self.shortcut = nn.Sequential()
+        if stride != 1 or inputs != outputs:
+            self.shortcut = nn.Sequential(nn.Conv2d(inputs, outputs, 1, stride, bias=False), nn.BatchNorm2d(outputs))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(y)) + self.shortcut(x))
+
+
+class SmallResNet(nn.Module):
+    """conv-bn-relu stem, three stages of two basic blocks (32, 64, 128 channels), pool, fc."""
+
+    def __init__(self, classes: int = 10) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 32, 3, 1, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU())
+        blocks, channels = [], 32
+        for width, stride in ((32, 1), (64, 2), (128, 2)):
+            blocks += [BasicBlock(channels, width, stride), BasicBlock(width, width, 1)]
+            channels = width
+        self.blocks = nn.Sequential(*blocks)
+        self.head = nn.Linear(channels, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.blocks(self.stem(x))
+        return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(y, 1), 1))
+
+
+def cnn() -> nn.Module:
+    model = SmallResNet()
+    generator = torch.Generator().manual_seed(1)
+    for module in model.modules():  # non-trivial BatchNorm statistics, as a trained model has
+        if isinstance(module, nn.BatchNorm2d):
+            module.running_mean.uniform_(-0.1, 0.1, generator=generator)
+            module.running_var.uniform_(0.5, 1.5, generator=generator)
+    return model
+
+
+@dataclass(frozen=True)
+class ModelCase:
+    name: str
+    title: str
+    make: Callable[[], nn.Module]
+    example: Callable[[int], torch.Tensor]
+
+
+def _ids(batch: int) -> torch.Tensor:
+    return torch.randint(0, VOCAB, (batch, SEQUENCE), generator=torch.Generator().manual_seed(batch))
+
+
+def _images(batch: int) -> torch.Tensor:
+    return torch.randn(batch, 3, 64, 64, generator=torch.Generator().manual_seed(batch))
+
+
+MODELS = {
+    "llama": ModelCase("llama", "Llama-style decoder (LlamaForCausalLM)", llama, _ids),
+    "gpt2": ModelCase("gpt2", "GPT-2 (GPT2LMHeadModel)", gpt2, _ids),
+    "bert": ModelCase("bert", "BERT (BertModel)", bert, _ids),
+    "cnn": ModelCase("cnn", "ResNet-style CNN (SmallResNet, 64x64)", cnn, _images),
+}
+
+
+# --- the columns --------------------------------------------------------------------------------
+
+
+def _reason(error: BaseException) -> str:
+    """The first informative line of an error, short enough for a table note."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    text = next((line for line in lines if "No conversion rule" in line or "not supported" in line.lower()), None)
+    text = text or (lines[0] if lines else "")
+    return f"{type(error).__name__}: {text[:200]}"
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Native code's prints to stdout and stderr dropped (file descriptors 1 and 2)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 1)
+        os.dup2(null.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+
+
+def openvino_direct(model: nn.Module, x: torch.Tensor) -> Callable[[], numpy.ndarray]:
+    import openvino
+
+    converted = openvino.convert_model(model, example_input=(x,))
+    compiled = openvino.Core().compile_model(converted, "CPU", OV_CONFIG)
+    request = compiled.create_infer_request()
+    feed = x.numpy()
+
+    def run() -> numpy.ndarray:  # copied out, as a partition's outputs are (the request reuses its memory)
+        request.infer([feed], share_inputs=True)
+        return request.get_output_tensor(0).data.copy()
+
+    return run
+
+
+def onnxruntime_direct(model: nn.Module, x: torch.Tensor, folder: pathlib.Path) -> Callable[[], numpy.ndarray]:
+    import onnxruntime
+
+    path = folder / "model.onnx"
+    with warnings.catch_warnings(), _quiet():  # the exporter prints the whole graph when it fails
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), str(path), input_names=["x"], output_names=["y"], dynamo=False)
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3
+    session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    feeds = {"x": x.numpy()}
+    return lambda: session.run(["y"], feeds)[0]
+
+
+def plan_of(model: nn.Module, x: torch.Tensor, backends: tuple[str, ...] | None) -> Any:
+    import opcore.graph
+
+    return opcore.graph.capture(model, (x,), backends=backends, partitions=True)
+
+
+# the plan columns: title -> backends (None: every backend, by rank)
+PLANS: dict[str, tuple[str, ...] | None] = {
+    "plan": None,
+    "plan ov": ("openvino", "cpu"),
+    "plan ort": ("onnxruntime", "cpu"),
+}
+
+
+@dataclass
+class Result:
+    times: dict[str, float] = field(default_factory=dict)
+    diffs: dict[str, float] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def _diff(a: Any, b: torch.Tensor) -> float:
+    return float(numpy.max(numpy.abs(numpy.asarray(a, dtype=numpy.float64) - b.double().numpy())))
+
+
+def _timed(label: str, make: Callable[[], Any], result: Result) -> Any:
+    started = time.perf_counter()
+    try:
+        value = make()
+    except Exception as error:
+        result.notes[label] = _reason(error)
+        return None
+    result.extra[f"{label} build s"] = f"{time.perf_counter() - started:.1f}"
+    return value
+
+
+def bench_model(case: ModelCase, batch: int, skip: set[str], rounds: int) -> Result:
+    torch.manual_seed(0)
+    model = case.make().eval()
+    x = case.example(batch)
+    result = Result()
+    with torch.inference_mode():
+        reference = model(x)
+    runs: dict[str, Callable[[], Any]] = {}
+
+    def eager() -> Any:
+        with torch.inference_mode():
+            return model(x)
+
+    runs["eager"] = eager
+    if "compile" not in skip:
+        compiled = torch.compile(model)
+
+        def compiled_run() -> Any:
+            with torch.inference_mode():
+                return compiled(x)
+
+        if _timed("compile", compiled_run, result) is not None:
+            runs["compile"] = compiled_run
+    if "openvino" not in skip:
+        made = _timed("ov direct", lambda: openvino_direct(model, x), result)
+        if made is not None:
+            runs["ov direct"] = made
+    folder = pathlib.Path(tempfile.mkdtemp(prefix="opcore-bench-"))
+    if "onnx" not in skip:
+        made = _timed("ort direct", lambda: onnxruntime_direct(model, x, folder), result)
+        if made is not None:
+            runs["ort direct"] = made
+    if "plan" not in skip:
+        for label, backends in PLANS.items():
+            plan = _timed(label, lambda backends=backends: plan_of(model, x, backends), result)
+            if plan is None:
+                continue
+            runs[label] = lambda plan=plan: plan(x)
+            if label == "plan":
+                result.extra["summary"] = plan.explain().splitlines()[0]
+                result.extra["coverage"] = coverage(plan)
+                result.extra["capture s"] = f"{plan.timings.capture + plan.timings.plan:.2f}"
+                started = time.perf_counter()
+                plan.save(folder / "plan")
+                result.extra["save s"] = f"{time.perf_counter() - started:.2f}"
+                import opcore.graph
+
+                started = time.perf_counter()
+                loaded = opcore.graph.load(folder / "plan")
+                result.extra["load s"] = f"{time.perf_counter() - started:.2f}"
+                result.diffs["loaded"] = _diff(_tensor(loaded(x)), reference)
+    for label, run in runs.items():
+        try:
+            result.diffs[label] = _diff(_tensor(run()), reference)
+        except Exception as error:  # a column that builds but fails to run says so
+            result.notes[label] = _reason(error)
+    runs = {label: run for label, run in runs.items() if label not in result.notes}
+    result.times = medians(runs, repeats=rounds)
+    return result
+
+
+def _tensor(value: Any) -> Any:
+    return value.detach() if isinstance(value, torch.Tensor) else value
+
+
+def coverage(plan: Any) -> str:
+    """Per graph runtime: the share of the plan's nodes it accepts (its checker says yes)."""
+    import json
+
+    nodes = [n for n in json.loads(plan.explain(format="json"))["nodes"] if n["backend"] != "python"]
+    parts = []
+    for backend in GRAPH_RUNTIMES:
+        accepted = sum(
+            any(c["backend"] == backend and c["status"] in ACCEPTING for c in n["candidates"]) for n in nodes
+        )
+        parts.append(f"{backend} {accepted}/{len(nodes)} ({100 * accepted / max(len(nodes), 1):.0f}%)")
+    return ", ".join(parts)
+
+
+# --- ATen targets ------------------------------------------------------------------------------
+
+
+def aten_targets(case: ModelCase) -> collections.Counter[str]:
+    """The call_function targets of the model's torch.export graph (batch 1), with their counts."""
+    model = case.make().eval()
+    program = torch.export.export(model, (case.example(1),))
+    return collections.Counter(
+        str(node.target)
+        for node in program.graph.nodes
+        if node.op == "call_function" and "getitem" not in str(node.target)
+    )
+
+
+MARK_BEGIN = "<!-- bench/graph.py --targets-only: begin -->"
+MARK_END = "<!-- bench/graph.py --targets-only: end -->"
+
+
+def targets_section(cases: list[ModelCase]) -> str:
+    lines = [
+        MARK_BEGIN,
+        "",
+        f"ATen targets of `torch.export.export` (torch {torch.__version__.split('+')[0]}) per model, batch 1, "
+        "with their counts; regenerate with `python bench/graph.py --targets-only --write docs/benchmarks.md`.",
+        "",
+        "| model | nodes | targets |",
+        "|---|---|---|",
+    ]
+    for case in cases:
+        counts = aten_targets(case)
+        text = ", ".join(f"`{t}` x{n}" for t, n in sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+        lines.append(f"| {case.title} | {sum(counts.values())} | {text} |")
+    return "\n".join([*lines, "", MARK_END])
+
+
+def write_section(path: pathlib.Path, section: str) -> None:
+    text = path.read_text()
+    pattern = re.compile(re.escape(MARK_BEGIN) + ".*?" + re.escape(MARK_END), re.S)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: section, text)
+    else:
+        text = text.rstrip() + "\n\n## Exported ATen targets of the graph benchmark's models\n\n" + section + "\n"
+    path.write_text(text)
+
+
+# --- main ---------------------------------------------------------------------------------------
+
+
+COLUMNS = ("eager", "compile", "ov direct", "ort direct", *PLANS)
+
+
+def report(case: ModelCase, batch: int, result: Result) -> str:
+    eager = result.times.get("eager")
+    header = ("column", "median ms", "vs eager", "max |diff|", "note")
+    rows = []
+    for label in COLUMNS:
+        if label in result.times:
+            ms = result.times[label] * 1e3
+            ratio = f"{eager / result.times[label]:.2f}x" if eager else "-"
+            rows.append((label, f"{ms:.2f}", ratio, f"{result.diffs.get(label, float('nan')):.1e}", ""))
+        elif label in result.notes:
+            rows.append((label, "-", "-", "-", result.notes[label]))
+    lines = [f"### {case.title}, batch {batch}", "", table(header, rows)]
+    lines += [f"{key}: {value}" for key, value in result.extra.items()]
+    if "loaded" in result.diffs:
+        lines.append(f"loaded plan max |diff|: {result.diffs['loaded']:.1e}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
+    parser.add_argument("--batches", default=",".join(map(str, BATCHES)))
+    parser.add_argument("--skip", default="", help="columns to leave out: compile, openvino, onnx, plan")
+    parser.add_argument("--rounds", type=int, default=11, help="interleaved timing rounds (median of them)")
+    parser.add_argument("--targets-only", action="store_true", help="print the exported ATen targets and stop")
+    parser.add_argument("--write", type=pathlib.Path, help="with --targets-only: replace that section of this file")
+    options = parser.parse_args()
+    torch.set_num_threads(THREADS)
+    warnings.filterwarnings("ignore")
+    cases = [MODELS[name] for name in options.models.split(",") if name]
+    if options.targets_only:
+        section = targets_section(cases)
+        if options.write:
+            write_section(options.write, section)
+        print(section)
+        return
+    skip = {s for s in options.skip.split(",") if s}
+    print(f"torch {torch.__version__}, {THREADS} threads; medians of {options.rounds} interleaved rounds\n")
+    for case in cases:
+        for batch in (int(b) for b in options.batches.split(",")):
+            print(report(case, batch, bench_model(case, batch, skip, options.rounds)), end="\n\n", flush=True)
+
+
+if __name__ == "__main__":
+    main()
