@@ -1,13 +1,21 @@
-"""Dispatch overhead: opcore.run and a resolved op against the reference kernel called directly.
+"""Dispatch overhead: opcore.run and a resolved op against the kernel called directly.
 
-Targets (issue 2): the cached path of run() costs at most 1 us over the kernel (median);
-a resolved op at most 0.2 us. Also prints what `import opcore` costs beyond numpy.
+Targets (issues 2 and 15): the cached path of run() costs at most 1 us over the kernel (median),
+positional and keyword calls alike; a resolved op at most 0.2 us. Two tables:
 
-    python bench/dispatch.py
+- numpy: the reference backend alone against its kernel called directly;
+- torch (issue 15): CPU tensors, 1 thread, the cpu backend's ATen kernels against the direct torch
+  call (``F.linear`` etc.), with ``torch.ops.aten.X.default`` (torch's boxed entry) for comparison;
+  with ``--cuda`` the same on the GPU (needs a CUDA build of torch and a GPU).
+
+Also prints what `import opcore` costs beyond numpy, and the first opcore.run.
+
+    python bench/dispatch.py [--torch-only] [--cuda]
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -19,6 +27,111 @@ from _timing import medians, table
 
 import opcore
 from opcore.reference import elementwise, linear
+
+
+def first_call_ms(repeats: int = 7) -> tuple[float, float]:
+    """Median (wall ms, CPU ms), each in a fresh process with torch already imported, of the first
+    opcore.run on a numpy array: loading the dispatcher and every installed plugin, selecting, and
+    running (the runtime import itself, torch here, is the library's cost, not opcore's).
+    """
+    code = (
+        "import time, numpy, torch, opcore; x = numpy.ones((2, 8), 'float32'); "
+        "t = time.perf_counter(); c = time.process_time(); opcore.run('relu', x); "
+        "print((time.perf_counter() - t) * 1e3, (time.process_time() - c) * 1e3)"
+    )
+    runs = []
+    for _ in range(repeats):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        runs.append(tuple(map(float, out.split())))
+    walls = sorted(r[0] for r in runs)
+    cpus = sorted(r[1] for r in runs)
+    return walls[len(walls) // 2], cpus[len(cpus) // 2]
+
+
+def torch_rows(device: str) -> list[tuple[str, ...]]:
+    """The torch table: run (positional, keyword), resolved, the boxed aten call, against the direct call."""
+    import torch
+    import torch.nn.functional as F
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 8, generator=gen).to(device)
+    w = torch.randn(8, 8, generator=gen).to(device)
+    b = torch.randn(8, generator=gen).to(device)
+    ln_w, ln_b = torch.ones(8, device=device), torch.zeros(8, device=device)
+    aten = torch.ops.aten
+    sync = torch.cuda.synchronize if device.startswith("cuda") else None
+    for call in (("linear", (x, w), {}), ("linear", (x, w, b), {}), ("relu", (x,), {}), ("softmax", (x, -1), {})):
+        opcore.run(call[0], *call[1], **call[2])
+    resolved_linear = opcore.resolve("linear", x, w, b)
+    resolved_linear_const = opcore.resolve("linear", x, w, b, constants=("w", "b"))
+    resolved_relu = opcore.resolve("relu", x)
+    chosen = opcore.explain("linear", x, w, b).chosen
+    cases = {
+        "F.linear(x, w)": lambda: F.linear(x, w),
+        "aten linear(x, w)": lambda: aten.linear.default(x, w),
+        "run linear(x, w)": lambda: opcore.run("linear", x, w),
+        "F.linear(x, w, b)": lambda: F.linear(x, w, b),
+        "aten linear(x, w, b)": lambda: aten.linear.default(x, w, b),
+        "run linear(x, w, b)": lambda: opcore.run("linear", x, w, b),
+        "run linear(x, w, b=b)": lambda: opcore.run("linear", x, w, b=b),
+        "resolved linear(x, w, b)": lambda: resolved_linear(x, w, b),
+        "resolved linear(x) const w, b": lambda: resolved_linear_const(x),
+        "torch.relu(x)": lambda: torch.relu(x),
+        "aten relu(x)": lambda: aten.relu.default(x),
+        "run relu(x)": lambda: opcore.run("relu", x),
+        "resolved relu(x)": lambda: resolved_relu(x),
+        "torch.softmax(x, -1)": lambda: torch.softmax(x, -1),
+        "aten softmax(x, -1)": lambda: aten._softmax.default(x, -1, False),
+        "run softmax(x, -1)": lambda: opcore.run("softmax", x, -1),
+        "run softmax(x, dim=-1)": lambda: opcore.run("softmax", x, dim=-1),
+        "F.layer_norm(x, (8,), w, b)": lambda: F.layer_norm(x, (8,), ln_w, ln_b),
+        "aten layer_norm(x, [8], w, b)": lambda: aten.layer_norm.default(x, [8], ln_w, ln_b),
+        "run layer_norm(x, (8,), w, b)": lambda: opcore.run("layer_norm", x, (8,), ln_w, ln_b),
+    }
+    if sync is not None:
+        cases = {name: (lambda fn=fn: (fn(), sync())) for name, fn in cases.items()}
+    times = medians(cases)
+    rows = []
+    for label, direct, target in [
+        ("run linear(x, w)", "F.linear(x, w)", 1.0),
+        ("run linear(x, w, b)", "F.linear(x, w, b)", 1.0),
+        ("run linear(x, w, b=b)", "F.linear(x, w, b)", 1.0),
+        ("resolved linear(x, w, b)", "F.linear(x, w, b)", 0.2),
+        ("resolved linear(x) const w, b", "F.linear(x, w, b)", 0.2),
+        ("run relu(x)", "torch.relu(x)", 1.0),
+        ("resolved relu(x)", "torch.relu(x)", 0.2),
+        ("run softmax(x, -1)", "torch.softmax(x, -1)", 1.0),
+        ("run softmax(x, dim=-1)", "torch.softmax(x, -1)", 1.0),
+        ("run layer_norm(x, (8,), w, b)", "F.layer_norm(x, (8,), w, b)", 1.0),
+    ]:
+        rows.append(_row(label, direct, target, times))
+    for label, direct in [
+        ("aten linear(x, w)", "F.linear(x, w)"),
+        ("aten linear(x, w, b)", "F.linear(x, w, b)"),
+        ("aten relu(x)", "torch.relu(x)"),
+        ("aten softmax(x, -1)", "torch.softmax(x, -1)"),
+        ("aten layer_norm(x, [8], w, b)", "F.layer_norm(x, (8,), w, b)"),
+    ]:
+        rows.append(_row(label, direct, None, times))
+    print(f"\nopcore dispatch overhead, torch on {device} ({chosen} for linear), x 2x8 · w 8x8 float32, "
+          f"{torch.get_num_threads()} thread(s); 'aten' rows: torch's boxed torch.ops.aten.X.default")  # fmt: skip
+    return rows
+
+
+def _row(label: str, direct: str, target: float | None, times: dict[str, float]) -> tuple[str, ...]:
+    overhead = (times[label] - times[direct]) * 1e6
+    return (
+        label,
+        f"{times[direct] * 1e6:.2f}",
+        f"{times[label] * 1e6:.2f}",
+        f"{overhead:+.2f}",
+        f"{times[label] / times[direct]:.2f}x",
+        "" if target is None else f"<= {target}",
+        "" if target is None else ("yes" if overhead <= target else "NO"),
+    )
+
+
+HEADER = ("call", "direct us", "opcore us", "overhead us", "ratio", "target", "met")
 
 
 def import_cost_ms(repeats: int = 7) -> tuple[float, float, float]:
@@ -40,6 +153,28 @@ def import_cost_ms(repeats: int = 7) -> tuple[float, float, float]:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--torch-only", action="store_true", help="only the torch table (and the first call)")
+    parser.add_argument("--cuda", action="store_true", help="the torch table on the GPU too")
+    args = parser.parse_args()
+    if not args.torch_only:
+        numpy_table()
+        opcore.configure(disable=None)  # every backend again, for the torch tables
+    import torch
+
+    torch.set_num_threads(1)
+    print(table(HEADER, torch_rows("cpu")))
+    if args.cuda:
+        print(table(HEADER, torch_rows("cuda")))
+    if not args.torch_only:
+        numpy_ms, opcore_ms, _ = import_cost_ms()
+        print(f"\nimport numpy: {numpy_ms:.1f} ms; import opcore after it: {opcore_ms:.1f} ms (target < 50 ms)")
+    wall, cpu = first_call_ms()
+    print(f"first opcore.run with torch imported (loads the dispatcher and every installed plugin): "
+          f"{wall:.1f} ms wall, {cpu:.1f} ms CPU (target <= 50 ms)")  # fmt: skip
+
+
+def numpy_table() -> None:
     x = numpy.random.default_rng(0).standard_normal((2, 8)).astype(numpy.float32)
     w = numpy.random.default_rng(1).standard_normal((8, 8)).astype(numpy.float32)
     b = numpy.zeros(8, numpy.float32)
@@ -76,23 +211,9 @@ def main() -> None:
         ("run relu(x)", "direct relu(x)", 1.0),
         ("resolved relu(x)", "direct relu(x)", 0.2),
     ]:
-        overhead = (times[label] - times[direct]) * 1e6
-        rows.append(
-            (
-                label,
-                f"{times[direct] * 1e6:.2f}",
-                f"{times[label] * 1e6:.2f}",
-                f"{overhead:+.2f}",
-                f"{times[label] / times[direct]:.2f}x",
-                f"<= {target}",
-                "yes" if overhead <= target else "NO",
-            )
-        )
+        rows.append(_row(label, direct, target, times))
     print("opcore dispatch overhead, reference backend, x 2x8 · w 8x8 float32 (medians of 31 interleaved runs)")
-    print(table(("call", "direct us", "opcore us", "overhead us", "ratio", "target", "met"), rows))
-    numpy_ms, opcore_ms, first_ms = import_cost_ms()
-    print(f"\nimport numpy: {numpy_ms:.1f} ms; import opcore after it: {opcore_ms:.1f} ms (target < 50 ms)")
-    print(f"first opcore.run (loads the dispatcher and every installed plugin, no runtime): {first_ms:.1f} ms")
+    print(table(HEADER, rows))
 
 
 if __name__ == "__main__":

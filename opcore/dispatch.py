@@ -400,9 +400,13 @@ def kernel_converters(kernel: Kernel, selection: Selection) -> tuple[Callable[[A
 
 def adapt(kernel: Kernel, selection: Selection, bound: tuple[Any, ...]) -> Callable[..., Any]:
     """The kernel's function, wrapped in conversions only when the arrays are of another kind
-    (or must move to another device).
+    (or must move to another device). A function carrying ``specialize(*metas)`` is asked for the
+    callable that serves this signature (one Python frame less on the hot path, see _torch/kernels).
     """
     fn = kernel.function()
+    specialize = getattr(fn, "specialize", None)
+    if specialize is not None:
+        fn = specialize(*selection.meta_args) or fn
     if selection.kinds == {kernel.array_kind}:
         return fn
     to_kernel, back = kernel_converters(kernel, selection)

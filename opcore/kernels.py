@@ -52,7 +52,9 @@ class Kernel:
 
     op: str
     # A callable, or "module:qualname" imported when the kernel first runs, so that loading the
-    # plugin does not import its runtime (torch, onnxruntime, openvino).
+    # plugin does not import its runtime (torch, onnxruntime, openvino). If the callable has a
+    # ``specialize(*metas)`` attribute, the dispatcher runs what it returns for a signature instead
+    # (None: fn itself): a faster callable where the signature makes fn's branches unnecessary.
     fn: Callable[..., Any] | str
     dtypes: frozenset[DType]
     device_type: DeviceType = DeviceType.CPU

@@ -92,7 +92,7 @@ def resolve(
     plan = build_plan(selection, bound)
     full = _filler(plan, template, free_at)
     kernel = resolved.kernel
-    if kernel is not None and kernel.prepare is not None:
+    if kernel is not None and kernel.prepare is not None and constants:  # no constants: nothing to prepare
         prepared = _prepare(kernel, selection, bound, frozenset(constants), free_at)
         resolved._prepared = True
         rest = replace(selection, accepted=selection.accepted[1:])

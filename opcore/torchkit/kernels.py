@@ -7,7 +7,12 @@ itself cannot follow the contract (a data-dependent error, a bias with a 1-D wei
 ones where torch would warn.
 
 Where a torch function already has the contract's signature and semantics, the kernel *is* that
-function (``relu = torch.relu``): one Python frame less on the dispatcher's cached path.
+function, and the fastest one: the C binding (``relu = torch.relu``, ``silu = torch._C._nn.silu``,
+``layer_norm = torch.layer_norm``), not ``torch.nn.functional``'s Python wrapper around it, and never
+the boxed ``torch.ops.aten.X.default`` (about 1.5-2x a direct call for tiny tensors). A kernel whose
+general form needs a Python branch for a rare signature carries ``specialize(*metas)``, which the
+dispatcher asks once per signature for the callable to run (``linear``: ``F.linear`` itself unless
+a bias sits beside a 1-D weight).
 
 >>> import torch
 >>> linear_relu(torch.ones(2, 3), torch.ones(4, 3), None).shape
@@ -91,7 +96,7 @@ def div(x: Tensor, other: Operand, rounding_mode: str | None) -> Tensor:
 
 
 relu = torch.relu
-silu = F.silu
+silu = torch._C._nn.silu  # what F.silu calls (its wrapper only adds the inplace branch)
 sigmoid = torch.sigmoid
 tanh = torch.tanh
 exp = torch.exp
@@ -112,6 +117,14 @@ def linear(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
     if b is not None and w.ndim == 1 and x.ndim > 1:
         return torch.add(torch.matmul(x, w), b)
     return F.linear(x, w, b)
+
+
+def _linear_for(x: Any, w: Any, b: Any, *_: Any) -> Any:
+    """The callable for one signature (TensorMetas): F.linear itself, unless linear's own branch applies."""
+    return linear if b is not None and w.ndim == 1 and x.ndim > 1 else F.linear
+
+
+linear.specialize = _linear_for  # type: ignore[attr-defined]
 
 
 matmul = torch.matmul
@@ -143,19 +156,11 @@ def gated_mlp(x: Tensor, w_gate: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor
 # --- normalization -----------------------------------------------------------------------------
 
 
-def softmax(x: Tensor, dim: int) -> Tensor:
-    return torch.softmax(x, dim)
-
-
-def log_softmax(x: Tensor, dim: int) -> Tensor:
-    return torch.log_softmax(x, dim)
-
-
-def layer_norm(
-    x: Tensor, normalized_shape: tuple[int, ...], weight: Tensor | None, bias: Tensor | None, eps: float
-) -> Tensor:
-    """torch's layer_norm keeps float32 parameters of a float16/bfloat16 input (the contract allows them)."""
-    return F.layer_norm(x, normalized_shape, weight, bias, eps)
+softmax = torch.softmax  # softmax(x, dim): the contract's arguments, in its order
+log_softmax = torch.log_softmax
+# layer_norm(x, normalized_shape, weight, bias, eps): what F.layer_norm calls after its Python checks;
+# it keeps float32 parameters of a float16/bfloat16 input (the contract allows them)
+layer_norm = torch.layer_norm
 
 
 def rms_norm(x: Tensor, normalized_shape: tuple[int, ...], weight: Tensor | None, eps: float | None) -> Tensor:
