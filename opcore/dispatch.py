@@ -46,7 +46,7 @@ MAX_CACHED = 8192  # signatures; past this the caches start over (bounds memory 
 _ndarray = numpy.ndarray
 _PLAIN = frozenset({int, float, bool, str, type(None)})
 _TORCH_TYPES: set[type] = set()  # torch.Tensor and subclasses (Parameter), added as they are seen
-_NUMPY: dict[tuple[Any, ...], Callable[..., Any]] = {}  # 1-3 numpy arrays, the inline key
+_INLINE: dict[tuple[Any, ...], Callable[..., Any]] = {}  # run()'s inline keys (numpy arrays, torch tensors)
 _POSITIONAL: dict[tuple[Any, ...] | None, Callable[..., Any]] = {}  # any positional call
 _BOUND: dict[tuple[Any, ...], Plan] = {}
 _RECOVER: dict[tuple[Any, ...] | None, Callable[[tuple[Any, ...], Exception], Any]] = {}
@@ -56,7 +56,7 @@ _lock = threading.RLock()
 def clear_caches() -> None:
     with _lock:
         _POSITIONAL.clear()
-        _NUMPY.clear()
+        _INLINE.clear()
         _RECOVER.clear()
         _BOUND.clear()
 
@@ -70,30 +70,68 @@ def run(op: str, /, *args: Any, backend: str | None = None, **kwargs: Any) -> An
     >>> opcore.run("linear", x, w, b)              # doctest: +SKIP
     >>> opcore.run("softmax", x, dim=-1, backend="reference")  # doctest: +SKIP
     """
-    if not kwargs:
-        # Calls whose arguments are all numpy arrays (the common case) build their key inline:
-        # measured 0.18 us for two arrays, against 0.37-0.51 us for a loop or map(attrgetter).
-        n = len(args)
-        key: tuple[Any, ...] | None = None
-        if n == 2:
-            a, b = args
-            if type(a) is _ndarray and type(b) is _ndarray:
-                key = (op, _policy(), backend, a.dtype, a.shape, b.dtype, b.shape)
-        elif n == 1:
+    # The common calls build their key inline, without a loop (measured 0.18 us for two numpy arrays,
+    # against 0.37-0.51 us for a loop): 1-3 numpy arrays; 1-3 plain torch tensors, or one or two
+    # followed by a plain value (softmax(x, -1)) or None (linear(x, w, None)); plus keyword arguments
+    # with plain values (softmax(x, dim=-1)), which are constants of the signature. A torch tensor
+    # gives its dtype, shape, strides, device and layout: all a checker or the meta check may look
+    # at (strides alone do not tell a sparse COO tensor from an expanded dense one, and torch runs a
+    # CPU tensor with a meta one without complaint, so no field can be left to the kernel to catch).
+    # _inline_key builds the same key for the slow path; test_dispatch checks that the two agree.
+    n = len(args)
+    key: tuple[Any, ...] | None = None
+    try:
+        if n == 1:
             a = args[0]
-            if type(a) is _ndarray:
+            t = type(a)
+            if t is _Tensor:
+                key = (op, _policy(), backend, a.dtype, a.shape, a.stride(), a.device, a.layout)
+            elif t is _ndarray:
                 key = (op, _policy(), backend, a.dtype, a.shape)
+        elif n == 2:
+            a, b = args
+            t = type(a)
+            if t is _Tensor:
+                u = type(b)
+                if u is _Tensor:
+                    key = (op, _policy(), backend, a.dtype, a.shape, a.stride(), a.device, a.layout, b.dtype, b.shape,
+                           b.stride(), b.device, b.layout)  # fmt: skip
+                elif u in _PLAIN:
+                    key = (op, _policy(), backend, a.dtype, a.shape, a.stride(), a.device, a.layout, u, b)
+            elif t is _ndarray and type(b) is _ndarray:
+                key = (op, _policy(), backend, a.dtype, a.shape, b.dtype, b.shape)
         elif n == 3:
             a, b, c = args
-            if type(a) is _ndarray and type(b) is _ndarray and type(c) is _ndarray:
+            t = type(a)
+            if t is _Tensor and type(b) is _Tensor:
+                u = type(c)
+                if u is _Tensor:
+                    key = (op, _policy(), backend, a.dtype, a.shape, a.stride(), a.device, a.layout, b.dtype,
+                           b.shape, b.stride(), b.device, b.layout, c.dtype, c.shape, c.stride(), c.device,
+                           c.layout)  # fmt: skip
+                elif u in _PLAIN:
+                    key = (op, _policy(), backend, a.dtype, a.shape, a.stride(), a.device, a.layout, b.dtype, b.shape,
+                           b.stride(), b.device, b.layout, u, c)  # fmt: skip
+            elif t is _ndarray and type(b) is _ndarray and type(c) is _ndarray:
                 key = (op, _policy(), backend, a.dtype, a.shape, b.dtype, b.shape, c.dtype, c.shape)
+    except RuntimeError:  # a sparse CSR tensor has no strides: the general path keys its layout
+        key = None
+    if key is not None:
+        if kwargs:
+            for value in kwargs.values():
+                if type(value) not in _PLAIN:
+                    key = None
+                    break
+            else:
+                key += tuple(kwargs.items())
         if key is not None:
-            entry = _NUMPY.get(key)
+            entry = _INLINE.get(key)
             if entry is not None:
                 try:
                     return entry(*args)
                 except Exception as error:
                     return _RECOVER[key](args, error)
+    if not kwargs:
         key = _positional_key(op, _policy(), backend, args)
         entry = _POSITIONAL.get(key)
         if entry is not None:
@@ -107,30 +145,75 @@ def run(op: str, /, *args: Any, backend: str | None = None, **kwargs: Any) -> An
 _policy = context_policy.get
 
 
-def _numpy_key(
-    op: str, policy: ContextPolicy | None, backend: str | None, args: tuple[Any, ...]
+class _NoTorch:
+    """Stands for torch.Tensor until a torch tensor is seen (the core does not import torch)."""
+
+
+_Tensor: type = _NoTorch
+
+
+def _note_torch_type(t: type) -> None:
+    """A torch tensor type was seen: key it from now on (exactly torch.Tensor inline, subclasses in a loop)."""
+    global _Tensor  # noqa: PLW0603 - one module global keeps run()'s type test a plain LOAD_GLOBAL
+    _TORCH_TYPES.add(t)
+    if _Tensor is _NoTorch:
+        import torch
+
+        _Tensor = torch.Tensor
+
+
+def _torch_signature(a: Any) -> tuple[Any, ...]:
+    """What checkers may look at in a torch tensor: dtype, shape, strides, device and layout."""
+    try:
+        return (a.dtype, a.shape, a.stride(), a.device, a.layout)
+    except RuntimeError:  # sparse CSR tensors have no strides
+        return (a.dtype, a.shape, None, a.device, a.layout)
+
+
+def _inline_key(
+    op: str, policy: ContextPolicy | None, backend: str | None, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[Any, ...] | None:
-    """The inline key of run(), for 1 to 3 numpy arrays; None otherwise."""
-    if not 1 <= len(args) <= 3 or any(type(a) is not _ndarray for a in args):
+    """run()'s inline key as a function (None when run() builds none for these arguments)."""
+    if any(type(v) not in _PLAIN for v in kwargs.values()):
         return None
-    key: list[Any] = [op, policy, backend]
-    for a in args:
-        key += (a.dtype, a.shape)
-    return tuple(key)
+    types = [type(a) for a in args]
+    if 1 <= len(args) <= 3 and all(t is _ndarray for t in types):
+        key: list[Any] = [op, policy, backend]
+        for a in args:
+            key += (a.dtype, a.shape)
+        return (*key, *kwargs.items())
+    tensors = len(args) if types and types[-1] is _Tensor else len(args) - 1
+    if not 1 <= len(args) <= 3 or tensors < 1 or (tensors == 1 and len(args) == 3):
+        return None
+    if any(t is not _Tensor for t in types[:tensors]) or (tensors < len(args) and types[-1] not in _PLAIN):
+        return None
+    key = [op, policy, backend]
+    try:
+        for a in args[:tensors]:
+            key += (a.dtype, a.shape, a.stride(), a.device, a.layout)
+    except RuntimeError:
+        return None
+    if tensors < len(args):
+        key += (types[-1], args[-1])
+    return (*key, *kwargs.items())
 
 
 def _positional_key(
     op: str, policy: ContextPolicy | None, backend: str | None, args: tuple[Any, ...]
 ) -> tuple[Any, ...] | None:
-    """The fast-path key; None when an argument (a list, an unknown object) has no cheap key."""
+    """The general positional key; None when an argument (a list, an unknown object) has no cheap key."""
     key: list[Any] = [op, policy, backend]
     for a in args:
         t = type(a)
         if t in _PLAIN:
             key.append((t, a))
-        elif t is _ndarray or t in _TORCH_TYPES:
+        elif t is _ndarray:
+            key.append((a.dtype, a.shape, a.strides))
+        elif t in _TORCH_TYPES:
             # numpy and torch dtypes never compare equal: the two kinds never share a key
-            key.append((a.dtype, a.shape, a.device) if t is not _ndarray else (a.dtype, a.shape))
+            key.append(_torch_signature(a))
+        elif t is tuple and all(type(v) in _PLAIN for v in a):  # normalized_shape=(1024,)
+            key.append((t, a))
         else:
             return None
     return tuple(key)
@@ -145,8 +228,9 @@ def _bound_key(values: tuple[Any, ...]) -> list[Any]:
         elif t is tuple:
             key.append(tuple(_bound_key(a)))
         elif array_kind_of(a) is not None:
-            _TORCH_TYPES.add(t)
-            key += (a.dtype, a.shape, a.device)
+            if t not in _TORCH_TYPES:
+                _note_torch_type(t)
+            key.append(_torch_signature(a))
         else:
             key += (t, a)
     return key
@@ -174,25 +258,27 @@ def _run_slow(op: str, args: tuple[Any, ...], kwargs: dict[str, Any], backend: s
             if len(_BOUND) >= MAX_CACHED:
                 clear_caches()
             _BOUND[canonical] = plan
-    if not kwargs:
-        _remember_positional(op, policy, backend, args, bound, plan)
+    _remember(op, policy, backend, args, kwargs, bound, plan)
     return plan(*bound)
 
 
-def _remember_positional(
+def _remember(
     op: str,
     policy: ContextPolicy | None,
     backend: str | None,
     args: tuple[Any, ...],
+    kwargs: dict[str, Any],
     bound: tuple[Any, ...],
     plan: Plan,
 ) -> None:
-    """Cache an entry taking the raw positional arguments, when the raw key is well defined.
+    """Cache an entry taking the raw positional arguments, under run()'s inline key and (without
+    keywords) the general positional key, when such a key is well defined.
 
     The entry runs the first kernel bare; run() hands its errors to the matching recovery.
     """
-    key = _positional_key(op, policy, backend, args)
-    if key is None:
+    inline = _inline_key(op, policy, backend, args, kwargs)
+    key = None if kwargs else _positional_key(op, policy, backend, args)
+    if key is None and inline is None:
         return
     first = plan.first
     n = len(args)
@@ -221,17 +307,17 @@ def _remember_positional(
     def recover(raw: tuple[Any, ...], error: Exception) -> Any:
         return plan.recover(to_bound(raw), error)
 
-    numpy_key = _numpy_key(op, policy, backend, args)
     with _lock:
-        if len(_POSITIONAL) >= MAX_CACHED:
+        if len(_POSITIONAL) + len(_INLINE) >= MAX_CACHED:
             _POSITIONAL.clear()
-            _NUMPY.clear()
+            _INLINE.clear()
             _RECOVER.clear()
-        _RECOVER[key] = recover
-        _POSITIONAL[key] = entry
-        if numpy_key is not None:
-            _RECOVER[numpy_key] = recover
-            _NUMPY[numpy_key] = entry
+        if key is not None:
+            _RECOVER[key] = recover
+            _POSITIONAL[key] = entry
+        if inline is not None:
+            _RECOVER[inline] = recover
+            _INLINE[inline] = entry
 
 
 # --- plans: what a cached signature runs ------------------------------------------------------

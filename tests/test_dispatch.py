@@ -11,7 +11,7 @@ import pytest
 
 import opcore
 from opcore import BackendSpec, DeviceType
-from opcore.dispatch import _BOUND, _NUMPY, _POSITIONAL, MAX_CACHED
+from opcore.dispatch import _BOUND, _INLINE, _POSITIONAL, MAX_CACHED, _inline_key
 
 torch = pytest.importorskip("torch", reason="array-kind conversions are tested with real torch tensors")
 
@@ -121,7 +121,7 @@ def test_cache_keys_cover_policy_and_pin(fixture_plugins) -> None:
 
 def test_caches_clear_when_plugins_change() -> None:
     opcore.run("relu", X)
-    assert _POSITIONAL and _NUMPY and _BOUND
+    assert _POSITIONAL and _INLINE and _BOUND
     calls: list = []
     opcore.register_plugin(make_plugin("newer", {"relu": (relu_counting(calls), {})}))
     opcore.run("relu", X)
@@ -334,3 +334,94 @@ def test_pinned_decomposition_missing_a_part_names_the_whole_op() -> None:
     with pytest.raises(opcore.NoKernelError, match=r"^linear_relu\(\): no kernel of 'halfway' accepts it") as info:
         opcore.run("linear_relu", X, W, backend="halfway")
     assert "linear(): no kernel accepts float32" in str(info.value)
+
+
+# --- the inline keys of run(): numpy arrays, torch tensors, plain values and keywords ---------------
+
+
+def counting_kernels(calls: list) -> dict:
+    """A torch-kind plugin's kernels that record which kernel ran (and the strides it saw)."""
+
+    def relu(x):
+        calls.append(("relu", x.stride()))
+        return torch.relu(x)
+
+    def softmax(x, dim):
+        calls.append(("softmax", dim))
+        return torch.softmax(x, dim)
+
+    def linear(x, w, b):
+        calls.append(("linear", b is None))
+        return torch.nn.functional.linear(x, w, b)
+
+    torch_kind = {"array_kind": "torch"}
+    return {"relu": (relu, torch_kind), "softmax": (softmax, torch_kind), "linear": (linear, torch_kind)}
+
+
+@pytest.mark.parametrize(
+    ("op", "args", "kwargs"),
+    [
+        ("relu", (torch.ones(2, 3),), {}),
+        ("softmax", (torch.ones(2, 3), -1), {}),
+        ("softmax", (torch.ones(2, 3),), {"dim": -1}),
+        ("linear", (torch.ones(2, 3), torch.ones(4, 3)), {}),
+        ("linear", (torch.ones(2, 3), torch.ones(4, 3), None), {}),
+        ("linear", (torch.ones(2, 3), torch.ones(4, 3), torch.ones(4)), {}),
+        ("relu", (X,), {}),
+        ("linear", (X, W), {}),
+    ],
+)
+def test_run_finds_its_inline_key_in_the_cache(op, args, kwargs) -> None:
+    calls: list = []
+    opcore.register_plugin(make_plugin("torchy", counting_kernels(calls), priority=500))
+    first = opcore.run(op, *args, **kwargs)
+    key = _inline_key(op, None, None, args, kwargs)
+    assert key is not None and key in _INLINE  # what the slow path stored is what run() looks up
+    _INLINE[key] = lambda *raw: "from the cache"
+    assert opcore.run(op, *args, **kwargs) == "from the cache"
+    assert first is not None
+
+
+def test_tensors_with_other_strides_or_devices_are_other_signatures() -> None:
+    calls: list = []
+    opcore.register_plugin(make_plugin("torchy", counting_kernels(calls), priority=500))
+    x = torch.ones(4, 6)
+    opcore.run("relu", x)
+    opcore.run("relu", x.t())  # same dtype, a transposed view: other strides, so its own plan
+    opcore.run("relu", torch.ones(6, 4))
+    assert calls == [("relu", (6, 1)), ("relu", (1, 6)), ("relu", (4, 1))]
+    assert len([k for k in _INLINE if k[0] == "relu"]) == 3
+    meta = torch.ones(4, 6, device="meta")
+    assert _inline_key("relu", None, None, (meta,), {}) != _inline_key("relu", None, None, (x,), {})
+
+
+def test_keywords_with_tensor_values_take_the_general_path() -> None:
+    calls: list = []
+    opcore.register_plugin(make_plugin("torchy", counting_kernels(calls), priority=500))
+    x, w, b = torch.ones(2, 3), torch.ones(4, 3), torch.zeros(4)
+    assert _inline_key("linear", None, None, (x, w), {"b": b}) is None
+    for bias in (b, b + 1):
+        torch.testing.assert_close(opcore.run("linear", x, w, b=bias), torch.nn.functional.linear(x, w, bias))
+    assert calls == [("linear", False), ("linear", False)]
+
+
+def test_a_second_tensor_on_another_device_is_refused_as_on_the_slow_path() -> None:
+    calls: list = []
+    opcore.register_plugin(make_plugin("torchy", counting_kernels(calls), priority=500))
+    x, w = torch.ones(2, 3), torch.ones(4, 3)
+    opcore.run("linear", x, w)  # cached: the inline key holds x's device only
+    for _ in range(2):
+        with pytest.raises(opcore.DeviceError, match="linear"):
+            opcore.run("linear", x, torch.ones(4, 3, device="meta"))
+
+
+def test_layouts_are_part_of_the_key() -> None:
+    sparse = torch.eye(3).to_sparse()  # strides (0, 0), as an expanded dense tensor has
+    expanded = torch.ones(1).expand(3, 3)
+    assert sparse.stride() == expanded.stride()
+    keys = {_inline_key("relu", None, None, (t,), {}) for t in (sparse, expanded)}
+    assert len(keys) == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "Sparse CSR tensor support is in beta state"
+        csr = torch.eye(3).to_sparse_csr()
+    assert _inline_key("relu", None, None, (csr,), {}) is None  # no strides at all: the general path
