@@ -487,7 +487,7 @@ def kernel_converters(kernel: Kernel, selection: Selection) -> tuple[Callable[[A
 def adapt(kernel: Kernel, selection: Selection, bound: tuple[Any, ...]) -> Callable[..., Any]:
     """The kernel's function, wrapped in conversions only when the arrays are of another kind
     (or must move to another device). A function carrying ``specialize(*metas)`` is asked for the
-    callable that serves this signature (one Python frame less on the hot path, see _torch/kernels).
+    callable that serves this signature (one Python frame less on the hot path, see opcore.torchkit.kernels).
     """
     fn = kernel.function()
     specialize = getattr(fn, "specialize", None)
