@@ -9,7 +9,7 @@ import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opcore.backend import DEFAULT_PRIORITIES
 from opcore.contracts import OpContract
@@ -19,8 +19,11 @@ from opcore.meta import common_device
 from opcore.reports import PluginStatus
 from opcore.runtime import Runtime
 from opcore.settings import ContextPolicy
-from opcore.tuning.table import Entry, Measurement, lookup, measured_order, signature_key
+from opcore.tuning.location import default_path
 from opcore.types import ArrayKind, Device, DeviceType, DType, TensorMeta, array_kind_of
+
+if TYPE_CHECKING:
+    from opcore.tuning.table import Entry, Measurement
 
 __all__ = ["Candidate", "CandidateStatus", "Selection", "check_kernel", "select", "transfer_target"]
 
@@ -236,9 +239,12 @@ def _walk(rt: Runtime, s: Selection) -> None:
     op = s.contract.name
     registry = rt.registry
     bucket = registry.ranked(op).get((s.device.type, s.dtype), ())
-    s.measured, s.tuning_note = lookup(rt, lambda: tuning_key(s))
-    if s.measured is not None:  # measured winners first; an order the user gave still comes before
-        bucket = measured_order(bucket, s.measured)
+    if _tuning_file_exists():  # else nothing of opcore.tuning loads: static ranking, deterministic
+        from opcore.tuning.table import lookup, measured_order
+
+        s.measured, s.tuning_note = lookup(rt, lambda: tuning_key(s))
+        if s.measured is not None:  # measured winners first; an order the user gave still comes before
+            bucket = measured_order(bucket, s.measured)
     if s.order:
         index = {name: i for i, name in enumerate(s.order)}
         bucket = tuple(sorted(bucket, key=lambda k: index.get(k.backend, len(index))))
@@ -277,8 +283,16 @@ def _walk(rt: Runtime, s: Selection) -> None:
     s.error = no_kernel_error(s)
 
 
+def _tuning_file_exists() -> bool:
+    import os
+
+    return os.path.exists(default_path())
+
+
 def tuning_key(s: Selection) -> str:
     """The tuning file's key of this selection's signature (its bucket)."""
+    from opcore.tuning.table import signature_key
+
     named = zip(s.contract.schema.names, s.meta_args)
     return signature_key(s.contract.name, s.device.type.value, named)
 

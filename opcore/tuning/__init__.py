@@ -22,7 +22,7 @@ _EXPORTS = {
     "TuneResult": "opcore.tuning.measure",
     "tune": "opcore.tuning.measure",
     "TuningState": "opcore.tuning.table",
-    "default_path": "opcore.tuning.table",
+    "default_path": "opcore.tuning.location",
     "state": "opcore.tuning.table",
 }
 
@@ -35,5 +35,6 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
+    from opcore.tuning.location import default_path
     from opcore.tuning.measure import TuneResult, tune
-    from opcore.tuning.table import TuningState, default_path, state
+    from opcore.tuning.table import TuningState, state

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from opcore.errors import StaleTuningWarning
 from opcore.runtime import on_change
 from opcore.tuning.fingerprint import current, differences, thread_count
+from opcore.tuning.location import default_path
 from opcore.types import Layout, TensorMeta
 
 if TYPE_CHECKING:
@@ -93,15 +94,6 @@ class TuningState:
     @property
     def usable(self) -> bool:
         return self.status == "current"
-
-
-def default_path() -> str:
-    """Where the tuning file lives: $OPCORE_TUNE_FILE, else the user's cache directory (XDG)."""
-    explicit = os.environ.get("OPCORE_TUNE_FILE", "").strip()
-    if explicit:
-        return os.path.abspath(os.path.expanduser(explicit))
-    cache = os.environ.get("XDG_CACHE_HOME", "").strip() or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(cache, "opcore", "tuning.json")
 
 
 # -- signature buckets ------------------------------------------------------------------------------
