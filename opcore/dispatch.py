@@ -46,6 +46,7 @@ MAX_CACHED = 8192  # signatures; past this the caches start over (bounds memory 
 _ndarray = numpy.ndarray
 _PLAIN = frozenset({int, float, bool, str, type(None)})
 _TORCH_TYPES: set[type] = set()  # torch.Tensor and subclasses (Parameter), added as they are seen
+_KEYWORD: dict[tuple[Any, ...] | None, Callable[..., Any]] = {}  # calls with keywords holding tensors
 _INLINE: dict[tuple[Any, ...], Callable[..., Any]] = {}  # run()'s inline keys (numpy arrays, torch tensors)
 _POSITIONAL: dict[tuple[Any, ...] | None, Callable[..., Any]] = {}  # any positional call
 _BOUND: dict[tuple[Any, ...], Plan] = {}
@@ -57,6 +58,7 @@ def clear_caches() -> None:
     with _lock:
         _POSITIONAL.clear()
         _INLINE.clear()
+        _KEYWORD.clear()
         _RECOVER.clear()
         _BOUND.clear()
 
@@ -139,6 +141,14 @@ def run(op: str, /, *args: Any, backend: str | None = None, **kwargs: Any) -> An
                 return entry(*args)
             except Exception as error:
                 return _RECOVER[key](args, error)
+    else:  # keywords holding tensors (linear(x, w, b=b)) or other values
+        key = _keyword_key(op, _policy(), backend, args, kwargs)
+        called = _KEYWORD.get(key)
+        if called is not None:
+            try:
+                return called(args, kwargs)
+            except Exception as error:
+                return _RECOVER[key]((args, kwargs), error)
     return _run_slow(op, args, kwargs, backend)
 
 
@@ -219,6 +229,19 @@ def _positional_key(
     return tuple(key)
 
 
+def _keyword_key(
+    op: str, policy: ContextPolicy | None, backend: str | None, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Any, ...] | None:
+    """The general key of a call with keywords: the positional key plus each keyword's name and key."""
+    key = _positional_key(op, policy, backend, args)
+    if key is None:
+        return None
+    values = _positional_key(op, policy, backend, tuple(kwargs.values()))
+    if values is None:
+        return None
+    return (*key, *kwargs, *values[3:])
+
+
 def _bound_key(values: tuple[Any, ...]) -> list[Any]:
     key: list[Any] = []
     for a in values:
@@ -277,6 +300,9 @@ def _remember(
     The entry runs the first kernel bare; run() hands its errors to the matching recovery.
     """
     inline = _inline_key(op, policy, backend, args, kwargs)
+    if kwargs and inline is None:
+        _remember_keywords(op, policy, backend, args, kwargs, bound, plan)
+        return
     key = None if kwargs else _positional_key(op, policy, backend, args)
     if key is None and inline is None:
         return
@@ -318,6 +344,55 @@ def _remember(
         if inline is not None:
             _RECOVER[inline] = recover
             _INLINE[inline] = entry
+
+
+def _remember_keywords(
+    op: str,
+    policy: ContextPolicy | None,
+    backend: str | None,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    bound: tuple[Any, ...],
+    plan: Plan,
+) -> None:
+    """Cache an entry for a call whose keywords hold tensors: it takes (args, kwargs) and puts each
+    tensor at its bound position (positional ones at their index, keywords at their schema name's).
+    """
+    key = _keyword_key(op, policy, backend, args, kwargs)
+    if key is None:
+        return
+    names = plan.selection.contract.schema.names
+    template = list(bound)
+    from_args = [i for i in range(len(args)) if array_kind_of(args[i]) is not None]
+    from_kwargs = [(name, names.index(name)) for name, value in kwargs.items() if array_kind_of(value) is not None]
+    if any(bound[i] is not args[i] for i in from_args) or any(bound[i] is not kwargs[n] for n, i in from_kwargs):
+        return  # binding changed a tensor argument (a list of them): the slow path serves it
+    for i in from_args:
+        template[i] = None  # never keep the example's data alive
+    for _, i in from_kwargs:
+        template[i] = None
+    first = plan.first
+
+    def to_bound(raw: tuple[tuple[Any, ...], dict[str, Any]]) -> tuple[Any, ...]:
+        raw_args, raw_kwargs = raw
+        call = template.copy()
+        for i in from_args:
+            call[i] = raw_args[i]
+        for name, i in from_kwargs:
+            call[i] = raw_kwargs[name]
+        return tuple(call)
+
+    def called(raw_args: tuple[Any, ...], raw_kwargs: dict[str, Any]) -> Any:
+        return first(*to_bound((raw_args, raw_kwargs)))
+
+    def recover(raw: tuple[tuple[Any, ...], dict[str, Any]], error: Exception) -> Any:
+        return plan.recover(to_bound(raw), error)
+
+    with _lock:
+        if len(_KEYWORD) >= MAX_CACHED:
+            _KEYWORD.clear()
+        _RECOVER[key] = recover
+        _KEYWORD[key] = called
 
 
 # --- plans: what a cached signature runs ------------------------------------------------------

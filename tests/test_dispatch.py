@@ -11,7 +11,7 @@ import pytest
 
 import opcore
 from opcore import BackendSpec, DeviceType
-from opcore.dispatch import _BOUND, _INLINE, _POSITIONAL, MAX_CACHED, _inline_key
+from opcore.dispatch import _BOUND, _INLINE, _KEYWORD, _POSITIONAL, MAX_CACHED, _inline_key, _keyword_key
 
 torch = pytest.importorskip("torch", reason="array-kind conversions are tested with real torch tensors")
 
@@ -400,9 +400,15 @@ def test_keywords_with_tensor_values_take_the_general_path() -> None:
     opcore.register_plugin(make_plugin("torchy", counting_kernels(calls), priority=500))
     x, w, b = torch.ones(2, 3), torch.ones(4, 3), torch.zeros(4)
     assert _inline_key("linear", None, None, (x, w), {"b": b}) is None
-    for bias in (b, b + 1):
+    for bias in (b, b + 1, b + 2):
         torch.testing.assert_close(opcore.run("linear", x, w, b=bias), torch.nn.functional.linear(x, w, bias))
-    assert calls == [("linear", False), ("linear", False)]
+        torch.testing.assert_close(opcore.run("linear", x=x, w=w, b=bias), torch.nn.functional.linear(x, w, bias))
+    assert calls == [("linear", False)] * 6
+    key = _keyword_key("linear", None, None, (x, w), {"b": b})
+    assert key in _KEYWORD  # cached by its signature: the tensors themselves are not kept
+    assert all(v is not b for v in key)
+    _KEYWORD[key] = lambda args, kwargs: "from the cache"
+    assert opcore.run("linear", x, w, b=torch.ones(4)) == "from the cache"
 
 
 def test_a_second_tensor_on_another_device_is_refused_as_on_the_slow_path() -> None:
