@@ -16,12 +16,15 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy
 import pytest
 
 import opcore
+
+if TYPE_CHECKING:
+    from opcore.onemodel.cache import ModelCache
 
 __all__ = [
     "CASES",
@@ -418,9 +421,11 @@ def assert_torch_tensors_come_back(backend: str) -> tuple[Any, Any]:
     return torch, x
 
 
-def assert_batch_sizes_share_one_model(backend: str, cache_stats: Callable[[], Any]) -> None:
+def assert_batch_sizes_share_one_model(backend: str, cache: ModelCache) -> None:
     """Every batch size of the same ranks reuses one cached model; another rank builds another;
     Python numbers are fed, not baked in."""
+    cache.lru().clear()  # models that earlier tests built would make the counts below depend on test order
+    cache_stats = cache.stats
     w, b = arr((6, 10)), arr((6,))
     opcore.run("linear", arr((1, 10)), w, b, backend=backend)
     before = cache_stats().misses

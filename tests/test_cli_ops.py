@@ -26,6 +26,22 @@ def matrix() -> Result:
     return run_cli("ops", "--matrix", fixtures=True, OPCORE_DISABLE="fixture_unavailable")
 
 
+def columns(out: str) -> tuple[list[str], dict[str, dict[str, str]]]:
+    """The matrix's header and its rows as {op: {backend: cell}}, cut at the header's column starts:
+    a cell may hold several words ("f32 f64", "cuda: all"), so splitting at spaces would shift columns.
+    """
+    lines = out.splitlines()
+    header = lines[0]
+    starts = [i for i, char in enumerate(header) if char != " " and (i == 0 or header[i - 1] == " ")]
+    names = header.split()
+    rows = {}
+    for line in lines[1:]:
+        if line and not line.startswith(" "):
+            cells = [line[start:end].strip() for start, end in zip(starts, [*starts[1:], None])]
+            rows[cells[0]] = dict(zip(names, cells))
+    return names, rows
+
+
 def test_docs_ops_md_is_up_to_date() -> None:
     assert DOC.read_text(encoding="utf-8") == builtin_reference(), (
         "docs/ops.md is out of date: run python scripts/gen_ops_doc.py"
@@ -87,24 +103,18 @@ def test_tag_filter() -> None:
 
 def test_matrix_shows_coverage_per_loaded_backend(matrix: Result) -> None:
     assert matrix.status == 0
-    lines = matrix.out.splitlines()
-    header = lines[0].split()
+    header, rows = columns(matrix.out)
     assert header[0] == "op" and "fixture_good" in header and "reference" in header
     assert "fixture_importerror" not in header and "fixture_unavailable" not in header
-    rows = {line.split()[0]: line.split() for line in lines[1:] if line and not line.startswith(" ")}
-    good, ref = header.index("fixture_good"), header.index("reference")
-    assert rows["relu"][good] == "f32" and rows["relu"][ref] == "all"
-    assert rows["linear"][good] == "-"
-    # fixture.double: "f32 f64" spans two words in the split row
-    assert "fixture.double" in rows and "f32 f64" in next(line for line in lines if line.startswith("fixture.double"))
+    assert rows["relu"]["fixture_good"] == "f32" and rows["relu"]["reference"] == "all"
+    assert rows["linear"]["fixture_good"] == "-"
+    assert rows["fixture.double"]["fixture_good"] == "f32 f64"
 
 
 def test_matrix_for_one_dtype() -> None:
     result = run_cli("ops", "--matrix", "--dtype", "float64", "--tag", "activation", fixtures=True)
-    rows = {line.split()[0]: line.split() for line in result.out.splitlines()[1:] if line and line[0] != " "}
-    header = result.out.splitlines()[0].split()
-    assert rows["relu"][header.index("fixture_good")] == "no"
-    assert rows["relu"][header.index("reference")] == "yes"
+    _, rows = columns(result.out)
+    assert rows["relu"]["fixture_good"] == "no" and rows["relu"]["reference"] == "yes"
     assert "yes/no: a kernel for float64" in result.out
 
 

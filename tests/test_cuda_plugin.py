@@ -62,6 +62,15 @@ def fake_cuda():
     return make
 
 
+def fake_devices() -> tuple[str, ...]:
+    """The cuda devices fake tensors can claim here: a CPU build of torch fakes any index, while a
+    CUDA runtime refuses an ordinal past its GPU count ("invalid device ordinal")."""
+    torch = pytest.importorskip("torch")
+    if torch.version.cuda is None:
+        return ("cuda:0", "cuda:1")
+    return tuple(f"cuda:{index}" for index in range(min(torch.cuda.device_count(), 2))) or ("cuda:0",)
+
+
 # --- the distribution and its availability --------------------------------------------------------
 
 
@@ -91,7 +100,7 @@ def test_unavailable_here_with_the_reason_and_nothing_registered():
 
 
 @pytest.mark.parametrize("deep", [False, True])
-def test_the_doctor_shows_it_unavailable_with_the_reason(deep):
+def test_the_doctor_shows_its_status_with_the_reason(deep):
     done = subprocess.run(
         [sys.executable, "-m", "opcore.cli", "doctor", *(["--deep"] if deep else [])],
         check=False,
@@ -101,9 +110,10 @@ def test_the_doctor_shows_it_unavailable_with_the_reason(deep):
         cwd=ROOT,
     )
     assert done.returncode in (0, 1), done.stderr
-    reason = cuda_report().reason
+    report = cuda_report()  # loaded where a GPU is usable, else unavailable with the reason
     section = done.stdout[done.stdout.index("  cuda  ") :]
-    assert section.startswith(f"  cuda  unavailable: {reason}"), section[:300]
+    expected = "loaded" if report.ok else f"unavailable: {report.reason}"
+    assert section.startswith(f"  cuda  {expected}"), section[:300]
     if deep:  # live torch values
         assert "torch CUDA" in section and "TF32 cuDNN conv" in section and "SDPA backends" in section
     else:  # without importing torch: the driver facts, and where the rest is
@@ -230,7 +240,7 @@ def test_cuda_tensors_rank_the_cublaslt_kernel_first(cuda_available, fake_cuda):
 
 def test_kernels_run_on_the_inputs_cuda_device(cuda_available, fake_cuda):
     torch = pytest.importorskip("torch")
-    for device in ("cuda:0", "cuda:1"):
+    for device in fake_devices():
         x, w, b = fake_cuda(2, 5, 8, device=device), fake_cuda(3, 8, device=device), fake_cuda(3, device=device)
         with fake_cuda.mode:
             y = opcore.run("linear_relu", x, w, b)
@@ -247,6 +257,13 @@ def test_mixed_devices_are_a_device_error(cuda_available, fake_cuda):
     x = fake_cuda(2, 2, dtype=torch.float32)
     with pytest.raises(opcore.DeviceError, match=r"add\(\): argument 'other' expected the device of 'x' \(cuda:0\)"):
         opcore.run("add", x, numpy.ones((2, 2), "float32"))
+
+
+def test_two_cuda_devices_are_a_device_error(cuda_available, fake_cuda):
+    torch = pytest.importorskip("torch")
+    if len(fake_devices()) < 2:
+        pytest.skip(f"{torch.cuda.device_count()} GPU(s) visible: the CUDA runtime refuses a fake cuda:1 here")
+    x = fake_cuda(2, 2, dtype=torch.float32)
     with pytest.raises(opcore.DeviceError, match=r"found cuda:1"):
         opcore.run("add", x, fake_cuda(2, 2, dtype=torch.float32, device="cuda:1"))
 

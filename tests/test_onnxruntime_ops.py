@@ -44,9 +44,9 @@ def test_matches_reference_or_declines_with_reason(case):
 
 
 def test_batch_sizes_reuse_one_session_per_rank():
-    from opcore_onnxruntime import cache_stats
+    from opcore_onnxruntime.cache import SESSIONS
 
-    assert_batch_sizes_share_one_model(BACKEND, cache_stats)
+    assert_batch_sizes_share_one_model(BACKEND, SESSIONS)
 
 
 def test_scalar_operands_of_any_value_share_a_session_and_stay_exact():

@@ -73,9 +73,9 @@ def test_matches_reference_or_declines_with_reason(case):
 
 
 def test_batch_sizes_reuse_one_compiled_model_per_rank():
-    from opcore_openvino import cache_stats
+    from opcore_openvino.cache import MODELS
 
-    assert_batch_sizes_share_one_model(BACKEND, cache_stats)
+    assert_batch_sizes_share_one_model(BACKEND, MODELS)
 
 
 def test_python_ints_beyond_int32_are_declined():
