@@ -15,7 +15,7 @@ from machine import onednn_reason
 from opcore_cpu.dtypes import CPU_DTYPES, ONEDNN_DTYPES
 
 import opcore
-from opcore.types import DType
+from opcore.types import DType, TensorMeta
 from opcore_cpu import plugin, system
 
 pytestmark = pytest.mark.filterwarnings("error")
@@ -99,6 +99,42 @@ def test_bfloat16_reason_follows_the_cpu_flags():
     native = {"avx512bw", "avx512vl", "avx512dq"} <= flags or "amx_bf16" in flags
     reason = system.onednn_bfloat16_reason()
     assert reason == (None if native else system.BFLOAT16_NO_AVX512)
+
+
+@pytest.mark.parametrize("variable", system.ISA_CAP_VARIABLES)
+def test_an_isa_cap_below_avx512_declines_bfloat16(monkeypatch, variable):
+    pytest.importorskip("torch")
+    from opcore_cpu import choice
+
+    for name in system.ISA_CAP_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    uncapped = system.onednn_bfloat16_reason()  # this CPU's own answer
+    x, w = TensorMeta((64, 256), DType.BFLOAT16), TensorMeta((256, 256), DType.BFLOAT16)
+    monkeypatch.setenv(variable, "avx2")
+    assert system.onednn_isa_cap() == (variable, "AVX2")
+    assert f"oneDNN capped by {variable}=AVX2" in system.describe()["ISA"]
+    capped = f"{variable}=AVX2 keeps oneDNN below AVX-512 (its bfloat16 kernels need AVX512BW/VL/DQ or AMX)"
+    # without AVX-512 the CPU's reason comes first; with it, the cap's
+    reason = system.onednn_bfloat16_reason()
+    assert reason == uncapped if uncapped is not None else reason.startswith(capped)
+    assert choice.linear_checker(x, w, None) == reason
+    for value in ("AVX512_CORE", "avx10_1_512_amx", "DEFAULT"):  # caps at or above AVX-512 change nothing
+        monkeypatch.setenv(variable, value)
+        assert system.onednn_bfloat16_reason() == uncapped
+    # the cap on a CPU that has AVX-512 (torch's answer replaced: this machine may not have it)
+    monkeypatch.setattr(system, "_torch_bf16_supported", lambda: True)
+    monkeypatch.setenv(variable, "AVX2_VNNI")
+    assert system.onednn_bfloat16_reason().startswith(f"{variable}=AVX2_VNNI keeps oneDNN below AVX-512")
+    monkeypatch.setenv(variable, "AVX512_CORE_BF16")
+    assert system.onednn_bfloat16_reason() is None and choice.linear_checker(x, w, None) is True
+
+
+def test_the_newer_isa_variable_wins(monkeypatch):
+    monkeypatch.setenv("DNNL_MAX_CPU_ISA", "AVX512_CORE")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "SSE41")
+    assert system.onednn_isa_cap() == ("ONEDNN_MAX_CPU_ISA", "SSE41")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "")
+    assert system.onednn_isa_cap() == ("DNNL_MAX_CPU_ISA", "AVX512_CORE")
 
 
 def test_isa_summary_flags_missing_features():

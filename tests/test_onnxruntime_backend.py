@@ -98,3 +98,45 @@ def test_torch_tensors_come_back_as_torch_tensors():
 def test_explain_shows_why_a_call_is_declined():
     text = str(opcore.explain("conv2d", arr((1, 2, 5, 5), "float64"), arr((3, 2, 3, 3), "float64")))
     assert "onnxruntime" in text and "float32 and float16 kernels only" in text
+
+
+# --- models that an optimizer pass cannot take in their dtype ----------------------------------
+
+
+def _relu_clip(g, x):  # 1.32's basic-level FuseReluClip raises on a float64 Clip
+    return g.op("Clip", g.op("Relu", x), g.const(0.0, x.dtype), g.const(6.0, x.dtype))
+
+
+def _silu(g, x):  # 1.30 fuses this into com.microsoft.QuickGelu, which has no float64 kernel
+    return g.op("Mul", x, g.op("Sigmoid", x))
+
+
+@pytest.mark.parametrize(("build", "expected"), [(_relu_clip, lambda x: numpy.clip(x, 0, 6)), (_silu, None)])
+def test_a_model_an_optimizer_pass_cannot_take_is_built_at_a_lower_level(build, expected):
+    import onnxruntime
+    from opcore_onnxruntime.graph import Graph
+    from opcore_onnxruntime.session import OPTIMIZATION_LEVELS, Session, target_opset
+
+    def graph():
+        g = Graph(build.__name__, *target_opset())
+        return g, build(g, g.input(numpy.dtype("float64"), 1))
+
+    # the highest level at which onnxruntime itself builds the model, asked directly
+    g, output = graph()
+    model = g.model(output).SerializeToString()
+    builds = []
+    for level in OPTIMIZATION_LEVELS:
+        options = onnxruntime.SessionOptions()
+        options.graph_optimization_level, options.log_severity_level = level, 4
+        try:
+            onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+        except Exception:
+            continue
+        builds.append(level.name)
+    session = Session(*graph())
+    assert session.optimization == builds[0]
+    x = numpy.array([-2.0, -0.5, 0.0, 0.5, 3.0, 9.0])
+    want = expected(x) if expected else x / (1 + numpy.exp(-x))
+    numpy.testing.assert_allclose(session([x]), want, rtol=1e-12)
+    if builds[0] == OPTIMIZATION_LEVELS[0].name:
+        pytest.skip(f"onnxruntime {onnxruntime.__version__} builds {build.__name__} in float64 fully optimized")

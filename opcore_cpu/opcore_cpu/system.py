@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 import re
 import sys
 from collections.abc import Callable, Mapping
@@ -29,6 +30,7 @@ __all__ = [
     "is_available",
     "isa_summary",
     "onednn_bfloat16_reason",
+    "onednn_isa_cap",
     "onednn_version",
 ]
 
@@ -36,6 +38,11 @@ MIN_TORCH = (2, 4)  # the mkldnn pointwise ops with these signatures exist from 
 # /proc/cpuinfo flags that change what oneDNN can do here, in the order the doctor lists them
 ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16")
 BFLOAT16_NO_AVX512 = "this CPU has no AVX-512 (oneDNN's bfloat16 kernels need AVX512BW/VL/DQ or AMX)"
+# oneDNN's dispatcher cap: it reads ONEDNN_MAX_CPU_ISA, else the older DNNL_MAX_CPU_ISA, and runs no
+# code above that ISA. These values leave it below AVX512_CORE (AVX512BW/VL/DQ), where its bfloat16
+# kernels would fall back to reference code; any other value (AVX512_*, AVX10_*, DEFAULT) does not.
+ISA_CAP_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
+BELOW_AVX512 = frozenset({"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2"})
 
 
 def _torch_version() -> str | None:
@@ -128,7 +135,8 @@ def _torch_bf16_supported() -> bool:
 
 
 def onednn_bfloat16_reason() -> str | None:
-    """None where oneDNN's bfloat16 kernels run natively on this machine; otherwise why they do not.
+    """None where oneDNN's bfloat16 kernels run natively on this machine; otherwise why they do not:
+    no AVX-512 (torch's own test), or ``ONEDNN_MAX_CPU_ISA`` capping oneDNN below it.
 
     The oneDNN kernels' checkers decline bfloat16 with this reason, and tests derive their
     expectations from it (imports torch on first call).
@@ -138,7 +146,32 @@ def onednn_bfloat16_reason() -> str | None:
     """
     if not _torch_bf16_supported():
         return BFLOAT16_NO_AVX512
+    cap = onednn_isa_cap()
+    if cap is not None and cap[1] in BELOW_AVX512:  # torch asks the CPU, not oneDNN's cap: ask it here
+        return (
+            f"{cap[0]}={cap[1]} keeps oneDNN below AVX-512 (its bfloat16 kernels need AVX512BW/VL/DQ or AMX); "
+            f"unset {cap[0]} to use them"
+        )
     return None
+
+
+def onednn_isa_cap() -> tuple[str, str] | None:
+    """(variable, value) of oneDNN's ISA cap where one is set, the value upper-cased; else None.
+
+    >>> onednn_isa_cap()                                                            # doctest: +SKIP
+    ('ONEDNN_MAX_CPU_ISA', 'AVX2')
+    """
+    for name in ISA_CAP_VARIABLES:
+        value = os.environ.get(name, "").strip()
+        if value:
+            return name, value.upper()
+    return None
+
+
+def _isa_line() -> str:
+    text = isa_summary(cpu_flags())
+    cap = onednn_isa_cap()
+    return text if cap is None else f"{text}; oneDNN capped by {cap[0]}={cap[1]}"
 
 
 def _probe(probe: Callable[[], object]) -> str:
@@ -185,7 +218,7 @@ def describe() -> Mapping[str, str]:
             "torch": _torch_version() or "not installed",
             "oneDNN": _probe(lambda: f"{onednn_header_version() or 'version unknown'} (from torch's headers)"),
             "CPU": _probe(cpu_vendor),
-            "ISA": _probe(lambda: isa_summary(cpu_flags())),
+            "ISA": _probe(_isa_line),
             "live values": "MKL, ATen CPU capability, threads, float32 packing: `opcore doctor --deep`",
         }
     return {
@@ -194,7 +227,7 @@ def describe() -> Mapping[str, str]:
         "MKL": _probe(mkl),
         "ATen CPU capability": _probe(capability),
         "CPU": _probe(cpu_vendor),
-        "ISA": _probe(lambda: isa_summary(cpu_flags())),
+        "ISA": _probe(_isa_line),
         "threads": _probe(threads),
         "float32 packing": _probe(packing),
     }

@@ -7,6 +7,9 @@ scalar operand, the value for an attribute). Dimensions are symbolic, so every b
 same ranks reuses one session. Python numbers given for ``Tensor|Scalar`` operands are fed as 0-D
 inputs, so ``add(x, 0.5)`` and ``add(x, 2.0)`` share a session too.
 
+A model never depends on an optimizer pass working for its dtype: where a session cannot be built
+at onnxruntime's full optimization, it is built again at lower levels (``OPTIMIZATION_LEVELS``).
+
 >>> relu = onnx_kernel("relu", lambda g, x: g.op("Relu", x))
 >>> relu(numpy.ones((2, 3), "float32")).shape
 (2, 3)
@@ -30,6 +33,7 @@ from opcore_onnxruntime.graph import Graph, Value
 __all__ = [
     "ATTRIBUTE",
     "OPERAND",
+    "OPTIMIZATION_LEVELS",
     "TENSOR",
     "TENSORS",
     "OnnxOp",
@@ -40,14 +44,27 @@ __all__ = [
     "target_opset",
 ]
 
+# Graph optimization levels a session is built at, the first that succeeds. Optimizer passes are
+# written for the common dtypes: onnxruntime 1.30 fuses x * sigmoid(x) into com.microsoft.QuickGelu,
+# which has no float64 kernel (silu, linear_silu, gated_mlp in float64 would fail to build), and
+# 1.32's basic-level FuseReluClip raises on a float64 Clip. Each lower level builds more of the model
+# as written; without optimization it is exactly the ops the builder chose, each with its own kernel.
+OPTIMIZATION_LEVELS = (
+    onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL,
+)
+
 _opset: tuple[int, int] | None = None
 _opset_lock = threading.Lock()
 
 
 def session_options() -> onnxruntime.SessionOptions:
-    """The options of every session opcore opens (errors-only logging)."""
+    """The options of every session opcore opens (fatal-only logging)."""
     options = onnxruntime.SessionOptions()
-    options.log_severity_level = 3  # errors only: a one-op model's "unused input" notes are noise
+    # fatal only: a one-op model's "unused input" notes are noise, and a failed build is retried
+    # (open_session) or raised with onnxruntime's message
+    options.log_severity_level = 4
     return options
 
 
@@ -85,21 +102,28 @@ def open_session(graph: Graph, *outputs: Value) -> tuple[onnxruntime.InferenceSe
     initializers not in it), and what must stay alive while the session runs (the memory its
     external initializers share). Raises Unsupported with onnxruntime's first line when it fails.
     """
-    options = session_options()
-    if graph.externals and not hasattr(options, "add_external_initializers"):
+    if graph.externals and not hasattr(onnxruntime.SessionOptions, "add_external_initializers"):
         graph.internalize()  # an onnxruntime without it: the weights are copied into the model
     model = graph.model(*outputs)
-    keep: tuple[Any, ...] = ()
-    if graph.externals:
-        names = list(graph.externals)
-        values = [onnxruntime.OrtValue.ortvalue_from_numpy(graph.externals[n]) for n in names]
-        options.add_external_initializers(names, values)
-        keep = (values, graph.externals)  # the session reads this memory
-    try:
-        session = onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    except Exception as error:
-        raise Unsupported(f"onnxruntime could not build the {graph.name} model: {first_line(error)}") from error
-    return session, model, keep
+    names = list(graph.externals)
+    values = [onnxruntime.OrtValue.ortvalue_from_numpy(graph.externals[n]) for n in names]
+    keep: tuple[Any, ...] = (values, graph.externals) if names else ()  # the session reads this memory
+    serialized, failures = model.SerializeToString(), []
+    for level in OPTIMIZATION_LEVELS:  # the highest level that builds: see OPTIMIZATION_LEVELS
+        options = session_options()
+        options.graph_optimization_level = level
+        if names:
+            options.add_external_initializers(names, values)
+        try:
+            session = onnxruntime.InferenceSession(serialized, options, providers=["CPUExecutionProvider"])
+        except Exception as error:
+            failures.append(error)
+            continue
+        return session, model, keep
+    first = failures[0]  # the full-optimization error; the lower levels' say the same or less
+    raise Unsupported(
+        f"onnxruntime could not build the {graph.name} model at any optimization level: {first_line(first)}"
+    ) from first
 
 
 class Session:
@@ -129,6 +153,11 @@ class Session:
             return self._run(self._outputs, feeds, None)[0]
         except Exception as error:
             raise Unsupported(f"onnxruntime failed: {first_line(error)}") from error
+
+    @property
+    def optimization(self) -> str:
+        """The graph optimization level this session was built at ("ORT_ENABLE_ALL", ...)."""
+        return self.session.get_session_options().graph_optimization_level.name
 
     def single(self) -> Callable[[Any], Any]:
         """A function of the one input (prepared ops with one free tensor: the leanest call)."""
