@@ -363,15 +363,19 @@ def coverage(plan: Any) -> str:
 # --- ATen targets ------------------------------------------------------------------------------
 
 
-def aten_targets(case: ModelCase) -> collections.Counter[str]:
-    """The call_function targets of the model's torch.export graph (batch 1), with their counts."""
-    model = case.make().eval()
-    program = torch.export.export(model, (case.example(1),))
-    return collections.Counter(
-        str(node.target)
-        for node in program.graph.nodes
-        if node.op == "call_function" and "getitem" not in str(node.target)
-    )
+def exported_nodes(case: ModelCase) -> list[dict[str, Any]]:
+    """The model's nodes as captured (batch 1, no rewrites, no partitions): each with its ATen
+    target, the opcore op it maps to (``aten.*``: the ATen fallback) and every backend's verdict."""
+    import json
+
+    import opcore.graph
+
+    plan = opcore.graph.capture(case.make().eval(), (case.example(1),), rewrites=False, partitions=False)
+    return json.loads(plan.explain(format="json"))["nodes"]
+
+
+def _accepts(node: dict[str, Any], backend: str) -> bool:
+    return any(c["backend"] == backend and c["status"] in ACCEPTING for c in node["candidates"])
 
 
 MARK_BEGIN = "<!-- bench/graph.py --targets-only: begin -->"
@@ -379,20 +383,37 @@ MARK_END = "<!-- bench/graph.py --targets-only: end -->"
 
 
 def targets_section(cases: list[ModelCase]) -> str:
+    """Per model: the share of nodes each graph runtime accepts, then every exported ATen target
+    with its count, the opcore op it becomes, and how many of its nodes each runtime accepts."""
     lines = [
         MARK_BEGIN,
         "",
-        f"ATen targets of `torch.export.export` (torch {torch.__version__.split('+')[0]}) per model, batch 1, "
-        "with their counts; regenerate with `python bench/graph.py --targets-only --write docs/benchmarks.md`.",
+        f"`opcore.graph.capture(model, (x,), rewrites=False)` at batch 1 (torch {torch.__version__.split('+')[0]}): "
+        "every exported node, the opcore op it maps to (`aten.*`: the ATen fallback), and how many of its "
+        "nodes each graph runtime's checkers accept. Size computations (`python`) are not counted. "
+        "Regenerate with `python bench/graph.py --targets-only --write docs/benchmarks.md`.",
         "",
-        "| model | nodes | targets |",
-        "|---|---|---|",
+        "| model | nodes | onnxruntime accepts | openvino accepts |",
+        "|---|---|---|---|",
     ]
+    details = []
     for case in cases:
-        counts = aten_targets(case)
-        text = ", ".join(f"`{t}` x{n}" for t, n in sorted(counts.items(), key=lambda item: (-item[1], item[0])))
-        lines.append(f"| {case.title} | {sum(counts.values())} | {text} |")
-    return "\n".join([*lines, "", MARK_END])
+        nodes = [n for n in exported_nodes(case) if n["backend"] != "python"]
+        shares = []
+        for backend in GRAPH_RUNTIMES:
+            accepted = sum(_accepts(n, backend) for n in nodes)
+            shares.append(f"{accepted} ({100 * accepted / max(len(nodes), 1):.0f}%)")
+        lines.append(f"| {case.title} | {len(nodes)} | {' | '.join(shares)} |")
+        by_target: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+        for node in nodes:
+            by_target[node["target"]].append(node)
+        details += ["", f"{case.title}:", "", "| ATen target | nodes | opcore op | onnxruntime | openvino |"]
+        details.append("|---|---|---|---|---|")
+        for target, group in sorted(by_target.items(), key=lambda item: (-len(item[1]), item[0])):
+            ops = sorted({n["op"] for n in group})
+            counts = [str(sum(_accepts(n, backend) for n in group)) for backend in GRAPH_RUNTIMES]
+            details.append(f"| `{target}` | {len(group)} | {', '.join(ops)} | {' | '.join(counts)} |")
+    return "\n".join([*lines, *details, "", MARK_END])
 
 
 def write_section(path: pathlib.Path, section: str) -> None:
@@ -435,10 +456,11 @@ def main() -> None:
     parser.add_argument("--batches", default=",".join(map(str, BATCHES)))
     parser.add_argument("--skip", default="", help="columns to leave out: compile, openvino, onnx, plan")
     parser.add_argument("--rounds", type=int, default=11, help="interleaved timing rounds (median of them)")
+    parser.add_argument("--threads", type=int, default=THREADS, help="torch threads (steadier at 1 on a busy machine)")
     parser.add_argument("--targets-only", action="store_true", help="print the exported ATen targets and stop")
     parser.add_argument("--write", type=pathlib.Path, help="with --targets-only: replace that section of this file")
     options = parser.parse_args()
-    torch.set_num_threads(THREADS)
+    torch.set_num_threads(options.threads)
     warnings.filterwarnings("ignore")
     cases = [MODELS[name] for name in options.models.split(",") if name]
     if options.targets_only:
@@ -448,7 +470,9 @@ def main() -> None:
         print(section)
         return
     skip = {s for s in options.skip.split(",") if s}
-    print(f"torch {torch.__version__}, {THREADS} threads; medians of {options.rounds} interleaved rounds\n")
+    print(
+        f"torch {torch.__version__}, {options.threads} torch threads; medians of {options.rounds} interleaved rounds\n"
+    )
     for case in cases:
         for batch in (int(b) for b in options.batches.split(",")):
             print(report(case, batch, bench_model(case, batch, skip, options.rounds)), end="\n\n", flush=True)
