@@ -61,9 +61,11 @@ class ExamplePartition:
         folder = pathlib.Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         steps = [{"op": op, "reads": list(reads), "writes": writes} for op, reads, writes in self.steps]
-        document = {"steps": steps, "inputs": list(self.inputs), "outputs": list(self.outputs)}
+        names = list(self.constants)  # stored as c0, c1, ...: a value's name never meets savez's own keywords
+        document = {"steps": steps, "inputs": list(self.inputs), "outputs": list(self.outputs), "constants": names}
         (folder / f"{self.name}.json").write_text(json.dumps(document, indent=1))
-        numpy.savez(folder / f"{self.name}.npz", **self.constants)
+        arrays: dict[str, Any] = {f"c{i}": self.constants[name] for i, name in enumerate(names)}
+        numpy.savez(folder / f"{self.name}.npz", **arrays)
         files = [f"{self.name}.json", f"{self.name}.npz"]
         return {"backend": BACKEND, "format": FORMAT, "files": files, "plugin": __version__, "options": {}}
 
@@ -92,5 +94,5 @@ class ExampleCompiler:
         if unknown:  # a file names ops this plugin does not have: refuse, never look them up elsewhere
             raise PartitionError(spec.name, BACKEND, f"{steps_file} names unknown ops {unknown}")
         with numpy.load(constants_file, allow_pickle=False) as stored:
-            constants = {name: stored[name] for name in stored.files}
+            constants = {name: stored[f"c{i}"] for i, name in enumerate(document["constants"])}
         return ExamplePartition(spec.name, steps, tuple(document["inputs"]), constants, tuple(document["outputs"]))

@@ -56,7 +56,9 @@ def chain_reshape(g: Graph, x: Value, shape: tuple[int | Value, ...]) -> Value:
     if all(isinstance(size, int) for size in shape):
         return build_reshape(g, x, g.ints(shape))  # type: ignore[arg-type]
     pieces = [
-        g.ints([size]) if isinstance(size, int) else g.op("Reshape", g.cast(size, numpy.int64), g.ints([1]), rank=1)
+        g.ints([size])
+        if isinstance(size, int)
+        else g.op("Reshape", g.cast(size, numpy.dtype(numpy.int64)), g.ints([1]), rank=1)
         for size in shape
     ]
     return build_reshape(g, x, g.op("Concat", *pieces, axis=0, rank=1))

@@ -60,7 +60,9 @@ def chain_reshape(g: Graph, x: Node, shape: tuple[int | Node, ...]) -> Node:
     if all(isinstance(size, int) for size in shape):
         return build_reshape(g, x, g.ints(shape), len(shape))  # type: ignore[arg-type]
     pieces = [
-        g.ints([size]) if isinstance(size, int) else ops.reshape(g.cast(size, numpy.int64), g.ints([1]), False)
+        g.ints([size])
+        if isinstance(size, int)
+        else ops.reshape(g.cast(size, numpy.dtype(numpy.int64)), g.ints([1]), False)
         for size in shape
     ]
     return build_reshape(g, x, ops.concat(pieces, 0), len(shape))
