@@ -264,6 +264,7 @@ class Result:
     diffs: dict[str, float] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)
     extra: dict[str, str] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)  # capture, load
 
 
 def _diff(a: Any, b: torch.Tensor) -> float:
@@ -322,7 +323,8 @@ def bench_model(case: ModelCase, batch: int, skip: set[str], rounds: int) -> Res
             if label == "plan":
                 result.extra["summary"] = plan.explain().splitlines()[0]
                 result.extra["coverage"] = coverage(plan)
-                result.extra["capture s"] = f"{plan.timings.capture + plan.timings.plan:.2f}"
+                result.seconds["capture"] = plan.timings.capture + plan.timings.plan
+                result.extra["capture s"] = f"{result.seconds['capture']:.2f}"
                 started = time.perf_counter()
                 plan.save(folder / "plan")
                 result.extra["save s"] = f"{time.perf_counter() - started:.2f}"
@@ -330,7 +332,8 @@ def bench_model(case: ModelCase, batch: int, skip: set[str], rounds: int) -> Res
 
                 started = time.perf_counter()
                 loaded = opcore.graph.load(folder / "plan")
-                result.extra["load s"] = f"{time.perf_counter() - started:.2f}"
+                result.seconds["load"] = time.perf_counter() - started
+                result.extra["load s"] = f"{result.seconds['load']:.2f}"
                 result.diffs["loaded"] = _diff(_tensor(loaded(x)), reference)
     for label, run in runs.items():
         try:
@@ -447,7 +450,34 @@ def report(case: ModelCase, batch: int, result: Result) -> str:
     lines += [f"{key}: {value}" for key, value in result.extra.items()]
     if "loaded" in result.diffs:
         lines.append(f"loaded plan max |diff|: {result.diffs['loaded']:.1e}")
+    verdicts = targets(case, batch, result)
+    if verdicts:
+        lines.append("targets: " + "; ".join(verdicts))
     return "\n".join(lines)
+
+
+def targets(case: ModelCase, batch: int, result: Result) -> list[str]:
+    """Issue 11's targets that this table can judge, each "met" or "MISSED"."""
+    times, found = result.times, []
+
+    def judge(text: str, ok: bool) -> None:
+        found.append(f"{text} {'met' if ok else 'MISSED'}")
+
+    if "plan" in times and "eager" in times:
+        speedup = times["eager"] / times["plan"]
+        floor = 1.5 if (case.name, batch) == ("llama", 1) else 1.0
+        judge(f"plan {speedup:.2f}x eager >= {floor}", speedup >= floor)
+    for plan, direct in (("plan ov", "ov direct"), ("plan ort", "ort direct")):
+        if plan in times and direct in times:
+            ratio = times[direct] / times[plan]
+            judge(f"{plan} {ratio:.2f}x {direct} >= 0.95", ratio >= 0.95)
+    if {"capture", "load"} <= set(result.seconds):
+        ratio = result.seconds["capture"] / result.seconds["load"]
+        judge(f"load {ratio:.1f}x faster than capture >= 5", ratio >= 5)
+    plans = [result.diffs[label] for label in (*PLANS, "loaded") if label in result.diffs]
+    if plans:
+        judge(f"max |diff| {max(plans):.1e} <= 1e-4", max(plans) <= 1e-4)
+    return found
 
 
 def main() -> None:
