@@ -293,8 +293,8 @@ class K:
         self.title = title
 
 
-def entry_of(**medians: float) -> Entry:
-    return Entry("k", "", tuple(Measurement(name, us, 0.0, us, 3) for name, us in medians.items()))
+def entry_of(iqr: float = 0.0, **medians: float) -> Entry:
+    return Entry("k", "", tuple(Measurement(name, us, iqr, us, 3) for name, us in medians.items()))
 
 
 def test_measured_order_puts_the_fastest_first_but_keeps_static_order_on_a_near_tie() -> None:
@@ -302,6 +302,9 @@ def test_measured_order_puts_the_fastest_first_but_keeps_static_order_on_a_near_
     assert [k.title for k in measured_order([a, b, c, d], entry_of(a=10.0, b=5.0, c=7.0))] == ["b", "c", "a", "d"]
     assert [k.title for k in measured_order([a, b], entry_of(a=10.2, b=10.0))] == ["a", "b"]  # within 5%
     assert [k.title for k in measured_order([a, b], entry_of(a=11.0, b=10.0))] == ["b", "a"]
+    # the spreads overlap (10 +- 1 against 12 +- 1.5 ... ): noise, the static order stays
+    assert [k.title for k in measured_order([a, b], entry_of(a=12.0, b=10.0, iqr=3.0))] == ["a", "b"]
+    assert [k.title for k in measured_order([a, b], entry_of(a=20.0, b=10.0, iqr=3.0))] == ["b", "a"]
 
 
 def test_buckets_round_up_to_powers_of_two() -> None:

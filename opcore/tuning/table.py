@@ -221,27 +221,36 @@ def lookup(rt: Runtime, key_of: Callable[[], str]) -> tuple[Entry | None, str]:
     return entry, ""
 
 
-# Two kernels whose medians are this close (relative) keep their static order: a measurement does
-# not overturn the static ranking on noise, so a tuned ranking is never slower than the static one.
+# A measurement overturns the static order only where it is clear: the faster kernel's median is
+# more than TIE_MARGIN below the other's, and their interquartile ranges do not overlap. Noise (a
+# shared machine) then leaves the static ranking as it was rather than swapping it at random.
 TIE_MARGIN = 0.05
+
+
+def clearly_faster(a: Measurement, b: Measurement) -> bool:
+    """a beats b beyond the margin and beyond both spreads."""
+    return a.median_us * (1 + TIE_MARGIN) < b.median_us and a.median_us + a.iqr_us / 2 < b.median_us - b.iqr_us / 2
 
 
 def measured_order(kernels: Iterable[K], entry: Entry) -> tuple[K, ...]:
     """``kernels`` (in static order, each with a ``title``) reordered by the entry: measured ones
-    first, fastest first (ties within TIE_MARGIN in static order), then the rest in static order.
+    first — each time the first in static order that no other remaining one is clearly faster than
+    — then the unmeasured rest in static order.
     """
-    measured: list[tuple[K, float]] = []
+    measured: list[tuple[K, Measurement]] = []
     rest: list[K] = []
     for kernel in kernels:
         found = entry.time_of(kernel.title)  # type: ignore[attr-defined]
         if found is None:
             rest.append(kernel)
         else:
-            measured.append((kernel, found.median_us))
+            measured.append((kernel, found))
     ordered: list[K] = []
     while measured:
-        best = min(median for _, median in measured)
-        pick = next(i for i, (_, median) in enumerate(measured) if median <= best * (1 + TIE_MARGIN))
+        pick = next(
+            (i for i, (_, m) in enumerate(measured) if not any(clearly_faster(o, m) for _, o in measured)),
+            min(range(len(measured)), key=lambda i: measured[i][1].median_us),  # a cycle: the fastest median
+        )
         ordered.append(measured.pop(pick)[0])
     return tuple(ordered + rest)
 
