@@ -53,6 +53,12 @@ SAMPLES: dict[str, Callable[[Factory], tuple[Any, ...]]] = {
     "permute": lambda t: (t((2, 3, 4)), (2, 0, 1)),
     "reshape": lambda t: (t((2, 3)), (3, -1)),
     "cat": lambda t: ((t((2, 3)), t((1, 3))), 0),
+    "unsqueeze": lambda t: (t((2, 3)), -1),
+    "squeeze": lambda t: (t((1, 3, 1)), None),
+    "flatten": lambda t: (t((2, 3, 4)), 1, -1),
+    "expand": lambda t: (t((3, 1)), (2, -1, 4)),
+    "slice": lambda t: (t((4, 3)), 0, 1, None, 2),
+    "select": lambda t: (t((4, 3)), 1, -1),
 }  # fmt: skip
 
 

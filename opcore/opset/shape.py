@@ -1,4 +1,5 @@
-"""Shape contracts: transpose, permute, reshape, cat. Every dtype is accepted.
+"""Shape contracts: transpose, permute, reshape, cat and the view ops (unsqueeze, squeeze, flatten,
+expand, slice, select). Every dtype is accepted.
 
 >>> from opcore.types import TensorMeta, DType
 >>> RESHAPE.meta(TensorMeta((2, 3, 4), DType.BOOL), (4, -1)).shape
@@ -15,7 +16,22 @@ from opcore.errors import ArgumentError, ShapeError
 from opcore.meta import ALL_DTYPES, normalize_dim, promote_types, shape_text
 from opcore.types import DType, TensorMeta
 
-__all__ = ["CAT", "CONTRACTS", "PERMUTE", "RESHAPE", "TRANSPOSE", "is_skipped_in_cat"]
+__all__ = [
+    "CAT",
+    "CONTRACTS",
+    "EXPAND",
+    "FLATTEN",
+    "PERMUTE",
+    "RESHAPE",
+    "SELECT",
+    "SLICE",
+    "SQUEEZE",
+    "TRANSPOSE",
+    "UNSQUEEZE",
+    "is_skipped_in_cat",
+    "slice_bounds",
+    "squeezed_shape",
+]
 
 
 def transpose_meta(x: TensorMeta, dim0: int, dim1: int) -> TensorMeta:
@@ -119,6 +135,120 @@ def cat_meta(tensors: tuple[TensorMeta, ...], dim: int) -> TensorMeta:
     return TensorMeta(shape, dtype, first.device)
 
 
+def unsqueeze_meta(x: TensorMeta, dim: int) -> TensorMeta:
+    """x's shape with a size-1 dim inserted at dim (in [-ndim-1, ndim])."""
+    axis = normalize_dim("dim", dim, x.ndim + 1)
+    return TensorMeta((*x.shape[:axis], 1, *x.shape[axis:]), x.dtype, x.device)
+
+
+def squeezed_shape(shape: tuple[int, ...], dim: tuple[int, ...] | None) -> tuple[int, ...]:
+    """``shape`` without its size-1 dims (all of them, or those of ``dim``, already checked)."""
+    axes = range(len(shape)) if dim is None else {d % max(len(shape), 1) for d in dim}
+    return tuple(size for i, size in enumerate(shape) if not (i in axes and size == 1))
+
+
+def squeeze_meta(x: TensorMeta, dim: tuple[int, ...] | None) -> TensorMeta:
+    """x's shape without its size-1 dims (all of them, or those of dim; others are kept)."""
+    if dim is not None:
+        listed = [normalize_dim(f"dim[{i}]", d, x.ndim) for i, d in enumerate(dim)]
+        if len(set(listed)) != len(listed):
+            raise ArgumentError(arg="dim", expected="each dim at most once", found=f"{list(dim)} (a repeated dim)")
+    return TensorMeta(squeezed_shape(x.shape, dim), x.dtype, x.device)
+
+
+def flatten_meta(x: TensorMeta, start_dim: int, end_dim: int) -> TensorMeta:
+    """x's dims start_dim..end_dim merged into one; a 0-D tensor becomes shape (1,)."""
+    start = normalize_dim("start_dim", start_dim, x.ndim)
+    end = normalize_dim("end_dim", end_dim, x.ndim)
+    if start > end:
+        raise ArgumentError(
+            arg="end_dim",
+            expected=f"a dim at or after start_dim ({start_dim}, dim {start})",
+            found=f"{end_dim} (dim {end})",
+        )
+    if x.ndim == 0:
+        return TensorMeta((1,), x.dtype, x.device)
+    merged = math.prod(x.shape[start : end + 1])
+    return TensorMeta((*x.shape[:start], merged, *x.shape[end + 1 :]), x.dtype, x.device)
+
+
+def expand_meta(x: TensorMeta, size: tuple[int, ...]) -> TensorMeta:
+    """x broadcast to size: -1 keeps a size, a size-1 dim grows, new dims are prepended."""
+    if len(size) < x.ndim:
+        raise ShapeError(
+            arg="size",
+            expected=f"at least {x.ndim} sizes, one per dimension of 'x' {shape_text(x.shape)}",
+            found=f"{len(size)}: {list(size)}",
+        )
+    lead = len(size) - x.ndim
+    shape = []
+    for i, wanted in enumerate(size):
+        have = x.shape[i - lead] if i >= lead else None
+        if wanted == -1:
+            if have is None:
+                raise ArgumentError(
+                    arg=f"size[{i}]",
+                    expected="a size >= 0 for a new leading dim (-1 keeps an existing size only)",
+                    found="-1",
+                )
+            shape.append(have)
+        elif wanted < 0:
+            raise ArgumentError(arg=f"size[{i}]", expected="a size >= 0, or -1 to keep it", found=str(wanted))
+        elif have is not None and have not in (1, wanted):
+            raise ShapeError(
+                arg="size",
+                expected=f"size {have} or -1 at dim {i} (only size-1 dims of 'x' {shape_text(x.shape)} expand)",
+                found=f"{list(size)}",
+            )
+        else:
+            shape.append(wanted)
+    return TensorMeta(tuple(shape), x.dtype, x.device)
+
+
+def slice_bounds(size: int, start: int | None, end: int | None) -> tuple[int, int]:
+    """torch's clamping of start and end on a dim of ``size``: negatives count from the end, then
+    both are clamped into [0, size] and end no earlier than start."""
+    first = 0 if start is None else start
+    last = size if end is None else end
+    if first < 0:
+        first += size
+    if last < 0:
+        last += size
+    first = min(max(first, 0), size)
+    last = min(max(last, first), size)
+    return first, last
+
+
+def slice_meta(x: TensorMeta, dim: int, start: int | None, end: int | None, step: int) -> TensorMeta:
+    """x's dim cut to start:end:step (clamped as torch does); step must be positive."""
+    if x.ndim == 0:
+        raise ShapeError(arg="x", expected="a tensor of at least 1 dimension (slice cannot cut a 0-D tensor)",
+                         found="a 0-D tensor")  # fmt: skip
+    axis = normalize_dim("dim", dim, x.ndim)
+    if step <= 0:
+        raise ArgumentError(arg="step", expected="a step >= 1 (torch slices forward only)", found=str(step),
+                            fix="use flip for a reversed slice")  # fmt: skip
+    first, last = slice_bounds(x.shape[axis], start, end)
+    length = (last - first + step - 1) // step
+    return TensorMeta((*x.shape[:axis], length, *x.shape[axis + 1 :]), x.dtype, x.device)
+
+
+def select_meta(x: TensorMeta, dim: int, index: int) -> TensorMeta:
+    """x without dim, taken at index (negative counts from the end)."""
+    if x.ndim == 0:
+        raise ShapeError(arg="x", expected="a tensor of at least 1 dimension (select cannot index a 0-D tensor)",
+                         found="a 0-D tensor")  # fmt: skip
+    axis = normalize_dim("dim", dim, x.ndim)
+    size = x.shape[axis]
+    if not -size <= index < size:
+        raise ShapeError(
+            arg="index",
+            expected=f"an index in the range [{-size}, {size - 1}] for dim {axis} of size {size}",
+            found=str(index),
+        )
+    return TensorMeta((*x.shape[:axis], *x.shape[axis + 1 :]), x.dtype, x.device)
+
+
 TRANSPOSE = define_op(
     "transpose(Tensor x, int dim0, int dim1) -> Tensor",
     meta=transpose_meta,
@@ -152,4 +282,64 @@ CAT = define_op(
     tags=("shape",),
 )
 
-CONTRACTS: tuple[OpContract, ...] = (TRANSPOSE, PERMUTE, RESHAPE, CAT)
+UNSQUEEZE = define_op(
+    "unsqueeze(Tensor x, int dim) -> Tensor",
+    meta=unsqueeze_meta,
+    dtypes=ALL_DTYPES,
+    family="shape",
+    doc="x with a size-1 dim inserted at dim; mirrors torch.unsqueeze.",
+    tags=("shape", "view"),
+)
+SQUEEZE = define_op(
+    "squeeze(Tensor x, int[]? dim=None) -> Tensor",
+    meta=squeeze_meta,
+    dtypes=ALL_DTYPES,
+    family="shape",
+    doc="x without its size-1 dims (every one, or those in dim); mirrors torch.squeeze.",
+    tags=("shape", "view"),
+)
+FLATTEN = define_op(
+    "flatten(Tensor x, int start_dim=0, int end_dim=-1) -> Tensor",
+    meta=flatten_meta,
+    dtypes=ALL_DTYPES,
+    family="shape",
+    doc="x with dims start_dim..end_dim merged into one; mirrors torch.flatten.",
+    tags=("shape",),
+)
+EXPAND = define_op(
+    "expand(Tensor x, int[] size) -> Tensor",
+    meta=expand_meta,
+    dtypes=ALL_DTYPES,
+    family="shape",
+    doc="x broadcast to size (-1 keeps a size, new dims lead); mirrors torch.Tensor.expand.",
+    tags=("shape", "view"),
+)
+SLICE = define_op(
+    "slice(Tensor x, int dim=0, int? start=None, int? end=None, int step=1) -> Tensor",
+    meta=slice_meta,
+    dtypes=ALL_DTYPES,
+    family="shape",
+    doc="x[..., start:end:step, ...] along dim, bounds clamped as torch does; mirrors aten.slice.Tensor.",
+    tags=("shape", "view"),
+)
+SELECT = define_op(
+    "select(Tensor x, int dim, int index) -> Tensor",
+    meta=select_meta,
+    dtypes=ALL_DTYPES,
+    family="shape",
+    doc="x at index along dim, that dim removed; mirrors torch.select.",
+    tags=("shape", "view"),
+)
+
+CONTRACTS: tuple[OpContract, ...] = (
+    TRANSPOSE,
+    PERMUTE,
+    RESHAPE,
+    CAT,
+    UNSQUEEZE,
+    SQUEEZE,
+    FLATTEN,
+    EXPAND,
+    SLICE,
+    SELECT,
+)

@@ -21,6 +21,7 @@ torch.Size([2, 4])
 
 from __future__ import annotations
 
+import builtins
 from typing import Any
 
 import torch
@@ -38,6 +39,8 @@ __all__ = [
     "div",
     "embedding",
     "exp",
+    "expand",
+    "flatten",
     "gated_mlp",
     "gelu",
     "layer_norm",
@@ -53,12 +56,16 @@ __all__ = [
     "reshape",
     "rms_norm",
     "scaled_dot_product_attention",
+    "select",
     "sigmoid",
     "silu",
+    "slice",
     "softmax",
+    "squeeze",
     "sub",
     "tanh",
     "transpose",
+    "unsqueeze",
 ]
 
 Tensor = torch.Tensor
@@ -234,6 +241,24 @@ def scaled_dot_product_attention(
 transpose = torch.transpose
 permute = torch.permute
 reshape = torch.reshape
+unsqueeze = torch.unsqueeze
+flatten = torch.flatten
+select = torch.select
+
+
+def squeeze(x: Tensor, dim: tuple[int, ...] | None) -> Tensor:
+    """x without its size-1 dims (all, or those of dim); a view."""
+    return torch.squeeze(x) if dim is None else torch.squeeze(x, dim)
+
+
+def expand(x: Tensor, size: tuple[int, ...]) -> Tensor:
+    """x broadcast to size (a view sharing x's memory, as torch's expand)."""
+    return x.expand(size)
+
+
+def slice(x: Tensor, dim: int, start: int | None, end: int | None, step: int) -> Tensor:
+    """x[start:end:step] along dim (a view); Python slicing clamps the bounds as aten.slice does."""
+    return x[(builtins.slice(None),) * (dim % x.dim()) + (builtins.slice(start, end, step),)]
 
 
 def cat(tensors: tuple[Tensor, ...], dim: int) -> Tensor:

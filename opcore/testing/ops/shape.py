@@ -1,4 +1,5 @@
-"""Kit entries for the shape ops: transpose, permute, reshape, cat (exact results for every dtype)."""
+"""Kit entries for the shape ops: transpose, permute, reshape, cat and the view ops unsqueeze, squeeze,
+flatten, expand, slice, select (exact results for every dtype)."""
 
 from __future__ import annotations
 
@@ -79,6 +80,96 @@ def cat_samples() -> Iterable[Sample]:
     return s
 
 
+def _every_dtype_and_layout(s: SampleSet, *args: object) -> None:
+    """The same attributes over every dtype, large magnitudes and every non-contiguous layout of a
+    (2, 3, 4) tensor."""
+    s.add("large", s.tensor((2, 3, 4), low=-1e4, high=1e4), *args)
+    for dtype in DTYPES:
+        s.add(dtype, s.tensor((2, 3, 4), dtype), *args)
+    for layout in LAYOUTS:
+        s.add(layout, s.tensor((2, 3, 4), layout=layout), *args)
+
+
+def unsqueeze_samples() -> Iterable[Sample]:
+    s = SampleSet("unsqueeze")
+    cases = [((), 0), ((), -1), ((5,), 0), ((5,), 1), ((5,), -1), ((5,), -2), ((2, 3), 1), ((2, 0), 2),
+             ((2, 3, 4), -4)]  # fmt: skip
+    for shape, dim in cases:
+        s.add(f"{shape_id(shape)}-{dim}", s.tensor(shape), dim)
+    _every_dtype_and_layout(s, 1)
+    return s
+
+
+def squeeze_samples() -> Iterable[Sample]:
+    s = SampleSet("squeeze")
+    cases = [((), None), ((), (0,)), ((), (-1,)), ((1,), None), ((1, 3, 1), None), ((1, 3, 1), (0,)),
+             ((1, 3, 1), (1,)), ((1, 3, 1), (-1, 0)), ((1, 3, 1), ()), ((1, 0, 1), None), ((1, 0, 1), (1, 2)),
+             ((2, 3), None)]  # fmt: skip
+    for shape, dim in cases:
+        name = "all" if dim is None else "_".join(map(str, dim)) or "none"
+        s.add(f"{shape_id(shape)}-{name}", s.tensor(shape), dim)
+    s.add("keyword-dim", s.tensor((1, 3, 1)), dim=(2,))
+    s.add("default", s.tensor((1, 3, 1)))
+    for dtype in DTYPES:
+        s.add(dtype, s.tensor((2, 1, 4), dtype), (1,))
+    s.add("large", s.tensor((2, 1, 4), low=-1e4, high=1e4), (1,))
+    for layout in LAYOUTS:
+        s.add(layout, s.tensor((3, 1, 4), layout=layout), None)
+    return s
+
+
+def flatten_samples() -> Iterable[Sample]:
+    s = SampleSet("flatten")
+    cases = [((), 0, -1), ((), 0, 0), ((5,), 0, -1), ((2, 3, 4), 0, -1), ((2, 3, 4), 1, 2), ((2, 3, 4), 0, 1),
+             ((2, 3, 4), -2, -1), ((2, 3, 4), 1, 1), ((2, 0, 4), 1, 2), ((2, 3, 4, 5), 1, 2)]  # fmt: skip
+    for shape, start, end in cases:
+        s.add(f"{shape_id(shape)}-{start}-{end}", s.tensor(shape), start, end)
+    s.add("default", s.tensor((2, 3, 4)))
+    s.add("keyword-start", s.tensor((2, 3, 4)), start_dim=1)
+    _every_dtype_and_layout(s, 1, -1)
+    return s
+
+
+def expand_samples() -> Iterable[Sample]:
+    s = SampleSet("expand")
+    cases = [((), ()), ((), (3,)), ((), (2, 3)), ((1,), (4,)), ((1,), (-1,)), ((3, 1), (3, 4)), ((3, 1), (-1, 4)),
+             ((3, 1), (2, 3, 4)), ((3, 1), (2, -1, -1)), ((1, 4), (0, 4)), ((2, 0), (3, 2, 0)),
+             ((2, 3), (2, 3))]  # fmt: skip
+    for shape, size in cases:
+        s.add(f"{shape_id(shape)}-to-{'_'.join(map(str, size)) or 'scalar'}", s.tensor(shape), size)
+    for dtype in DTYPES:
+        s.add(dtype, s.tensor((2, 1, 4), dtype), (3, 2, 5, 4))
+    s.add("large", s.tensor((2, 1, 4), low=-1e4, high=1e4), (3, 2, 5, 4))
+    for layout in LAYOUTS:
+        s.add(layout, s.tensor((2, 3, 4), layout=layout), (2, -1, 3, 4))
+    return s
+
+
+def slice_samples() -> Iterable[Sample]:
+    """Bounds as torch clamps them: None ends, negatives, out of range, empty results, steps."""
+    s = SampleSet("slice")
+    cases = [((6,), 0, None, None, 1), ((6,), 0, 1, 4, 1), ((6,), 0, -4, -1, 1), ((6,), 0, 1, None, 2),
+             ((6,), 0, None, 100, 3), ((6,), 0, -100, 2, 1), ((6,), 0, 4, 2, 1), ((6,), 0, 7, 9, 1),
+             ((6,), -1, 0, 6, 4), ((2, 5, 3), 1, 1, -1, 1), ((2, 5, 3), -1, 1, None, 1), ((2, 5, 3), 0, 1, 2, 1),
+             ((2, 0, 3), 1, 0, 1, 1), ((0,), 0, 0, 1, 1), ((2, 5, 3), 1, None, None, 2)]  # fmt: skip
+    for shape, dim, start, end, step in cases:
+        s.add(f"{shape_id(shape)}-{dim}-{start}-{end}-{step}", s.tensor(shape), dim, start, end, step)
+    s.add("default", s.tensor((4, 3)))
+    s.add("keyword-end", s.tensor((4, 3)), 1, end=2)
+    _every_dtype_and_layout(s, 1, 1, 3, 1)
+    return s
+
+
+def select_samples() -> Iterable[Sample]:
+    s = SampleSet("select")
+    cases = [((5,), 0, 2), ((5,), 0, -1), ((5,), -1, -5), ((2, 3), 0, 1), ((2, 3), 1, -1), ((2, 3, 4), 2, 3),
+             ((2, 0, 4), 0, 1), ((2, 0, 4), 2, 0)]  # fmt: skip
+    for shape, dim, index in cases:
+        s.add(f"{shape_id(shape)}-{dim}-{index}", s.tensor(shape), dim, index)
+    _every_dtype_and_layout(s, 1, -2)
+    return s
+
+
 def _error_inputs() -> dict[str, list[ErrorInput]]:
     dim = "a dim in the range"
     return {
@@ -114,6 +205,39 @@ def _error_inputs() -> dict[str, list[ErrorInput]]:
             ErrorInput("dim", ([z(2, 3), z(2, 3)], 2), ShapeError, "dim", dim),
             ErrorInput("dim-after-skip", ([z(0), z(2, 3)], 2), ShapeError, "dim", dim),
         ],
+        "unsqueeze": [
+            ErrorInput("dim", (z(2, 3), 3), ShapeError, "dim", r"\[-3, 2\]"),
+            ErrorInput("dim-negative", (z(2, 3), -4), ShapeError, "dim", r"\[-3, 2\]"),
+        ],
+        "squeeze": [
+            ErrorInput("dim", (z(2, 3), (2,)), ShapeError, "dim[0]", dim),
+            ErrorInput("dim-later", (z(2, 3), (0, -3)), ShapeError, "dim[1]", dim),
+            ErrorInput("repeated", (z(1, 3), (0, -2)), ArgumentError, "dim", "each dim at most once"),
+        ],
+        "flatten": [
+            ErrorInput("start", (z(2, 3), 2, -1), ShapeError, "start_dim", dim),
+            ErrorInput("end", (z(2, 3), 0, 2), ShapeError, "end_dim", dim),
+            ErrorInput("order", (z(2, 3, 4), 2, 1), ArgumentError, "end_dim", "at or after start_dim"),
+        ],
+        "expand": [
+            ErrorInput("rank", (z(2, 3), (3,)), ShapeError, "size", "at least 2 sizes"),
+            ErrorInput("size", (z(2, 3), (4, 3)), ShapeError, "size", "size 2 or -1 at dim 0"),
+            ErrorInput("new-unknown", (z(2, 3), (-1, 2, 3)), ArgumentError, "size[0]", "-1 keeps an existing size"),
+            ErrorInput("negative", (z(1, 3), (-2, 3)), ArgumentError, "size[0]", "a size >= 0"),
+        ],
+        "slice": [
+            ErrorInput("0d", (z(), 0, 0, 1, 1), ShapeError, "x", "slice cannot cut a 0-D tensor"),
+            ErrorInput("dim", (z(2, 3), 2, 0, 1, 1), ShapeError, "dim", dim),
+            ErrorInput("step-zero", (z(2, 3), 0, 0, 1, 0), ArgumentError, "step", "a step >= 1"),
+            ErrorInput("step-negative", (z(2, 3), 0, 0, 1, -1), ArgumentError, "step", "a step >= 1"),
+        ],
+        "select": [
+            ErrorInput("0d", (z(), 0, 0), ShapeError, "x", "select cannot index a 0-D tensor"),
+            ErrorInput("dim", (z(2, 3), -3, 0), ShapeError, "dim", dim),
+            ErrorInput("index", (z(2, 3), 1, 3), ShapeError, "index", r"\[-3, 2\] for dim 1 of size 3"),
+            ErrorInput("index-negative", (z(2, 3), 0, -3), ShapeError, "index", r"\[-2, 1\]"),
+            ErrorInput("empty", (z(2, 0), 1, 0), ShapeError, "index", r"\[0, -1\]"),
+        ],
     }  # fmt: skip
 
 
@@ -126,7 +250,18 @@ def error_inputs(op: str) -> list[ErrorInput]:
     return _ERRORS.get(op, [])
 
 
-_SAMPLES = {"transpose": transpose_samples, "permute": permute_samples, "reshape": reshape_samples, "cat": cat_samples}
+_SAMPLES = {
+    "transpose": transpose_samples,
+    "permute": permute_samples,
+    "reshape": reshape_samples,
+    "cat": cat_samples,
+    "unsqueeze": unsqueeze_samples,
+    "squeeze": squeeze_samples,
+    "flatten": flatten_samples,
+    "expand": expand_samples,
+    "slice": slice_samples,
+    "select": select_samples,
+}
 # they move data (cat's promotion rounds to nearest, as every library does): results are exact
 _EXACT = {dtype: EXACT for dtype in FLOATING}
 

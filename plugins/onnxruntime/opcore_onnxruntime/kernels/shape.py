@@ -1,7 +1,11 @@
-"""transpose, permute (Transpose), reshape (Reshape with allowzero) and cat (Concat), every dtype.
+"""transpose, permute (Transpose), reshape (Reshape with allowzero), cat (Concat) and the view ops
+unsqueeze (Unsqueeze), squeeze and flatten (Reshape to a target computed from Shape), expand (Expand),
+slice (Slice) and select (Gather), every dtype.
 
 reshape feeds its target shape as an int64 input, so every target of the same length shares one
 session; cat leaves 1-D empty tensors out (torch's legacy rule) but promotes over all of them.
+Dimensions stay dynamic: squeeze decides which listed dims have size 1 in the model (Compress of
+the shape), so one session serves every size; the view ops return copies here.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from opcore.onemodel.builders import cat_through, promoted, transpose_perm
 from opcore_onnxruntime.graph import Graph, Value
 from opcore_onnxruntime.session import ATTRIBUTE, TENSOR, TENSORS, onnx_kernel
 
-__all__ = ["cat", "permute", "reshape", "transpose"]
+__all__ = ["cat", "expand", "flatten", "permute", "reshape", "select", "slice", "squeeze", "transpose", "unsqueeze"]
 
 
 def _transpose(g: Graph, x: Value, perm: list[int]) -> Value:
@@ -78,3 +82,63 @@ def chain_cat(g: Graph, tensors: tuple[Value, ...], dim: int) -> Value:
 
 
 cat.chain = chain_cat  # type: ignore[attr-defined]
+
+
+_INT64_MAX = numpy.iinfo(numpy.int64).max
+
+
+def build_unsqueeze(g: Graph, x: Value, dim: int) -> Value:
+    rank = x.rank or 0
+    return g.op("Unsqueeze", x, g.ints([dim % (rank + 1)]), rank=rank + 1)
+
+
+def build_squeeze(g: Graph, x: Value, dim: tuple[int, ...] | None) -> Value:
+    rank = x.rank or 0
+    if rank == 0:
+        return g.op("Identity", x)
+    listed = set(range(rank)) if dim is None else {d % rank for d in dim}
+    shape = g.shape(x)
+    is_one = g.op("Equal", shape, g.ints([1]), dtype=numpy.bool_)
+    listed_mask = g.const(numpy.array([i in listed for i in range(rank)]))
+    dropped = g.op("And", is_one, listed_mask)
+    kept = g.op("Compress", shape, g.op("Not", dropped), axis=0)
+    return g.op("Reshape", x, kept, allowzero=1, rank=None)
+
+
+def build_flatten(g: Graph, x: Value, start_dim: int, end_dim: int) -> Value:
+    rank = x.rank or 0
+    if rank == 0:
+        return g.op("Reshape", x, g.ints([1]), rank=1)
+    start, end = start_dim % rank, end_dim % rank
+    if start == end:
+        return g.op("Identity", x)
+    merged = g.op("ReduceProd", g.shape(x, start, end + 1), keepdims=1)
+    parts = [p for p in (g.shape(x, 0, start) if start else None, merged,
+                         g.shape(x, end + 1) if end + 1 < rank else None) if p is not None]  # fmt: skip
+    target = g.op("Concat", *parts, axis=0) if len(parts) > 1 else merged
+    return g.op("Reshape", x, target, allowzero=1, rank=rank - (end - start))
+
+
+def build_expand(g: Graph, x: Value, size: tuple[int, ...]) -> Value:
+    # Expand broadcasts both ways: a 1 in the target keeps x's size, as -1 does in torch
+    return g.op("Expand", x, g.ints([1 if s == -1 else s for s in size]), rank=len(size))
+
+
+def build_slice(g: Graph, x: Value, dim: int, start: int | None, end: int | None, step: int) -> Value:
+    # ONNX Slice clamps negative and out-of-range bounds as Python (and torch) do
+    first = 0 if start is None else start
+    last = _INT64_MAX if end is None else end
+    return g.op("Slice", x, g.ints([first]), g.ints([last]), g.ints([dim % (x.rank or 1)]), g.ints([step]))
+
+
+def build_select(g: Graph, x: Value, dim: int, index: int) -> Value:
+    rank = x.rank or 1
+    return g.op("Gather", x, g.const(numpy.int64(index)), axis=dim % rank, rank=rank - 1)
+
+
+unsqueeze = onnx_kernel("unsqueeze", build_unsqueeze)
+squeeze = onnx_kernel("squeeze", build_squeeze)
+flatten = onnx_kernel("flatten", build_flatten)
+expand = onnx_kernel("expand", build_expand)
+slice = onnx_kernel("slice", build_slice)
+select = onnx_kernel("select", build_select)

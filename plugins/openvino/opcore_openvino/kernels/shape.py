@@ -1,5 +1,7 @@
-"""transpose, permute (Transpose), reshape (Reshape) and cat (Concat), for every dtype but the
-64-bit ones (the CPU plugin narrows them to 32 bits).
+"""transpose, permute (Transpose), reshape (Reshape), cat (Concat) and the view ops unsqueeze
+(Unsqueeze), squeeze and flatten (Reshape to a target computed from ShapeOf), expand (Broadcast),
+slice (Slice) and select (Gather), for every dtype but the 64-bit ones (the CPU plugin narrows
+them to 32 bits). The view ops return copies here.
 
 reshape feeds its target shape as an input, so every target of the same length shares one
 compiled model; cat leaves 1-D empty tensors out (torch's legacy rule) but promotes over all of them.
@@ -10,11 +12,13 @@ from __future__ import annotations
 import numpy
 import openvino
 
+from opcore.errors import Unsupported
 from opcore.onemodel.builders import cat_through, promoted, transpose_perm
+from opcore.opset.shape import squeezed_shape
 from opcore_openvino.compiled import ATTRIBUTE, TENSOR, TENSORS, ov_kernel
 from opcore_openvino.graph import Graph, Node, dtype_of, ops, rank_of
 
-__all__ = ["cat", "permute", "reshape", "transpose"]
+__all__ = ["cat", "expand", "flatten", "permute", "reshape", "select", "slice", "squeeze", "transpose", "unsqueeze"]
 
 
 def _transpose(g: Graph, x: Node, perm: list[int]) -> Node:
@@ -80,3 +84,72 @@ def chain_cat(g: Graph, tensors: tuple[Node, ...], dim: int) -> Node:
 
 
 cat.chain = chain_cat  # type: ignore[attr-defined]
+
+
+_INT64_MAX = numpy.iinfo(numpy.int64).max
+
+
+def build_unsqueeze(g: Graph, x: Node, dim: int) -> Node:
+    return ops.unsqueeze(x, g.ints([dim % (rank_of(x) + 1)]))
+
+
+def squeeze(x: numpy.ndarray, dim: tuple[int, ...] | None) -> numpy.ndarray:
+    """x without its size-1 dims: a reshape to the squeezed shape (the CPU plugin needs the output
+    rank, which depends on the sizes, so the target is computed here)."""
+    return reshape(x, squeezed_shape(x.shape, dim))
+
+
+def chain_squeeze(g: Graph, x: Node, dim: tuple[int, ...] | None) -> Node:
+    """squeeze in a partition: the dims it may drop must have static sizes there."""
+    sizes = x.get_output_partial_shape(0)
+    rank = rank_of(x)
+    axes = range(rank) if dim is None else {d % max(rank, 1) for d in dim}
+    if any(sizes[i].is_dynamic for i in axes if i < rank):
+        raise Unsupported(f"squeeze needs static sizes at dims {sorted(axes)} in a partition, found {sizes}")
+    return build_reshape(
+        g,
+        x,
+        g.ints(squeezed_shape(tuple(sizes[i].get_length() if sizes[i].is_static else -1 for i in range(rank)), dim)),
+        rank,
+    )
+
+
+def build_flatten(g: Graph, x: Node, start_dim: int, end_dim: int) -> Node:
+    rank = rank_of(x)
+    if rank == 0:
+        return ops.reshape(x, g.ints([1]), False)
+    start, end = start_dim % rank, end_dim % rank
+    if start == end:
+        return x
+    merged = ops.reduce_prod(g.dims(x, start, end + 1), g.ints([0]), True)
+    parts = [p for p in (g.dims(x, 0, start) if start else None, merged,
+                         g.dims(x, end + 1) if end + 1 < rank else None) if p is not None]  # fmt: skip
+    return ops.reshape(x, ops.concat(parts, 0) if len(parts) > 1 else merged, False)
+
+
+def build_expand(g: Graph, x: Node, size: tuple[int, ...]) -> Node:
+    if not size:  # x is 0-D too; Broadcast to an empty target shape crashes the CPU plugin
+        return x
+    lead = len(size) - rank_of(x)
+    # -1 keeps x's size: read it from x's shape (the CPU plugin mishandles bidirectional Broadcast)
+    parts = [g.dims(x, i - lead, i - lead + 1) if wanted == -1 else g.ints([wanted]) for i, wanted in enumerate(size)]
+    return ops.broadcast(x, ops.concat(parts, 0) if len(parts) > 1 else parts[0])
+
+
+def build_slice(g: Graph, x: Node, dim: int, start: int | None, end: int | None, step: int) -> Node:
+    # Slice-8 clamps negative and out-of-range bounds as Python (and torch) do
+    first = 0 if start is None else start
+    last = _INT64_MAX if end is None else end
+    return ops.slice(x, g.ints([first]), g.ints([last]), g.ints([step]), g.ints([dim % max(rank_of(x), 1)]))
+
+
+def build_select(g: Graph, x: Node, dim: int, index: int) -> Node:
+    return ops.gather(x, g.const(numpy.int64(index)), dim % max(rank_of(x), 1))
+
+
+unsqueeze = ov_kernel("unsqueeze", build_unsqueeze)
+squeeze.chain = chain_squeeze  # type: ignore[attr-defined]
+flatten = ov_kernel("flatten", build_flatten)
+expand = ov_kernel("expand", build_expand)
+slice = ov_kernel("slice", build_slice)
+select = ov_kernel("select", build_select)
