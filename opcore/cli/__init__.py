@@ -48,7 +48,7 @@ def _common(parser: argparse.ArgumentParser, default: object) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from opcore.cli import bench_command, doctor_command, explain_command, ops_command, tune_command
+    from opcore.cli import bench_command, doctor_command, explain_command, ops_command, plan_command, tune_command
 
     parser = _Parser(
         prog="opcore",
@@ -72,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain_command.add_parser(subparsers, parent)
     bench_command.add_parser(subparsers, parent)
     tune_command.add_parser(subparsers, parent)
+    plan_command.add_parser(subparsers, parent)
     return parser
 
 

@@ -24,6 +24,7 @@ _EXPORTS = {
     "UncoveredError": "opcore.graph.errors",
     "VerifyReport": "opcore.graph.verify",
     "capture": "opcore.graph.capturing",
+    "load": "opcore.graph.files",
     "CompiledPartition": "opcore.graph.partition",
     "PartNode": "opcore.graph.partition",
     "PartitionCompiler": "opcore.graph.partition",
@@ -47,6 +48,7 @@ __all__ = [
     "VerifyReport",
     "capture",
     "compilers",
+    "load",
 ]
 
 

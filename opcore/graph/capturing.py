@@ -33,7 +33,7 @@ def capture(
     fallback: bool = True,
     submodule: str | None = None,
     rewrites: bool = True,
-    partitions: bool = False,
+    partitions: bool = True,
 ) -> Plan:
     """Capture ``model`` (an nn.Module) on ``example_inputs`` and plan it across the backends.
 

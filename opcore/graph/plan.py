@@ -28,7 +28,7 @@ class PlanOptions:
     backends: tuple[str, ...] | None = None
     fallback: bool = True
     device: str = "cpu"
-    partitions: bool = False
+    partitions: bool = True
     rewrites: bool = True
     cuda_graph: bool = False
 
@@ -185,10 +185,11 @@ def assemble(
     example = example_tensors(graph, constants)
     partitions: Sequence[Any] = ()
     claimed: Mapping[str, Decision] = {}
+    refusals: Mapping[str, Any] = {}
     if options.partitions:
         from opcore.graph.partitioning import place_partitions
 
-        partitions, claimed = place_partitions(graph, constants, options, example, saved)
+        partitions, claimed, refusals = place_partitions(graph, constants, options, example, saved)
     calls: list[NodeCall | None] = []
     for node in graph.nodes:
         if node.name in claimed:
@@ -199,7 +200,7 @@ def assemble(
             calls.append(
                 plan_node(
                     graph, node, example, order=options.backends, allowed=allowed, fallback=fallback,
-                    note=notes.get(node.name, ""),
+                    note=notes.get(node.name, ""), extra=refusals.get(node.name, ()),
                 )
             )  # fmt: skip
     uncovered = [(node, call) for node, call in zip(graph.nodes, calls) if call is not None and call.fn is None]

@@ -20,7 +20,7 @@ from opcore.resolved import resolve
 from opcore.runtime import runtime
 from opcore.selection import CandidateStatus
 
-__all__ = ["Decision", "NodeCall", "Verdict", "plan_node", "scalar_call"]
+__all__ = ["Decision", "NodeCall", "Verdict", "plan_node", "scalar_call", "selection_verdicts"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +97,7 @@ def plan_node(
     allowed: frozenset[str] | None,
     fallback: bool,
     note: str = "",
+    extra: tuple[Verdict, ...] = (),
 ) -> NodeCall:
     """Decide and prepare one node. ``example(name)``: a constant's tensor, or an example tensor of a
     value's meta (scalars: their example value). ``allowed`` None: any backend; else only these
@@ -104,14 +105,8 @@ def plan_node(
     """
     rt = runtime().ensure_loaded()
     contract = rt.registry.contract(node.op)
-    bound = substitute(node.args, example)
-    args, kwargs = split_call(contract, bound)
-    with _preferring(order) if order else nullcontext():
-        selection, _ = selection_for(rt, node.op, args, kwargs, None)
-    verdicts = tuple(
-        Verdict(c.backend, c.status.value, c.reason, c.title if c.priority is not None else "")
-        for c in selection.candidates
-    )
+    selection, bound, args, kwargs = _select(node, example, order)
+    verdicts = _verdicts(selection) + extra
     wanted = [k for k in selection.accepted if allowed is None or k.backend in allowed]
     kernel = wanted[0] if wanted else (selection.accepted[0] if selection.accepted and fallback else None)
     if kernel is not None:
@@ -138,6 +133,31 @@ def plan_node(
     resolved = resolve(node.op, *args, constants=fixed, backend=kernel.backend, **kwargs)
     free = tuple(node.args[names.index(name)] for name in resolved.free)
     return NodeCall(decision, resolved, free)
+
+
+def _select(
+    node: Node, example: Callable[[str], Any], order: Sequence[str] | None
+) -> tuple[Any, tuple[Any, ...], tuple[Any, ...], dict[str, Any]]:
+    """Dispatch's ranked walk for the node's example arguments (nothing runs)."""
+    rt = runtime().ensure_loaded()
+    contract = rt.registry.contract(node.op)
+    bound = substitute(node.args, example)
+    args, kwargs = split_call(contract, bound)
+    with _preferring(order) if order else nullcontext():
+        selection, _ = selection_for(rt, node.op, args, kwargs, None)
+    return selection, bound, args, kwargs
+
+
+def _verdicts(selection: Any) -> tuple[Verdict, ...]:
+    return tuple(
+        Verdict(c.backend, c.status.value, c.reason, c.title if c.priority is not None else "")
+        for c in selection.candidates
+    )
+
+
+def selection_verdicts(node: Node, example: Callable[[str], Any], order: Sequence[str] | None) -> tuple[Verdict, ...]:
+    """Every backend's verdict on the node (its kernels' checkers asked with the node's metas)."""
+    return _verdicts(_select(node, example, order)[0])
 
 
 def _mark(verdict: Verdict, chosen: str) -> Verdict:

@@ -1,0 +1,435 @@
+"""Saved plans: a folder with ``plan.json``, ``weights.safetensors`` and each partition's files.
+
+Nothing in the folder is executed or imported: ``plan.json`` is data (ops, arguments, metas,
+kernel names), and loading resolves every name only against what is registered in this process:
+ops against the registry (``aten.*`` names against ``torch.ops.aten``), size computations against
+a closed table, kernel sources against the registered kernels of the node's op, partitions against
+the loaded partition compilers, which read their own portable files (.onnx, OpenVINO IR). Weights
+are safetensors (no pickle). A fingerprint (versions, CPU ISA, GPU) that differs from this
+machine's is said in ``plan.notes`` and the partitions are compiled again from their files.
+
+>>> plan.save("model.plan")                       # doctest: +SKIP
+>>> plan = opcore.graph.load("model.plan")        # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+import platform
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from opcore._version import __version__
+from opcore.errors import OpcoreError
+from opcore.graph.errors import PlanFileError
+from opcore.graph.ir import SCALAR_OPS, Graph, Node, ValueInfo, ValueRef
+from opcore.types import Device, DType, TensorMeta
+
+__all__ = ["SCHEMA_VERSION", "fingerprint", "load", "save"]
+
+SCHEMA_VERSION = 1
+FORMAT = "opcore.graph.plan"
+PLAN_FILE = "plan.json"
+WEIGHTS_FILE = "weights.safetensors"
+_LOAD = "opcore.graph.load"
+
+
+# --- values <-> JSON ------------------------------------------------------------------------
+
+
+def encode(value: Any) -> Any:
+    """A bound argument as JSON: refs, tuples, numbers (inf and nan too), torch dtypes and enums."""
+    if isinstance(value, ValueRef):
+        return {"ref": value.name}
+    if isinstance(value, (tuple, list)):
+        return {"tuple": [encode(v) for v in value]}
+    if isinstance(value, float) and not math.isfinite(value):
+        return {"float": repr(value)}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    kind = type(value).__module__ + "." + type(value).__name__
+    if kind == "torch.dtype":
+        return {"torch_dtype": DType.from_torch(value).value}
+    if kind in ("torch.device",):
+        return {"torch_device": str(value)}
+    if kind in ("torch.memory_format", "torch.layout"):
+        return {"torch_object": str(value).removeprefix("torch.")}
+    raise PlanFileError(f"cannot save an argument of type {kind} ({value!r})", op="Plan.save")
+
+
+def decode(value: Any) -> Any:
+    if isinstance(value, list):
+        raise PlanFileError(f"unexpected list {value!r} in {PLAN_FILE}", op=_LOAD)
+    if not isinstance(value, dict):
+        return value
+    if len(value) != 1:
+        raise PlanFileError(f"unexpected object {value!r} in {PLAN_FILE}", op=_LOAD)
+    ((tag, inner),) = value.items()
+    if tag == "ref" and isinstance(inner, str):
+        return ValueRef(inner)
+    if tag == "tuple" and isinstance(inner, list):
+        return tuple(decode(v) for v in inner)
+    if tag == "float" and inner in ("inf", "-inf", "nan"):
+        return float(inner)
+    if tag == "torch_dtype":
+        return DType.parse(inner).to_torch()
+    if tag == "torch_device":
+        import torch
+
+        return torch.device(str(inner))
+    if tag == "torch_object" and isinstance(inner, str) and inner.isidentifier():
+        import torch
+
+        found = getattr(torch, inner, None)
+        if isinstance(found, (torch.memory_format, torch.layout)):
+            return found
+    raise PlanFileError(f"unexpected {tag!r} value {inner!r} in {PLAN_FILE}", op=_LOAD)
+
+
+def _meta_json(info: ValueInfo) -> dict[str, Any]:
+    if info.meta is None:
+        return {"scalar": encode(info.example)}
+    return {
+        "dtype": info.meta.dtype.value,
+        "shape": list(info.meta.shape),
+        "device": str(info.meta.device),
+        "dims": list(info.dims),
+    }
+
+
+def _meta_from(name: str, record: Mapping[str, Any]) -> ValueInfo:
+    if "scalar" in record:
+        return ValueInfo(name, None, (), decode(record["scalar"]))
+    meta = TensorMeta(
+        tuple(int(s) for s in record["shape"]), DType.parse(record["dtype"]), Device.parse(record["device"])
+    )
+    dims = tuple(d if isinstance(d, str) else int(d) for d in record.get("dims", meta.shape))
+    return ValueInfo(name, meta, dims)
+
+
+# --- fingerprint ----------------------------------------------------------------------------
+
+
+def fingerprint(backends: set[str], device: str) -> dict[str, Any]:
+    """What a saved plan's choices depend on: versions of opcore, Python, torch and each backend used
+    (with its runtime library), the CPU's ISA as the cpu backend reports it, and the GPU."""
+    from importlib import metadata
+
+    from opcore.runtime import runtime
+
+    rt = runtime().ensure_loaded()
+    libraries = {}
+    for dist in ("torch", "onnxruntime", "onnx", "openvino", "safetensors"):
+        try:
+            libraries[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    used = {name: rt.registry.backends[name].version for name in sorted(backends) if name in rt.registry.backends}
+    isa = None
+    cpu = rt.registry.backends.get("cpu")
+    if cpu is not None and cpu.describe is not None:
+        isa = dict(cpu.describe()).get("ISA")
+    gpu = None
+    if device.startswith("cuda"):
+        import torch
+
+        gpu = torch.cuda.get_device_name(Device.parse(device).index or 0) if torch.cuda.is_available() else None
+    return {
+        "opcore": __version__,
+        "python": platform.python_version(),
+        "libraries": libraries,
+        "backends": used,
+        "machine": platform.machine(),
+        "cpu_isa": isa,
+        "gpu": gpu,
+    }
+
+
+# --- save -----------------------------------------------------------------------------------
+
+
+def save(plan: Any, path: Any) -> pathlib.Path:
+    from safetensors.torch import save_file
+
+    folder = pathlib.Path(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    graph: Graph = plan.graph
+    weights = {name: plan.constants[name].detach().cpu().contiguous() for name in graph.constants}
+    save_file(weights, str(folder / WEIGHTS_FILE))
+    partitions = []
+    for record in plan.partitions:
+        saved = record.compiled.save(folder)
+        json.dumps(saved)  # the compiler's record must be JSON
+        partitions.append({**record.describe(), "record": saved})
+    document = {
+        "format": FORMAT,
+        "schema_version": SCHEMA_VERSION,
+        "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "fingerprint": fingerprint(
+            {d.backend for d in plan.decisions} - {"python", "decomposition"}, plan.options.device
+        ),
+        "options": {
+            "backends": list(plan.options.backends) if plan.options.backends is not None else None,
+            "fallback": plan.options.fallback,
+            "device": plan.options.device,
+            "partitions": plan.options.partitions,
+            "rewrites": plan.options.rewrites,
+            "cuda_graph": plan.options.cuda_graph,
+        },
+        "graph": {
+            "inputs": list(graph.inputs),
+            "constants": list(graph.constants),
+            "sources": dict(graph.sources),
+            "outputs": [encode(o) for o in graph.outputs],
+            "in_spec": graph.in_spec,
+            "out_spec": graph.out_spec,
+            "values": {name: _meta_json(info) for name, info in graph.values.items()},
+            "nodes": [
+                {
+                    "name": node.name,
+                    "op": node.op,
+                    "target": node.target,
+                    "args": [encode(a) for a in node.args],
+                    "outputs": list(node.outputs),
+                    **({"scalar": True} if node.scalar else {}),
+                }
+                for node in graph.nodes
+            ],
+        },
+        "kernels": {
+            d.node: {
+                "backend": d.backend,
+                "kernel": d.kernel,
+                "source": d.source,
+                "partition": d.partition,
+                "note": d.note,
+                "verdicts": [[v.backend, v.status, v.reason, v.kernel] for v in d.verdicts],
+            }
+            for d in plan.decisions
+        },
+        "partitions": partitions,
+        "notes": list(plan.notes),
+    }
+    (folder / PLAN_FILE).write_text(json.dumps(document, indent=1))
+    return folder
+
+
+# --- load -----------------------------------------------------------------------------------
+
+
+def load(path: Any) -> Any:
+    """The plan saved in folder ``path``, planned again for this process (kernels resolved, weights
+    prepared, partitions loaded from their files); works without the model's Python class.
+
+    >>> plan = opcore.graph.load("llama.plan")        # doctest: +SKIP
+    """
+    import torch
+    from safetensors.torch import load_file
+
+    from opcore.graph.plan import PlanOptions, assemble
+
+    started = time.perf_counter()
+    folder = pathlib.Path(path)
+    document = _read(folder)
+    graph = _graph(document["graph"])
+    _check_names(graph, document.get("kernels", {}))
+    options = PlanOptions(
+        **{k: tuple(v) if k == "backends" and v is not None else v for k, v in document["options"].items()}
+    )
+    device = options.device
+    weights = load_file(str(folder / WEIGHTS_FILE), device=device if not device.startswith("cuda") else "cpu")
+    missing = [name for name in graph.constants if name not in weights]
+    if missing:
+        raise PlanFileError(f"{WEIGHTS_FILE} lacks {', '.join(missing[:5])}", op=_LOAD)
+    constants = {name: weights[name].to(device) for name in graph.constants}
+    notes = list(document.get("notes", ()))
+    here = fingerprint(set(document["fingerprint"].get("backends", {})), device)
+    changed = sorted(k for k in here if here[k] != document["fingerprint"].get(k))
+    if changed:
+        notes.append(
+            "fingerprint differs from the saving machine's ("
+            + ", ".join(changed)
+            + "): partitions recompiled from their portable files, kernels chosen again"
+        )
+    saved = _partitions(document.get("partitions", []), folder, notes)
+    with torch.no_grad():
+        plan = assemble(graph, constants, options, saved=saved if options.partitions else None)
+    plan.notes = notes + plan.notes
+    _compare_kernels(plan, document.get("kernels", {}))
+    plan.timings.load = time.perf_counter() - started
+    return plan
+
+
+def _read(folder: pathlib.Path) -> dict[str, Any]:
+    try:
+        document = json.loads((folder / PLAN_FILE).read_text())
+    except FileNotFoundError as error:
+        raise PlanFileError(f"{folder} has no {PLAN_FILE}", op=_LOAD, fix="pass the folder Plan.save wrote") from error
+    except json.JSONDecodeError as error:
+        raise PlanFileError(f"{folder / PLAN_FILE} is not JSON: {error}", op=_LOAD) from error
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        raise PlanFileError(f"{folder / PLAN_FILE} is not an opcore plan (format {document.get('format')!r})", op=_LOAD)
+    version = document.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise PlanFileError(
+            f"{folder / PLAN_FILE} has schema version {version!r}; this opcore reads version {SCHEMA_VERSION}",
+            op=_LOAD,
+            fix="capture the model again with this opcore, or load it with the opcore that saved it",
+        )
+    return document
+
+
+def _graph(record: Mapping[str, Any]) -> Graph:
+    try:
+        values = {name: _meta_from(name, info) for name, info in record["values"].items()}
+        nodes = tuple(
+            Node(
+                str(n["name"]),
+                str(n["op"]),
+                str(n["target"]),
+                tuple(decode(a) for a in n["args"]),
+                tuple(str(o) for o in n["outputs"]),
+                bool(n.get("scalar", False)),
+            )
+            for n in record["nodes"]
+        )
+        return Graph(
+            inputs=tuple(record["inputs"]),
+            constants=tuple(record["constants"]),
+            nodes=nodes,
+            outputs=tuple(decode(o) for o in record["outputs"]),
+            values=values,
+            in_spec=str(record.get("in_spec", "")),
+            out_spec=str(record.get("out_spec", "")),
+            sources=dict(record.get("sources", {})),
+        )
+    except PlanFileError:
+        raise
+    except (KeyError, TypeError, ValueError, OpcoreError) as error:
+        raise PlanFileError(f"{PLAN_FILE} has a malformed graph: {type(error).__name__}: {error}", op=_LOAD) from error
+
+
+def _check_names(graph: Graph, kernels: Mapping[str, Any]) -> None:
+    """Every op, size computation and kernel the file names must be one this process registered."""
+    from opcore.runtime import runtime
+
+    registry = runtime().ensure_loaded().registry
+    known = set(graph.values)
+    for node in graph.nodes:
+        if node.scalar:
+            if node.op not in SCALAR_OPS:
+                raise PlanFileError(
+                    f"node {node.name!r} names the size computation {node.op!r}, which is not one of opcore's", op=_LOAD
+                )
+        else:
+            try:
+                registry.contract(node.op)
+            except OpcoreError as error:
+                raise PlanFileError(
+                    f"node {node.name!r} names op {node.op!r}, which is not registered here: {error}", op=_LOAD
+                ) from error
+        for name in node.refs():
+            if name not in known:
+                raise PlanFileError(f"node {node.name!r} reads {name!r}, which the graph does not define", op=_LOAD)
+        kernel = kernels.get(node.name) or {}
+        source = kernel.get("source") or ""
+        if source and source not in {k.source for k in registry.kernels_of(node.op)}:
+            raise PlanFileError(
+                f"node {node.name!r} names kernel {source!r}, which is not a registered kernel of {node.op}",
+                op=_LOAD,
+                fix="a plan file only refers to kernels installed plugins register; this file was edited or comes "
+                "from another installation",
+            )
+
+
+def _partitions(records: list[Any], folder: pathlib.Path, notes: list[str]) -> dict[str, Any]:
+    """name -> (backend, node names, bring_back(spec), note) for each saved partition whose compiler is here."""
+    from opcore.graph import partitioning
+
+    found = partitioning.compilers()
+    saved: dict[str, Any] = {}
+    for record in records:
+        name, backend = str(record["name"]), str(record["backend"])
+        if not name.isidentifier():
+            raise PlanFileError(f"partition name {name!r} is not a plain name", op=_LOAD)
+        for file in record.get("record", {}).get("files", []) if isinstance(record.get("record"), dict) else []:
+            if not isinstance(file, str) or pathlib.Path(file).name != file:
+                raise PlanFileError(f"partition {name} names file {file!r} outside its folder", op=_LOAD)
+        compiler = found.get(backend)
+        if compiler is None:
+            notes.append(f"partition {name}: no {backend!r} partition compiler here; its nodes run on kernels")
+            continue
+        saved[name] = (
+            backend,
+            tuple(record["node_names"]),
+            _bring_back(compiler, folder, record["record"], name, notes),
+            record.get("note", ""),
+        )
+    return saved
+
+
+def _bring_back(compiler: Any, folder: pathlib.Path, record: Mapping[str, Any], name: str, notes: list[str]) -> Any:
+    def bring_back(spec: Any) -> Any:
+        try:
+            return compiler.load(folder, record, spec)
+        except OpcoreError as error:
+            notes.append(f"partition {name}: loading its files failed ({error}); compiled again from the plan")
+            return compiler.compile(spec)
+
+    return bring_back
+
+
+def _compare_kernels(plan: Any, kernels: Mapping[str, Any]) -> None:
+    changed = [
+        f"{d.node}: {kernels[d.node].get('kernel') or kernels[d.node].get('backend')} -> {d.kernel or d.backend}"
+        for d in plan.decisions
+        if d.node in kernels and d.partition is None and (kernels[d.node].get("source") or "") != d.source
+    ]
+    if changed:
+        plan.notes.append(f"{len(changed)} node(s) chose another kernel here: " + "; ".join(changed[:8]))
+
+
+class _SavedPartition:
+    def __init__(self, record: Mapping[str, Any]) -> None:
+        self.record = {k: v for k, v in record.items() if k != "record"}
+        self.name, self.backend = str(record["name"]), str(record["backend"])
+
+    def describe(self) -> dict[str, Any]:
+        return dict(self.record)
+
+
+class SavedPlan:
+    """A saved plan as data, for showing it (``opcore plan PATH``): nothing is resolved or compiled."""
+
+    def __init__(self, folder: Any) -> None:
+        from opcore.graph.plan import PlanOptions
+        from opcore.graph.planner import Decision, Verdict
+
+        self.folder = pathlib.Path(folder)
+        document = _read(self.folder)
+        self.document = document
+        self.graph = _graph(document["graph"])
+        kernels = document.get("kernels", {})
+        self.decisions = tuple(
+            Decision(
+                node.name,
+                node.op,
+                kernels.get(node.name, {}).get("backend", ""),
+                kernels.get(node.name, {}).get("kernel", ""),
+                kernels.get(node.name, {}).get("source", ""),
+                kernels.get(node.name, {}).get("partition"),
+                tuple(Verdict(*map(str, row)) for row in kernels.get(node.name, {}).get("verdicts", [])),
+                kernels.get(node.name, {}).get("note", ""),
+            )
+            for node in self.graph.nodes
+        )
+        options = document["options"]
+        self.options = PlanOptions(
+            **{k: tuple(v) if k == "backends" and v is not None else v for k, v in options.items()}
+        )
+        self.partitions = tuple(_SavedPartition(p) for p in document.get("partitions", []))
+        self.notes = list(document.get("notes", ()))
+        self.fingerprint = document.get("fingerprint", {})

@@ -1,0 +1,448 @@
+"""Partitions: maximal acyclic runs of nodes that one graph runtime compiles into one model.
+
+For each graph backend (one with a partition compiler, ``partition.compilers()``), in order of
+preference (``backends=`` or the backends' priorities), a node is *accepted* when the compiler
+``supports`` its op and one of the backend's kernels accepts the node's metas (the same checkers
+dispatch asks). Accepted nodes are grouped along data edges into partitions that never create a
+cycle (a partition is run as one step, so no outside node may sit between two of its nodes). A
+partition is kept only where it pays (``pays``: enough compute nodes for the runtime's fixed cost
+per call and the copies at its boundary); it is compiled now, at plan time. A compile failure
+takes the failing node out (found by the compiler, or by compiling prefixes) and groups the rest
+again, with the reason recorded on the node; nothing falls back silently at run time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from opcore.errors import OpcoreError
+from opcore.graph.ir import Graph, Node, ValueRef, refs_in
+from opcore.graph.partition import CompiledPartition, PartitionCompiler, PartitionSpec, PartNode, compilers
+from opcore.graph.planner import Decision, Verdict, selection_verdicts
+from opcore.graph.runner import Slot, Step
+
+__all__ = ["Cost", "PartitionRecord", "order_units", "pays", "place_partitions"]
+
+# Ops that only move or view data: cheap per node in torch, so they count for less when deciding
+# whether a partition pays, and they never split one (they join a neighbouring partition).
+SHAPE_OPS = frozenset({"reshape", "transpose", "permute", "cat", "aten.slice.Tensor", "aten.unsqueeze.default",
+                       "aten.squeeze.dim", "aten.expand.default", "aten.select.int", "aten.clone.default"})  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """The cost rule's estimates, in microseconds (2 threads, this project's CPU benchmarks): what one
+    node costs on a per-node kernel beyond its arithmetic (dispatch-free Python and a torch call),
+    a shape node likewise, one graph-runtime call, and one tensor crossing a partition's boundary
+    (a numpy view and the runtime's input/output binding)."""
+
+    node_us: float = 8.0
+    shape_node_us: float = 3.0
+    call_us: float = 30.0
+    boundary_us: float = 3.0
+    min_nodes: int = 2
+
+
+COST = Cost()
+
+
+def pays(nodes: Sequence[Node], boundary: int, cost: Cost | None = None) -> tuple[bool, str]:
+    """Whether a partition of ``nodes`` with ``boundary`` tensors in and out pays for itself, and why.
+
+    >>> from opcore.graph.ir import Node
+    >>> pays([Node("a", "linear", "", (), ("a",))] * 6, boundary=2)
+    (True, 'saves ~48 us of per-node cost for ~36 us of call and boundary')
+    """
+    cost = cost or COST
+    compute = [n for n in nodes if n.op not in SHAPE_OPS]
+    saved = len(compute) * cost.node_us + (len(nodes) - len(compute)) * cost.shape_node_us
+    spent = cost.call_us + boundary * cost.boundary_us
+    if len(compute) < cost.min_nodes:
+        return False, f"{len(compute)} compute node(s) < the minimum of {cost.min_nodes}"
+    if saved < spent:
+        return False, f"saves ~{saved:.0f} us of per-node cost, less than ~{spent:.0f} us of call and boundary"
+    return True, f"saves ~{saved:.0f} us of per-node cost for ~{spent:.0f} us of call and boundary"
+
+
+@dataclass(slots=True)
+class PartitionRecord:
+    """A compiled partition of the plan."""
+
+    name: str
+    backend: str
+    nodes: tuple[str, ...]  # node names, topological order
+    spec: PartitionSpec
+    compiled: CompiledPartition
+    note: str = ""  # the cost rule's verdict, and any node a compile failure took out
+    saved_record: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return self.spec.inputs
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return self.spec.outputs
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "backend": self.backend,
+            "nodes": len(self.nodes),
+            "node_names": list(self.nodes),
+            "inputs": list(self.spec.inputs),
+            "outputs": list(self.spec.outputs),
+            "constants": sorted(self.spec.constants),
+            "dynamic": {k: sorted(v) for k, v in self.spec.dynamic.items()},
+            "note": self.note,
+        }
+
+    def step(self, slot_of: Mapping[str, int]) -> Step:
+        return Step(
+            _torch_call(self.compiled, len(self.spec.outputs)),
+            tuple(Slot(slot_of[n]) for n in self.spec.inputs),
+            tuple(slot_of[n] for n in self.spec.outputs),
+        )
+
+
+def _torch_call(compiled: CompiledPartition, outputs: int) -> Callable[..., Any]:
+    """The compiled partition between torch tensors: numpy views in, tensors sharing the results out
+    (one tensor for a partition with one output, as a node's step stores it)."""
+    import numpy
+    import torch
+
+    as_array, from_numpy = numpy.ascontiguousarray, torch.from_numpy
+
+    def call(*tensors: Any) -> tuple[Any, ...]:
+        return tuple(from_numpy(a) for a in compiled(*(as_array(t.numpy()) for t in tensors)))
+
+    if outputs != 1:
+        return call
+
+    def call_one(*tensors: Any) -> Any:
+        return from_numpy(compiled(*(as_array(t.numpy()) for t in tensors))[0])
+
+    return call_one
+
+
+def graph_backends(options: Any) -> list[tuple[str, PartitionCompiler]]:
+    """The partition compilers to use, most preferred first."""
+    from opcore.runtime import runtime
+
+    found = compilers()
+    if options.backends is not None:
+        return [(name, found[name]) for name in options.backends if name in found]
+    registry = runtime().ensure_loaded().registry
+    return sorted(found.items(), key=lambda item: -registry.backends[item[0]].priority)
+
+
+def place_partitions(
+    graph: Graph,
+    constants: Mapping[str, Any],
+    options: Any,
+    example: Callable[[str], Any],
+    saved: Mapping[str, Any] | None = None,
+) -> tuple[list[PartitionRecord], dict[str, Decision], dict[str, tuple[Verdict, ...]]]:
+    """Group, cost and compile the partitions; return them, the decision of every node they take,
+    and for the nodes a compile failure left out, that verdict (explain shows it).
+
+    ``saved``: partitions of a saved plan (name -> (backend, node names, load function)), taken as
+    they are instead of grouped and compiled.
+    """
+    if options.device != "cpu" and not options.device.startswith("cpu"):
+        return [], {}, {}  # graph runtimes take host arrays; a cuda plan runs on the cuda backend's kernels
+    if saved is not None:
+        return (*_restore(graph, constants, saved, example), {})
+    verdicts = {
+        node.name: selection_verdicts(node, example, options.backends) for node in graph.nodes if not node.scalar
+    }
+    records: list[PartitionRecord] = []
+    claimed: dict[str, Decision] = {}
+    for backend, compiler in graph_backends(options):
+        refused: dict[str, str] = {}
+        while True:
+            taken = claimed.keys() | refused.keys()
+            accepted = [
+                i
+                for i, node in enumerate(graph.nodes)
+                if node.name not in taken and _accepts(graph, node, backend, compiler, verdicts)
+            ]
+            groups = group_acyclic(graph, accepted)
+            failed = False
+            made: list[tuple[list[int], PartitionRecord]] = []
+            for group in groups:
+                nodes = [graph.nodes[i] for i in group]
+                spec = make_spec(graph, group, f"p{len(records) + len(made)}", constants)
+                ok, why = pays(nodes, len(spec.inputs) + len(spec.outputs))
+                if not ok:
+                    continue
+                try:
+                    compiled = compiler.compile(spec)
+                except OpcoreError as error:
+                    bad = _failing_node(compiler, spec, error)
+                    refused[nodes[bad].name] = f"{backend} could not compile it in a partition: {_reason(error)}"
+                    failed = True
+                    break
+                made.append(
+                    (group, PartitionRecord(spec.name, backend, tuple(n.name for n in nodes), spec, compiled, why))
+                )
+            if not failed:
+                break
+        for group, record in made:
+            if any(name in refused for name in record.nodes):
+                continue
+            records.append(record)
+            for i in group:
+                node = graph.nodes[i]
+                claimed[node.name] = _claimed(node, record, verdicts[node.name])
+        if refused:
+            for record in records:
+                if record.backend == backend:
+                    record.note += "; left out after a compile failure: " + ", ".join(sorted(refused))
+            for name, reason in refused.items():
+                verdicts[name] = (*verdicts[name], Verdict(backend, "declined", reason, f"{backend} partition"))
+    refusals = {
+        name: tuple(v for v in rows if v.kernel.endswith(" partition"))
+        for name, rows in verdicts.items()
+        if name not in claimed and any(v.kernel.endswith(" partition") for v in rows)
+    }
+    return records, claimed, refusals
+
+
+def _claimed(node: Node, record: PartitionRecord, verdicts: tuple[Verdict, ...]) -> Decision:
+    rows = tuple(
+        Verdict(v.backend, "partition", "", f"{v.backend} partition {record.name}")
+        if v.backend == record.backend and v.status in ("chosen", "fallback")
+        else Verdict(v.backend, "fallback", v.reason, v.kernel)
+        if v.status == "chosen"
+        else v
+        for v in verdicts
+    )
+    return Decision(node.name, node.op, record.backend, f"{record.backend} partition", "", record.name, rows)
+
+
+def _accepts(
+    graph: Graph, node: Node, backend: str, compiler: PartitionCompiler, verdicts: Mapping[str, tuple[Verdict, ...]]
+) -> bool:
+    if node.scalar or not compiler.supports(node.op):
+        return False
+    if not any(v.backend == backend and v.status in ("chosen", "fallback") for v in verdicts[node.name]):
+        return False
+    return part_args(graph, node) is not None and all(
+        graph.values[o].meta is not None and graph.values[o].meta.dtype.value != "bfloat16" for o in node.outputs
+    )
+
+
+def part_args(graph: Graph, node: Node) -> tuple[Any, ...] | None:
+    """The node's arguments for a PartNode: sizes computed at run time are not allowed, except a
+    reshape's one dynamic size, which becomes -1 (the same shape, inferred by the runtime)."""
+    args = list(node.args)
+    for i, value in enumerate(args):
+        sizes = [r for r in refs_in(value) if graph.values[r.name].meta is None]
+        if not sizes:
+            continue
+        if node.op == "reshape" and len(sizes) == 1 and isinstance(value, tuple) and -1 not in value:
+            args[i] = tuple(-1 if isinstance(v, ValueRef) else v for v in value)
+        else:
+            return None
+    return tuple(args)
+
+
+def group_acyclic(graph: Graph, accepted: Sequence[int]) -> list[list[int]]:
+    """Accepted nodes merged along data edges into groups that never form a cycle with the rest.
+
+    A group with a path leaving it and coming back (through a node outside) cannot run as one step;
+    each node joins the groups of its producers when the union stays free of such paths.
+    """
+    producer = {o: i for i, node in enumerate(graph.nodes) for o in node.outputs}
+    ancestors: list[int] = []  # bitset of every node each node depends on
+    for node in graph.nodes:
+        bits = 0
+        for name in node.refs():
+            p = producer.get(name)
+            if p is not None:
+                bits |= ancestors[p] | (1 << p)
+        ancestors.append(bits)
+    wanted = set(accepted)
+    group_of: dict[int, int] = {}
+    groups: dict[int, int] = {}  # group id -> bitset of its nodes
+    next_id = 0
+    for i in sorted(wanted):
+        near = sorted(
+            {group_of[p] for name in graph.nodes[i].refs() if (p := producer.get(name)) is not None and p in group_of},
+            key=lambda g: -bin(groups[g]).count("1"),
+        )
+        target = None
+        if near and _acyclic(groups_union(groups, near) | (1 << i), ancestors):
+            target = near
+        else:
+            for g in near:
+                if _acyclic(groups[g] | (1 << i), ancestors):
+                    target = [g]
+                    break
+        if target is None:
+            groups[next_id] = 1 << i
+            group_of[i] = next_id
+            next_id += 1
+            continue
+        keep = target[0]
+        for g in target[1:]:
+            groups[keep] |= groups.pop(g)
+        groups[keep] |= 1 << i
+        for j in range(len(graph.nodes)):
+            if groups[keep] >> j & 1:
+                group_of[j] = keep
+    return [[j for j in range(len(graph.nodes)) if bits >> j & 1] for bits in groups.values()]
+
+
+def groups_union(groups: Mapping[int, int], ids: Sequence[int]) -> int:
+    bits = 0
+    for g in ids:
+        bits |= groups[g]
+    return bits
+
+
+def _acyclic(members: int, ancestors: Sequence[int]) -> bool:
+    """No node outside ``members`` both depends on a member and is depended on by one."""
+    upstream = 0
+    j, bits = 0, members
+    while bits:
+        if bits & 1:
+            upstream |= ancestors[j]
+        bits >>= 1
+        j += 1
+    outside = upstream & ~members
+    j = 0
+    while outside:
+        if outside & 1 and ancestors[j] & members:
+            return False
+        outside >>= 1
+        j += 1
+    return True
+
+
+def make_spec(graph: Graph, group: Sequence[int], name: str, constants: Mapping[str, Any]) -> PartitionSpec:
+    """The PartitionSpec of the nodes ``group`` (indices, topological order)."""
+    nodes = [graph.nodes[i] for i in group]
+    inside = {o for node in nodes for o in node.outputs}
+    users = graph.users()
+    members = set(group)
+    graph_outputs = graph.output_names()
+    inputs: list[str] = []
+    used_constants: list[str] = []
+    part_nodes = []
+    for node in nodes:
+        args = part_args(graph, node)
+        if args is None:
+            raise ValueError(f"node {node.name} reads sizes computed at run time")
+        part_nodes.append(PartNode(node.op, args, node.outputs))
+        for ref in refs_in(args):
+            name_ = ref.name
+            if name_ in inside:
+                continue
+            bucket = used_constants if name_ in constants else inputs
+            if name_ not in bucket:
+                bucket.append(name_)
+    outputs = tuple(
+        o
+        for node in nodes
+        for o in node.outputs
+        if o in graph_outputs or any(u not in members for u in users.get(o, ()))
+    )
+    metas = {n: graph.meta(n) for n in (*inputs, *used_constants, *inside)}
+    dynamic = {n: graph.values[n].dynamic_axes for n in inputs if graph.values[n].dynamic_axes}
+    return PartitionSpec(
+        name=name,
+        nodes=tuple(part_nodes),
+        inputs=tuple(inputs),
+        constants={n: _host_array(constants[n]) for n in used_constants},
+        outputs=outputs,
+        metas=metas,
+        dynamic=dynamic,
+    )
+
+
+def _host_array(tensor: Any) -> Any:
+    return tensor.detach().cpu().numpy()
+
+
+def _reason(error: Exception) -> str:
+    reason = getattr(error, "reason", None)
+    return str(reason if reason else error).split(" Fix: ")[0]
+
+
+def _failing_node(compiler: PartitionCompiler, spec: PartitionSpec, error: Exception) -> int:
+    """The index of the node that broke the compile: the compiler's word, else the shortest prefix
+    that fails (bisected: log2(n) compiles)."""
+    node = getattr(error, "node", None)
+    if isinstance(node, int) and 0 <= node < len(spec.nodes):
+        return node
+    good, bad = 0, len(spec.nodes)  # prefix of `good` nodes compiles; of `bad` nodes fails
+    while bad - good > 1:
+        middle = (good + bad) // 2
+        try:
+            compiler.compile(spec.prefix(middle))
+            good = middle
+        except OpcoreError:
+            bad = middle
+    return bad - 1
+
+
+def order_units(graph: Graph, partitions: Sequence[PartitionRecord]) -> list[int | PartitionRecord]:
+    """Node indices and partitions in an order that respects every data edge: a stable topological
+    sort in which each partition is one unit."""
+    owner: dict[str, Any] = {}  # value name -> the unit producing it: a node index or a partition name
+    members: dict[str, PartitionRecord] = {}
+    for record in partitions:
+        for name in record.nodes:
+            members[name] = record
+    units: list[Any] = []
+    for i, node in enumerate(graph.nodes):
+        record = members.get(node.name)
+        key = record.name if record is not None else i
+        if record is None or key not in units:
+            units.append(key)
+        for o in node.outputs:
+            owner[o] = key
+    needs: dict[Any, set[Any]] = {key: set() for key in units}
+    for i, node in enumerate(graph.nodes):
+        record = members.get(node.name)
+        key = record.name if record is not None else i
+        for ref in node.refs():
+            source = owner.get(ref)
+            if source is not None and source != key:
+                needs[key].add(source)
+    by_name = {record.name: record for record in partitions}
+    placed: list[int | PartitionRecord] = []
+    done: set[Any] = set()
+    pending = list(units)
+    while pending:
+        for key in pending:
+            if needs[key] <= done:
+                placed.append(by_name[key] if isinstance(key, str) else key)
+                done.add(key)
+                pending.remove(key)
+                break
+        else:  # group_acyclic never makes one; a hand-edited plan file could
+            raise RuntimeError("opcore.graph: the partitions depend on each other in a cycle")
+    return placed
+
+
+def _restore(
+    graph: Graph, constants: Mapping[str, Any], saved: Mapping[str, Any], example: Callable[[str], Any]
+) -> tuple[list[PartitionRecord], dict[str, Decision]]:
+    index = {node.name: i for i, node in enumerate(graph.nodes)}
+    records: list[PartitionRecord] = []
+    claimed: dict[str, Decision] = {}
+    for name, (backend, node_names, bring_back, note) in saved.items():
+        group = [index[n] for n in node_names]
+        spec = make_spec(graph, group, name, constants)
+        compiled = bring_back(spec)
+        record = PartitionRecord(name, backend, tuple(node_names), spec, compiled, note)
+        records.append(record)
+        for i in group:
+            node = graph.nodes[i]
+            claimed[node.name] = _claimed(node, record, selection_verdicts(node, example, None))
+    return records, claimed

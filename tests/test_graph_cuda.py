@@ -1,0 +1,63 @@
+"""On a GPU only: cuda plans (every node on the cuda backend) and their CUDA graph replay.
+
+Marked ``gpu`` and skipped, with the backend's own reason, where no usable CUDA GPU is present.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import opcore  # noqa: E402
+import opcore.graph  # noqa: E402
+from opcore_cuda import system  # noqa: E402
+from tests.graph_models import LlamaBlock, seeded  # noqa: E402
+
+
+def no_gpu_reason() -> str | None:
+    available = system.is_available()
+    if available is not True:
+        return str(available)
+    return None if torch.cuda.is_available() else "torch.cuda.is_available() is False"
+
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(no_gpu_reason() is not None, reason=f"needs a usable CUDA GPU: {no_gpu_reason()}"),
+]
+
+
+@pytest.fixture(scope="module")
+def llama():
+    torch.manual_seed(0)
+    model = seeded(LlamaBlock()).cuda()
+    return model, torch.randn(2, 8, 32, device="cuda")
+
+
+def test_cuda_plan_runs_on_the_cuda_backend_and_replays(llama):
+    model, x = llama
+    plan = opcore.graph.capture(model, (x,), device="cuda")
+    assert plan.options.cuda_graph and plan.partitions == ()
+    assert {d.backend for d in plan.decisions} <= {"cuda", "python"}
+    with torch.no_grad():
+        want = model(x)[0]
+    first = plan(x)[0]  # warm-up and capture
+    assert plan._replay is not None
+    again = plan(x * 1.0)[0]  # replay
+    torch.testing.assert_close(first, want, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(again, want, atol=1e-4, rtol=1e-4)
+    other = torch.randn_like(x)
+    torch.testing.assert_close(plan(other)[0], model(other)[0].detach(), atol=1e-4, rtol=1e-4)
+    with pytest.raises(opcore.ArgumentError, match="shapes of the first call"):
+        plan(torch.randn(3, 8, 32, device="cuda"))
+
+
+def test_dynamic_cuda_plan_does_not_replay(llama):
+    model, x = llama
+    batch = torch.export.Dim("batch", min=1, max=8)
+    plan = opcore.graph.capture(model, (x,), dynamic_shapes=({0: batch},), device="cuda")
+    assert not plan.options.cuda_graph
+    xb = torch.randn(3, 8, 32, device="cuda")
+    torch.testing.assert_close(plan(xb)[0], model(xb)[0].detach(), atol=1e-4, rtol=1e-4)
+    assert plan._replay is None

@@ -1,0 +1,158 @@
+"""opcore.graph save / load: plan.json + safetensors, a fresh process, tampered files refused."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("safetensors")
+
+import opcore  # noqa: E402
+import opcore.graph  # noqa: E402
+from opcore.cli import main  # noqa: E402
+from opcore.graph import partitioning  # noqa: E402
+from opcore.graph.errors import PlanFileError  # noqa: E402
+from tests.graph_models import LlamaBlock, seeded  # noqa: E402
+from tests.test_graph_partitioning import Chain, NumpyCompiler  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    torch.manual_seed(0)
+    model = seeded(LlamaBlock())
+    x = torch.randn(2, 8, 32)
+    plan = opcore.graph.capture(model, (x,))
+    folder = tmp_path_factory.mktemp("plans") / "llama.plan"
+    plan.save(folder)
+    torch.save({"x": x, "want": model(x)[0].detach()}, folder.parent / "io.pt")
+    return folder, plan, x, model
+
+
+def test_save_writes_json_and_safetensors(saved):
+    folder, plan, _, _ = saved
+    document = json.loads((folder / "plan.json").read_text())
+    assert document["format"] == "opcore.graph.plan" and document["schema_version"] == 1
+    assert {"opcore", "libraries", "cpu_isa", "backends"} <= set(document["fingerprint"])
+    assert (folder / "weights.safetensors").stat().st_size > 0
+    assert len(document["graph"]["nodes"]) == len(plan.graph.nodes)
+    symbolic = [v for v in document["graph"]["values"].values() if "dims" in v]
+    assert symbolic
+
+
+def test_load_in_a_fresh_process_without_the_model_class(saved):
+    folder, _, _, _ = saved
+    script = textwrap.dedent(
+        f"""
+        import torch, opcore.graph
+        io = torch.load({str(folder.parent / "io.pt")!r})
+        plan = opcore.graph.load({str(folder)!r})
+        out, total = plan(io["x"])
+        print((out - io["want"]).abs().max().item(), plan.timings.load)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    diff, _ = map(float, done.stdout.split())
+    assert diff <= 1e-5
+
+
+def test_loaded_plan_explains_the_same(saved):
+    folder, plan, x, model = saved
+    again = opcore.graph.load(folder)
+    assert again.summary() == plan.summary()
+    assert (again(x)[0] - model(x)[0]).abs().max().item() <= 1e-5
+    assert again.timings.load > 0
+
+
+def _tampered(folder, tmp_path, edit):
+    copy = tmp_path / "copy.plan"
+    copy.mkdir()
+    for file in folder.iterdir():
+        (copy / file.name).write_bytes(file.read_bytes())
+    document = json.loads((copy / "plan.json").read_text())
+    edit(document)
+    (copy / "plan.json").write_text(json.dumps(document))
+    return copy
+
+
+def test_tampered_kernel_reference_is_refused(saved, tmp_path):
+    folder, _, _, _ = saved
+
+    def edit(document):
+        first = document["graph"]["nodes"][0]["name"]
+        document["kernels"][first]["source"] = "os:system"
+
+    with pytest.raises(PlanFileError, match="os:system.*not a registered kernel"):
+        opcore.graph.load(_tampered(folder, tmp_path, edit))
+
+
+def test_tampered_op_and_size_computation_are_refused(saved, tmp_path):
+    folder, _, _, _ = saved
+
+    def op(document):
+        document["graph"]["nodes"][0]["op"] = "os:system"
+
+    with pytest.raises(PlanFileError, match="os:system"):
+        opcore.graph.load(_tampered(folder, tmp_path, op))
+
+    def value(document):
+        document["graph"]["nodes"][0]["args"][0] = {"callable": "os:system"}
+
+    (tmp_path / "copy.plan").rename(tmp_path / "first.plan")
+    with pytest.raises(PlanFileError, match="unexpected"):
+        opcore.graph.load(_tampered(folder, tmp_path, value))
+
+
+def test_other_schema_version_is_refused(saved, tmp_path):
+    folder, _, _, _ = saved
+
+    def edit(document):
+        document["schema_version"] = 99
+
+    with pytest.raises(PlanFileError, match="schema version 99") as info:
+        opcore.graph.load(_tampered(folder, tmp_path, edit))
+    assert isinstance(info.value, opcore.OpcoreError)
+
+
+def test_fingerprint_mismatch_is_said(saved, tmp_path):
+    folder, _, x, model = saved
+
+    def edit(document):
+        document["fingerprint"]["libraries"]["torch"] = "1.0.0"
+        document["fingerprint"]["cpu_isa"] = "avx512 and amx"
+
+    plan = opcore.graph.load(_tampered(folder, tmp_path, edit))
+    note = next(n for n in plan.notes if n.startswith("fingerprint differs"))
+    assert "cpu_isa" in note and "libraries" in note and "recompiled" in note
+    assert (plan(x)[0] - model(x)[0]).abs().max().item() <= 1e-5
+
+
+def test_partitions_are_saved_through_their_compiler(tmp_path, monkeypatch):
+    compiler = NumpyCompiler()
+    monkeypatch.setattr(partitioning, "compilers", lambda: {"reference": compiler})
+    monkeypatch.setattr(partitioning, "COST", partitioning.Cost(call_us=0.0, boundary_us=0.0))
+    model = seeded(Chain())
+    x = torch.randn(4, 8)
+    plan = opcore.graph.capture(model, (x,), rewrites=False)
+    plan.save(tmp_path / "chain.plan")
+    assert (tmp_path / "chain.plan" / "p0.json").exists()
+    compiler.compiled.clear()
+    again = opcore.graph.load(tmp_path / "chain.plan")
+    assert [p.name for p in again.partitions] == ["p0", "p1"] and len(compiler.compiled) == 2
+    assert (again(x) - model(x)).abs().max().item() <= 1e-5
+
+
+def test_cli_plan_shows_a_saved_plan(saved, capsys):
+    folder, plan, _, _ = saved
+    assert main(["plan", str(folder), "--color", "never"]) == 0
+    out = capsys.readouterr().out
+    assert "schema 1" in out and plan.summary() in out
+    assert main(["plan", str(folder), "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["summary"] == plan.summary() and record["fingerprint"]["opcore"] == opcore.__version__
+    assert main(["plan", str(folder.parent / "nothing-here")]) != 0
