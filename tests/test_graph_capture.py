@@ -163,3 +163,20 @@ def test_explain_summary_and_json(llama):
     assert len(record["nodes"]) == len(plan.graph.nodes)
     with pytest.raises(opcore.ArgumentError, match="format"):
         plan.explain(format="yaml")
+
+
+def test_factories_fold_into_constants_or_follow_dynamic_sizes():
+    class Positions(torch.nn.Module):
+        def forward(self, x):
+            return x + torch.arange(x.shape[1], dtype=x.dtype) + torch.zeros(x.shape[0], 1)
+
+    x = torch.randn(2, 5)
+    static = opcore.graph.capture(Positions(), (x,), partitions=False)
+    assert not any(n.op.startswith("aten.arange") for n in static.graph.nodes)  # folded
+    assert close(static(x), Positions()(x))
+    batch = torch.export.Dim("batch", min=1, max=8)
+    dynamic = opcore.graph.capture(Positions(), (x,), dynamic_shapes=({0: batch},), partitions=False)
+    zeros = [d for d in dynamic.decisions if d.op == "aten.zeros.default"]
+    assert zeros and zeros[0].backend == "python"
+    x3 = torch.randn(3, 5)
+    assert close(dynamic(x3), Positions()(x3))

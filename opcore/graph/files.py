@@ -25,7 +25,7 @@ from typing import Any
 from opcore._version import __version__
 from opcore.errors import OpcoreError
 from opcore.graph.errors import PlanFileError
-from opcore.graph.ir import SCALAR_OPS, Graph, Node, ValueInfo, ValueRef
+from opcore.graph.ir import FACTORIES, SCALAR_OPS, Graph, Node, ValueInfo, ValueRef
 from opcore.types import Device, DType, TensorMeta
 
 __all__ = ["SCHEMA_VERSION", "fingerprint", "load", "save"]
@@ -320,7 +320,7 @@ def _check_names(graph: Graph, kernels: Mapping[str, Any]) -> None:
     known = set(graph.values)
     for node in graph.nodes:
         if node.scalar:
-            if node.op not in SCALAR_OPS:
+            if node.op not in SCALAR_OPS and node.op not in FACTORIES:
                 raise PlanFileError(
                     f"node {node.name!r} names the size computation {node.op!r}, which is not one of opcore's", op=_LOAD
                 )

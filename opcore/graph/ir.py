@@ -22,7 +22,7 @@ from typing import Any
 from opcore.graph.partition import ValueRef
 from opcore.types import TensorMeta
 
-__all__ = ["SCALAR_OPS", "Graph", "Node", "ValueInfo", "ValueRef", "refs_in", "substitute"]
+__all__ = ["FACTORIES", "SCALAR_OPS", "Graph", "Node", "ValueInfo", "ValueRef", "python_step", "refs_in", "substitute"]
 
 # The run-time arithmetic on sizes that torch.export writes for dynamic dims. A closed table: a
 # saved plan names these by key, and nothing else is ever looked up from a file.
@@ -48,6 +48,40 @@ SCALAR_OPS: Mapping[str, Callable[..., Any]] = {
 }
 
 
+# ATen ops that make a tensor from sizes alone (no tensor input, so no dispatch): folded into
+# constants at capture when their sizes are static, else run in Python on the run-time sizes.
+FACTORIES = frozenset(
+    {
+        "aten.arange.default", "aten.arange.start", "aten.arange.start_step", "aten.zeros.default",
+        "aten.ones.default", "aten.full.default", "aten.empty.memory_format", "aten.scalar_tensor.default",
+    }
+)  # fmt: skip
+
+
+def python_step(op: str) -> Callable[..., Any]:
+    """The function of a node that runs in Python: a size computation, or a factory (its arguments
+    in ATen schema order). Only names in SCALAR_OPS or FACTORIES: nothing else is ever looked up."""
+    if op in SCALAR_OPS:
+        return SCALAR_OPS[op]
+    if op not in FACTORIES:
+        raise KeyError(op)
+    import torch
+
+    _, name, overload = op.split(".")
+    return aten_caller(getattr(getattr(torch.ops.aten, name), overload))
+
+
+def aten_caller(target: Any) -> Callable[..., Any]:
+    """An ATen overload as a function of all its arguments in schema order (keyword-only ones too)."""
+    keyword = [a.name for a in target._schema.arguments if a.kwarg_only]
+    n = len(target._schema.arguments) - len(keyword)
+
+    def call(*args: Any) -> Any:
+        return target(*args[:n], **dict(zip(keyword, args[n:])))
+
+    return call
+
+
 @dataclass(frozen=True, slots=True)
 class ValueInfo:
     """One value of the graph. meta None: a Python scalar (a size computed at run time).
@@ -71,7 +105,8 @@ class ValueInfo:
 class Node:
     """One op applied to bound arguments.
 
-    ``op``: an opcore op name, or a key of SCALAR_OPS when ``scalar`` is True. ``target``: the ATen
+    ``op``: an opcore op name; when ``scalar`` is True, a node run in Python: a key of SCALAR_OPS or
+    one of FACTORIES (see python_step). ``target``: the ATen
     overload it came from ("aten.linear.default"), or the rewrite that made it ("rewrite:linear_relu").
     ``args``: in the op's schema order (see the module docstring). ``outputs``: the value names it
     produces, one per output of the op.

@@ -16,7 +16,18 @@ from typing import Any
 from opcore.contracts import OpContract
 from opcore.errors import OpcoreError
 from opcore.graph.errors import CaptureError
-from opcore.graph.ir import SCALAR_OPS, Graph, Node, ValueInfo, ValueRef, refs_in, substitute
+from opcore.graph.ir import (
+    FACTORIES,
+    SCALAR_OPS,
+    Graph,
+    Node,
+    ValueInfo,
+    ValueRef,
+    aten_caller,
+    python_step,
+    refs_in,
+    substitute,
+)
 from opcore.graph.mapping import RULES, map_arguments
 from opcore.runtime import runtime
 from opcore.types import Device, DType, TensorMeta
@@ -34,12 +45,13 @@ _CAPTURE = "opcore.graph.capture"
 
 
 def lower(
-    program: Any, example_flat: list[Any], constants: Mapping[str, Any], device: Device
+    program: Any, example_flat: list[Any], constants: dict[str, Any], device: Device
 ) -> tuple[Graph, dict[str, str]]:
     """The IR of an exported program (after ``run_decompositions``), and a note per node that did
     not map to its contract (why it runs as the ATen fallback).
 
-    ``example_flat``: the user inputs, flattened; ``constants``: placeholder name -> tensor.
+    ``example_flat``: the user inputs, flattened; ``constants``: placeholder name -> tensor, to which
+    factories of static sizes (arange, zeros, ...) are added, folded.
     """
     import torch
 
@@ -84,7 +96,10 @@ def lower(
             concrete[name] = meta
             env[name] = ValueRef(name)
         elif fx_node.op == "call_function":
-            _lower_call(rt, fx_node, env, values, concrete, nodes, notes)
+            folded = _lower_call(rt, fx_node, env, values, concrete, nodes, notes, device)
+            if folded is not None:  # a factory of static sizes: a constant now
+                constants[name] = folded
+                constant_names.append(name)
         elif fx_node.op == "output":
             outputs = tuple(_raw(arg, env) for arg in fx_node.args[0])
         else:
@@ -117,7 +132,9 @@ def _lower_call(
     concrete: dict[str, Any],
     nodes: list[Node],
     notes: dict[str, str],
-) -> None:
+    device: Device,
+) -> Any:
+    """Lower one call; returns a tensor when the node was folded into a constant."""
     import torch
 
     target = fx_node.target
@@ -138,8 +155,10 @@ def _lower_call(
                 f"node {name!r} calls {qualified}, which is not an ATen op; a plan runs ATen and opcore ops",
                 op=_CAPTURE,
             )
+        if not any("Tensor" in str(argument.type) for argument in target._schema.arguments):
+            return _factory_node(fx_node, target, qualified, env, values, concrete, nodes, device)
         _op_node(rt, fx_node, target, qualified, env, values, concrete, nodes, notes)
-        return
+        return None
     scalar = _PYTHON_SCALAR_OPS.get(target) or getattr(target, "__name__", "")
     if scalar in SCALAR_OPS and not isinstance(fx_node.meta.get("val"), torch.Tensor):
         _scalar_node(fx_node, scalar, env, values, concrete, nodes)
@@ -149,6 +168,54 @@ def _lower_call(
         op=_CAPTURE,
         fix="capture a submodule without it (capture(..., submodule='path')), or rewrite that part of forward()",
     )
+
+
+def _factory_node(
+    fx_node: Any,
+    target: Any,
+    qualified: str,
+    env: dict[str, Any],
+    values: dict[str, ValueInfo],
+    concrete: dict[str, Any],
+    nodes: list[Node],
+    device: Device,
+) -> Any:
+    """arange, zeros, full...: no tensor input. Static sizes fold into a constant (returned); sizes
+    computed at run time make a Python step from the closed FACTORIES table."""
+    name = fx_node.name
+    aten_args = _aten_arguments(
+        target, [_raw(a, env) for a in fx_node.args], {k: _raw(v, env) for k, v in fx_node.kwargs.items()}
+    )
+    if "device" in aten_args:
+        aten_args["device"] = _torch_device(device)  # the plan's device, not the exporter's
+    ordered = tuple(aten_args.get(a.name) for a in target._schema.arguments)
+    if not any(True for _ in refs_in(ordered)):
+        value = aten_caller(target)(*ordered)
+        meta = TensorMeta.of(value)
+        values[name] = ValueInfo(name, meta, tuple(meta.shape))
+        concrete[name] = meta
+        env[name] = ValueRef(name)
+        return value
+    if qualified not in FACTORIES:
+        raise CaptureError(
+            f"node {name!r} ({qualified}) makes a tensor from sizes known only at run time; opcore runs only "
+            + ", ".join(sorted(FACTORIES))
+            + " that way",
+            op=_CAPTURE,
+        )
+    example = python_step(qualified)(*substitute(ordered, concrete.__getitem__))
+    meta = TensorMeta.of(example)
+    values[name] = ValueInfo(name, meta, _dims_of(fx_node.meta.get("val"), meta.shape))
+    concrete[name] = meta
+    env[name] = ValueRef(name)
+    nodes.append(Node(name, qualified, qualified, ordered, (name,), True))
+    return None
+
+
+def _torch_device(device: Device) -> Any:
+    import torch
+
+    return torch.device(str(device))
 
 
 def _scalar_node(

@@ -15,7 +15,7 @@ from typing import Any
 
 from opcore.contracts import OpContract
 from opcore.dispatch import build_plan, selection_for
-from opcore.graph.ir import SCALAR_OPS, Graph, Node, ValueRef, refs_in, substitute
+from opcore.graph.ir import Graph, Node, ValueRef, python_step, refs_in, substitute
 from opcore.resolved import resolve
 from opcore.runtime import runtime
 from opcore.selection import CandidateStatus
@@ -62,7 +62,7 @@ class NodeCall:
 
 def scalar_call(node: Node) -> NodeCall:
     """A size computation (``x.shape[0] * 8``) of a graph with dynamic dims: plain Python."""
-    return NodeCall(Decision(node.name, node.op, "python"), SCALAR_OPS[node.op], node.args)
+    return NodeCall(Decision(node.name, node.op, "python"), python_step(node.op), node.args)
 
 
 @contextmanager
