@@ -180,3 +180,15 @@ def test_factories_fold_into_constants_or_follow_dynamic_sizes():
     assert zeros and zeros[0].backend == "python"
     x3 = torch.randn(3, 5)
     assert close(dynamic(x3), Positions()(x3))
+
+
+def test_non_tensor_inputs_are_baked_in_and_checked():
+    class Flagged(torch.nn.Module):
+        def forward(self, x, flag=True, scale=2.0):
+            return x * scale if flag else x
+
+    x = torch.randn(3)
+    plan = opcore.graph.capture(Flagged(), (x,), {"flag": True, "scale": 3.0}, partitions=False)
+    assert close(plan(x, flag=True, scale=3.0), x * 3.0)
+    with pytest.raises(opcore.ArgumentError, match="baked into the plan"):
+        plan(x, flag=True, scale=4.0)

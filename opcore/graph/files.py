@@ -186,6 +186,7 @@ def save(plan: Any, path: Any) -> pathlib.Path:
             "outputs": [encode(o) for o in graph.outputs],
             "in_spec": graph.in_spec,
             "out_spec": graph.out_spec,
+            "fixed_inputs": [[position, encode(value)] for position, value in graph.fixed_inputs],
             "values": {name: _meta_json(info) for name, info in graph.values.items()},
             "nodes": [
                 {
@@ -302,6 +303,7 @@ def _graph(record: Mapping[str, Any]) -> Graph:
             nodes=nodes,
             outputs=tuple(decode(o) for o in record["outputs"]),
             values=values,
+            fixed_inputs=tuple((int(p), decode(v)) for p, v in record.get("fixed_inputs", [])),
             in_spec=str(record.get("in_spec", "")),
             out_spec=str(record.get("out_spec", "")),
             sources=dict(record.get("sources", {})),

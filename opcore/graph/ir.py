@@ -137,6 +137,8 @@ class Graph:
     values: Mapping[str, ValueInfo]
     in_spec: str = ""
     out_spec: str = ""
+    # (position among the flat call arguments, value) of the non-tensor inputs torch.export baked in
+    fixed_inputs: tuple[tuple[int, Any], ...] = ()
     # the constant names as the model's state_dict calls them ("layers.0.q.weight"), for explain
     sources: Mapping[str, str] = field(default_factory=dict)
 

@@ -70,7 +70,16 @@ def lower(
             f"the exported program takes {len(user_inputs)} inputs, the examples flatten to {len(example_flat)}",
             op=_CAPTURE,
         )
-    examples = dict(zip(user_inputs, example_flat))
+    # torch.export specializes non-tensor inputs (flags, numbers): the program keeps their values,
+    # and a call must pass the same ones (Plan.flatten checks them)
+    examples: dict[str, Any] = {}
+    fixed: list[tuple[int, Any]] = []
+    for position, (spec, value) in enumerate(zip(_user_input_specs(signature), example_flat)):
+        name = getattr(spec.arg, "name", None)
+        if name is None or not isinstance(value, torch.Tensor):
+            fixed.append((position, getattr(spec.arg, "value", value)))
+        else:
+            examples[name] = value
 
     for fx_node in program.graph.nodes:
         name = fx_node.name
@@ -81,6 +90,8 @@ def lower(
             elif name in constants:
                 value = constants[name]
                 constant_names.append(name)
+            elif not fx_node.users:  # a specialized non-tensor input: its value is baked in
+                continue
             else:
                 raise CaptureError(
                     f"input {name!r} of the exported program is neither a user input nor a constant", op=_CAPTURE
@@ -119,9 +130,14 @@ def lower(
         nodes=tuple(nodes),
         outputs=outputs,
         values=values,
+        fixed_inputs=tuple(fixed),
         sources={spec.arg.name: str(spec.target) for spec in signature.input_specs if spec.target is not None},
     )
     return graph, notes
+
+
+def _user_input_specs(signature: Any) -> list[Any]:
+    return [spec for spec in signature.input_specs if spec.kind.name == "USER_INPUT"]
 
 
 def _lower_call(

@@ -88,17 +88,33 @@ class Plan:
 
         flat, spec = _pytree.tree_flatten((tuple(args), dict(kwargs)))
         expected = self._trees()[0]
-        if len(flat) != len(self.graph.inputs) or (expected is not None and spec != expected):
+        fixed = self.graph.fixed_inputs
+        wanted = len(self.graph.inputs) + len(fixed)
+        if len(flat) != wanted or (expected is not None and spec != expected):
             from opcore.errors import ArgumentError
 
             raise ArgumentError(
                 op="Plan",
                 arg="inputs",
-                expected=f"the structure the model was captured with ({len(self.graph.inputs)} tensors: {expected})",
+                expected=f"the structure the model was captured with ({wanted} values: {expected})",
                 found=f"{len(flat)} values: {spec}",
                 fix="call the plan as the model was called at capture time",
             )
-        return flat
+        if not fixed:
+            return flat
+        for position, value in fixed:
+            if flat[position] != value:
+                from opcore.errors import ArgumentError
+
+                raise ArgumentError(
+                    op="Plan",
+                    arg=f"inputs[{position}]",
+                    expected=f"{value!r}, the value torch.export baked into the plan",
+                    found=repr(flat[position]),
+                    fix="capture again with this value",
+                )
+        skip = {position for position, _ in fixed}
+        return [value for position, value in enumerate(flat) if position not in skip]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         flat = self.flatten(args, kwargs)
