@@ -1,14 +1,18 @@
 # make demo: set up .venv with every distribution in this repository, then run the demo.
 # make test: the same setup, then ruff, the whole test suite, the cpu and nn tests with oneDNN capped at
 #   AVX2, and the conformance kit (what CI runs).
+# make test-oldest: the backend tests and the kit with the oldest onnxruntime, onnx and openvino the
+#   plugins declare, in .venv-oldest.
+# make constraints: re-resolve the newest versions (torch stays pinned) and rewrite constraints.txt.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 # every distribution in the repository: the core, then each backend folder with a pyproject
 DISTS  := . $(patsubst %/pyproject.toml,%,$(wildcard opcore_*/pyproject.toml plugins/*/pyproject.toml))
 STAMP  := $(VENV)/.installed
+OLDEST := .venv-oldest
 
-.PHONY: demo test test-avx2 conformance lint bench docs clean
+.PHONY: demo test test-avx2 test-oldest constraints conformance lint bench docs clean
 
 $(STAMP): constraints.txt requirements-dev.txt $(addsuffix /pyproject.toml,$(DISTS))
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +44,32 @@ conformance: $(STAMP)
 	    $(if $(wildcard opcore_cuda/pyproject.toml),--opcore-backend cuda)
 	$(BIN)/python -m pytest plugins/example/tests
 
+# the oldest declared runtimes (scripts/constraints.py oldest reads the plugins' floors)
+$(OLDEST)/.installed: constraints.txt requirements-dev.txt scripts/constraints.py $(addsuffix /pyproject.toml,$(DISTS))
+	$(PYTHON) -m venv $(OLDEST)
+	$(OLDEST)/bin/python -m pip install --quiet --upgrade pip
+	$(OLDEST)/bin/python scripts/constraints.py oldest > $(OLDEST)/constraints.txt
+	$(OLDEST)/bin/python -m pip install --quiet -c $(OLDEST)/constraints.txt -r requirements-dev.txt $(addprefix -e ,$(DISTS))
+	touch $@
+
+test-oldest: $(OLDEST)/.installed
+	$(OLDEST)/bin/python -m pip list 2>/dev/null | grep -iE '^(numpy|onnx|onnxruntime|openvino|torch) '
+	$(OLDEST)/bin/python -m pytest -q $(wildcard tests/test_onnxruntime_*.py) $(wildcard tests/test_openvino_*.py)
+	$(OLDEST)/bin/python -m pytest -q -p opcore.testing.plugin --pyargs opcore.testing \
+	    --opcore-backend reference --opcore-backend onnxruntime --opcore-backend openvino
+
+# every package pinned to what a fresh resolve picks today (torch kept at its pin): run make test
+# after it, and commit constraints.txt only when that passes
+constraints:
+	rm -rf build/constraints-venv
+	$(PYTHON) -m venv build/constraints-venv
+	build/constraints-venv/bin/python -m pip install --quiet --upgrade pip
+	build/constraints-venv/bin/python -m pip install --quiet "$$(grep '^torch==' constraints.txt)" \
+	    -r requirements-dev.txt $(addprefix -e ,$(DISTS))
+	build/constraints-venv/bin/python scripts/constraints.py refresh > build/constraints.txt
+	mv build/constraints.txt constraints.txt
+	rm -rf build/constraints-venv
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -51,4 +81,4 @@ docs: $(STAMP)
 	$(BIN)/python scripts/gen_ops_doc.py
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info
+	rm -rf $(VENV) $(OLDEST) build dist *.egg-info

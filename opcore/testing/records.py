@@ -35,9 +35,10 @@ def round_to_bfloat16(values: numpy.ndarray) -> numpy.ndarray:
     bits = numpy.array(values, dtype=numpy.float32, order="C").view(numpy.uint32)
     finite = numpy.isfinite(bits.view(numpy.float32))
     rounded = (bits + numpy.uint32(0x7FFF) + ((bits >> 16) & numpy.uint32(1))) & numpy.uint32(0xFFFF0000)
-    return numpy.where(finite, rounded, bits & numpy.uint32(0xFFFF0000) | (bits & numpy.uint32(0x00400000))).view(
-        numpy.float32
-    )
+    kept = numpy.where(finite, rounded, bits & numpy.uint32(0xFFFF0000) | (bits & numpy.uint32(0x00400000)))
+    # numpy 1.x promotes 0-d operands by value (uint32 + uint32 scalar can come back int64): back to
+    # 32 bits before reading them as float32
+    return kept.astype(numpy.uint32, copy=False).view(numpy.float32)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
