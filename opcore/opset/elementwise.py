@@ -30,7 +30,26 @@ from opcore.meta import (
 )
 from opcore.types import DType, TensorMeta
 
-__all__ = ["ADD", "CONTRACTS", "DIV", "EXP", "GELU", "MUL", "RELU", "SIGMOID", "SILU", "SUB", "TANH"]
+__all__ = [
+    "ABS",
+    "ADD",
+    "CONTRACTS",
+    "COS",
+    "DIV",
+    "ERF",
+    "EXP",
+    "GELU",
+    "MUL",
+    "NEG",
+    "RELU",
+    "RSQRT",
+    "SIGMOID",
+    "SILU",
+    "SIN",
+    "SQRT",
+    "SUB",
+    "TANH",
+]
 
 Operand = TensorMeta | bool | int | float
 
@@ -158,6 +177,18 @@ def relu_meta(x: TensorMeta) -> TensorMeta:
     return TensorMeta(x.shape, x.dtype, x.device)
 
 
+def neg_meta(x: TensorMeta) -> TensorMeta:
+    """Same shape and dtype; every dtype but bool (torch refuses to negate a bool tensor)."""
+    check_dtype("x", x, ALL_DTYPES - {DType.BOOL}, fix="to invert a mask use logical_not (the ~ operator)")
+    return TensorMeta(x.shape, x.dtype, x.device)
+
+
+def abs_meta(x: TensorMeta) -> TensorMeta:
+    """Same shape and dtype; every dtype but bool (torch has no abs of a bool tensor)."""
+    check_dtype("x", x, ALL_DTYPES - {DType.BOOL}, fix="a bool tensor is its own absolute value")
+    return TensorMeta(x.shape, x.dtype, x.device)
+
+
 def gelu_meta(x: TensorMeta, approximate: str) -> TensorMeta:
     """Same shape and dtype; floating dtypes, approximate "none" or "tanh"."""
     check_choice("approximate", approximate, APPROXIMATIONS)
@@ -245,5 +276,79 @@ EXP = define_op(
     doc="e ** x; integral and bool inputs give float32; mirrors torch.exp.",
     tags=("elementwise",),
 )
+NEG = define_op(
+    "neg(Tensor x) -> Tensor",
+    meta=neg_meta,
+    dtypes=ALL_DTYPES - {DType.BOOL},
+    family="elementwise",
+    doc="-x, keeping the dtype (integers wrap); mirrors torch.neg (bool is rejected).",
+    tags=("elementwise", "unary"),
+)
+ABS = define_op(
+    "abs(Tensor x) -> Tensor",
+    meta=abs_meta,
+    dtypes=ALL_DTYPES - {DType.BOOL},
+    family="elementwise",
+    doc="|x|, keeping the dtype (the most negative integer stays itself); mirrors torch.abs (no bool).",
+    tags=("elementwise", "unary"),
+)
+SQRT = define_op(
+    "sqrt(Tensor x) -> Tensor",
+    meta=unary_promote_to_float,
+    dtypes=ALL_DTYPES,
+    family="elementwise",
+    doc="Square root (NaN below 0); integral and bool inputs give float32; mirrors torch.sqrt.",
+    tags=("elementwise", "unary"),
+)
+RSQRT = define_op(
+    "rsqrt(Tensor x) -> Tensor",
+    meta=unary_promote_to_float,
+    dtypes=ALL_DTYPES,
+    family="elementwise",
+    doc="1 / sqrt(x) (inf at 0); integral and bool inputs give float32; mirrors torch.rsqrt.",
+    tags=("elementwise", "unary"),
+)
+ERF = define_op(
+    "erf(Tensor x) -> Tensor",
+    meta=unary_promote_to_float,
+    dtypes=ALL_DTYPES,
+    family="elementwise",
+    doc="The Gauss error function; integral and bool inputs give float32; mirrors torch.erf.",
+    tags=("elementwise", "unary"),
+)
+COS = define_op(
+    "cos(Tensor x) -> Tensor",
+    meta=unary_promote_to_float,
+    dtypes=ALL_DTYPES,
+    family="elementwise",
+    doc="Cosine (radians); integral and bool inputs give float32; mirrors torch.cos.",
+    tags=("elementwise", "unary"),
+)
+SIN = define_op(
+    "sin(Tensor x) -> Tensor",
+    meta=unary_promote_to_float,
+    dtypes=ALL_DTYPES,
+    family="elementwise",
+    doc="Sine (radians); integral and bool inputs give float32; mirrors torch.sin.",
+    tags=("elementwise", "unary"),
+)
 
-CONTRACTS: tuple[OpContract, ...] = (ADD, SUB, MUL, DIV, RELU, GELU, SILU, SIGMOID, TANH, EXP)
+CONTRACTS: tuple[OpContract, ...] = (
+    ADD,
+    SUB,
+    MUL,
+    DIV,
+    RELU,
+    GELU,
+    SILU,
+    SIGMOID,
+    TANH,
+    EXP,
+    NEG,
+    ABS,
+    SQRT,
+    RSQRT,
+    ERF,
+    COS,
+    SIN,
+)

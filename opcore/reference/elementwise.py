@@ -10,7 +10,27 @@ import numpy
 from opcore.errors import ArgumentError
 from opcore.reference._common import F64, I64, binary_result_dtype, finish, float_result_dtype, quiet
 
-__all__ = ["add", "div", "exp", "gelu", "gelu_f64", "mul", "relu", "sigmoid", "sigmoid_f64", "silu", "sub", "tanh"]
+__all__ = [
+    "abs",
+    "add",
+    "cos",
+    "div",
+    "erf",
+    "exp",
+    "gelu",
+    "gelu_f64",
+    "mul",
+    "neg",
+    "relu",
+    "rsqrt",
+    "sigmoid",
+    "sigmoid_f64",
+    "silu",
+    "sin",
+    "sqrt",
+    "sub",
+    "tanh",
+]
 
 Operand = Any  # a numpy array or a Python number
 
@@ -139,3 +159,42 @@ def tanh(x: numpy.ndarray) -> numpy.ndarray:
 def exp(x: numpy.ndarray) -> numpy.ndarray:
     """e ** x; integral and bool inputs give float32."""
     return _unary_float(x, numpy.exp)
+
+
+def neg(x: numpy.ndarray) -> numpy.ndarray:
+    """-x in x's dtype: exact, and integers wrap (-(-128) is -128 in int8, -1 is 255 in uint8), as torch."""
+    with quiet():
+        return finish(numpy.negative(x), x.dtype)
+
+
+def abs(x: numpy.ndarray) -> numpy.ndarray:
+    """|x| in x's dtype: exact; the most negative integer stays itself, as in torch."""
+    if x.dtype.kind == "u":
+        return finish(x.copy(), x.dtype)
+    with quiet():
+        return finish(numpy.absolute(x), x.dtype)
+
+
+def sqrt(x: numpy.ndarray) -> numpy.ndarray:
+    """sqrt(x), NaN below 0; integral and bool inputs give float32."""
+    return _unary_float(x, numpy.sqrt)
+
+
+def rsqrt(x: numpy.ndarray) -> numpy.ndarray:
+    """1 / sqrt(x): inf at +-0, NaN below 0; integral and bool inputs give float32."""
+    return _unary_float(x, lambda a: 1.0 / numpy.sqrt(a))
+
+
+def erf(x: numpy.ndarray) -> numpy.ndarray:
+    """The error function (libm's, as torch's CPU kernel); integral and bool inputs give float32."""
+    return _unary_float(x, lambda a: numpy.asarray(_erf(a), dtype=F64))
+
+
+def cos(x: numpy.ndarray) -> numpy.ndarray:
+    """cos(x); integral and bool inputs give float32."""
+    return _unary_float(x, numpy.cos)
+
+
+def sin(x: numpy.ndarray) -> numpy.ndarray:
+    """sin(x); integral and bool inputs give float32."""
+    return _unary_float(x, numpy.sin)

@@ -30,14 +30,17 @@ import torch.nn.functional as F
 from opcore.errors import ArgumentError
 
 __all__ = [
+    "abs",
     "add",
     "bmm",
     "cat",
     "conv2d",
     "conv2d_relu",
     "conv2d_silu",
+    "cos",
     "div",
     "embedding",
+    "erf",
     "exp",
     "expand",
     "flatten",
@@ -51,16 +54,20 @@ __all__ = [
     "log_softmax",
     "matmul",
     "mul",
+    "neg",
     "permute",
     "relu",
     "reshape",
     "rms_norm",
+    "rsqrt",
     "scaled_dot_product_attention",
     "select",
     "sigmoid",
     "silu",
+    "sin",
     "slice",
     "softmax",
+    "sqrt",
     "squeeze",
     "sub",
     "tanh",
@@ -107,6 +114,13 @@ silu = torch._C._nn.silu  # what F.silu calls (its wrapper only adds the inplace
 sigmoid = torch.sigmoid
 tanh = torch.tanh
 exp = torch.exp
+neg = torch.neg
+abs = torch.abs
+sqrt = torch.sqrt
+rsqrt = torch.rsqrt
+erf = torch.erf
+cos = torch.cos
+sin = torch.sin
 
 
 def gelu(x: Tensor, approximate: str) -> Tensor:

@@ -1,4 +1,5 @@
-"""Kit entries for the elementwise ops: add, sub, mul, div, relu, gelu, silu, sigmoid, tanh, exp."""
+"""Kit entries for the elementwise ops: add, sub, mul, div, relu, gelu, silu, sigmoid, tanh, exp, and the
+unary math ops neg, abs, sqrt, rsqrt, erf, cos, sin."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from opcore.types import DType
 __all__ = ["ENTRIES"]
 
 BINARY = ("add", "sub", "mul", "div")
-UNARY = ("relu", "gelu", "silu", "sigmoid", "tanh", "exp")
+UNARY = ("relu", "gelu", "silu", "sigmoid", "tanh", "exp", "neg", "abs", "sqrt", "rsqrt", "erf", "cos", "sin")
 
 _BROADCAST = [((2, 3), (3,)), ((4, 1, 3), (2, 1)), ((), ()), ((5,), ()), ((), (2, 2)), ((2, 0, 3), (3,)), ((0,), (1,))]
 _PROMOTIONS = [
@@ -130,6 +131,16 @@ def unary_samples(op: str) -> Iterable[Sample]:
         for dtype in ("float32", "float64", "float16", "bfloat16"):
             s.add(f"{dtype}-tanh", s.tensor((5, 6), dtype, low=-6, high=6), approximate="tanh")
         s.add("float32-none", s.tensor((5, 6), low=-6, high=6), approximate="none")
+    if op in ("neg", "abs"):
+        # exact in the input dtype: the most negative integer wraps to itself, uint8 wraps modulo 256
+        for dtype, values in (("int8", [-128, -1, 0, 127]), ("int32", [-(2**31), 5, -7]), ("uint8", [0, 1, 255])):
+            s.add(f"{dtype}-extremes", tensor_of(values, dtype))
+        s.add("int64-extremes", tensor_of([-(2**63), 2**62 + 1, -3], "int64"))
+    if op in ("sqrt", "rsqrt"):
+        s.add("float32-positive", s.tensor((4, 5), low=1e-3, high=1e3))
+        s.add("int32-squares", tensor_of([0, 1, 4, 9, 1 << 20], "int32"))
+    if op in ("cos", "sin"):
+        s.add("float32-periods", s.tensor((4, 5), low=-20, high=20))
     return s
 
 
@@ -186,6 +197,8 @@ def _error_inputs() -> dict[str, list[ErrorInput]]:
                        {"approximate": "erf"}),
         ],
         "silu": [ErrorInput("int", (z(2, dtype=i32),), DTypeError, "x", "found int32")],
+        "neg": [ErrorInput("bool", (z(2, dtype=b),), DTypeError, "x", "found bool")],
+        "abs": [ErrorInput("bool", (z(2, dtype=b),), DTypeError, "x", "found bool")],
     }  # fmt: skip
 
 

@@ -34,6 +34,12 @@ def _gelu_float64(x: TensorMeta, approximate: str) -> bool | str:
     return True
 
 
+def _erf(x: TensorMeta) -> bool | str:
+    if x.dtype is DType.FLOAT64:
+        return "ONNX Runtime has no float64 Erf kernel (use float32, or another backend for float64)"
+    return True
+
+
 def _linear_gelu(x: TensorMeta, w: TensorMeta, b: TensorMeta | None, approximate: str) -> bool | str:
     return _gelu_float64(x, approximate)
 
@@ -57,6 +63,7 @@ def _sdpa(query: TensorMeta, key: TensorMeta, *rest: Any) -> bool | str:
 _SPECIFIC: dict[str, Checker] = {
     "scaled_dot_product_attention": _sdpa,
     "gelu": _gelu_float64,
+    "erf": _erf,
     "linear_gelu": _linear_gelu,
     "conv2d": _conv2d,
 }

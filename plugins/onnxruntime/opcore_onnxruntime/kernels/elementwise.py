@@ -24,17 +24,24 @@ from opcore_onnxruntime.kernels._common import (
 from opcore_onnxruntime.session import onnx_kernel
 
 __all__ = [
+    "abs",
     "add",
     "apply_gelu",
     "apply_relu",
     "apply_silu",
+    "cos",
     "div",
+    "erf",
     "exp",
     "gelu",
     "mul",
+    "neg",
     "relu",
+    "rsqrt",
     "sigmoid",
     "silu",
+    "sin",
+    "sqrt",
     "sub",
     "tanh",
 ]
@@ -204,3 +211,35 @@ silu = onnx_kernel("silu", build_silu)
 sigmoid = onnx_kernel("sigmoid", _unary_float("Sigmoid"))
 tanh = onnx_kernel("tanh", _unary_float("Tanh"))
 exp = onnx_kernel("exp", _unary_float("Exp"))
+
+
+# --- unary math -------------------------------------------------------------------------------
+
+
+def build_neg(g: Graph, x: Value) -> Value:
+    """-x in x's dtype; integers negate in int64 and wrap back (ONNX Neg has no uint8 kernel)."""
+    compute = to_compute(x.dtype)
+    return finish(g, g.op("Neg", g.cast(x, compute)), x.dtype)
+
+
+def build_abs(g: Graph, x: Value) -> Value:
+    """|x| in x's dtype; unsigned values are their own absolute value."""
+    if x.dtype.kind == "u":
+        return g.op("Identity", x)
+    compute = to_compute(x.dtype)
+    return finish(g, g.op("Abs", g.cast(x, compute)), x.dtype)
+
+
+def build_rsqrt(g: Graph, x: Value) -> Value:
+    out = x.dtype if x.dtype.kind == "f" else F32  # integers and bools give float32, as torch
+    compute = compute_float(out)
+    return finish(g, g.op("Reciprocal", g.op("Sqrt", g.cast(x, compute))), out)
+
+
+neg = onnx_kernel("neg", build_neg)
+abs = onnx_kernel("abs", build_abs)
+sqrt = onnx_kernel("sqrt", _unary_float("Sqrt"))
+rsqrt = onnx_kernel("rsqrt", build_rsqrt)
+erf = onnx_kernel("erf", _unary_float("Erf"))
+cos = onnx_kernel("cos", _unary_float("Cos"))
+sin = onnx_kernel("sin", _unary_float("Sin"))

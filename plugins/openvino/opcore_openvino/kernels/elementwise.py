@@ -4,23 +4,32 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy
+
 from opcore_openvino.compiled import ov_kernel
 from opcore_openvino.graph import Graph, Node, Scalar, dtype_of, ops
 from opcore_openvino.kernels._common import BOOL, F32, I32, binary_result, finish, operand, to_compute
 
 __all__ = [
+    "abs",
     "add",
     "apply_gelu",
     "apply_relu",
     "apply_silu",
+    "cos",
     "div",
+    "erf",
     "exp",
     "gelu",
     "keep_nan",
     "mul",
+    "neg",
     "relu",
+    "rsqrt",
     "sigmoid",
     "silu",
+    "sin",
+    "sqrt",
     "sub",
     "tanh",
 ]
@@ -124,3 +133,33 @@ silu = ov_kernel("silu", build_silu)
 sigmoid = ov_kernel("sigmoid", _unary_float(ops.sigmoid))
 tanh = ov_kernel("tanh", _unary_float(ops.tanh))
 exp = ov_kernel("exp", _unary_float(ops.exp, nan_safe=False))
+
+
+# --- unary math -------------------------------------------------------------------------------
+
+
+def build_neg(g: Graph, x: Node) -> Node:
+    """-x in x's dtype; integers negate in int32 and wrap back (the CPU plugin saturates int8/uint8)."""
+    dtype = dtype_of(x)
+    return finish(g, ops.negative(g.cast(x, to_compute(dtype))), dtype)
+
+
+def build_abs(g: Graph, x: Node) -> Node:
+    """|x| in x's dtype; unsigned values are their own absolute value."""
+    dtype = dtype_of(x)
+    if dtype.kind == "u":
+        return x
+    return finish(g, ops.abs(g.cast(x, to_compute(dtype))), dtype)
+
+
+def _rsqrt(x: Node) -> Node:
+    return ops.divide(ops.constant(numpy.asarray(1.0, dtype=dtype_of(x))), ops.sqrt(x))
+
+
+neg = ov_kernel("neg", build_neg)
+abs = ov_kernel("abs", build_abs)
+sqrt = ov_kernel("sqrt", _unary_float(ops.sqrt))
+rsqrt = ov_kernel("rsqrt", _unary_float(_rsqrt))
+erf = ov_kernel("erf", _unary_float(ops.erf))
+cos = ov_kernel("cos", _unary_float(ops.cos))
+sin = ov_kernel("sin", _unary_float(ops.sin))
