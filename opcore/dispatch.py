@@ -7,9 +7,11 @@ the first whose checker accepts. A kernel raising Unsupported hands over to the 
 one that crashes falls back with a warning (an error when pinned or strict). No kernel
 at all: the contract's decomposition. Still nothing: NoKernelError with every candidate.
 
-The cached path costs one key (op, policy, and per argument: dtype and shape, or type
-and value) and one dict lookup before the kernel runs; the meta check is skipped there
-because it passed for exactly that signature before.
+The cached path costs one key (op, policy, and per argument: dtype, shape and strides, or
+type and value) and one dict lookup before the kernel runs; the meta check and the checkers
+are skipped there because they passed for exactly that signature (layout included) before.
+The first call of a signature checks the kernel's result against the contract's output metas
+(opcore.results); strict mode and ``OPCORE_CHECK=1`` check every call.
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ import numpy
 from opcore._calls import fixed_arity
 from opcore.arrays import converter, result_converter
 from opcore.contracts import OpContract
-from opcore.errors import NoKernelError, OpcoreError, Unsupported
+from opcore.errors import KernelResultError, NoKernelError, OpcoreError, Unsupported
 from opcore.kernels import Kernel
+from opcore.results import checked, result_error, result_problem
 from opcore.runtime import Runtime, on_change, runtime
-from opcore.selection import Selection, no_kernel_error, select, warn_once
+from opcore.selection import Candidate, CandidateStatus, Selection, no_kernel_error, select, warn_once
 from opcore.settings import ContextPolicy, context_policy
 from opcore.types import ArrayKind, array_kind_of
 
@@ -89,7 +92,7 @@ def run(op: str, /, *args: Any, backend: str | None = None, **kwargs: Any) -> An
             if t is _Tensor:
                 key = (op, _policy(), backend, a.dtype, a.shape, a.stride(), a.device, a.layout)
             elif t is _ndarray:
-                key = (op, _policy(), backend, a.dtype, a.shape)
+                key = (op, _policy(), backend, a.dtype, a.shape, a.strides)
         elif n == 2:
             a, b = args
             t = type(a)
@@ -101,7 +104,7 @@ def run(op: str, /, *args: Any, backend: str | None = None, **kwargs: Any) -> An
                 elif u in _PLAIN:
                     key = (op, _policy(), backend, a.dtype, a.shape, a.stride(), a.device, a.layout, u, b)
             elif t is _ndarray and type(b) is _ndarray:
-                key = (op, _policy(), backend, a.dtype, a.shape, b.dtype, b.shape)
+                key = (op, _policy(), backend, a.dtype, a.shape, a.strides, b.dtype, b.shape, b.strides)
         elif n == 3:
             a, b, c = args
             t = type(a)
@@ -115,7 +118,8 @@ def run(op: str, /, *args: Any, backend: str | None = None, **kwargs: Any) -> An
                     key = (op, _policy(), backend, a.dtype, a.shape, a.stride(), a.device, a.layout, b.dtype, b.shape,
                            b.stride(), b.device, b.layout, u, c)  # fmt: skip
             elif t is _ndarray and type(b) is _ndarray and type(c) is _ndarray:
-                key = (op, _policy(), backend, a.dtype, a.shape, b.dtype, b.shape, c.dtype, c.shape)
+                key = (op, _policy(), backend, a.dtype, a.shape, a.strides, b.dtype, b.shape, b.strides, c.dtype,
+                       c.shape, c.strides)  # fmt: skip
     except RuntimeError:  # a sparse CSR tensor has no strides: the general path keys its layout
         key = None
     if key is not None:
@@ -132,7 +136,7 @@ def run(op: str, /, *args: Any, backend: str | None = None, **kwargs: Any) -> An
                 try:
                     return entry(*args)
                 except Exception as error:
-                    return _RECOVER[key](args, error)
+                    return _recover_cached(key, op, args, kwargs, backend, error)
     if not kwargs:
         key = _positional_key(op, _policy(), backend, args)
         entry = _POSITIONAL.get(key)
@@ -140,7 +144,7 @@ def run(op: str, /, *args: Any, backend: str | None = None, **kwargs: Any) -> An
             try:
                 return entry(*args)
             except Exception as error:
-                return _RECOVER[key](args, error)
+                return _recover_cached(key, op, args, kwargs, backend, error)
     else:  # keywords holding tensors (linear(x, w, b=b)) or other values
         key = _keyword_key(op, _policy(), backend, args, kwargs)
         called = _KEYWORD.get(key)
@@ -148,8 +152,27 @@ def run(op: str, /, *args: Any, backend: str | None = None, **kwargs: Any) -> An
             try:
                 return called(args, kwargs)
             except Exception as error:
-                return _RECOVER[key]((args, kwargs), error)
+                return _recover_cached(key, op, args, kwargs, backend, error, keywords=True)
     return _run_slow(op, args, kwargs, backend)
+
+
+def _recover_cached(
+    key: tuple[Any, ...] | None,
+    op: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    backend: str | None,
+    error: Exception,
+    keywords: bool = False,
+) -> Any:
+    """A cached entry raised: its recovery, or (the caches were cleared meanwhile by another thread)
+    the call dispatched afresh, whose own plan handles the failure. keywords: the entry was a
+    keyword entry, whose recovery takes (args, kwargs).
+    """
+    recover = _RECOVER.get(key)
+    if recover is None:
+        return _run_slow(op, args, kwargs, backend)
+    return recover((args, kwargs) if keywords else args, error)
 
 
 _policy = context_policy.get
@@ -190,7 +213,7 @@ def _inline_key(
     if 1 <= len(args) <= 3 and all(t is _ndarray for t in types):
         key: list[Any] = [op, policy, backend]
         for a in args:
-            key += (a.dtype, a.shape)
+            key += (a.dtype, a.shape, a.strides)
         return (*key, *kwargs.items())
     tensors = len(args) if types and types[-1] is _Tensor else len(args) - 1
     if not 1 <= len(args) <= 3 or tensors < 1 or (tensors == 1 and len(args) == 3):
@@ -247,9 +270,11 @@ def _bound_key(values: tuple[Any, ...]) -> list[Any]:
     for a in values:
         t = type(a)
         if t is _ndarray:
-            key += (a.dtype, a.shape)
+            key += (a.dtype, a.shape, a.strides)
         elif t is tuple:
             key.append(tuple(_bound_key(a)))
+        elif isinstance(a, _ndarray):  # a subclass (np.matrix, masked): select refuses it, with the fix
+            key += (t, a.dtype, a.shape, a.strides)
         elif array_kind_of(a) is not None:
             if t not in _TORCH_TYPES:
                 _note_torch_type(t)
@@ -271,18 +296,21 @@ def _run_slow(op: str, args: tuple[Any, ...], kwargs: dict[str, Any], backend: s
     policy = context_policy.get()
     canonical = (op, policy, backend, *_bound_key(bound))
     plan = _BOUND.get(canonical)
-    if plan is None:
-        pin = backend if backend is not None else (policy.pin if policy is not None else None)
-        selection = select_tuned(rt, contract, bound, policy, pin)
-        if selection.error is not None:
-            raise selection.error
-        plan = build_plan(selection, bound)
-        with _lock:
-            if len(_BOUND) >= MAX_CACHED:
-                clear_caches()
-            _BOUND[canonical] = plan
+    if plan is not None:
+        _remember(op, policy, backend, args, kwargs, bound, plan)
+        return plan(*bound)
+    pin = backend if backend is not None else (policy.pin if policy is not None else None)
+    selection = select_tuned(rt, contract, bound, policy, pin)
+    if selection.error is not None:
+        raise selection.error
+    plan = build_plan(selection, bound, rt.settings.check)
+    result = plan.first_call(bound)  # checks the result; drops a kernel that broke the contract
+    with _lock:
+        if len(_BOUND) >= MAX_CACHED:
+            clear_caches()
+        _BOUND[canonical] = plan
     _remember(op, policy, backend, args, kwargs, bound, plan)
-    return plan(*bound)
+    return result
 
 
 def _remember(
@@ -401,16 +429,22 @@ def _remember_keywords(
 class Plan:
     """What a cached signature runs: ``first`` (the chosen kernel, bare, conversions included)
     and ``recover`` (what happens when it raises). Calling the plan does both.
+
+    check True (strict mode, OPCORE_CHECK=1): every kernel call's result is checked against the
+    contract's output metas. Otherwise only the first call (first_call) and the fallbacks are.
     """
 
-    __slots__ = ("bound_example", "calls", "first", "selection")
+    __slots__ = ("bound_example", "calls", "check", "first", "selection")
 
-    def __init__(self, selection: Selection, calls: list[Callable[..., Any] | None], bound: tuple[Any, ...]) -> None:
+    def __init__(
+        self, selection: Selection, calls: list[Callable[..., Any] | None], bound: tuple[Any, ...], check: bool = False
+    ) -> None:
         self.selection = selection
+        self.check = check or selection.strict
         self.calls = calls
-        self.first = calls[0]
         # positions of tensors only (no data kept): what adapt() needs for the fallbacks
         self.bound_example = stand_ins(bound)
+        self.first = calls[0] if selection.decompose else self.call_at(0)
 
     def __call__(self, *args: Any) -> Any:
         try:
@@ -421,11 +455,59 @@ class Plan:
     def recover(self, args: tuple[Any, ...], error: Exception) -> Any:
         return _recover(self, 0, args, error)
 
+    def first_call(self, args: tuple[Any, ...]) -> Any:
+        """The signature's first call: the result checked; a kernel that breaks the contract is
+        dropped from the plan (a fallback with a warning), or raises when pinned or strict.
+        """
+        selection = self.selection
+        while True:
+            try:
+                result = self.first(*args)
+            except Exception as error:
+                return self.recover(args, error)
+            if selection.decompose or self.check:  # parts were checked by their dispatch / checked already
+                return result
+            kernel = selection.accepted[0]
+            problem = result_problem(result, selection.outputs, selection.caller_kind)
+            if problem is None:
+                return result
+            error = result_error(selection.contract.name, kernel.title, kernel.source, problem)
+            if selection.pin is not None or selection.strict:
+                raise error
+            warn_once(selection.contract.name, kernel.backend, error, f"the result of kernel {kernel.source}")
+            self.drop_first(str(error))
+
+    def drop_first(self, reason: str) -> None:
+        """Never run the first kernel for this signature again: the next accepted one, or the
+        decomposition, or NoKernelError.
+        """
+        selection = self.selection
+        kernel = selection.accepted.pop(0)
+        self.calls.pop(0)
+        selection.candidates = [
+            Candidate(c.backend, CandidateStatus.DECLINED, reason, c.label, c.source, c.priority)
+            if c.backend == kernel.backend and c.label == kernel.label
+            else c
+            for c in selection.candidates
+        ]
+        if selection.accepted:
+            self.first = self.call_at(0)
+        elif selection.contract.decomposition is not None and not selection.strict:
+            selection.decompose = True
+            self.calls = [_decomposition_plan(selection)]
+            self.first = self.calls[0]
+        else:
+            raise no_kernel_error(selection, reason)
+
     def call_at(self, index: int) -> Callable[..., Any]:
-        """The index-th accepted kernel, imported and adapted on first need."""
+        """The index-th accepted kernel, imported and adapted on first need; checked if check is on."""
         call = self.calls[index]
         if call is None:
             call = self.calls[index] = adapt(self.selection.accepted[index], self.selection, self.bound_example)
+        if self.check:
+            kernel = self.selection.accepted[index]
+            s = self.selection
+            return checked(call, s.contract.name, kernel.title, kernel.source, s.outputs, s.caller_kind)
         return call
 
     def __repr__(self) -> str:
@@ -456,9 +538,9 @@ def _title(selection: Selection) -> str:
     return selection.accepted[0].title if selection.accepted else "decomposition"
 
 
-def build_plan(selection: Selection, bound: tuple[Any, ...]) -> Plan:
+def build_plan(selection: Selection, bound: tuple[Any, ...], check: bool = False) -> Plan:
     """The plan for a selection: the first kernel adapted to the caller's arrays (the ones behind it
-    are imported and adapted only if it hands over), or the decomposition.
+    are imported and adapted only if it hands over), or the decomposition. check: see Plan.
     """
     if selection.decompose:
         return Plan(selection, [_decomposition_plan(selection)], bound)
@@ -478,7 +560,7 @@ def build_plan(selection: Selection, bound: tuple[Any, ...]) -> Plan:
             selection.decompose = True
             return Plan(selection, [_decomposition_plan(selection)], bound)
         raise no_kernel_error(selection, "every accepted kernel failed to import")
-    return Plan(selection, calls, bound)
+    return Plan(selection, calls, bound, check)
 
 
 def _recover(plan: Plan, index: int, args: tuple[Any, ...], error: Exception) -> Any:
@@ -492,9 +574,11 @@ def _recover(plan: Plan, index: int, args: tuple[Any, ...], error: Exception) ->
         kernel = selection.accepted[index]
         if isinstance(error, Unsupported):
             reasons.append(f"{kernel.title} handed over at run time: {error}")
-        elif isinstance(error, OpcoreError):
+        elif isinstance(error, OpcoreError) and not isinstance(error, KernelResultError):
             if error.op is None:
                 error.op = op
+            raise error
+        elif isinstance(error, KernelResultError) and (selection.pin is not None or selection.strict):
             raise error
         else:
             if selection.pin is not None or selection.strict:
@@ -511,13 +595,25 @@ def _recover(plan: Plan, index: int, args: tuple[Any, ...], error: Exception) ->
         index += 1
         if index < len(selection.accepted):
             try:
-                return plan.call_at(index)(*args)
+                return _checked_fallback(plan, index, args)
             except Exception as next_error:
                 error = next_error
                 continue
         if selection.contract.decomposition is not None and not selection.strict:
             return _decomposition_plan(selection)(*args)
         raise no_kernel_error(selection, "; ".join(reasons)) from last_crash
+
+
+def _checked_fallback(plan: Plan, index: int, args: tuple[Any, ...]) -> Any:
+    """A fallback kernel's call, its result always checked (a rare path: the one before it failed)."""
+    result = plan.call_at(index)(*args)
+    if not plan.check:
+        s = plan.selection
+        problem = result_problem(result, s.outputs, s.caller_kind)
+        if problem is not None:
+            kernel = s.accepted[index]
+            raise result_error(s.contract.name, kernel.title, kernel.source, problem)
+    return result
 
 
 def _decomposition_plan(selection: Selection) -> Callable[..., Any]:

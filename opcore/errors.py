@@ -17,6 +17,7 @@ __all__ = [
     "DTypeError",
     "DeviceError",
     "FallbackWarning",
+    "KernelResultError",
     "NoKernelError",
     "OpcoreError",
     "PluginError",
@@ -118,6 +119,12 @@ class Unsupported(OpcoreError):
 
 class PluginError(OpcoreError):
     """A plugin failed to load, or a backend the user named is missing or failed."""
+
+
+class KernelResultError(PluginError):
+    """A kernel returned something its op's contract does not allow (another kind, dtype, shape or
+    count of outputs): a bug in the kernel's plugin, caught before the result reaches the caller.
+    """
 
 
 class FallbackWarning(UserWarning):

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 from typing import Any
 
-from opcore._calls import fixed_arity
-from opcore.dispatch import Plan, build_plan, convert_tensors, holds_tensor, kernel_converters, selection_for, stand_ins
-from opcore.errors import ArgumentError, OpcoreError, Unsupported
+import numpy
+
+from opcore.dispatch import Plan, build_plan, convert_tensors, holds_tensor, kernel_converters, selection_for
+from opcore.errors import ArgumentError
 from opcore.explanation import Explanation, explanation_of
 from opcore.kernels import Kernel, load_callable
+from opcore.results import result_error, result_problem
 from opcore.runtime import runtime
-from opcore.selection import Selection, warn_once
+from opcore.selection import Selection, select, warn_once
+from opcore.settings import ContextPolicy, context_policy
+from opcore.types import is_tensor
 
 __all__ = ["ResolvedOp", "resolve"]
 
@@ -20,9 +24,11 @@ __all__ = ["ResolvedOp", "resolve"]
 class ResolvedOp:
     """A call decided once. Call it with the non-constant tensor arguments, in schema order.
 
-    It skips dispatch: no meta check, no cache lookup. Call it with inputs of the same
-    dtypes, devices and ranks as the examples (other sizes are fine); for anything else,
-    use opcore.run or resolve again.
+    It skips dispatch for every signature it has seen: one key (type, dtype, shape, strides,
+    device of each argument) and one dict lookup before the kernel. A signature it has not seen
+    is checked once, as opcore.run checks a new one: the contract (a ShapeError for an input the
+    constants do not fit), the checkers (another kernel serves it if the resolved one declines),
+    and the kernel's first result.
     """
 
     __slots__ = ("__call__", "_prepared", "constants", "explanation", "free", "kernel", "op")
@@ -83,65 +89,249 @@ def resolve(
 
     resolved = ResolvedOp.__new__(ResolvedOp)
     resolved.op = op
-    resolved.kernel = selection.accepted[0] if selection.accepted else None
     resolved.constants = constants
     resolved.free = tuple(names[i] for i in free_at)
     resolved.explanation = explanation_of(selection)
     resolved._prepared = False
 
-    plan = build_plan(selection, bound)
-    full = _filler(plan, template, free_at)
-    kernel = resolved.kernel
+    check = rt.settings.check or selection.strict
+    plan = build_plan(selection, bound, check)  # may drop a kernel that fails to import
+    kernel = resolved.kernel = selection.accepted[0] if selection.accepted and not selection.decompose else None
+    first: Callable[..., Any] = plan.calls[0]  # bare: the entry checks results itself when check is on
     if kernel is not None and kernel.prepare is not None and constants:  # no constants: nothing to prepare
-        prepared = _prepare(kernel, selection, bound, frozenset(constants), free_at)
+        first = _prepare(kernel, selection, bound, frozenset(constants), free_at)
         resolved._prepared = True
-        rest = replace(selection, accepted=selection.accepted[1:])
-        fallback = _lazy_fallback(rest, bound, template, free_at) if rest.accepted or rest.decompose else None
-        resolved.__call__ = _guarded(prepared, fallback, selection, kernel, len(free_at))
-    else:
-        resolved.__call__ = full
+    signatures = _Signatures(selection, kernel, first, resolved._prepared, template, free_at, check)
+    resolved.__call__ = signatures.entry(bound)
     return resolved
 
 
-def _filler(plan: Plan, template: list[Any], free_at: list[int]) -> Callable[..., Any]:
-    """A function of the free arguments running plan.first on the full bound arguments,
-    handing errors to plan.recover (one Python frame on top of the kernel).
-    """
-    first = plan.first
-    recover = plan.recover
-    n = len(free_at)
-    if free_at == list(range(n)):
-        return fixed_arity(first, n, tuple(template[n:]), recover)
+MAX_SIGNATURES = 1024  # per resolved op; past this its signature caches start over
 
-    def fill(free: tuple[Any, ...]) -> tuple[Any, ...]:
-        call = template.copy()
-        for position, value in zip(free_at, free):
+
+class _Signatures:
+    """The signatures a resolved op has checked, and the plans of those the resolved kernel does not serve.
+
+    A call whose signature was seen runs the resolved kernel bare (``first``); any other goes
+    through ``slow`` once: the contract's checks, the ranked walk under the policy of the resolve
+    call, and the first result's check. Errors go to the recovery of that signature's plan (the
+    dispatcher's one fallback walk).
+    """
+
+    __slots__ = (
+        "check", "example_key", "first", "free_at", "kernel", "kinds", "mark", "policy", "prepared", "routes", "seen",
+        "selection", "template",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        selection: Selection,
+        kernel: Kernel | None,
+        first: Callable[..., Any],
+        prepared: bool,
+        template: list[Any],
+        free_at: list[int],
+        check: bool,
+    ) -> None:
+        self.selection = selection
+        self.kernel = kernel
+        self.first = first
+        self.prepared = prepared
+        self.template = template
+        self.free_at = free_at
+        self.check = check
+        self.policy: ContextPolicy | None = context_policy.get()
+        self.kinds = (selection.kinds, selection.caller_kind, selection.transfer)
+        # signature -> its plan's recover; with check: (verify, recover)
+        self.seen: dict[Any, Any] = {}
+        self.routes: dict[Any, Plan] = {}
+
+    def entry(self, bound: tuple[Any, ...]) -> Callable[..., Any]:
+        """The resolved op's __call__: a generated function of exactly the free arguments."""
+        keys = tuple(_key_kind(bound[i]) for i in self.free_at)
+        tail = [i for i in range(len(self.template)) if i not in self.free_at]
+        strides = self.kernel is not None and self.kernel.checker is not None
+        make = _entry_maker(tuple(self.free_at), len(self.template), keys, self.prepared, self.check, strides)
+        examples: list[Any] = []
+        for i, kind in zip(self.free_at, keys):
+            a = bound[i]
+            if kind == "numpy":
+                examples += (type(a), a.dtype, a.shape, a.strides)
+            elif kind == "torch":
+                examples += (type(a), a.dtype, a.shape, a.device, a.stride())
+        call, self.mark, keyof = make(
+            self.first, self.seen, self.slow, _signature, *(self.template[i] for i in tail), *examples
+        )
+        self.example_key = keyof(*(bound[i] for i in self.free_at))
+        return call
+
+    def fill(self, free: tuple[Any, ...]) -> tuple[Any, ...]:
+        call = self.template.copy()
+        for position, value in zip(self.free_at, free):
             call[position] = value
         return tuple(call)
 
-    def call_filled(*free: Any) -> Any:
-        bound = fill(free)
+    def slow(self, free: tuple[Any, ...], key: Any) -> Any:
+        """A signature not seen yet (key None: one without a cheap key, checked every time)."""
+        bound = self.fill(free)
+        if key is not None:
+            route = self.routes.get(key)
+            if route is not None:
+                return route(*bound)
+        rt = runtime().ensure_loaded()
+        selection = select(rt, self.selection.contract, bound, self.policy, self.selection.pin)
+        if selection.error is not None:
+            raise selection.error
+        plan = build_plan(selection, bound, self.check)
+        kinds = (selection.kinds, selection.caller_kind, selection.transfer)
+        chosen = None if selection.decompose else selection.accepted[0]
+        # re-resolved: another kernel serves this signature, or the same one specialized otherwise for it
+        # (adapt() asks a kernel's specialize() per signature: linear with a 1-D weight and a bias)
+        specialized = not self.prepared and chosen is not None and plan.calls[0] is not self.first
+        if kinds != self.kinds or chosen != self.kernel or specialized:
+            result = plan.first_call(bound)
+            self._route(key, plan)
+            return result
         try:
-            return first(*bound)
+            result = self.first(*(free if self.prepared else bound))
         except Exception as error:
-            return recover(bound, error)
+            return plan.recover(bound, error)
+        problem = None if chosen is None else result_problem(result, selection.outputs, selection.caller_kind)
+        if problem is None or chosen is None:
+            if key is not None:
+                if len(self.seen) >= MAX_SIGNATURES:
+                    self.seen.clear()
+                self.seen[key] = (_verifier(selection), plan.recover) if self.check else plan.recover
+                if key == self.example_key:
+                    self.mark(plan.recover)  # the fast branch may serve the examples' signature now
+            return result
+        error = result_error(selection.contract.name, chosen.title, chosen.source, problem)
+        if selection.pin is not None or selection.strict:
+            raise error
+        warn_once(selection.contract.name, chosen.backend, error, f"the result of kernel {chosen.source}")
+        plan.drop_first(str(error))
+        self._route(key, plan)
+        return plan.first_call(bound)
 
-    return call_filled
+    def _route(self, key: Any, plan: Plan) -> None:
+        if key is not None:
+            if len(self.routes) >= MAX_SIGNATURES:
+                self.routes.clear()
+            self.routes[key] = plan
 
 
-def _lazy_fallback(
-    rest: Selection, bound: tuple[Any, ...], template: list[Any], free_at: list[int]
-) -> Callable[..., Any]:
-    """The plan behind a prepared kernel, built (and its backend imported) only if it is needed."""
-    where = stand_ins(bound)  # build_plan only needs to know where the tensors are
-    made: list[Callable[..., Any]] = []
+def _verifier(selection: Selection) -> Callable[[Any], Any]:
+    """For check mode: the result as is, or KernelResultError naming the kernel."""
+    if selection.decompose:
+        return _same
+    kernel = selection.accepted[0]
+    outputs, kind, op = selection.outputs, selection.caller_kind, selection.contract.name
 
-    def fallback(*free: Any) -> Any:
-        if not made:
-            made.append(_filler(build_plan(rest, where), template, free_at))
-        return made[0](*free)
+    def verify(result: Any) -> Any:
+        problem = result_problem(result, outputs, kind)
+        if problem is not None:
+            raise result_error(op, kernel.title, kernel.source, problem)
+        return result
 
-    return fallback
+    return verify
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _key_kind(example: Any) -> str:
+    """How the generated entry keys an argument: inline for plain numpy and torch, else _signature()."""
+    if type(example) is numpy.ndarray:
+        return "numpy"
+    if is_tensor(example) and str(example.layout) == "torch.strided":
+        return "torch"
+    return "other"
+
+
+def _signature(value: Any) -> Any:
+    """The key of any free argument (lists of tensors, sparse tensors); raises for anything else."""
+    if isinstance(value, tuple):
+        return tuple(_signature(v) for v in value)
+    if value is None:
+        return None
+    if type(value) is numpy.ndarray:
+        return (type(value), value.dtype, value.shape, value.strides)
+    if is_tensor(value):
+        strided = str(value.layout) == "torch.strided"
+        return (type(value), value.dtype, value.shape, value.device, value.stride() if strided else value.layout)
+    raise TypeError(f"no signature for {type(value).__name__}")
+
+
+_KEYS = {
+    "numpy": "type({a}), {a}.dtype, {a}.shape, {a}.strides",
+    "torch": "type({a}), {a}.dtype, {a}.shape, {a}.device, {a}.stride()",
+    "other": "sig({a})",
+}
+# the inline test against the examples' signature: dtype by identity (numpy and torch keep one object
+# per built-in dtype; another equal one only takes the dict path), strides only when a checker may care
+_SAME = {
+    "numpy": "type({a}) is C{j} and {a}.dtype is D{j} and {a}.shape == S{j}",
+    "torch": "type({a}) is C{j} and {a}.dtype is D{j} and {a}.shape == S{j} and {a}.device == V{j}",
+}
+_STRIDES = {"numpy": " and {a}.strides == T{j}", "torch": " and {a}.stride() == T{j}"}
+
+
+@functools.cache
+def _entry_maker(
+    free_at: tuple[int, ...], size: int, keys: tuple[str, ...], prepared: bool, check: bool, strides: bool
+) -> Callable[..., tuple[Callable[..., Any], Callable[[Any], None], Callable[..., Any]]]:
+    """Source for a resolved op's entry, generated per shape of call (as _calls.fixed_arity is): a
+    function of exactly the free arguments. Its fast branch compares each argument with the examples'
+    signature (once that was checked: ``mark``); other signatures take one key and a dict lookup.
+    Returns make(...) -> (call, mark, keyof).
+    """
+    params = [f"a{j}" for j in range(len(free_at))]
+    full = [f"a{free_at.index(i)}" if i in free_at else f"t{i}" for i in range(size)]
+    tails = [name for name in full if name.startswith("t")]
+    full_tuple = "(" + "".join(f"{name}, " for name in full) + ")"
+    free_tuple = "(" + "".join(f"{name}, " for name in params) + ")"
+    arguments = ", ".join(params if prepared else full)
+    key = "(" + "".join(_KEYS[kind].format(a=a) + ", " for a, kind in zip(params, keys)) + ")"
+    inline = not check and all(kind in _SAME for kind in keys)
+    examples = [f"{v}{j}" for j, kind in enumerate(keys) for v in ("CDSVT" if kind == "torch" else "CDST")]
+    lines = [f"def make({', '.join(['first', 'seen', 'slow', 'sig', *tails, *examples])}):"]
+    lines += ["    ready = False", "    recover0 = None", f"    def call({', '.join(params)}):"]
+    if inline:
+        same = " and ".join(
+            _SAME[kind].format(a=a, j=j) + (_STRIDES[kind].format(a=a, j=j) if strides else "")
+            for j, (a, kind) in enumerate(zip(params, keys))
+        )
+        lines += [
+            f"        if ready and {same}:",
+            "            try:",
+            f"                return first({arguments})",
+            "            except Exception as error:",
+            f"                return recover0({full_tuple}, error)",
+        ]
+    lines += [
+        "        try:",
+        f"            key = {key}",
+        "        except Exception:  # not an array of the examples' kind: checked every time",
+        f"            return slow({free_tuple}, None)",
+        "        entry = seen.get(key)",
+        "        if entry is None:",
+        f"            return slow({free_tuple}, key)",
+        "        try:",
+        f"            return entry[0](first({arguments}))" if check else f"            return first({arguments})",
+        "        except Exception as error:",
+        f"            return {'entry[1]' if check else 'entry'}({full_tuple}, error)",
+        "    def mark(recover):",
+        "        nonlocal ready, recover0",
+        "        recover0 = recover",
+        f"        ready = {inline}",
+        f"    def keyof({', '.join(params)}):",
+        f"        return {key}",
+        "    return call, mark, keyof",
+    ]
+    namespace: dict[str, Any] = {}
+    exec(compile("\n".join(lines) + "\n", f"<opcore resolved entry {free_at}/{size}>", "exec"), namespace)
+    return namespace["make"]
 
 
 def _prepare(
@@ -157,23 +347,3 @@ def _prepare(
         return back(inner(*(to_kernel(v) for v in free)))
 
     return prepared
-
-
-def _guarded(
-    prepared: Callable[..., Any], fallback: Callable[..., Any] | None, selection: Selection, kernel: Kernel, n: int
-) -> Callable[..., Any]:
-    """The prepared kernel as a function of the n free arguments, handing over to ``fallback``."""
-
-    def recover(free: tuple[Any, ...], error: Exception) -> Any:
-        if isinstance(error, OpcoreError):
-            if not isinstance(error, Unsupported) or fallback is None or selection.strict or selection.pin:
-                if error.op is None:
-                    error.op = selection.contract.name
-                raise error
-            return fallback(*free)
-        if fallback is None or selection.strict or selection.pin:
-            raise error
-        warn_once(selection.contract.name, kernel.backend, error, f"prepared kernel {kernel.source}")
-        return fallback(*free)
-
-    return fixed_arity(prepared, n, (), recover)

@@ -18,7 +18,7 @@ from opcore.errors import ArgumentError
 
 __all__ = ["ContextPolicy", "ENV_VARS", "Settings", "UNSET", "context_policy", "settings_from"]
 
-ENV_VARS = ("OPCORE_AUTOLOAD", "OPCORE_BACKENDS", "OPCORE_DISABLE", "OPCORE_STRICT", "OPCORE_TUNE")
+ENV_VARS = ("OPCORE_AUTOLOAD", "OPCORE_BACKENDS", "OPCORE_CHECK", "OPCORE_DISABLE", "OPCORE_STRICT", "OPCORE_TUNE")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -47,6 +47,8 @@ class Settings:
     # True: the first call of a signature without a measurement in the tuning file measures its kernels
     # (opcore.tune) before running; cached calls never do.
     tune: bool = False
+    # check every kernel result against the contract (not only each signature's first call)
+    check: bool = False
     # setting name -> where its value came from ("OPCORE_BACKENDS", "opcore.configure", "default")
     sources: Mapping[str, str] | None = None
 
@@ -84,6 +86,8 @@ def settings_from(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> S
         values["strict"], sources["strict"] = _flag("OPCORE_STRICT", environ["OPCORE_STRICT"]), "OPCORE_STRICT"
     if "OPCORE_TUNE" in environ:
         values["tune"], sources["tune"] = _flag("OPCORE_TUNE", environ["OPCORE_TUNE"]), "OPCORE_TUNE"
+    if "OPCORE_CHECK" in environ:
+        values["check"], sources["check"] = _flag("OPCORE_CHECK", environ["OPCORE_CHECK"]), "OPCORE_CHECK"
     if "OPCORE_AUTOLOAD" in environ:
         values["autoload"], sources["autoload"] = (
             _flag("OPCORE_AUTOLOAD", environ["OPCORE_AUTOLOAD"]),
