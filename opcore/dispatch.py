@@ -25,8 +25,9 @@ import numpy
 from opcore._calls import fixed_arity
 from opcore.arrays import converter, result_converter
 from opcore.contracts import OpContract
-from opcore.errors import KernelResultError, NoKernelError, OpcoreError, Unsupported
+from opcore.errors import KernelResultError, NoKernelError, OpcoreError, PluginError, Unsupported
 from opcore.kernels import Kernel
+from opcore.registry import load_kernel_callable
 from opcore.results import checked, result_error, result_problem
 from opcore.runtime import Runtime, on_change, runtime
 from opcore.selection import Candidate, CandidateStatus, Selection, no_kernel_error, select, warn_once
@@ -549,8 +550,9 @@ def build_plan(selection: Selection, bound: tuple[Any, ...], check: bool = False
         try:
             calls[0] = adapt(selection.accepted[0], selection, bound)
             break
-        except Exception as error:
-            if isinstance(error, OpcoreError) or selection.pin is not None or selection.strict:
+        except Exception as error:  # a kernel that cannot be imported: the next one, unless pinned or strict
+            plugin_bug = isinstance(error, PluginError) or not isinstance(error, OpcoreError)
+            if not plugin_bug or selection.pin is not None or selection.strict:
                 raise
             warn_once(selection.contract.name, selection.accepted[0].backend, error, "importing the kernel")
             selection.accepted.pop(0)
@@ -660,7 +662,7 @@ def adapt(kernel: Kernel, selection: Selection, bound: tuple[Any, ...]) -> Calla
     (or must move to another device). A function carrying ``specialize(*metas)`` is asked for the
     callable that serves this signature (one Python frame less on the hot path, see opcore.torchkit.kernels).
     """
-    fn = kernel.function()
+    fn = load_kernel_callable(kernel, selection.contract)
     specialize = getattr(fn, "specialize", None)
     if specialize is not None:
         fn = specialize(*selection.meta_args) or fn

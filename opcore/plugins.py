@@ -1,13 +1,21 @@
 """Plugin discovery and loading: entry points in ``opcore.backends``, each isolated.
 
-A plugin that fails to import, whose hook raises, that targets another API version,
-that registers something invalid, or that reuses a taken backend name is recorded in
-its PluginReport, logged once, and skipped; the others load as if it were not there.
+A plugin that fails to import, whose hook raises (``SystemExit`` included), that targets
+another API version, that registers something invalid (a field of the wrong type), whose
+``is_available()`` does not answer within ``OPCORE_PROBE_TIMEOUT`` seconds, or that reuses a
+taken backend name is recorded in its PluginReport, logged once, and skipped; the others load
+as if it were not there. A name claimed by two distributions serves neither: both are reported
+and the user chooses (``OPCORE_DISABLE=<distribution>``, or uninstall one).
+
+``KeyboardInterrupt`` is never swallowed; the Runtime loads into a fresh loader and publishes it
+only once complete, so an interrupted load leaves the previous state (see runtime.py).
 """
 
 from __future__ import annotations
 
 import logging
+import re
+import threading
 import time
 import traceback
 from collections.abc import Iterable
@@ -83,29 +91,38 @@ class PluginLoader:
 
     def load_entry_points(self, settings: Settings) -> None:
         pending: list[_Pending] = []
-        seen: dict[str, str] = {}
-        for ep in self.entry_points():
+        eps = self.entry_points()
+        claims: dict[str, list[EntryPoint]] = {}
+        for ep in eps:
+            if settings.autoload and not settings.disabled(ep.name, _dist_field(ep, "Name")):
+                claims.setdefault(ep.name, []).append(ep)
+        for ep in eps:
             dist_name, dist_version = _dist_field(ep, "Name"), _dist_field(ep, "Version")
-            if not settings.autoload or settings.disabled(ep.name):
+            if not settings.autoload or settings.disabled(ep.name, dist_name):
                 reason = _disabled_reason(settings)
-                self._record(
-                    PluginReport(ep.name, PluginStatus.DISABLED, reason, "", dist_name, dist_version, ep.value)
-                )
+                # the plain name stays free for the distribution that is enabled under it, if any
+                taken = ep.name in self.reports or ep.name in claims
+                key = f"{ep.name} [{dist_name or ep.value}]" if taken else ep.name
+                self._record(PluginReport(key, PluginStatus.DISABLED, reason, "", dist_name, dist_version, ep.value))
                 continue
-            if ep.name in seen:
+            rivals = claims[ep.name]
+            if len(rivals) > 1:  # squatting or a packaging mistake: serve neither, say who claims it
+                first = rivals[0] is ep
+                who = "; ".join(f"{_dist_name(r) or '?'} {_dist_version(r)} ({r.value})" for r in rivals)
                 self._fail_early(
                     ep.name,
                     dist_name,
                     dist_version,
                     ep.value,
                     0.0,
-                    f"a backend named {ep.name!r} is already provided by {seen[ep.name]}; "
-                    "uninstall one of the two distributions",
+                    f"the backend name {ep.name!r} is claimed by {len(rivals)} distributions: {who}; "
+                    "none of them is loaded under it",
                     "",
-                    key=f"{ep.name} [{dist_name or ep.value}]",
+                    key=None if first else f"{ep.name} [{dist_name or ep.value}]",
+                    fix=f"uninstall the one you do not want (pip uninstall ...), or disable it by its "
+                    f"distribution name: OPCORE_DISABLE={_dist_name(rivals[-1] if first else ep) or ep.name}",
                 )
                 continue
-            seen[ep.name] = dist_name or ep.value
             started = time.perf_counter()
             try:
                 obj = ep.load()
@@ -125,13 +142,23 @@ class PluginLoader:
             item = _Pending(ep.name, obj, dist_name, dist_version, ep.value)
             item.elapsed = time.perf_counter() - started
             pending.append(item)
-        self._load(pending)
+        self._load(pending, probe_timeout=settings.probe_timeout)
 
-    def register_object(self, obj: Any, name: str | None = None) -> PluginReport:
-        """In-process registration (tests, notebooks)."""
+    def register_object(self, obj: Any, name: str | None = None, probe_timeout: float | None = None) -> PluginReport:
+        """In-process registration (tests, notebooks). Interrupted (KeyboardInterrupt), it leaves
+        nothing of the plugin behind before the interrupt propagates.
+        """
         name = name or getattr(obj, "__name__", None) or type(obj).__name__
         item = _Pending(name, obj, None, None, f"register_plugin({name})")
-        self._load([item], expected_name=False)
+        try:
+            self._load([item], expected_name=False, probe_timeout=probe_timeout)
+        except BaseException:
+            if item.failure is None:
+                self._fail(item, "interrupted while loading", "")
+            if item.spec is not None and self.reports.get(item.spec.name) is item.failure:
+                self.reports.pop(item.spec.name)
+            self.reports.pop(item.name, None)
+            raise
         return item.failure or self.reports[item.name]
 
     def call_hook(self, backend: str, hook: str, **kwargs: Any) -> Any:
@@ -154,9 +181,9 @@ class PluginLoader:
 
     # -- the load sequence: announce, check, contracts (all), kernels (all) ------------------------
 
-    def _load(self, pending: list[_Pending], expected_name: bool = True) -> None:
+    def _load(self, pending: list[_Pending], expected_name: bool = True, probe_timeout: float | None = None) -> None:
         for item in pending:
-            self._announce(item, expected_name)
+            self._announce(item, expected_name, probe_timeout)
         alive = [item for item in pending if item.failure is None and item.registrar is not None]
         self._run_phase(alive, "opcore_register_contracts")
         self._run_phase([i for i in alive if i.failure is None], "opcore_register_kernels")
@@ -165,7 +192,7 @@ class PluginLoader:
                 continue
             try:
                 self.registry.commit(item.registrar)
-            except Exception as error:
+            except Exception as error:  # the registrar validated everything: a bug here is opcore's
                 self._fail(item, f"registration failed: {_summary(error)}", _frames(error))
                 continue
             self._record(
@@ -184,7 +211,7 @@ class PluginLoader:
                 )
             )
 
-    def _announce(self, item: _Pending, expected_name: bool) -> None:
+    def _announce(self, item: _Pending, expected_name: bool, probe_timeout: float | None = None) -> None:
         started = time.perf_counter()
         try:
             # pluggy's own names only need to be unique; the backend's name is checked below
@@ -205,7 +232,7 @@ class PluginLoader:
                 raise PluginError("does not implement opcore_backend()", fix="add an @opcore.hookimpl opcore_backend")
             if not isinstance(spec, BackendSpec):
                 raise PluginError(f"opcore_backend() returned {type(spec).__name__}, not a BackendSpec")
-            spec = _normalised(spec)
+            spec = _validated(spec)
             item.spec = spec
             if spec.api_version != API_VERSION:
                 raise PluginError(
@@ -227,8 +254,10 @@ class PluginLoader:
             self.claimed[spec.name] = item.distribution or item.entry_point or item.name
             if not expected_name:
                 item.name = spec.name
-            available = spec.check_availability()
-        except Exception as error:
+            available = _probe(spec, probe_timeout)
+        except BaseException as error:  # SystemExit from a plugin is the plugin's failure, not the host's exit
+            if isinstance(error, KeyboardInterrupt):
+                raise
             item.elapsed += time.perf_counter() - started
             self._fail(item, _summary(error) if not isinstance(error, PluginError) else str(error), _frames(error))
             return
@@ -263,7 +292,9 @@ class PluginLoader:
             started = time.perf_counter()
             try:
                 self._call(item, hook, registrar=item.registrar)
-            except Exception as error:
+            except BaseException as error:
+                if isinstance(error, KeyboardInterrupt):
+                    raise
                 self._fail(
                     item,
                     f"{hook}() failed: {_summary(error) if not isinstance(error, PluginError) else error}",
@@ -294,7 +325,9 @@ class PluginLoader:
         reason: str,
         frames: str,
         key: str | None = None,
+        fix: str | None = None,
     ) -> None:
+        reason = f"{reason}. Fix: {fix}" if fix else reason
         report = PluginReport(
             key or name, PluginStatus.FAILED, reason, frames, dist, version, entry_point, None, 0, 0, elapsed
         )
@@ -347,14 +380,89 @@ class PluginLoader:
 _MISSING: Any = object()
 
 
-def _normalised(spec: BackendSpec) -> BackendSpec:
-    """Device types given as strings become DeviceType (a plugin may write ("cpu",))."""
-    if all(type(d) is DeviceType for d in spec.device_types):
+def _dist_name(ep: EntryPoint) -> str | None:
+    return _dist_field(ep, "Name")
+
+
+def _dist_version(ep: EntryPoint) -> str:
+    return _dist_field(ep, "Version") or ""
+
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+
+
+def _validated(spec: BackendSpec) -> BackendSpec:
+    """Every field of the spec checked for its type (a priority given as "999" would make every call
+    of every op raise TypeError later); device types given as strings become DeviceType.
+    """
+    problems = []
+    if not isinstance(spec.name, str) or not _NAME.match(spec.name):
+        problems.append(f"name must be a str of letters, digits, '_', '.', '-' (found {spec.name!r})")
+    if not isinstance(spec.version, str):
+        problems.append(f"version must be a str (found {type(spec.version).__name__})")
+    for field_name in ("priority", "api_version"):
+        value = getattr(spec, field_name)
+        if type(value) is not int:
+            problems.append(f"{field_name} must be an int (found {type(value).__name__} {value!r})")
+    for field_name in ("is_available", "describe"):
+        value = getattr(spec, field_name)
+        if value is not None and not callable(value):
+            problems.append(f"{field_name} must be callable or None (found {type(value).__name__})")
+    for field_name in ("description", "install_hint"):
+        if not isinstance(getattr(spec, field_name), str):
+            problems.append(f"{field_name} must be a str (found {type(getattr(spec, field_name)).__name__})")
+    device_types: tuple[DeviceType, ...] = ()
+    if not isinstance(spec.device_types, (tuple, list)) or not spec.device_types:
+        problems.append(f"device_types must be a non-empty tuple of DeviceType (found {spec.device_types!r})")
+    else:
+        try:
+            device_types = tuple(DeviceType(d) for d in spec.device_types)
+        except ValueError as error:
+            problems.append(f"device_types: {error} (known: {', '.join(d.value for d in DeviceType)})")
+    if problems:
+        raise PluginError(
+            "opcore_backend() returned an invalid BackendSpec: " + "; ".join(problems),
+            fix="fix the plugin's BackendSpec (see docs/plugins.md)",
+        )
+    if device_types == spec.device_types:
         return spec
-    device_types = tuple(DeviceType(d) for d in spec.device_types)
     from dataclasses import replace
 
     return replace(spec, device_types=device_types)
+
+
+PROBE_TIMEOUT_S = 2.0  # default time limit of is_available(); OPCORE_PROBE_TIMEOUT changes it
+
+
+def _probe(spec: BackendSpec, timeout: float | None) -> bool | str:
+    """spec.is_available() within ``timeout`` seconds (None: the default), in a daemon thread, so a
+    probe that hangs (a driver call, a network mount) costs the host at most that long.
+    """
+    if spec.is_available is None:
+        return True
+    limit = PROBE_TIMEOUT_S if timeout is None else timeout
+    answer: list[Any] = []
+
+    def ask() -> None:
+        try:
+            answer.append((True, spec.check_availability()))
+        except BaseException as error:  # handed to the loading thread below
+            answer.append((False, error))
+
+    worker = threading.Thread(target=ask, name=f"opcore probe {spec.name}", daemon=True)
+    worker.start()
+    worker.join(limit)
+    if not answer:
+        raise PluginError(
+            f"is_available() did not answer within {limit:g} s; the backend is skipped",
+            fix="make the probe cheap (docs/plugins.md), or raise OPCORE_PROBE_TIMEOUT (seconds)",
+        )
+    ok, value = answer[0]
+    if not ok:
+        raise value
+    if value is not True and not isinstance(value, (str, bool)):
+        raise PluginError(f"is_available() returned {type(value).__name__}, expected True or a reason (str)")
+    return value
 
 
 def _disabled_reason(settings: Settings) -> str:

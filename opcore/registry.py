@@ -16,10 +16,10 @@ from typing import Any, TypeVar
 from opcore.backend import BackendSpec
 from opcore.contracts import OpContract, source_of
 from opcore.errors import ArgumentError, PluginError, UnknownOpError
-from opcore.kernels import Checker, Kernel, Prepare, as_dtypes
+from opcore.kernels import Checker, Kernel, Prepare, as_dtypes, load_callable
 from opcore.types import ArrayKind, DeviceType, DType
 
-__all__ = ["ContractFactory", "KernelFactory", "Registrar", "Registry"]
+__all__ = ["ContractFactory", "KernelFactory", "Registrar", "Registry", "load_kernel_callable", "reference_problems"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -264,6 +264,7 @@ class Registrar:
 
     def add(self, kernel: Kernel) -> Kernel:
         """Validate a Kernel record and stage it; returns it with backend and source filled in."""
+        kernel = self._typed(kernel)
         source = kernel.fn if isinstance(kernel.fn, str) else source_of(kernel.fn)
         kernel = replace(kernel, backend=self.backend.name, source=kernel.source or source)
         contract = self._contract_for(kernel.op)
@@ -313,6 +314,42 @@ class Registrar:
         self.staged_kernels.append(kernel)
         return kernel
 
+    def _typed(self, kernel: Kernel) -> Kernel:
+        """Every field of the record checked for its type (a priority of None would make every call of
+        the op raise TypeError later), enums given as names converted.
+        """
+        if not isinstance(kernel, Kernel):
+            raise self._error(f"add() expected a Kernel, found {type(kernel).__name__}")
+        problems = []
+        if not isinstance(kernel.op, str):
+            problems.append(f"op must be a str (found {type(kernel.op).__name__})")
+        if type(kernel.priority) is not int:
+            problems.append(f"priority must be an int (found {type(kernel.priority).__name__} {kernel.priority!r})")
+        if not isinstance(kernel.label, str):
+            problems.append(f"label must be a str (found {type(kernel.label).__name__})")
+        if kernel.checker is not None and not callable(kernel.checker):
+            problems.append(f"checker is not callable ({type(kernel.checker).__name__}): give a callable or None")
+        for role in ("fn", "prepare"):
+            value = getattr(kernel, role)
+            if (role == "fn" or value is not None) and not (callable(value) or isinstance(value, str)):
+                problems.append(
+                    f"{role} is not callable ({type(value).__name__}): give a callable or 'module:qualname'"
+                )
+        changes: dict[str, Any] = {}
+        try:
+            if not isinstance(kernel.dtypes, frozenset) or not all(isinstance(d, DType) for d in kernel.dtypes):
+                changes["dtypes"] = as_dtypes(kernel.dtypes)
+            if type(kernel.device_type) is not DeviceType:
+                changes["device_type"] = DeviceType(kernel.device_type)
+            if type(kernel.array_kind) is not ArrayKind:
+                changes["array_kind"] = ArrayKind(kernel.array_kind)
+        except (ValueError, TypeError, ArgumentError) as error:
+            problems.append(str(error))
+        if problems:
+            op = kernel.op if isinstance(kernel.op, str) else "?"
+            raise self._error(f"kernel for {op!r}: " + "; ".join(problems))
+        return replace(kernel, **changes) if changes else kernel
+
     def _existing(self, op: str) -> Iterator[Kernel]:
         yield from self._registry.kernels.get(op, ())
         yield from (k for k in self.staged_kernels if k.op == op)
@@ -331,6 +368,61 @@ class Registrar:
 
 
 _REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+_VERIFIED: set[tuple[str, str, int]] = set()  # (reference, role, arity) imported and checked once
+
+
+def load_kernel_callable(kernel: Kernel, contract: OpContract, role: str = "fn") -> Callable[..., Any]:
+    """The kernel's ``fn`` (or ``prepare``), imported if it is a "module:qualname" reference; a
+    reference that cannot be imported, or whose callable cannot take the schema's arguments, is a
+    PluginError naming the backend and the kernel (the first time it is needed, and under
+    ``opcore doctor --deep`` for every kernel).
+    """
+    value = getattr(kernel, role)
+    if not isinstance(value, str):
+        return value
+    arity = 2 if role == "prepare" else len(contract.schema.arguments)
+    key = (value, role, arity)
+    try:
+        found = load_callable(value)
+    except Exception as error:
+        raise PluginError(
+            f"kernel {kernel.title} for {contract.name}(): {role} {value!r} cannot be imported: "
+            f"{type(error).__name__}: {error}",
+            op=contract.name,
+            fix=f"this is a bug in the {kernel.backend!r} plugin (or its installation): reinstall or report it; "
+            f"meanwhile OPCORE_DISABLE={kernel.backend}",
+        ) from error
+    if key not in _VERIFIED:
+        problem = "not callable" if not callable(found) else _arity_problem(found, arity)
+        if problem:
+            wanted = "(args, constants)" if role == "prepare" else f"{arity} positional arguments ({contract.schema})"
+            raise PluginError(
+                f"kernel {kernel.title} for {contract.name}(): {role} {value!r} cannot take {wanted}: {problem}",
+                op=contract.name,
+                fix=f"this is a bug in the {kernel.backend!r} plugin: report it; "
+                f"meanwhile OPCORE_DISABLE={kernel.backend}",
+            )
+        _VERIFIED.add(key)
+    return found
+
+
+def reference_problems(registry: Registry) -> list[tuple[str, str]]:
+    """(backend, problem) for every "module:qualname" kernel of the registry that cannot be imported or
+    called with its schema's arguments (``opcore doctor --deep``). Imports every backend's runtime.
+    """
+    problems = []
+    for op, kernels in sorted(registry.kernels.items()):
+        contract = registry.contracts.get(op)
+        if contract is None:
+            continue
+        for kernel in kernels:
+            for role in ("fn", "prepare"):
+                if isinstance(getattr(kernel, role), str):
+                    try:
+                        load_kernel_callable(kernel, contract, role)
+                    except PluginError as error:
+                        problems.append((kernel.backend, error.message or str(error)))
+    return problems
 
 
 def _arity_problem(function: Callable[..., Any], count: int) -> str:

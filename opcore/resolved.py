@@ -11,7 +11,8 @@ import numpy
 from opcore.dispatch import Plan, build_plan, convert_tensors, holds_tensor, kernel_converters, selection_for
 from opcore.errors import ArgumentError
 from opcore.explanation import Explanation, explanation_of
-from opcore.kernels import Kernel, load_callable
+from opcore.kernels import Kernel
+from opcore.registry import load_kernel_callable
 from opcore.results import result_error, result_problem
 from opcore.runtime import runtime
 from opcore.selection import Selection, select, warn_once
@@ -337,7 +338,7 @@ def _entry_maker(
 def _prepare(
     kernel: Kernel, selection: Selection, bound: tuple[Any, ...], constants: frozenset[str], free_at: list[int]
 ) -> Callable[..., Any]:
-    prepare = load_callable(kernel.prepare)
+    prepare = load_kernel_callable(kernel, selection.contract, "prepare")
     if selection.kinds == {kernel.array_kind}:
         return prepare(bound, constants)
     to_kernel, back = kernel_converters(kernel, selection)  # with a transfer: constants move to the device once

@@ -2,7 +2,12 @@
 
 Plugins load on first use (the first run, explain, resolve, backends or ops call), never at
 ``import opcore``. Anything that changes what dispatch would pick (a plugin registered,
-configure, reload) bumps the generation and clears the dispatch caches.
+configure, reload) clears the dispatch caches.
+
+Loading is atomic: plugins load into a fresh registry and loader, published together once the
+load completed. A load interrupted (KeyboardInterrupt during a slow probe or hook) publishes
+nothing, so the next call loads again from scratch; a reload never shows a half-loaded registry
+to calls running in other threads (they finish on the state they started with).
 """
 
 from __future__ import annotations
@@ -45,21 +50,30 @@ class Runtime:
         if not self.loaded:
             with self.lock:
                 if not self.loaded:
-                    self.loader.load_entry_points(self.settings)
-                    for name, obj in self.in_process.items():
-                        self.loader.register_object(obj, name)
-                    self.loaded = True
-                    self.invalidate()
+                    self._load()
         return self
+
+    def _load(self) -> None:
+        from opcore.opset import BUILTIN_CONTRACTS
+        from opcore.plugins import PluginLoader  # pluggy and importlib.metadata: on first use only
+
+        registry = Registry(BUILTIN_CONTRACTS)
+        loader = PluginLoader(registry)
+        loader.load_entry_points(self.settings)  # an interrupt here publishes nothing
+        for name, obj in self.in_process.items():
+            loader.register_object(obj, name, self.settings.probe_timeout)
+        self.registry, self.loader = registry, loader
+        self.loaded = True
+        self.invalidate()
 
     def reload(self) -> None:
         """Forget every plugin, re-read the environment, and load again on next use.
 
-        Plugins added with register_plugin are registered again.
+        Plugins added with register_plugin are registered again. Calls already running keep the
+        registry they started with; the next call loads (atomically, see the module docstring).
         """
         with self.lock:
             self.settings = settings_from(os.environ, self.overrides)
-            self._fresh_registry()
             self.loaded = False
             self.invalidate()
 
@@ -72,9 +86,10 @@ class Runtime:
                 elif value is not UNSET:
                     self.overrides[key] = value
             self.settings = settings_from(os.environ, self.overrides)
-            load_time = (before.disable, before.autoload) != (self.settings.disable, self.settings.autoload)
+            load_time = (before.disable, before.autoload, before.probe_timeout) != (
+                self.settings.disable, self.settings.autoload, self.settings.probe_timeout,
+            )  # fmt: skip
             if load_time and self.loaded:
-                self._fresh_registry()
                 self.loaded = False
             self.invalidate()
             return before
@@ -82,7 +97,7 @@ class Runtime:
     def register_plugin(self, obj: Any, name: str | None) -> PluginReport:
         self.ensure_loaded()
         with self.lock:
-            report = self.loader.register_object(obj, name)
+            report = self.loader.register_object(obj, name, self.settings.probe_timeout)
             if report.status is not PluginStatus.FAILED:
                 self.in_process[report.name] = obj
             self.invalidate()

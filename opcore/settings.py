@@ -9,6 +9,7 @@ Precedence, highest first: ``backend=`` on the call > context (prefer / strict) 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -18,9 +19,14 @@ from opcore.errors import ArgumentError
 
 __all__ = ["ContextPolicy", "ENV_VARS", "Settings", "UNSET", "context_policy", "settings_from"]
 
-ENV_VARS = ("OPCORE_AUTOLOAD", "OPCORE_BACKENDS", "OPCORE_CHECK", "OPCORE_DISABLE", "OPCORE_STRICT", "OPCORE_TUNE")
+ENV_VARS = (
+    "OPCORE_AUTOLOAD", "OPCORE_BACKENDS", "OPCORE_CHECK", "OPCORE_DISABLE", "OPCORE_PROBE_TIMEOUT", "OPCORE_STRICT",
+    "OPCORE_TUNE",
+)  # fmt: skip
 _TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
+_FALSE = {"0", "false", "no", "off"}
+# names are separated by commas (also accepted: semicolons and spaces, which people write too)
+_SEPARATORS = re.compile(r"[,;\s]+")
 
 
 class _Unset:
@@ -49,20 +55,44 @@ class Settings:
     tune: bool = False
     # check every kernel result against the contract (not only each signature's first call)
     check: bool = False
+    # seconds a backend's is_available() may take at load time; None: the loader's default (2 s)
+    probe_timeout: float | None = None
     # setting name -> where its value came from ("OPCORE_BACKENDS", "opcore.configure", "default")
     sources: Mapping[str, str] | None = None
 
     def source(self, name: str) -> str:
         return (self.sources or {}).get(name, "default")
 
-    def disabled(self, backend: str) -> bool:
-        return "*" in self.disable or backend in self.disable
+    def disabled(self, backend: str, distribution: str | None = None) -> bool:
+        """Disabled by its backend name or its distribution's name (case and -/_ ignored, as pip does)."""
+        if not self.disable:
+            return False
+        folded = {_folded(name) for name in self.disable}
+        if "*" in folded or _folded(backend) in folded:
+            return True
+        return distribution is not None and _folded(distribution) in folded
+
+
+def _folded(name: str) -> str:
+    return name.strip().lower().replace("_", "-")
 
 
 def _names(value: str | Iterable[str]) -> tuple[str, ...]:
     if isinstance(value, str):
-        value = value.split(",")
+        value = _SEPARATORS.split(value)
     return tuple(name.strip() for name in value if name.strip())
+
+
+def _seconds(name: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):  # NaN fails this too
+        raise ArgumentError(
+            arg=name, expected="a positive number of seconds", found=repr(text), fix=f"set {name}=2, or unset it"
+        )
+    return value
 
 
 def _flag(name: str, text: str) -> bool:
@@ -82,17 +112,14 @@ def settings_from(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> S
         values["backends"], sources["backends"] = _names(environ["OPCORE_BACKENDS"]), "OPCORE_BACKENDS"
     if environ.get("OPCORE_DISABLE", "").strip():
         values["disable"], sources["disable"] = frozenset(_names(environ["OPCORE_DISABLE"])), "OPCORE_DISABLE"
-    if "OPCORE_STRICT" in environ:
-        values["strict"], sources["strict"] = _flag("OPCORE_STRICT", environ["OPCORE_STRICT"]), "OPCORE_STRICT"
-    if "OPCORE_TUNE" in environ:
-        values["tune"], sources["tune"] = _flag("OPCORE_TUNE", environ["OPCORE_TUNE"]), "OPCORE_TUNE"
-    if "OPCORE_CHECK" in environ:
-        values["check"], sources["check"] = _flag("OPCORE_CHECK", environ["OPCORE_CHECK"]), "OPCORE_CHECK"
-    if "OPCORE_AUTOLOAD" in environ:
-        values["autoload"], sources["autoload"] = (
-            _flag("OPCORE_AUTOLOAD", environ["OPCORE_AUTOLOAD"]),
-            "OPCORE_AUTOLOAD",
-        )
+    # every variable set to an empty string means "not set", as for OPCORE_BACKENDS
+    flags = (("strict", "OPCORE_STRICT"), ("tune", "OPCORE_TUNE"), ("check", "OPCORE_CHECK"))
+    for key, variable in (*flags, ("autoload", "OPCORE_AUTOLOAD")):
+        if environ.get(variable, "").strip():
+            values[key], sources[key] = _flag(variable, environ[variable]), variable
+    if environ.get("OPCORE_PROBE_TIMEOUT", "").strip():
+        values["probe_timeout"] = _seconds("OPCORE_PROBE_TIMEOUT", environ["OPCORE_PROBE_TIMEOUT"].strip())
+        sources["probe_timeout"] = "OPCORE_PROBE_TIMEOUT"
     for key, value in overrides.items():
         if value is UNSET:
             continue

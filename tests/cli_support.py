@@ -25,7 +25,8 @@ FAILING = {
     "fixture_badapi": "built for opcore plugin API 999",
     "fixture_hookraises": "RuntimeError: device table corrupted",
     "fixture_unknownop": "kernel for unknown op 'rleu'",
-    "fixture_good [opcore-fixture-zz-duplicate]": "already provided by opcore-fixture-good",
+    "fixture_twin": "claimed by 2 distributions",
+    "fixture_twin [opcore-fixture-zz-duplicate]": "claimed by 2 distributions",
 }
 
 

@@ -51,7 +51,9 @@ class PluginInfo:
 
 @dataclass(frozen=True, slots=True)
 class Hint:
-    """Something to act on. level: "warning" (behaviour differs from what was asked) or "info"."""
+    """Something to act on. level: "error" (calls will fail: the exit status is 1), "warning" (behaviour
+    differs from what was asked) or "info".
+    """
 
     level: str
     message: str
@@ -109,8 +111,12 @@ class DoctorReport:
 
     @property
     def exit_status(self) -> int:
-        """1 when a plugin failed to load or the settings are invalid (CI gates on it), else 0."""
-        return 1 if self.settings_error is not None or self.count(PluginStatus.FAILED) else 0
+        """1 when a plugin failed to load, the settings are invalid, or calls will fail (a backend named
+        in OPCORE_BACKENDS is missing, no backend is loaded): what CI gates on. Else 0.
+        """
+        if self.settings_error is not None or self.count(PluginStatus.FAILED):
+            return 1
+        return 1 if any(hint.level == "error" for hint in self.hints) else 0
 
 
 # -- collecting -------------------------------------------------------------------------------------
@@ -192,23 +198,31 @@ def _hints(
             if report is None:
                 hints.append(
                     Hint(
-                        "warning",
-                        f"{where} names {name!r}, which is not installed; calls fail until it is",
+                        "error",
+                        f"{where} names {name!r}, which is not installed; every call fails until it is",
                         f"{_install_fix(name)}, or remove it from {where}",
                     )
                 )
             elif report.status is not PluginStatus.LOADED:
                 hints.append(
                     Hint(
-                        "warning",
-                        f"{where} names {name!r}, which is {report.status_text}",
+                        "error",
+                        f"{where} names {name!r}, which is {report.status_text}; every call fails until it loads",
                         f"fix the plugin (see above), or remove it from {where}",
                     )
                 )
     if settings is not None:
         for name in sorted(settings.disable - {"*"}):
-            if not any(r.name.split(" ")[0] == name for r in reports.values()):
-                hints.append(Hint("info", f"OPCORE_DISABLE names {name!r}, which no installed plugin provides"))
+            single = Settings(disable=frozenset({name}))
+            if not any(single.disabled(r.name.split(" ")[0], r.distribution) for r in reports.values()):
+                hints.append(
+                    Hint(
+                        "warning",
+                        f"OPCORE_DISABLE names {name!r}, which no installed plugin or distribution provides, "
+                        "so it disables nothing",
+                        "check the spelling against the names above (separate names with commas)",
+                    )
+                )
     cuda_loaded = any(
         r.status is PluginStatus.LOADED and r.backend is not None and "cuda" in {str(d) for d in r.backend.device_types}
         for r in reports.values()
@@ -232,6 +246,20 @@ def _hints(
                 )
             )
     loaded = [r for r in reports.values() if r.status is PluginStatus.LOADED]
+    if settings is not None and not loaded:
+        why = (
+            "every plugin is disabled"
+            if reports and all(r.status is PluginStatus.DISABLED for r in reports.values())
+            else "none loaded"
+        )
+        hints.append(
+            Hint(
+                "error",
+                f"no backend is loaded ({why}): every call fails",
+                "unset OPCORE_DISABLE / OPCORE_AUTOLOAD=0, or fix the plugins above (opcore.register_plugin "
+                "loads one in-process)",
+            )
+        )
     if settings is not None and loaded and all(r.name == "reference" for r in loaded):
         hints.append(
             Hint(
@@ -243,10 +271,11 @@ def _hints(
     return tuple(hints)
 
 
-def collect(describe: bool = True, timeout_s: float = DESCRIBE_TIMEOUT_S) -> DoctorReport:
+def collect(describe: bool = True, timeout_s: float = DESCRIBE_TIMEOUT_S, deep: bool = False) -> DoctorReport:
     """Load the plugins (if not yet) and probe everything; never raises for what it finds.
 
-    describe False: skip the backends' describe() (which may import their runtimes).
+    describe False: skip the backends' describe() (which may import their runtimes). deep True:
+    also import every "module:qualname" kernel and check it takes its schema's arguments.
     """
     started = time.perf_counter()
     import opcore
@@ -256,6 +285,7 @@ def collect(describe: bool = True, timeout_s: float = DESCRIBE_TIMEOUT_S) -> Doc
     settings: Settings | None
     settings_error: str | None = None
     plugins: tuple[PluginInfo, ...] = ()
+    kernel_problems: list[tuple[str, str]] = []
     try:
         rt = runtime().ensure_loaded()
         settings = rt.settings
@@ -269,8 +299,16 @@ def collect(describe: bool = True, timeout_s: float = DESCRIBE_TIMEOUT_S) -> Doc
         else:
             plugins = tuple(PluginInfo(r) for r in reports)
         plugins = tuple(sorted(plugins, key=_plugin_order))
+        if deep:
+            from opcore.registry import reference_problems
+
+            kernel_problems = reference_problems(rt.registry)
     gpu = gpu_probe()
     tuning = _tuning(rt) if settings_error is None else None
+    hints = _hints(plugins, settings, environment, gpu) + tuple(
+        Hint("error", f"backend {backend!r}: {problem}", f"report it to the plugin's authors; OPCORE_DISABLE={backend}")
+        for backend, problem in kernel_problems
+    )
     return DoctorReport(
         opcore_version=__version__,
         opcore_path=os.path.dirname(opcore.__file__ or ""),
@@ -287,7 +325,7 @@ def collect(describe: bool = True, timeout_s: float = DESCRIBE_TIMEOUT_S) -> Doc
         settings=_settings(settings) if settings is not None else (),
         settings_error=settings_error,
         environment=environment,
-        hints=_hints(plugins, settings, environment, gpu),
+        hints=hints,
         collect_time_s=time.perf_counter() - started,
         tuning=tuning,
     )

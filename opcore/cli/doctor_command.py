@@ -15,16 +15,18 @@ examples:
   opcore doctor --verbose        with the tracebacks of plugins that failed
   opcore doctor --json           the stable form for scripts (schema in docs/cli.md)
   opcore doctor --quick          skip the backends' describe() (no runtime imports)
-  opcore doctor --deep           import torch first: live torch values (threads, devices, TF32)
+  opcore doctor --deep           import torch first: live torch values (threads, devices, TF32);
+                                 import every 'module:qualname' kernel and check its arity
 
-exit status: 0 fine, 1 a plugin failed to load or the OPCORE_* settings are invalid"""
+exit status: 0 fine, 1 a plugin failed to load, the OPCORE_* settings are invalid, or calls will
+fail (OPCORE_BACKENDS names a backend that is not loaded, no backend is loaded, a kernel is broken)"""
 
 
 def add_parser(subparsers: Any, parent: argparse.ArgumentParser) -> None:
     parser = subparsers.add_parser(
         "doctor",
         parents=[parent],
-        help="what opcore discovered, what failed and why (exit status 1 when a plugin failed)",
+        help="what opcore discovered, what failed and why (exit status 1 when a plugin failed or calls will fail)",
         description="Show opcore's version, Python, platform and CPU features; every discovered plugin "
         "(loaded, unavailable, failed, disabled) with its distribution, entry point and status; runtime "
         "library versions; the OPCORE_* settings in effect; and hints.",
@@ -37,7 +39,10 @@ def add_parser(subparsers: Any, parent: argparse.ArgumentParser) -> None:
         "--quick", action="store_true", help="do not call the backends' describe() (which may import torch etc.)"
     )
     parser.add_argument(
-        "--deep", action="store_true", help="import torch first, so the torch backends report live values (~1 s more)"
+        "--deep",
+        action="store_true",
+        help="import torch first, so the torch backends report live values, and import every kernel given as "
+        "'module:qualname' to check it exists and takes its op's arguments (~1-2 s more)",
     )
     parser.set_defaults(handler=run_doctor)
 
@@ -59,7 +64,7 @@ def run_doctor(args: argparse.Namespace, style: Style) -> int:
 
     if args.deep:
         _import_torch()
-    report = collect(describe=not args.quick)
+    report = collect(describe=not args.quick, deep=args.deep)
     if args.json:
         print(dumps_json(to_json(report)))
     else:

@@ -157,7 +157,8 @@ def render_text(report: DoctorReport, style: Style, verbose: bool = False) -> st
         out.append("")
         out.append(style.head("hints"))
         for hint in report.hints:
-            mark = style.warn("!") if hint.level == "warning" else style.dim("i")
+            marks = {"error": style.bad("x"), "warning": style.warn("!")}
+            mark = marks.get(hint.level, style.dim("i"))
             out.append(f"  {mark} {hint.message}" + (f"; {hint.fix}" if hint.fix else ""))
 
     out.append("")
@@ -168,6 +169,8 @@ def render_text(report: DoctorReport, style: Style, verbose: bool = False) -> st
     elif failed:
         noun = "plugin" if failed == 1 else "plugins"
         out.append(style.bad(f"problem: {failed} {noun} failed to load") + f" · {took} · exit status 1")
+    elif report.exit_status:
+        out.append(style.bad("problem: calls will fail (see the hints marked x)") + f" · {took} · exit status 1")
     else:
         out.append(style.good("no problems found") + f" · {took}")
     return "\n".join(out)

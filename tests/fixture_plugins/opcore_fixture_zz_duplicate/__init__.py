@@ -1,1 +1,1 @@
-"""Fixture reusing the name of another backend."""
+"""Fixture reusing the name of another backend (fixture_twin)."""
