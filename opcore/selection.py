@@ -4,6 +4,7 @@ why each candidate was or was not chosen (which ``explain`` prints and NoKernelE
 
 from __future__ import annotations
 
+import os
 import threading
 import warnings
 from collections.abc import Iterable
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from opcore.backend import DEFAULT_PRIORITIES
 from opcore.contracts import OpContract
-from opcore.errors import ArgumentError, FallbackWarning, NoKernelError, OpcoreError, PluginError
+from opcore.errors import ArgumentError, FallbackWarning, NoKernelError, OpcoreError, PluginError, ShapeError
 from opcore.kernels import Costly, Kernel
 from opcore.meta import common_device
 from opcore.reports import PluginStatus
@@ -96,6 +97,61 @@ def _meta_of(value: Any) -> Any:
     return TensorMeta.of(value) if array_kind_of(value) is not None else value
 
 
+def _metas(contract: OpContract, bound: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The metas of the bound arguments; an array opcore cannot take (a numpy subclass, complex,
+    uint16, object, byte-swapped) is an error naming the op and the argument it was passed as.
+    """
+    metas = []
+    for argument, value in zip(contract.schema.arguments, bound):
+        try:
+            metas.append(_meta_of(value))
+        except OpcoreError as error:
+            where = argument.name
+            if isinstance(value, tuple):
+                bad = next(i for i, v in enumerate(value) if v is not None and array_kind_of(v) and not _meta_ok(v))
+                where = f"{argument.name}[{bad}]"
+            error.op, error.arg = contract.name, where
+            raise
+    metas.extend(_meta_of(v) for v in bound[len(metas) :])
+    return tuple(metas)
+
+
+def _meta_ok(value: Any) -> bool:
+    try:
+        TensorMeta.of(value)
+    except OpcoreError:
+        return False
+    return True
+
+
+def _memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # not POSIX: no limit known
+        return 0
+
+
+_MEMORY = _memory_bytes()
+
+
+def _check_size(op: str, outputs: tuple[TensorMeta, ...]) -> None:
+    """A result larger than the machine's memory (stride-0 inputs make huge shapes cheap to ask for)
+    is a ShapeError now, not a MemoryError or a minute of swapping in a kernel.
+    """
+    if not _MEMORY:
+        return
+    for meta in outputs:
+        if isinstance(meta, TensorMeta) and all(d >= 0 for d in meta.shape):
+            size = meta.numel * meta.dtype.itemsize
+            if size > _MEMORY:
+                raise ShapeError(
+                    f"the result {meta.describe()} would take {size / 2**30:.1f} GiB, more than this machine's "
+                    f"{_MEMORY / 2**30:.1f} GiB of memory",
+                    op=op,
+                    fix="check the input shapes (a broadcast or stride-0 view can make them huge)",
+                )
+
+
 def _tensors(contract: OpContract, meta_args: tuple[Any, ...]) -> Iterable[tuple[str, TensorMeta]]:
     for argument, value in zip(contract.schema.arguments, meta_args):
         if isinstance(value, TensorMeta):
@@ -176,7 +232,7 @@ def select(
     returned with ``error`` set, so explain can show it.
     """
     op = contract.name
-    meta_args = tuple(_meta_of(v) for v in bound)
+    meta_args = _metas(contract, bound)
     try:
         tensors = list(_tensors(contract, meta_args))
         device = common_device(tensors)
@@ -194,6 +250,7 @@ def select(
             fix="this is a bug in the contract's plugin; report it to its authors",
         ) from error
     outputs = out if isinstance(out, tuple) else (out,)
+    _check_size(op, outputs)
     if contract.creates:  # no tensor: the output its meta read from the dtype and device attributes
         device, dtype = outputs[0].device, outputs[0].dtype
     else:

@@ -268,10 +268,12 @@ class TensorMeta:
     def of(cls, array: Any) -> TensorMeta:
         """The metadata of a numpy array or a torch tensor."""
         if isinstance(array, numpy.ndarray):
+            if type(array) is not numpy.ndarray:
+                raise _subclass_error(array)
             itemsize = array.itemsize
             return cls(
                 tuple(array.shape),
-                DType.from_numpy(array.dtype),
+                _numpy_dtype(array.dtype),
                 CPU,
                 Layout.STRIDED,
                 tuple(s // itemsize for s in array.strides),
@@ -287,6 +289,35 @@ class TensorMeta:
                 tuple(array.stride()) if layout is Layout.STRIDED else None,
             )
         raise ArgumentError(expected="a numpy.ndarray or a torch.Tensor", found=type(array).__name__, arg="array")
+
+
+def _subclass_error(array: numpy.ndarray) -> ArgumentError:
+    """numpy subclasses change what the kernels compute (np.matrix: * is a matrix product) or carry
+    what they would ignore (a masked array's mask): refused, with the conversion that keeps meaning.
+    """
+    kind = type(array)
+    name = f"{kind.__module__}.{kind.__name__}"
+    if isinstance(array, numpy.ma.MaskedArray):
+        fix = "pass x.filled(value) to choose what masked elements become, or x.data to ignore the mask"
+    elif isinstance(array, numpy.matrix):
+        fix = "pass numpy.asarray(x) (opcore's ops are elementwise where numpy's are; matmul is an op)"
+    else:
+        fix = "pass numpy.asarray(x), a plain ndarray view of the same memory"
+    return ArgumentError(arg="array", expected="a plain numpy.ndarray or a torch.Tensor", found=f"a {name}", fix=fix)
+
+
+def _numpy_dtype(dtype: numpy.dtype) -> DType:
+    found = _FROM_NUMPY.get(dtype)
+    if found is not None:
+        return found
+    if not dtype.isnative and dtype.newbyteorder("=") in _FROM_NUMPY:
+        raise ArgumentError(
+            arg="array",
+            expected="native byte order",
+            found=f"{dtype.str} ({dtype.newbyteorder('=').name}, byte-swapped)",
+            fix="pass x.astype(x.dtype.newbyteorder('=')) (one copy)",
+        )
+    return DType.from_numpy(dtype)
 
 
 _TORCH_LAYOUTS = {

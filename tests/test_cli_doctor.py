@@ -172,10 +172,24 @@ def test_unavailable_plugin_shows_its_reason() -> None:
 
 
 def test_exit_status_zero_when_nothing_failed() -> None:
-    result = run_cli("doctor", fixtures=True, OPCORE_AUTOLOAD="0")
+    result = run_cli(
+        "doctor",
+        "--quick",
+        fixtures=True,
+        OPCORE_DISABLE="fixture_importerror,fixture_badapi,"
+        "fixture_hookraises,fixture_unknownop,fixture_misnamed,fixture_twin,opcore-fixture-zz-duplicate",
+    )
     assert result.status == 0, result.out
-    assert "disabled: by OPCORE_AUTOLOAD=0" in result.out
+    assert "disabled: by OPCORE_DISABLE" in result.out
     assert result.out.rstrip().splitlines()[-1].startswith("no problems found")
+
+
+def test_exit_status_one_when_every_call_would_fail() -> None:
+    result = run_cli("doctor", "--quick", fixtures=True, OPCORE_AUTOLOAD="0")
+    assert result.status == 1, result.out
+    assert "disabled: by OPCORE_AUTOLOAD=0" in result.out
+    assert "no backend is loaded (every plugin is disabled): every call fails" in result.out
+    assert result.out.rstrip().splitlines()[-1].startswith("problem: calls will fail")
 
 
 def test_invalid_setting_is_reported_not_raised() -> None:

@@ -41,6 +41,12 @@ class ModelCache:
                     self._lru = LRUCache(capacity_from_env(self.env_var, self.default), name=self.name)
         return self._lru
 
+    def check_setting(self) -> None:
+        """Raise ArgumentError naming the variable when its value is not a positive int; the backend's
+        is_available() calls this, so a bad value fails the plugin at load time, not every call later.
+        """
+        capacity_from_env(self.env_var, self.default)
+
     def size(self) -> int:
         """How many models the cache keeps."""
         return self.lru().capacity

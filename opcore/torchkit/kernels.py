@@ -95,7 +95,23 @@ mul = torch.mul
 
 
 def div(x: Tensor, other: Operand, rounding_mode: str | None) -> Tensor:
-    """x / other; an integer division by zero is the caller's error, as in the reference backend."""
+    """x / other; an integer division by zero is the caller's error, as in the reference backend.
+
+    An integer division of the type's minimum by -1 overflows; the CPU's idiv traps on it and
+    torch's truncating kernel (int32, int64) kills the process with SIGFPE. It is decided here,
+    before torch runs: the quotient is -x, which wraps to the minimum, as the reference returns.
+    """
+    if rounding_mode is not None and not x.is_floating_point() and not x.is_complex():
+        dtype = torch.result_type(x, other)
+        if dtype.is_signed and not dtype.is_floating_point:
+            minus_one = other == -1
+            if isinstance(minus_one, bool):
+                if minus_one:
+                    return torch.neg(x.to(dtype))
+            elif bool(minus_one.any()):
+                safe = torch.where(minus_one, torch.ones_like(other), other)
+                quotient = div(x, safe, rounding_mode)
+                return torch.where(minus_one, torch.neg(x.to(dtype)), quotient)
     try:
         return torch.div(x, other, rounding_mode=rounding_mode)
     except RuntimeError as error:

@@ -35,7 +35,12 @@ KERNELS: Mapping[str, tuple[str, bool]] = kernel_layout("opcore_onnxruntime.kern
 
 
 def is_available() -> bool | str:
-    """True when onnxruntime (>= 1.20) and onnx are installed; never imports them."""
+    """True when onnxruntime (>= 1.20) and onnx are installed; never imports them. An invalid
+    OPCORE_ORT_CACHE_SIZE raises here (ArgumentError naming it), so the plugin fails at load time.
+    """
+    from opcore_onnxruntime.cache import SESSIONS
+
+    SESSIONS.check_setting()
     return runtime_available(("onnxruntime", "onnx"), "onnxruntime", MIN_ONNXRUNTIME, extra="onnxruntime")
 
 

@@ -35,7 +35,14 @@ KERNELS: Mapping[str, tuple[str, bool]] = kernel_layout("opcore_openvino.kernels
 
 
 def is_available() -> bool | str:
-    """True when openvino (>= 2025.4) is installed; never imports it."""
+    """True when openvino (>= 2025.4) is installed; never imports it. Invalid cache-size settings
+    raise here (ArgumentError naming the variable), so the plugin fails at load time.
+    """
+    from opcore.lru import capacity_from_env
+    from opcore_openvino.cache import MODELS
+
+    MODELS.check_setting()
+    capacity_from_env("OPCORE_OPENVINO_RUNTIME_CACHE", 16)
     return runtime_available(("openvino",), "openvino", MIN_OPENVINO, extra="openvino")
 
 

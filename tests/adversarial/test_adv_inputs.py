@@ -1,0 +1,74 @@
+"""Inputs a caller should not be able to crash the host or get a silent wrong answer with (issue 14,
+items 1 and 10): INT_MIN / -1, numpy subclasses, unsupported dtypes, huge stride-0 shapes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+
+import numpy
+import pytest
+
+import opcore
+
+BACKENDS = [None] + [
+    r.name for r in opcore.backends() if r.ok and r.name in ("reference", "cpu", "onnxruntime", "openvino")
+]
+X = numpy.array([[-1.0, 2.0], [3.0, -4.0]], dtype=numpy.float32)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_int_min_divided_by_minus_one_never_kills_the_process(backend: str | None, dtype: str) -> None:
+    code = (
+        "import numpy, opcore\n"
+        f"lo = numpy.iinfo({dtype!r}).min\n"
+        f"x = numpy.array([lo, 7, -7, lo], {dtype!r}); y = numpy.array([-1, -1, 2, 3], {dtype!r})\n"
+        "for other in (y, -1):\n"
+        "    for mode in ('trunc', 'floor'):\n"
+        "        try:\n"
+        f"            print(opcore.run('div', x, other, rounding_mode=mode, backend={backend!r}).tolist())\n"
+        "        except opcore.OpcoreError as error:\n"
+        "            print('declined', type(error).__name__)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])  # SIGFPE was -8 / exit 136
+    lo = int(numpy.iinfo(dtype).min)
+    for line in done.stdout.splitlines():
+        if not line.startswith("declined"):
+            assert eval(line)[0] == lo, line  # the reference's answer: -x wraps to the minimum
+
+
+def _subclasses() -> dict[str, numpy.ndarray]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PendingDeprecationWarning)
+        matrix = numpy.asmatrix(X)
+    return {"np.matrix": matrix, "masked array": numpy.ma.masked_array(X, mask=[[True, False], [False, False]])}
+
+
+BAD_DTYPES = {
+    "complex64": (X.astype(numpy.complex64), "complex64"),
+    "uint16": (X.astype(numpy.uint16), "uint16"),
+    "big-endian": (X.astype(">f4"), "byte-swapped"),
+    "object": (X.astype(object), "object"),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("position", ["x", "other"])
+def test_bad_arrays_are_opcore_errors_naming_the_op_and_the_argument(backend: str | None, position: str) -> None:
+    cases = {name: (value, "numpy.ndarray") for name, value in _subclasses().items()} | BAD_DTYPES
+    for name, (bad, text) in cases.items():
+        args = (bad, X) if position == "x" else (X, bad)
+        with pytest.raises(opcore.OpcoreError, match=rf"^mul\(\): argument '{position}' .*{text}") as info:
+            opcore.run("mul", *args, backend=backend)
+        assert "Fix:" in str(info.value) or name in ("complex64", "uint16", "object"), name
+
+
+def test_a_result_larger_than_memory_is_a_shape_error_before_any_kernel_runs() -> None:
+    huge = numpy.broadcast_to(numpy.int64(1), (2**36,))
+    with pytest.raises(opcore.ShapeError, match=r"^embedding\(\): the result .* GiB"):
+        opcore.run("embedding", huge, numpy.ones((4, 8), numpy.float32))
+    with pytest.raises(opcore.ShapeError, match=r"^relu\(\)"):
+        opcore.run("relu", numpy.broadcast_to(numpy.float32(1), (2**40, 4)))
