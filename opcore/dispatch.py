@@ -28,7 +28,7 @@ from opcore.contracts import OpContract
 from opcore.errors import KernelResultError, NoKernelError, OpcoreError, PluginError, Unsupported
 from opcore.kernels import Kernel
 from opcore.registry import load_kernel_callable
-from opcore.results import checked, result_error, result_problem
+from opcore.results import checked, listed, result_error, result_problem
 from opcore.runtime import Runtime, on_change, runtime
 from opcore.selection import Candidate, CandidateStatus, Selection, no_kernel_error, select, warn_once
 from opcore.settings import ContextPolicy, context_policy
@@ -469,7 +469,7 @@ class Plan:
             if selection.decompose or self.check:  # parts were checked by their dispatch / checked already
                 return result
             kernel = selection.accepted[0]
-            problem = result_problem(result, selection.outputs, selection.caller_kind)
+            problem = result_problem(result, selection.outputs, selection.caller_kind, listed(selection))
             if problem is None:
                 return result
             error = result_error(selection.contract.name, kernel.title, kernel.source, problem)
@@ -508,7 +508,7 @@ class Plan:
         if self.check:
             kernel = self.selection.accepted[index]
             s = self.selection
-            return checked(call, s.contract.name, kernel.title, kernel.source, s.outputs, s.caller_kind)
+            return checked(call, s.contract.name, kernel.title, kernel.source, s.outputs, s.caller_kind, listed(s))
         return call
 
     def __repr__(self) -> str:
@@ -611,7 +611,7 @@ def _checked_fallback(plan: Plan, index: int, args: tuple[Any, ...]) -> Any:
     result = plan.call_at(index)(*args)
     if not plan.check:
         s = plan.selection
-        problem = result_problem(result, s.outputs, s.caller_kind)
+        problem = result_problem(result, s.outputs, s.caller_kind, listed(s))
         if problem is not None:
             kernel = s.accepted[index]
             raise result_error(s.contract.name, kernel.title, kernel.source, problem)

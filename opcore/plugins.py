@@ -437,21 +437,31 @@ PROBE_TIMEOUT_S = 2.0  # default time limit of is_available(); OPCORE_PROBE_TIME
 def _probe(spec: BackendSpec, timeout: float | None) -> bool | str:
     """spec.is_available() within ``timeout`` seconds (None: the default), in a daemon thread, so a
     probe that hangs (a driver call, a network mount) costs the host at most that long.
+
+    The time counts from when the probe starts running: while another thread imports torch, loading
+    its shared libraries holds the GIL for seconds, and a probe waiting for the GIL is not slow itself.
     """
     if spec.is_available is None:
         return True
     limit = PROBE_TIMEOUT_S if timeout is None else timeout
     answer: list[Any] = []
+    started: list[float] = []
 
     def ask() -> None:
+        started.append(time.monotonic())
         try:
             answer.append((True, spec.check_availability()))
         except BaseException as error:  # handed to the loading thread below
             answer.append((False, error))
 
     worker = threading.Thread(target=ask, name=f"opcore probe {spec.name}", daemon=True)
+    launched = time.monotonic()
     worker.start()
-    worker.join(limit)
+    while not answer and worker.is_alive():
+        worker.join(min(0.05, limit))
+        now = time.monotonic()
+        if answer or (started and now - started[0] >= limit) or now - launched >= 10 * limit + 10:
+            break
     if not answer:
         raise PluginError(
             f"is_available() did not answer within {limit:g} s; the backend is skipped",

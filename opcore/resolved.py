@@ -13,6 +13,7 @@ from opcore.errors import ArgumentError
 from opcore.explanation import Explanation, explanation_of
 from opcore.kernels import Kernel
 from opcore.registry import load_kernel_callable
+from opcore.results import listed as _listed
 from opcore.results import result_error, result_problem
 from opcore.runtime import runtime
 from opcore.selection import Selection, select, warn_once
@@ -197,7 +198,11 @@ class _Signatures:
             result = self.first(*(free if self.prepared else bound))
         except Exception as error:
             return plan.recover(bound, error)
-        problem = None if chosen is None else result_problem(result, selection.outputs, selection.caller_kind)
+        problem = (
+            None
+            if chosen is None
+            else result_problem(result, selection.outputs, selection.caller_kind, _listed(selection))
+        )
         if problem is None or chosen is None:
             if key is not None:
                 if len(self.seen) >= MAX_SIGNATURES:
@@ -226,10 +231,10 @@ def _verifier(selection: Selection) -> Callable[[Any], Any]:
     if selection.decompose:
         return _same
     kernel = selection.accepted[0]
-    outputs, kind, op = selection.outputs, selection.caller_kind, selection.contract.name
+    outputs, kind, op, listed = selection.outputs, selection.caller_kind, selection.contract.name, _listed(selection)
 
     def verify(result: Any) -> Any:
-        problem = result_problem(result, outputs, kind)
+        problem = result_problem(result, outputs, kind, listed)
         if problem is not None:
             raise result_error(op, kernel.title, kernel.source, problem)
         return result
@@ -275,6 +280,7 @@ _SAME = {
     "numpy": "type({a}) is C{j} and {a}.dtype is D{j} and {a}.shape == S{j}",
     "torch": "type({a}) is C{j} and {a}.dtype is D{j} and {a}.shape == S{j} and {a}.device == V{j}",
 }
+_EXAMPLE_FIELDS = {"numpy": "CDST", "torch": "CDSVT"}  # class, dtype, shape, (device), strides: entry() passes these
 _STRIDES = {"numpy": " and {a}.strides == T{j}", "torch": " and {a}.stride() == T{j}"}
 
 
@@ -294,8 +300,8 @@ def _entry_maker(
     free_tuple = "(" + "".join(f"{name}, " for name in params) + ")"
     arguments = ", ".join(params if prepared else full)
     key = "(" + "".join(_KEYS[kind].format(a=a) + ", " for a, kind in zip(params, keys)) + ")"
-    inline = not check and all(kind in _SAME for kind in keys)
-    examples = [f"{v}{j}" for j, kind in enumerate(keys) for v in ("CDSVT" if kind == "torch" else "CDST")]
+    inline = not check and bool(keys) and all(kind in _SAME for kind in keys)
+    examples = [f"{v}{j}" for j, kind in enumerate(keys) if kind in _SAME for v in _EXAMPLE_FIELDS[kind]]
     lines = [f"def make({', '.join(['first', 'seen', 'slow', 'sig', *tails, *examples])}):"]
     lines += ["    ready = False", "    recover0 = None", f"    def call({', '.join(params)}):"]
     if inline:

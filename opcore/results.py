@@ -21,12 +21,21 @@ import numpy
 from opcore.errors import KernelResultError
 from opcore.types import ArrayKind, TensorMeta, _is_torch_tensor
 
-__all__ = ["checked", "result_error", "result_problem"]
+__all__ = ["checked", "listed", "result_error", "result_problem"]
 
 
-def result_problem(result: Any, outputs: tuple[TensorMeta, ...], kind: ArrayKind) -> str | None:
-    """What is wrong with ``result`` for these output metas and the caller's array kind; None if nothing."""
-    if len(outputs) == 1:
+def listed(selection: Any) -> bool:
+    """True when the op returns one list of tensors (``-> Tensor[]``): its result is a tuple, whatever its length."""
+    returns = selection.contract.schema.returns
+    return len(returns) == 1 and returns[0].endswith("[]")
+
+
+def result_problem(result: Any, outputs: tuple[TensorMeta, ...], kind: ArrayKind, listed: bool = False) -> str | None:
+    """What is wrong with ``result`` for these output metas and the caller's array kind; None if nothing.
+
+    listed: the op returns a list of tensors, which comes back as a tuple even of one.
+    """
+    if len(outputs) == 1 and not listed:
         values: tuple[Any, ...] = (result,)
     elif type(result) is not tuple or len(result) != len(outputs):
         return f"returned {_describe(result)}, the contract says a tuple of {len(outputs)} tensors"
@@ -87,13 +96,19 @@ def result_error(op: str, title: str, source: str, problem: str) -> KernelResult
 
 
 def checked(
-    call: Callable[..., Any], op: str, title: str, source: str, outputs: tuple[TensorMeta, ...], kind: ArrayKind
+    call: Callable[..., Any],
+    op: str,
+    title: str,
+    source: str,
+    outputs: tuple[TensorMeta, ...],
+    kind: ArrayKind,
+    listed: bool = False,
 ) -> Callable[..., Any]:
     """``call`` with its result checked on every call (strict mode, ``OPCORE_CHECK=1``)."""
 
     def checked_call(*args: Any) -> Any:
         result = call(*args)
-        problem = result_problem(result, outputs, kind)
+        problem = result_problem(result, outputs, kind, listed)
         if problem is not None:
             raise result_error(op, title, source, problem)
         return result

@@ -134,18 +134,21 @@ def _memory_bytes() -> int:
 _MEMORY = _memory_bytes()
 
 
-def _check_size(op: str, outputs: tuple[TensorMeta, ...]) -> None:
-    """A result larger than the machine's memory (stride-0 inputs make huge shapes cheap to ask for)
-    is a ShapeError now, not a MemoryError or a minute of swapping in a kernel.
+def _check_size(op: str, outputs: tuple[TensorMeta, ...], inputs: list[tuple[str, TensorMeta]]) -> None:
+    """A result larger than the machine's memory (stride-0 inputs make huge shapes cheap to ask for),
+    or an input view larger than it (which a kernel may have to copy), is a ShapeError now, not a
+    MemoryError or a minute of swapping in a kernel.
     """
     if not _MEMORY:
         return
-    for meta in outputs:
+    named = [(None, meta) for meta in outputs] + list(inputs)
+    for name, meta in named:
         if isinstance(meta, TensorMeta) and all(d >= 0 for d in meta.shape):
             size = meta.numel * meta.dtype.itemsize
             if size > _MEMORY:
+                what = f"the result {meta.describe()}" if name is None else f"argument '{name}' ({meta.describe()})"
                 raise ShapeError(
-                    f"the result {meta.describe()} would take {size / 2**30:.1f} GiB, more than this machine's "
+                    f"{what} would take {size / 2**30:.1f} GiB, more than this machine's "
                     f"{_MEMORY / 2**30:.1f} GiB of memory",
                     op=op,
                     fix="check the input shapes (a broadcast or stride-0 view can make them huge)",
@@ -250,7 +253,7 @@ def select(
             fix="this is a bug in the contract's plugin; report it to its authors",
         ) from error
     outputs = out if isinstance(out, tuple) else (out,)
-    _check_size(op, outputs)
+    _check_size(op, outputs, tensors)
     if contract.creates:  # no tensor: the output its meta read from the dtype and device attributes
         device, dtype = outputs[0].device, outputs[0].dtype
     else:

@@ -217,6 +217,8 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None) -> Tensor:
     reported as the reference backend reports it.
     """
     try:
+        if weight.shape[0] == 0 and input.numel():  # torch says RuntimeError, not IndexError, for no rows
+            raise IndexError("no rows")
         return F.embedding(input, weight, padding_idx)
     except IndexError:
         rows = weight.shape[0]
