@@ -110,26 +110,29 @@ def _rounding_samples(s: SampleSet) -> None:
 
 
 def unary_samples(op: str) -> Iterable[Sample]:
-    """Every dtype, scalars, empty and 1-D inputs, non-contiguous inputs, magnitudes, special values."""
+    """Every dtype, scalars, empty and 1-D inputs, non-contiguous inputs, magnitudes, special values;
+    for an op with attribute variants (gelu's approximate), every variant over the same families.
+    """
     s = SampleSet(op)
-    for dtype in _dtypes(op):
-        s.add(dtype, s.tensor((3, 4), dtype, low=-5, high=5 if dtype != "uint8" else 9))
-    for shape in ((), (0,), (7,), (2, 3, 4), (3, 0, 2)):
-        s.add(f"shape-{shape_id(shape)}", s.tensor(shape))
-    for dtype in ("float16", "float64", "bfloat16"):
-        s.add(f"{dtype}-scalar", s.tensor((), dtype))
-    for layout in ("transposed", "strided", "expanded"):
-        s.add(layout, s.tensor((4, 5), layout=layout))
-    s.add("large-float32", s.tensor((3, 4), low=-1e4, high=1e4))
-    s.add("small-float32", s.tensor((3, 4), low=-1e-4, high=1e-4))
-    s.add("large-float64", s.tensor((3, 4), "float64", low=-800, high=800))
-    # gelu of +-inf: torch's vectorized float32 kernel gives nan where the exact answer is inf
-    special = [v for v in _SPECIAL if not (op == "gelu" and math.isinf(v))]
-    for dtype in ("float32", "float64", "float16"):
-        s.add(f"{dtype}-special", tensor_of(special, dtype))
+    variants: list[dict[str, str]] = [{}] + ([{"approximate": "tanh"}] if op == "gelu" else [])
+    for attrs in variants:
+        tag = "".join(f"-{value}" for value in attrs.values())
+        for dtype in _dtypes(op):
+            s.add(f"{dtype}{tag}", s.tensor((3, 4), dtype, low=-5, high=5 if dtype != "uint8" else 9), **attrs)
+        for shape in ((), (0,), (7,), (2, 3, 4), (3, 0, 2)):
+            s.add(f"shape-{shape_id(shape)}{tag}", s.tensor(shape), **attrs)
+        for dtype in ("float16", "float64", "bfloat16"):
+            s.add(f"{dtype}-scalar{tag}", s.tensor((), dtype), **attrs)
+        for layout in ("transposed", "strided", "expanded"):
+            s.add(f"{layout}{tag}", s.tensor((4, 5), layout=layout), **attrs)
+        s.add(f"large-float32{tag}", s.tensor((3, 4), low=-1e4, high=1e4), **attrs)
+        s.add(f"small-float32{tag}", s.tensor((3, 4), low=-1e-4, high=1e-4), **attrs)
+        s.add(f"large-float64{tag}", s.tensor((3, 4), "float64", low=-800, high=800), **attrs)
+        # gelu of +-inf: torch's vectorized float32 kernel gives nan where the exact answer is inf
+        special = [v for v in _SPECIAL if not (op == "gelu" and math.isinf(v))]
+        for dtype in ("float32", "float64", "float16"):
+            s.add(f"{dtype}-special{tag}", tensor_of(special, dtype), **attrs)
     if op == "gelu":
-        for dtype in ("float32", "float64", "float16", "bfloat16"):
-            s.add(f"{dtype}-tanh", s.tensor((5, 6), dtype, low=-6, high=6), approximate="tanh")
         s.add("float32-none", s.tensor((5, 6), low=-6, high=6), approximate="none")
     if op in ("neg", "abs"):
         # exact in the input dtype: the most negative integer wraps to itself, uint8 wraps modulo 256
