@@ -223,14 +223,14 @@ class Registrar:
     def add_kernel(
         self,
         op: str,
-        fn: Callable[..., Any],
+        fn: Callable[..., Any] | str,
         *,
         dtypes: Iterable[DType | str] | DType | str,
         device_type: DeviceType | str | None = None,
         array_kind: ArrayKind | str = ArrayKind.NUMPY,
         priority: int = 0,
         checker: Checker | None = None,
-        prepare: Prepare | None = None,
+        prepare: Prepare | str | None = None,
         label: str = "",
     ) -> Kernel:
         """Register ``fn`` as this backend's kernel for ``op``; see Kernel for the fields.

@@ -35,6 +35,9 @@ class ResolvedOp:
 
     __slots__ = ("__call__", "_prepared", "constants", "explanation", "free", "kernel", "op")
 
+    # set per instance (a slot): the kernel call with the constants bound, or the decomposition
+    __call__: Callable[..., Any]
+    _prepared: bool
     op: str
     # None: no kernel accepted the examples and the op runs as its decomposition.
     kernel: Kernel | None

@@ -8,11 +8,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from graph_models import CNN, MLP, LlamaBlock, seeded  # noqa: E402
+
 import opcore  # noqa: E402
 import opcore.graph  # noqa: E402
 from opcore import dispatch  # noqa: E402
 from opcore.graph.errors import CaptureError, UncoveredError  # noqa: E402
-from tests.graph_models import CNN, MLP, LlamaBlock, seeded  # noqa: E402
 
 
 def close(a, b, atol=1e-5):

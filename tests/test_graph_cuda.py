@@ -9,10 +9,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from graph_models import LlamaBlock, seeded  # noqa: E402
+
 import opcore  # noqa: E402
 import opcore.graph  # noqa: E402
 from opcore_cuda import system  # noqa: E402
-from tests.graph_models import LlamaBlock, seeded  # noqa: E402
 
 
 def no_gpu_reason() -> str | None:

@@ -12,13 +12,14 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("safetensors")
 
+from graph_models import LlamaBlock, seeded  # noqa: E402
+from test_graph_partitioning import Chain, NumpyCompiler  # noqa: E402
+
 import opcore  # noqa: E402
 import opcore.graph  # noqa: E402
 from opcore.cli import main  # noqa: E402
 from opcore.graph import partitioning  # noqa: E402
 from opcore.graph.errors import PlanFileError  # noqa: E402
-from tests.graph_models import LlamaBlock, seeded  # noqa: E402
-from tests.test_graph_partitioning import Chain, NumpyCompiler  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -13,13 +13,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from graph_models import LlamaBlock, seeded  # noqa: E402
+
 import opcore  # noqa: E402
 import opcore.graph  # noqa: E402
 from opcore.graph import partitioning  # noqa: E402
 from opcore.graph.errors import UncoveredError  # noqa: E402
 from opcore.graph.ir import Node, ValueRef  # noqa: E402
 from opcore.graph.partition import PartitionError, PartitionSpec  # noqa: E402
-from tests.graph_models import LlamaBlock, seeded  # noqa: E402
 
 
 class NumpyPartition:

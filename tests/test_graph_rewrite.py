@@ -7,10 +7,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import torch.nn.functional as F  # noqa: E402
+from graph_models import MLP, RMSNorm, seeded  # noqa: E402
 
 import opcore.graph  # noqa: E402
 from opcore.graph.rewrite import REWRITES, apply_rewrites  # noqa: E402
-from tests.graph_models import MLP, RMSNorm, seeded  # noqa: E402
 
 
 def ops_of(model, *inputs, rewrites=True):
