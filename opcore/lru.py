@@ -102,7 +102,7 @@ class LRUCache(Generic[K, V]):
                 return value
             pending = self._pending.get(key)
             owner = pending is None
-            if owner:
+            if pending is None:
                 pending = self._pending[key] = _Pending()
                 self._misses += 1
         if not owner:

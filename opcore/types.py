@@ -260,7 +260,12 @@ class TensorMeta:
         return f"{self.dtype.value}[{', '.join(map(str, self.shape))}] on {self.device}"
 
     def replace(self, **changes: Any) -> TensorMeta:
-        fields = {"shape": self.shape, "dtype": self.dtype, "device": self.device, "layout": self.layout}
+        fields: dict[str, Any] = {
+            "shape": self.shape,
+            "dtype": self.dtype,
+            "device": self.device,
+            "layout": self.layout,
+        }
         fields.update(changes)
         return TensorMeta(**fields)
 

@@ -103,8 +103,9 @@ class PreparedModule(nn.Module):
     def _on_bound(self, bound: Bound) -> None:
         """Keep the calls the forward needs as attributes (one lookup each per forward)."""
 
-    def _autograd(self, *inputs: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+    # the same computation in torch.nn.functional, taking the forward's inputs (each subclass its own
+    # arity, hence an attribute type rather than a method signature subclasses would have to match)
+    _autograd: Callable[..., torch.Tensor]
 
     # --- binding ----------------------------------------------------------------------------------
 

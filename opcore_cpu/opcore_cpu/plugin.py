@@ -26,6 +26,7 @@ from opcore_cpu.contracts import CONTRACTS
 from opcore_cpu.dtypes import CPU_DIFFERENCES, ONEDNN_DTYPES
 
 if TYPE_CHECKING:
+    from opcore.kernels import Checker
     from opcore.registry import Registrar
 
 __all__ = ["ONEDNN_LABEL", "ONEDNN_PRIORITY", "opcore_backend", "opcore_register_contracts", "opcore_register_kernels"]
@@ -34,7 +35,7 @@ ONEDNN_LABEL = "onednn"
 ONEDNN_PRIORITY = 10  # above this backend's plain ATen kernels
 
 # op -> (kernel, prepare, checker) of the oneDNN fused kernels
-_ONEDNN = {
+_ONEDNN: dict[str, tuple[str, str, Checker]] = {
     "linear": ("opcore_cpu.onednn:linear", "opcore_cpu.onednn:prepare_linear", choice.linear_checker),
     "linear_relu": ("opcore_cpu.onednn:linear_relu", "opcore_cpu.onednn:prepare_linear_relu", choice.linear_checker),
     "linear_silu": ("opcore_cpu.onednn:linear_silu", "opcore_cpu.onednn:prepare_linear_silu", choice.linear_checker),

@@ -31,6 +31,7 @@ from opcore_cuda import __version__, choice, system
 from opcore_cuda.dtypes import CUBLASLT_DTYPES, CUDA_DIFFERENCES
 
 if TYPE_CHECKING:
+    from opcore.kernels import Checker
     from opcore.registry import Registrar
 
 __all__ = ["CUBLASLT_LABEL", "CUBLASLT_PRIORITY", "CUDA_OVERRIDES", "opcore_backend", "opcore_register_kernels"]
@@ -42,7 +43,7 @@ CUBLASLT_PRIORITY = 10  # above this backend's plain ATen kernels
 CUDA_OVERRIDES = {op: f"opcore_cuda.kernels:{op}" for op in ("div", "embedding", "layer_norm")}
 
 # op -> (kernel, prepare, checker) of the cuBLASLt epilogue kernels
-_CUBLASLT = {
+_CUBLASLT: dict[str, tuple[str, str, Checker]] = {
     "linear_relu": (
         "opcore_cuda.cublaslt:linear_relu",
         "opcore_cuda.cublaslt:prepare_linear_relu",
