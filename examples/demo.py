@@ -7,6 +7,7 @@ ops on each loaded backend and compare each result with the reference backend.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy
 
@@ -21,7 +22,7 @@ def f32(*shape: int) -> numpy.ndarray:
 
 
 # (op, args, attributes): small, but every family of ops
-CALLS = [
+CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
     ("linear", (f32(4, 64), f32(32, 64), f32(32)), {}),
     ("linear_relu", (f32(4, 64), f32(32, 64), f32(32)), {}),
     ("linear_gelu", (f32(4, 64), f32(32, 64), None), {"approximate": "tanh"}),

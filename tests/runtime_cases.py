@@ -452,6 +452,7 @@ _BENCH_THREADS = Path(__file__).resolve().parent.parent / "bench" / "threads.py"
 
 def _bench_threads() -> Any:
     spec = importlib.util.spec_from_file_location("bench_threads", _BENCH_THREADS)
+    assert spec is not None and spec.loader is not None, _BENCH_THREADS
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)

@@ -24,6 +24,7 @@ def test_a_missing_distribution_has_no_version() -> None:
 
 def test_fields_of_the_entry_points_distributions() -> None:
     for ep in metadata.entry_points(group="opcore.backends"):
+        assert ep.dist is not None, f"{ep.name}: an installed entry point has its distribution"
         assert distmeta.field(ep.dist, "Name") == ep.dist.name
         assert distmeta.field(ep.dist, "Version") == ep.dist.version
         assert distmeta.field(ep.dist, "No-Such-Field") is None

@@ -164,9 +164,10 @@ _OPSET = (elementwise, linear, nn, normalization, shape)
 
 def _check_sites() -> dict[tuple[str, int], str]:
     """Every raise, and every call of a raising helper outside a try block, in opset's functions."""
-    sites = {}
+    sites: dict[tuple[str, int], str] = {}
     for module in _OPSET:
         path = inspect.getsourcefile(module)
+        assert path is not None, module
         tree = ast.parse(Path(path).read_text())
         guarded = {id(sub) for node in ast.walk(tree) if isinstance(node, ast.Try) for part in node.body
                    for sub in ast.walk(part)}  # fmt: skip
@@ -175,7 +176,11 @@ def _check_sites() -> dict[tuple[str, int], str]:
                 continue
             for node in ast.walk(function):
                 called = isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _CHECKS
-                if id(node) not in guarded and (isinstance(node, ast.Raise) or called):
+                if (
+                    id(node) not in guarded
+                    and isinstance(node, (ast.Raise, ast.Call))
+                    and (isinstance(node, ast.Raise) or called)
+                ):
                     sites[(path, node.lineno)] = f"{Path(path).name}:{node.lineno} in {function.name}()"
     return sites
 
