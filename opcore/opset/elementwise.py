@@ -38,8 +38,17 @@ __all__ = [
     "DIV",
     "ERF",
     "EXP",
+    "EQ",
+    "GE",
     "GELU",
+    "GT",
+    "LE",
+    "LOGICAL_AND",
+    "LOGICAL_NOT",
+    "LOGICAL_OR",
+    "LT",
     "MUL",
+    "NE",
     "NEG",
     "RELU",
     "RSQRT",
@@ -189,6 +198,22 @@ def abs_meta(x: TensorMeta) -> TensorMeta:
     return TensorMeta(x.shape, x.dtype, x.device)
 
 
+def compare_meta(x: TensorMeta, other: Operand) -> TensorMeta:
+    """Broadcast shape, bool result; the operands are compared in their promoted dtype."""
+    return _binary(x, other).replace(dtype=DType.BOOL)
+
+
+def logical_binary_meta(x: TensorMeta, other: TensorMeta) -> TensorMeta:
+    """Broadcast shape, bool result (any dtype: nonzero is true)."""
+    shape = broadcast_shapes(("x", x.shape), ("other", other.shape))
+    return TensorMeta(shape, DType.BOOL, x.device)
+
+
+def logical_not_meta(x: TensorMeta) -> TensorMeta:
+    """Same shape, bool result."""
+    return TensorMeta(x.shape, DType.BOOL, x.device)
+
+
 def gelu_meta(x: TensorMeta, approximate: str) -> TensorMeta:
     """Same shape and dtype; floating dtypes, approximate "none" or "tanh"."""
     check_choice("approximate", approximate, APPROXIMATIONS)
@@ -333,6 +358,79 @@ SIN = define_op(
     tags=("elementwise", "unary"),
 )
 
+EQ = define_op(
+    "eq(Tensor x, Tensor|Scalar other) -> Tensor",
+    meta=compare_meta,
+    dtypes=ALL_DTYPES,
+    family="elementwise",
+    doc="x == other as bool, broadcast, compared in the promoted dtype; mirrors torch.eq.",
+    tags=("elementwise", "comparison"),
+)
+NE = define_op(
+    "ne(Tensor x, Tensor|Scalar other) -> Tensor",
+    meta=compare_meta,
+    dtypes=ALL_DTYPES,
+    family="elementwise",
+    doc="x != other as bool, broadcast, compared in the promoted dtype; mirrors torch.ne.",
+    tags=("elementwise", "comparison"),
+)
+LT = define_op(
+    "lt(Tensor x, Tensor|Scalar other) -> Tensor",
+    meta=compare_meta,
+    dtypes=ALL_DTYPES,
+    family="elementwise",
+    doc="x < other as bool, broadcast, compared in the promoted dtype; mirrors torch.lt.",
+    tags=("elementwise", "comparison"),
+)
+LE = define_op(
+    "le(Tensor x, Tensor|Scalar other) -> Tensor",
+    meta=compare_meta,
+    dtypes=ALL_DTYPES,
+    family="elementwise",
+    doc="x <= other as bool, broadcast, compared in the promoted dtype; mirrors torch.le.",
+    tags=("elementwise", "comparison"),
+)
+GT = define_op(
+    "gt(Tensor x, Tensor|Scalar other) -> Tensor",
+    meta=compare_meta,
+    dtypes=ALL_DTYPES,
+    family="elementwise",
+    doc="x > other as bool, broadcast, compared in the promoted dtype; mirrors torch.gt.",
+    tags=("elementwise", "comparison"),
+)
+GE = define_op(
+    "ge(Tensor x, Tensor|Scalar other) -> Tensor",
+    meta=compare_meta,
+    dtypes=ALL_DTYPES,
+    family="elementwise",
+    doc="x >= other as bool, broadcast, compared in the promoted dtype; mirrors torch.ge.",
+    tags=("elementwise", "comparison"),
+)
+LOGICAL_AND = define_op(
+    "logical_and(Tensor x, Tensor other) -> Tensor",
+    meta=logical_binary_meta,
+    dtypes=ALL_DTYPES,
+    family="elementwise",
+    doc="x and other as bool (nonzero is true), broadcast; mirrors torch.logical_and.",
+    tags=("elementwise", "logical"),
+)
+LOGICAL_OR = define_op(
+    "logical_or(Tensor x, Tensor other) -> Tensor",
+    meta=logical_binary_meta,
+    dtypes=ALL_DTYPES,
+    family="elementwise",
+    doc="x or other as bool (nonzero is true), broadcast; mirrors torch.logical_or.",
+    tags=("elementwise", "logical"),
+)
+LOGICAL_NOT = define_op(
+    "logical_not(Tensor x) -> Tensor",
+    meta=logical_not_meta,
+    dtypes=ALL_DTYPES,
+    family="elementwise",
+    doc="not x as bool (zero is false); mirrors torch.logical_not.",
+    tags=("elementwise", "logical"),
+)
+
 CONTRACTS: tuple[OpContract, ...] = (
     ADD,
     SUB,
@@ -351,4 +449,13 @@ CONTRACTS: tuple[OpContract, ...] = (
     ERF,
     COS,
     SIN,
+    EQ,
+    NE,
+    LT,
+    LE,
+    GT,
+    GE,
+    LOGICAL_AND,
+    LOGICAL_OR,
+    LOGICAL_NOT,
 )

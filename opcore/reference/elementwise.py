@@ -15,11 +15,20 @@ __all__ = [
     "add",
     "cos",
     "div",
+    "eq",
     "erf",
     "exp",
+    "ge",
     "gelu",
     "gelu_f64",
+    "gt",
+    "le",
+    "logical_and",
+    "logical_not",
+    "logical_or",
+    "lt",
     "mul",
+    "ne",
     "neg",
     "relu",
     "rsqrt",
@@ -198,3 +207,60 @@ def cos(x: numpy.ndarray) -> numpy.ndarray:
 def sin(x: numpy.ndarray) -> numpy.ndarray:
     """sin(x); integral and bool inputs give float32."""
     return _unary_float(x, numpy.sin)
+
+
+def _compared(x: numpy.ndarray, other: Operand, function: Any) -> numpy.ndarray:
+    """function(x, other) on both operands rounded to their promoted dtype first, as torch compares
+    (an int64 beside a float32 compares as float32), then widened so numpy compares exactly.
+    """
+    out = binary_result_dtype(x, other)
+    compute = F64 if out.kind == "f" else I64
+    with quiet():
+        a = x.astype(out).astype(compute, copy=False)
+        b = numpy.asarray(other).astype(out).astype(compute, copy=False)
+        return finish(function(a, b), numpy.dtype(bool))
+
+
+def eq(x: numpy.ndarray, other: Operand) -> numpy.ndarray:
+    """x == other (NaN equals nothing)."""
+    return _compared(x, other, numpy.equal)
+
+
+def ne(x: numpy.ndarray, other: Operand) -> numpy.ndarray:
+    """x != other (NaN differs from everything)."""
+    return _compared(x, other, numpy.not_equal)
+
+
+def lt(x: numpy.ndarray, other: Operand) -> numpy.ndarray:
+    """x < other."""
+    return _compared(x, other, numpy.less)
+
+
+def le(x: numpy.ndarray, other: Operand) -> numpy.ndarray:
+    """x <= other."""
+    return _compared(x, other, numpy.less_equal)
+
+
+def gt(x: numpy.ndarray, other: Operand) -> numpy.ndarray:
+    """x > other."""
+    return _compared(x, other, numpy.greater)
+
+
+def ge(x: numpy.ndarray, other: Operand) -> numpy.ndarray:
+    """x >= other."""
+    return _compared(x, other, numpy.greater_equal)
+
+
+def logical_and(x: numpy.ndarray, other: numpy.ndarray) -> numpy.ndarray:
+    """x and other, nonzero (NaN included) being true."""
+    return finish(numpy.logical_and(x, other), numpy.dtype(bool))
+
+
+def logical_or(x: numpy.ndarray, other: numpy.ndarray) -> numpy.ndarray:
+    """x or other, nonzero (NaN included) being true."""
+    return finish(numpy.logical_or(x, other), numpy.dtype(bool))
+
+
+def logical_not(x: numpy.ndarray) -> numpy.ndarray:
+    """not x, zero (and -0.0) being false."""
+    return finish(numpy.logical_not(x), numpy.dtype(bool))

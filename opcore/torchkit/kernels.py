@@ -40,20 +40,29 @@ __all__ = [
     "cos",
     "div",
     "embedding",
+    "eq",
     "erf",
     "exp",
     "expand",
     "flatten",
     "gated_mlp",
+    "ge",
     "gelu",
+    "gt",
     "layer_norm",
+    "le",
     "linear",
     "linear_gelu",
     "linear_relu",
     "linear_silu",
     "log_softmax",
+    "logical_and",
+    "logical_not",
+    "logical_or",
+    "lt",
     "matmul",
     "mul",
+    "ne",
     "neg",
     "permute",
     "relu",
@@ -137,6 +146,15 @@ rsqrt = torch.rsqrt
 erf = torch.erf
 cos = torch.cos
 sin = torch.sin
+eq = torch.eq
+ne = torch.ne
+lt = torch.lt
+le = torch.le
+gt = torch.gt
+ge = torch.ge
+logical_and = torch.logical_and
+logical_or = torch.logical_or
+logical_not = torch.logical_not
 
 
 def gelu(x: Tensor, approximate: str) -> Tensor:

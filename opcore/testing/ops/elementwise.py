@@ -1,5 +1,6 @@
-"""Kit entries for the elementwise ops: add, sub, mul, div, relu, gelu, silu, sigmoid, tanh, exp, and the
-unary math ops neg, abs, sqrt, rsqrt, erf, cos, sin."""
+"""Kit entries for the elementwise ops: add, sub, mul, div, relu, gelu, silu, sigmoid, tanh, exp, the unary
+math ops neg, abs, sqrt, rsqrt, erf, cos, sin, the comparisons eq, ne, lt, le, gt, ge and
+logical_and, logical_or, logical_not."""
 
 from __future__ import annotations
 
@@ -14,8 +15,11 @@ from opcore.types import DType
 
 __all__ = ["ENTRIES"]
 
-BINARY = ("add", "sub", "mul", "div")
-UNARY = ("relu", "gelu", "silu", "sigmoid", "tanh", "exp", "neg", "abs", "sqrt", "rsqrt", "erf", "cos", "sin")
+BINARY = ("add", "sub", "mul", "div", "eq", "ne", "lt", "le", "gt", "ge")
+LOGICAL = ("logical_and", "logical_or")
+UNARY = (
+    "relu", "gelu", "silu", "sigmoid", "tanh", "exp", "neg", "abs", "sqrt", "rsqrt", "erf", "cos", "sin", "logical_not",
+)  # fmt: skip
 
 _BROADCAST = [((2, 3), (3,)), ((4, 1, 3), (2, 1)), ((), ()), ((5,), ()), ((), (2, 2)), ((2, 0, 3), (3,)), ((0,), (1,))]
 _PROMOTIONS = [
@@ -70,10 +74,41 @@ def binary_samples(op: str) -> Iterable[Sample]:
         _alpha_samples(s, op)
     if op == "div":
         _rounding_samples(s)
+    if op in ("eq", "ne", "lt", "le", "gt", "ge"):
+        _tie_samples(s)
     if op in ("add", "mul"):
         s.add("uint8-wraps", tensor_of([250, 3], "uint8"), 300 if op == "add" else -1)
         s.add("int32-wraps", tensor_of([2**31 - 1, 5], "int32"), 2)
         s.add("int64-exact", tensor_of([2**62 + 1, -(2**62) - 3], "int64"), tensor_of([3, 1], "int64"))
+    return s
+
+
+def _tie_samples(s: SampleSet) -> None:
+    """Equal values, NaN, signed zeros, and operands that are equal only once rounded to the promoted dtype."""
+    s.add(
+        "float32-ties",
+        tensor_of([1.0, 2.0, math.nan, -0.0, math.inf, -math.inf], "float32"),
+        tensor_of([1.0, 3.0, math.nan, 0.0, math.inf, 1.0], "float32"),
+    )
+    s.add("int32-ties", s.tensor((4, 5), "int32", low=-2, high=2), s.tensor((5,), "int32", low=-2, high=2))
+    s.add("bool-ties", s.tensor((3, 4), "bool"), s.tensor((3, 4), "bool"))
+    s.add("int64-vs-float32-rounding", tensor_of([2**24 + 1, 3], "int64"), tensor_of([2**24, 3.0], "float32"))
+    s.add("float32-scalar-tie", tensor_of([0.1, 0.2, 0.3], "float32"), 0.1)
+    s.add("int32-int-scalar-tie", tensor_of([[1, 2], [3, 2]], "int32"), 2)
+
+
+def logical_samples(op: str) -> Iterable[Sample]:
+    """Every dtype (nonzero is true, NaN included), broadcasting, mixed dtypes, non-contiguous inputs."""
+    s = SampleSet(op)
+    for dtype in _dtypes(op):
+        s.add(dtype, s.tensor((3, 4), dtype, low=-1, high=1), s.tensor((3, 4), dtype, low=-1, high=1))
+    for x_shape, y_shape in _BROADCAST:
+        s.add(f"shape-{shape_id(x_shape)}-{shape_id(y_shape)}", s.tensor(x_shape, "bool"), s.tensor(y_shape, "bool"))
+    for x_dtype, y_dtype in _PROMOTIONS:
+        s.add(f"mixed-{x_dtype}-{y_dtype}", s.tensor((4, 2, 3), x_dtype, low=-1, high=1), s.tensor((2, 3), y_dtype))
+    for layout in ("transposed", "strided", "expanded"):
+        s.add(layout, s.tensor((3, 4), "bool", layout=layout), s.tensor((3, 4), layout=layout))
+    s.add("float32-special", tensor_of(_SPECIAL, "float32"), tensor_of(_SPECIAL[::-1], "float32"))
     return s
 
 
@@ -134,6 +169,9 @@ def unary_samples(op: str) -> Iterable[Sample]:
             s.add(f"{dtype}-special{tag}", tensor_of(special, dtype), **attrs)
     if op == "gelu":
         s.add("float32-none", s.tensor((5, 6), low=-6, high=6), approximate="none")
+    if op == "logical_not":
+        for dtype in ("int32", "uint8", "bool"):
+            s.add(f"{dtype}-zeros", tensor_of([0, 1, 0, 1], dtype))
     if op in ("neg", "abs"):
         # exact in the input dtype: the most negative integer wraps to itself, uint8 wraps modulo 256
         for dtype, values in (("int8", [-128, -1, 0, 127]), ("int32", [-(2**31), 5, -7]), ("uint8", [0, 1, 255])):
@@ -202,6 +240,17 @@ def _error_inputs() -> dict[str, list[ErrorInput]]:
         "silu": [ErrorInput("int", (z(2, dtype=i32),), DTypeError, "x", "found int32")],
         "neg": [ErrorInput("bool", (z(2, dtype=b),), DTypeError, "x", "found bool")],
         "abs": [ErrorInput("bool", (z(2, dtype=b),), DTypeError, "x", "found bool")],
+        **{
+            op: [
+                ErrorInput("broadcast", (z(2, 3), z(2)), ShapeError, "other", "shapes that broadcast together"),
+                ErrorInput("huge-int", (z(2, dtype=i32), 2**64), ArgumentError, "other", "int64 range"),
+            ]
+            for op in ("eq", "ne", "lt", "le", "gt", "ge")
+        },
+        **{
+            op: [ErrorInput("broadcast", (z(3, 2), z(3)), ShapeError, "other", "shapes that broadcast together")]
+            for op in LOGICAL
+        },
     }  # fmt: skip
 
 
@@ -216,8 +265,8 @@ def error_inputs(op: str) -> list[ErrorInput]:
 
 
 def _entry(op: str) -> OpEntry:
-    samples = binary_samples if op in BINARY else unary_samples
+    samples = binary_samples if op in BINARY else logical_samples if op in LOGICAL else unary_samples
     return OpEntry(op, lambda: samples(op), lambda: error_inputs(op))
 
 
-ENTRIES: tuple[OpEntry, ...] = tuple(_entry(op) for op in BINARY + UNARY)
+ENTRIES: tuple[OpEntry, ...] = tuple(_entry(op) for op in BINARY + LOGICAL + UNARY)

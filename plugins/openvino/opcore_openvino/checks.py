@@ -105,6 +105,7 @@ _SPECIFIC: dict[str, Checker] = {
     "sub": _add,
     "mul": _mul,
     "div": _div,
+    **dict.fromkeys(("eq", "ne", "lt", "le", "gt", "ge"), _mul),
     "linear": _floating_product,
     "linear_relu": _floating_product,
     "matmul": _floating_product,

@@ -31,10 +31,19 @@ __all__ = [
     "apply_silu",
     "cos",
     "div",
+    "eq",
     "erf",
     "exp",
+    "ge",
     "gelu",
+    "gt",
+    "le",
+    "logical_and",
+    "logical_not",
+    "logical_or",
+    "lt",
     "mul",
+    "ne",
     "neg",
     "relu",
     "rsqrt",
@@ -243,3 +252,55 @@ rsqrt = onnx_kernel("rsqrt", build_rsqrt)
 erf = onnx_kernel("erf", _unary_float("Erf"))
 cos = onnx_kernel("cos", _unary_float("Cos"))
 sin = onnx_kernel("sin", _unary_float("Sin"))
+
+
+# --- comparisons and logic --------------------------------------------------------------------
+
+_COMPARISONS = {
+    "eq": "Equal",
+    "ne": "Equal",
+    "lt": "Less",
+    "le": "LessOrEqual",
+    "gt": "Greater",
+    "ge": "GreaterOrEqual",
+}
+
+
+def _comparison(op: str) -> Any:
+    node = _COMPARISONS[op]
+
+    def build(g: Graph, x: Value, other: Operand) -> Value:
+        # both operands rounded to the promoted dtype first, as torch compares (int64 beside float32
+        # compares as float32), then widened: float16 to float32, integers and bools to int64
+        out = binary_result(x, other)
+        compute = I64 if out.kind in "biu" else compute_float(out)
+        a = g.cast(g.cast(x, out), compute)
+        b = g.cast(operand(g, other, out), compute)
+        result = g.op(node, a, b, dtype=BOOL)
+        return g.op("Not", result) if op == "ne" else result
+
+    build.__name__ = f"build_{op}"
+    return build
+
+
+def build_logical_and(g: Graph, x: Value, other: Value) -> Value:
+    return g.op("And", g.cast(x, BOOL), g.cast(other, BOOL))
+
+
+def build_logical_or(g: Graph, x: Value, other: Value) -> Value:
+    return g.op("Or", g.cast(x, BOOL), g.cast(other, BOOL))
+
+
+def build_logical_not(g: Graph, x: Value) -> Value:
+    return g.op("Not", g.cast(x, BOOL))
+
+
+eq = onnx_kernel("eq", _comparison("eq"))
+ne = onnx_kernel("ne", _comparison("ne"))
+lt = onnx_kernel("lt", _comparison("lt"))
+le = onnx_kernel("le", _comparison("le"))
+gt = onnx_kernel("gt", _comparison("gt"))
+ge = onnx_kernel("ge", _comparison("ge"))
+logical_and = onnx_kernel("logical_and", build_logical_and)
+logical_or = onnx_kernel("logical_or", build_logical_or)
+logical_not = onnx_kernel("logical_not", build_logical_not)

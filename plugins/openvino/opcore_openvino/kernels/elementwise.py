@@ -18,11 +18,20 @@ __all__ = [
     "apply_silu",
     "cos",
     "div",
+    "eq",
     "erf",
     "exp",
+    "ge",
     "gelu",
+    "gt",
     "keep_nan",
+    "le",
+    "logical_and",
+    "logical_not",
+    "logical_or",
+    "lt",
     "mul",
+    "ne",
     "neg",
     "relu",
     "rsqrt",
@@ -163,3 +172,46 @@ rsqrt = ov_kernel("rsqrt", _unary_float(_rsqrt))
 erf = ov_kernel("erf", _unary_float(ops.erf))
 cos = ov_kernel("cos", _unary_float(ops.cos))
 sin = ov_kernel("sin", _unary_float(ops.sin))
+
+
+# --- comparisons and logic --------------------------------------------------------------------
+
+
+def _comparison(function: Any) -> Any:
+    def build(g: Graph, x: Node, other: Operand) -> Node:
+        # both operands rounded to the promoted dtype first, as torch compares; integers and bools in int32
+        out = binary_result(x, other)
+        compute = I32 if out.kind in "biu" else out
+        return function(g.cast(g.cast(x, out), compute), g.cast(operand(g, other, out), compute))
+
+    build.__name__ = f"build_{function.__name__}"
+    return build
+
+
+def _truth(g: Graph, x: Node) -> Node:
+    """x != 0 as bool: the CPU plugin's Convert turns NaN into false, where torch counts it true."""
+    dtype = dtype_of(x)
+    return x if dtype == BOOL else ops.not_equal(x, g.const(0, dtype))
+
+
+def build_logical_and(g: Graph, x: Node, other: Node) -> Node:
+    return ops.logical_and(_truth(g, x), _truth(g, other))
+
+
+def build_logical_or(g: Graph, x: Node, other: Node) -> Node:
+    return ops.logical_or(_truth(g, x), _truth(g, other))
+
+
+def build_logical_not(g: Graph, x: Node) -> Node:
+    return ops.logical_not(_truth(g, x))
+
+
+eq = ov_kernel("eq", _comparison(ops.equal))
+ne = ov_kernel("ne", _comparison(ops.not_equal))
+lt = ov_kernel("lt", _comparison(ops.less))
+le = ov_kernel("le", _comparison(ops.less_equal))
+gt = ov_kernel("gt", _comparison(ops.greater))
+ge = ov_kernel("ge", _comparison(ops.greater_equal))
+logical_and = ov_kernel("logical_and", build_logical_and)
+logical_or = ov_kernel("logical_or", build_logical_or)
+logical_not = ov_kernel("logical_not", build_logical_not)
