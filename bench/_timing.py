@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 import statistics
 import timeit
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 
 def calibrate(fn: Callable[[], object], target_s: float = 0.01) -> int:
@@ -33,7 +33,7 @@ def medians(cases: Mapping[str, Callable[[], object]], repeats: int = 31) -> dic
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
-def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+def table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     line = lambda row: "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(row, widths)))  # noqa: E731
     return "\n".join([line(header), "  ".join("-" * w for w in widths), *map(line, rows)])

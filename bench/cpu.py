@@ -58,7 +58,8 @@ def inputs(shape: tuple[int, int, int], dtype: str) -> tuple[torch.Tensor, torch
 
 
 def linear_relu_rows(rounds: int, min_run_time: float) -> tuple[list[tuple[str, ...]], list[str]]:
-    rows, misses = [], []
+    rows: list[tuple[str, ...]] = []
+    misses: list[str] = []
     for dtype in DTYPES:
         for shape in SHAPES:
             x, w, b = inputs(shape, dtype)
@@ -102,7 +103,7 @@ def _best(cases: dict[str, object], x: torch.Tensor, rounds: int) -> dict[str, f
 def crossover_rows(rounds: int) -> list[tuple[str, ...]]:
     """ATen relu_(linear) vs oneDNN fused with a dense and a packed weight, at the sizes where they cross."""
     fused = torch.ops.mkldnn._linear_pointwise.default
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for dtype in DTYPES:
         for m, k in [(1, 64), (1, 128), (1, 1024), (4, 64), (4, 512), (4, 1024), (16, 512), (64, 256), (64, 512)]:
             x, w, b = inputs((m, k, k), dtype)
@@ -124,7 +125,7 @@ def conv_crossover_rows(rounds: int) -> list[tuple[str, ...]]:
     """ATen relu_(conv2d) vs oneDNN's fused convolution (dense and packed weight), 3x3, padding 1."""
     fused = torch.ops.mkldnn._convolution_pointwise.default
     reorder = torch.ops.mkldnn._reorder_convolution_weight
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for dtype in DTYPES:
         kind = getattr(torch, dtype)
         for channels, size in [(4, 8), (8, 8), (16, 8), (16, 16), (32, 16), (32, 32), (64, 28)]:
@@ -175,7 +176,7 @@ def main() -> None:
     print(f"torch {about['torch']} · oneDNN {about['oneDNN']} · {about['ISA']} · {torch.get_num_threads()} threads")
     rows, misses = linear_relu_rows(options.rounds, options.min_run_time)
     print("\nlinear_relu: median us; opcore = opcore.resolve(..., constants=('w', 'b')), eager = relu(linear(x, w, b))")
-    header = ("dtype", "MxKxN", "eager us", "opcore us", "speedup", "target", "", "opcore kernel")
+    header: tuple[str, ...] = ("dtype", "MxKxN", "eager us", "opcore us", "speedup", "target", "", "opcore kernel")
     print(table(header, rows))
     if options.crossover:
         # one thread: the fixed cost does not depend on it, and on a shared machine a two-thread

@@ -66,7 +66,7 @@ def linear_relu_rows(rounds: int, min_run_time: float) -> list[tuple[str, ...]]:
 
     import opcore
 
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for dtype in LINEAR_DTYPES:
         kind = getattr(torch, dtype)
         for m, k, n in LINEAR_SHAPES:
@@ -114,7 +114,7 @@ def attention_rows(rounds: int, min_run_time: float) -> list[tuple[str, ...]]:
 
     import opcore
 
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for dtype in ATTENTION_DTYPES:
         kind = getattr(torch, dtype)
         for shape in ATTENTION_SHAPES:

@@ -19,6 +19,8 @@ import argparse
 import os
 import subprocess
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import numpy
 
@@ -60,13 +62,19 @@ def torch_rows(device: str) -> list[tuple[str, ...]]:
     ln_w, ln_b = torch.ones(8, device=device), torch.zeros(8, device=device)
     aten = torch.ops.aten
     sync = torch.cuda.synchronize if device.startswith("cuda") else None
-    for call in (("linear", (x, w), {}), ("linear", (x, w, b), {}), ("relu", (x,), {}), ("softmax", (x, -1), {})):
+    calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
+        ("linear", (x, w), {}),
+        ("linear", (x, w, b), {}),
+        ("relu", (x,), {}),
+        ("softmax", (x, -1), {}),
+    ]
+    for call in calls:
         opcore.run(call[0], *call[1], **call[2])
     resolved_linear = opcore.resolve("linear", x, w, b)
     resolved_linear_const = opcore.resolve("linear", x, w, b, constants=("w", "b"))
     resolved_relu = opcore.resolve("relu", x)
     chosen = opcore.explain("linear", x, w, b).chosen
-    cases = {
+    cases: dict[str, Callable[[], object]] = {
         "F.linear(x, w)": lambda: F.linear(x, w),
         "aten linear(x, w)": lambda: aten.linear.default(x, w),
         "run linear(x, w)": lambda: opcore.run("linear", x, w),
@@ -89,9 +97,17 @@ def torch_rows(device: str) -> list[tuple[str, ...]]:
         "run layer_norm(x, (8,), w, b)": lambda: opcore.run("layer_norm", x, (8,), ln_w, ln_b),
     }
     if sync is not None:
-        cases = {name: (lambda fn=fn: (fn(), sync())) for name, fn in cases.items()}
+
+        def synced(fn: Callable[[], object], sync: Callable[[], None] = sync) -> Callable[[], object]:
+            def call() -> None:
+                fn()
+                sync()
+
+            return call
+
+        cases = {name: synced(fn) for name, fn in cases.items()}
     times = medians(cases)
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for label, direct, target in [
         ("run linear(x, w)", "F.linear(x, w)", 1.0),
         ("run linear(x, w, b)", "F.linear(x, w, b)", 1.0),
@@ -144,10 +160,11 @@ def import_cost_ms(repeats: int = 7) -> tuple[float, float, float]:
         "opcore.run('relu', numpy.ones(2, 'float32'), backend='reference'); t3 = time.perf_counter(); "
         "print((t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3)"
     )
-    runs = []
+    runs: list[tuple[float, float, float]] = []
     for _ in range(repeats):
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-        runs.append(tuple(map(float, out.split())))
+        numpy_ms, opcore_ms, first_run_ms = map(float, out.split())
+        runs.append((numpy_ms, opcore_ms, first_run_ms))
     runs.sort(key=lambda r: r[1])
     return runs[len(runs) // 2]
 
@@ -202,7 +219,7 @@ def numpy_table() -> None:
             "resolved relu(x)": lambda: resolved_relu(x),
         }
     )
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for label, direct, target in [
         ("run linear(x, w)", "direct linear(x, w, None)", 1.0),
         ("run linear(x, w, b)", "direct linear(x, w, b)", 1.0),

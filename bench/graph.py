@@ -446,7 +446,7 @@ COLUMNS = ("eager", "compile", "ov direct", "ort direct", *PLANS)
 def report(case: ModelCase, batch: int, result: Result) -> str:
     eager = result.times.get("eager")
     header = ("column", "median ms", "vs eager", "max |diff|", "note")
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for label in COLUMNS:
         if label in result.times:
             ms = result.times[label] * 1e3

@@ -124,7 +124,7 @@ def measure(backend: str, size: str, repeats: int) -> list[tuple[str, ...]]:
     extra = [name for name in direct if name not in ("run", "prepared")]
     cases.update({f"direct {name}": direct[name] for name in extra})
     times = medians(cases, repeats=repeats)
-    rows = []
+    rows: list[tuple[str, ...]] = []
     shape = f"{size} {x_shape[0]}x{x_shape[1]}·{w_shape[0]}x{w_shape[1]}"
     for mode in ("run", "prepared"):
         ratio = times[f"opcore {mode}"] / times[f"direct {mode}"]

@@ -119,7 +119,7 @@ def main() -> None:
         os.unlink(tuned_file)
     warnings.simplefilter("ignore", opcore.FallbackWarning)
 
-    rows = []
+    rows: list[tuple[str, ...]] = []
     compared = []
     for op, shapes, attrs in QUICK if args.quick else GRID:
         for dtype in DTYPES:
