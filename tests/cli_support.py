@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,13 +51,19 @@ def environment(fixtures: bool = False, **extra: str) -> dict[str, str]:
     return env
 
 
-def run_cli(*args: str, fixtures: bool = False, timeout: float = 120, **extra: str) -> Result:
-    """``python -m opcore.cli ARGS`` with a clean environment (plus ``extra`` variables)."""
+def run_cli(
+    *args: str, fixtures: bool = False, timeout: float = 120, env: Mapping[str, str] | None = None, **extra: str
+) -> Result:
+    """``python -m opcore.cli ARGS`` with a clean environment (plus the variables of ``env`` and ``extra``).
+
+    A mapping goes in ``env`` rather than ``**mapping``, so a type checker knows none of its keys
+    lands on ``fixtures`` or ``timeout``.
+    """
     done = subprocess.run(
         [sys.executable, "-m", "opcore.cli", *args],
         capture_output=True,
         text=True,
-        env=environment(fixtures, **extra),
+        env={**environment(fixtures), **(env or {}), **extra},
         timeout=timeout,
         cwd=REPO,
         check=False,

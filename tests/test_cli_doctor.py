@@ -33,12 +33,12 @@ PLUGIN_KEYS = {
 
 @pytest.fixture(scope="module")
 def text() -> Result:
-    return run_cli("doctor", fixtures=True, **SCENARIO)
+    return run_cli("doctor", fixtures=True, env=SCENARIO)
 
 
 @pytest.fixture(scope="module")
 def data() -> dict:
-    result = run_cli("doctor", "--json", fixtures=True, **SCENARIO)
+    result = run_cli("doctor", "--json", fixtures=True, env=SCENARIO)
     assert result.status == 1, result.err
     assert result.err == ""
     return result.json()
@@ -91,7 +91,7 @@ def test_text_is_plain_when_piped_and_quiet_on_stderr(text: Result) -> None:
 
 
 def test_verbose_shows_the_tracebacks() -> None:
-    result = run_cli("doctor", "--verbose", "--quick", fixtures=True, **SCENARIO)
+    result = run_cli("doctor", "--verbose", "--quick", fixtures=True, env=SCENARIO)
     assert result.status == 1
     assert "traceback:" in result.out
     assert "ImportError: libwidget.so.3" in result.out.split("traceback:", 1)[1]
@@ -99,7 +99,7 @@ def test_verbose_shows_the_tracebacks() -> None:
 
 
 def test_color_always_paints_the_statuses() -> None:
-    result = run_cli("doctor", "--color", "always", "--quick", fixtures=True, **SCENARIO)
+    result = run_cli("doctor", "--color", "always", "--quick", fixtures=True, env=SCENARIO)
     assert "\x1b[32mloaded\x1b[0m" in result.out
     assert "\x1b[31;1mfailed: import failed" in result.out
 

@@ -25,7 +25,7 @@ def _rows(out: str) -> dict[str, str]:
 
 
 def test_chooses_the_highest_priority_kernel_and_lists_every_plugin() -> None:
-    result = run_cli("explain", "relu", "--shapes", "2x3", fixtures=True, **DISABLED)
+    result = run_cli("explain", "relu", "--shapes", "2x3", fixtures=True, env=DISABLED)
     assert result.status == 0, result.err
     assert result.out.splitlines()[0] == "relu(x: float32[2, 3] on cpu)"
     rows = _rows(result.out)
@@ -38,7 +38,7 @@ def test_chooses_the_highest_priority_kernel_and_lists_every_plugin() -> None:
 
 
 def test_a_declining_checker_shows_its_reason() -> None:
-    result = run_cli("explain", "relu", "--shapes", "20x30", fixtures=True, **DISABLED)
+    result = run_cli("explain", "relu", "--shapes", "20x30", fixtures=True, env=DISABLED)
     rows = _rows(result.out)
     assert (
         "declined" in rows["fixture_good"] and "fixture only takes up to 16 elements, got 600" in rows["fixture_good"]
@@ -47,14 +47,14 @@ def test_a_declining_checker_shows_its_reason() -> None:
 
 
 def test_strict_makes_the_decline_an_impossible_call() -> None:
-    result = run_cli("explain", "relu", "--shapes", "20x30", "--strict", fixtures=True, **DISABLED)
+    result = run_cli("explain", "relu", "--shapes", "20x30", "--strict", fixtures=True, env=DISABLED)
     assert result.status == 1
     assert "order: by priority · strict" in result.out
     assert "-> cannot run: relu(): no kernel accepts" in result.out
 
 
 def test_backend_argument_pins_the_call() -> None:
-    result = run_cli("explain", "relu", "--shapes", "2x3", "--backend", "reference", fixtures=True, **DISABLED)
+    result = run_cli("explain", "relu", "--shapes", "2x3", "--backend", "reference", fixtures=True, env=DISABLED)
     assert result.status == 0
     assert "pinned to reference" in result.out
     assert "passed over" in _rows(result.out)["fixture_good"]
@@ -63,12 +63,12 @@ def test_backend_argument_pins_the_call() -> None:
 
 def test_environment_order_beats_priority_and_the_call_beats_the_environment() -> None:
     env = {**DISABLED, "OPCORE_BACKENDS": "reference,fixture_good"}
-    by_env = run_cli("explain", "relu", "--shapes", "2x3", fixtures=True, **env)
+    by_env = run_cli("explain", "relu", "--shapes", "2x3", fixtures=True, env=env)
     assert "order: reference, fixture_good (from OPCORE_BACKENDS)" in by_env.out
     assert "-> runs on reference" in by_env.out
-    by_call = run_cli("explain", "relu", "--shapes", "2x3", "--backend", "fixture_good", fixtures=True, **env)
+    by_call = run_cli("explain", "relu", "--shapes", "2x3", "--backend", "fixture_good", fixtures=True, env=env)
     assert "-> runs on fixture_good" in by_call.out
-    by_prefer = run_cli("explain", "relu", "--shapes", "2x3", "--prefer", "fixture_good", fixtures=True, **env)
+    by_prefer = run_cli("explain", "relu", "--shapes", "2x3", "--prefer", "fixture_good", fixtures=True, env=env)
     assert "(from opcore.prefer)" in by_prefer.out and "-> runs on fixture_good" in by_prefer.out
 
 
@@ -85,7 +85,7 @@ def test_pinning_a_failed_or_unknown_backend_is_one_line() -> None:
 
 
 def test_json_serialises_the_explanation() -> None:
-    result = run_cli("explain", "relu", "--shapes", "20x30", "--json", fixtures=True, **DISABLED)
+    result = run_cli("explain", "relu", "--shapes", "20x30", "--json", fixtures=True, env=DISABLED)
     assert result.status == 0
     data = result.json()
     assert data["schema"] == 1 and data["op"] == "relu"
@@ -108,7 +108,7 @@ def test_json_serialises_the_explanation() -> None:
 
 
 def test_json_of_an_impossible_call() -> None:
-    result = run_cli("explain", "relu", "--shapes", "20x30", "--strict", "--json", fixtures=True, **DISABLED)
+    result = run_cli("explain", "relu", "--shapes", "20x30", "--strict", "--json", fixtures=True, env=DISABLED)
     assert result.status == 1
     data = result.json()
     assert data["chosen"] is None and data["backend"] is None and "no kernel accepts" in data["error"]

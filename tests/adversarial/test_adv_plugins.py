@@ -195,9 +195,9 @@ def test_the_deep_doctor_finds_bad_string_kernels(install, tmp_path: Path) -> No
         _spec("advref") + _relu_kernels("registrar.add_kernel('relu', 'nosuch_mod_q:relu', dtypes=['float32'])"),
     )
     env = {"PYTHONPATH": f"{tmp_path}{':' + sys.path[0]}", "OPCORE_DISABLE": "cpu,cuda,onnxruntime,openvino,example"}
-    quick = run_cli("doctor", "--quick", **env)
+    quick = run_cli("doctor", "--quick", env=env)
     assert quick.status == 0, quick.out[-2000:]
-    deep = run_cli("doctor", "--quick", "--deep", **env)
+    deep = run_cli("doctor", "--quick", "--deep", env=env)
     assert deep.status == 1 and "backend 'advref'" in deep.out and "nosuch_mod_q" in deep.out
 
 
@@ -271,7 +271,7 @@ DOCTOR_CASES = {
 @pytest.mark.parametrize("case", DOCTOR_CASES, ids=list(DOCTOR_CASES))
 def test_the_doctor_exit_status_says_whether_calls_will_fail(case: str) -> None:
     env, status = DOCTOR_CASES[case]
-    result = run_cli("doctor", "--quick", **env)
+    result = run_cli("doctor", "--quick", env=env)
     assert result.status == status, result.out[-3000:]
     if case == "OPCORE_DISABLE=bogus":
         assert "'bogus', which no installed plugin or distribution provides" in result.out
