@@ -40,6 +40,8 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 @hookspec
 def opcore_backend() -> BackendSpec:
     """Return the backend's BackendSpec. Must be cheap: no heavy imports here."""
+    # a specification: pluggy calls the plugins' implementations, never this body
+    raise NotImplementedError
 
 
 @hookspec

@@ -224,11 +224,12 @@ def _expected_meta(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tu
 def _check_container(where: str, result: Any, args: tuple[Any, ...], kwargs: dict[str, Any], p: _Placement) -> None:
     kinds = [array_kind_of(t) for t in _flat_arrays([*args, *kwargs.values()])]
     wanted = kinds[0] if kinds else ArrayKind.NUMPY
+    wanted_name = wanted.value if wanted is not None else "these"
     for item in _as_tuple(result):
         found = array_kind_of(item)
         if found is not wanted:
             raise ConformanceError(
-                f"{where}\n  returned {type(item).__name__} for {wanted.value} inputs (the caller's kind comes back)"
+                f"{where}\n  returned {type(item).__name__} for {wanted_name} inputs (the caller's kind comes back)"
             )
         if found is ArrayKind.TORCH and item.device.type != p.device:
             raise ConformanceError(f"{where}\n  returned a tensor on {item.device} for inputs on {p.device}")
@@ -275,7 +276,9 @@ def _compare(where: str, got: Any, want: Any, rtol: float, atol: float) -> None:
             actual, expected, equal_nan=actual.dtype.kind == "f"
         )
         if not same:
-            wrong = numpy.argwhere(~_equal(actual, expected)) if actual.shape == expected.shape else []
+            wrong: numpy.ndarray | list[Any] = (
+                numpy.argwhere(~_equal(actual, expected)) if actual.shape == expected.shape else []
+            )
             at = tuple(int(i) for i in wrong[0]) if len(wrong) else ()
             detail = f"at index {at}: got {actual[at]!r}, expected {expected[at]!r}" if len(wrong) else ""
             raise ConformanceError(

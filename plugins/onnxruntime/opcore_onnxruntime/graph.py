@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy
+from numpy.typing import DTypeLike
 from onnx import ModelProto, TensorProto, helper, numpy_helper
 
 from opcore.onemodel.op import Scalar
@@ -162,7 +163,7 @@ class Graph:
         self,
         op_type: str,
         *inputs: Value | None,
-        dtype: numpy.dtype | str | None = None,
+        dtype: DTypeLike | None = None,
         rank: int | None = -1,
         domain: str = "",
         **attributes: Any,
