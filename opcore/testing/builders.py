@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy
 
 from opcore.testing.records import Sample, TensorInput, Tolerance
 from opcore.types import DType
 
-__all__ = ["SampleSet", "shape_id", "tensor_of", "z"]
+__all__ = ["SampleSet", "ValueRange", "shape_id", "tensor_of", "z"]
 
 
 def shape_id(shape: tuple[int, ...]) -> str:
@@ -33,6 +33,13 @@ def z(*shape: int, dtype: str = "float32") -> TensorInput:
 def tensor_of(values: Any, dtype: str | None = None, *, layout: str = "contiguous") -> TensorInput:
     """A TensorInput holding exactly these values (special values, data-dependent errors)."""
     return TensorInput.of(numpy.asarray(values), dtype, layout=layout)
+
+
+class ValueRange(TypedDict, total=False):
+    """``SampleSet.tensor``'s value bounds, passed as ``**options``: ``{"low": 0, "high": 3}``."""
+
+    low: float
+    high: float
 
 
 class SampleSet:

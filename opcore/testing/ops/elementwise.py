@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import TypedDict
 
 from opcore.errors import ArgumentError, DTypeError, ShapeError
 from opcore.opset import BUILTIN_DTYPES
@@ -36,6 +37,12 @@ _BOOL_SCALARS = [("bool", True), ("bool", 2), ("int64", True)]  # sub refuses bo
 _SPECIAL = [-math.inf, -1000.0, -30.0, -1.0, -0.0, 0.0, 1e-8, 1.0, 30.0, 1000.0, math.inf, math.nan]
 
 
+class _Attributes(TypedDict, total=False):
+    """The attribute variants unary samples are repeated over (typed: they go in as ``**attrs``)."""
+
+    approximate: str
+
+
 def _dtypes(op: str) -> list[str]:
     return [d.value for d in DType if d in BUILTIN_DTYPES[op]]
 
@@ -45,8 +52,8 @@ def binary_samples(op: str) -> Iterable[Sample]:
     s = SampleSet(op)
     no_bool = op == "sub"
 
-    def other(shape: tuple[int, ...], dtype: str = "float32", **options: str) -> object:
-        return s.nonzero(shape, dtype, **options) if op == "div" else s.tensor(shape, dtype, **options)
+    def other(shape: tuple[int, ...], dtype: str = "float32", layout: str = "contiguous") -> object:
+        return s.nonzero(shape, dtype, layout=layout) if op == "div" else s.tensor(shape, dtype, layout=layout)
 
     for dtype in _dtypes(op):
         s.add(dtype, s.tensor((3, 4), dtype, low=-9, high=9), other((3, 4), dtype))
@@ -149,7 +156,9 @@ def unary_samples(op: str) -> Iterable[Sample]:
     for an op with attribute variants (gelu's approximate), every variant over the same families.
     """
     s = SampleSet(op)
-    variants: list[dict[str, str]] = [{}] + ([{"approximate": "tanh"}] if op == "gelu" else [])
+    variants: list[_Attributes] = [{}]
+    if op == "gelu":
+        variants.append({"approximate": "tanh"})
     for attrs in variants:
         tag = "".join(f"-{value}" for value in attrs.values())
         for dtype in _dtypes(op):

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 import numpy
 
 from opcore.errors import ArgumentError, DTypeError, ShapeError
-from opcore.testing.builders import SampleSet, shape_id, tensor_of, z
+from opcore.testing.builders import SampleSet, ValueRange, shape_id, tensor_of, z
 from opcore.testing.records import ErrorInput, OpEntry, Sample
 from opcore.testing.tolerances import REDUCED_PRECISION_CHAINS
 
@@ -17,7 +17,7 @@ FLOATS = ("float32", "float16", "float64", "bfloat16")
 INTS = ("int64", "int32", "int16", "int8", "uint8")
 
 
-def int_range(dtype: str) -> dict[str, float]:
+def int_range(dtype: str) -> ValueRange:
     """Small integers, so that integer products stay exact (torch wraps as the reference does)."""
     if dtype in INTS:
         return {"low": 0, "high": 3} if dtype == "uint8" else {"low": -3, "high": 3}

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 import numpy
 
 from opcore.errors import ArgumentError, DTypeError, ShapeError
-from opcore.testing.builders import SampleSet, shape_id, tensor_of, z
+from opcore.testing.builders import SampleSet, ValueRange, shape_id, tensor_of, z
 from opcore.testing.records import ErrorInput, OpEntry, Sample
 from opcore.testing.tolerances import REDUCED_PRECISION_CHAINS
 
@@ -58,7 +58,7 @@ def conv2d_samples() -> Iterable[Sample]:
         name = f"x{shape_id(x_shape)}-w{shape_id(w_shape)}-s{stride}-p{padding}-d{dilation}-g{groups}"
         s.add(name.replace(" ", ""), s.tensor(x_shape), s.tensor(w_shape), bias, stride, padding, dilation, groups)
     for dtype in ("float32", "float16", "float64", "bfloat16", "int64", "int32", "int16", "int8", "uint8"):
-        options = {"low": 0, "high": 2} if dtype in ("int8", "uint8") else {}
+        options: ValueRange = {"low": 0, "high": 2} if dtype in ("int8", "uint8") else {}
         x, w = s.tensor((2, 4, 6, 6), dtype, **options), s.tensor((4, 2, 3, 3), dtype, **options)
         s.add(dtype, x, w, s.tensor((4,), dtype, **options), 1, 1, 1, 2)
     for layout in ("transposed", "strided"):
