@@ -193,3 +193,16 @@ def test_non_tensor_inputs_are_baked_in_and_checked():
     assert close(plan(x, flag=True, scale=3.0), x * 3.0)
     with pytest.raises(opcore.ArgumentError, match="baked into the plan"):
         plan(x, flag=True, scale=4.0)
+
+
+def test_view_ops_map_to_their_contracts():
+    class Views(torch.nn.Module):
+        def forward(self, x):
+            return x.unsqueeze(1).squeeze(1).flatten(1).expand(2, -1)[:, 1:3].select(1, 0) + x.flatten()[0]
+
+    x = torch.randn(1, 4, 3)
+    plan = opcore.graph.capture(Views(), (x,), partitions=False)
+    ops = [n.op for n in plan.graph.nodes]
+    assert {"unsqueeze", "squeeze", "expand", "slice", "select"} <= set(ops)
+    assert not any(op.startswith("aten.") for op in ops)
+    assert close(plan(x), Views()(x))

@@ -132,6 +132,14 @@ RULES: Mapping[str, Rule] = {
     "aten.reshape.default": _rule("reshape", x="self", shape="size"),
     "aten._unsafe_view.default": _rule("reshape", x="self", shape="size"),
     "aten.cat.default": _rule("cat", tensors="tensors", dim="dim"),
+    "aten.unsqueeze.default": _rule("unsqueeze", x="self", dim="dim"),
+    "aten.squeeze.default": _rule("squeeze", x="self"),
+    "aten.squeeze.dim": _rule("squeeze", x="self", dim=Convert("dim", lambda d: (d,))),
+    "aten.squeeze.dims": _rule("squeeze", x="self", dim="dim"),
+    "aten.flatten.using_ints": _rule("flatten", x="self", start_dim="start_dim", end_dim="end_dim"),
+    "aten.expand.default": _rule("expand", x="self", size="size"),
+    "aten.slice.Tensor": _rule("slice", x="self", dim="dim", start="start", end="end", step="step"),
+    "aten.select.int": _rule("select", x="self", dim="dim", index="index"),
 }
 
 

@@ -27,8 +27,13 @@ __all__ = ["Cost", "PartitionRecord", "order_units", "pays", "place_partitions"]
 
 # Ops that only move or view data: cheap per node in torch, so they count for less when deciding
 # whether a partition pays, and they never split one (they join a neighbouring partition).
-SHAPE_OPS = frozenset({"reshape", "transpose", "permute", "cat", "aten.slice.Tensor", "aten.unsqueeze.default",
-                       "aten.squeeze.dim", "aten.expand.default", "aten.select.int", "aten.clone.default"})  # fmt: skip
+SHAPE_OPS = frozenset(
+    {
+        "reshape", "transpose", "permute", "cat", "unsqueeze", "squeeze", "flatten", "expand", "slice", "select",
+        "aten.slice.Tensor", "aten.unsqueeze.default", "aten.squeeze.dim", "aten.expand.default", "aten.select.int",
+        "aten.clone.default",
+    }
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
