@@ -73,10 +73,12 @@ def test_ops_lists_the_builtins() -> None:
 def test_infer_meta_needs_no_data() -> None:
     x, w = TensorMeta((2, 8), DType.FLOAT32), TensorMeta((4, 8), DType.FLOAT32)
     out = opcore.infer_meta("linear", x, w)
+    assert isinstance(out, TensorMeta)
     assert out.shape == (2, 4) and out.dtype is DType.FLOAT32
     with pytest.raises(opcore.ShapeError, match=r"^linear\(\)"):
         opcore.infer_meta("linear", x, TensorMeta((4, 7), DType.FLOAT32))
-    assert opcore.infer_meta("softmax", x, dim=-1).shape == (2, 8)
+    softmax = opcore.infer_meta("softmax", x, dim=-1)
+    assert isinstance(softmax, TensorMeta) and softmax.shape == (2, 8)
 
 
 def test_backends_returns_reports() -> None:
@@ -88,4 +90,5 @@ def test_backends_returns_reports() -> None:
 def test_run_signature_keeps_the_op_positional_only() -> None:
     x = numpy.ones(3, numpy.float32)
     with pytest.raises(TypeError):
-        opcore.run(op="relu", x=x)  # the op name is positional-only, so kernels may have an 'op' argument
+        # the op name is positional-only, so kernels may have an 'op' argument; the call is wrong on purpose
+        opcore.run(op="relu", x=x)  # type: ignore[call-arg]

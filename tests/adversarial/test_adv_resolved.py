@@ -60,7 +60,7 @@ def test_a_pinned_resolved_op_hands_over_within_its_backend_as_run_does() -> Non
     opcore.register_plugin(plugin)
     numpy.testing.assert_array_equal(opcore.run("relu", X, backend="twokernels"), numpy.maximum(X, 0))
     resolved = opcore.resolve("relu", X, backend="twokernels")
-    assert resolved.kernel.label == "fast"
+    assert resolved.kernel is not None and resolved.kernel.label == "fast"
     numpy.testing.assert_array_equal(resolved(X), numpy.maximum(X, 0))
 
 
