@@ -22,4 +22,5 @@ FAMILIES: tuple[str, ...] = (
     "normalization",
     "nn",
     "shape",
+    "indexing",
 )

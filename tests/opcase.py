@@ -56,8 +56,8 @@ def _is_torch(value: Any) -> bool:
 def _meta_of(value: Any) -> Any:
     if is_tensor(value):
         return TensorMeta.of(value)
-    if isinstance(value, tuple) and value and all(is_tensor(v) for v in value):
-        return tuple(TensorMeta.of(v) for v in value)
+    if isinstance(value, tuple) and value and all(v is None or is_tensor(v) for v in value):
+        return tuple(None if v is None else TensorMeta.of(v) for v in value)  # Tensor[] and Tensor?[]
     return value
 
 
@@ -95,12 +95,19 @@ def call(op_name: str, *args: Any, **kwargs: Any) -> Any:
         raise AssertionError(f"{op_name}: the reference kernel wrote into its inputs")
     bound = contract.schema.bind(args, kwargs)
     expected = contract.meta(*(_meta_of(value) for value in bound))
-    if _is_torch(result):
-        got = TensorMeta.of(result)
-        if got.shape != expected.shape or got.dtype is not expected.dtype:
-            raise AssertionError(f"{op_name}: got {got.describe()}, the meta function said {expected.describe()}")
+    if isinstance(expected, tuple):  # a list result: one meta per piece
+        if not isinstance(result, tuple) or len(result) != len(expected):
+            raise AssertionError(f"{op_name}: expected {len(expected)} results, got {type(result).__name__}")
+        pairs = list(zip(result, expected))
     else:
-        check_result(op_name, result, expected)
+        pairs = [(result, expected)]
+    for piece, meta in pairs:
+        if _is_torch(piece):
+            got = TensorMeta.of(piece)
+            if got.shape != meta.shape or got.dtype is not meta.dtype:
+                raise AssertionError(f"{op_name}: got {got.describe()}, the meta function said {meta.describe()}")
+        else:
+            check_result(op_name, piece, meta)
     return result
 
 

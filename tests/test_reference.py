@@ -75,6 +75,12 @@ SAMPLES: dict[str, Callable[[Factory], tuple[Any, ...]]] = {
     "expand": lambda t: (t((3, 1)), (2, -1, 4)),
     "slice": lambda t: (t((4, 3)), 0, 1, None, 2),
     "select": lambda t: (t((4, 3)), 1, -1),
+    "gather": lambda t: (t((3, 4)), 1, t((3, 2), DType.INT64)),
+    "index": lambda t: (t((3, 4)), (None, t((2,), DType.INT64))),
+    "split": lambda t: (t((5, 2)), 2, 0),
+    "split_with_sizes": lambda t: (t((5, 2)), (1, 4), 0),
+    "chunk": lambda t: (t((5, 2)), 2, 0),
+    "pad": lambda t: (t((2, 3)), (1, -1, 0, 2), "constant", 1),
 }  # fmt: skip
 
 

@@ -88,7 +88,8 @@ def test_samples_cover_every_dtype_the_contract_accepts(op):
 
 # ops whose contract needs every tensor to have at least one (two, three) dimensions
 NO_SCALAR = {"bmm", "conv2d", "scaled_dot_product_attention", "cat", "layer_norm", "rms_norm", "gated_mlp",
-             "linear_relu", "linear_silu", "linear_gelu", "matmul", "slice", "select"}  # fmt: skip
+             "linear_relu", "linear_silu", "linear_gelu", "matmul", "slice", "select",
+             "split", "split_with_sizes", "chunk"}  # fmt: skip
 NO_1D = {"bmm", "scaled_dot_product_attention"}
 
 

@@ -16,10 +16,18 @@ import numpy
 from opcore.errors import ArgumentError
 from opcore.meta import promote_types, result_type
 from opcore.onemodel.op import Scalar
+from opcore.opset.indexing import check_index_range
 from opcore.opset.shape import is_skipped_in_cat
 from opcore.types import DType, TensorMeta
 
-__all__ = ["cat_through", "check_embedding_indices", "promoted", "result_dtype", "transpose_perm"]
+__all__ = [
+    "cat_through",
+    "check_embedding_indices",
+    "check_gather_indices",
+    "promoted",
+    "result_dtype",
+    "transpose_perm",
+]
 
 
 def result_dtype(x: Any, other: Any, dtype_and_rank: Callable[[Any], tuple[numpy.dtype, int]]) -> numpy.dtype:
@@ -66,6 +74,14 @@ def check_embedding_indices(input: numpy.ndarray, weight: numpy.ndarray, padding
                 found=f"index {low if low < 0 else high} (index out of range)",
                 fix="indices must be non-negative and below num_embeddings",
             )
+
+
+def check_gather_indices(x: numpy.ndarray, dim: int, index: numpy.ndarray) -> None:
+    """A runtime's GatherElements wraps negative indices and fails (or reads past) for large ones;
+    torch refuses both: the gather kernels check first."""
+    if index.size:
+        size = x.shape[dim] if x.ndim else 1
+        check_index_range("index", int(index.min()), int(index.max()), size, negative=False)
 
 
 def cat_through(kernel: Callable[..., Any]) -> Callable[[tuple[numpy.ndarray, ...], int], numpy.ndarray]:

@@ -28,12 +28,14 @@ import torch
 import torch.nn.functional as F
 
 from opcore.errors import ArgumentError
+from opcore.opset.indexing import check_index_range
 
 __all__ = [
     "abs",
     "add",
     "bmm",
     "cat",
+    "chunk",
     "conv2d",
     "conv2d_relu",
     "conv2d_silu",
@@ -46,9 +48,11 @@ __all__ = [
     "expand",
     "flatten",
     "gated_mlp",
+    "gather",
     "ge",
     "gelu",
     "gt",
+    "index",
     "layer_norm",
     "le",
     "linear",
@@ -64,6 +68,7 @@ __all__ = [
     "mul",
     "ne",
     "neg",
+    "pad",
     "permute",
     "relu",
     "reshape",
@@ -77,6 +82,8 @@ __all__ = [
     "slice",
     "softmax",
     "sqrt",
+    "split",
+    "split_with_sizes",
     "squeeze",
     "sub",
     "tanh",
@@ -314,6 +321,54 @@ def slice(x: Tensor, dim: int, start: int | None, end: int | None, step: int) ->
 def cat(tensors: tuple[Tensor, ...], dim: int) -> Tensor:
     """Joined along dim in the promoted dtype; torch skips 1-D empty tensors as the contract does."""
     return torch.cat(tensors, dim)
+
+
+# --- indexing ----------------------------------------------------------------------------------
+
+
+def _check_range(arg: str, index: Tensor, size: int, negative: bool) -> None:
+    if index.numel():
+        check_index_range(arg, int(index.min()), int(index.max()), size, negative=negative)
+
+
+def gather(x: Tensor, dim: int, index: Tensor) -> Tensor:
+    """x's values at index along dim; an index out of range (data) is reported as the reference does."""
+    try:
+        return torch.gather(x, dim, index)
+    except RuntimeError:
+        _check_range("index", index, x.shape[dim] if x.dim() else 1, False)
+        raise
+
+
+def index(x: Tensor, indices: tuple[Tensor | None, ...]) -> Tensor:
+    """x[i0, :, i2, ...] (aten.index.Tensor); an index out of range names the index that holds it."""
+    try:
+        return torch.ops.aten.index.Tensor(x, list(indices))
+    except (IndexError, RuntimeError):
+        for i, idx in enumerate(indices):
+            if idx is not None:
+                _check_range(f"indices[{i}]", idx, x.shape[i], True)
+        raise
+
+
+def split(x: Tensor, split_size: int, dim: int) -> tuple[Tensor, ...]:
+    """Views of split_size along dim."""
+    return tuple(torch.split(x, split_size, dim))
+
+
+def split_with_sizes(x: Tensor, split_sizes: tuple[int, ...], dim: int) -> tuple[Tensor, ...]:
+    """Views of the given sizes along dim."""
+    return tuple(torch.split(x, list(split_sizes), dim))
+
+
+def chunk(x: Tensor, chunks: int, dim: int) -> tuple[Tensor, ...]:
+    """Views of ceil(size / chunks) along dim."""
+    return tuple(torch.chunk(x, chunks, dim))
+
+
+def pad(x: Tensor, pad: tuple[int, ...], mode: str, value: Any) -> Tensor:
+    """torch.nn.functional.pad in constant mode (the only mode the contract takes)."""
+    return F.pad(x, pad, mode, value)
 
 
 # --- fused ops that torch runs as two calls ------------------------------------------------------

@@ -60,7 +60,14 @@ def _sdpa(query: TensorMeta, key: TensorMeta, *rest: Any) -> bool | str:
     return True
 
 
+def _pad(x: TensorMeta, *rest: Any) -> bool | str:
+    if x.dtype is DType.INT16:
+        return "ONNX Runtime has no int16 Pad kernel"
+    return True
+
+
 _SPECIFIC: dict[str, Checker] = {
+    "pad": _pad,
     "scaled_dot_product_attention": _sdpa,
     "gelu": _gelu_float64,
     "erf": _erf,

@@ -99,7 +99,16 @@ def _sdpa(query: TensorMeta, key: TensorMeta, value: TensorMeta, *rest: Any) -> 
     return True
 
 
+def _gather(x: TensorMeta, dim: int, index: TensorMeta) -> bool | str:
+    axis = dim % max(x.ndim, 1)
+    if any(have != size for d, (have, size) in enumerate(zip(index.shape, x.shape)) if d != axis):
+        # a Slice of x to index's sizes is optimized away by the CPU plugin, so it cannot be fixed in the graph
+        return "OpenVINO's GatherElements needs index as large as x on every dim but dim (torch allows smaller)"
+    return True
+
+
 _SPECIFIC: dict[str, Checker] = {
+    "gather": _gather,
     "scaled_dot_product_attention": _sdpa,
     "add": _add,
     "sub": _add,
@@ -112,8 +121,8 @@ _SPECIFIC: dict[str, Checker] = {
     "bmm": _floating_product,
     "conv2d": _conv2d,
 }
-# embedding's indices (argument 0) may be int64: they are below the number of rows
-_SKIP = {"embedding": 0}
+# embedding's and gather's indices (arguments 0 and 2) may be int64: they are below a dim's size
+_SKIP = {"embedding": 0, "gather": 2}
 
 
 def checker_for(op: str) -> Checker:

@@ -1,0 +1,251 @@
+"""Indexing contracts: gather, index (aten.index.Tensor), split, split_with_sizes, chunk (list
+results) and pad (constant mode).
+
+>>> from opcore.types import TensorMeta, DType
+>>> [m.shape for m in CHUNK.meta(TensorMeta((5, 2), DType.FLOAT32), 2, 0)]
+[(3, 2), (2, 2)]
+"""
+
+from __future__ import annotations
+
+from opcore.contracts import OpContract, define_op
+from opcore.errors import ArgumentError, DTypeError, ShapeError
+from opcore.meta import ALL_DTYPES, broadcast_shapes, check_choice, normalize_dim, shape_text
+from opcore.types import DType, TensorMeta
+
+__all__ = [
+    "CHUNK",
+    "CONTRACTS",
+    "GATHER",
+    "INDEX",
+    "PAD",
+    "SPLIT",
+    "SPLIT_WITH_SIZES",
+    "check_index_range",
+    "chunk_sizes",
+    "split_sizes",
+]
+
+INDEX_DTYPES = frozenset({DType.INT64, DType.INT32})
+
+
+def _check_index_dtype(op_arg: str, meta: TensorMeta, allowed: frozenset[DType]) -> None:
+    if meta.dtype not in allowed:
+        names = " or ".join(sorted(d.value for d in allowed))
+        raise DTypeError(
+            arg=op_arg,
+            expected=f"an index tensor of {names}",
+            found=str(meta.dtype),
+            fix=f"convert the index with .to({names.split(' or ')[0]})",
+        )
+
+
+def check_index_range(arg: str, low: int, high: int, size: int, *, negative: bool) -> None:
+    """Indices are data, so no meta function sees them: every backend's kernel checks the smallest
+    and largest index it was given with this (``negative``: -size..-1 count from the end, as in
+    index; gather takes 0..size-1 only).
+
+    >>> check_index_range("index", 0, 2, 3, negative=False)
+    """
+    lowest = -size if negative else 0
+    if low < lowest or high >= size:
+        raise ArgumentError(
+            arg=arg,
+            expected=f"indices in [{lowest}, {size - 1}] (the indexed dim has size {size})",
+            found=f"index {low if low < lowest else high} (index out of range)",
+            fix="keep every index within the dim's size",
+        )
+
+
+def gather_meta(x: TensorMeta, dim: int, index: TensorMeta) -> TensorMeta:
+    """index's shape, x's dtype; index as many dims as x, no larger than x except along dim."""
+    _check_index_dtype("index", index, frozenset({DType.INT64}))
+    axis = normalize_dim("dim", dim, x.ndim)
+    if max(index.ndim, 1) != max(x.ndim, 1):
+        raise ShapeError(
+            arg="index",
+            expected=f"a {x.ndim}-D index, as many dims as 'x' {shape_text(x.shape)}",
+            found=f"a {index.ndim}-D index of shape {shape_text(index.shape)}",
+        )
+    for d, (have, size) in enumerate(zip(index.shape, x.shape)):
+        if d != axis and have > size:
+            raise ShapeError(
+                arg="index",
+                expected=f"size <= {size} at dim {d}, as 'x' {shape_text(x.shape)} (only dim {axis} may be larger)",
+                found=f"shape {shape_text(index.shape)}",
+            )
+    return TensorMeta(index.shape, x.dtype, x.device)
+
+
+def index_meta(x: TensorMeta, indices: tuple[TensorMeta | None, ...]) -> TensorMeta:
+    """x indexed by integer tensors at some dims (None: the whole dim), as x[i0, :, i2]: the
+    indices broadcast together; their result dims replace the indexed dims in place when those
+    are adjacent, else lead (NumPy's and torch's rule)."""
+    if len(indices) > x.ndim:
+        raise ShapeError(
+            arg="indices",
+            expected=f"at most {x.ndim} indices, one per dimension of 'x' {shape_text(x.shape)}",
+            found=f"{len(indices)} indices",
+        )
+    given = [i for i, meta in enumerate(indices) if meta is not None]
+    if not given:
+        raise ArgumentError(arg="indices", expected="at least one index tensor", found="only None",
+                            fix="a plain view needs no index")  # fmt: skip
+    for i in given:
+        meta = indices[i]
+        assert meta is not None  # for the type checker: given lists non-None positions only
+        if meta.dtype is DType.BOOL or meta.dtype is DType.UINT8:
+            raise DTypeError(
+                arg=f"indices[{i}]",
+                expected="an integer index tensor (int64 or int32)",
+                found=f"a {meta.dtype} mask (its result shape depends on the data)",
+                fix="turn the mask into indices first (mask.nonzero()), or use masked_fill/where",
+            )
+        _check_index_dtype(f"indices[{i}]", meta, INDEX_DTYPES)
+    shape = broadcast_shapes(*((f"indices[{i}]", indices[i].shape) for i in given))  # type: ignore[union-attr]
+    rest = [x.shape[d] for d in range(x.ndim)]
+    adjacent = given == list(range(given[0], given[-1] + 1))
+    if adjacent:
+        out = (*rest[: given[0]], *shape, *rest[given[-1] + 1 :])
+    else:
+        out = (*shape, *(rest[d] for d in range(x.ndim) if d not in given))
+    return TensorMeta(tuple(out), x.dtype, x.device)
+
+
+def _check_splittable(x: TensorMeta, dim: int) -> int:
+    if x.ndim == 0:
+        raise ShapeError(arg="x", expected="a tensor of at least 1 dimension (a 0-D tensor cannot be split)",
+                         found="a 0-D tensor")  # fmt: skip
+    return normalize_dim("dim", dim, x.ndim)
+
+
+def _pieces(x: TensorMeta, axis: int, sizes: list[int]) -> tuple[TensorMeta, ...]:
+    return tuple(TensorMeta((*x.shape[:axis], p, *x.shape[axis + 1 :]), x.dtype, x.device) for p in sizes)
+
+
+def split_sizes(size: int, split_size: int) -> list[int]:
+    """torch.split's pieces of a dim of ``size``: split_size each, the last smaller; one piece
+    when the dim is empty."""
+    if size == 0:
+        return [0]
+    return [min(split_size, size - start) for start in range(0, size, split_size)]
+
+
+def chunk_sizes(size: int, chunks: int) -> list[int]:
+    """torch.chunk's pieces: split by ceil(size / chunks), so there may be fewer than chunks;
+    an empty dim gives chunks empty pieces."""
+    if size == 0:
+        return [0] * chunks
+    return split_sizes(size, -(-size // chunks))
+
+
+def split_meta(x: TensorMeta, split_size: int, dim: int) -> tuple[TensorMeta, ...]:
+    """Pieces of split_size along dim, the last one smaller."""
+    axis = _check_splittable(x, dim)
+    size = x.shape[axis]
+    if split_size < 0 or (split_size == 0 and size != 0):
+        raise ArgumentError(arg="split_size", expected=f"a size >= 1 (0 only for an empty dim; dim {axis} has {size})",
+                            found=str(split_size))  # fmt: skip
+    return _pieces(x, axis, split_sizes(size, split_size))
+
+
+def split_with_sizes_meta(x: TensorMeta, split_sizes: tuple[int, ...], dim: int) -> tuple[TensorMeta, ...]:
+    """One piece per size, the sizes adding up to x's size along dim."""
+    axis = _check_splittable(x, dim)
+    for i, size in enumerate(split_sizes):
+        if size < 0:
+            raise ArgumentError(arg=f"split_sizes[{i}]", expected="a size >= 0", found=str(size))
+    if sum(split_sizes) != x.shape[axis]:
+        raise ShapeError(
+            arg="split_sizes",
+            expected=f"sizes adding up to {x.shape[axis]} (dim {axis} of 'x' {shape_text(x.shape)})",
+            found=f"{list(split_sizes)} (sum {sum(split_sizes)})",
+        )
+    return _pieces(x, axis, list(split_sizes))
+
+
+def chunk_meta(x: TensorMeta, chunks: int, dim: int) -> tuple[TensorMeta, ...]:
+    """At most chunks pieces of ceil(size / chunks) along dim."""
+    axis = _check_splittable(x, dim)
+    if chunks < 1:
+        raise ArgumentError(arg="chunks", expected="a number of chunks >= 1", found=str(chunks))
+    return _pieces(x, axis, chunk_sizes(x.shape[axis], chunks))
+
+
+def pad_meta(x: TensorMeta, pad: tuple[int, ...], mode: str, value: bool | int | float | None) -> TensorMeta:
+    """x grown (or, for negative pads, cut) at both ends of its last len(pad) / 2 dims, the last
+    dim first: pad = (left, right, top, bottom, ...)."""
+    check_choice("mode", mode, ("constant",))
+    if len(pad) % 2:
+        raise ArgumentError(arg="pad", expected="an even number of pads (a before and an after per dim)",
+                            found=f"{len(pad)}: {list(pad)}")  # fmt: skip
+    if len(pad) // 2 > x.ndim:
+        raise ShapeError(
+            arg="pad",
+            expected=f"at most {2 * x.ndim} pads, two per dimension of 'x' {shape_text(x.shape)}",
+            found=f"{len(pad)}: {list(pad)}",
+        )
+    shape = list(x.shape)
+    for i in range(len(pad) // 2):
+        d = x.ndim - 1 - i
+        shape[d] += pad[2 * i] + pad[2 * i + 1]
+        if shape[d] < 0:
+            raise ShapeError(
+                arg="pad",
+                expected=f"pads leaving dim {d} (size {x.shape[d]}) a size >= 0",
+                found=f"{list(pad)}, giving size {shape[d]}",
+            )
+    return TensorMeta(tuple(shape), x.dtype, x.device)
+
+
+GATHER = define_op(
+    "gather(Tensor x, int dim, Tensor index) -> Tensor",
+    meta=gather_meta,
+    dtypes=ALL_DTYPES,
+    family="indexing",
+    doc="out[i][j] = x[index[i][j]][j] (for dim 0): values picked along dim; mirrors torch.gather.",
+    tags=("indexing",),
+)
+INDEX = define_op(
+    "index(Tensor x, Tensor?[] indices) -> Tensor",
+    meta=index_meta,
+    dtypes=ALL_DTYPES,
+    family="indexing",
+    doc="x[i0, i1, ...] with integer index tensors (None: a whole dim), broadcast together; mirrors aten.index.Tensor.",
+    tags=("indexing",),
+)
+SPLIT = define_op(
+    "split(Tensor x, int split_size, int dim=0) -> Tensor[]",
+    meta=split_meta,
+    dtypes=ALL_DTYPES,
+    family="indexing",
+    doc="x cut along dim into pieces of split_size (the last smaller); mirrors torch.split with an int.",
+    tags=("shape", "view"),
+)
+SPLIT_WITH_SIZES = define_op(
+    "split_with_sizes(Tensor x, int[] split_sizes, int dim=0) -> Tensor[]",
+    meta=split_with_sizes_meta,
+    dtypes=ALL_DTYPES,
+    family="indexing",
+    doc="x cut along dim into pieces of the given sizes; mirrors torch.split with a list.",
+    tags=("shape", "view"),
+)
+CHUNK = define_op(
+    "chunk(Tensor x, int chunks, int dim=0) -> Tensor[]",
+    meta=chunk_meta,
+    dtypes=ALL_DTYPES,
+    family="indexing",
+    doc="x cut along dim into at most chunks pieces of ceil(size / chunks); mirrors torch.chunk.",
+    tags=("shape", "view"),
+)
+PAD = define_op(
+    'pad(Tensor x, int[] pad, str mode="constant", Scalar? value=None) -> Tensor',
+    meta=pad_meta,
+    dtypes=ALL_DTYPES,
+    family="indexing",
+    doc="x padded with value (default 0) at both ends of its last dims, last dim first; negative pads cut; "
+    "mirrors torch.nn.functional.pad in constant mode.",
+    tags=("shape",),
+)
+
+CONTRACTS: tuple[OpContract, ...] = (GATHER, INDEX, SPLIT, SPLIT_WITH_SIZES, CHUNK, PAD)
