@@ -21,7 +21,6 @@ torch.Size([2, 4])
 
 from __future__ import annotations
 
-import builtins
 from typing import Any
 
 import torch
@@ -314,8 +313,8 @@ def expand(x: Tensor, size: tuple[int, ...]) -> Tensor:
 
 
 def slice(x: Tensor, dim: int, start: int | None, end: int | None, step: int) -> Tensor:
-    """x[start:end:step] along dim (a view); Python slicing clamps the bounds as aten.slice does."""
-    return x[(builtins.slice(None),) * (dim % x.dim()) + (builtins.slice(start, end, step),)]
+    """x[start:end:step] along dim (a view), the bounds clamped by aten.slice (torch's own x[a:b:c])."""
+    return torch.ops.aten.slice.Tensor(x, dim, start, end, step)
 
 
 def cat(tensors: tuple[Tensor, ...], dim: int) -> Tensor:
