@@ -49,7 +49,7 @@ def check(op: str, *args: Any, loose: bool = False, label: str = ATEN_LABEL, **k
     actual = opcore.run(op, *args, backend="cpu", **kwargs)
     expected = opcore.run(op, *args, backend="reference", **kwargs)
     meta = opcore.infer_meta(op, *(_metas(a) for a in args), **kwargs)
-    assert isinstance(actual, torch.Tensor)
+    assert isinstance(actual, torch.Tensor) and isinstance(meta, TensorMeta)
     assert DType.from_torch(actual.dtype) is meta.dtype, f"{op}: {actual.dtype}, the contract says {meta.dtype}"
     assert tuple(actual.shape) == meta.shape
     name = str(expected.dtype).removeprefix("torch.")
