@@ -91,14 +91,14 @@ def load_callable(value: Callable[..., Any] | str) -> Callable[..., Any]:
     """
     if not isinstance(value, str):
         return value
-    found = _LOADED.get(value)
-    if found is None:
+    loaded = _LOADED.get(value)
+    if loaded is None:
         module_name, _, qualname = value.partition(":")
-        found = importlib.import_module(module_name)
+        found: Any = importlib.import_module(module_name)
         for part in qualname.split("."):
             found = getattr(found, part)
-        _LOADED[value] = found
-    return found
+        loaded = _LOADED[value] = found
+    return loaded
 
 
 def as_dtypes(values: Iterable[DType | str] | DType | str) -> frozenset[DType]:
