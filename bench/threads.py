@@ -113,7 +113,8 @@ def run_threads(
 
 
 def _cache_text(backend: str) -> str:
-    details = dict(next(r for r in opcore.backends() if r.name == backend).backend.describe() or {})
+    spec = next(r for r in opcore.backends() if r.name == backend).backend
+    details = dict(spec.describe() or {}) if spec is not None and spec.describe is not None else {}
     return next((value for name, value in details.items() if "cache" in name), "")
 
 

@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import torch.nn.functional as F  # noqa: E402
-from torch import nn  # noqa: E402
+from torch import Tensor, nn  # noqa: E402
 
 import opcore  # noqa: E402
 import opcore.nn  # noqa: E402
@@ -32,7 +32,7 @@ class SelfAttention(nn.Module):
         self.heads = heads
         self.wq, self.wk, self.wv, self.wo = (nn.Linear(hidden, hidden, bias=False) for _ in range(4))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: Tensor) -> Tensor:
         b, s, _ = x.shape
         q, k, v = (p(x).view(b, s, self.heads, -1).transpose(1, 2) for p in (self.wq, self.wk, self.wv))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -46,7 +46,7 @@ class FeedForward(nn.Module):
         self.w3 = nn.Linear(hidden, intermediate, bias=False)  # up
         self.w2 = nn.Linear(intermediate, hidden, bias=False)  # down
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: Tensor) -> Tensor:
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
 
@@ -58,7 +58,7 @@ class Block(nn.Module):
         self.ffn_norm = nn.RMSNorm(HIDDEN, eps=1e-6)
         self.feed_forward = FeedForward(HIDDEN, INTERMEDIATE)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: Tensor) -> Tensor:
         h = x + self.attention(self.attention_norm(x))
         return h + self.feed_forward(self.ffn_norm(h))
 

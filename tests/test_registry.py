@@ -112,4 +112,5 @@ def test_define_op_checks_its_input() -> None:
     with pytest.raises(opcore.ArgumentError, match="argument 'dtype_arg' expected one of"):
         opcore.define_op("f(Tensor x) -> Tensor", meta=unary_float, dtype_arg="y")
     with pytest.raises(opcore.ArgumentError, match="argument 'meta' expected a function"):
-        opcore.define_op("f(Tensor x) -> Tensor", meta=None)
+        # a wrong meta on purpose: define_op must refuse it
+        opcore.define_op("f(Tensor x) -> Tensor", meta=None)  # type: ignore[arg-type]
