@@ -68,7 +68,18 @@ def _int_padding(args: Mapping[str, Any]) -> str | None:
     return None if not isinstance(args.get("padding"), str) else "string padding ('same'/'valid')"
 
 
-_UNARY = {name: _rule(name, x="self") for name in ("relu", "silu", "sigmoid", "tanh", "exp")}
+_UNARY = {
+    name: _rule(name, x="self")
+    for name in ("relu", "silu", "sigmoid", "tanh", "exp", "neg", "abs", "sqrt", "rsqrt", "erf", "cos", "sin")
+}
+_UNARY["logical_not"] = _rule("logical_not", x="self")
+# comparisons take a tensor or a Python number; the logical pair takes tensors only
+_COMPARISONS = {
+    f"aten.{name}.{overload}": _rule(name, x="self", other="other")
+    for name in ("eq", "ne", "lt", "le", "gt", "ge")
+    for overload in ("Tensor", "Scalar")
+}
+_LOGICAL = {f"aten.{name}.default": _rule(name, x="self", other="other") for name in ("logical_and", "logical_or")}
 
 RULES: Mapping[str, Rule] = {
     # linear algebra (kept whole by capture: never decomposed into t + addmm)
@@ -87,6 +98,8 @@ RULES: Mapping[str, Rule] = {
     "aten.div.Scalar": _rule("div", x="self", other="other"),
     "aten.div.Tensor_mode": _rule("div", x="self", other="other", rounding_mode="rounding_mode"),
     **{f"aten.{name}.default": rule for name, rule in _UNARY.items()},
+    **_COMPARISONS,
+    **_LOGICAL,
     "aten.gelu.default": _rule("gelu", x="self", approximate="approximate"),
     # nn
     "aten.embedding.default": _rule(
