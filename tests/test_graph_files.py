@@ -157,3 +157,26 @@ def test_cli_plan_shows_a_saved_plan(saved, capsys):
     record = json.loads(capsys.readouterr().out)
     assert record["summary"] == plan.summary() and record["fingerprint"]["opcore"] == opcore.__version__
     assert main(["plan", str(folder.parent / "nothing-here")]) != 0
+
+
+class TiedHead(torch.nn.Module):
+    """GPT-2's shape: the output projection is the embedding's weight (one tensor, two uses)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(16, 8)
+        self.head = torch.nn.Linear(8, 16, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.emb(ids)))
+
+
+def test_tied_weights_save_and_load(tmp_path):
+    torch.manual_seed(0)
+    model = TiedHead().eval()
+    ids = torch.randint(0, 16, (2, 5))
+    folder = tmp_path / "tied.plan"
+    opcore.graph.capture(model, (ids,)).save(folder)  # safetensors refuses tensors sharing memory
+    with torch.no_grad():
+        torch.testing.assert_close(opcore.graph.load(folder)(ids), model(ids), rtol=1e-5, atol=1e-5)

@@ -157,7 +157,14 @@ def save(plan: Any, path: Any) -> pathlib.Path:
     folder = pathlib.Path(path)
     folder.mkdir(parents=True, exist_ok=True)
     graph: Graph = plan.graph
-    weights = {name: plan.constants[name].detach().cpu().contiguous() for name in graph.constants}
+    weights = {}
+    stored: set[int] = set()
+    for name in graph.constants:
+        tensor = plan.constants[name].detach().cpu().contiguous()
+        storage = tensor.untyped_storage().data_ptr()
+        # tied weights (GPT-2's wte and lm_head) share memory, which safetensors refuses: copy the later ones
+        weights[name] = tensor.clone() if storage in stored else tensor
+        stored.add(storage)
     save_file(weights, str(folder / WEIGHTS_FILE))
     partitions = []
     for record in plan.partitions:
