@@ -150,7 +150,8 @@ def test_the_example_plugin_appears_wins_dispatch_and_disappears(venv: Path, whe
     _pip(venv, "install", "-c", CONSTRAINTS, "pytest")
     kit = _run(venv / "bin" / "python", "-m", "pytest", "--pyargs", "opcore.testing", "--opcore-backend", "example",
                "-q", "-p", "no:cacheprovider", cwd=venv.parent)  # fmt: skip
-    assert re.search(r"^example +ops 2/\d+ covered · samples \d+ passed, 0 failed", kit.stdout, re.M), kit.stdout[-3000:]
+    coverage = r"^example +ops 2/\d+ covered · samples \d+ passed, 0 failed"
+    assert re.search(coverage, kit.stdout, re.M), kit.stdout[-3000:]
 
     _pip(venv, "uninstall", "-y", "opcore-example-vendor")
     assert sorted(_plugins(venv)) == sorted(("reference", *EXTRAS))
