@@ -14,6 +14,7 @@ import opcore  # noqa: E402
 import opcore.graph  # noqa: E402
 from opcore import dispatch  # noqa: E402
 from opcore.graph.errors import CaptureError, UncoveredError  # noqa: E402
+from opcore.graph.partition import compilers  # noqa: E402
 
 
 def close(a, b, atol=1e-5):
@@ -206,3 +207,63 @@ def test_view_ops_map_to_their_contracts():
     assert {"unsqueeze", "squeeze", "expand", "slice", "select"} <= set(ops)
     assert not any(op.startswith("aten.") for op in ops)
     assert close(plan(x), Views()(x))
+
+
+def indexing_model():
+    """gather, index, pad and the list results of split / split_with_sizes / chunk (read through getitem)."""
+
+    class Indexing(torch.nn.Module):
+        def forward(self, x, i):
+            a, b = torch.split(x, 2, dim=1)
+            first, _ = torch.chunk(x, 2, dim=0)
+            _, rest = torch.split(x, [1, 3], dim=1)
+            picked = torch.gather(x, 1, i)
+            rows = x[i[:, 0]]
+            padded = torch.nn.functional.pad(x, (1, 1), value=2.0)
+            cut = torch.nn.functional.pad(x, (0, -1, 1, 0))
+            return a * b, first, rest, picked, rows, padded, cut
+
+    return Indexing()
+
+
+def test_indexing_ops_map_to_their_contracts():
+    x, i = torch.randn(4, 4), torch.randint(0, 4, (4, 2))
+    model = indexing_model()
+    plan = opcore.graph.capture(model, (x, i), partitions=False)
+    ops = [n.op for n in plan.graph.nodes]
+    # torch.chunk exports as aten.split.Tensor; F.pad as aten.pad.default
+    assert {"split", "split_with_sizes", "gather", "index", "pad"} <= set(ops)
+    assert not any(op.startswith("aten.") for op in ops), ops
+    split = next(n for n in plan.graph.nodes if n.op == "split_with_sizes")
+    assert split.outputs == (f"{split.name}.0", f"{split.name}.1")  # one IR value per piece
+    for got, want in zip(plan(x, i), model(x, i)):
+        assert torch.equal(got, want)
+
+
+def test_pad_modes_other_than_constant_stay_on_aten():
+    class Reflect(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.pad(x, (1, 1), mode="reflect") + 1
+
+    x = torch.randn(1, 2, 5)
+    plan = opcore.graph.capture(Reflect(), (x,), partitions=False)
+    node = plan.graph.nodes[0]
+    assert node.op.startswith("aten.") and node.op != "pad"
+    assert close(plan(x), Reflect()(x))
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
+def test_indexing_ops_run_in_graph_runtime_partitions(backend, monkeypatch):
+    from opcore.graph import partitioning
+
+    if backend not in compilers():
+        pytest.skip(f"the {backend} backend is not loaded here")
+    # a partition of every node, whatever the cost rule says of so small a model
+    monkeypatch.setattr(partitioning, "COST", partitioning.Cost(call_us=0.0, boundary_us=0.0, min_nodes=1))
+    x, i = torch.randn(4, 4), torch.randint(0, 4, (4, 2))
+    model = indexing_model()
+    plan = opcore.graph.capture(model, (x, i), backends=[backend])
+    placed = {n.op for p in plan.partitions for n in p.spec.nodes}
+    assert {"split", "split_with_sizes", "gather", "index", "pad"} <= placed, plan.explain()
+    for got, want in zip(plan(x, i), model(x, i)):
+        assert torch.equal(got, want)

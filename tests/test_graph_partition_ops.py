@@ -30,7 +30,9 @@ def _arrays(value: Any) -> Any:
     return value
 
 
-def _as_node(op: str, bound: tuple[Any, ...], bake: bool) -> tuple[PartNode, list[str], dict[str, Any], dict[str, Any]]:
+def _as_node(
+    op: str, bound: tuple[Any, ...], bake: bool, outputs: tuple[str, ...]
+) -> tuple[PartNode, list[str], dict[str, Any], dict[str, Any]]:
     """The node of a bound call, its runtime inputs (in order), its constants, and every array by name."""
     args: list[Any] = []
     inputs: list[str] = []
@@ -51,7 +53,7 @@ def _as_node(op: str, bound: tuple[Any, ...], bake: bool) -> tuple[PartNode, lis
             args.append(tuple(ref(v, position) for v in value))
         else:
             args.append(value)
-    return PartNode(op, tuple(args), ("out",)), inputs, constants, arrays
+    return PartNode(op, tuple(args), outputs), inputs, constants, arrays
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -77,28 +79,33 @@ def test_every_op_sample_builds_as_a_partition(backend: str) -> None:
                 continue  # the backend's kernel declines it: a plan would not put it in a partition
             taken += 1
             bound = CONTRACTS[op].schema.bind(args, kwargs)
-            node, inputs, constants, arrays = _as_node(op, bound, bake=taken % 2 == 0)
+            # a list result (split, chunk): one node output per piece
+            pieces = expected if isinstance(expected, tuple) else (expected,)
+            outputs = tuple(f"out{i}" for i in range(len(pieces)))
+            node, inputs, constants, arrays = _as_node(op, bound, bake=taken % 2 == 0, outputs=outputs)
             metas = {name: TensorMeta.of(array) for name, array in arrays.items()}
-            metas["out"] = TensorMeta.of(expected)
-            spec = PartitionSpec(f"{op}_{taken}", (node,), tuple(inputs), constants, ("out",), metas)
+            metas.update((name, TensorMeta.of(piece)) for name, piece in zip(outputs, pieces))
+            spec = PartitionSpec(f"{op}_{taken}", (node,), tuple(inputs), constants, outputs, metas)
             if backend == "openvino" and any(0 in meta.shape for meta in metas.values()):
                 # refused up front: the CPU plugin can crash compiling empty static shapes
                 with pytest.raises(PartitionError, match="is empty"):
                     compiler.compile(spec)
                 continue
             try:
-                (result,) = compiler.compile(spec)(*(arrays[name] for name in inputs))
+                results = compiler.compile(spec)(*(arrays[name] for name in inputs))
             except opcore.Unsupported as error:
                 refused += 1
                 refusals.append(f"{op} [{sample.id}]: {error}")
                 continue
             compiled += 1
-            assert result.dtype == expected.dtype, (op, sample.id)
-            assert result.shape == expected.shape, (op, sample.id)
-            # the kit's tolerance: a runtime may compute a baked-in operand differently (x * (1/c) for x / c)
-            tolerance = tolerance_for(metas["out"].dtype, entry(op), sample)
-            numpy.testing.assert_allclose(
-                result, expected, rtol=tolerance.rtol, atol=tolerance.atol, err_msg=f"{op} [{sample.id}]"
-            )
+            assert len(results) == len(pieces), (op, sample.id)
+            for result, piece in zip(results, pieces):
+                assert result.dtype == piece.dtype, (op, sample.id)
+                assert result.shape == piece.shape, (op, sample.id)
+                # the kit's tolerance: a runtime may compute a baked-in operand differently (x * (1/c) for x / c)
+                tolerance = tolerance_for(TensorMeta.of(piece).dtype, entry(op), sample)
+                numpy.testing.assert_allclose(
+                    result, piece, rtol=tolerance.rtol, atol=tolerance.atol, err_msg=f"{op} [{sample.id}]"
+                )
     # nearly every sample the one-op kernels run builds as a partition too
     assert compiled >= 0.95 * (compiled + refused), "\n".join(refusals)

@@ -68,6 +68,11 @@ def _int_padding(args: Mapping[str, Any]) -> str | None:
     return None if not isinstance(args.get("padding"), str) else "string padding ('same'/'valid')"
 
 
+def _constant_mode(args: Mapping[str, Any]) -> str | None:
+    mode = args.get("mode", "constant")
+    return None if mode == "constant" else f"pad mode {mode!r} (the pad contract takes 'constant' only)"
+
+
 _UNARY = {
     name: _rule(name, x="self")
     for name in ("relu", "silu", "sigmoid", "tanh", "exp", "neg", "abs", "sqrt", "rsqrt", "erf", "cos", "sin")
@@ -153,6 +158,14 @@ RULES: Mapping[str, Rule] = {
     "aten.expand.default": _rule("expand", x="self", size="size"),
     "aten.slice.Tensor": _rule("slice", x="self", dim="dim", start="start", end="end", step="step"),
     "aten.select.int": _rule("select", x="self", dim="dim", index="index"),
+    # indexing (split, split_with_sizes and chunk have list results: one IR output per piece)
+    "aten.gather.default": _rule("gather", x="self", dim="dim", index="index"),
+    "aten.index.Tensor": _rule("index", x="self", indices="indices"),
+    "aten.constant_pad_nd.default": _rule("pad", x="self", pad="pad", value="value"),
+    "aten.pad.default": _rule("pad", _constant_mode, x="self", pad="pad", mode="mode", value="value"),
+    "aten.split.Tensor": _rule("split", x="self", split_size="split_size", dim="dim"),
+    "aten.split_with_sizes.default": _rule("split_with_sizes", x="self", split_sizes="split_sizes", dim="dim"),
+    "aten.chunk.default": _rule("chunk", x="self", chunks="chunks", dim="dim"),
 }
 
 

@@ -7,7 +7,9 @@ permutation of transpose, cat's promotion and skipping, and data checks made bef
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import lru_cache, reduce
 from typing import Any
 
@@ -16,16 +18,21 @@ import numpy
 from opcore.errors import ArgumentError
 from opcore.meta import promote_types, result_type
 from opcore.onemodel.op import Scalar
-from opcore.opset.indexing import check_index_range
+from opcore.opset.indexing import check_index_range, chunk_sizes, split_sizes
 from opcore.opset.shape import is_skipped_in_cat
 from opcore.types import DType, TensorMeta
 
 __all__ = [
+    "IndexLayout",
     "cat_through",
     "check_embedding_indices",
     "check_gather_indices",
+    "check_index_indices",
+    "index_layout",
+    "piece_bounds",
     "promoted",
     "result_dtype",
+    "split_kernels",
     "transpose_perm",
 ]
 
@@ -82,6 +89,93 @@ def check_gather_indices(x: numpy.ndarray, dim: int, index: numpy.ndarray) -> No
     if index.size:
         size = x.shape[dim] if x.ndim else 1
         check_index_range("index", int(index.min()), int(index.max()), size, negative=False)
+
+
+def check_index_indices(x: numpy.ndarray, indices: tuple[numpy.ndarray | None, ...]) -> None:
+    """A runtime's GatherND fails (or reads past) for indices out of range: the index kernels
+    check first, with torch's range (negative ones count from the end)."""
+    for d, idx in enumerate(indices):
+        if idx is not None and idx.size:
+            check_index_range(f"indices[{d}]", int(idx.min()), int(idx.max()), x.shape[d], negative=True)
+
+
+@dataclass(frozen=True, slots=True)
+class IndexLayout:
+    """How x[i0, :, i2] becomes one GatherND: x transposed by ``perm`` (the indexed dims ``given``
+    first), the indices broadcast to ``batch_rank`` dims and stacked, a result of ``out_rank``
+    dims, then transposed by ``out_perm`` (empty: not at all) where torch keeps adjacent indexed
+    dims in place.
+    """
+
+    given: tuple[int, ...]
+    perm: tuple[int, ...]
+    batch_rank: int
+    out_rank: int
+    out_perm: tuple[int, ...]
+
+
+def index_layout(rank: int, index_ranks: Sequence[int | None]) -> IndexLayout:
+    """The layout of index over an x of ``rank`` dims (``index_ranks``: None where no index).
+
+    >>> index_layout(3, [None, 1]).out_perm
+    (1, 0, 2)
+    """
+    given = tuple(d for d, r in enumerate(index_ranks) if r is not None)
+    rest = [d for d in range(rank) if d not in given]
+    batch_rank = max(index_ranks[d] or 0 for d in given)
+    out_perm: tuple[int, ...] = ()
+    before = given[0]
+    if given == tuple(range(before, given[-1] + 1)) and before:  # adjacent, not leading: back in place
+        after = len(rest) - before
+        out_perm = (
+            *(batch_rank + j for j in range(before)),
+            *range(batch_rank),
+            *(batch_rank + before + j for j in range(after)),
+        )
+    return IndexLayout(given, (*given, *rest), batch_rank, batch_rank + len(rest), out_perm)
+
+
+def piece_bounds(split_sizes: Sequence[int]) -> list[tuple[int, int]]:
+    """(start, end) of each piece along the cut dim.
+
+    >>> piece_bounds((2, 0, 3))
+    [(0, 2), (2, 2), (2, 5)]
+    """
+    ends = list(itertools.accumulate(split_sizes))
+    return list(zip([0, *ends[:-1]], ends))
+
+
+def split_kernels(
+    split_with_sizes: Callable[..., Any],
+    build_split_with_sizes: Callable[..., Any],
+    static_size: Callable[[Any, Any, int], int | None],  # (graph, value, dim; negative from the end)
+) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The split and chunk kernels of a backend, through its split_with_sizes kernel: the sizes of
+    the pieces follow from the size of the cut dim (read from the array, or in a partition from
+    ``static_size(graph, value, axis)``: the number of pieces is fixed when the graph is built).
+    """
+
+    def static(graph: Any, x: Any, dim: int) -> int:
+        size = static_size(graph, x, dim)
+        if size is None:
+            raise ValueError(f"the number of pieces depends on the size of dim {dim}, which is dynamic here")
+        return size
+
+    def split(x: numpy.ndarray, split_size: int, dim: int) -> Any:
+        return split_with_sizes(x, tuple(split_sizes(x.shape[dim % x.ndim], split_size)), dim)
+
+    def chunk(x: numpy.ndarray, chunks: int, dim: int) -> Any:
+        return split_with_sizes(x, tuple(chunk_sizes(x.shape[dim % x.ndim], chunks)), dim)
+
+    def chain_split(graph: Any, x: Any, split_size: int, dim: int) -> Any:
+        return build_split_with_sizes(graph, x, tuple(split_sizes(static(graph, x, dim), split_size)), dim)
+
+    def chain_chunk(graph: Any, x: Any, chunks: int, dim: int) -> Any:
+        return build_split_with_sizes(graph, x, tuple(chunk_sizes(static(graph, x, dim), chunks)), dim)
+
+    split.chain = chain_split  # type: ignore[attr-defined]
+    chunk.chain = chain_chunk  # type: ignore[attr-defined]
+    return split, chunk
 
 
 def cat_through(kernel: Callable[..., Any]) -> Callable[[tuple[numpy.ndarray, ...], int], numpy.ndarray]:

@@ -226,9 +226,9 @@ class OneModelOp:
                     feed(value)
                 elif value is None:
                     remember(None)
-                elif role is TENSORS:
-                    remember(tuple((v.dtype, v.ndim) for v in value))
-                    arrays.extend(value)
+                elif role is TENSORS:  # a list of tensors; None entries (index's Tensor?[]) are not fed
+                    remember(tuple(None if v is None else (v.dtype, v.ndim) for v in value))
+                    arrays.extend(v for v in value if v is not None)
                 elif role is OPERAND:
                     remember(type(value))
                     scalars.append(value)
@@ -251,7 +251,11 @@ class OneModelOp:
             if isinstance(value, _ndarray):
                 values.append(graph.weight(value) if baked else graph.input(value.dtype, value.ndim))
             elif role is TENSORS and value is not None:
-                values.append(tuple(graph.weight(v) if baked else graph.input(v.dtype, v.ndim) for v in value))
+                values.append(
+                    tuple(
+                        None if v is None else graph.weight(v) if baked else graph.input(v.dtype, v.ndim) for v in value
+                    )
+                )
             elif role is OPERAND and value is not None:
                 # prepared: every scalar is fixed, so it is baked in
                 values.append(Scalar(type(value), value if prepared else None))
@@ -299,7 +303,7 @@ class OneModelOp:
             for position, value in zip(free_at, free):
                 full[position] = value
                 if isinstance(value, tuple):
-                    arrays.extend(value)
+                    arrays.extend(v for v in value if v is not None)
                 else:
                     arrays.append(value)
             if check is not None:

@@ -95,6 +95,9 @@ class Graph:
     scalar_feeds: list[tuple[int, numpy.dtype]] = field(default_factory=list)
     # prefix of node names (a partition sets "n<index>." per captured node, to trace runtime errors)
     tag: str = ""
+    # value name -> its static sizes (None where dynamic), where known: a partition's inputs and
+    # annotated node outputs (the builders of list results need the size of the dim they cut)
+    sizes: dict[str, tuple[int | None, ...]] = field(default_factory=dict)
     _count: int = 0
 
     def _fresh(self, prefix: str) -> str:
@@ -107,6 +110,8 @@ class Graph:
         """A graph input of ``rank`` symbolic dimensions, or of sizes ``dims`` (None: symbolic)."""
         name = f"in{len(self.inputs)}"
         self.inputs.append(_Input(name, numpy.dtype(dtype), rank, tuple(dims) if dims is not None else None))
+        if dims is not None:
+            self.sizes[name] = tuple(dims)
         return Value(name, numpy.dtype(dtype), rank)
 
     def scalar(self, scalar: Scalar) -> Value:
@@ -123,7 +128,7 @@ class Graph:
 
     def weight(self, array: numpy.ndarray) -> Value:
         """A constant tensor (prepared weights): an initializer ONNX Runtime may pre-pack."""
-        array = numpy.ascontiguousarray(array)
+        array = numpy.require(array, requirements="C")  # ascontiguousarray would make a 0-D array 1-D
         name = self._fresh("weight")
         if array.nbytes >= EXTERNAL_BYTES:
             tensor = TensorProto()
@@ -204,7 +209,12 @@ class Graph:
     def annotate(self, value: Value, meta: TensorMeta) -> Value:
         """``value`` with the rank of its meta (a partition's node outputs: builders track ranks
         only as far as their own op needs, the meta is exact)."""
+        self.sizes.setdefault(value.name, meta.shape)
         return value if value.rank == meta.ndim else Value(value.name, value.dtype, meta.ndim)
+
+    def size(self, value: Value, axis: int) -> int | None:
+        """The static size of ``value`` at ``axis``, or None when it is dynamic or not known."""
+        return self.sizes.get(value.name, (None,) * (axis + 1))[axis]
 
     def result(self, value: Value) -> Value:
         """``value`` as a graph output: an input or a constant goes through an Identity node first

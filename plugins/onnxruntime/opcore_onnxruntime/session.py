@@ -132,18 +132,23 @@ def _no_value() -> Any:
 
 
 class Session:
-    """One InferenceSession and what a call needs: input and output names, scalar feeds."""
+    """One InferenceSession and what a call needs: input and output names, scalar feeds.
 
-    __slots__ = ("_keep", "_names", "_outputs", "_run", "externals", "scalars", "session")
+    ``output``: the op's one output, or a tuple of them for a list result (a call then returns a tuple).
+    """
 
-    def __init__(self, graph: Graph, output: Value) -> None:
-        self.session, _, self._keep = open_session(graph, output)
+    __slots__ = ("_keep", "_list", "_names", "_outputs", "_run", "externals", "scalars", "session")
+
+    def __init__(self, graph: Graph, output: Value | tuple[Value, ...]) -> None:
+        outputs = output if isinstance(output, tuple) else (output,)
+        self._list = isinstance(output, tuple)
+        self.session, _, self._keep = open_session(graph, *outputs)
         self.externals = len(graph.externals)  # initializers that share the caller's memory
         # The binding under InferenceSession.run, taking the same arguments: the public wrapper's
         # per-call checks (feed names, OrtValue ownership, graph capture) cost ~2 us and cannot fail
         # on the complete numpy feeds built here. Public run when a future version moves it.
         self._run = getattr(getattr(self.session, "_sess", None), "run", self.session.run)
-        self._outputs = [output.name]
+        self._outputs = [o.name for o in outputs]
         scalar_at = {position for position, _ in graph.scalar_feeds}
         inputs = [i.name for i in graph.inputs if i.dtype is not None]
         self._names = [name for position, name in enumerate(inputs) if position not in scalar_at]
@@ -155,10 +160,12 @@ class Session:
             for (name, dtype), value in zip(self.scalars, scalars):
                 feeds[name] = numpy.asarray(value, dtype=dtype)
         try:
-            result = self._run(self._outputs, feeds, None)[0]
+            results = self._run(self._outputs, feeds, None)
         except Exception as error:
             raise Unsupported(f"onnxruntime failed: {first_line(error)}") from error
-        return result if result is not None else _no_value()
+        if self._list:
+            return tuple(r if r is not None else _no_value() for r in results)
+        return results[0] if results[0] is not None else _no_value()
 
     @property
     def optimization(self) -> str:
@@ -168,6 +175,8 @@ class Session:
     def single(self) -> Callable[[Any], Any]:
         """A function of the one input (prepared ops with one free tensor: the leanest call)."""
         run, outputs, name = self._run, self._outputs, self._names[0]
+        if self._list:
+            return lambda x: self([x])
 
         def call(x: Any) -> Any:
             try:
@@ -195,10 +204,16 @@ class OnnxOp(OneModelOp):
         opset, ir_version = target_opset()
         return Graph(self.op, opset, ir_version)
 
-    def output(self, graph: Graph, value: Value) -> Value:
-        return graph.result(value)
+    def output(self, graph: Graph, value: Value | tuple[Value, ...]) -> Value | tuple[Value, ...]:
+        if not isinstance(value, tuple):
+            return graph.result(value)
+        results: list[Value] = []
+        for piece in value:  # a list result: ONNX outputs need distinct names
+            result = graph.result(piece)
+            results.append(graph.op("Identity", result) if result in results else result)
+        return tuple(results)
 
-    def compile(self, graph: Graph, output: Value) -> Session:
+    def compile(self, graph: Graph, output: Value | tuple[Value, ...]) -> Session:
         return Session(graph, output)
 
 

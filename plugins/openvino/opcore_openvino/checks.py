@@ -121,8 +121,8 @@ _SPECIFIC: dict[str, Checker] = {
     "bmm": _floating_product,
     "conv2d": _conv2d,
 }
-# embedding's and gather's indices (arguments 0 and 2) may be int64: they are below a dim's size
-_SKIP = {"embedding": 0, "gather": 2}
+# embedding's, gather's and index's indices (arguments 0, 2 and 1) may be int64: they are below a dim's size
+_SKIP = {"embedding": 0, "gather": 2, "index": 1}
 
 
 def checker_for(op: str) -> Checker:

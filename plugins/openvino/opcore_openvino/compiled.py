@@ -94,11 +94,14 @@ def feed(request: openvino.InferRequest, arrays: Sequence[Any]) -> list[numpy.nd
 class Compiled:
     """One compiled model and a lazily created infer request per thread."""
 
-    __slots__ = ("_keep", "_local", "compiled", "scalars")
+    __slots__ = ("_count", "_keep", "_local", "compiled", "scalars")
 
     def __init__(self, graph: Graph, output: Any) -> None:
+        # a tuple of outputs for an op with a list result: a call then returns a tuple
+        outputs = output if isinstance(output, tuple) else (output,)
+        self._count = len(outputs) if isinstance(output, tuple) else 0
         try:
-            self.compiled = core().compile_model(graph.model(output), DEVICE, CONFIG)
+            self.compiled = core().compile_model(graph.model(*outputs), DEVICE, CONFIG)
         except Exception as error:
             raise Unsupported(f"openvino could not compile the {graph.name} model: {first_line(error)}") from error
         self._keep = tuple(graph.keep)  # memory the shared constants read
@@ -124,6 +127,8 @@ class Compiled:
                 for (index, dtype), value in zip(self.scalars, scalars):
                     request.set_input_tensor(index, _Tensor(numpy.asarray(value, dtype=dtype)))
             request.infer()
+            if self._count:
+                return tuple(request.get_output_tensor(i).data.copy() for i in range(self._count))
             return request.get_output_tensor(0).data.copy()
         except Exception as error:
             raise Unsupported(f"openvino failed: {first_line(error)}") from error
@@ -131,6 +136,8 @@ class Compiled:
     def single(self) -> Callable[[Any], Any]:
         """A function of the one input (prepared ops with one free tensor: the leanest call)."""
         local, request_of = self._local, self.request
+        if self._count:
+            return lambda x: self([x])
 
         def call(x: Any) -> Any:
             try:
@@ -167,6 +174,8 @@ class OvOp(OneModelOp):
         return Graph(self.op)
 
     def output(self, graph: Graph, value: Any) -> Any:
+        if isinstance(value, tuple):  # a list result
+            return tuple(graph.result(piece) for piece in value)
         return graph.result(value)
 
     def compile(self, graph: Graph, output: Any) -> Compiled:

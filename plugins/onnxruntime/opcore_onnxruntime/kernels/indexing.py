@@ -1,7 +1,8 @@
-"""gather (GatherElements) and pad (Pad, constant mode), every dtype.
+"""gather (GatherElements), index (GatherND), split, split_with_sizes and chunk (one Slice per
+piece) and pad (Pad, constant mode), every dtype.
 
-gather checks its indices before the run: GatherElements wraps negative ones, torch refuses them.
-split, split_with_sizes and chunk (list results) and index are left to the other backends.
+gather and index check their indices before the run: GatherElements wraps negative ones where
+torch refuses them, and GatherND fails on indices out of range.
 """
 
 from __future__ import annotations
@@ -9,10 +10,14 @@ from __future__ import annotations
 import numpy
 
 from opcore.onemodel.builders import check_gather_indices as check_gather
+from opcore.onemodel.builders import check_index_indices as check_index
+from opcore.onemodel.builders import index_layout, piece_bounds, split_kernels
 from opcore_onnxruntime.graph import Graph, Value
 from opcore_onnxruntime.session import onnx_kernel
 
-__all__ = ["check_gather", "gather", "pad"]
+__all__ = ["check_gather", "check_index", "chunk", "gather", "index", "pad", "split", "split_with_sizes"]
+
+_INT64 = numpy.dtype(numpy.int64)
 
 
 def build_gather(g: Graph, x: Value, dim: int, index: Value) -> Value:
@@ -34,5 +39,41 @@ def build_pad(g: Graph, x: Value, pad: tuple[int, ...], mode: str, value: bool |
     return g.op("Pad", x, g.ints(begins + ends), fill, mode="constant")
 
 
+def build_index(g: Graph, x: Value, indices: tuple[Value | None, ...]) -> Value:
+    layout = index_layout(x.rank or 0, [None if i is None else i.rank or 0 for i in indices])
+    a = g.op("Transpose", x, perm=layout.perm) if layout.perm != sorted(layout.perm) else x
+    zero = g.const(numpy.asarray(0, dtype=_INT64))
+    fixed: list[Value] = []
+    for d in layout.given:
+        idx = g.cast(indices[d], _INT64)  # type: ignore[arg-type]
+        size = g.op("Reshape", g.shape(x, d, d + 1), g.ints([]), rank=0)
+        # negative indices count from the end (GatherND takes them too, but this keeps one rule)
+        idx = g.op("Where", g.op("Less", idx, zero, dtype=numpy.bool_), g.op("Add", idx, size), idx)
+        fixed.append(idx)
+    # the indices broadcast together: each plus a zero of the common shape
+    total = fixed[0]
+    for idx in fixed[1:]:
+        total = g.op("Add", total, idx, rank=layout.batch_rank)
+    zeros = g.op("Mul", total, zero, rank=layout.batch_rank)
+    columns = [g.op("Unsqueeze", g.op("Add", idx, zeros, rank=layout.batch_rank), g.ints([-1]),
+                    rank=layout.batch_rank + 1) for idx in fixed]  # fmt: skip
+    stacked = g.op("Concat", *columns, axis=-1)
+    out = g.op("GatherND", a, stacked, rank=layout.out_rank)
+    return g.op("Transpose", out, perm=layout.out_perm) if layout.out_perm else out
+
+
+def build_split_with_sizes(g: Graph, x: Value, split_sizes: tuple[int, ...], dim: int) -> tuple[Value, ...]:
+    axis = dim % (x.rank or 1)
+    axes = g.ints([axis])
+    return tuple(g.op("Slice", x, g.ints([start]), g.ints([end]), axes) for start, end in piece_bounds(split_sizes))
+
+
+def _static_size(g: Graph, x: Value, dim: int) -> int | None:
+    return g.size(x, dim % (x.rank or 1))
+
+
 gather = onnx_kernel("gather", build_gather, check=check_gather)
+index = onnx_kernel("index", build_index, check=check_index)
 pad = onnx_kernel("pad", build_pad)
+split_with_sizes = onnx_kernel("split_with_sizes", build_split_with_sizes)
+split, chunk = split_kernels(split_with_sizes, build_split_with_sizes, _static_size)

@@ -1,9 +1,10 @@
-"""gather (GatherElements) and pad (Pad, constant mode), for every dtype but the 64-bit ones
-(the CPU plugin narrows them to 32 bits).
+"""gather (GatherElements), index (GatherND), split, split_with_sizes and chunk (one Slice per
+piece) and pad (Pad, constant mode), for every dtype but the 64-bit ones (the CPU plugin narrows
+them to 32 bits).
 
-gather is declined where index is smaller than x on a dim other than dim (checks.py); it checks
-its indices before the run: GatherElements wraps negative ones, torch refuses them.
-split, split_with_sizes and chunk (list results) and index are left to the other backends.
+gather is declined where index is smaller than x on a dim other than dim (checks.py); gather and
+index check their indices before the run: GatherElements wraps negative ones where torch refuses
+them, and GatherND reads past the end for indices out of range.
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ from __future__ import annotations
 import numpy
 
 from opcore.onemodel.builders import check_gather_indices as check_gather
+from opcore.onemodel.builders import check_index_indices as check_index
+from opcore.onemodel.builders import index_layout, piece_bounds, split_kernels
 from opcore_openvino.compiled import ov_kernel
 from opcore_openvino.graph import Graph, Node, dtype_of, ops, rank_of
 
-__all__ = ["check_gather", "gather", "pad"]
+__all__ = ["check_gather", "check_index", "chunk", "gather", "index", "pad", "split", "split_with_sizes"]
 
 
 def build_gather(g: Graph, x: Node, dim: int, index: Node) -> Node:
@@ -36,5 +39,39 @@ def build_pad(g: Graph, x: Node, pad: tuple[int, ...], mode: str, value: bool | 
     return ops.pad(x, g.ints(begins), g.ints(ends), "constant", fill)
 
 
+def build_index(g: Graph, x: Node, indices: tuple[Node | None, ...]) -> Node:
+    rank = rank_of(x)
+    layout = index_layout(rank, [None if i is None else rank_of(i) for i in indices])
+    a = ops.transpose(x, g.ints(layout.perm)) if layout.perm != tuple(range(rank)) else x
+    zero = g.const(0, "int64")
+    fixed: list[Node] = []
+    for d in layout.given:
+        idx = g.cast(indices[d], numpy.int64)  # type: ignore[arg-type]
+        size = ops.squeeze(g.dims(x, d, d + 1), g.ints([0]))
+        # negative indices count from the end
+        fixed.append(ops.select(ops.less(idx, zero), ops.add(idx, size), idx))
+    total = fixed[0]  # the indices broadcast together: each plus a zero of the common shape
+    for idx in fixed[1:]:
+        total = ops.add(total, idx)
+    zeros = ops.multiply(total, zero)
+    stacked = ops.concat([ops.unsqueeze(ops.add(idx, zeros), g.ints([-1])) for idx in fixed], -1)
+    out = ops.gather_nd(a, stacked)
+    return ops.transpose(out, g.ints(layout.out_perm)) if layout.out_perm else out
+
+
+def build_split_with_sizes(g: Graph, x: Node, split_sizes: tuple[int, ...], dim: int) -> tuple[Node, ...]:
+    axis = dim % max(rank_of(x), 1)
+    one, axes = g.ints([1]), g.ints([axis])
+    return tuple(ops.slice(x, g.ints([start]), g.ints([end]), one, axes) for start, end in piece_bounds(split_sizes))
+
+
+def _static_size(g: Graph, x: Node, dim: int) -> int | None:
+    size = x.get_output_partial_shape(0)[dim % max(rank_of(x), 1)]
+    return size.get_length() if size.is_static else None
+
+
 gather = ov_kernel("gather", build_gather, check=check_gather)
+index = ov_kernel("index", build_index, check=check_index)
 pad = ov_kernel("pad", build_pad)
+split_with_sizes = ov_kernel("split_with_sizes", build_split_with_sizes)
+split, chunk = split_kernels(split_with_sizes, build_split_with_sizes, _static_size)
