@@ -23,4 +23,6 @@ FAMILIES: tuple[str, ...] = (
     "nn",
     "shape",
     "indexing",
+    "reduction",
+    "selection",
 )

@@ -65,7 +65,7 @@ class LlamaBlock(nn.Module):
         x = x + self.o(a.transpose(1, 2).reshape(b, s, d))
         h = self.norm2(x)
         x = x + self.down(F.silu(self.gate(h)) * self.up(h))
-        return x, torch.cumsum(x, dim=1)
+        return x, torch.cumprod(x, dim=1)
 
 
 class CNN(nn.Module):

@@ -42,7 +42,7 @@ def test_llama_block_maps_contracts_and_falls_back_to_aten(llama):
     plan = opcore.graph.capture(model, (x,), partitions=False, rewrites=False)
     ops = {n.op for n in plan.graph.nodes}
     assert {"linear", "scaled_dot_product_attention", "reshape", "transpose", "cat", "mul", "add"} <= ops
-    assert "aten.cumsum.default" in ops  # no contract: the ATen fallback
+    assert "aten.cumprod.default" in ops  # no contract: the ATen fallback
     out, total = plan(x)
     want_out, want_total = model(x)
     assert close(out, want_out) and close(total, want_total)
@@ -127,8 +127,8 @@ def test_strict_lists_every_uncovered_node(llama):
     with pytest.raises(UncoveredError) as info:
         opcore.graph.capture(model, (x,), backends=["onnxruntime"], fallback=False, partitions=False)
     message = str(info.value)
-    assert "cumsum" in message and "onnxruntime" in message
-    with opcore.strict(), pytest.raises(UncoveredError, match="cumsum"):
+    assert "cumprod" in message and "onnxruntime" in message
+    with opcore.strict(), pytest.raises(UncoveredError, match="cumprod"):
         opcore.graph.capture(model, (x,), backends=["onnxruntime"], partitions=False)
     # with fallback, the same request runs: onnxruntime where it accepts, the ranked rest elsewhere
     plan = opcore.graph.capture(model, (x,), backends=["onnxruntime"], partitions=False)
@@ -159,7 +159,7 @@ def test_explain_summary_and_json(llama):
     text = plan.explain()
     first = text.splitlines()[0]
     assert first.startswith("cpu ") and "nodes" in first
-    assert "cumsum" in text
+    assert "cumprod" in text
     record = json.loads(plan.explain(format="json"))
     assert record["summary"] == first
     assert len(record["nodes"]) == len(plan.graph.nodes)
@@ -267,3 +267,20 @@ def test_indexing_ops_run_in_graph_runtime_partitions(backend, monkeypatch):
     assert {"split", "split_with_sizes", "gather", "index", "pad"} <= placed, plan.explain()
     for got, want in zip(plan(x, i), model(x, i)):
         assert torch.equal(got, want)
+
+
+def test_reductions_casts_and_selection_map_to_their_contracts():
+    class Mixed(torch.nn.Module):
+        def forward(self, x, mask):
+            y = torch.where(mask, x.pow(2), 0.5).masked_fill(mask.logical_not(), -1.0).clamp(-0.5, 4.0)
+            y = torch.nn.functional.softplus(y) + torch.nn.functional.hardswish(x)
+            z = y.sum(-1, keepdim=True) + y.mean(0) + y.amax(1, keepdim=True) - y.amin(1, keepdim=True)
+            return z.cumsum(1) + x.argmax(-1, keepdim=True).to(torch.float32) + (x > 0).to(torch.float32)
+
+    x, mask = torch.randn(3, 4), torch.randn(3, 4) > 0
+    plan = opcore.graph.capture(Mixed(), (x, mask), partitions=False)
+    ops = {n.op for n in plan.graph.nodes}
+    wanted = {"pow", "where", "masked_fill", "clamp", "softplus", "hardswish", "sum", "mean", "amax", "amin"}
+    assert wanted | {"cumsum", "argmax", "cast"} <= ops, sorted(ops)
+    assert not any(op.startswith("aten.") for op in ops), sorted(ops)
+    assert close(plan(x, mask), Mixed()(x, mask))

@@ -95,7 +95,7 @@ def fake(monkeypatch):
 
 
 class Chain(torch.nn.Module):
-    """linear -> relu -> mul -> cumsum -> linear -> relu -> add: cumsum splits the chain."""
+    """linear -> relu -> mul -> cumprod -> linear -> relu -> add: cumprod splits the chain."""
 
     def __init__(self):
         super().__init__()
@@ -103,7 +103,7 @@ class Chain(torch.nn.Module):
 
     def forward(self, x):
         h = torch.relu(self.a(x)) * 2.0
-        h = torch.cumsum(h, dim=-1)
+        h = torch.cumprod(h, dim=-1)
         return torch.relu(self.b(h)) + x
 
 
@@ -123,8 +123,8 @@ def test_partition_split_around_a_node_the_backend_declines(fake):
         "relu",
         "mul",
     ]
-    cumsum = next(d for d in plan.decisions if d.op == "aten.cumsum.default")
-    assert cumsum.partition is None and cumsum.backend == "cpu"
+    cumprod = next(d for d in plan.decisions if d.op == "aten.cumprod.default")
+    assert cumprod.partition is None and cumprod.backend == "cpu"
     assert (plan(x) - model(x)).abs().max().item() <= 1e-5
     summary = plan.explain().splitlines()[0]
     assert summary.startswith("reference 6/7 nodes in 2 partitions") and "cpu 1/7" in summary
@@ -134,7 +134,7 @@ def test_partitions_never_form_a_cycle():
     # a -> b(outside) -> c, and a -> c: a and c may not share a group
     nodes = (
         Node("a", "linear", "", (ValueRef("x"),), ("a",)),
-        Node("b", "aten.cumsum.default", "", (ValueRef("a"),), ("b",)),
+        Node("b", "aten.cumprod.default", "", (ValueRef("a"),), ("b",)),
         Node("c", "add", "", (ValueRef("a"), ValueRef("b")), ("c",)),
         Node("d", "relu", "", (ValueRef("c"),), ("d",)),
     )
@@ -209,7 +209,7 @@ def test_partitions_are_compiled_at_plan_time_and_verified(fake):
 
 
 def test_strict_with_a_graph_backend_lists_what_it_does_not_cover(fake):
-    with pytest.raises(UncoveredError, match="cumsum"):
+    with pytest.raises(UncoveredError, match="cumprod"):
         capture(Chain(), torch.randn(4, 8), backends=["reference"], fallback=False)
 
 

@@ -81,6 +81,19 @@ SAMPLES: dict[str, Callable[[Factory], tuple[Any, ...]]] = {
     "split_with_sizes": lambda t: (t((5, 2)), (1, 4), 0),
     "chunk": lambda t: (t((5, 2)), 2, 0),
     "pad": lambda t: (t((2, 3)), (1, -1, 0, 2), "constant", 1),
+    "pow": lambda t: (t((2, 3)), 2),
+    "cast": lambda t: (t((2, 3)), "float16"),
+    "softplus": lambda t: (t((2, 3)), 1, 20),
+    "hardswish": lambda t: (t((2, 3)),),
+    "sum": lambda t: (t((2, 3)), (1,), False),
+    "mean": lambda t: (t((2, 3)), None, True),
+    "amax": lambda t: (t((2, 3)), (0, -1), False),
+    "amin": lambda t: (t((2, 3)), None, True),
+    "argmax": lambda t: (t((2, 3)), 1, False),
+    "cumsum": lambda t: (t((2, 3)), -1, None),
+    "where": lambda t: (t((2, 3)), t((3,)), 2.5),
+    "masked_fill": lambda t: (t((2, 3)), t((3,), DType.BOOL), 1),
+    "clamp": lambda t: (t((2, 3)), 0, 2),
 }  # fmt: skip
 
 

@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from opcore.types import DType
+
 __all__ = ["RULES", "Convert", "Fixed", "Rule", "map_arguments"]
 
 
@@ -73,10 +75,27 @@ def _constant_mode(args: Mapping[str, Any]) -> str | None:
     return None if mode == "constant" else f"pad mode {mode!r} (the pad contract takes 'constant' only)"
 
 
+def _dtype_name(value: Any) -> str | None:
+    """A torch.dtype (or None) as the dtype name opcore's attributes take."""
+    return None if value is None else DType.parse(value).value
+
+
+def _plain_cast(args: Mapping[str, Any]) -> str | None:
+    """_to_copy / to that only change the dtype map to cast; a device, layout or memory-format change does not."""
+    if args.get("dtype") is None:
+        return "it copies without changing the dtype"
+    if args.get("device") is not None or str(args.get("layout") or "torch.strided") != "torch.strided":
+        return "it moves the tensor to another device or layout"
+    if str(args.get("memory_format") or "torch.preserve_format") != "torch.preserve_format":
+        return "it changes the memory format"
+    return None
+
+
 _UNARY = {
     name: _rule(name, x="self")
     for name in ("relu", "silu", "sigmoid", "tanh", "exp", "neg", "abs", "sqrt", "rsqrt", "erf", "cos", "sin")
 }
+_UNARY["hardswish"] = _rule("hardswish", x="self")
 _UNARY["logical_not"] = _rule("logical_not", x="self")
 # comparisons take a tensor or a Python number; the logical pair takes tensors only
 _COMPARISONS = {
@@ -106,6 +125,30 @@ RULES: Mapping[str, Rule] = {
     **_COMPARISONS,
     **_LOGICAL,
     "aten.gelu.default": _rule("gelu", x="self", approximate="approximate"),
+    # pow, cast, softplus, reductions and selection (issue 12, step 4)
+    "aten.pow.Tensor_Tensor": _rule("pow", x="self", exponent="exponent"),
+    "aten.pow.Tensor_Scalar": _rule("pow", x="self", exponent="exponent"),
+    "aten._to_copy.default": _rule("cast", _plain_cast, x="self", dtype=Convert("dtype", _dtype_name)),
+    "aten.to.dtype": _rule("cast", _plain_cast, x="self", dtype=Convert("dtype", _dtype_name)),
+    "aten.softplus.default": _rule("softplus", x="self", beta="beta", threshold="threshold"),
+    "aten.sum.default": _rule("sum", _no_dtype, x="self"),
+    "aten.sum.dim_IntList": _rule("sum", _no_dtype, x="self", dim="dim", keepdim="keepdim"),
+    "aten.mean.default": _rule("mean", _no_dtype, x="self"),
+    "aten.mean.dim": _rule("mean", _no_dtype, x="self", dim="dim", keepdim="keepdim"),
+    "aten.amax.default": _rule("amax", x="self", dim="dim", keepdim="keepdim"),
+    "aten.amin.default": _rule("amin", x="self", dim="dim", keepdim="keepdim"),
+    "aten.argmax.default": _rule("argmax", x="self", dim="dim", keepdim="keepdim"),
+    "aten.cumsum.default": _rule("cumsum", x="self", dim="dim", dtype=Convert("dtype", _dtype_name)),
+    **{
+        f"aten.where.{overload}": _rule("where", condition="condition", x="self", other="other")
+        for overload in ("self", "ScalarSelf", "ScalarOther", "Scalar")
+    },
+    "aten.masked_fill.Scalar": _rule("masked_fill", x="self", mask="mask", value="value"),
+    "aten.masked_fill.Tensor": _rule("masked_fill", x="self", mask="mask", value="value"),
+    "aten.clamp.default": _rule("clamp", x="self", min="min", max="max"),
+    "aten.clamp.Tensor": _rule("clamp", x="self", min="min", max="max"),
+    "aten.clamp_min.default": _rule("clamp", x="self", min="min"),
+    "aten.clamp_max.default": _rule("clamp", x="self", max="max"),
     # nn
     "aten.embedding.default": _rule(
         "embedding", input="indices", weight="weight", padding_idx=Convert("padding_idx", _none_if_negative)

@@ -33,6 +33,7 @@ from opcore.types import DType, TensorMeta
 __all__ = [
     "ABS",
     "ADD",
+    "CAST",
     "CONTRACTS",
     "COS",
     "DIV",
@@ -42,6 +43,7 @@ __all__ = [
     "GE",
     "GELU",
     "GT",
+    "HARDSWISH",
     "LE",
     "LOGICAL_AND",
     "LOGICAL_NOT",
@@ -50,14 +52,17 @@ __all__ = [
     "MUL",
     "NE",
     "NEG",
+    "POW",
     "RELU",
     "RSQRT",
     "SIGMOID",
     "SILU",
     "SIN",
+    "SOFTPLUS",
     "SQRT",
     "SUB",
     "TANH",
+    "check_fits",
 ]
 
 Operand = TensorMeta | bool | int | float
@@ -217,6 +222,70 @@ def logical_not_meta(x: TensorMeta) -> TensorMeta:
 def gelu_meta(x: TensorMeta, approximate: str) -> TensorMeta:
     """Same shape and dtype; floating dtypes, approximate "none" or "tanh"."""
     check_choice("approximate", approximate, APPROXIMATIONS)
+    check_floating("x", x)
+    return TensorMeta(x.shape, x.dtype, x.device)
+
+
+def check_fits(arg: str, value: bool | int | float, dtype: DType) -> None:
+    """torch's check that a Python number converts to ``dtype`` without overflow (masked_fill's
+    value): integral dtypes take finite values in range (unsigned ones also wrap negatives down
+    to -max), floating dtypes any finite value below their largest, inf or NaN; bool anything.
+    """
+    _check_python_int(arg, value)
+    if dtype is DType.BOOL or isinstance(value, bool):
+        return
+    if dtype in INTEGRAL:
+        info = numpy.iinfo(dtype.value)
+        low = -int(info.max) if info.min == 0 else int(info.min)
+        if not (math.isfinite(value) and low <= value <= info.max):
+            raise ArgumentError(
+                arg=arg,
+                expected=f"a value that converts to {dtype} without overflow [{low}, {info.max}]",
+                found=repr(value),
+                fix=f"use a value within {dtype}'s range, or convert x to a wider dtype first",
+            )
+    elif math.isfinite(value) and abs(value) > _FLOAT_MAX[dtype]:
+        raise ArgumentError(
+            arg=arg,
+            expected=f"a value that converts to {dtype} without overflow (|value| <= {_FLOAT_MAX[dtype]:g}, or inf)",
+            found=repr(value),
+            fix="use a smaller value, or convert x to a wider dtype first",
+        )
+
+
+def pow_meta(x: TensorMeta, exponent: Operand) -> TensorMeta:
+    """Broadcast shape and promoted dtype, never bool; an integral result takes no negative Python
+    int exponent (torch: "Integers to negative integer powers are not allowed")."""
+    if isinstance(exponent, TensorMeta):
+        shape = broadcast_shapes(("x", x.shape), ("exponent", exponent.shape))
+    else:
+        _check_python_int("exponent", exponent)
+        shape = x.shape
+    dtype = result_type(x, exponent)
+    if dtype is DType.BOOL:
+        raise DTypeError(
+            arg="exponent",
+            expected="operands whose promoted dtype is not bool (torch has no bool pow)",
+            found="bool and bool",
+            fix="convert x to an integer or floating dtype first",
+        )
+    if dtype in INTEGRAL and isinstance(exponent, int) and not isinstance(exponent, bool) and exponent < 0:
+        raise ArgumentError(
+            arg="exponent",
+            expected=f"an exponent >= 0 for an integral result ({dtype})",
+            found=repr(exponent),
+            fix="convert x to a floating dtype first (x.to(float32)), or pass a float exponent",
+        )
+    return TensorMeta(shape, dtype, x.device)
+
+
+def cast_meta(x: TensorMeta, dtype: str) -> TensorMeta:
+    """Same shape, the dtype asked for (any dtype to any dtype, as Tensor.to(dtype))."""
+    return TensorMeta(x.shape, DType.parse(dtype), x.device)
+
+
+def softplus_meta(x: TensorMeta, beta: bool | int | float, threshold: bool | int | float) -> TensorMeta:
+    """Same shape and dtype; floating dtypes only (torch has no integral softplus)."""
     check_floating("x", x)
     return TensorMeta(x.shape, x.dtype, x.device)
 
@@ -431,6 +500,39 @@ LOGICAL_NOT = define_op(
     tags=("elementwise", "logical"),
 )
 
+POW = define_op(
+    "pow(Tensor x, Tensor|Scalar exponent) -> Tensor",
+    meta=pow_meta,
+    dtypes=ALL_DTYPES,
+    family="elementwise",
+    doc="x ** exponent, broadcast and type-promoted (integers wrap; no bool result); mirrors torch.pow.",
+    tags=("elementwise", "binary"),
+)
+CAST = define_op(
+    "cast(Tensor x, str dtype) -> Tensor",
+    meta=cast_meta,
+    dtypes=ALL_DTYPES,
+    family="elementwise",
+    doc="x converted to dtype (floats to integers truncate, nonzero is true); mirrors Tensor.to(dtype).",
+    tags=("elementwise", "unary"),
+)
+SOFTPLUS = define_op(
+    "softplus(Tensor x, Scalar beta=1, Scalar threshold=20) -> Tensor",
+    meta=softplus_meta,
+    dtypes=FLOATING,
+    family="elementwise",
+    doc="log(1 + exp(beta * x)) / beta, x itself where beta * x > threshold; mirrors torch.nn.functional.softplus.",
+    tags=("elementwise", "activation"),
+)
+HARDSWISH = define_op(
+    "hardswish(Tensor x) -> Tensor",
+    meta=unary_float,
+    dtypes=FLOATING,
+    family="elementwise",
+    doc="x * relu6(x + 3) / 6, floating dtypes only; mirrors torch.nn.functional.hardswish.",
+    tags=("elementwise", "activation"),
+)
+
 CONTRACTS: tuple[OpContract, ...] = (
     ADD,
     SUB,
@@ -458,4 +560,8 @@ CONTRACTS: tuple[OpContract, ...] = (
     LOGICAL_AND,
     LOGICAL_OR,
     LOGICAL_NOT,
+    POW,
+    CAST,
+    SOFTPLUS,
+    HARDSWISH,
 )

@@ -9,10 +9,12 @@ import numpy
 
 from opcore.errors import ArgumentError
 from opcore.reference._common import F64, I64, binary_result_dtype, finish, float_result_dtype, quiet
+from opcore.types import DType
 
 __all__ = [
     "abs",
     "add",
+    "cast",
     "cos",
     "div",
     "eq",
@@ -22,6 +24,7 @@ __all__ = [
     "gelu",
     "gelu_f64",
     "gt",
+    "hardswish",
     "le",
     "logical_and",
     "logical_not",
@@ -30,12 +33,14 @@ __all__ = [
     "mul",
     "ne",
     "neg",
+    "pow",
     "relu",
     "rsqrt",
     "sigmoid",
     "sigmoid_f64",
     "silu",
     "sin",
+    "softplus",
     "sqrt",
     "sub",
     "tanh",
@@ -264,3 +269,51 @@ def logical_or(x: numpy.ndarray, other: numpy.ndarray) -> numpy.ndarray:
 def logical_not(x: numpy.ndarray) -> numpy.ndarray:
     """not x, zero (and -0.0) being false."""
     return finish(numpy.logical_not(x), numpy.dtype(bool))
+
+
+def _integer_power(a: numpy.ndarray, e: numpy.ndarray) -> Any:
+    """a ** e in int64, wrapping as torch's integer pow; a negative exponent gives 0, but 1 for a
+    base of 1 and +-1 for a base of -1 (torch's rule, where numpy refuses)."""
+    result = numpy.power(a, numpy.maximum(e, 0))
+    negative = e < 0
+    if not numpy.any(negative):
+        return result
+    odd = numpy.remainder(e, 2) == 1
+    inverse = numpy.where(a == 1, 1, numpy.where(a == -1, numpy.where(odd, -1, 1), 0))
+    return numpy.where(negative, inverse, result)
+
+
+def pow(x: numpy.ndarray, exponent: Operand) -> numpy.ndarray:
+    """x ** exponent in the promoted dtype (float64 inside for floats, wrapping int64 for integers)."""
+    out = binary_result_dtype(x, exponent)
+    with quiet():
+        a, b = _operands(x, exponent, out)
+        if out.kind == "f":
+            return finish(numpy.power(a, b), out)
+        return finish(_integer_power(a, numpy.asarray(b, dtype=I64)), out)
+
+
+def cast(x: numpy.ndarray, dtype: str) -> numpy.ndarray:
+    """x converted to dtype: floats to integers truncate toward zero, nonzero (NaN too) is true;
+    bfloat16 is returned as float32 (the dispatcher rounds it)."""
+    target = DType.parse(dtype)
+    out = numpy.dtype(numpy.float32) if target is DType.BFLOAT16 else target.to_numpy()
+    with quiet():
+        if out.kind in "iu" and x.dtype.kind == "f":
+            return finish(numpy.trunc(x).astype(I64), out)  # through int64, as torch wraps narrow ints
+        return finish(x.astype(out), out)
+
+
+def softplus(x: numpy.ndarray, beta: Any, threshold: Any) -> numpy.ndarray:
+    """log1p(exp(beta * x)) / beta, and x itself where beta * x > threshold."""
+    a = x.astype(F64, copy=False)
+    with quiet():
+        scaled = a * beta
+        return finish(numpy.where(scaled > threshold, a, numpy.log1p(numpy.exp(scaled)) / beta), x.dtype)
+
+
+def hardswish(x: numpy.ndarray) -> numpy.ndarray:
+    """x * min(max(x + 3, 0), 6) / 6, as torch's kernel computes it (so -inf gives NaN: -inf * 0)."""
+    a = x.astype(F64, copy=False)
+    with quiet():
+        return finish(a * numpy.clip(a + 3.0, 0.0, 6.0) / 6.0, x.dtype)

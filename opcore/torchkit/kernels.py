@@ -28,17 +28,24 @@ import torch.nn.functional as F
 
 from opcore.errors import ArgumentError
 from opcore.opset.indexing import check_index_range
+from opcore.types import DType
 
 __all__ = [
     "abs",
     "add",
+    "amax",
+    "amin",
+    "argmax",
     "bmm",
+    "cast",
     "cat",
     "chunk",
+    "clamp",
     "conv2d",
     "conv2d_relu",
     "conv2d_silu",
     "cos",
+    "cumsum",
     "div",
     "embedding",
     "eq",
@@ -51,6 +58,7 @@ __all__ = [
     "ge",
     "gelu",
     "gt",
+    "hardswish",
     "index",
     "layer_norm",
     "le",
@@ -63,12 +71,15 @@ __all__ = [
     "logical_not",
     "logical_or",
     "lt",
+    "masked_fill",
     "matmul",
+    "mean",
     "mul",
     "ne",
     "neg",
     "pad",
     "permute",
+    "pow",
     "relu",
     "reshape",
     "rms_norm",
@@ -80,14 +91,17 @@ __all__ = [
     "sin",
     "slice",
     "softmax",
-    "sqrt",
+    "softplus",
     "split",
     "split_with_sizes",
+    "sqrt",
     "squeeze",
     "sub",
+    "sum",
     "tanh",
     "transpose",
     "unsqueeze",
+    "where",
 ]
 
 Tensor = torch.Tensor
@@ -163,9 +177,52 @@ logical_or = torch.logical_or
 logical_not = torch.logical_not
 
 
+pow = torch.pow
+softplus = torch._C._nn.softplus  # softplus(x, beta, threshold): what F.softplus calls
+hardswish = torch._C._nn.hardswish
+
+
+def cast(x: Tensor, dtype: str) -> Tensor:
+    """Tensor.to(dtype) (a copy only where the dtype changes, as torch's own)."""
+    return x.to(DType.parse(dtype).to_torch())
+
+
 def gelu(x: Tensor, approximate: str) -> Tensor:
     """Exact or tanh-approximated gelu."""
     return F.gelu(x, approximate=approximate)
+
+
+# --- reductions and selection ----------------------------------------------------------------
+
+
+def sum(x: Tensor, dim: tuple[int, ...] | None, keepdim: bool) -> Tensor:
+    """Sum over dim (None: every dim, as torch's [] means)."""
+    return torch.sum(x, dim or (), keepdim)
+
+
+def mean(x: Tensor, dim: tuple[int, ...] | None, keepdim: bool) -> Tensor:
+    """Mean over dim (None: every dim)."""
+    return torch.mean(x, dim or (), keepdim)
+
+
+def amax(x: Tensor, dim: tuple[int, ...] | None, keepdim: bool) -> Tensor:
+    return torch.amax(x, dim or (), keepdim)
+
+
+def amin(x: Tensor, dim: tuple[int, ...] | None, keepdim: bool) -> Tensor:
+    return torch.amin(x, dim or (), keepdim)
+
+
+argmax = torch.argmax  # argmax(x, dim, keepdim): the contract's arguments, in its order
+
+
+def cumsum(x: Tensor, dim: int, dtype: str | None) -> Tensor:
+    return torch.cumsum(x, dim, dtype=None if dtype is None else DType.parse(dtype).to_torch())
+
+
+where = torch.where
+masked_fill = torch.masked_fill
+clamp = torch.clamp
 
 
 # --- matrix products ---------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Kit entries for the elementwise ops: add, sub, mul, div, relu, gelu, silu, sigmoid, tanh, exp, the unary
-math ops neg, abs, sqrt, rsqrt, erf, cos, sin, the comparisons eq, ne, lt, le, gt, ge and
-logical_and, logical_or, logical_not."""
+math ops neg, abs, sqrt, rsqrt, erf, cos, sin, the comparisons eq, ne, lt, le, gt, ge,
+logical_and, logical_or, logical_not, pow, cast, softplus and hardswish."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ BINARY = ("add", "sub", "mul", "div", "eq", "ne", "lt", "le", "gt", "ge")
 LOGICAL = ("logical_and", "logical_or")
 UNARY = (
     "relu", "gelu", "silu", "sigmoid", "tanh", "exp", "neg", "abs", "sqrt", "rsqrt", "erf", "cos", "sin", "logical_not",
+    "softplus", "hardswish",
 )  # fmt: skip
 
 _BROADCAST = [((2, 3), (3,)), ((4, 1, 3), (2, 1)), ((), ()), ((5,), ()), ((), (2, 2)), ((2, 0, 3), (3,)), ((0,), (1,))]
@@ -41,6 +42,8 @@ class _Attributes(TypedDict, total=False):
     """The attribute variants unary samples are repeated over (typed: they go in as ``**attrs``)."""
 
     approximate: str
+    beta: float
+    threshold: float
 
 
 def _dtypes(op: str) -> list[str]:
@@ -159,6 +162,8 @@ def unary_samples(op: str) -> Iterable[Sample]:
     variants: list[_Attributes] = [{}]
     if op == "gelu":
         variants.append({"approximate": "tanh"})
+    if op == "softplus":
+        variants += [{"beta": 2.0, "threshold": 5.0}, {"beta": -0.5, "threshold": 1.0}]
     for attrs in variants:
         tag = "".join(f"-{value}" for value in attrs.values())
         for dtype in _dtypes(op):
@@ -191,6 +196,75 @@ def unary_samples(op: str) -> Iterable[Sample]:
         s.add("int32-squares", tensor_of([0, 1, 4, 9, 1 << 20], "int32"))
     if op in ("cos", "sin"):
         s.add("float32-periods", s.tensor((4, 5), low=-20, high=20))
+    if op in ("softplus", "hardswish"):
+        # around the kinks: softplus's threshold (20 / beta), hardswish's -3 and 3
+        s.add("float32-kinks", tensor_of([-3.5, -3.0, -2.9, 2.9, 3.0, 3.5, 19.9, 20.0, 20.1, 25.0], "float32"))
+    return s
+
+
+def pow_samples() -> Iterable[Sample]:
+    """Tensor and number exponents, every dtype, promotion, broadcasting, negative bases, integer
+    wrapping, and the integer rule for negative tensor exponents (0, but +-1 for bases +-1)."""
+    s = SampleSet("pow")
+    for dtype in _dtypes("pow"):
+        if dtype != "bool":
+            s.add(dtype, s.tensor((3, 4), dtype, low=0, high=4), s.tensor((3, 4), dtype, low=0, high=3))
+    for exponent in (2, 3, 0, 0.5, -1.0, 2.5, -2, True):
+        for dtype in ("float32", "float16", "float64", "bfloat16"):
+            s.add(f"{dtype}-scalar-{exponent!r}", s.tensor((2, 3), dtype, low=0.1, high=3), exponent)
+    for dtype, exponent in (("int32", 3), ("uint8", 2), ("int64", 0), ("bool", 2), ("int32", 0.5), ("int8", True)):
+        s.add(f"{dtype}-scalar-{exponent!r}", s.tensor((2, 3), dtype, low=0, high=5), exponent)
+    for x_shape, y_shape in _BROADCAST:
+        s.add(f"shape-{shape_id(x_shape)}-{shape_id(y_shape)}", s.tensor(x_shape, low=0.1), s.tensor(y_shape))
+    for x_dtype, y_dtype in (("int32", "float16"), ("uint8", "int8"), ("int64", "float32"), ("float32", "float64")):
+        s.add(
+            f"promote-{x_dtype}-{y_dtype}",
+            s.tensor((4, 3), x_dtype, low=0, high=3),
+            s.tensor((3,), y_dtype, low=0, high=2),
+        )
+    for layout in ("transposed", "strided", "expanded"):
+        s.add(layout, s.tensor((3, 4), low=0.1, layout=layout), s.tensor((3, 4), layout=layout))
+    s.add(
+        "negative-base",
+        tensor_of([-2.0, -1.5, -0.5, 0.0, -0.0], "float32"),
+        tensor_of([2.0, 0.5, 3.0, -1.0, -1.0], "float32"),
+    )
+    s.add("float32-special", tensor_of(_SPECIAL, "float32"), tensor_of(_SPECIAL[::-1], "float32"))
+    s.add("large-float32", s.tensor((3, 4), low=0.1, high=1e4), s.tensor((3, 4), low=-8, high=8))
+    s.add("int32-wraps", tensor_of([7, -7, 1 << 20], "int32"), 5)
+    s.add(
+        "int64-negative-exponent", tensor_of([1, -1, -1, 2, 0, -3], "int64"), tensor_of([-3, -3, -2, -1, 2, 3], "int64")
+    )
+    return s
+
+
+def cast_samples() -> Iterable[Sample]:
+    """Every dtype to every dtype (floats to integers with values in range: out-of-range and NaN
+    conversions are undefined in C and differ between libraries), special values to floats and bool."""
+    s = SampleSet("cast")
+    dtypes = [d.value for d in DType]
+    for source in dtypes:
+        low, high = (0, 100) if source != "bool" else (0, 1)
+        x = s.tensor((3, 4), source, low=low, high=high)
+        for target in dtypes:
+            # numpy inputs cannot come back as bfloat16 (numpy has none): only a bfloat16 x, which
+            # the kit passes as a torch tensor, is cast to bfloat16
+            if target != "bfloat16" or source == "bfloat16":
+                s.add(f"{source}-to-{target}", x, target)
+    for shape in ((), (0,), (2, 0, 3), (7,)):
+        s.add(f"shape-{shape_id(shape)}", s.tensor(shape), "float16")
+    for layout in ("transposed", "strided", "expanded"):
+        s.add(layout, s.tensor((3, 4), layout=layout), "int32")
+    s.add("float32-truncates", tensor_of([-2.7, -0.5, 0.5, 2.7, 99.9], "float32"), "int32")
+    s.add("float32-negatives-int8", tensor_of([-128.0, -127.9, 127.5, -3.5], "float32"), "int8")
+    s.add("float32-to-bool-special", tensor_of(_SPECIAL, "float32"), "bool")
+    for target in ("float16", "float64"):
+        s.add(f"float32-special-to-{target}", tensor_of(_SPECIAL, "float32"), target)
+    s.add("bfloat16-special-to-float32", tensor_of(_SPECIAL, "bfloat16"), "float32")
+    s.add("float64-overflow-float16", tensor_of([7e4, -1e6, 65504.0, 1e-8], "float64"), "float16")
+    s.add("int64-to-int8-wraps", tensor_of([300, -129, 2**40 + 5], "int64"), "int8")
+    s.add("int32-to-uint8-wraps", tensor_of([-1, 256, 1000], "int32"), "uint8")
+    s.add("int64-large-to-float32", tensor_of([2**24 + 1, 2**40 + 3, -(2**53) - 1], "int64"), "float32")
     return s
 
 
@@ -247,6 +321,17 @@ def _error_inputs() -> dict[str, list[ErrorInput]]:
                        {"approximate": "erf"}),
         ],
         "silu": [ErrorInput("int", (z(2, dtype=i32),), DTypeError, "x", "found int32")],
+        "softplus": [ErrorInput("int", (z(2, dtype=i64),), DTypeError, "x", "found int64")],
+        "hardswish": [ErrorInput("int", (z(2, dtype=i32),), DTypeError, "x", "found int32"),
+                      ErrorInput("bool", (z(2, dtype=b),), DTypeError, "x", "found bool")],
+        "pow": [
+            ErrorInput("broadcast", (z(2, 3), z(2)), ShapeError, "exponent", "shapes that broadcast together"),
+            ErrorInput("bool-bool", (z(2, dtype=b), True), DTypeError, "exponent", "not bool"),
+            ErrorInput("bool-tensors", (z(2, dtype=b), z(2, dtype=b)), DTypeError, "exponent", "not bool"),
+            ErrorInput("int-negative", (z(2, dtype=i32), -1), ArgumentError, "exponent", "an exponent >= 0"),
+            ErrorInput("huge-int", (z(2), 2**70), ArgumentError, "exponent", "int64 range"),
+        ],
+        "cast": [ErrorInput("dtype", (z(2), "float8"), ArgumentError, "dtype", "one of ", torch_rejects=False)],
         "neg": [ErrorInput("bool", (z(2, dtype=b),), DTypeError, "x", "found bool")],
         "abs": [ErrorInput("bool", (z(2, dtype=b),), DTypeError, "x", "found bool")],
         **{
@@ -278,4 +363,8 @@ def _entry(op: str) -> OpEntry:
     return OpEntry(op, lambda: samples(op), lambda: error_inputs(op))
 
 
-ENTRIES: tuple[OpEntry, ...] = tuple(_entry(op) for op in BINARY + LOGICAL + UNARY)
+ENTRIES: tuple[OpEntry, ...] = (
+    *(_entry(op) for op in BINARY + LOGICAL + UNARY),
+    OpEntry("pow", pow_samples, lambda: error_inputs("pow")),
+    OpEntry("cast", cast_samples, lambda: error_inputs("cast")),
+)
