@@ -14,6 +14,7 @@ from typing import Any
 
 from opcore.errors import ArgumentError
 from opcore.graph.errors import CaptureError
+from opcore.graph.measuring import Timer, interleaved
 from opcore.graph.plan import Plan, PlanOptions, assemble
 from opcore.types import Device
 
@@ -34,6 +35,7 @@ def capture(
     submodule: str | None = None,
     rewrites: bool = True,
     partitions: bool = True,
+    measure: bool | Timer = True,
 ) -> Plan:
     """Capture ``model`` (an nn.Module) on ``example_inputs`` and plan it across the backends.
 
@@ -42,7 +44,10 @@ def capture(
     the examples' device); fallback=False (or ``opcore.strict()``): every node must run on
     ``backends``, else UncoveredError lists the nodes that do not; submodule: capture only this
     part of the model ("layers.0.mlp"), called with ``example_inputs``; rewrites=False: keep the
-    graph as exported (no fused ops, see opcore.graph.rewrite).
+    graph as exported (no fused ops, see opcore.graph.rewrite); measure: time on the example inputs
+    what the estimates cannot decide (each partition against its nodes per node, the plan against
+    the torch route: see opcore.graph.measuring); False: the estimated cost rule alone; a function
+    ``{label: call} -> {label: seconds}``: that timer.
 
     >>> plan = opcore.graph.capture(torch.nn.Linear(8, 4).eval(), (torch.randn(2, 8),))  # doctest: +SKIP
     """
@@ -79,8 +84,11 @@ def capture(
         rewrites=rewrites,
         cuda_graph=place.type.value == "cuda" and not any(i.dynamic_axes for i in graph.values.values()),
     )
+    skip = {position for position, _ in graph.fixed_inputs}
+    examples = [value for position, value in enumerate(flat) if position not in skip]
+    timer = None if measure is False else interleaved if measure is True else measure
     with torch.no_grad():
-        plan = assemble(graph, constants, options, notes)
+        plan = assemble(graph, constants, options, notes, examples=examples, timer=timer)
     plan.notes[:0] = applied
     plan.timings.capture = captured - started
     plan.timings.plan = time.perf_counter() - captured

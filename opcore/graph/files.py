@@ -185,6 +185,7 @@ def save(plan: Any, path: Any) -> pathlib.Path:
             "partitions": plan.options.partitions,
             "rewrites": plan.options.rewrites,
             "cuda_graph": plan.options.cuda_graph,
+            "route": plan.options.route,
         },
         "graph": {
             "inputs": list(graph.inputs),

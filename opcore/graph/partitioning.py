@@ -6,7 +6,9 @@ preference (``backends=`` or the backends' priorities), a node is *accepted* whe
 dispatch asks). Accepted nodes are grouped along data edges into partitions that never create a
 cycle (a partition is run as one step, so no outside node may sit between two of its nodes). A
 partition is kept only where it pays (``pays``: enough compute nodes for the runtime's fixed cost
-per call and the copies at its boundary); it is compiled now, at plan time. A compile failure
+per call and the copies at its boundary); it is compiled now, at plan time, and where the plan
+can measure (``measuring.Measured``: at capture, on the example inputs) the estimate gives way to a
+time: the compiled partition is kept only where it runs faster than its nodes run per node. A compile failure
 takes the failing node out (found by the compiler, or by compiling prefixes) and groups the rest
 again, with the reason recorded on the node; nothing falls back silently at run time.
 """
@@ -19,6 +21,7 @@ from typing import Any
 
 from opcore.errors import OpcoreError
 from opcore.graph.ir import Graph, Node, ValueRef, refs_in
+from opcore.graph.measuring import Measured
 from opcore.graph.partition import CompiledPartition, PartitionCompiler, PartitionSpec, PartNode, compilers
 from opcore.graph.planner import Decision, Verdict, selection_verdicts
 from opcore.graph.runner import Slot, Step
@@ -64,11 +67,19 @@ def pays(nodes: Sequence[Node], boundary: int, cost: Cost | None = None) -> tupl
     compute = [n for n in nodes if n.op not in SHAPE_OPS]
     saved = len(compute) * cost.node_us + (len(nodes) - len(compute)) * cost.shape_node_us
     spent = cost.call_us + boundary * cost.boundary_us
-    if len(compute) < cost.min_nodes:
-        return False, f"{len(compute)} compute node(s) < the minimum of {cost.min_nodes}"
+    small = large_enough(nodes, cost)
+    if small is not None:
+        return False, small
     if saved < spent:
         return False, f"saves ~{saved:.0f} us of per-node cost, less than ~{spent:.0f} us of call and boundary"
     return True, f"saves ~{saved:.0f} us of per-node cost for ~{spent:.0f} us of call and boundary"
+
+
+def large_enough(nodes: Sequence[Node], cost: Cost | None = None) -> str | None:
+    """None when ``nodes`` hold enough compute nodes to be worth compiling (measured or not), else why not."""
+    cost = cost or COST
+    compute = sum(n.op not in SHAPE_OPS for n in nodes)
+    return None if compute >= cost.min_nodes else f"{compute} compute node(s) < the minimum of {cost.min_nodes}"
 
 
 @dataclass(slots=True)
@@ -149,12 +160,14 @@ def place_partitions(
     options: Any,
     example: Callable[[str], Any],
     saved: Mapping[str, Any] | None = None,
+    measured: Measured | None = None,
 ) -> tuple[list[PartitionRecord], dict[str, Decision], dict[str, tuple[Verdict, ...]]]:
     """Group, cost and compile the partitions; return them, the decision of every node they take,
-    and for the nodes a compile failure left out, that verdict (explain shows it).
+    and for the nodes a compile failure or a measurement left out, that verdict (explain shows it).
 
     ``saved``: partitions of a saved plan (name -> (backend, node names, load function)), taken as
-    they are instead of grouped and compiled.
+    they are instead of grouped and compiled. ``measured``: time each compiled partition against
+    its nodes run per node and keep the faster (else the estimated cost rule, ``pays``, decides).
     """
     if options.device != "cpu" and not options.device.startswith("cpu"):
         return [], {}, {}  # graph runtimes take host arrays; a cuda plan runs on the cuda backend's kernels
@@ -167,8 +180,9 @@ def place_partitions(
     claimed: dict[str, Decision] = {}
     for backend, compiler in graph_backends(options):
         refused: dict[str, str] = {}
+        slow: dict[str, str] = {}  # nodes of partitions measured slower than their nodes per node
         while True:
-            taken = claimed.keys() | refused.keys()
+            taken = claimed.keys() | refused.keys() | slow.keys()
             accepted = [
                 i
                 for i, node in enumerate(graph.nodes)
@@ -180,7 +194,8 @@ def place_partitions(
             for group in groups:
                 nodes = [graph.nodes[i] for i in group]
                 spec = make_spec(graph, group, f"p{len(records) + len(made)}", constants)
-                ok, why = pays(nodes, len(spec.inputs) + len(spec.outputs))
+                small = large_enough(nodes)
+                ok, why = pays(nodes, len(spec.inputs) + len(spec.outputs)) if measured is None else (small is None, "")
                 if not ok:
                     continue
                 try:
@@ -190,9 +205,15 @@ def place_partitions(
                     refused[nodes[bad].name] = f"{backend} could not compile it in a partition: {_reason(error)}"
                     failed = True
                     break
-                made.append(
-                    (group, PartitionRecord(spec.name, backend, tuple(n.name for n in nodes), spec, compiled, why))
-                )
+                record = PartitionRecord(spec.name, backend, tuple(n.name for n in nodes), spec, compiled, why)
+                if measured is not None:
+                    faster, why = measured.partition(record, group)
+                    record.note = why
+                    if not faster:
+                        reason = f"{backend} partition of {len(nodes)} nodes not kept: {why}"
+                        slow.update((n.name, reason) for n in nodes)
+                        continue
+                made.append((group, record))
             if not failed:
                 break
         for group, record in made:
@@ -206,8 +227,8 @@ def place_partitions(
             for record in records:
                 if record.backend == backend:
                     record.note += "; left out after a compile failure: " + ", ".join(sorted(refused))
-            for name, reason in refused.items():
-                verdicts[name] = (*verdicts[name], Verdict(backend, "declined", reason, f"{backend} partition"))
+        for name, reason in (*refused.items(), *slow.items()):
+            verdicts[name] = (*verdicts[name], Verdict(backend, "declined", reason, f"{backend} partition"))
     refusals = {
         name: tuple(v for v in rows if v.kernel.endswith(" partition"))
         for name, rows in verdicts.items()

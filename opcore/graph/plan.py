@@ -8,22 +8,25 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from opcore.graph.errors import UncoveredError
-from opcore.graph.ir import Graph, Node
+from opcore.graph.ir import Graph, Node, ValueRef
+from opcore.graph.measuring import Measured, Timer
 from opcore.graph.planner import Decision, NodeCall, example_tensors, plan_node, scalar_call
 from opcore.graph.runner import Program, Step, slot_template
 from opcore.types import Device
 
-__all__ = ["Plan", "PlanOptions", "assemble"]
+__all__ = ["Plan", "PlanOptions", "assemble", "torch_route"]
 
 
 @dataclass(frozen=True, slots=True)
 class PlanOptions:
     """How a plan was asked for. backends None: every loaded backend by rank; fallback False: every
-    node must run on one of ``backends`` (or, without backends, on its op's first choice)."""
+    node must run on one of ``backends`` (or, without backends, on its op's first choice).
+    route "torch": measuring at capture found the torch route faster than the planned one, so the
+    plan runs every node on the torch backend (``torch_route``); "planned": as decided."""
 
     backends: tuple[str, ...] | None = None
     fallback: bool = True
@@ -31,6 +34,17 @@ class PlanOptions:
     partitions: bool = True
     rewrites: bool = True
     cuda_graph: bool = False
+    route: str = "planned"
+
+
+def torch_route(options: PlanOptions) -> PlanOptions:
+    """The options of the same graph run as eager PyTorch runs it: every node on the torch backend of
+    the plan's device (the ranked rest only for what it declines), no partitions. verify compares
+    against it; the capture-time guard times the plan against it."""
+    torch_backend = "cuda" if options.device.startswith("cuda") else "cpu"
+    return PlanOptions(
+        backends=(torch_backend,), fallback=True, device=options.device, partitions=False, rewrites=options.rewrites
+    )
 
 
 @dataclass(slots=True)
@@ -179,18 +193,127 @@ def assemble(
     options: PlanOptions,
     notes: Mapping[str, str] | None = None,
     saved: Mapping[str, Any] | None = None,
+    *,
+    examples: Sequence[Any] | None = None,
+    timer: Timer | None = None,
 ) -> Plan:
     """Decide every node of ``graph`` and build the program that runs them.
 
     ``notes``: per node, why it is an ATen fallback; ``saved``: partitions of a saved plan to load
-    instead of compiling (opcore.graph.load).
+    instead of compiling (opcore.graph.load). ``examples`` (the flat runtime inputs) and ``timer``:
+    measure at plan time (see opcore.graph.measuring): partitions are kept where they are faster
+    than their nodes per node, and the plan runs the torch route where that is faster than it.
     """
+    if options.route == "torch":
+        plan = _assemble(graph, constants, torch_route(options), notes)
+        plan.options = options
+        return plan
+    route: Plan | None = None
+    measured: Measured | None = None
+    told: list[str] = []
+    if examples is not None and timer is not None and _guarded(options):
+        route = _assemble(graph, constants, torch_route(options), notes)
+        measured, why = _measure_on(graph, constants, options, route, examples, timer)
+        if measured is None:
+            route = None
+            told.append(f"not measured, the estimated cost rule decided: {why}")
+    plan = _assemble(graph, constants, options, notes, saved, measured)
+    plan.notes[:0] = told
+    if measured is None or route is None or not _differs(plan, route):
+        return plan
+    faster, story = measured.compare(("this plan", plan.program), ("the torch route", route.program), graph.inputs)
+    if faster:
+        plan.notes.insert(0, f"guard: {story}: runs this plan")
+        return plan
+    summary = plan.summary()
+    route.options = replace(options, route="torch")
+    route.notes[:0] = [f"guard: {story}: runs the torch route (every node on {route.options.device}'s torch "
+                       f"backend), not the plan it measured ({summary})"]  # fmt: skip
+    return route
+
+
+def _guarded(options: PlanOptions) -> bool:
+    """Whether the torch route may replace the plan: a host plan whose requested backends include the
+    torch one, with fallback allowed (a plan pinned to other backends keeps what was asked for)."""
+    host = options.device == "cpu" or options.device.startswith("cpu")
+    allowed = options.backends is None or "cpu" in options.backends
+    return host and allowed and options.fallback and not _strict()
+
+
+def _strict() -> bool:
+    """Whether opcore.strict() (or OPCORE_STRICT) is in force: every node must run where it was asked to."""
     from opcore.runtime import runtime
     from opcore.settings import context_policy
 
-    rt = runtime().ensure_loaded()
     policy = context_policy.get()
-    strict_context = policy.strict if policy is not None and policy.strict is not None else rt.settings.strict
+    if policy is not None and policy.strict is not None:
+        return policy.strict
+    return bool(runtime().ensure_loaded().settings.strict)
+
+
+def _measure_on(
+    graph: Graph,
+    constants: Mapping[str, Any],
+    options: PlanOptions,
+    route: Plan,
+    examples: Sequence[Any],
+    timer: Timer,
+) -> tuple[Measured | None, str]:
+    """Every value of the graph on the example inputs (run through the torch route), and how to build
+    the programs a partition is timed as; None and why when the route cannot run the examples."""
+    from opcore.graph.partitioning import PartitionRecord
+
+    try:
+        slots = route.program.run(examples, keep=True)
+    except Exception as error:
+        return None, f"the torch route failed on the example inputs ({type(error).__name__}: {_first(error)})"
+    values = {name: slots[i] for name, i in route.program.slot_of.items()}
+    example = example_tensors(graph, constants)
+    allowed = frozenset(options.backends) if options.backends else None
+    index = {node.name: i for i, node in enumerate(graph.nodes)}
+
+    def alone(record: PartitionRecord) -> Program:
+        group = [index[name] for name in record.nodes]
+        nothing: list[NodeCall | None] = [None] * len(graph.nodes)
+        return build_program(graph, [record], nothing, constants, record.inputs, record.outputs, group)
+
+    def per_node(group: Sequence[int], inputs: Sequence[str], outputs: Sequence[str]) -> Program:
+        calls: list[NodeCall | None] = [None] * len(graph.nodes)
+        for i in group:
+            node = graph.nodes[i]
+            calls[i] = (
+                scalar_call(node)
+                if node.scalar
+                else plan_node(graph, node, example, order=options.backends, allowed=allowed, fallback=True)
+            )
+        return build_program(graph, list(group), calls, constants, inputs, outputs, group)
+
+    return Measured(values, timer, alone, per_node), ""
+
+
+def _first(error: Exception) -> str:
+    return (str(error).strip().splitlines() or [""])[0][:160]
+
+
+def _differs(plan: Plan, route: Plan) -> bool:
+    """Whether the plan runs anything otherwise than the torch route does."""
+    if plan.partitions:
+        return True
+    return any((a.backend, a.kernel) != (b.backend, b.kernel) for a, b in zip(plan.decisions, route.decisions))
+
+
+def _assemble(
+    graph: Graph,
+    constants: Mapping[str, Any],
+    options: PlanOptions,
+    notes: Mapping[str, str] | None = None,
+    saved: Mapping[str, Any] | None = None,
+    measured: Measured | None = None,
+) -> Plan:
+    from opcore.runtime import runtime
+
+    rt = runtime().ensure_loaded()
+    strict_context = _strict()
     fallback = options.fallback and not strict_context
     allowed = frozenset(options.backends) if options.backends else None
     if options.backends:
@@ -205,7 +328,7 @@ def assemble(
     if options.partitions:
         from opcore.graph.partitioning import place_partitions
 
-        partitions, claimed, refusals = place_partitions(graph, constants, options, example, saved)
+        partitions, claimed, refusals = place_partitions(graph, constants, options, example, saved, measured)
     calls: list[NodeCall | None] = []
     for node in graph.nodes:
         if node.name in claimed:
@@ -223,7 +346,13 @@ def assemble(
     if uncovered:
         raise _uncovered(uncovered, options, strict_context)
     decisions = [call.decision if call is not None else claimed[node.name] for node, call in zip(graph.nodes, calls)]
-    program = _program(graph, calls, constants, partitions)
+    if partitions:
+        from opcore.graph.partitioning import order_units
+
+        units: Sequence[Any] = order_units(graph, partitions)
+    else:
+        units = range(len(graph.nodes))
+    program = build_program(graph, units, calls, constants, graph.inputs, graph.outputs)
     return Plan(graph, decisions, program, constants, options, partitions)
 
 
@@ -237,21 +366,25 @@ def _uncovered(uncovered: list[tuple[Node, NodeCall]], options: PlanOptions, str
     return UncoveredError("\n".join(lines), op="opcore.graph.capture", fix=fix)
 
 
-def _program(
-    graph: Graph, calls: Sequence[NodeCall | None], constants: Mapping[str, Any], partitions: Sequence[Any]
+def build_program(
+    graph: Graph,
+    units: Sequence[Any],
+    calls: Sequence[NodeCall | None],
+    constants: Mapping[str, Any],
+    inputs: Sequence[str],
+    outputs: Sequence[Any],
+    members: Sequence[int] | None = None,
 ) -> Program:
-    names = [*graph.inputs, *graph.constants, *(o for node in graph.nodes for o in node.outputs)]
+    """The program running ``units`` (node indices, run by ``calls[i]``, and partition records) from
+    the values ``inputs`` to ``outputs`` (names or ValueRefs, or constants as the graph's outputs are).
+    ``members``: the indices of the nodes whose outputs get slots (None: every node)."""
+    produced = (o for i in (range(len(graph.nodes)) if members is None else members) for o in graph.nodes[i].outputs)
+    names = [*inputs, *graph.constants, *produced]
     slot_of = {name: i for i, name in enumerate(names)}
     base: list[Any] = [None] * len(names)
     for name in graph.constants:
         base[slot_of[name]] = constants[name]
     steps: list[Step] = []
-    if partitions:
-        from opcore.graph.partitioning import order_units
-
-        units: Sequence[Any] = order_units(graph, partitions)
-    else:
-        units = range(len(graph.nodes))
     for unit in units:
         if isinstance(unit, int):
             call = calls[unit]
@@ -261,4 +394,5 @@ def _program(
             steps.append(Step(call.fn, slot_template(call.args, slot_of), tuple(slot_of[o] for o in node.outputs)))
         else:
             steps.append(unit.step(slot_of))
-    return Program(slot_of, base, steps, [slot_of[n] for n in graph.inputs], graph.outputs)
+    wanted = [ValueRef(o) if isinstance(o, str) else o for o in outputs]
+    return Program(slot_of, base, steps, [slot_of[n] for n in inputs], wanted)

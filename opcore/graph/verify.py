@@ -64,13 +64,11 @@ class VerifyReport:
 def verify(plan: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], *, atol: float, rtol: float) -> VerifyReport:
     import torch
 
-    from opcore.graph.plan import PlanOptions, assemble
+    from opcore.graph.plan import assemble, torch_route
 
     flat = plan.flatten(args, kwargs)
-    torch_backend = "cuda" if plan.device.type.value == "cuda" else "cpu"
-    options = PlanOptions(backends=(torch_backend,), fallback=True, device=plan.options.device, partitions=False)
     with torch.no_grad():
-        reference = assemble(plan.graph, plan.constants, options)
+        reference = assemble(plan.graph, plan.constants, torch_route(plan.options))
         mine = plan.program.run(flat, keep=True)
         eager = reference.program.run(flat, keep=True)
     slot_of = plan.program.slot_of

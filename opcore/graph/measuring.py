@@ -1,0 +1,95 @@
+"""Plan-time measurements: what keeps a partition, and what keeps a plan, is a time, not an estimate.
+
+At capture, the example inputs are run once through the *torch route* (every node on the torch
+backend of the plan's device, no partitions: the graph run as eager PyTorch runs it), keeping
+every value. With those values:
+
+* each compiled partition is timed against the same nodes run per node on their ranked kernels,
+  and kept only where it is faster (``Measured.partition``); the estimated ``partitioning.Cost``
+  stays the rule where nothing can be measured (a loaded plan keeps what was measured when it was
+  saved);
+* the finished plan is timed against the torch route (``Measured.guard``); where the torch route
+  is faster, the plan runs the torch route and says so in ``plan.notes`` (explain shows it). A plan
+  is therefore never slower than its own graph run eagerly, by construction, within the
+  measurement's noise.
+
+A timer is any function of ``{label: call}`` returning ``{label: seconds per call}``; tests inject
+one to exercise the decisions without timing the machine.
+
+>>> times = interleaved({"sum": lambda: sum(range(100))}, rounds=3)
+>>> times["sum"] > 0
+True
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ROUNDS", "Measured", "Timer", "interleaved", "verdict_text"]
+
+Timer = Callable[[Mapping[str, Callable[[], Any]]], Mapping[str, float]]
+
+# interleaved rounds per comparison: a few runs of a model at capture, not a benchmark
+ROUNDS = 5
+
+
+def interleaved(cases: Mapping[str, Callable[[], Any]], rounds: int = ROUNDS) -> dict[str, float]:
+    """Median seconds per call of each case: one warm-up call each, then ``rounds`` rounds in a new
+    shuffled order each (drift and warm caches hit every case alike), each round timing enough calls
+    to last about a millisecond (opcore.tuning's calibration)."""
+    from opcore.tuning.measure import _calibrate, _timed
+
+    def sync() -> None:
+        return None
+
+    numbers = {}
+    for label, call in cases.items():
+        call()
+        numbers[label] = _calibrate(call, sync)
+    samples: dict[str, list[float]] = {label: [] for label in cases}
+    order = list(cases)
+    shuffle = random.Random(0).shuffle
+    for _ in range(rounds):
+        shuffle(order)
+        for label in order:
+            samples[label].append(_timed(cases[label], numbers[label], sync) * 1e-6)
+    return {label: statistics.median(values) for label, values in samples.items()}
+
+
+def verdict_text(seconds: float) -> str:
+    """A time for explain: "412 us", "12.3 ms"."""
+    us = seconds * 1e6
+    return f"{us:.0f} us" if us < 1000 else f"{us / 1000:.1f} ms"
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """What plan-time measuring needs: every value of the graph on the example inputs (by name, from
+    the torch route), the timer, and how to build the two programs a partition is timed as: the
+    partition alone (``alone(record)``) and its nodes on their per-node kernels (``per_node(indices)``);
+    each runs from the partition's inputs to its outputs."""
+
+    values: Mapping[str, Any]
+    timer: Timer
+    alone: Callable[[Any], Any]
+    per_node: Callable[[Sequence[int], Sequence[str], Sequence[str]], Any]
+
+    def partition(self, record: Any, group: Sequence[int]) -> tuple[bool, str]:
+        """Whether the compiled partition ``record`` (of the nodes ``group``) beats its nodes per node."""
+        spec = record.spec
+        per_node = self.per_node(group, spec.inputs, spec.outputs)
+        return self.compare(("partition", self.alone(record)), ("per node", per_node), spec.inputs)
+
+    def compare(self, first: tuple[str, Any], second: tuple[str, Any], inputs: Sequence[str]) -> tuple[bool, str]:
+        """Time two programs (``(label, Program)``) on the example values of ``inputs``: whether the
+        first is faster (a tie goes to the second), and the measured story for explain."""
+        feed = [self.values[name] for name in inputs]
+        (label_a, a), (label_b, b) = first, second
+        times = self.timer({label_a: lambda: a.run(feed), label_b: lambda: b.run(feed)})
+        faster = times[label_a] < times[label_b]
+        text = f"measured {label_a} {verdict_text(times[label_a])}, {label_b} {verdict_text(times[label_b])}"
+        return faster, text

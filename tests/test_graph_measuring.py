@@ -1,0 +1,164 @@
+"""Measured placement (opcore.graph.measuring): partitions kept only where they beat their nodes per
+node, and the guard that runs the torch route where it beats the plan. The decisions are tested
+with injected timers (what the machine measures is not under test); the last test times for real
+and checks only that a decision was made and said."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnxruntime")
+
+from graph_models import MLP, LlamaBlock, seeded  # noqa: E402
+
+import opcore  # noqa: E402
+import opcore.graph  # noqa: E402
+from opcore.graph.measuring import interleaved  # noqa: E402
+
+# the plan restricted to onnxruntime partitions plus the torch backend, as bench/graph.py's "plan ort"
+BACKENDS = ("onnxruntime", "cpu")
+
+
+class Timer:
+    """A timer that runs every case once (the calls must work) and reports the given seconds, by
+    the label's first word ("partition", "per", "this", "the")."""
+
+    def __init__(self, **seconds: float) -> None:
+        self.seconds = seconds
+        self.asked: list[tuple[str, ...]] = []
+
+    def __call__(self, cases: Mapping[str, Callable[[], Any]]) -> dict[str, float]:
+        self.asked.append(tuple(cases))
+        for call in cases.values():
+            call()
+        return {label: self.seconds[label.split()[0]] for label in cases}
+
+
+def llama(x_shape: tuple[int, ...] = (2, 8, 32)) -> tuple[Any, Any]:
+    torch.manual_seed(0)
+    return seeded(LlamaBlock()), torch.randn(*x_shape)
+
+
+def test_static_placement_makes_partitions_of_this_model() -> None:
+    model, x = llama()
+    plan = opcore.graph.capture(model, (x,), backends=BACKENDS, measure=False)
+    assert plan.partitions  # the premise of the tests below: the estimated rule keeps partitions here
+    assert not any(note.startswith("guard") for note in plan.notes)
+
+
+def test_a_partition_slower_than_its_nodes_is_dropped_with_the_measurement() -> None:
+    model, x = llama()
+    timer = Timer(partition=2e-3, per=1e-3, this=1e-3, the=2e-3)
+    plan = opcore.graph.capture(model, (x,), backends=BACKENDS, measure=timer)
+    assert not plan.partitions
+    assert ("partition", "per node") in timer.asked
+    record = json.loads(plan.explain(format="json"))
+    reasons = [c["reason"] for n in record["nodes"] for c in n["candidates"] if c["kernel"] == "onnxruntime partition"]
+    assert reasons and all("not kept: measured partition 2.0 ms, per node 1.0 ms" in r for r in reasons)
+    assert "not kept: measured partition 2.0 ms" in plan.explain()
+    with torch.no_grad():
+        torch.testing.assert_close(plan(x), model(x), rtol=1e-4, atol=1e-4)
+
+
+def test_a_partition_faster_than_its_nodes_is_kept_with_the_measurement() -> None:
+    model, x = llama()
+    timer = Timer(partition=1e-3, per=2e-3, this=1e-3, the=2e-3)
+    plan = opcore.graph.capture(model, (x,), backends=BACKENDS, measure=timer)
+    assert plan.partitions and plan.options.route == "planned"
+    assert all(p.note == "measured partition 1.0 ms, per node 2.0 ms" for p in plan.partitions)
+    assert "guard: measured this plan 1.0 ms, the torch route 2.0 ms: runs this plan" in plan.notes
+
+
+def test_the_guard_runs_the_torch_route_where_it_is_faster_and_says_so(tmp_path) -> None:
+    model, x = llama()
+    timer = Timer(partition=1e-3, per=2e-3, this=3e-3, the=2e-3)
+    plan = opcore.graph.capture(model, (x,), backends=BACKENDS, measure=timer)
+    assert plan.options.route == "torch" and not plan.partitions
+    assert {d.backend for d in plan.decisions} <= {"cpu", "python"}
+    (guard,) = [note for note in plan.notes if note.startswith("guard:")]
+    assert guard.startswith("guard: measured this plan 3.0 ms, the torch route 2.0 ms: runs the torch route")
+    assert "onnxruntime" in guard  # the plan it measured and did not keep is named
+    assert f"  note: {guard}" in plan.explain().splitlines()
+    with torch.no_grad():
+        want = model(x)
+        torch.testing.assert_close(plan(x), want, rtol=1e-4, atol=1e-4)
+        plan.save(tmp_path / "p")
+        loaded = opcore.graph.load(tmp_path / "p")  # the route is kept: no partitions come back
+        assert loaded.options.route == "torch" and not loaded.partitions
+        torch.testing.assert_close(loaded(x), want, rtol=1e-4, atol=1e-4)
+    assert plan.verify(x).ok
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"backends": ("onnxruntime",)}, {"backends": BACKENDS, "fallback": False}],
+    ids=["without the torch backend", "fallback=False"],
+)
+def test_the_guard_leaves_a_plan_pinned_to_other_backends_alone(options: dict[str, Any]) -> None:
+    model, x = seeded(MLP()), torch.randn(3, 16)
+    timer = Timer(partition=1e-3, per=2e-3, this=3e-3, the=2e-3)
+    plan = opcore.graph.capture(model, (x,), measure=timer, **options)
+    assert plan.options.route == "planned"
+    assert ("this plan", "the torch route") not in timer.asked
+    assert "onnxruntime" in {d.backend for d in plan.decisions}
+
+
+def test_the_guard_leaves_a_strict_plan_alone() -> None:
+    model, x = seeded(MLP()), torch.randn(3, 16)
+    timer = Timer(partition=1e-3, per=2e-3, this=3e-3, the=2e-3)
+    with opcore.strict():
+        plan = opcore.graph.capture(model, (x,), backends=BACKENDS, measure=timer)
+    assert plan.options.route == "planned" and ("this plan", "the torch route") not in timer.asked
+
+
+def test_a_plan_that_is_the_torch_route_is_not_timed() -> None:
+    model, x = seeded(MLP()), torch.randn(3, 16)
+    timer = Timer(partition=1e-3, per=2e-3, this=3e-3, the=2e-3)
+    plan = opcore.graph.capture(model, (x,), backends=("cpu",), measure=timer)
+    assert timer.asked == [] and plan.options.route == "planned"
+
+
+def test_measuring_for_real_decides_and_says_what_it_measured() -> None:
+    model, x = llama()
+    plan = opcore.graph.capture(model, (x,), backends=BACKENDS)  # the default timer: interleaved medians
+    guard = [note for note in plan.notes if note.startswith("guard: measured this plan")]
+    assert len(guard) == 1
+    assert ("runs this plan" in guard[0]) == (plan.options.route == "planned")
+    assert all(p.note.startswith("measured partition") for p in plan.partitions)
+    with torch.no_grad():
+        torch.testing.assert_close(plan(x), model(x), rtol=1e-4, atol=1e-4)
+
+
+def test_interleaved_gives_a_median_per_case() -> None:
+    calls: list[str] = []
+    times = interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, rounds=3)
+    assert set(times) == {"a", "b"} and all(t > 0 for t in times.values())
+    assert calls.count("a") >= 1 + 3 and calls.count("b") >= 1 + 3  # a warm-up, then every round
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
+def test_a_partitions_outputs_belong_to_the_caller(backend: str) -> None:
+    """A runtime that reused its output buffers between calls would overwrite results already handed
+    out (a plan's slots, a user's outputs): a compiled partition's outputs must survive its next call."""
+    pytest.importorskip(backend)
+    model, x = llama()
+    plan = opcore.graph.capture(model, (x,), backends=(backend, "cpu"), measure=False)
+    assert plan.partitions
+    generator = numpy.random.default_rng(0)
+    for record in plan.partitions:
+        metas = [record.spec.metas[name] for name in record.spec.inputs]
+        if not all(m.dtype.value.startswith("float") for m in metas):
+            continue
+        feeds = [[generator.standard_normal(m.shape).astype(m.dtype.to_numpy()) for m in metas] for _ in range(2)]
+        first = record.compiled(*feeds[0])
+        kept = [numpy.array(a, copy=True) for a in first]
+        second = record.compiled(*feeds[1])
+        for a, b, c in zip(first, kept, second):
+            assert not numpy.shares_memory(a, c)
+            numpy.testing.assert_array_equal(a, b)
