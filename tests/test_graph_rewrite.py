@@ -149,3 +149,29 @@ def test_every_rewrite_names_a_registered_op():
     graph = opcore.graph.capture(seeded(MLP()), (torch.randn(2, 16),), rewrites=False).graph
     again, notes = apply_rewrites(graph)
     assert notes == ["rewrite linear_relu: 1 match"] and len(again.nodes) == 2
+
+
+class Dropped(torch.nn.Module):
+    """Eval-mode dropout, which torch.export keeps as a clone; and a clone of the input, returned."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+        self.drop = torch.nn.Dropout(0.1)
+
+    def forward(self, x):
+        return self.drop(torch.relu(self.fc(x))) * 2.0, x.clone()
+
+
+def test_copies_no_reader_needs_are_elided_and_a_returned_input_copy_stays():
+    model, x = Dropped().eval(), torch.randn(3, 8)
+    kept = opcore.graph.capture(model, (x,), rewrites=False, measure=False)
+    plan = opcore.graph.capture(model, (x,), measure=False)
+    assert [n.target for n in kept.graph.nodes].count("aten.clone.default") == 2
+    assert [n.target for n in plan.graph.nodes].count("aten.clone.default") == 1  # x.clone(): returned
+    assert "rewrite elide clone: 1 match" in plan.notes
+    with torch.no_grad():
+        y, copy = plan(x)
+        want, _ = model(x)
+    torch.testing.assert_close(y, want)
+    assert torch.equal(copy, x) and copy.data_ptr() != x.data_ptr()  # the caller's tensor is not handed back

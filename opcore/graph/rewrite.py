@@ -24,7 +24,7 @@ from opcore.graph.ir import Graph, Node, ValueRef, substitute
 from opcore.graph.mapping import RULES
 from opcore.runtime import runtime
 
-__all__ = ["REWRITES", "Pat", "Rewrite", "Var", "apply_rewrites", "aten_arguments"]
+__all__ = ["REWRITES", "Pat", "Rewrite", "Var", "apply_rewrites", "aten_arguments", "elide_copies"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,7 +295,19 @@ def aten_arguments(node: Node) -> dict[str, Any] | None:
     if rule is None:
         return None
     names = registry.contract(node.op).schema.names
-    return {source: node.args[names.index(name)] for name, source in rule.args.items() if isinstance(source, str)}
+    # what the contract does not carry was at its ATen default (a rule maps a node only then: a sum
+    # with a dtype= stays the ATen fallback), so patterns that test those arguments see the default
+    carried = {source: node.args[names.index(name)] for name, source in rule.args.items() if isinstance(source, str)}
+    return {**_aten_defaults(node.target), **carried}
+
+
+def _aten_defaults(target: str) -> dict[str, Any]:
+    """The default values of an ATen overload's arguments ("aten.mean.dim" -> {"keepdim": False, ...})."""
+    import torch
+
+    _, name, overload = target.split(".")
+    schema = getattr(getattr(torch.ops.aten, name), overload)._schema
+    return {a.name: a.default_value for a in schema.arguments if a.has_default_value()}
 
 
 class _Match:
@@ -359,8 +371,51 @@ def apply_rewrites(graph: Graph, rewrites: tuple[Rewrite, ...] = REWRITES) -> tu
                     break
             if changed:
                 break
+    graph, copies = elide_copies(graph)
+    if copies:
+        counts["elide clone"] = copies
     notes = [f"rewrite {name}: {n} match{'es' * (n != 1)}" for name, n in counts.items()]
     return graph, notes
+
+
+# copies a functional graph does not need: torch.export keeps eval-mode dropout as a clone, which
+# would split a partition (no graph runtime builds it) and cost a copy per node on the torch route
+_COPIES = ("aten.clone.default", "aten.alias.default")
+
+
+def elide_copies(graph: Graph) -> tuple[Graph, int]:
+    """The graph without clones (of the preserved memory format) and aliases whose readers may read
+    their input instead, and how many went. A copy whose result the model returns stays when its
+    input is a graph input or a constant: the plan never hands the caller its own tensor or a weight.
+
+    >>> h = Node("h", "relu", "aten.relu.default", (ValueRef("x"),), ("h",))
+    >>> n = Node("c", "aten.clone.default", "aten.clone.default", (ValueRef("h"), None), ("c",))
+    >>> g = Graph(("x",), (), (h, n), (ValueRef("c"),), {})
+    >>> [node.name for node in elide_copies(g)[0].nodes], elide_copies(g)[0].outputs
+    (['h'], (ValueRef(name='h'),))
+    """
+    kept: list[Node] = []
+    renamed: dict[str, ValueRef] = {}
+    returned = graph.output_names()
+    held = set(graph.inputs) | set(graph.constants)
+
+    def read(name: str) -> ValueRef:
+        return renamed.get(name, ValueRef(name))
+
+    for original in graph.nodes:
+        node = replace(original, args=substitute(original.args, read))
+        source = node.args[0] if node.args else None
+        plain = len(node.args) < 2 or node.args[1] is None or str(node.args[1]) == "torch.preserve_format"
+        if node.target in _COPIES and isinstance(source, ValueRef) and plain and len(node.outputs) == 1:
+            if not (node.outputs[0] in returned and source.name in held):
+                renamed[node.outputs[0]] = source
+                continue
+        kept.append(node)
+    if not renamed:
+        return graph, 0
+    outputs = substitute(graph.outputs, read)
+    values = {name: info for name, info in graph.values.items() if name not in renamed}
+    return replace(graph, nodes=tuple(kept), outputs=outputs, values=values), len(renamed)
 
 
 def _try(graph: Graph, rewrite: Rewrite, index: int) -> Graph | None:
