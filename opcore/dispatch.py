@@ -445,7 +445,8 @@ class Plan:
         self.calls = calls
         # positions of tensors only (no data kept): what adapt() needs for the fallbacks
         self.bound_example = stand_ins(bound)
-        self.first = calls[0] if selection.decompose else self.call_at(0)
+        decomposition = calls[0] if selection.decompose else None  # build_plan put it there, ready
+        self.first: Callable[..., Any] = decomposition if decomposition is not None else self.call_at(0)
 
     def __call__(self, *args: Any) -> Any:
         try:
@@ -472,11 +473,11 @@ class Plan:
             problem = result_problem(result, selection.outputs, selection.caller_kind, listed(selection))
             if problem is None:
                 return result
-            error = result_error(selection.contract.name, kernel.title, kernel.source, problem)
+            broken = result_error(selection.contract.name, kernel.title, kernel.source, problem)
             if selection.pin is not None or selection.strict:
-                raise error
-            warn_once(selection.contract.name, kernel.backend, error, f"the result of kernel {kernel.source}")
-            self.drop_first(str(error))
+                raise broken
+            warn_once(selection.contract.name, kernel.backend, broken, f"the result of kernel {kernel.source}")
+            self.drop_first(str(broken))
 
     def drop_first(self, reason: str) -> None:
         """Never run the first kernel for this signature again: the next accepted one, or the
@@ -495,16 +496,21 @@ class Plan:
             self.first = self.call_at(0)
         elif selection.contract.decomposition is not None and not selection.strict:
             selection.decompose = True
-            self.calls = [_decomposition_plan(selection)]
-            self.first = self.calls[0]
+            self.first = _decomposition_plan(selection)
+            self.calls = [self.first]
         else:
             raise no_kernel_error(selection, reason)
 
-    def call_at(self, index: int) -> Callable[..., Any]:
-        """The index-th accepted kernel, imported and adapted on first need; checked if check is on."""
+    def bare_call(self, index: int) -> Callable[..., Any]:
+        """The index-th accepted kernel (or the decomposition), imported and adapted on first need."""
         call = self.calls[index]
         if call is None:
             call = self.calls[index] = adapt(self.selection.accepted[index], self.selection, self.bound_example)
+        return call
+
+    def call_at(self, index: int) -> Callable[..., Any]:
+        """The index-th accepted kernel, imported and adapted on first need; checked if check is on."""
+        call = self.bare_call(index)
         if self.check:
             kernel = self.selection.accepted[index]
             s = self.selection
@@ -620,6 +626,8 @@ def _checked_fallback(plan: Plan, index: int, args: tuple[Any, ...]) -> Any:
 
 def _decomposition_plan(selection: Selection) -> Callable[..., Any]:
     decomposition = selection.contract.decomposition
+    if decomposition is None:  # select() decomposes only an op that has one; a bug if reached
+        raise no_kernel_error(selection, f"{selection.contract.name} has no decomposition")
     pin = selection.pin
     if pin is None:
         return decomposition

@@ -188,25 +188,26 @@ class PluginLoader:
         self._run_phase(alive, "opcore_register_contracts")
         self._run_phase([i for i in alive if i.failure is None], "opcore_register_kernels")
         for item in pending:
-            if item.failure is not None or item.registrar is None:
+            registrar = item.registrar  # None: announcing failed, or the plugin is unavailable
+            if item.failure is not None or registrar is None:
                 continue
             try:
-                self.registry.commit(item.registrar)
+                self.registry.commit(registrar)
             except Exception as error:  # the registrar validated everything: a bug here is opcore's
                 self._fail(item, f"registration failed: {_summary(error)}", _frames(error))
                 continue
             self._record(
                 PluginReport(
-                    item.spec.name,
+                    registrar.backend.name,
                     PluginStatus.LOADED,
                     "",
                     "",
                     item.distribution,
                     item.distribution_version,
                     item.entry_point,
-                    item.spec,
-                    len(item.registrar.staged_kernels),
-                    len(item.registrar.staged_contracts),
+                    registrar.backend,
+                    len(registrar.staged_kernels),
+                    len(registrar.staged_contracts),
                     item.elapsed,
                 )
             )
@@ -287,11 +288,12 @@ class PluginLoader:
 
     def _run_phase(self, items: Iterable[_Pending], hook: str) -> None:
         for item in items:
-            if item.failure is not None:
+            registrar = item.registrar  # None: announcing failed (the caller passes only announced ones)
+            if item.failure is not None or registrar is None:
                 continue
             started = time.perf_counter()
             try:
-                self._call(item, hook, registrar=item.registrar)
+                self._call(item, hook, registrar=registrar)
             except BaseException as error:
                 if isinstance(error, KeyboardInterrupt):
                     raise
@@ -303,9 +305,9 @@ class PluginLoader:
             item.elapsed += time.perf_counter() - started
             if hook == "opcore_register_contracts" and item.failure is None:
                 # other plugins' kernels may use these contracts in the next phase
-                for contract in item.registrar.staged_contracts:
+                for contract in registrar.staged_contracts:
                     self.registry.contracts.setdefault(contract.name, contract)
-                    self.registry.contract_owner.setdefault(contract.name, item.spec.name)
+                    self.registry.contract_owner.setdefault(contract.name, registrar.backend.name)
 
     def _call(self, item: _Pending, hook: str, **kwargs: Any) -> Any:
         for impl in getattr(self.manager.hook, hook).get_hookimpls():

@@ -102,7 +102,7 @@ def resolve(
     check = rt.settings.check or selection.strict
     plan = build_plan(selection, bound, check)  # may drop a kernel that fails to import
     kernel = resolved.kernel = selection.accepted[0] if selection.accepted and not selection.decompose else None
-    first: Callable[..., Any] = plan.calls[0]  # bare: the entry checks results itself when check is on
+    first = plan.bare_call(0)  # bare: the entry checks results itself when check is on
     if kernel is not None and kernel.prepare is not None and constants:  # no constants: nothing to prepare
         first = _prepare(kernel, selection, bound, frozenset(constants), free_at)
         resolved._prepared = True
@@ -214,11 +214,11 @@ class _Signatures:
                 if key == self.example_key:
                     self.mark(plan.recover)  # the fast branch may serve the examples' signature now
             return result
-        error = result_error(selection.contract.name, chosen.title, chosen.source, problem)
+        broken = result_error(selection.contract.name, chosen.title, chosen.source, problem)
         if selection.pin is not None or selection.strict:
-            raise error
-        warn_once(selection.contract.name, chosen.backend, error, f"the result of kernel {chosen.source}")
-        plan.drop_first(str(error))
+            raise broken
+        warn_once(selection.contract.name, chosen.backend, broken, f"the result of kernel {chosen.source}")
+        plan.drop_first(str(broken))
         self._route(key, plan)
         return plan.first_call(bound)
 

@@ -10,7 +10,7 @@ import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from opcore.backend import DEFAULT_PRIORITIES
 from opcore.contracts import OpContract
@@ -357,7 +357,7 @@ def tuning_key(s: Selection) -> str:
     return signature_key(s.contract.name, s.device.type.value, named)
 
 
-def check_kernel(kernel: Kernel, s: Selection) -> bool | str:
+def check_kernel(kernel: Kernel, s: Selection) -> Literal[True] | str:
     """The kernel's checker on this selection's metas: True, or why it declines (a ``Costly`` reason when
     only a speed constant stands in the way); a checker that raises declines with a warning.
     """

@@ -10,6 +10,7 @@ import importlib
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy
@@ -52,7 +53,7 @@ class FakeGraph:
         self.scalar_feeds: list[tuple[int, numpy.dtype]] = []
         self.finished = False
 
-    def input(self, dtype: numpy.dtype, rank: int) -> Any:
+    def input(self, dtype: numpy.dtype, rank: int, dims: Sequence[int | None] | None = None) -> Any:
         index = len(self.inputs)
         self.inputs.append((numpy.dtype(dtype), rank))
         return lambda feeds: feeds[index]
@@ -242,7 +243,8 @@ def test_prepare_without_constants_shares_the_cached_model(fresh_cache: ModelCac
 def test_prepare_bakes_constants_in_for_this_call_only(fresh_cache: ModelCache):
     spec = FakeOp("linear", build_linear)
     x, w, b = rand(4, 3), rand(5, 3), rand(5)
-    prepared = spec.prepare((x, w, b), frozenset({"w", "b"}))
+    # Any: the model sits on the attribute the backend names (FakeOp.model_attribute), unknown to the type
+    prepared: Any = spec.prepare((x, w, b), frozenset({"w", "b"}))
     model = prepared.fake
     assert model.graph.weights[0] is w and model.graph.weights[1] is b and len(model.graph.inputs) == 1
     assert prepared.__name__ == "single"  # one free tensor: the model's leanest call
@@ -250,7 +252,7 @@ def test_prepare_bakes_constants_in_for_this_call_only(fresh_cache: ModelCache):
         xs = rand(batch, 3)
         numpy.testing.assert_allclose(prepared(xs), xs @ w.T + b, rtol=1e-6)
     assert len(fresh_cache.lru()) == 0  # not cached: the weights belong to the caller
-    partly = spec.prepare((x, w, b), frozenset({"w"}))
+    partly: Any = spec.prepare((x, w, b), frozenset({"w"}))
     numpy.testing.assert_allclose(partly(x, 2 * b), x @ w.T + 2 * b, rtol=1e-6)
     assert partly.fake.graph.weights == [w]
 

@@ -18,12 +18,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from opcore.errors import ArgumentError, ShapeError
 from opcore.nn.binding import Bound, Single, Step
 from opcore.nn.linear import linear_step
-from opcore.nn.state import DEFAULT_EXAMPLE_ROWS, LinearWeights, PreparedModule, torch_dtype
+from opcore.nn.state import DEFAULT_EXAMPLE_ROWS, LinearLike, LinearWeights, PreparedModule, torch_dtype, unbound
 
 __all__ = ["Attention"]
 
@@ -95,18 +94,18 @@ class Attention(PreparedModule):
         shapes = ((hidden_features, q), (hidden_features, kv), (hidden_features, kv), (q, hidden_features))
         for name, (inp, out) in zip(names, shapes):
             self.add_module(name, LinearWeights(inp, out, bias, **kinds))
-        self._qkv: Callable[[Tensor], Tensor] | None = None
-        self._sdpa: Callable[[Tensor, Tensor, Tensor], Tensor] | None = None
-        self._out: Callable[[Tensor], Tensor] | None = None
+        self._qkv: Callable[[Tensor], Tensor] = unbound
+        self._sdpa: Callable[[Tensor, Tensor, Tensor], Tensor] = unbound
+        self._out: Callable[[Tensor], Tensor] = unbound
         self.rebind()
 
     @classmethod
     def from_linears(
         cls,
-        q: nn.Module,
-        k: nn.Module,
-        v: nn.Module,
-        o: nn.Module,
+        q: LinearLike,
+        k: LinearLike,
+        v: LinearLike,
+        o: LinearLike,
         *,
         heads: int,
         kv_heads: int | None = None,
@@ -167,7 +166,9 @@ class Attention(PreparedModule):
     def _steps(self, dtype: torch.dtype, device: torch.device) -> list[Step]:
         q, k, v, o = self._projections()
         w_qkv = torch.cat([q.weight.detach(), k.weight.detach(), v.weight.detach()])
-        b_qkv = None if q.bias is None else torch.cat([q.bias.detach(), k.bias.detach(), v.bias.detach()])
+        b_qkv = None  # all or none have a bias (the constructor and from_linears see to it)
+        if q.bias is not None and k.bias is not None and v.bias is not None:
+            b_qkv = torch.cat([q.bias.detach(), k.bias.detach(), v.bias.detach()])
         rows = self.example_rows
         x = torch.zeros(rows, self.hidden_features, dtype=dtype, device=device)
         attended = torch.zeros(rows, self.heads * self.head_dim, dtype=dtype, device=device)

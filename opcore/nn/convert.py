@@ -199,12 +199,12 @@ def _fuse_pairs(
     for first, second in itertools.pairwise(names):
         linear, activation = sequential._modules[first], sequential._modules[second]
         fused = _FUSED_ACTIVATIONS.get(type(activation))
-        if type(linear) is not nn.Linear or fused is None:
-            continue
+        if not isinstance(linear, nn.Linear) or type(linear) is not nn.Linear or fused is None:
+            continue  # exactly torch.nn.Linear (a subclass may compute otherwise); isinstance narrows the type
         attrs = {"approximate": activation.approximate} if fused is LinearGELU else {}
         path = f"{prefix}{first}+{second}"
 
-        def make(linear: nn.Module = linear, fused: type[Linear] = fused, attrs: dict[str, Any] = attrs) -> nn.Module:
+        def make(linear: nn.Linear = linear, fused: type[Linear] = fused, attrs: dict[str, Any] = attrs) -> nn.Module:
             return fused.from_torch(linear, **options, **attrs)
 
         new = replace(f"{_title(linear)}+{_title(activation)}", path, make)

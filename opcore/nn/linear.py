@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from opcore.nn.binding import Bound, Fused, Single, Step
-from opcore.nn.state import DEFAULT_EXAMPLE_ROWS, PreparedModule, init_linear, share, torch_dtype
+from opcore.nn.state import DEFAULT_EXAMPLE_ROWS, PreparedModule, init_linear, share, torch_dtype, unbound
 
 __all__ = ["Linear", "LinearGELU", "LinearReLU", "LinearSiLU", "linear_step"]
 
@@ -82,7 +82,7 @@ class Linear(PreparedModule):
         self.bias = nn.Parameter(torch.empty(out_features, **kinds)) if bias else None
         if not self.weight.is_meta:
             init_linear(self.weight, self.bias)
-        self._call: Callable[[Tensor], Tensor] | None = None
+        self._call: Callable[[Tensor], Tensor] = unbound
         self.rebind()
 
     @classmethod

@@ -14,12 +14,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from opcore.errors import ArgumentError, ShapeError
 from opcore.nn.binding import Bound, Fused, Single, Step
 from opcore.nn.linear import linear_step
-from opcore.nn.state import DEFAULT_EXAMPLE_ROWS, LinearWeights, PreparedModule, torch_dtype
+from opcore.nn.state import DEFAULT_EXAMPLE_ROWS, LinearLike, LinearWeights, PreparedModule, torch_dtype, unbound
 
 __all__ = ["GatedMLP"]
 
@@ -75,15 +74,15 @@ class GatedMLP(PreparedModule):
         self.add_module(names[0], LinearWeights(hidden_features, intermediate_features, False, **kinds))
         self.add_module(names[1], LinearWeights(hidden_features, intermediate_features, False, **kinds))
         self.add_module(names[2], LinearWeights(intermediate_features, out, False, **kinds))
-        self._call: Callable[[Tensor], Tensor] | None = None
+        self._call: Callable[[Tensor], Tensor] = unbound
         self.rebind()
 
     @classmethod
     def from_linears(
         cls,
-        gate: nn.Module,
-        up: nn.Module,
-        down: nn.Module,
+        gate: LinearLike,
+        up: LinearLike,
+        down: LinearLike,
         *,
         names: Sequence[str] = DEFAULT_NAMES,
         backend: str | Sequence[str] | None = None,

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from opcore.nn.binding import Bound, Single, Step
-from opcore.nn.state import DEFAULT_EXAMPLE_ROWS, PreparedModule, share, torch_dtype
+from opcore.nn.state import DEFAULT_EXAMPLE_ROWS, PreparedModule, share, torch_dtype, unbound
 
 __all__ = ["LayerNorm", "RMSNorm"]
 
@@ -32,7 +32,7 @@ class _Norm(PreparedModule):
     """What RMSNorm and LayerNorm share: the flattening forward and the parameterless case."""
 
     normalized_shape: tuple[int, ...]
-    _call: Callable[[Tensor], Tensor] | None
+    _call: Callable[[Tensor], Tensor]
 
     def _on_bound(self, bound: Bound) -> None:
         self._call = bound.calls[0]
@@ -80,7 +80,7 @@ class RMSNorm(_Norm):
         kinds = {"dtype": torch_dtype(dtype), "device": device}
         self.weight = nn.Parameter(torch.ones(self.normalized_shape, **kinds)) if elementwise_affine else None
         self._dtype = kinds["dtype"]
-        self._call = None
+        self._call = unbound
         if self.weight is not None:
             self.rebind()
 
@@ -155,7 +155,7 @@ class LayerNorm(_Norm):
         self.weight = nn.Parameter(torch.ones(self.normalized_shape, **kinds)) if affine else None
         self.bias = nn.Parameter(torch.zeros(self.normalized_shape, **kinds)) if affine and bias else None
         self._dtype = kinds["dtype"]
-        self._call = None
+        self._call = unbound
         if self.weight is not None:
             self.rebind()
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -37,7 +37,15 @@ from torch import nn
 from opcore.errors import ArgumentError, DeviceError, DTypeError, OpcoreError
 from opcore.nn.binding import BackendRequest, Bound, Step, bind, parse_backend
 
-__all__ = ["DEFAULT_EXAMPLE_ROWS", "GRAD_MODES", "GradientError", "LinearWeights", "PreparedModule"]
+__all__ = [
+    "DEFAULT_EXAMPLE_ROWS",
+    "GRAD_MODES",
+    "GradientError",
+    "LinearLike",
+    "LinearWeights",
+    "PreparedModule",
+    "unbound",
+]
 
 # Rows (all leading dimensions flattened) of the example inputs a module resolves with. The cpu
 # backend decides by size: its checkers keep small GEMMs on ATen (M*K*N below a measured crossover)
@@ -57,6 +65,18 @@ def _version_of(tensor: torch.Tensor) -> int:
         return tensor._version
     except RuntimeError:  # inference tensors keep no version counter (nor change in place outside it)
         return -1
+
+
+def unbound(*args: Any) -> Any:
+    """What an attribute named in ``_CALLS`` holds until the module binds (and in a pickled copy).
+
+    The forward binds (``_fresh``) before it calls one, so this runs only if a subclass forgets to.
+    """
+    raise OpcoreError(
+        "a resolved call was used before the module bound its kernels",
+        op="opcore.nn.PreparedModule",
+        fix="call self._fresh() (or self._follow_input(x)) in forward before the calls named by _CALLS",
+    )
 
 
 def _rebind_after_load(module: nn.Module, incompatible_keys: Any) -> None:
@@ -215,7 +235,7 @@ class PreparedModule(nn.Module):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state.update(_bound=None, _watch=())  # sessions and packed tensors do not copy
-        state.update(dict.fromkeys(self._CALLS))
+        state.update(dict.fromkeys(self._CALLS, unbound))
         return state
 
     def _common_repr(self) -> str:
@@ -230,6 +250,25 @@ class PreparedModule(nn.Module):
 
 def _name(dtype: torch.dtype | None) -> str:
     return str(dtype).removeprefix("torch.")
+
+
+class LinearLike(Protocol):
+    """A ``torch.nn.Linear`` or a ``LinearWeights``: the projections ``from_linears`` and ``adopt`` take.
+
+    >>> def width(layer: LinearLike) -> int: return layer.out_features   # doctest: +SKIP
+    """
+
+    @property
+    def in_features(self) -> int: ...
+
+    @property
+    def out_features(self) -> int: ...
+
+    @property
+    def weight(self) -> torch.Tensor: ...
+
+    @property
+    def bias(self) -> torch.Tensor | None: ...
 
 
 class LinearWeights(nn.Module):
@@ -266,7 +305,7 @@ class LinearWeights(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
     @classmethod
-    def adopt(cls, linear: nn.Module, dtype: torch.dtype | None = None) -> LinearWeights:
+    def adopt(cls, linear: LinearLike, dtype: torch.dtype | None = None) -> LinearWeights:
         """The parameters of ``linear`` (a torch.nn.Linear or LinearWeights), shared unless a dtype is given."""
         holder = cls(linear.in_features, linear.out_features, linear.bias is not None, device="meta")
         holder.weight = share(linear.weight, dtype)
@@ -274,11 +313,15 @@ class LinearWeights(nn.Module):
         return holder
 
 
-def share(parameter: nn.Parameter, dtype: torch.dtype | None) -> nn.Parameter:
-    """The parameter itself, or a copy cast to ``dtype`` (keeping requires_grad)."""
-    if dtype is None or parameter.dtype == dtype:
+def share(parameter: torch.Tensor, dtype: torch.dtype | None) -> nn.Parameter:
+    """The parameter itself, or a copy cast to ``dtype`` (keeping requires_grad); a plain tensor (torch
+    types ``Linear.weight`` as one) becomes a parameter on the same memory.
+    """
+    same = dtype is None or parameter.dtype == dtype
+    if same and isinstance(parameter, nn.Parameter):
         return parameter
-    return nn.Parameter(parameter.detach().to(dtype), requires_grad=parameter.requires_grad)
+    data = parameter.detach() if same else parameter.detach().to(dtype)
+    return nn.Parameter(data, requires_grad=parameter.requires_grad)
 
 
 def init_linear(weight: torch.Tensor, bias: torch.Tensor | None) -> None:

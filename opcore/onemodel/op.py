@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, cast
 
 import numpy
 
@@ -31,6 +31,7 @@ __all__ = [
     "Build",
     "GraphBuilder",
     "Model",
+    "OneModelKernel",
     "OneModelOp",
     "Scalar",
     "argument_roles",
@@ -87,8 +88,10 @@ def first_line(error: BaseException) -> str:
 class Model(Protocol):
     """A built model as the shared kernels call it."""
 
-    # where each Python number is fed and its dtype; empty when every input is a tensor
-    scalars: Sequence[tuple[Any, numpy.dtype]]
+    # where each Python number is fed and its dtype; empty when every input is a tensor (read-only
+    # here, so that a backend's list of (name, dtype) or (index, dtype) satisfies it)
+    @property
+    def scalars(self) -> Sequence[tuple[Any, numpy.dtype]]: ...
 
     def __call__(self, arrays: list[Any], scalars: list[Any] | None = None) -> Any:
         """Run with the tensor inputs in feed order and the Python numbers of ``scalars``."""
@@ -108,6 +111,22 @@ class GraphBuilder(Protocol):
 
 
 Build = Callable[..., Any]
+
+
+class OneModelKernel(Protocol):
+    """The kernel function ``OneModelOp.kernel()`` makes: called with the op's arguments, and carrying
+    ``prepare`` (opcore.resolve with constants), ``spec`` (its OneModelOp) and ``chain`` (partitions).
+
+    >>> relu = OnnxOp.kernel_of("relu", build_relu); relu.spec.op   # doctest: +SKIP
+    'relu'
+    """
+
+    __name__: str
+    prepare: Callable[[tuple[Any, ...], frozenset[str]], Callable[..., Any]]
+    spec: OneModelOp
+    chain: Callable[..., Any]
+
+    def __call__(self, *args: Any) -> Any: ...
 
 
 class OneModelOp:
@@ -155,7 +174,7 @@ class OneModelOp:
         check: Callable[..., None] | None = None,
         names: tuple[str, ...] | None = None,
         roles: tuple[str, ...] | None = None,
-    ) -> Callable[..., Any]:
+    ) -> OneModelKernel:
         """The kernel function of ``cls(op, build, ...)`` (what a kernels module assigns to the op's name).
 
         >>> relu = OnnxOp.kernel_of("relu", lambda g, x: g.op("Relu", x))  # doctest: +SKIP
@@ -179,7 +198,7 @@ class OneModelOp:
 
     # -- shared ----------------------------------------------------------------------------------
 
-    def kernel(self) -> Callable[..., Any]:
+    def kernel(self) -> OneModelKernel:
         """The kernel function: finds the model for the call's signature (building it once) and runs it.
 
         The function carries ``prepare`` (for opcore.resolve with constants) and ``spec`` (this object).
@@ -191,11 +210,11 @@ class OneModelOp:
             kernel = _FAST[roles](op, lookup, create, make)
         else:
             kernel = self._generic_kernel(lookup, create, make)
-        kernel.__name__ = kernel.__qualname__ = op
-        kernel.prepare = self.prepare  # type: ignore[attr-defined]
-        kernel.spec = self  # type: ignore[attr-defined]
-        kernel.chain = self.chain  # type: ignore[attr-defined]
-        return kernel
+        # a function given attributes: the type system cannot see them added, hence the cast
+        made = cast(OneModelKernel, kernel)
+        made.__name__ = kernel.__qualname__ = op
+        made.prepare, made.spec, made.chain = self.prepare, self, self.chain
+        return made
 
     def chain(self, graph: Any, *args: Any) -> Any:
         """This op's nodes written into ``graph`` (a partition's model, opcore.onemodel.partition):

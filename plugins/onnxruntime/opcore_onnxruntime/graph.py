@@ -22,6 +22,7 @@ import numpy
 from numpy.typing import DTypeLike
 from onnx import ModelProto, TensorProto, helper, numpy_helper
 
+from opcore.errors import PluginError
 from opcore.onemodel.op import Scalar
 from opcore.types import TensorMeta
 
@@ -69,6 +70,20 @@ class Value:
     name: str
     dtype: numpy.dtype
     rank: int | None
+
+    @property
+    def ndim(self) -> int:
+        """The rank, for a builder that needs it (inputs and annotated partition values have one).
+
+        >>> Graph("x").input(numpy.dtype("float32"), 2).ndim
+        2
+        """
+        if self.rank is None:
+            raise PluginError(
+                f"a graph builder needs the rank of {self.name}, which the node that made it did not track",
+                fix="pass rank= to Graph.op for that node, or Graph.annotate the value with its meta",
+            )
+        return self.rank
 
 
 @dataclass(slots=True)

@@ -27,13 +27,13 @@ def project(g: Graph, x: Value, w: Value, b: Value | None) -> Value:
     x, w = g.cast(x, compute), g.cast(w, compute)
     b = g.cast(b, compute) if b is not None else None
     if w.rank == 1:  # a 1-D weight: a matrix-vector product, no output features
-        out = g.op("MatMul", x, w, rank=max(x.rank - 1, 0))
+        out = g.op("MatMul", x, w, rank=max(x.ndim - 1, 0))
         return g.op("Add", out, b) if b is not None else out
     if compute.kind != "f":
         out = g.op("MatMul", x, g.op("Transpose", w, perm=[1, 0]))
         return g.op("Add", out, b) if b is not None else out
-    rank = x.rank
-    bias_in_gemm = b if b is not None and (b.rank <= 1 or rank == 2) else None
+    rank = x.ndim
+    bias_in_gemm = b if b is not None and (b.ndim <= 1 or rank == 2) else None
     if rank == 2:
         out = g.op("Gemm", x, w, bias_in_gemm, transB=1)
     elif rank == 1:
@@ -74,10 +74,10 @@ def build_gated_mlp(g: Graph, x: Value, w_gate: Value, w_up: Value, w_down: Valu
 def build_matmul(g: Graph, x: Value, y: Value) -> Value:
     """numpy/torch matmul semantics, 1-D operands and broadcast batches included."""
     compute = _compute(x.dtype)
-    if x.rank == 1 or y.rank == 1:
-        rank = x.rank + y.rank - 2  # a 1-D operand's dimension is removed again
+    if x.ndim == 1 or y.ndim == 1:
+        rank = x.ndim + y.ndim - 2  # a 1-D operand's dimension is removed again
     else:
-        rank = max(x.rank, y.rank)
+        rank = max(x.ndim, y.ndim)
     out = g.op("MatMul", g.cast(x, compute), g.cast(y, compute), rank=rank)
     return finish(g, out, x.dtype)
 

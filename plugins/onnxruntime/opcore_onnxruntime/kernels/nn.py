@@ -14,7 +14,7 @@ __all__ = ["check_embedding", "conv2d", "embedding", "scaled_dot_product_attenti
 
 def build_embedding(g: Graph, input: Value, weight: Value, padding_idx: int | None) -> Value:
     # padding_idx only changes gradients
-    return g.op("Gather", weight, input, axis=0, rank=input.rank + 1)
+    return g.op("Gather", weight, input, axis=0, rank=input.ndim + 1)
 
 
 def build_conv2d(
@@ -51,7 +51,7 @@ def _repeat_heads(g: Graph, kv: Value, query: Value) -> Value:
     heads = g.shape(query, -3, -2)
     kv_heads = g.shape(kv, -3, -2)
     repeats = g.op("Div", heads, kv_heads)
-    expanded = g.op("Unsqueeze", kv, g.ints([-3]), rank=kv.rank + 1)
+    expanded = g.op("Unsqueeze", kv, g.ints([-3]), rank=kv.ndim + 1)
     target = g.op("Concat", g.shape(kv, 0, -3), kv_heads, repeats, g.shape(kv, -2), axis=0)
     expanded = g.op("Expand", expanded, target)
     return g.op("Reshape", expanded, g.op("Concat", g.shape(kv, 0, -3), heads, g.shape(kv, -2), axis=0), rank=kv.rank)
@@ -79,7 +79,7 @@ def build_sdpa(
         factor = g.op("Reciprocal", g.op("Sqrt", embed))
     else:
         factor = g.const(numpy.asarray([scale], dtype=compute))
-    perm = list(range(k.rank))
+    perm = list(range(k.ndim))
     perm[-1], perm[-2] = perm[-2], perm[-1]
     scores = g.op("MatMul", g.op("Mul", q, factor), g.op("Transpose", k, perm=perm), rank=None)
     minus_inf = g.const(numpy.asarray(-numpy.inf, dtype=compute))
