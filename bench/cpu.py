@@ -75,7 +75,8 @@ def linear_relu_rows(rounds: int, min_run_time: float) -> tuple[list[tuple[str, 
             verdict = "ok" if ratio >= wanted else f"MISS (< {wanted})"
             if ratio < wanted:
                 misses.append(f"{dtype} {shape}: {ratio:.2f}x < {wanted}x")
-            kernel = resolved.kernel.title + (" prepared" if resolved.prepared else "")
+            kernel = resolved.kernel.title if resolved.kernel else "decomposition"
+            kernel += " prepared" if resolved.prepared else ""
             rows.append(
                 (
                     dtype,

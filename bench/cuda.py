@@ -20,7 +20,12 @@ import argparse
 import os
 import statistics
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _timing import table
@@ -52,7 +57,7 @@ def median_us(fn: Callable[[], object], min_run_time: float) -> float:
     return Timer("fn()", globals={"fn": fn}).blocked_autorange(min_run_time=min_run_time).median * 1e6
 
 
-def interleaved(cases: dict[str, Callable[[], object]], rounds: int, min_run_time: float) -> dict[str, float]:
+def interleaved(cases: Mapping[str, Callable[[], object]], rounds: int, min_run_time: float) -> dict[str, float]:
     samples: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(rounds):
         for name, fn in cases.items():
@@ -60,9 +65,15 @@ def interleaved(cases: dict[str, Callable[[], object]], rounds: int, min_run_tim
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
-def linear_relu_rows(rounds: int, min_run_time: float) -> list[tuple[str, ...]]:
+def eager_linear_relu(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     import torch
     import torch.nn.functional as F
+
+    return torch.relu(F.linear(x, w, b))
+
+
+def linear_relu_rows(rounds: int, min_run_time: float) -> list[tuple[str, ...]]:
+    import torch
 
     import opcore
 
@@ -75,10 +86,11 @@ def linear_relu_rows(rounds: int, min_run_time: float) -> list[tuple[str, ...]]:
             w = (torch.randn(n, k, generator=generator, device="cuda") / k**0.5).to(kind)
             b = torch.randn(n, generator=generator, device="cuda").to(kind)
             resolved = opcore.resolve("linear_relu", x, w, b, constants=("w", "b"))
-            cases = {
-                "eager": lambda x=x, w=w, b=b: torch.relu(F.linear(x, w, b)),
-                "run": lambda x=x, w=w, b=b: opcore.run("linear_relu", x, w, b),
-                "resolved": lambda x=x, resolved=resolved: resolved(x),
+            # partials, not closures: each case keeps this iteration's tensors
+            cases: dict[str, Callable[[], object]] = {
+                "eager": partial(eager_linear_relu, x, w, b),
+                "run": partial(opcore.run, "linear_relu", x, w, b),
+                "resolved": partial(resolved, x),
             }
             us = interleaved(cases, rounds, min_run_time)
             rows.append(
@@ -97,7 +109,7 @@ def linear_relu_rows(rounds: int, min_run_time: float) -> list[tuple[str, ...]]:
     return rows
 
 
-def sdpa_backend(q: object, causal: bool) -> str:
+def sdpa_backend(q: torch.Tensor, causal: bool) -> str:
     """The backend torch's SDPA picks for these inputs (flash, efficient, cudnn, math), or "?"."""
     import torch
 
@@ -121,14 +133,10 @@ def attention_rows(rounds: int, min_run_time: float) -> list[tuple[str, ...]]:
             q, k, v = (torch.randn(*shape, device="cuda", dtype=kind) for _ in range(3))
             for causal in (False, True):
                 resolved = opcore.resolve("scaled_dot_product_attention", q, k, v, is_causal=causal)
-                cases = {
-                    "eager": lambda q=q, k=k, v=v, causal=causal: F.scaled_dot_product_attention(
-                        q, k, v, is_causal=causal
-                    ),
-                    "run": lambda q=q, k=k, v=v, causal=causal: opcore.run(
-                        "scaled_dot_product_attention", q, k, v, is_causal=causal
-                    ),
-                    "resolved": lambda q=q, k=k, v=v, resolved=resolved: resolved(q, k, v),
+                cases: dict[str, Callable[[], object]] = {
+                    "eager": partial(F.scaled_dot_product_attention, q, k, v, is_causal=causal),
+                    "run": partial(opcore.run, "scaled_dot_product_attention", q, k, v, is_causal=causal),
+                    "resolved": partial(resolved, q, k, v),
                 }
                 us = interleaved(cases, rounds, min_run_time)
                 rows.append(

@@ -38,6 +38,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy
@@ -154,7 +155,8 @@ def cnn() -> nn.Module:
     model = SmallResNet()
     generator = torch.Generator().manual_seed(1)
     for module in model.modules():  # non-trivial BatchNorm statistics, as a trained model has
-        if isinstance(module, nn.BatchNorm2d):
+        # (running statistics are None only for a BatchNorm built with track_running_stats=False)
+        if isinstance(module, nn.BatchNorm2d) and module.running_mean is not None and module.running_var is not None:
             module.running_mean.uniform_(-0.1, 0.1, generator=generator)
             module.running_var.uniform_(0.5, 1.5, generator=generator)
     return model
@@ -316,10 +318,10 @@ def bench_model(case: ModelCase, batch: int, skip: set[str], rounds: int) -> Res
             runs["ort direct"] = made
     if "plan" not in skip:
         for label, backends in PLANS.items():
-            plan = _timed(label, lambda backends=backends: plan_of(model, x, backends), result)
+            plan = _timed(label, partial(plan_of, model, x, backends), result)
             if plan is None:
                 continue
-            runs[label] = lambda plan=plan: plan(x)
+            runs[label] = partial(plan, x)
             if label == "plan":
                 result.extra["summary"] = plan.explain().splitlines()[0]
                 result.extra["coverage"] = coverage(plan)

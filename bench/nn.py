@@ -98,7 +98,8 @@ def rows(rounds: int, min_run_time: float) -> tuple[list[tuple[str, ...]], list[
         torch.manual_seed(0)
         eager = Block().to(kind).eval()
         converted, report = opcore.nn.convert(eager, backend="cpu", rules=RULES)
-        kernels = sorted({k for r in report.replaced for k in converted.get_submodule(r.path).bound.kernels()})
+        replaced = [converted.get_submodule(r.path) for r in report.replaced]
+        kernels = sorted({k for m in replaced if isinstance(m, opcore.nn.PreparedModule) for k in m.bound.kernels()})
         for batch in BATCHES:
             x = torch.randn(batch, SEQUENCE, HIDDEN, generator=torch.Generator().manual_seed(1)).to(kind)
             with torch.no_grad():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -16,10 +18,13 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.fc1(x)
-        h = {"relu": F.relu, "silu": F.silu, "gelu": F.gelu, "tanh_gelu": lambda t: F.gelu(t, approximate="tanh")}[
-            self.activation
-        ](h)
-        return self.fc2(h)
+        activations: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+            "relu": F.relu,
+            "silu": F.silu,
+            "gelu": F.gelu,
+            "tanh_gelu": lambda t: F.gelu(t, approximate="tanh"),
+        }
+        return self.fc2(activations[self.activation](h))
 
 
 class RMSNorm(nn.Module):
@@ -43,6 +48,9 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 class LlamaBlock(nn.Module):
     """RMSNorm, rotary attention (SDPA, causal), RMSNorm, gated MLP; two outputs (hidden, and a
     cumulative sum that no graph runtime has an op for)."""
+
+    cos: torch.Tensor  # buffers (register_buffer), declared for the type checker
+    sin: torch.Tensor
 
     def __init__(self, d: int = 32, heads: int = 4, inter: int = 64, seq: int = 8) -> None:
         super().__init__()

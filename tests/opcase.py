@@ -143,6 +143,7 @@ def rand(shape: tuple[int, ...], dtype: str = "float32", *, low: float = -3.0, h
         full[-1], full[-2] = full[-2], full[-1]
     elif layout == "strided" and full:
         full[-1] *= 2
+    data: numpy.ndarray
     if dtype == "bool":
         data = _GENERATOR.random(full) < 0.5
     elif dtype.startswith(("int", "uint")):
@@ -189,14 +190,19 @@ def compare(op_name: str, torch_fn: Callable[..., Any], *args: Any, exact: bool 
     return actual
 
 
-def expect_error(error_type: type[OpcoreError], arg: str, op_name: str, *args: Any, **kwargs: Any) -> OpcoreError:
-    """The call raises ``error_type`` whose message names the op and the argument."""
+def expect_error(
+    error_type: type[OpcoreError], arg: str | None, op_name: str, *args: Any, **kwargs: Any
+) -> OpcoreError:
+    """The call raises ``error_type`` whose message names the op and the argument (arg None: an error
+    about no single argument, as an ErrorInput's arg None means).
+    """
     with pytest.raises(error_type) as caught:
         call(op_name, *args, **kwargs)
     message = str(caught.value)
     assert message.startswith(f"{op_name}(): "), message
-    assert f"argument '{arg}'" in message, message
-    assert caught.value.arg == arg
+    if arg is not None:
+        assert f"argument '{arg}'" in message, message
+        assert caught.value.arg == arg
     return caught.value
 
 

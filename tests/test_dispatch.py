@@ -409,7 +409,7 @@ def test_keywords_with_tensor_values_take_the_general_path() -> None:
         torch.testing.assert_close(opcore.run("linear", x=x, w=w, b=bias), torch.nn.functional.linear(x, w, bias))
     assert calls == [("linear", False)] * 6
     key = _keyword_key("linear", None, None, (x, w), {"b": b})
-    assert key in _KEYWORD  # cached by its signature: the tensors themselves are not kept
+    assert key is not None and key in _KEYWORD  # cached by its signature: the tensors themselves are not kept
     assert all(v is not b for v in key)
     _KEYWORD[key] = lambda args, kwargs: "from the cache"
     assert opcore.run("linear", x, w, b=torch.ones(4)) == "from the cache"

@@ -14,6 +14,7 @@ pytest.importorskip("safetensors")
 
 from graph_models import LlamaBlock, seeded  # noqa: E402
 from test_graph_partitioning import Chain, NumpyCompiler  # noqa: E402
+from torch import Tensor, nn  # noqa: E402
 
 import opcore  # noqa: E402
 import opcore.graph  # noqa: E402
@@ -160,7 +161,7 @@ def test_cli_plan_shows_a_saved_plan(saved, capsys):
     assert main(["plan", str(folder.parent / "nothing-here")]) != 0
 
 
-class TiedHead(torch.nn.Module):
+class TiedHead(nn.Module):
     """GPT-2's shape: the output projection is the embedding's weight (one tensor, two uses)."""
 
     def __init__(self) -> None:
@@ -169,7 +170,7 @@ class TiedHead(torch.nn.Module):
         self.head = torch.nn.Linear(8, 16, bias=False)
         self.head.weight = self.emb.weight
 
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, ids: Tensor) -> Tensor:
         return self.head(torch.relu(self.emb(ids)))
 
 

@@ -14,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from graph_models import LlamaBlock, seeded  # noqa: E402
+from torch import nn  # noqa: E402
 
 import opcore  # noqa: E402
 import opcore.graph  # noqa: E402
@@ -94,7 +95,7 @@ def fake(monkeypatch):
     return compiler
 
 
-class Chain(torch.nn.Module):
+class Chain(nn.Module):
     """linear -> relu -> mul -> cumprod -> linear -> relu -> add: cumprod splits the chain."""
 
     def __init__(self):

@@ -8,6 +8,7 @@ torch = pytest.importorskip("torch")
 
 import torch.nn.functional as F  # noqa: E402
 from graph_models import MLP, RMSNorm, seeded  # noqa: E402
+from torch import nn  # noqa: E402
 
 import opcore.graph  # noqa: E402
 from opcore.graph.rewrite import REWRITES, apply_rewrites  # noqa: E402
@@ -21,7 +22,7 @@ def ops_of(model, *inputs, rewrites=True):
     return [n.op for n in plan.graph.nodes], plan
 
 
-class Fn(torch.nn.Module):
+class Fn(nn.Module):
     def __init__(self, fn, **params):
         super().__init__()
         self.fn = fn
@@ -54,7 +55,7 @@ def test_linear_activation_not_fused_when_the_linear_output_is_read_elsewhere():
     assert "linear_relu" not in ops or ops.count("linear") >= 1
 
 
-class Gated(torch.nn.Module):
+class Gated(nn.Module):
     def __init__(self, bias=False):
         super().__init__()
         self.g, self.u = torch.nn.Linear(16, 32, bias=bias), torch.nn.Linear(16, 32, bias=bias)

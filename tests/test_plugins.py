@@ -6,6 +6,7 @@ import logging
 import subprocess
 import sys
 import types
+from typing import Any
 
 import numpy
 import pytest
@@ -129,7 +130,7 @@ def test_plugins_load_on_first_use_not_at_import() -> None:
 # --- in-process plugins -----------------------------------------------------------------------
 
 
-def _plugin(name: str = "inproc", **spec: object) -> types.SimpleNamespace:
+def _plugin(name: str = "inproc", **spec: Any) -> types.SimpleNamespace:
     def opcore_backend() -> BackendSpec:
         return BackendSpec(name=name, version="0", priority=5, device_types=(DeviceType.CPU,), **spec)
 

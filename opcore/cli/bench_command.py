@@ -224,8 +224,8 @@ def _backend_names(args: argparse.Namespace) -> list[str]:
 
     if args.backends:
         return [n.strip() for n in args.backends.split(",") if n.strip()]
-    loaded = [r for r in opcore.backends() if r.ok and r.backend is not None]
-    return [r.name for r in sorted(loaded, key=lambda r: (-r.backend.priority, r.name))]
+    loaded = [(r.name, r.backend.priority) for r in opcore.backends() if r.ok and r.backend is not None]
+    return [name for name, priority in sorted(loaded, key=lambda item: (-item[1], item[0]))]
 
 
 def _inputs_text(call: CallSpec) -> str:
@@ -245,6 +245,7 @@ def bench_json(call: CallSpec, results: list[BenchResult], args: argparse.Namesp
     from opcore.probes import cpu_info
 
     fastest = _fastest(results)
+    best_s = fastest.median_s if fastest is not None else None
     rows = []
     for r in results:
         quartiles = r.quartiles()
@@ -262,7 +263,7 @@ def bench_json(call: CallSpec, results: list[BenchResult], args: argparse.Namesp
                 "q3_s": quartiles[1] if quartiles else None,
                 "min_s": min(r.times_s) if r.times_s else None,
                 "max_s": max(r.times_s) if r.times_s else None,
-                "relative": (r.median_s / fastest.median_s) if fastest and r.median_s else None,
+                "relative": (r.median_s / best_s) if best_s and r.median_s is not None else None,
             }
         )
     cpu = cpu_info()
@@ -288,8 +289,8 @@ def bench_json(call: CallSpec, results: list[BenchResult], args: argparse.Namesp
 
 
 def _fastest(results: list[BenchResult]) -> BenchResult | None:
-    timed = [r for r in results if r.median_s is not None]
-    return min(timed, key=lambda r: r.median_s) if timed else None
+    timed = [(median_s, r) for r in results if (median_s := r.median_s) is not None]
+    return min(timed, key=lambda pair: pair[0])[1] if timed else None
 
 
 def render_table(call: CallSpec, results: list[BenchResult], args: argparse.Namespace, style: Style) -> str:
@@ -302,20 +303,22 @@ def render_table(call: CallSpec, results: list[BenchResult], args: argparse.Name
             f"{args.warmup} warm-up calls · time per call"
         ),
     ]
-    rows = [("backend", "kernel", "median", "IQR", "min", "first call", "vs fastest")]
+    best_s = fastest.median_s if fastest is not None else None
+    rows: list[tuple[str, ...]] = [("backend", "kernel", "median", "IQR", "min", "first call", "vs fastest")]
     for r in results:
-        if r.status != "ok":
+        median_s, quartiles = r.median_s, r.quartiles()
+        if r.status != "ok" or median_s is None or quartiles is None:  # only an ok row has times
             text = style.warn(r.reason) if r.status == "skipped" else style.bad(f"failed: {r.reason}")
             rows.append((r.backend, r.kernel or "-", text))
             continue
-        q1, q3 = r.quartiles() or (0.0, 0.0)
-        ratio = r.median_s / fastest.median_s if fastest and fastest.median_s else 1.0
+        q1, q3 = quartiles
+        ratio = median_s / best_s if best_s else 1.0
         relative = style.good("fastest") if r is fastest else f"{ratio:.2f}x slower"
         rows.append(
             (
                 r.backend,
                 r.kernel,
-                format_seconds(r.median_s),
+                format_seconds(median_s),
                 f"{format_seconds(q1)} .. {format_seconds(q3)}",
                 format_seconds(min(r.times_s)),
                 format_seconds(r.first_call_s),

@@ -203,10 +203,10 @@ def run_ops(args: argparse.Namespace, style: Style) -> int:
     if args.matrix:
         only = DType.parse(args.dtype) if args.dtype else None
         loaded = sorted(
-            (r for r in rt.loader.reports.values() if r.ok and r.backend is not None),
-            key=lambda r: (-r.backend.priority, r.name),
+            ((r.name, r.backend.priority) for r in rt.loader.reports.values() if r.ok and r.backend is not None),
+            key=lambda item: (-item[1], item[0]),
         )
-        names = [r.name for r in loaded]
+        names = [name for name, _ in loaded]
         rows = [("op", *names)]
         for c in contracts:
             cover = coverage(rt.registry.kernels_of(c.name))

@@ -20,13 +20,16 @@ import pathlib
 import platform
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opcore._version import __version__
 from opcore.errors import OpcoreError
 from opcore.graph.errors import PlanFileError
 from opcore.graph.ir import FACTORIES, SCALAR_OPS, Graph, Node, ValueInfo, ValueRef
 from opcore.types import Device, DType, TensorMeta
+
+if TYPE_CHECKING:
+    from opcore.graph.plan import PlanOptions
 
 __all__ = ["SCHEMA_VERSION", "fingerprint", "load", "save"]
 
@@ -238,16 +241,14 @@ def load(path: Any) -> Any:
     import torch
     from safetensors.torch import load_file
 
-    from opcore.graph.plan import PlanOptions, assemble
+    from opcore.graph.plan import assemble
 
     started = time.perf_counter()
     folder = pathlib.Path(path)
     document = _read(folder)
     graph = _graph(document["graph"])
     _check_names(graph, document.get("kernels", {}))
-    options = PlanOptions(
-        **{k: tuple(v) if k == "backends" and v is not None else v for k, v in document["options"].items()}
-    )
+    options = _plan_options(document["options"])
     device = options.device
     weights = load_file(str(folder / WEIGHTS_FILE), device=device if not device.startswith("cuda") else "cpu")
     missing = [name for name in graph.constants if name not in weights]
@@ -270,6 +271,16 @@ def load(path: Any) -> Any:
     _compare_kernels(plan, document.get("kernels", {}))
     plan.timings.load = time.perf_counter() - started
     return plan
+
+
+def _plan_options(saved: Mapping[str, Any]) -> PlanOptions:
+    """The options a plan file recorded (JSON holds the backends as a list, the record a tuple)."""
+    from opcore.graph.plan import PlanOptions
+
+    options = dict(saved)
+    if options.get("backends") is not None:
+        options["backends"] = tuple(options["backends"])
+    return PlanOptions(**options)
 
 
 def _read(folder: pathlib.Path) -> dict[str, Any]:
@@ -415,7 +426,6 @@ class SavedPlan:
     """A saved plan as data, for showing it (``opcore plan PATH``): nothing is resolved or compiled."""
 
     def __init__(self, folder: Any) -> None:
-        from opcore.graph.plan import PlanOptions
         from opcore.graph.planner import Decision, Verdict
 
         self.folder = pathlib.Path(folder)
@@ -436,10 +446,7 @@ class SavedPlan:
             )
             for node in self.graph.nodes
         )
-        options = document["options"]
-        self.options = PlanOptions(
-            **{k: tuple(v) if k == "backends" and v is not None else v for k, v in options.items()}
-        )
+        self.options = _plan_options(document["options"])
         self.partitions = tuple(_SavedPartition(p) for p in document.get("partitions", []))
         self.notes = list(document.get("notes", ()))
         self.fingerprint = document.get("fingerprint", {})

@@ -175,7 +175,7 @@ def _lower_call(
             return _factory_node(fx_node, target, qualified, env, values, concrete, nodes, device)
         _op_node(rt, fx_node, target, qualified, env, values, concrete, nodes, notes)
         return None
-    scalar = _PYTHON_SCALAR_OPS.get(target) or getattr(target, "__name__", "")
+    scalar = _PYTHON_SCALAR_OPS.get(target) or str(getattr(target, "__name__", ""))
     if scalar in SCALAR_OPS and not isinstance(fx_node.meta.get("val"), torch.Tensor):
         _scalar_node(fx_node, scalar, env, values, concrete, nodes)
         return

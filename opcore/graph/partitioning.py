@@ -257,7 +257,7 @@ def _accepts(
     if not any(v.backend == backend and v.status in ("chosen", "fallback") for v in verdicts[node.name]):
         return False
     return part_args(graph, node) is not None and all(
-        graph.values[o].meta is not None and graph.values[o].meta.dtype.value != "bfloat16" for o in node.outputs
+        (meta := graph.values[o].meta) is not None and meta.dtype.value != "bfloat16" for o in node.outputs
     )
 
 
@@ -421,9 +421,9 @@ def order_units(graph: Graph, partitions: Sequence[PartitionRecord]) -> list[int
     sort in which each partition is one unit."""
     owner: dict[str, Any] = {}  # value name -> the unit producing it: a node index or a partition name
     members: dict[str, PartitionRecord] = {}
-    for record in partitions:
-        for name in record.nodes:
-            members[name] = record
+    for partition in partitions:
+        for name in partition.nodes:
+            members[name] = partition
     units: list[Any] = []
     for i, node in enumerate(graph.nodes):
         record = members.get(node.name)

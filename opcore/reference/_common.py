@@ -53,7 +53,9 @@ def _result_of(first: tuple[numpy.dtype, bool] | type, second: tuple[numpy.dtype
 
 def binary_result_dtype(x: numpy.ndarray, other: Any) -> numpy.dtype:
     """torch.result_type(x, other) for an array and an array or a Python number (cached)."""
-    key = (other.dtype, other.ndim == 0) if isinstance(other, numpy.ndarray) else type(other)
+    key: tuple[numpy.dtype, bool] | type = (
+        (other.dtype, other.ndim == 0) if isinstance(other, numpy.ndarray) else type(other)
+    )
     return _result_of((x.dtype, x.ndim == 0), key)
 
 

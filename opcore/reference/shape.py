@@ -3,6 +3,7 @@ squeeze, flatten, expand, slice, select) return views where numpy can, as torch 
 
 from __future__ import annotations
 
+import builtins
 import math
 
 import numpy
@@ -68,7 +69,7 @@ def slice(x: numpy.ndarray, dim: int, start: int | None, end: int | None, step: 
     """x[start:end:step] along dim with torch's clamping (a view)."""
     axis = dim % x.ndim
     first, last = slice_bounds(x.shape[axis], start, end)
-    index = [numpy.s_[:]] * x.ndim
+    index: list[builtins.slice] = [numpy.s_[:]] * x.ndim  # builtins: this module's slice is the op
     index[axis] = numpy.s_[first:last:step]
     return x[tuple(index)]
 

@@ -214,7 +214,9 @@ def _convert_argument(argument: Any) -> _Converted:
     # ATen's int[1] (reduction dims: mean.dim, sum.dim_IntList, amax) takes one int or a list of any
     # length; only N > 1 (conv's stride, int[2]) fixes the length
     type_text, object_kind = _type_text(argument.real_type, None if length == 1 else length, default)
-    convert = _TorchObject(object_kind, type_text.endswith("?")) if object_kind else None
+    convert: Callable[[str, str, Any], Any] | None = None
+    if object_kind:
+        convert = _TorchObject(object_kind, type_text.endswith("?"))
     if length == 1 and convert is None:
         convert = _OneOrMore(type_text.endswith("?"))
     if default is NO_DEFAULT:

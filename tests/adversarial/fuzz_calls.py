@@ -106,10 +106,10 @@ def main(samples_per_op: int) -> dict[str, Any]:
                 if not isinstance(value, numpy.ndarray):
                     continue
                 for name, bad in _variants(value).items():
-                    args = list(base)
-                    args[position] = bad
+                    variant = list(base)
+                    variant[position] = bad
                     for backend in backends:
-                        attempt(op, tuple(args), dict(sample.kwargs), backend, f"{sample.id} arg {position} {name}")
+                        attempt(op, tuple(variant), dict(sample.kwargs), backend, f"{sample.id} arg {position} {name}")
     return {"counts": counts, "examples": examples}
 
 

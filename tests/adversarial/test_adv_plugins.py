@@ -149,13 +149,15 @@ def test_an_interrupt_during_loading_leaves_a_clean_state(install, where: str) -
         opcore.backends()
     import builtins
 
-    builtins._opcore_adv_interrupt = False  # the user pressed Ctrl-C once; the next call loads everything
+    # the flag the plugin's source set on builtins (by name: builtins has no such attribute to a type checker)
+    flag_name = "_opcore_adv_interrupt"
+    setattr(builtins, flag_name, False)  # the user pressed Ctrl-C once; the next call loads everything
     try:
         _host_fine()
         assert _report("advint").status is PluginStatus.LOADED
         numpy.testing.assert_array_equal(opcore.run("relu", X, backend="advint"), RELU)
     finally:
-        del builtins._opcore_adv_interrupt
+        delattr(builtins, flag_name)
 
 
 def test_an_interrupted_register_plugin_leaves_nothing_behind() -> None:

@@ -48,7 +48,7 @@ def index_samples() -> Iterable[Sample]:
     """Index tensors at some dims, None elsewhere, broadcasting, negatives, adjacency rules."""
     s = SampleSet("index")
     x = (4, 5, 6)
-    cases = {
+    cases: dict[str, list[tuple[int, ...] | None]] = {
         "first": [(3,)],
         "first-2d": [(2, 3)],
         "two-broadcast": [(2, 1), (3,)],

@@ -93,8 +93,9 @@ _GQA_SHAPES = [
 def sdpa_samples() -> Iterable[Sample]:
     """Shapes and broadcast batches, dtypes, causal flag, bool and additive masks, scale, GQA."""
     s = SampleSet(SDPA)
-    for q, k, v in _SDPA_SHAPES:
-        s.add(f"q{shape_id(q)}-k{shape_id(k)}-v{shape_id(v)}", s.tensor(q), s.tensor(k), s.tensor(v))
+    for q_shape, k_shape, v_shape in _SDPA_SHAPES:
+        name = f"q{shape_id(q_shape)}-k{shape_id(k_shape)}-v{shape_id(v_shape)}"
+        s.add(name, s.tensor(q_shape), s.tensor(k_shape), s.tensor(v_shape))
     for dtype in FLOATS:
         for causal in (False, True):
             q, k, v = s.tensor((2, 2, 5, 8), dtype), s.tensor((2, 2, 7, 8), dtype), s.tensor((2, 2, 7, 4), dtype)
@@ -116,15 +117,16 @@ def sdpa_samples() -> Iterable[Sample]:
         s.add(f"additive-mask-{dtype}", q, k, v, s.tensor((4, 5), dtype))
     keep = numpy.ones((3, 5), bool)
     keep[1] = False
-    for mask_dtype, mask in (("bool", keep), ("float32", numpy.where(keep, 0.0, -math.inf))):
+    for mask_dtype, mask_values in (("bool", keep), ("float32", numpy.where(keep, 0.0, -math.inf))):
         q, k, v = s.tensor((1, 2, 3, 4)), s.tensor((1, 2, 5, 4)), s.tensor((1, 2, 5, 2))
-        s.add(f"fully-masked-row-{mask_dtype}", q, k, v, attn_mask=tensor_of(mask, mask_dtype), note="zeros")
+        mask = tensor_of(mask_values, mask_dtype)
+        s.add(f"fully-masked-row-{mask_dtype}", q, k, v, attn_mask=mask, note="zeros")
     for scale in (0.0, -1.0, 0.3):
         s.add(f"scale-{scale}", s.tensor((2, 3, 4, 8)), s.tensor((2, 3, 5, 8)), s.tensor((2, 3, 5, 6)), scale=scale)
-    for i, (q, k, v) in enumerate(_GQA_SHAPES):
+    for i, (q_shape, k_shape, v_shape) in enumerate(_GQA_SHAPES):
         for causal in (False, True):
             name = f"gqa-{i}" + ("-causal" if causal else "")
-            s.add(name, s.tensor(q), s.tensor(k), s.tensor(v), is_causal=causal, enable_gqa=True)
+            s.add(name, s.tensor(q_shape), s.tensor(k_shape), s.tensor(v_shape), is_causal=causal, enable_gqa=True)
     for layout in ("transposed", "strided"):
         q, k, v = (s.tensor(shape, layout=layout) for shape in ((2, 3, 4, 8), (2, 3, 5, 8), (2, 3, 5, 6)))
         s.add(layout, q, k, v, s.tensor((4, 5), layout=layout))

@@ -60,6 +60,7 @@ def reshape_samples() -> Iterable[Sample]:
 def cat_samples() -> Iterable[Sample]:
     """Shapes, dims, 1-D empty tensors (skipped, as torch does), promotion, layouts, every dtype."""
     s = SampleSet("cat")
+    cases: list[tuple[list[tuple[int, ...]], int]]  # (shapes, dim)
     cases = [([(2, 3), (1, 3)], 0), ([(2, 3), (2, 4)], 1), ([(2, 3), (2, 4), (2, 1)], -1), ([(2,), (3,)], 0),
              ([(2, 3)], 1), ([(2, 0), (2, 0)], 0), ([(2, 0), (2, 3)], 1), ([(1, 2, 3), (1, 2, 3)], -2),
              ([(2, 3), (0,)], 0), ([(0,), (2, 3)], 1), ([(0,), (2, 3), (0,), (1, 3)], 0),
