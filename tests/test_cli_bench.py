@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import subprocess
@@ -10,7 +11,9 @@ import sys
 import pytest
 from cli_support import REPO, assert_one_line_error, environment, run_cli
 
-from opcore.cli.bench_command import BenchResult, measure
+from opcore.cli.bench_command import BenchResult, bench_json, measure
+from opcore.cli.inputs import CallSpec
+from opcore.types import Device
 
 FAST = ("--repeat", "3", "--warmup", "1", "--min-time", "0.01")
 ROSTER = "fixture_good,reference,fixture_importerror,fixture_unavailable,nonexistent"
@@ -151,6 +154,17 @@ def test_measure_counts_calls() -> None:
     assert first >= 0 and number >= 1 and len(times) == 4 and all(t > 0 for t in times)
     # 1 first call + 2 warm-up + calibration rounds (ending with one of `number` calls) + 4 rounds
     assert len(calls) >= 1 + 2 + number + 4 * number
+
+
+def test_json_relative_speed_when_the_fastest_median_is_zero() -> None:
+    # a timer coarser than the call (as on some platforms) gives a 0.0 median: no ratio, no crash
+    call = CallSpec("relu", (), (), False, Device.parse("cpu"))
+    args = argparse.Namespace(mode="run", constants="", warmup=1, repeat=1)
+    results = [BenchResult("a", "ok", times_s=(0.0,)), BenchResult("b", "ok", times_s=(2e-6,))]
+    rows = bench_json(call, results, args)["results"]
+    assert [row["relative"] for row in rows] == [None, None]
+    results = [BenchResult("a", "ok", times_s=(1e-6,)), BenchResult("b", "ok", times_s=(2e-6,))]
+    assert [row["relative"] for row in bench_json(call, results, args)["results"]] == [1.0, 2.0]
 
 
 def test_result_quartiles() -> None:

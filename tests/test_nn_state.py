@@ -137,6 +137,21 @@ def test_deepcopy_and_pickle_bind_again(backend):
     assert loaded.backend == backend
 
 
+def test_a_copy_holds_unbound_calls_until_its_first_forward():
+    needs("cpu")
+    from opcore.nn.state import unbound
+
+    layer = opcore.nn.Linear(16, 4, backend="cpu")
+    copied = copy.deepcopy(layer)  # the resolved call stays behind (see PreparedModule.__getstate__)
+    assert copied._call is unbound
+    with pytest.raises(opcore.OpcoreError, match="before the module bound its kernels"):
+        copied._call(torch.randn(2, 16))
+    x = torch.randn(2, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(copied(x), F.linear(x, layer.weight, layer.bias))
+    assert copied._call is not unbound
+
+
 def test_inference_tensors_as_parameters():
     with torch.inference_mode():
         layer = opcore.nn.Linear(1024, 64, backend="cpu")

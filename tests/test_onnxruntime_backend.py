@@ -68,6 +68,17 @@ def test_a_small_cache_evicts_and_rebuilds():
         opcore_onnxruntime.set_cache_size(size)
 
 
+def test_a_builder_reading_an_untracked_rank_gets_a_plugin_error():
+    from opcore_onnxruntime.graph import Graph
+
+    g = Graph("reshape")
+    x = g.input(numpy.dtype("float32"), 2)
+    assert x.ndim == 2
+    flat = g.op("Reshape", x, g.ints([-1]), rank=None)  # a builder that does not track the rank
+    with pytest.raises(opcore.PluginError, match="needs the rank of"):
+        _ = flat.ndim
+
+
 def test_prepared_weights_become_initializers():
     from opcore_onnxruntime.kernels.linear import linear
 
