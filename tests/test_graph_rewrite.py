@@ -152,7 +152,7 @@ def test_every_rewrite_names_a_registered_op():
     assert notes == ["rewrite linear_relu: 1 match"] and len(again.nodes) == 2
 
 
-class Dropped(torch.nn.Module):
+class Dropped(nn.Module):
     """Eval-mode dropout, which torch.export keeps as a clone; and a clone of the input, returned."""
 
     def __init__(self) -> None:
