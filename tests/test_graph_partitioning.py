@@ -63,8 +63,11 @@ class NumpyCompiler:
     backend = "reference"
 
     def __init__(
-        self, ops=("linear", "relu", "add", "mul", "silu", "reshape", "transpose", "sub"), refuse=None, say_where=True
-    ):
+        self,
+        ops: tuple[str, ...] = ("linear", "relu", "add", "mul", "silu", "reshape", "transpose", "sub"),
+        refuse: str | None = None,
+        say_where: bool = True,
+    ) -> None:
         self.ops = set(ops)
         self.refuse = refuse  # an op this "runtime" fails to compile
         self.say_where = say_where

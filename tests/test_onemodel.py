@@ -475,10 +475,11 @@ def test_version_tuple_reads_the_first_two_numbers():
     assert version_tuple("2026.4.1-22982-e213a147257") == (2026, 4)
 
 
-def test_probe_records_a_value_or_why_it_failed():
+def test_probe_records_a_value_or_why_it_failed() -> None:
     lines: dict[str, str] = {}
     probe(lines, "ok", lambda: "fine")
-    probe(lines, "broken", lambda: str({}["missing"]))
+    empty: dict[str, str] = {}
+    probe(lines, "broken", lambda: empty["missing"])
     assert lines == {"ok": "fine", "broken": "unavailable (KeyError: 'missing')"}
 
 
