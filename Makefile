@@ -1,6 +1,6 @@
 # make demo: set up .venv with every distribution in this repository, then run the demo.
-# make test: the same setup, then ruff, the whole test suite, the cpu and nn tests with oneDNN capped at
-#   AVX2, and the conformance kit (what CI runs).
+# make test: the same setup, then ruff, mypy, the whole test suite, the cpu and nn tests with oneDNN capped
+#   at AVX2, and the conformance kit (what CI runs).
 # make test-oldest: the backend tests and the kit with the oldest onnxruntime, onnx and openvino the
 #   plugins declare, in .venv-oldest.
 # make constraints: re-resolve the newest versions (torch stays pinned) and rewrite constraints.txt.
@@ -26,6 +26,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
 	$(MAKE) test-avx2
 	$(MAKE) conformance
@@ -70,9 +71,11 @@ constraints:
 	mv build/constraints.txt constraints.txt
 	rm -rf build/constraints-venv
 
+# mypy takes its files and settings from pyproject.toml's [tool.mypy] (the whole repository)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	for script in bench/*.py; do $(BIN)/python $$script || exit 1; done
