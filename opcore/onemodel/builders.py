@@ -32,6 +32,7 @@ __all__ = [
     "piece_bounds",
     "promoted",
     "result_dtype",
+    "results_dtype",
     "split_kernels",
     "transpose_perm",
 ]
@@ -45,6 +46,16 @@ def result_dtype(x: Any, other: Any, dtype_and_rank: Callable[[Any], tuple[numpy
     dtype('float32')
     """
     return result_type(_meta(x, dtype_and_rank), _meta(other, dtype_and_rank)).to_numpy()
+
+
+def results_dtype(operands: Any, dtype_and_rank: Callable[[Any], tuple[numpy.dtype, int]]) -> numpy.dtype:
+    """torch.result_type over any number of graph values and Scalars (None entries skipped), as
+    where's and clamp's operands promote together.
+
+    >>> results_dtype([numpy.dtype("int8"), None, Scalar(float)], lambda dtype: (dtype, 2))
+    dtype('float32')
+    """
+    return result_type(*(_meta(v, dtype_and_rank) for v in operands if v is not None)).to_numpy()
 
 
 def _meta(value: Any, dtype_and_rank: Callable[[Any], tuple[numpy.dtype, int]]) -> TensorMeta | bool | int | float:

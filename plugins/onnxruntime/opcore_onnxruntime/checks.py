@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from opcore.meta import result_type
 from opcore.onemodel.plugin import dtype_checker
 from opcore.types import DType, TensorMeta
 
@@ -66,7 +67,41 @@ def _pad(x: TensorMeta, *rest: Any) -> bool | str:
     return True
 
 
+def _target(dtype: str | None) -> bool | str:
+    if dtype is not None and DType.parse(dtype) is DType.BFLOAT16:
+        return BFLOAT16_REASON
+    return True
+
+
+def _cast(x: TensorMeta, dtype: str) -> bool | str:
+    return _target(dtype)
+
+
+def _cumsum(x: TensorMeta, dim: int, dtype: str | None) -> bool | str:
+    return _target(dtype)
+
+
+def _pow(x: TensorMeta, exponent: Any) -> bool | str:
+    if not result_type(x, exponent).is_floating:
+        return (
+            "integral pow is left to other backends: torch wraps on overflow and gives 0 (or +-1) for "
+            "negative exponents, which this builder does not reproduce"
+        )
+    return True
+
+
+def _mean(x: TensorMeta, dim: tuple[int, ...] | None, keepdim: bool) -> bool | str:
+    axes = range(x.ndim) if not dim else (d % x.ndim for d in dim)
+    if x.ndim and any(x.shape[a] == 0 for a in axes):
+        return "ONNX Runtime's ReduceMean of an empty dim gives 0, where torch gives NaN"
+    return True
+
+
 _SPECIFIC: dict[str, Checker] = {
+    "pow": _pow,
+    "mean": _mean,
+    "cast": _cast,
+    "cumsum": _cumsum,
     "pad": _pad,
     "scaled_dot_product_attention": _sdpa,
     "gelu": _gelu_float64,

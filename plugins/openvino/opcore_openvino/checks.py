@@ -107,7 +107,71 @@ def _gather(x: TensorMeta, dim: int, index: TensorMeta) -> bool | str:
     return True
 
 
+def _int_operands(*values: Any) -> bool | str:
+    for value in values:
+        if isinstance(value, int) and not isinstance(value, bool) and not _INT32_MIN <= value <= _INT32_MAX:
+            return f"the Python int {value} does not fit in int32, which OpenVINO's CPU plugin computes in"
+    return True
+
+
+def _result(out: DType, what: str) -> bool | str:
+    reason = _dtype_reason(out)
+    return f"{what} would be {out}: {reason}" if reason else True
+
+
+def _pow(x: TensorMeta, exponent: Any) -> bool | str:
+    verdict = _operand(x, exponent)
+    if verdict is True and not result_type(x, exponent).is_floating:
+        return "integral pow is left to other backends (torch wraps and has its own rule for negative exponents)"
+    return verdict
+
+
+def _cast(x: TensorMeta, dtype: str) -> bool | str:
+    return _result(DType.parse(dtype), "the result")
+
+
+def _mean(x: TensorMeta, dim: tuple[int, ...] | None, keepdim: bool) -> bool | str:
+    axes = range(x.ndim) if not dim else (d % x.ndim for d in dim)
+    if x.ndim and any(x.shape[a] == 0 for a in axes):
+        return "OpenVINO's ReduceMean of an empty dim gives 0, where torch gives NaN"
+    return True
+
+
+def _sum(x: TensorMeta, *rest: Any) -> bool | str:
+    return True if x.dtype.is_floating else _result(DType.INT64, "the sum of integers")
+
+
+def _cumsum(x: TensorMeta, dim: int, dtype: str | None) -> bool | str:
+    out = DType.parse(dtype) if dtype is not None else x.dtype if x.dtype.is_floating else DType.INT64
+    if not out.is_floating:
+        return f"the running sum would be {out}: OpenVINO's CPU plugin computes integer sums in int32 or float32"
+    return _result(out, "the running sum")
+
+
+def _where(condition: TensorMeta, x: Any, other: Any) -> bool | str:
+    verdict = _int_operands(x, other)
+    return verdict if verdict is not True else _result(result_type(x, other), "the result")
+
+
+def _masked_fill(x: TensorMeta, mask: TensorMeta, value: Any) -> bool | str:
+    return _int_operands(value)
+
+
+def _clamp(x: TensorMeta, min: Any, max: Any) -> bool | str:
+    verdict = _int_operands(min, max)
+    bounds = [b for b in (min, max) if b is not None]
+    return verdict if verdict is not True else _result(result_type(x, *bounds), "the result")
+
+
 _SPECIFIC: dict[str, Checker] = {
+    "pow": _pow,
+    "cast": _cast,
+    "sum": _sum,
+    "mean": _mean,
+    "cumsum": _cumsum,
+    "where": _where,
+    "masked_fill": _masked_fill,
+    "clamp": _clamp,
     "gather": _gather,
     "scaled_dot_product_attention": _sdpa,
     "add": _add,

@@ -8,6 +8,7 @@ from typing import Any
 import numpy
 
 from opcore.errors import ArgumentError, Unsupported
+from opcore.types import DType
 from opcore_onnxruntime.graph import Graph, Scalar, Value
 from opcore_onnxruntime.kernels._common import (
     BOOL,
@@ -29,6 +30,7 @@ __all__ = [
     "apply_gelu",
     "apply_relu",
     "apply_silu",
+    "cast",
     "cos",
     "div",
     "eq",
@@ -37,6 +39,7 @@ __all__ = [
     "ge",
     "gelu",
     "gt",
+    "hardswish",
     "le",
     "logical_and",
     "logical_not",
@@ -45,11 +48,13 @@ __all__ = [
     "mul",
     "ne",
     "neg",
+    "pow",
     "relu",
     "rsqrt",
     "sigmoid",
     "silu",
     "sin",
+    "softplus",
     "sqrt",
     "sub",
     "tanh",
@@ -304,3 +309,55 @@ ge = onnx_kernel("ge", _comparison("ge"))
 logical_and = onnx_kernel("logical_and", build_logical_and)
 logical_or = onnx_kernel("logical_or", build_logical_or)
 logical_not = onnx_kernel("logical_not", build_logical_not)
+
+
+# --- pow, cast, softplus, hardswish -----------------------------------------------------------
+
+
+def build_pow(g: Graph, x: Value, exponent: Operand) -> Value:
+    """x ** exponent of a floating result (float16 in float32); the checker declines integral results."""
+    out = binary_result(x, exponent)
+    compute = compute_float(out)
+    return finish(g, g.op("Pow", g.cast(x, compute), operand(g, exponent, compute)), out)
+
+
+def build_cast(g: Graph, x: Value, dtype: str) -> Value:
+    """Cast (floats to integers truncate, nonzero is true), through int64 from floats to a narrow
+    integer, so that it wraps as torch's conversion does."""
+    out = DType.parse(dtype).to_numpy()
+    if x.dtype.kind == "f" and out.kind in "iu" and out != I64:
+        return g.cast(g.cast(x, I64), out)
+    return g.cast(x, out)
+
+
+def build_softplus(g: Graph, x: Value, beta: Any, threshold: Any) -> Value:
+    """Softplus(beta * x) / beta (ONNX Softplus is log(exp(z) + 1)), x itself above the threshold."""
+    compute = compute_float(x.dtype)
+    a = g.cast(x, compute)
+    scaled = g.op("Mul", a, g.const(numpy.asarray(beta, dtype=compute)))
+    if compute == F64:  # onnxruntime has no float64 Softplus: log(exp(z) + 1), exact enough below the threshold
+        one = g.const(numpy.asarray(1.0, dtype=compute))
+        plus = g.op("Log", g.op("Add", g.op("Exp", scaled), one))
+    else:
+        plus = g.op("Softplus", scaled)
+    soft = g.op("Div", plus, g.const(numpy.asarray(beta, dtype=compute)))
+    above = g.op("Greater", scaled, g.const(numpy.asarray(threshold, dtype=compute)), dtype=BOOL)
+    return finish(g, g.op("Where", above, a, soft), x.dtype)
+
+
+def build_hardswish(g: Graph, x: Value) -> Value:
+    """ONNX HardSwish: x * max(0, min(1, x / 6 + 1 / 2)), torch's formula."""
+    compute = compute_float(x.dtype)
+    a = g.cast(x, compute)
+    if compute != F64:
+        return finish(g, g.op("HardSwish", a), x.dtype)
+    # no float64 HardSwish in onnxruntime: its formula (-inf gives NaN, as torch: -inf * 0)
+    zero, three, six = (g.const(numpy.asarray(v, dtype=compute)) for v in (0.0, 3.0, 6.0))
+    gate = g.op("Min", g.op("Max", g.op("Add", a, three), zero), six)
+    return g.op("Div", g.op("Mul", a, gate), six)
+
+
+pow = onnx_kernel("pow", build_pow)
+cast = onnx_kernel("cast", build_cast)
+softplus = onnx_kernel("softplus", build_softplus)
+hardswish = onnx_kernel("hardswish", build_hardswish)

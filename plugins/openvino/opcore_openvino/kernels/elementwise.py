@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy
 
+from opcore.types import DType
 from opcore_openvino.compiled import ov_kernel
 from opcore_openvino.graph import Graph, Node, Scalar, dtype_of, ops
 from opcore_openvino.kernels._common import BOOL, F32, I32, binary_result, finish, operand, to_compute
@@ -16,6 +17,7 @@ __all__ = [
     "apply_gelu",
     "apply_relu",
     "apply_silu",
+    "cast",
     "cos",
     "div",
     "eq",
@@ -24,6 +26,7 @@ __all__ = [
     "ge",
     "gelu",
     "gt",
+    "hardswish",
     "keep_nan",
     "le",
     "logical_and",
@@ -33,11 +36,13 @@ __all__ = [
     "mul",
     "ne",
     "neg",
+    "pow",
     "relu",
     "rsqrt",
     "sigmoid",
     "silu",
     "sin",
+    "softplus",
     "sqrt",
     "sub",
     "tanh",
@@ -215,3 +220,41 @@ ge = ov_kernel("ge", _comparison(ops.greater_equal))
 logical_and = ov_kernel("logical_and", build_logical_and)
 logical_or = ov_kernel("logical_or", build_logical_or)
 logical_not = ov_kernel("logical_not", build_logical_not)
+
+
+# --- pow, cast, softplus, hardswish -----------------------------------------------------------
+
+
+def build_pow(g: Graph, x: Node, exponent: Operand) -> Node:
+    """x ** exponent of a float32/float16 result; the checker declines the rest."""
+    out = binary_result(x, exponent)
+    return ops.power(g.cast(x, out), operand(g, exponent, out))
+
+
+def build_cast(g: Graph, x: Node, dtype: str) -> Node:
+    """Convert (the checker declines 64-bit and bfloat16 targets); floats to integers through
+    int32 first, which truncates, then wraps into a narrower type as torch's conversion."""
+    out = DType.parse(dtype).to_numpy()
+    if out == BOOL:
+        return _truth(g, x)
+    if dtype_of(x).kind == "f" and out.kind in "iu" and out != I32:
+        return g.cast(g.cast(x, I32), out)
+    return g.cast(x, out)
+
+
+def build_softplus(g: Graph, x: Node, beta: Any, threshold: Any) -> Node:
+    """SoftPlus(beta * x) / beta, x itself where beta * x > threshold."""
+    dtype = dtype_of(x)
+    scaled = ops.multiply(x, g.const(beta, dtype))
+    soft = ops.divide(ops.softplus(scaled), g.const(beta, dtype))
+    return ops.select(ops.greater(scaled, g.const(threshold, dtype)), x, soft)
+
+
+def build_hardswish(g: Graph, x: Node) -> Node:
+    return ops.hswish(x)
+
+
+pow = ov_kernel("pow", build_pow)
+cast = ov_kernel("cast", build_cast)
+softplus = ov_kernel("softplus", build_softplus)
+hardswish = ov_kernel("hardswish", build_hardswish)

@@ -1,0 +1,68 @@
+"""Reductions: sum and mean of floats (ReduceSum/ReduceMean), amax, amin (ReduceMax/ReduceMin,
+NaN kept), cumsum of floats (CumSum). Integer sums give int64, which the CPU plugin computes in
+int32, so the checkers decline them; argmax is left to the other backends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy
+
+from opcore_openvino.compiled import ov_kernel
+from opcore_openvino.graph import Graph, Node, dtype_of, ops, rank_of
+from opcore_openvino.kernels._common import BOOL, I32
+
+__all__ = ["amax", "amin", "cumsum", "mean", "sum"]
+
+
+def _axes(rank: int, dim: Any) -> list[int]:
+    """The dims reduced (the contract checked dim): every dim for None or [], none of a 0-D x."""
+    if not rank:
+        return []
+    return list(range(rank)) if not dim else sorted(d % rank for d in dim)
+
+
+def _reduce(g: Graph, function: Any, x: Node, dim: Any, keepdim: bool) -> Node:
+    axes = _axes(rank_of(x), dim)
+    return function(x, g.ints(axes), keepdim) if axes else x
+
+
+def build_sum(g: Graph, x: Node, dim: Any, keepdim: bool) -> Node:
+    return _reduce(g, ops.reduce_sum, x, dim, keepdim)
+
+
+def build_mean(g: Graph, x: Node, dim: Any, keepdim: bool) -> Node:
+    return _reduce(g, ops.reduce_mean, x, dim, keepdim)
+
+
+def _extremum(g: Graph, function: Any, x: Node, dim: Any, keepdim: bool) -> Node:
+    """ReduceMax/Min in a dtype that holds x (bools as int32), NaN where the slice holds one."""
+    dtype = dtype_of(x)
+    result = _reduce(g, function, g.cast(x, I32) if dtype == BOOL else x, dim, keepdim)
+    if dtype.kind == "f" and rank_of(x):
+        nan = _reduce(g, ops.reduce_logical_or, ops.is_nan(x), dim, keepdim)
+        result = ops.select(nan, g.const(numpy.nan, dtype), result)
+    return g.cast(result, dtype)
+
+
+def build_amax(g: Graph, x: Node, dim: Any, keepdim: bool) -> Node:
+    return _extremum(g, ops.reduce_max, x, dim, keepdim)
+
+
+def build_amin(g: Graph, x: Node, dim: Any, keepdim: bool) -> Node:
+    return _extremum(g, ops.reduce_min, x, dim, keepdim)
+
+
+def build_cumsum(g: Graph, x: Node, dim: int, dtype: str | None) -> Node:
+    """CumSum of a float32/float16 result (the checker declines the rest)."""
+    out = dtype_of(x) if dtype is None else numpy.dtype(dtype)
+    value = g.cast(x, out)
+    rank = rank_of(x)
+    return ops.cumsum(value, g.const(dim % rank, I32)) if rank else value
+
+
+sum = ov_kernel("sum", build_sum)
+mean = ov_kernel("mean", build_mean)
+amax = ov_kernel("amax", build_amax)
+amin = ov_kernel("amin", build_amin)
+cumsum = ov_kernel("cumsum", build_cumsum)
