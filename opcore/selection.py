@@ -135,16 +135,19 @@ _MEMORY = _memory_bytes()
 
 
 def _check_size(op: str, outputs: tuple[TensorMeta, ...], inputs: list[tuple[str, TensorMeta]]) -> None:
-    """A result larger than the machine's memory (stride-0 inputs make huge shapes cheap to ask for),
-    or an input view larger than it (which a kernel may have to copy), is a ShapeError now, not a
-    MemoryError or a minute of swapping in a kernel.
+    """A call whose arrays do not fit in the machine's memory is a ShapeError now, not a MemoryError,
+    an OOM kill or a minute of swapping in a kernel: each array alone (stride-0 inputs make huge shapes
+    cheap to ask for, and a kernel may have to copy a view), and the results and inputs together (two
+    16 GiB arrays do not fit in 24 GiB, though each does).
     """
     if not _MEMORY:
         return
     named = [(None, meta) for meta in outputs] + list(inputs)
+    total = 0
     for name, meta in named:
         if isinstance(meta, TensorMeta) and all(d >= 0 for d in meta.shape):
             size = meta.numel * meta.dtype.itemsize
+            total += size
             if size > _MEMORY:
                 what = f"the result {meta.describe()}" if name is None else f"argument '{name}' ({meta.describe()})"
                 raise ShapeError(
@@ -153,6 +156,13 @@ def _check_size(op: str, outputs: tuple[TensorMeta, ...], inputs: list[tuple[str
                     op=op,
                     fix="check the input shapes (a broadcast or stride-0 view can make them huge)",
                 )
+    if total > _MEMORY:
+        raise ShapeError(
+            f"the call's {len(named)} arrays (results and inputs, views counted as copies) would take "
+            f"{total / 2**30:.1f} GiB together, more than this machine's {_MEMORY / 2**30:.1f} GiB of memory",
+            op=op,
+            fix="check the input shapes (a broadcast or stride-0 view can make them huge), or split the call",
+        )
 
 
 def _tensors(contract: OpContract, meta_args: tuple[Any, ...]) -> Iterable[tuple[str, TensorMeta]]:

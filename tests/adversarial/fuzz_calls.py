@@ -8,6 +8,7 @@ every op's error inputs, on every backend and unpinned. Prints one JSON line of 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import warnings
@@ -20,6 +21,11 @@ from opcore.testing import builtin_entries, error_inputs_of, samples_of
 from opcore.testing.records import TensorInput
 
 SLOW_S = 2.0
+# Rows of the "huge stride-0" variant: a power of two with at least half the machine's memory in one
+# byte per row, so that a 1-byte input and its 1-byte result fit alone but not together (the case that
+# once passed the size check and got the fuzzer OOM-killed), and every wider array is over it alone.
+_MEMORY = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+HUGE_ROWS = 1 << max(34, (_MEMORY // 2).bit_length())
 
 
 def _numpy(value: Any) -> Any:
@@ -44,7 +50,7 @@ def _variants(array: numpy.ndarray) -> dict[str, Any]:
             "0-d": numpy.asarray(array.reshape(-1)[:1].reshape(()) if array.size else numpy.zeros((), array.dtype)),
             "rank+3": array.reshape((1, 1, 1, *array.shape)),
             "empty": numpy.zeros((0, *array.shape[1:]), array.dtype),
-            "huge stride-0": numpy.broadcast_to(numpy.zeros((), array.dtype), (2**34, *array.shape[1:])),
+            "huge stride-0": numpy.broadcast_to(numpy.zeros((), array.dtype), (HUGE_ROWS, *array.shape[1:])),
             "transposed": array.T,
             "nan": numpy.full(array.shape, numpy.nan, array.dtype) if array.dtype.kind == "f" else array,
             "bool": array.astype(bool),

@@ -3,6 +3,7 @@ items 1 and 10): INT_MIN / -1, numpy subclasses, unsupported dtypes, huge stride
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import warnings
@@ -72,3 +73,15 @@ def test_a_result_larger_than_memory_is_a_shape_error_before_any_kernel_runs() -
         opcore.run("embedding", huge, numpy.ones((4, 8), numpy.float32))
     with pytest.raises(opcore.ShapeError, match=r"^relu\(\)"):
         opcore.run("relu", numpy.broadcast_to(numpy.float32(1), (2**40, 4)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_arrays_that_fit_alone_but_not_together_are_a_shape_error(backend: str | None) -> None:
+    # A 1-byte stride-0 input with a little over half the machine's memory in rows: the input and the
+    # result each fit, both together do not (this once passed the check and got a process OOM-killed).
+    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    rows = memory // 2 + 4096
+    view = numpy.broadcast_to(numpy.uint8(3), (rows,))
+    with pytest.raises(opcore.ShapeError, match=r"^abs\(\): the call's 2 arrays .* together") as info:
+        opcore.run("abs", view, backend=backend)
+    assert "GiB of memory" in str(info.value) and "Fix:" in str(info.value)
