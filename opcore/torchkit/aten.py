@@ -514,7 +514,15 @@ def kernel_factory(device_type: DeviceType | str) -> Callable[[OpContract], Iter
     return aten_kernels
 
 
+# Overloads whose ATen kernel kills the process on some input (a native trap, not an exception):
+# they run through the contract kernel that decides that input first. aten.div's truncating integer
+# kernel executes idiv on INT_MIN / -1, which raises SIGFPE (torch 2.13, int32 and int64 alike).
+_GUARDED = {"aten.div.Tensor_mode", "aten.div.Scalar_mode"}
+
+
 def _kernel(op: AtenOp, device: DeviceType) -> Callable[..., Any]:
+    if op.qualified in _GUARDED:
+        return _guarded_div(op, device)
     overload = op.overload
     n = op.n_positional
     names = op.kwarg_only
@@ -529,6 +537,19 @@ def _kernel(op: AtenOp, device: DeviceType) -> Callable[..., Any]:
         except (RuntimeError, IndexError, ValueError, TypeError) as error:
             raise _run_error(op, device, error) from None
         return tuple(out) if many else out
+
+    run_aten.__qualname__ = f"aten_kernel[{op.qualified}]"
+    return run_aten
+
+
+def _guarded_div(op: AtenOp, device: DeviceType) -> Callable[..., Any]:
+    from opcore.torchkit.kernels import div
+
+    def run_aten(x: Any, other: Any, rounding_mode: str | None = None) -> Any:
+        try:
+            return div(x, other, rounding_mode)
+        except (RuntimeError, IndexError, ValueError, TypeError) as error:
+            raise _run_error(op, device, error) from None
 
     run_aten.__qualname__ = f"aten_kernel[{op.qualified}]"
     return run_aten

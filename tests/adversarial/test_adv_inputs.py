@@ -41,6 +41,31 @@ def test_int_min_divided_by_minus_one_never_kills_the_process(backend: str | Non
             assert eval(line)[0] == lo, line  # the reference's answer: -x wraps to the minimum
 
 
+@pytest.mark.parametrize("overload", ["aten.div.Tensor_mode", "aten.div.Scalar_mode"])
+def test_int_min_divided_by_minus_one_through_the_aten_fallback_never_kills_the_process(overload: str) -> None:
+    # torch's own truncating kernel raises SIGFPE on INT_MIN / -1 (int32 and int64): the ATen fallback
+    # must decide that input before torch runs, as the div contract's kernel does.
+    other = "torch.tensor([-1, -1, 2, 3], dtype=dtype)" if overload.endswith("Tensor_mode") else "-1"
+    code = (
+        "import opcore, torch\n"
+        "for dtype in (torch.int32, torch.int64):\n"
+        "    lo = torch.iinfo(dtype).min\n"
+        "    x = torch.tensor([lo, 7, -7, lo], dtype=dtype)\n"
+        f"    other = {other}\n"
+        "    for mode in ('trunc', 'floor'):\n"
+        f"        print(opcore.run({overload!r}, x, other, rounding_mode=mode).tolist())\n"
+        f"    print(opcore.run({overload!r}, x, other, rounding_mode=None).tolist())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])  # SIGFPE was -8
+    lines = done.stdout.splitlines()
+    assert len(lines) == 6, done.stdout
+    for dtype, (trunc, floor, true) in zip(("int32", "int64"), (lines[:3], lines[3:])):
+        lo = int(numpy.iinfo(dtype).min)
+        assert eval(trunc)[0] == lo and eval(floor)[0] == lo, (trunc, floor)  # -x wraps to the minimum
+        assert eval(true)[0] == -float(lo)  # true division is floating
+
+
 def _subclasses() -> dict[str, numpy.ndarray]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PendingDeprecationWarning)
