@@ -123,6 +123,22 @@ def _pieces(x: TensorMeta, axis: int, sizes: list[int]) -> tuple[TensorMeta, ...
     return tuple(TensorMeta((*x.shape[:axis], p, *x.shape[axis + 1 :]), x.dtype, x.device) for p in sizes)
 
 
+# The most results one split or chunk returns: every piece is a Python object (a meta, a view, an
+# array), about 1 KiB all told, so 2**20 pieces take ~1 GiB; a stride-0 view with 2**34 rows split by 1
+# would otherwise build a list that takes the host's memory before any kernel runs.
+MAX_PIECES = 2**20
+
+
+def _check_pieces(arg: str, count: int, axis: int, size: int) -> None:
+    if count > MAX_PIECES:
+        raise ShapeError(
+            arg=arg,
+            expected=f"at most {MAX_PIECES:,} pieces (each result is a Python object)",
+            found=f"{count:,} pieces of dim {axis} (size {size:,})",
+            fix="split into larger pieces, or index the dimension instead of splitting it",
+        )
+
+
 def split_sizes(size: int, split_size: int) -> list[int]:
     """torch.split's pieces of a dim of ``size``: split_size each, the last smaller; one piece
     when the dim is empty."""
@@ -146,6 +162,7 @@ def split_meta(x: TensorMeta, split_size: int, dim: int) -> tuple[TensorMeta, ..
     if split_size < 0 or (split_size == 0 and size != 0):
         raise ArgumentError(arg="split_size", expected=f"a size >= 1 (0 only for an empty dim; dim {axis} has {size})",
                             found=str(split_size))  # fmt: skip
+    _check_pieces("split_size", -(-size // split_size) if size else 1, axis, size)
     return _pieces(x, axis, split_sizes(size, split_size))
 
 
@@ -155,6 +172,7 @@ def split_with_sizes_meta(x: TensorMeta, split_sizes: tuple[int, ...], dim: int)
     for i, size in enumerate(split_sizes):
         if size < 0:
             raise ArgumentError(arg=f"split_sizes[{i}]", expected="a size >= 0", found=str(size))
+    _check_pieces("split_sizes", len(split_sizes), axis, x.shape[axis])
     if sum(split_sizes) != x.shape[axis]:
         raise ShapeError(
             arg="split_sizes",
@@ -169,6 +187,7 @@ def chunk_meta(x: TensorMeta, chunks: int, dim: int) -> tuple[TensorMeta, ...]:
     axis = _check_splittable(x, dim)
     if chunks < 1:
         raise ArgumentError(arg="chunks", expected="a number of chunks >= 1", found=str(chunks))
+    _check_pieces("chunks", min(chunks, max(x.shape[axis], 1)) if x.shape[axis] else chunks, axis, x.shape[axis])
     return _pieces(x, axis, chunk_sizes(x.shape[axis], chunks))
 
 

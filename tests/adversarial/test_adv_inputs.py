@@ -110,3 +110,16 @@ def test_arrays_that_fit_alone_but_not_together_are_a_shape_error(backend: str |
     with pytest.raises(opcore.ShapeError, match=r"^abs\(\): the call's 2 arrays .* together") as info:
         opcore.run("abs", view, backend=backend)
     assert "GiB of memory" in str(info.value) and "Fix:" in str(info.value)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_split_into_more_pieces_than_objects_can_hold_is_a_shape_error(backend: str | None) -> None:
+    # A stride-0 view with 2**34 rows split by 1 once built a 2**34-item list in the meta function and
+    # got the process OOM-killed before any kernel ran.
+    rows = numpy.broadcast_to(numpy.float32(1), (2**34, 2))
+    with pytest.raises(opcore.ShapeError, match=r"^split\(\): argument 'split_size'.*pieces"):
+        opcore.run("split", rows, 1, backend=backend)
+    empty = numpy.zeros((0, 2), numpy.float32)
+    with pytest.raises(opcore.ShapeError, match=r"^chunk\(\): argument 'chunks'.*pieces"):
+        opcore.run("chunk", empty, 10**12, backend=backend)
+    assert len(opcore.run("chunk", numpy.zeros((5, 2), numpy.float32), 10**12)) == 5  # at most one per row
