@@ -21,7 +21,9 @@ def gather(x: numpy.ndarray, dim: int, index: numpy.ndarray) -> numpy.ndarray:
     """x's values at index along dim (index may be smaller than x on the other dims)."""
     if x.ndim == 0:
         _check_range("index", index, 1, negative=False)
-        return x.reshape(index.shape).copy()
+        return numpy.broadcast_to(x, index.shape).copy()
+    if index.ndim == 0:  # torch takes a 0-D index as a 1-element one for a 1-D x (the meta's rule)
+        return gather(x, dim, index.reshape(1)).reshape(())
     axis = dim % x.ndim
     _check_range("index", index, x.shape[axis], negative=False)
     window = tuple(slice(None) if d == axis else slice(0, index.shape[d]) for d in range(x.ndim))

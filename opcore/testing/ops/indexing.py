@@ -28,8 +28,10 @@ def _indices(
 
 def gather_samples() -> Iterable[Sample]:
     s = SampleSet("gather")
+    # a 0-D x or index: torch takes it as 1-D (the last four)
     cases = [((5,), 0, (3,)), ((5,), 0, (7,)), ((3, 4), 0, (2, 4)), ((3, 4), 1, (3, 6)), ((3, 4), -1, (2, 2)),
-             ((2, 3, 4), 1, (2, 5, 4)), ((2, 3, 4), 2, (1, 2, 3)), ((3, 4), 0, (0, 4)), ((), 0, ())]  # fmt: skip
+             ((2, 3, 4), 1, (2, 5, 4)), ((2, 3, 4), 2, (1, 2, 3)), ((3, 4), 0, (0, 4)), ((), 0, ()),
+             ((5,), 0, ()), ((5,), -1, ()), ((), 0, (3,)), ((), -1, (1,))]  # fmt: skip
     for shape, dim, index_shape in cases:
         size = shape[dim] if shape else 1
         s.add(f"{shape_id(shape)}-{dim}-{shape_id(index_shape)}", s.tensor(shape), dim,

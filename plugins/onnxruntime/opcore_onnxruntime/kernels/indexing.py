@@ -21,10 +21,12 @@ _INT64 = numpy.dtype(numpy.int64)
 
 
 def build_gather(g: Graph, x: Value, dim: int, index: Value) -> Value:
-    if not x.rank:  # GatherElements needs a dimension: gather from shape (1,), then drop it
-        one = g.ints([1])
-        picked = g.op("GatherElements", g.op("Reshape", x, one, rank=1), g.op("Reshape", index, one, rank=1), axis=0)
-        return g.op("Reshape", picked, g.ints([]), rank=0)
+    if not x.rank or not index.rank:
+        # torch takes a 0-D x or index as 1-D (the other is then at most 1-D); GatherElements needs
+        # equal ranks of at least 1: gather both as 1-D, then drop the dimension for a 0-D index
+        flat = g.ints([-1])
+        picked = g.op("GatherElements", g.op("Reshape", x, flat, rank=1), g.op("Reshape", index, flat, rank=1), axis=0)
+        return picked if index.rank else g.op("Reshape", picked, g.ints([]), rank=0)
     return g.op("GatherElements", x, index, axis=dim % x.rank)
 
 

@@ -21,10 +21,12 @@ __all__ = ["check_gather", "check_index", "chunk", "gather", "index", "pad", "sp
 
 
 def build_gather(g: Graph, x: Node, dim: int, index: Node) -> Node:
-    if not rank_of(x):  # GatherElements needs a dimension: gather from shape (1,), then drop it
-        one = g.ints([1])
-        picked = ops.gather_elements(ops.reshape(x, one, False), ops.reshape(index, one, False), 0)
-        return ops.reshape(picked, g.ints([]), False)
+    if not rank_of(x) or not rank_of(index):
+        # torch takes a 0-D x or index as 1-D (the other is then at most 1-D); GatherElements needs
+        # equal ranks of at least 1: gather both as 1-D, then drop the dimension for a 0-D index
+        flat = g.ints([-1])
+        picked = ops.gather_elements(ops.reshape(x, flat, False), ops.reshape(index, flat, False), 0)
+        return picked if rank_of(index) else ops.reshape(picked, g.ints([]), False)
     return ops.gather_elements(x, index, dim % rank_of(x))
 
 
