@@ -15,13 +15,6 @@ import pytest
 SAMPLES = int(os.environ.get("OPCORE_FUZZ_SAMPLES", "1"))
 
 
-# Opt-in until fixed: on main with the new ops of issue 12 the fuzzer's process was OOM-killed (24 GiB
-# anonymous memory; likely a 2**34-element stride-0 variant whose result fits under the machine's memory
-# alone while the call's arrays together do not: opcore/selection.py _check_size checks each array alone).
-@pytest.mark.skipif(
-    os.environ.get("OPCORE_FUZZ") != "1",
-    reason="opt-in (OPCORE_FUZZ=1): the fuzzer was OOM-killed over the new ops; see the issue 14 note",
-)
 def test_fuzzed_calls_raise_only_opcore_errors_and_never_crash_or_hang() -> None:
     script = Path(__file__).with_name("fuzz_calls.py")
     done = subprocess.run(
