@@ -10,8 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 SAMPLES = int(os.environ.get("OPCORE_FUZZ_SAMPLES", "1"))
 
 
