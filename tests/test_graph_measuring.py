@@ -126,7 +126,7 @@ def test_a_plan_that_is_the_torch_route_is_not_timed() -> None:
 
 def test_measuring_for_real_decides_and_says_what_it_measured() -> None:
     model, x = llama()
-    plan = opcore.graph.capture(model, (x,), backends=BACKENDS)  # the default timer: interleaved medians
+    plan = opcore.graph.capture(model, (x,), backends=BACKENDS)  # the default timer: interleaved rounds
     guard = [note for note in plan.notes if note.startswith("guard: measured this plan")]
     assert len(guard) == 1
     assert ("runs this plan" in guard[0]) == (plan.options.route == "planned")
@@ -135,7 +135,7 @@ def test_measuring_for_real_decides_and_says_what_it_measured() -> None:
         torch.testing.assert_close(plan(x), model(x), rtol=1e-4, atol=1e-4)
 
 
-def test_interleaved_gives_a_median_per_case() -> None:
+def test_interleaved_gives_a_time_per_case() -> None:
     calls: list[str] = []
     times = interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, rounds=3)
     assert set(times) == {"a", "b"} and all(t > 0 for t in times.values())

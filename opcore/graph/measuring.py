@@ -24,7 +24,6 @@ True
 from __future__ import annotations
 
 import random
-import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,9 +37,11 @@ ROUNDS = 5
 
 
 def interleaved(cases: Mapping[str, Callable[[], Any]], rounds: int = ROUNDS) -> dict[str, float]:
-    """Median seconds per call of each case: one warm-up call each, then ``rounds`` rounds in a new
-    shuffled order each (drift and warm caches hit every case alike), each round timing enough calls
-    to last about a millisecond (opcore.tuning's calibration)."""
+    """Seconds per call of each case, the fastest of ``rounds`` rounds: one warm-up call each, then
+    rounds in a new shuffled order each (drift and warm caches hit every case alike), each round
+    timing enough calls to last about a millisecond (opcore.tuning's calibration). The fastest, not
+    the median: on a shared machine other processes only ever add time, and a median of a few rounds
+    under load compares the neighbours' bursts more than the two cases."""
     from opcore.tuning.measure import _calibrate, _timed
 
     def sync() -> None:
@@ -57,7 +58,7 @@ def interleaved(cases: Mapping[str, Callable[[], Any]], rounds: int = ROUNDS) ->
         shuffle(order)
         for label in order:
             samples[label].append(_timed(cases[label], numbers[label], sync) * 1e-6)
-    return {label: statistics.median(values) for label, values in samples.items()}
+    return {label: min(values) for label, values in samples.items()}
 
 
 def verdict_text(seconds: float) -> str:
