@@ -90,16 +90,8 @@ def _pow(x: TensorMeta, exponent: Any) -> bool | str:
     return True
 
 
-def _mean(x: TensorMeta, dim: tuple[int, ...] | None, keepdim: bool) -> bool | str:
-    axes = range(x.ndim) if not dim else (d % x.ndim for d in dim)
-    if x.ndim and any(x.shape[a] == 0 for a in axes):
-        return "ONNX Runtime's ReduceMean of an empty dim gives 0, where torch gives NaN"
-    return True
-
-
 _SPECIFIC: dict[str, Checker] = {
     "pow": _pow,
-    "mean": _mean,
     "cast": _cast,
     "cumsum": _cumsum,
     "pad": _pad,

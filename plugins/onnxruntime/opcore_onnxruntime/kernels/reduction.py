@@ -40,7 +40,15 @@ def build_sum(g: Graph, x: Value, dim: Any, keepdim: bool) -> Value:
 
 
 def build_mean(g: Graph, x: Value, dim: Any, keepdim: bool) -> Value:
-    return finish(g, _reduce(g, "ReduceMean", x, dim, keepdim, compute_float(x.dtype)), x.dtype)
+    """ReduceSum over the count of reduced elements: ReduceMean gives 0 for an empty dim, torch NaN (0 / 0)."""
+    compute = compute_float(x.dtype)
+    axes = _axes(x.rank or 0, dim)
+    total = _reduce(g, "ReduceSum", x, dim, keepdim, compute)
+    if not axes:
+        return finish(g, total, x.dtype)
+    sizes = g.op("Gather", g.op("Shape", x, dtype=I64, rank=1), g.ints(axes), axis=0)
+    count = g.cast(g.op("ReduceProd", sizes, keepdims=0, rank=0), compute)
+    return finish(g, g.op("Div", total, count), x.dtype)
 
 
 def _exact(dtype: numpy.dtype) -> numpy.dtype:

@@ -32,7 +32,13 @@ def build_sum(g: Graph, x: Node, dim: Any, keepdim: bool) -> Node:
 
 
 def build_mean(g: Graph, x: Node, dim: Any, keepdim: bool) -> Node:
-    return _reduce(g, ops.reduce_mean, x, dim, keepdim)
+    """ReduceSum over the count of reduced elements: ReduceMean gives 0 for an empty dim, torch NaN (0 / 0)."""
+    axes = _axes(rank_of(x), dim)
+    total = _reduce(g, ops.reduce_sum, x, dim, keepdim)
+    if not axes:
+        return total
+    count = ops.reduce_prod(ops.gather(ops.shape_of(x), g.ints(axes), g.ints([0])), g.ints([0]), False)
+    return ops.divide(total, ops.convert(count, dtype_of(x)))
 
 
 def _extremum(g: Graph, function: Any, x: Node, dim: Any, keepdim: bool) -> Node:
