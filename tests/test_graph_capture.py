@@ -284,3 +284,19 @@ def test_reductions_casts_and_selection_map_to_their_contracts():
     assert wanted | {"cumsum", "argmax", "cast"} <= ops, sorted(ops)
     assert not any(op.startswith("aten.") for op in ops), sorted(ops)
     assert close(plan(x, mask), Mixed()(x, mask))
+
+
+def test_bitwise_ops_of_bool_masks_map_to_the_logical_ones_and_of_integers_do_not():
+    class Masks(torch.nn.Module):
+        def forward(self, x, n):
+            mask = ((x > 0) & (x < 2)) | ~(x > -1)
+            return torch.where(mask, x, 0.0), n & n.flip(0)
+
+    x, n = torch.randn(3, 4), torch.arange(12).reshape(3, 4)
+    plan = opcore.graph.capture(Masks(), (x, n), partitions=False)
+    ops = [node.op for node in plan.graph.nodes]
+    assert {"logical_and", "logical_or", "logical_not", "where"} <= set(ops), ops
+    # n & n.flip(0): integers, bitwise; the mapping is refused and the node runs as ATen
+    assert "aten.bitwise_and.Tensor" in ops or "aten.__and__.Tensor" in ops, ops
+    got, want = plan(x, n), Masks()(x, n)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])

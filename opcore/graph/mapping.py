@@ -149,6 +149,18 @@ RULES: Mapping[str, Rule] = {
     "aten.clamp.Tensor": _rule("clamp", x="self", min="min", max="max"),
     "aten.clamp_min.default": _rule("clamp", x="self", min="min"),
     "aten.clamp_max.default": _rule("clamp", x="self", max="max"),
+    # bitwise ops of bool tensors are the logical ones; of integers the meta's bool result disagrees
+    # with torch's dtype, so capture refuses the mapping and the node stays on the ATen fallback
+    **{
+        f"aten.{name}.Tensor": _rule(op, x="self", other="other")
+        for name, op in (
+            ("__and__", "logical_and"),
+            ("bitwise_and", "logical_and"),
+            ("__or__", "logical_or"),
+            ("bitwise_or", "logical_or"),
+        )
+    },
+    "aten.bitwise_not.default": _rule("logical_not", x="self"),
     # nn
     "aten.embedding.default": _rule(
         "embedding", input="indices", weight="weight", padding_idx=Convert("padding_idx", _none_if_negative)
