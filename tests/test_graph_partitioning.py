@@ -222,3 +222,19 @@ def test_strict_with_a_graph_backend_lists_what_it_does_not_cover(fake):
 def test_partitions_off_runs_per_node(fake):
     plan = capture(Chain(), torch.randn(4, 8), partitions=False)
     assert plan.partitions == () and not fake.compiled
+
+
+def test_a_partition_gets_zero_dim_values_as_zero_dim_contiguous_arrays():
+    seen: list[Any] = []
+
+    class Echo:
+        backend = "reference"
+
+        def __call__(self, *arrays: Any) -> tuple[Any, ...]:
+            seen.extend(arrays)
+            return arrays
+
+    call = partitioning._torch_call(Echo(), 2)  # type: ignore[arg-type]
+    out = call(torch.tensor(3.0), torch.randn(4, 3).t())
+    assert [a.shape for a in seen] == [(), (3, 4)]  # numpy.ascontiguousarray would make the first (1,)
+    assert seen[1].flags.c_contiguous and [o.shape for o in out] == [torch.Size([]), torch.Size([3, 4])]

@@ -126,19 +126,23 @@ class PartitionRecord:
 def _torch_call(compiled: CompiledPartition, outputs: int) -> Callable[..., Any]:
     """The compiled partition between torch tensors: numpy views in, tensors sharing the results out
     (one tensor for a partition with one output, as a node's step stores it)."""
-    import numpy
     import torch
 
-    as_array, from_numpy = numpy.ascontiguousarray, torch.from_numpy
+    from_numpy = torch.from_numpy
+
+    # contiguous() is the tensor itself where it already is; numpy.ascontiguousarray would turn a
+    # 0-D value (a scalar the graph computed) into shape (1,), which a runtime's model refuses
+    def as_array(t: Any) -> Any:
+        return t.contiguous().numpy()
 
     def call(*tensors: Any) -> tuple[Any, ...]:
-        return tuple(from_numpy(a) for a in compiled(*(as_array(t.numpy()) for t in tensors)))
+        return tuple(from_numpy(a) for a in compiled(*(as_array(t) for t in tensors)))
 
     if outputs != 1:
         return call
 
     def call_one(*tensors: Any) -> Any:
-        return from_numpy(compiled(*(as_array(t.numpy()) for t in tensors))[0])
+        return from_numpy(compiled(*(as_array(t) for t in tensors))[0])
 
     return call_one
 
