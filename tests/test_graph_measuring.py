@@ -162,3 +162,11 @@ def test_a_partitions_outputs_belong_to_the_caller(backend: str) -> None:
         for a, b, c in zip(first, kept, second):
             assert not numpy.shares_memory(a, c)
             numpy.testing.assert_array_equal(a, b)
+
+
+def test_a_plan_within_the_tie_margin_of_the_torch_route_runs_the_torch_route() -> None:
+    """Noise must not swap routes at random: the plan is kept only where it is clearly faster."""
+    model, x = llama()
+    timer = Timer(partition=1e-3, per=2e-3, this=1.96e-3, the=2e-3)  # 2 % faster: within 5 %
+    plan = opcore.graph.capture(model, (x,), backends=BACKENDS, measure=timer)
+    assert plan.options.route == "torch" and not plan.partitions
