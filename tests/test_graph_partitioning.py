@@ -224,7 +224,7 @@ def test_partitions_off_runs_per_node(fake):
     assert plan.partitions == () and not fake.compiled
 
 
-def test_a_partition_gets_zero_dim_values_as_zero_dim_contiguous_arrays():
+def test_a_partition_gets_zero_dim_values_as_zero_dim_contiguous_arrays() -> None:
     seen: list[Any] = []
 
     class Echo:
