@@ -25,4 +25,5 @@ FAMILIES: tuple[str, ...] = (
     "indexing",
     "reduction",
     "selection",
+    "creation",
 )

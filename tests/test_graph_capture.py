@@ -300,3 +300,17 @@ def test_bitwise_ops_of_bool_masks_map_to_the_logical_ones_and_of_integers_do_no
     assert "aten.bitwise_and.Tensor" in ops or "aten.__and__.Tensor" in ops, ops
     got, want = plan(x, n), Masks()(x, n)
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+def test_like_factories_of_a_dynamic_input_map_to_their_contracts():
+    class Likes(torch.nn.Module):
+        def forward(self, x):
+            return torch.zeros_like(x) + torch.ones_like(x, dtype=torch.int32) * torch.full_like(x, 2.5)
+
+    x = torch.randn(3, 4)
+    batch = torch.export.Dim("batch")
+    plan = opcore.graph.capture(Likes(), (x,), partitions=False, dynamic_shapes=({0: batch},))
+    ops = {node.op for node in plan.graph.nodes}
+    assert {"zeros_like", "ones_like", "full_like"} <= ops, sorted(ops)
+    y = torch.randn(5, 4)
+    assert close(plan(y), Likes()(y))

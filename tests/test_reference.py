@@ -94,6 +94,9 @@ SAMPLES: dict[str, Callable[[Factory], tuple[Any, ...]]] = {
     "where": lambda t: (t((2, 3)), t((3,)), 2.5),
     "masked_fill": lambda t: (t((2, 3)), t((3,), DType.BOOL), 1),
     "clamp": lambda t: (t((2, 3)), 0, 2),
+    "zeros_like": lambda t: (t((2, 3)), None),
+    "ones_like": lambda t: (t(()), "int32"),
+    "full_like": lambda t: (t((0, 3)), 1, None),
 }  # fmt: skip
 
 

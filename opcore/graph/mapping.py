@@ -84,6 +84,11 @@ def _plain_cast(args: Mapping[str, Any]) -> str | None:
     """_to_copy / to that only change the dtype map to cast; a device, layout or memory-format change does not."""
     if args.get("dtype") is None:
         return "it copies without changing the dtype"
+    return _same_place(args)
+
+
+def _same_place(args: Mapping[str, Any]) -> str | None:
+    """None where the result stays on x's device, strided and in x's memory format, as opcore's ops make it."""
     if args.get("device") is not None or str(args.get("layout") or "torch.strided") != "torch.strided":
         return "it moves the tensor to another device or layout"
     if str(args.get("memory_format") or "torch.preserve_format") != "torch.preserve_format":
@@ -149,6 +154,11 @@ RULES: Mapping[str, Rule] = {
     "aten.clamp.Tensor": _rule("clamp", x="self", min="min", max="max"),
     "aten.clamp_min.default": _rule("clamp", x="self", min="min"),
     "aten.clamp_max.default": _rule("clamp", x="self", max="max"),
+    "aten.zeros_like.default": _rule("zeros_like", _same_place, x="self", dtype=Convert("dtype", _dtype_name)),
+    "aten.ones_like.default": _rule("ones_like", _same_place, x="self", dtype=Convert("dtype", _dtype_name)),
+    "aten.full_like.default": _rule(
+        "full_like", _same_place, x="self", fill_value="fill_value", dtype=Convert("dtype", _dtype_name)
+    ),
     # bitwise ops of bool tensors are the logical ones; of integers the meta's bool result disagrees
     # with torch's dtype, so capture refuses the mapping and the node stays on the ATen fallback
     **{

@@ -53,6 +53,7 @@ __all__ = [
     "exp",
     "expand",
     "flatten",
+    "full_like",
     "gated_mlp",
     "gather",
     "ge",
@@ -77,6 +78,7 @@ __all__ = [
     "mul",
     "ne",
     "neg",
+    "ones_like",
     "pad",
     "permute",
     "pow",
@@ -102,6 +104,7 @@ __all__ = [
     "transpose",
     "unsqueeze",
     "where",
+    "zeros_like",
 ]
 
 Tensor = torch.Tensor
@@ -223,6 +226,23 @@ def cumsum(x: Tensor, dim: int, dtype: str | None) -> Tensor:
 where = torch.where
 masked_fill = torch.masked_fill
 clamp = torch.clamp
+
+
+def _torch_dtype(dtype: str | None) -> Any:
+    return None if dtype is None else DType.parse(dtype).to_torch()
+
+
+def zeros_like(x: Tensor, dtype: str | None) -> Tensor:
+    """torch.zeros_like, contiguous (torch keeps x's strides; the contract says nothing of them)."""
+    return torch.zeros(x.shape, dtype=_torch_dtype(dtype) or x.dtype, device=x.device)
+
+
+def ones_like(x: Tensor, dtype: str | None) -> Tensor:
+    return torch.ones(x.shape, dtype=_torch_dtype(dtype) or x.dtype, device=x.device)
+
+
+def full_like(x: Tensor, fill_value: Any, dtype: str | None) -> Tensor:
+    return torch.full(x.shape, fill_value, dtype=_torch_dtype(dtype) or x.dtype, device=x.device)
 
 
 # --- matrix products ---------------------------------------------------------------------------

@@ -90,7 +90,14 @@ def _pow(x: TensorMeta, exponent: Any) -> bool | str:
     return True
 
 
+def _like(x: TensorMeta, *rest: Any) -> bool | str:
+    return _target(rest[-1])
+
+
 _SPECIFIC: dict[str, Checker] = {
+    "zeros_like": _like,
+    "ones_like": _like,
+    "full_like": _like,
     "pow": _pow,
     "cast": _cast,
     "cumsum": _cumsum,

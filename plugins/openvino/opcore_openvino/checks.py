@@ -156,7 +156,14 @@ def _clamp(x: TensorMeta, min: Any, max: Any) -> bool | str:
     return verdict if verdict is not True else _result(result_type(x, *bounds), "the result")
 
 
+def _like(x: TensorMeta, *rest: Any) -> bool | str:
+    return True if rest[-1] is None else _result(DType.parse(rest[-1]), "the result")
+
+
 _SPECIFIC: dict[str, Checker] = {
+    "zeros_like": _like,
+    "ones_like": _like,
+    "full_like": _like,
     "pow": _pow,
     "cast": _cast,
     "sum": _sum,
