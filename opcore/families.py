@@ -26,4 +26,5 @@ FAMILIES: tuple[str, ...] = (
     "reduction",
     "selection",
     "creation",
+    "pooling",
 )

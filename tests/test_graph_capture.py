@@ -314,3 +314,66 @@ def test_like_factories_of_a_dynamic_input_map_to_their_contracts():
     assert {"zeros_like", "ones_like", "full_like"} <= ops, sorted(ops)
     y = torch.randn(5, 4)
     assert close(plan(y), Likes()(y))
+
+
+def pooling_model():
+    """batch_norm (eval), max_pool2d (ceil_mode, padding), avg_pool2d (count_include_pad=False), adaptive_avg_pool2d."""
+
+    class Pooling(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = torch.nn.BatchNorm2d(3)
+            self.bn.running_mean.uniform_(-1, 1)
+            self.bn.running_var.uniform_(0.5, 2)
+            self.bn.weight.data.uniform_(0.5, 2)
+
+        def forward(self, x):
+            y = torch.nn.functional.max_pool2d(torch.relu(self.bn(x)), 3, 2, 1, ceil_mode=True)
+            z = torch.nn.functional.avg_pool2d(y, 2, padding=1, count_include_pad=False)
+            return torch.nn.functional.adaptive_avg_pool2d(z, (2, 3)) + 1, torch.nn.functional.adaptive_avg_pool2d(y, 1)
+
+    return Pooling().eval()
+
+
+def test_pooling_ops_map_to_their_contracts():
+    model, x = pooling_model(), torch.randn(2, 3, 9, 9)
+    plan = opcore.graph.capture(model, (x,), partitions=False)
+    ops = [n.op for n in plan.graph.nodes]
+    # BatchNorm2d in eval() exports _native_batch_norm_legit_no_training (three outputs, the first used)
+    assert {"batch_norm", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d"} <= set(ops), ops
+    assert not any(op.startswith("aten.") for op in ops), ops
+    for got, want in zip(plan(x), model(x)):
+        assert close(got, want)
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
+def test_pooling_ops_run_in_graph_runtime_partitions(backend):
+    if backend not in compilers():
+        pytest.skip(f"the {backend} backend is not loaded here")
+    model, x = pooling_model(), torch.randn(2, 3, 9, 9)
+    plan = opcore.graph.capture(model, (x,), backends=[backend])
+    placed = {n.op for p in plan.partitions for n in p.spec.nodes}
+    assert {"batch_norm", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d"} <= placed, plan.explain()
+    for got, want in zip(plan(x), model(x)):
+        assert close(got, want)
+
+
+def test_an_aten_op_whose_other_outputs_are_used_stays_on_aten():
+    class Stats(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("mean", torch.zeros(3))
+            self.register_buffer("var", torch.ones(3))
+
+        def forward(self, x):
+            out, saved, _ = torch.ops.aten._native_batch_norm_legit_no_training(x, None, None, self.mean, self.var,
+                                                                                  0.1, 1e-5)  # fmt: skip
+            return out + 1, saved
+
+    x = torch.randn(2, 3, 4)
+    plan = opcore.graph.capture(Stats(), (x,), partitions=False)
+    node = plan.graph.nodes[0]
+    assert node.op == "aten._native_batch_norm_legit_no_training.default"
+    assert "the others are used" in plan.explain()
+    # (not run: torch's meta function gives the saved mean 3 values, its CPU kernel none, which the
+    # ATen fallback's result check refuses)

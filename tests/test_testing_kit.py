@@ -86,11 +86,12 @@ def test_samples_cover_every_dtype_the_contract_accepts(op):
     assert _dispatch_dtypes(op) >= set(BUILTIN_DTYPES[op])
 
 
+POOLING = ("max_pool2d", "avg_pool2d", "adaptive_avg_pool2d")  # 3-D or 4-D input only
 # ops whose contract needs every tensor to have at least one (two, three) dimensions
 NO_SCALAR = {"bmm", "conv2d", "scaled_dot_product_attention", "cat", "layer_norm", "rms_norm", "gated_mlp",
              "linear_relu", "linear_silu", "linear_gelu", "matmul", "slice", "select",
-             "split", "split_with_sizes", "chunk"}  # fmt: skip
-NO_1D = {"bmm", "scaled_dot_product_attention"}
+             "split", "split_with_sizes", "chunk", "batch_norm", *POOLING}  # fmt: skip
+NO_1D = {"bmm", "scaled_dot_product_attention", *POOLING}
 
 
 @pytest.mark.parametrize("op", BUILTIN_OPS)
@@ -114,6 +115,8 @@ ATTRIBUTES = {
     "layer_norm": lambda s: len(s.args) == 5,
     "rms_norm": lambda s: len(s.args) == 4,
     "embedding": lambda s: len(s.args) == 3,
+    "max_pool2d": lambda s: len(s.args) == 6 and s.args[4] not in (1, (1, 1)) and s.args[5],
+    "avg_pool2d": lambda s: len(s.args) >= 6 and not s.args[5] and s.args[4],
 }
 
 

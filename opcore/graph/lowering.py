@@ -289,6 +289,11 @@ def _op_node(
                 except OpcoreError as error:
                     notes[name] = f"{rule.op} refused the arguments: {error}"
                     lowered = None
+                if lowered is not None and _uses_more_outputs(fx_node, len(lowered[2])):
+                    # an ATen op with extra outputs (batch norm's saved statistics, max pooling's
+                    # indices) maps to a contract only where those go unused
+                    notes[name] = f"{rule.op} gives the first of {qualified}'s outputs only, and the others are used"
+                    lowered = None
     if lowered is None:
         try:
             lowered = _bind(rt.registry.contract(qualified), aten_args, concrete)
@@ -298,8 +303,9 @@ def _op_node(
     val = fx_node.meta.get("val")
     if len(out_metas) == 1:
         outputs: tuple[str, ...] = (name,)
-        env[name] = ValueRef(name)
-        vals = [val]
+        # read through getitem 0 where the ATen op has more outputs (unused: see _uses_more_outputs)
+        env[name] = (ValueRef(name),) if isinstance(val, (tuple, list)) else ValueRef(name)
+        vals = [val[0] if isinstance(val, (tuple, list)) else val]
     else:
         outputs = tuple(f"{name}.{i}" for i in range(len(out_metas)))
         env[name] = tuple(ValueRef(o) for o in outputs)
@@ -329,9 +335,19 @@ def _bind(
     return contract.name, args, out if isinstance(out, tuple) else (out,)
 
 
+def _uses_more_outputs(fx_node: Any, count: int) -> bool:
+    """Whether the node's users read outputs beyond the first ``count`` (the contract's)."""
+    val = fx_node.meta.get("val")
+    if not isinstance(val, (tuple, list)) or len(val) <= count:
+        return False
+    return any(user.target is not operator.getitem or user.args[1] >= count for user in fx_node.users)
+
+
 def _agree(metas: tuple[TensorMeta, ...], fx_node: Any, op: str) -> None:
     """The contract's meta must say what torch said (static sizes and dtype), else the mapping is wrong."""
     val = fx_node.meta.get("val")
+    if isinstance(val, (tuple, list)) and len(metas) == 1:
+        val = val[0]  # a contract of the first of the ATen op's outputs
     if val is None or len(metas) != 1 or not hasattr(val, "shape"):
         return
     meta = metas[0]

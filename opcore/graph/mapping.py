@@ -58,6 +58,10 @@ def _none_if_negative(value: Any) -> Any:
     return None if value is not None and value < 0 else value
 
 
+def _none_if_empty(value: Any) -> Any:
+    return None if value is None or len(value) == 0 else value
+
+
 def _no_dtype(args: Mapping[str, Any]) -> str | None:
     return None if args.get("dtype") is None else "it casts to another dtype (dtype=...)"
 
@@ -94,6 +98,14 @@ def _same_place(args: Mapping[str, Any]) -> str | None:
     if str(args.get("memory_format") or "torch.preserve_format") != "torch.preserve_format":
         return "it changes the memory format"
     return None
+
+
+def _not_training(args: Mapping[str, Any]) -> str | None:
+    return (
+        "training=True updates the running statistics (the contract is inference-only)"
+        if args.get("training")
+        else None
+    )
 
 
 _UNARY = {
@@ -208,6 +220,31 @@ RULES: Mapping[str, Rule] = {
     "aten.rms_norm.default": _rule(
         "rms_norm", x="input", normalized_shape="normalized_shape", weight="weight", eps="eps"
     ),
+    # batch_norm: an eval() model exports _native_batch_norm_legit_no_training, whose two saved
+    # statistics go unused (the lowering maps it only then)
+    "aten._native_batch_norm_legit_no_training.default": _rule(
+        "batch_norm",
+        None,
+        x="input",
+        running_mean="running_mean",
+        running_var="running_var",
+        weight="weight",
+        bias="bias",
+        momentum="momentum",
+        eps="eps",
+    ),
+    "aten.batch_norm.default": _rule(
+        "batch_norm",
+        _not_training,
+        x="input",
+        running_mean="running_mean",
+        running_var="running_var",
+        weight="weight",
+        bias="bias",
+        training="training",
+        momentum="momentum",
+        eps="eps",
+    ),
     # shape
     "aten.transpose.int": _rule("transpose", x="self", dim0="dim0", dim1="dim1"),
     "aten.permute.default": _rule("permute", x="self", dims="dims"),
@@ -231,6 +268,28 @@ RULES: Mapping[str, Rule] = {
     "aten.split.Tensor": _rule("split", x="self", split_size="split_size", dim="dim"),
     "aten.split_with_sizes.default": _rule("split_with_sizes", x="self", split_sizes="split_sizes", dim="dim"),
     "aten.chunk.default": _rule("chunk", x="self", chunks="chunks", dim="dim"),
+    # pooling (an empty stride list means the kernel size, the contract's stride=None)
+    "aten.max_pool2d.default": _rule(
+        "max_pool2d",
+        x="self",
+        kernel_size="kernel_size",
+        stride=Convert("stride", _none_if_empty),
+        padding="padding",
+        dilation="dilation",
+        ceil_mode="ceil_mode",
+    ),
+    "aten.avg_pool2d.default": _rule(
+        "avg_pool2d",
+        x="self",
+        kernel_size="kernel_size",
+        stride=Convert("stride", _none_if_empty),
+        padding="padding",
+        ceil_mode="ceil_mode",
+        count_include_pad="count_include_pad",
+        divisor_override="divisor_override",
+    ),
+    "aten.adaptive_avg_pool2d.default": _rule("adaptive_avg_pool2d", x="self", output_size="output_size"),
+    "aten._adaptive_avg_pool2d.default": _rule("adaptive_avg_pool2d", x="self", output_size="output_size"),
 }
 
 

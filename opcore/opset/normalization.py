@@ -1,4 +1,4 @@
-"""Normalization contracts: softmax, log_softmax, layer_norm, rms_norm.
+"""Normalization contracts: softmax, log_softmax, layer_norm, rms_norm, batch_norm (inference).
 
 >>> from opcore.types import TensorMeta, DType
 >>> LAYER_NORM.meta(TensorMeta((2, 8), DType.FLOAT16), (8,), None, None, 1e-5).dtype
@@ -12,7 +12,7 @@ from opcore.errors import ArgumentError, DTypeError, ShapeError
 from opcore.meta import FLOATING, check_floating, normalize_dim, shape_text
 from opcore.types import DType, TensorMeta
 
-__all__ = ["CONTRACTS", "LAYER_NORM", "LOG_SOFTMAX", "RMS_NORM", "SOFTMAX"]
+__all__ = ["BATCH_NORM", "CONTRACTS", "LAYER_NORM", "LOG_SOFTMAX", "RMS_NORM", "SOFTMAX"]
 
 # torch's CPU kernels keep the parameters of a float16/bfloat16 input in float32 if asked to
 _REDUCED = frozenset({DType.FLOAT16, DType.BFLOAT16})
@@ -95,6 +95,56 @@ def rms_norm_meta(
     return TensorMeta(x.shape, x.dtype, x.device)
 
 
+def batch_norm_meta(
+    x: TensorMeta,
+    running_mean: TensorMeta,
+    running_var: TensorMeta,
+    weight: TensorMeta | None,
+    bias: TensorMeta | None,
+    training: bool,
+    momentum: float,
+    eps: float,
+) -> TensorMeta:
+    """Inference only: x (N, C, ...) normalized per channel (dim 1) by the running statistics; the
+    statistics, weight and bias of shape (C,), all of one dtype: x's, or float32 for a
+    float16/bfloat16 x (torch's CPU kernel refuses other mixes).
+    """
+    if training:
+        raise ArgumentError(
+            arg="training",
+            expected="False (opcore is inference-only: the running statistics are used, not updated)",
+            found="True",
+            fix="pass training=False (module.eval()); train in the training framework",
+        )
+    check_floating("x", x)
+    if x.ndim < 2:
+        raise ShapeError(arg="x", expected="a tensor (N, C, ...) of at least 2 dimensions",
+                         found=f"shape {shape_text(x.shape)}")  # fmt: skip
+    channels = x.shape[1]
+    named = [(n, p) for n, p in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
+             ("bias", bias)) if p is not None]  # fmt: skip
+    for name, parameter in named:
+        if parameter.shape != (channels,):
+            raise ShapeError(
+                arg=name,
+                expected=f"shape ({channels},): one value per channel (dim 1) of 'x' {shape_text(x.shape)}",
+                found=f"shape {shape_text(parameter.shape)}",
+            )
+    allowed = (x.dtype, DType.FLOAT32) if x.dtype in _REDUCED else (x.dtype,)
+    first_name, first = named[0]
+    for name, parameter in named:
+        if parameter.dtype not in allowed or parameter.dtype is not first.dtype:
+            wanted = " or ".join(d.value for d in allowed)
+            also = f", the same as '{first_name}' ({first.dtype})" if name != first_name else ""
+            raise DTypeError(
+                arg=name,
+                expected=f"the dtype of 'x' ({wanted}){also}",
+                found=parameter.dtype.value,
+                fix="convert the statistics, weight and bias to one dtype: x's",
+            )
+    return TensorMeta(x.shape, x.dtype, x.device)
+
+
 SOFTMAX = define_op(
     "softmax(Tensor x, int dim) -> Tensor",
     meta=softmax_meta,
@@ -130,4 +180,15 @@ RMS_NORM = define_op(
     tags=("reduction", "normalization"),
 )
 
-CONTRACTS: tuple[OpContract, ...] = (SOFTMAX, LOG_SOFTMAX, LAYER_NORM, RMS_NORM)
+BATCH_NORM = define_op(
+    "batch_norm(Tensor x, Tensor running_mean, Tensor running_var, Tensor? weight=None, Tensor? bias=None, "
+    "bool training=False, float momentum=0.1, float eps=1e-05) -> Tensor",
+    meta=batch_norm_meta,
+    dtypes=FLOATING,
+    family="normalization",
+    doc="(x - running_mean) / sqrt(running_var + eps) * weight + bias per channel (dim 1), inference only "
+    "(training must be False); mirrors torch.nn.functional.batch_norm.",
+    tags=("normalization",),
+)
+
+CONTRACTS: tuple[OpContract, ...] = (SOFTMAX, LOG_SOFTMAX, LAYER_NORM, RMS_NORM, BATCH_NORM)

@@ -1,4 +1,4 @@
-"""Reference kernels for softmax, log_softmax, layer_norm and rms_norm (float64 inside)."""
+"""Reference kernels for softmax, log_softmax, layer_norm, rms_norm and batch_norm (float64 inside)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy
 
 from opcore.reference._common import F64, FLOAT32, finish, quiet
 
-__all__ = ["layer_norm", "log_softmax", "rms_norm", "softmax"]
+__all__ = ["batch_norm", "layer_norm", "log_softmax", "rms_norm", "softmax"]
 
 
 def _shifted(x: numpy.ndarray, dim: int) -> tuple[numpy.ndarray, int]:
@@ -77,4 +77,29 @@ def rms_norm(
         out = a / numpy.sqrt((a * a).mean(axis=axes, keepdims=True) + eps)
         if weight is not None:
             out = out * weight.astype(F64, copy=False)
+        return finish(out, x.dtype)
+
+
+def batch_norm(
+    x: numpy.ndarray,
+    running_mean: numpy.ndarray,
+    running_var: numpy.ndarray,
+    weight: numpy.ndarray | None,
+    bias: numpy.ndarray | None,
+    training: bool,
+    momentum: float,
+    eps: float,
+) -> numpy.ndarray:
+    """(x - running_mean) / sqrt(running_var + eps) * weight + bias, per channel (dim 1)."""
+    per_channel = (-1,) + (1,) * (x.ndim - 2)
+
+    def channel(parameter: numpy.ndarray) -> numpy.ndarray:
+        return parameter.astype(F64, copy=False).reshape(per_channel)
+
+    with quiet():
+        out = (x.astype(F64, copy=False) - channel(running_mean)) / numpy.sqrt(channel(running_var) + eps)
+        if weight is not None:
+            out = out * channel(weight)
+        if bias is not None:
+            out = out + channel(bias)
         return finish(out, x.dtype)

@@ -32,10 +32,13 @@ from opcore.types import DType
 
 __all__ = [
     "abs",
+    "adaptive_avg_pool2d",
     "add",
     "amax",
     "amin",
     "argmax",
+    "avg_pool2d",
+    "batch_norm",
     "bmm",
     "cast",
     "cat",
@@ -67,6 +70,7 @@ __all__ = [
     "linear_gelu",
     "linear_relu",
     "linear_silu",
+    "max_pool2d",
     "log_softmax",
     "logical_and",
     "logical_not",
@@ -445,6 +449,54 @@ def chunk(x: Tensor, chunks: int, dim: int) -> tuple[Tensor, ...]:
 def pad(x: Tensor, pad: tuple[int, ...], mode: str, value: Any) -> Tensor:
     """torch.nn.functional.pad in constant mode (the only mode the contract takes)."""
     return F.pad(x, pad, mode, value)
+
+
+def batch_norm(
+    x: Tensor,
+    running_mean: Tensor,
+    running_var: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    training: bool,
+    momentum: float,
+    eps: float,
+) -> Tensor:
+    """torch.batch_norm in inference mode (the contract refuses training=True)."""
+    if x.shape[1] == 0:  # torch's CPU kernel fails on an empty weight (IndexError); nothing to normalize
+        return torch.empty_like(x)
+    return torch.batch_norm(x, weight, bias, running_mean, running_var, False, momentum, eps, True)
+
+
+def max_pool2d(
+    x: Tensor,
+    kernel_size: tuple[int, ...],
+    stride: tuple[int, ...] | None,
+    padding: tuple[int, ...],
+    dilation: tuple[int, ...],
+    ceil_mode: bool,
+) -> Tensor:
+    """torch.max_pool2d (stride None: the kernel size, which torch spells as an empty list)."""
+    return torch.max_pool2d(x, kernel_size, stride or (), padding, dilation, ceil_mode)
+
+
+def avg_pool2d(
+    x: Tensor,
+    kernel_size: tuple[int, ...],
+    stride: tuple[int, ...] | None,
+    padding: tuple[int, ...],
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: int | None,
+) -> Tensor:
+    """torch.nn.functional.avg_pool2d's binding."""
+    return torch._C._nn.avg_pool2d(
+        x, kernel_size, stride or (), padding, ceil_mode, count_include_pad, divisor_override
+    )
+
+
+def adaptive_avg_pool2d(x: Tensor, output_size: tuple[int, ...]) -> Tensor:
+    """torch.nn.functional.adaptive_avg_pool2d's binding."""
+    return torch._C._nn.adaptive_avg_pool2d(x, output_size)
 
 
 # --- fused ops that torch runs as two calls ------------------------------------------------------

@@ -29,6 +29,9 @@ CUDA_DIFFERENCES: Mapping[str, frozenset[DType]] = {
     "bmm": FLOATING,
     "linear_relu": FLOATING,
     "conv2d": FLOATING,  # cuDNN (and torch's slow CUDA convolutions) are floating only
+    # CUDA's pooling kernels dispatch over floating types (not probed on a GPU: conservative)
+    "max_pool2d": FLOATING,
+    "avg_pool2d": FLOATING,
     # contributed by opcore-cpu (opcore_cpu.contracts) until the core has them; registered only
     # when the contract exists
     "conv2d_relu": FLOATING,

@@ -94,6 +94,34 @@ def rms_norm_samples() -> Iterable[Sample]:
     return s
 
 
+def batch_norm_samples() -> Iterable[Sample]:
+    """(N, C), (N, C, L), (N, C, H, W), (N, C, D, H, W); empty batch and channels; with and without
+    weight and bias; every dtype (float32 statistics of a float16/bfloat16 x too); layouts."""
+    s = SampleSet("batch_norm")
+
+    def stats(channels: int, dtype: str = "float32", layout: str = "contiguous") -> tuple[object, object]:
+        return s.tensor((channels,), dtype, layout=layout), s.tensor((channels,), dtype, low=0.1, high=3.0)
+
+    for shape in ((4, 3), (2, 3, 5), (2, 3, 4, 5), (1, 2, 2, 3, 4), (0, 3, 4), (2, 0, 4), (1, 1)):
+        channels = shape[1]
+        for parameters in ("none", "weight", "both"):
+            weight = s.tensor((channels,)) if parameters != "none" else None
+            bias = s.tensor((channels,)) if parameters == "both" else None
+            s.add(f"{shape_id(shape)}-{parameters}", s.tensor(shape), *stats(channels), weight, bias)
+    for dtype in FLOATS:
+        s.add(dtype, s.tensor((2, 3, 4, 4), dtype), *stats(3, dtype), s.tensor((3,), dtype), s.tensor((3,), dtype))
+    for dtype in ("float16", "bfloat16"):
+        s.add(f"{dtype}-float32-statistics", s.tensor((2, 3, 4), dtype), *stats(3), s.tensor((3,)), s.tensor((3,)))
+    for layout in ("transposed", "strided"):
+        s.add(layout, s.tensor((2, 3, 4, 5), layout=layout), *stats(3), s.tensor((3,)), s.tensor((3,)))
+    s.add("eps", s.tensor((2, 3, 4)), *stats(3), None, None, False, 0.1, 0.5)
+    s.add("keywords", s.tensor((2, 3, 4)), *stats(3), bias=s.tensor((3,)), momentum=0.3, eps=1e-3)
+    s.add("large", s.tensor((2, 3, 4), low=-1e4, high=1e4), *stats(3))
+    s.add("zero-variance", s.tensor((2, 3, 4)), s.tensor((3,)), tensor_of([0.0, 1.0, 0.0], "float32"),
+          note="1 / sqrt(eps)")  # fmt: skip
+    return s
+
+
 def _error_inputs() -> dict[str, list[ErrorInput]]:
     i32, i64, b = "int32", "int64", "bool"
     dim = r"a dim in the range"
@@ -134,6 +162,23 @@ def _error_inputs() -> dict[str, list[ErrorInput]]:
             ErrorInput("weight-int", (z(2, 3), (3,), z(3, dtype=i32)), DTypeError, "weight", "found int32",
                        torch_rejects=False),
         ],
+        "batch_norm": [
+            ErrorInput("training", (z(2, 3), z(3), z(3)), ArgumentError, "training", "inference-only",
+                       {"training": True}, torch_rejects=False),
+            ErrorInput("int", (z(2, 3, dtype=i64), z(3, dtype=i64), z(3, dtype=i64)), DTypeError, "x", "found int64"),
+            ErrorInput("1d", (z(3), z(3), z(3)), ShapeError, "x", "at least 2 dimensions"),
+            ErrorInput("0d", (z(), z(1), z(1)), ShapeError, "x", "at least 2 dimensions"),
+            ErrorInput("mean-shape", (z(2, 3, 4), z(4), z(3)), ShapeError, "running_mean", r"shape \(3,\)"),
+            ErrorInput("var-shape", (z(2, 3, 4), z(3), z(3, 1)), ShapeError, "running_var", r"shape \(3,\)"),
+            ErrorInput("weight-shape", (z(2, 3, 4), z(3), z(3), z(4)), ShapeError, "weight", r"shape \(3,\)"),
+            ErrorInput("bias-shape", (z(2, 3, 4), z(3), z(3), None, z(2)), ShapeError, "bias", r"shape \(3,\)"),
+            ErrorInput("stats-float64", (z(2, 3), z(3, dtype="float64"), z(3, dtype="float64")), DTypeError,
+                       "running_mean", r"the dtype of 'x' \(float32\)"),
+            ErrorInput("mixed", (z(2, 3, dtype="float16"), z(3), z(3), z(3, dtype="float16")), DTypeError,
+                       "weight", r"the same as 'running_mean' \(float32\)"),
+            ErrorInput("x-float64", (z(2, 3, dtype="float64"), z(3), z(3)), DTypeError, "running_mean",
+                       r"the dtype of 'x' \(float64\)"),
+        ],
     }  # fmt: skip
 
 
@@ -151,6 +196,7 @@ _SAMPLES = {
     "log_softmax": lambda: softmax_samples("log_softmax"),
     "layer_norm": layer_norm_samples,
     "rms_norm": rms_norm_samples,
+    "batch_norm": batch_norm_samples,
 }
 
 

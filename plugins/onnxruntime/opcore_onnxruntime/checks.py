@@ -94,6 +94,20 @@ def _like(x: TensorMeta, *rest: Any) -> bool | str:
     return _target(rest[-1])
 
 
+def _max_pool2d(x: TensorMeta, *rest: Any) -> bool | str:
+    if x.dtype is DType.INT64:
+        return "ONNX Runtime's MaxPool has no int64 kernel (and float64 is inexact beyond 2**53)"
+    return True
+
+
+def _avg_pool2d(x: TensorMeta, *rest: Any) -> bool | str:
+    if x.dtype is DType.INT64:
+        return "ONNX Runtime's AveragePool has no int64 kernel (torch truncates the integer mean)"
+    if rest[-1] is not None:
+        return "ONNX's AveragePool has no divisor_override"
+    return True
+
+
 _SPECIFIC: dict[str, Checker] = {
     "zeros_like": _like,
     "ones_like": _like,
@@ -101,6 +115,8 @@ _SPECIFIC: dict[str, Checker] = {
     "pow": _pow,
     "cast": _cast,
     "cumsum": _cumsum,
+    "max_pool2d": _max_pool2d,
+    "avg_pool2d": _avg_pool2d,
     "pad": _pad,
     "scaled_dot_product_attention": _sdpa,
     "gelu": _gelu_float64,

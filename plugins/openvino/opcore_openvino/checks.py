@@ -17,6 +17,7 @@ from typing import Any
 
 from opcore.meta import result_type
 from opcore.onemodel.plugin import dtype_checker
+from opcore.opset.pooling import pooled_size
 from opcore.types import DType, TensorMeta
 
 __all__ = ["BFLOAT16_REASON", "checker_for"]
@@ -160,6 +161,45 @@ def _like(x: TensorMeta, *rest: Any) -> bool | str:
     return True if rest[-1] is None else _result(DType.parse(rest[-1]), "the result")
 
 
+_EMPTY_POOL = "OpenVINO's CPU plugin fails pooling an empty batch"
+
+
+def _max_pool2d(x: TensorMeta, *rest: Any) -> bool | str:
+    if 0 in x.shape:
+        return _EMPTY_POOL
+    if x.dtype is DType.INT32:
+        return "OpenVINO's CPU plugin pools int32 in float32 (inexact beyond 2**24)"
+    return True
+
+
+def _avg_pool2d(
+    x: TensorMeta,
+    kernel_size: tuple[int, ...],
+    stride: tuple[int, ...] | None,
+    padding: tuple[int, ...],
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: int | None,
+) -> bool | str:
+    if 0 in x.shape:
+        return _EMPTY_POOL
+    if divisor_override is not None:
+        return "OpenVINO's AvgPool has no divisor_override"
+    if ceil_mode and count_include_pad:
+        steps = stride or kernel_size
+        for size, k, s, p in zip(x.shape[-2:], kernel_size, steps, padding):
+            if (pooled_size(size, k, s, p, 1, True) - 1) * s + k > size + 2 * p:
+                # torch divides such a window by its part inside the padded input
+                return "OpenVINO's AvgPool divides a ceil_mode window that overhangs the padding by the whole kernel"
+    return True
+
+
+def _adaptive_avg_pool2d(x: TensorMeta, output_size: tuple[int, ...]) -> bool | str:
+    if 0 in output_size:
+        return "OpenVINO's AdaptiveAvgPool mishandles an empty output size"
+    return True
+
+
 _SPECIFIC: dict[str, Checker] = {
     "zeros_like": _like,
     "ones_like": _like,
@@ -171,6 +211,9 @@ _SPECIFIC: dict[str, Checker] = {
     "where": _where,
     "masked_fill": _masked_fill,
     "clamp": _clamp,
+    "max_pool2d": _max_pool2d,
+    "avg_pool2d": _avg_pool2d,
+    "adaptive_avg_pool2d": _adaptive_avg_pool2d,
     "gather": _gather,
     "scaled_dot_product_attention": _sdpa,
     "add": _add,

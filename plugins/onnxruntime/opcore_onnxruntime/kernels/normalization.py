@@ -1,5 +1,6 @@
-"""softmax, log_softmax, layer_norm (LayerNormalization) and rms_norm (RMSNormalization from opset 23,
-else its formula). float16 runs in float32 inside; statistics of float64 inputs stay in float64.
+"""softmax, log_softmax, layer_norm (LayerNormalization), rms_norm (RMSNormalization from opset 23,
+else its formula) and batch_norm (its formula: BatchNormalization requires a weight and a bias).
+float16 runs in float32 inside; statistics of float64 inputs stay in float64.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from opcore_onnxruntime.graph import Graph, Value
 from opcore_onnxruntime.kernels._common import F32, F64, compute_float, finish, onnx_stash
 from opcore_onnxruntime.session import onnx_kernel
 
-__all__ = ["layer_norm", "log_softmax", "rms_norm", "softmax"]
+__all__ = ["batch_norm", "layer_norm", "log_softmax", "rms_norm", "softmax"]
 
 
 def _softmax(node: str):
@@ -79,7 +80,36 @@ def build_rms_norm(
     return finish(g, g.op("Mul", g.op("Div", a, root), scale), x.dtype)
 
 
+def build_batch_norm(
+    g: Graph,
+    x: Value,
+    running_mean: Value,
+    running_var: Value,
+    weight: Value | None,
+    bias: Value | None,
+    training: bool,
+    momentum: float,
+    eps: float,
+) -> Value:
+    compute = compute_float(x.dtype)
+    rank = x.rank or 0
+    trailing = list(range(1, rank - 1))  # (C,) -> (C, 1, ...): one value per channel (dim 1)
+
+    def channel(parameter: Value) -> Value:
+        value = g.cast(parameter, compute)
+        return g.op("Unsqueeze", value, g.ints(trailing), rank=rank - 1) if trailing else value
+
+    scale = g.op("Sqrt", g.op("Add", channel(running_var), g.const(numpy.asarray(eps, dtype=compute))))
+    out = g.op("Div", g.op("Sub", g.cast(x, compute), channel(running_mean)), scale, rank=rank)
+    if weight is not None:
+        out = g.op("Mul", out, channel(weight))
+    if bias is not None:
+        out = g.op("Add", out, channel(bias))
+    return finish(g, out, x.dtype)
+
+
 softmax = onnx_kernel("softmax", _softmax("Softmax"))
 log_softmax = onnx_kernel("log_softmax", _softmax("LogSoftmax"))
 layer_norm = onnx_kernel("layer_norm", build_layer_norm)
 rms_norm = onnx_kernel("rms_norm", build_rms_norm)
+batch_norm = onnx_kernel("batch_norm", build_batch_norm)

@@ -1,4 +1,4 @@
-"""softmax, log_softmax, layer_norm (MVN, then scale and shift) and rms_norm (its formula)."""
+"""softmax, log_softmax, layer_norm (MVN, then scale and shift), rms_norm and batch_norm (their formulas)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from opcore_openvino.compiled import ov_kernel
 from opcore_openvino.graph import Graph, Node, dtype_of, ops, rank_of
 from opcore_openvino.kernels._common import F32, finish
 
-__all__ = ["layer_norm", "log_softmax", "rms_norm", "softmax"]
+__all__ = ["batch_norm", "layer_norm", "log_softmax", "rms_norm", "softmax"]
 
 
 def _softmax(function: Any) -> Any:
@@ -64,7 +64,35 @@ def build_rms_norm(
     return finish(g, out, dtype_of(x))
 
 
+def build_batch_norm(
+    g: Graph,
+    x: Node,
+    running_mean: Node,
+    running_var: Node,
+    weight: Node | None,
+    bias: Node | None,
+    training: bool,
+    momentum: float,
+    eps: float,
+) -> Node:
+    compute = _compute(g, x, running_mean, running_var, weight, bias)
+    trailing = list(range(1, rank_of(x) - 1))  # (C,) -> (C, 1, ...): one value per channel (dim 1)
+
+    def channel(parameter: Node) -> Node:
+        value = g.cast(parameter, compute)
+        return ops.unsqueeze(value, g.ints(trailing)) if trailing else value
+
+    scale = ops.sqrt(ops.add(channel(running_var), g.const(eps, compute)))
+    out = ops.divide(ops.subtract(g.cast(x, compute), channel(running_mean)), scale)
+    if weight is not None:
+        out = ops.multiply(out, channel(weight))
+    if bias is not None:
+        out = ops.add(out, channel(bias))
+    return finish(g, out, dtype_of(x))
+
+
 softmax = ov_kernel("softmax", _softmax(ops.softmax))
 log_softmax = ov_kernel("log_softmax", _softmax(ops.log_softmax))
 layer_norm = ov_kernel("layer_norm", build_layer_norm)
 rms_norm = ov_kernel("rms_norm", build_rms_norm)
+batch_norm = ov_kernel("batch_norm", build_batch_norm)
