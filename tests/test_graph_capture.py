@@ -326,9 +326,10 @@ def pooling_model():
             self.bn.running_mean.uniform_(-1, 1)
             self.bn.running_var.uniform_(0.5, 2)
             self.bn.weight.data.uniform_(0.5, 2)
+            self.gn = torch.nn.GroupNorm(3, 3)
 
         def forward(self, x):
-            y = torch.nn.functional.max_pool2d(torch.relu(self.bn(x)), 3, 2, 1, ceil_mode=True)
+            y = torch.nn.functional.max_pool2d(torch.relu(self.gn(self.bn(x))), 3, 2, 1, ceil_mode=True)
             z = torch.nn.functional.avg_pool2d(y, 2, padding=1, count_include_pad=False)
             return torch.nn.functional.adaptive_avg_pool2d(z, (2, 3)) + 1, torch.nn.functional.adaptive_avg_pool2d(y, 1)
 
@@ -340,7 +341,7 @@ def test_pooling_ops_map_to_their_contracts():
     plan = opcore.graph.capture(model, (x,), partitions=False)
     ops = [n.op for n in plan.graph.nodes]
     # BatchNorm2d in eval() exports _native_batch_norm_legit_no_training (three outputs, the first used)
-    assert {"batch_norm", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d"} <= set(ops), ops
+    assert {"batch_norm", "group_norm", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d"} <= set(ops), ops
     assert not any(op.startswith("aten.") for op in ops), ops
     for got, want in zip(plan(x), model(x)):
         assert close(got, want)
@@ -353,7 +354,7 @@ def test_pooling_ops_run_in_graph_runtime_partitions(backend):
     model, x = pooling_model(), torch.randn(2, 3, 9, 9)
     plan = opcore.graph.capture(model, (x,), backends=[backend])
     placed = {n.op for p in plan.partitions for n in p.spec.nodes}
-    assert {"batch_norm", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d"} <= placed, plan.explain()
+    assert {"batch_norm", "group_norm", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d"} <= placed, plan.explain()
     for got, want in zip(plan(x), model(x)):
         assert close(got, want)
 

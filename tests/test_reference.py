@@ -100,6 +100,7 @@ SAMPLES: dict[str, Callable[[Factory], tuple[Any, ...]]] = {
     "max_pool2d": lambda t: (t((1, 2, 5, 5)), (3, 3), (2, 2), (1, 1), (1, 1), True),
     "avg_pool2d": lambda t: (t((1, 2, 5, 5)), (3, 3), None, (1, 1), False, False, None),
     "adaptive_avg_pool2d": lambda t: (t((2, 5, 5)), (2, 3)),
+    "group_norm": lambda t: (t((2, 4, 3)), 2, t((4,)), t((4,)), 1e-5),
     "batch_norm": lambda t: (t((2, 3, 4)), t((3,)), t((3,)), t((3,)), None, False, 0.1, 1e-5),
 }  # fmt: skip
 

@@ -233,6 +233,9 @@ RULES: Mapping[str, Rule] = {
         momentum="momentum",
         eps="eps",
     ),
+    "aten.group_norm.default": _rule(
+        "group_norm", x="input", num_groups="num_groups", weight="weight", bias="bias", eps="eps"
+    ),
     "aten.batch_norm.default": _rule(
         "batch_norm",
         _not_training,

@@ -1,4 +1,4 @@
-"""Normalization contracts: softmax, log_softmax, layer_norm, rms_norm, batch_norm (inference).
+"""Normalization contracts: softmax, log_softmax, layer_norm, rms_norm, batch_norm (inference), group_norm.
 
 >>> from opcore.types import TensorMeta, DType
 >>> LAYER_NORM.meta(TensorMeta((2, 8), DType.FLOAT16), (8,), None, None, 1e-5).dtype
@@ -12,7 +12,7 @@ from opcore.errors import ArgumentError, DTypeError, ShapeError
 from opcore.meta import FLOATING, check_floating, normalize_dim, shape_text
 from opcore.types import DType, TensorMeta
 
-__all__ = ["BATCH_NORM", "CONTRACTS", "LAYER_NORM", "LOG_SOFTMAX", "RMS_NORM", "SOFTMAX"]
+__all__ = ["BATCH_NORM", "CONTRACTS", "GROUP_NORM", "LAYER_NORM", "LOG_SOFTMAX", "RMS_NORM", "SOFTMAX"]
 
 # torch's CPU kernels keep the parameters of a float16/bfloat16 input in float32 if asked to
 _REDUCED = frozenset({DType.FLOAT16, DType.BFLOAT16})
@@ -95,6 +95,48 @@ def rms_norm_meta(
     return TensorMeta(x.shape, x.dtype, x.device)
 
 
+def _check_parameter_dtypes(x: TensorMeta, named: list[tuple[str, TensorMeta]], fix: str) -> None:
+    """Every parameter of one dtype: x's, or float32 for a float16/bfloat16 x (torch's CPU kernels
+    refuse other mixes)."""
+    if not named:
+        return
+    allowed = (x.dtype, DType.FLOAT32) if x.dtype in _REDUCED else (x.dtype,)
+    first_name, first = named[0]
+    for name, parameter in named:
+        if parameter.dtype not in allowed or parameter.dtype is not first.dtype:
+            wanted = " or ".join(d.value for d in allowed)
+            also = f", the same as '{first_name}' ({first.dtype})" if name != first_name else ""
+            raise DTypeError(arg=name, expected=f"the dtype of 'x' ({wanted}){also}", found=parameter.dtype.value,
+                             fix=fix)  # fmt: skip
+
+
+def group_norm_meta(
+    x: TensorMeta, num_groups: int, weight: TensorMeta | None, bias: TensorMeta | None, eps: float
+) -> TensorMeta:
+    """x (N, C, ...) normalized over each of num_groups groups of channels (and the dims after C);
+    weight and bias of shape (C,), of x's dtype (or float32 for a float16/bfloat16 x)."""
+    check_floating("x", x)
+    if x.ndim < 2:
+        raise ShapeError(arg="x", expected="a tensor (N, C, ...) of at least 2 dimensions",
+                         found=f"shape {shape_text(x.shape)}")  # fmt: skip
+    channels = x.shape[1]
+    if num_groups <= 0:
+        raise ArgumentError(arg="num_groups", expected="a positive number of groups", found=str(num_groups))
+    if channels % num_groups:
+        raise ShapeError(
+            arg="num_groups",
+            expected=f"a divisor of the {channels} channels (dim 1) of 'x' {shape_text(x.shape)}",
+            found=str(num_groups),
+        )
+    named = [(n, p) for n, p in (("weight", weight), ("bias", bias)) if p is not None]
+    for name, parameter in named:
+        if parameter.shape != (channels,):
+            raise ShapeError(arg=name, expected=f"shape ({channels},): one value per channel (dim 1) of 'x'",
+                             found=f"shape {shape_text(parameter.shape)}")  # fmt: skip
+    _check_parameter_dtypes(x, named, "convert weight and bias to the dtype of x")
+    return TensorMeta(x.shape, x.dtype, x.device)
+
+
 def batch_norm_meta(
     x: TensorMeta,
     running_mean: TensorMeta,
@@ -130,18 +172,7 @@ def batch_norm_meta(
                 expected=f"shape ({channels},): one value per channel (dim 1) of 'x' {shape_text(x.shape)}",
                 found=f"shape {shape_text(parameter.shape)}",
             )
-    allowed = (x.dtype, DType.FLOAT32) if x.dtype in _REDUCED else (x.dtype,)
-    first_name, first = named[0]
-    for name, parameter in named:
-        if parameter.dtype not in allowed or parameter.dtype is not first.dtype:
-            wanted = " or ".join(d.value for d in allowed)
-            also = f", the same as '{first_name}' ({first.dtype})" if name != first_name else ""
-            raise DTypeError(
-                arg=name,
-                expected=f"the dtype of 'x' ({wanted}){also}",
-                found=parameter.dtype.value,
-                fix="convert the statistics, weight and bias to one dtype: x's",
-            )
+    _check_parameter_dtypes(x, named, "convert the statistics, weight and bias to one dtype: x's")
     return TensorMeta(x.shape, x.dtype, x.device)
 
 
@@ -191,4 +222,14 @@ BATCH_NORM = define_op(
     tags=("normalization",),
 )
 
-CONTRACTS: tuple[OpContract, ...] = (SOFTMAX, LOG_SOFTMAX, LAYER_NORM, RMS_NORM, BATCH_NORM)
+GROUP_NORM = define_op(
+    "group_norm(Tensor x, int num_groups, Tensor? weight=None, Tensor? bias=None, float eps=1e-05) -> Tensor",
+    meta=group_norm_meta,
+    dtypes=FLOATING,
+    family="normalization",
+    doc="(x - mean) / sqrt(var + eps) over each group of channels (with the dims after C), then weight and "
+    "bias per channel; mirrors torch.nn.functional.group_norm.",
+    tags=("reduction", "normalization"),
+)
+
+CONTRACTS: tuple[OpContract, ...] = (SOFTMAX, LOG_SOFTMAX, LAYER_NORM, RMS_NORM, BATCH_NORM, GROUP_NORM)

@@ -1,4 +1,4 @@
-"""Reference kernels for softmax, log_softmax, layer_norm, rms_norm and batch_norm (float64 inside)."""
+"""Reference kernels for softmax, log_softmax, layer_norm, rms_norm, batch_norm and group_norm (float64 inside)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy
 
 from opcore.reference._common import F64, FLOAT32, finish, quiet
 
-__all__ = ["batch_norm", "layer_norm", "log_softmax", "rms_norm", "softmax"]
+__all__ = ["batch_norm", "group_norm", "layer_norm", "log_softmax", "rms_norm", "softmax"]
 
 
 def _shifted(x: numpy.ndarray, dim: int) -> tuple[numpy.ndarray, int]:
@@ -102,4 +102,22 @@ def batch_norm(
             out = out * channel(weight)
         if bias is not None:
             out = out + channel(bias)
+        return finish(out, x.dtype)
+
+
+def group_norm(
+    x: numpy.ndarray, num_groups: int, weight: numpy.ndarray | None, bias: numpy.ndarray | None, eps: float
+) -> numpy.ndarray:
+    """Each group of channels (with the dims after C) normalized (biased variance), then weight and bias per channel."""
+    if x.size == 0:
+        return numpy.empty(x.shape, x.dtype)
+    per_channel = (-1,) + (1,) * (x.ndim - 2)
+    with quiet():
+        groups = x.astype(F64, copy=False).reshape(x.shape[0], num_groups, -1)
+        centered = groups - groups.mean(axis=2, keepdims=True)
+        out = (centered / numpy.sqrt((centered * centered).mean(axis=2, keepdims=True) + eps)).reshape(x.shape)
+        if weight is not None:
+            out = out * weight.astype(F64, copy=False).reshape(per_channel)
+        if bias is not None:
+            out = out + bias.astype(F64, copy=False).reshape(per_channel)
         return finish(out, x.dtype)

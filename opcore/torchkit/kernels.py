@@ -61,6 +61,7 @@ __all__ = [
     "gather",
     "ge",
     "gelu",
+    "group_norm",
     "gt",
     "hardswish",
     "index",
@@ -465,6 +466,11 @@ def batch_norm(
     if x.shape[1] == 0:  # torch's CPU kernel fails on an empty weight (IndexError); nothing to normalize
         return torch.empty_like(x)
     return torch.batch_norm(x, weight, bias, running_mean, running_var, False, momentum, eps, True)
+
+
+def group_norm(x: Tensor, num_groups: int, weight: Tensor | None, bias: Tensor | None, eps: float) -> Tensor:
+    """torch.group_norm."""
+    return torch.group_norm(x, num_groups, weight, bias, eps)
 
 
 def max_pool2d(

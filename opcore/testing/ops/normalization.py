@@ -122,6 +122,28 @@ def batch_norm_samples() -> Iterable[Sample]:
     return s
 
 
+def group_norm_samples() -> Iterable[Sample]:
+    """(N, C), (N, C, L), (N, C, H, W); one group, some, one per channel; empty dims; dtypes; layouts."""
+    s = SampleSet("group_norm")
+    for shape, groups in (((2, 6), 3), ((2, 6, 5), 1), ((2, 6, 5), 2), ((2, 6, 5), 6), ((2, 4, 3, 3), 2),
+                          ((0, 4, 3), 2), ((2, 4, 0), 2), ((1, 1, 4), 1)):  # fmt: skip
+        for parameters in ("none", "weight", "both"):
+            weight = s.tensor((shape[1],)) if parameters != "none" else None
+            bias = s.tensor((shape[1],)) if parameters == "both" else None
+            s.add(f"{shape_id(shape)}-g{groups}-{parameters}", s.tensor(shape), groups, weight, bias)
+    for dtype in FLOATS:
+        s.add(dtype, s.tensor((2, 4, 5), dtype), 2, s.tensor((4,), dtype), s.tensor((4,), dtype))
+    for dtype in ("float16", "bfloat16"):
+        s.add(f"{dtype}-float32-parameters", s.tensor((2, 4, 5), dtype), 2, s.tensor((4,)), s.tensor((4,)))
+    for layout in ("transposed", "strided"):
+        s.add(layout, s.tensor((2, 4, 6), layout=layout), 2, s.tensor((4,)), s.tensor((4,)))
+    s.add("eps", s.tensor((2, 4, 3)), 2, None, None, 0.5)
+    s.add("keywords", s.tensor((2, 4, 3)), num_groups=4, bias=s.tensor((4,)), eps=1e-3)
+    s.add("large", s.tensor((2, 4, 3), low=-1e4, high=1e4), 2)
+    s.add("constant-groups", tensor_of([[[3.0] * 4] * 2], "float32"), 1, note="zero variance")
+    return s
+
+
 def _error_inputs() -> dict[str, list[ErrorInput]]:
     i32, i64, b = "int32", "int64", "bool"
     dim = r"a dim in the range"
@@ -162,6 +184,18 @@ def _error_inputs() -> dict[str, list[ErrorInput]]:
             ErrorInput("weight-int", (z(2, 3), (3,), z(3, dtype=i32)), DTypeError, "weight", "found int32",
                        torch_rejects=False),
         ],
+        "group_norm": [
+            ErrorInput("int", (z(2, 4, dtype=i64), 2), DTypeError, "x", "found int64"),
+            ErrorInput("1d", (z(4), 2), ShapeError, "x", "at least 2 dimensions"),
+            ErrorInput("groups", (z(2, 4, 3), 3), ShapeError, "num_groups", "a divisor of the 4 channels"),
+            ErrorInput("groups-0", (z(2, 4, 3), 0), ArgumentError, "num_groups", "a positive number"),
+            ErrorInput("weight", (z(2, 4, 3), 2, z(3)), ShapeError, "weight", r"shape \(4,\)"),
+            ErrorInput("bias", (z(2, 4, 3), 2, None, z(4, 1)), ShapeError, "bias", r"shape \(4,\)"),
+            ErrorInput("weight-dtype", (z(2, 4, 3), 2, z(4, dtype="float64")), DTypeError, "weight",
+                       r"the dtype of 'x' \(float32\)"),
+            ErrorInput("mixed", (z(2, 4, 3, dtype="float16"), 2, z(4), z(4, dtype="float16")), DTypeError, "bias",
+                       r"the same as 'weight' \(float32\)"),
+        ],
         "batch_norm": [
             ErrorInput("training", (z(2, 3), z(3), z(3)), ArgumentError, "training", "inference-only",
                        {"training": True}, torch_rejects=False),
@@ -197,6 +231,7 @@ _SAMPLES = {
     "layer_norm": layer_norm_samples,
     "rms_norm": rms_norm_samples,
     "batch_norm": batch_norm_samples,
+    "group_norm": group_norm_samples,
 }
 
 

@@ -200,7 +200,14 @@ def _adaptive_avg_pool2d(x: TensorMeta, output_size: tuple[int, ...]) -> bool | 
     return True
 
 
+def _group_norm(x: TensorMeta, *rest: Any) -> bool | str:
+    if 0 in x.shape:
+        return "an empty x: the (N, groups, -1) view of group_norm is ambiguous to OpenVINO's Reshape"
+    return True
+
+
 _SPECIFIC: dict[str, Checker] = {
+    "group_norm": _group_norm,
     "zeros_like": _like,
     "ones_like": _like,
     "full_like": _like,

@@ -1,5 +1,5 @@
 """softmax, log_softmax, layer_norm (LayerNormalization), rms_norm (RMSNormalization from opset 23,
-else its formula) and batch_norm (its formula: BatchNormalization requires a weight and a bias).
+else its formula), batch_norm and group_norm (their formulas: the ONNX ops require weight and bias).
 float16 runs in float32 inside; statistics of float64 inputs stay in float64.
 """
 
@@ -11,7 +11,7 @@ from opcore_onnxruntime.graph import Graph, Value
 from opcore_onnxruntime.kernels._common import F32, F64, compute_float, finish, onnx_stash
 from opcore_onnxruntime.session import onnx_kernel
 
-__all__ = ["batch_norm", "layer_norm", "log_softmax", "rms_norm", "softmax"]
+__all__ = ["batch_norm", "group_norm", "layer_norm", "log_softmax", "rms_norm", "softmax"]
 
 
 def _softmax(node: str):
@@ -80,6 +80,31 @@ def build_rms_norm(
     return finish(g, g.op("Mul", g.op("Div", a, root), scale), x.dtype)
 
 
+def _per_channel(g: Graph, parameter: Value, compute: numpy.dtype, rank: int) -> Value:
+    """A (C,) parameter as (C, 1, ...): one value per channel (dim 1) of a rank-``rank`` x."""
+    value = g.cast(parameter, compute)
+    trailing = list(range(1, rank - 1))
+    return g.op("Unsqueeze", value, g.ints(trailing), rank=rank - 1) if trailing else value
+
+
+def build_group_norm(
+    g: Graph, x: Value, num_groups: int, weight: Value | None, bias: Value | None, eps: float
+) -> Value:
+    compute = compute_float(x.dtype)
+    rank = x.rank or 0
+    grouped = g.op("Reshape", g.cast(x, compute), g.ints([0, num_groups, -1]), rank=3)
+    axes = g.ints([2])
+    centered = g.op("Sub", grouped, g.op("ReduceMean", grouped, axes, keepdims=1))
+    variance = g.op("ReduceMean", g.op("Mul", centered, centered), axes, keepdims=1)
+    scale = g.op("Sqrt", g.op("Add", variance, g.const(numpy.asarray(eps, dtype=compute))))
+    out = g.op("Reshape", g.op("Div", centered, scale), g.shape(x), rank=rank)
+    if weight is not None:
+        out = g.op("Mul", out, _per_channel(g, weight, compute, rank))
+    if bias is not None:
+        out = g.op("Add", out, _per_channel(g, bias, compute, rank))
+    return finish(g, out, x.dtype)
+
+
 def build_batch_norm(
     g: Graph,
     x: Value,
@@ -93,11 +118,9 @@ def build_batch_norm(
 ) -> Value:
     compute = compute_float(x.dtype)
     rank = x.rank or 0
-    trailing = list(range(1, rank - 1))  # (C,) -> (C, 1, ...): one value per channel (dim 1)
 
     def channel(parameter: Value) -> Value:
-        value = g.cast(parameter, compute)
-        return g.op("Unsqueeze", value, g.ints(trailing), rank=rank - 1) if trailing else value
+        return _per_channel(g, parameter, compute, rank)
 
     scale = g.op("Sqrt", g.op("Add", channel(running_var), g.const(numpy.asarray(eps, dtype=compute))))
     out = g.op("Div", g.op("Sub", g.cast(x, compute), channel(running_mean)), scale, rank=rank)
@@ -113,3 +136,4 @@ log_softmax = onnx_kernel("log_softmax", _softmax("LogSoftmax"))
 layer_norm = onnx_kernel("layer_norm", build_layer_norm)
 rms_norm = onnx_kernel("rms_norm", build_rms_norm)
 batch_norm = onnx_kernel("batch_norm", build_batch_norm)
+group_norm = onnx_kernel("group_norm", build_group_norm)

@@ -1,4 +1,5 @@
-"""softmax, log_softmax, layer_norm (MVN, then scale and shift), rms_norm and batch_norm (their formulas)."""
+"""softmax, log_softmax, layer_norm (MVN, then scale and shift), rms_norm, batch_norm and group_norm
+(group_norm: MVN over each group of channels; the others their formulas)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from opcore_openvino.compiled import ov_kernel
 from opcore_openvino.graph import Graph, Node, dtype_of, ops, rank_of
 from opcore_openvino.kernels._common import F32, finish
 
-__all__ = ["batch_norm", "layer_norm", "log_softmax", "rms_norm", "softmax"]
+__all__ = ["batch_norm", "group_norm", "layer_norm", "log_softmax", "rms_norm", "softmax"]
 
 
 def _softmax(function: Any) -> Any:
@@ -64,6 +65,25 @@ def build_rms_norm(
     return finish(g, out, dtype_of(x))
 
 
+def _per_channel(g: Graph, parameter: Node, compute: numpy.dtype, rank: int) -> Node:
+    """A (C,) parameter as (C, 1, ...): one value per channel (dim 1) of a rank-``rank`` x."""
+    value = g.cast(parameter, compute)
+    trailing = list(range(1, rank - 1))
+    return ops.unsqueeze(value, g.ints(trailing)) if trailing else value
+
+
+def build_group_norm(g: Graph, x: Node, num_groups: int, weight: Node | None, bias: Node | None, eps: float) -> Node:
+    compute = _compute(g, x, weight, bias)
+    rank = rank_of(x)
+    grouped = ops.reshape(g.cast(x, compute), g.ints([0, num_groups, -1]), True)
+    out = ops.reshape(ops.mvn(grouped, g.ints([2]), True, float(eps), "inside_sqrt"), ops.shape_of(x), False)
+    if weight is not None:
+        out = ops.multiply(out, _per_channel(g, weight, compute, rank))
+    if bias is not None:
+        out = ops.add(out, _per_channel(g, bias, compute, rank))
+    return finish(g, out, dtype_of(x))
+
+
 def build_batch_norm(
     g: Graph,
     x: Node,
@@ -76,11 +96,9 @@ def build_batch_norm(
     eps: float,
 ) -> Node:
     compute = _compute(g, x, running_mean, running_var, weight, bias)
-    trailing = list(range(1, rank_of(x) - 1))  # (C,) -> (C, 1, ...): one value per channel (dim 1)
 
     def channel(parameter: Node) -> Node:
-        value = g.cast(parameter, compute)
-        return ops.unsqueeze(value, g.ints(trailing)) if trailing else value
+        return _per_channel(g, parameter, compute, rank_of(x))
 
     scale = ops.sqrt(ops.add(channel(running_var), g.const(eps, compute)))
     out = ops.divide(ops.subtract(g.cast(x, compute), channel(running_mean)), scale)
@@ -96,3 +114,4 @@ log_softmax = ov_kernel("log_softmax", _softmax(ops.log_softmax))
 layer_norm = ov_kernel("layer_norm", build_layer_norm)
 rms_norm = ov_kernel("rms_norm", build_rms_norm)
 batch_norm = ov_kernel("batch_norm", build_batch_norm)
+group_norm = ov_kernel("group_norm", build_group_norm)
