@@ -378,3 +378,21 @@ def test_an_aten_op_whose_other_outputs_are_used_stays_on_aten():
     assert "the others are used" in plan.explain()
     # (not run: torch's meta function gives the saved mean 3 values, its CPU kernel none, which the
     # ATen fallback's result check refuses)
+
+
+def test_conv2d_string_padding_valid_maps_same_stays_on_aten():
+    class Padded(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.valid = torch.nn.Conv2d(3, 4, 3, padding="valid")
+            self.same = torch.nn.Conv2d(4, 4, 3, padding="same")
+
+        def forward(self, x):
+            return self.same(self.valid(x))
+
+    model, x = seeded(Padded()), torch.randn(1, 3, 8, 8)
+    plan = opcore.graph.capture(model, (x,), partitions=False)
+    ops = [n.op for n in plan.graph.nodes]
+    assert ops == ["conv2d", "aten.conv2d.padding"], ops
+    assert "padding='same'" in plan.explain()
+    assert close(plan(x), model(x), atol=1e-4)

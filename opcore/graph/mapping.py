@@ -74,6 +74,11 @@ def _int_padding(args: Mapping[str, Any]) -> str | None:
     return None if not isinstance(args.get("padding"), str) else "string padding ('same'/'valid')"
 
 
+def _valid_padding(args: Mapping[str, Any]) -> str | None:
+    padding = args.get("padding")
+    return None if padding == "valid" else f"padding={padding!r} (the conv2d contract takes 'valid' as 0 only)"
+
+
 def _constant_mode(args: Mapping[str, Any]) -> str | None:
     mode = args.get("mode", "constant")
     return None if mode == "constant" else f"pad mode {mode!r} (the pad contract takes 'constant' only)"
@@ -195,6 +200,19 @@ RULES: Mapping[str, Rule] = {
         bias="bias",
         stride="stride",
         padding="padding",
+        dilation="dilation",
+        groups="groups",
+    ),
+    # padding="valid" is no padding; "same" (its padding follows from the kernel's size, which a
+    # row does not see) stays on the ATen fallback
+    "aten.conv2d.padding": _rule(
+        "conv2d",
+        _valid_padding,
+        x="input",
+        weight="weight",
+        bias="bias",
+        stride="stride",
+        padding=Fixed((0, 0)),
         dilation="dilation",
         groups="groups",
     ),
