@@ -5,6 +5,8 @@ exactly what the CPU plugin would compute differently from torch, each with its 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy
 import pytest
 
@@ -96,3 +98,29 @@ def test_float32_keeps_float32_precision_at_a_large_shape():
 
 def test_embedding_indices_out_of_range_are_refused_like_torch():
     assert_embedding_indices_out_of_range_are_refused(BACKEND)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div", "where", "masked_fill", "clamp"])
+def test_python_infinities_and_overflowing_floats_keep_their_value(op: str, dtype: str) -> None:
+    """A fed float64 number converted inside the graph saturated: add(x, -inf) gave -3.4e38."""
+    import torch
+
+    x = arr((3, 4), dtype)
+    mask = numpy.arange(12).reshape(3, 4) % 2 == 0
+    for value in (float("inf"), float("-inf"), 1e300):
+        args = {
+            "where": (mask, x, value),
+            "masked_fill": (x, mask, value),
+            "clamp": (x, value, None) if value < 0 else (x, None, value),
+        }.get(op, (x, value))
+        torch_args: list[Any] = [torch.from_numpy(a) if isinstance(a, numpy.ndarray) else a for a in args]
+        call = torch.Tensor.masked_fill if op == "masked_fill" else getattr(torch, op)
+        try:
+            want = call(*torch_args)
+        except RuntimeError:  # e.g. 1e300 into float32: "value cannot be converted ... without overflow"
+            with pytest.raises(opcore.OpcoreError):
+                opcore.run(op, *args, backend=BACKEND)
+            continue
+        got = opcore.run(op, *args, backend=BACKEND)
+        numpy.testing.assert_array_equal(got, want.numpy(), err_msg=f"{op}(..., {value})")

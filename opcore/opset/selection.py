@@ -43,7 +43,12 @@ def where_meta(condition: TensorMeta, x: Operand, other: Operand) -> TensorMeta:
     """x where condition, else other: the broadcast shape, x's and other's promoted dtype."""
     _check_mask("condition", condition)
     shape = _shape([("condition", condition), ("x", x), ("other", other)])
-    return TensorMeta(shape, result_type(x, other), condition.device)
+    dtype = result_type(x, other)
+    if dtype not in (DType.FLOAT16, DType.BFLOAT16):  # torch lets a number overflow to inf in these two only
+        for name, value in (("x", x), ("other", other)):
+            if not isinstance(value, TensorMeta):
+                check_fits(name, value, dtype)
+    return TensorMeta(shape, dtype, condition.device)
 
 
 def masked_fill_meta(x: TensorMeta, mask: TensorMeta, value: Operand) -> TensorMeta:
@@ -92,6 +97,9 @@ def clamp_meta(x: TensorMeta, min: Operand | None, max: Operand | None) -> Tenso
             found="bool",
             fix="convert x to an integer dtype first",
         )
+    for name, bound in (("min", min), ("max", max)):
+        if bound is not None and not isinstance(bound, TensorMeta):
+            check_fits(name, bound, dtype)  # torch: "value cannot be converted to type ... without overflow"
     return TensorMeta(shape, dtype, x.device)
 
 

@@ -116,6 +116,10 @@ def _error_inputs() -> dict[str, list[ErrorInput]]:
             ErrorInput("int-condition", (z(2, dtype=i32), z(2), z(2)), DTypeError, "condition", "a bool tensor"),
             ErrorInput("broadcast", (z(2, 3, dtype=b), z(2), z(3)), ShapeError, "other", "shapes that broadcast"),
             ErrorInput("huge-int", (z(2, dtype=b), 2**70, z(2)), ArgumentError, "x", "int64 range"),
+            ErrorInput("float32-overflow", (z(2, dtype=b), z(2), 1e300), ArgumentError, "other",
+                       "converts to float32 without overflow"),
+            ErrorInput("int16-overflow", (z(2, dtype=b), z(2, dtype="int16"), 2**20), ArgumentError, "other",
+                       "converts to int16 without overflow"),
         ],
         "masked_fill": [
             ErrorInput("uint8-mask", (z(2), z(2, dtype=u8), 0.0), DTypeError, "mask", "a bool tensor"),
@@ -133,6 +137,10 @@ def _error_inputs() -> dict[str, list[ErrorInput]]:
             ErrorInput("mixed", (z(2), z(2), 1.0), ArgumentError, "max", "like 'min'"),
             ErrorInput("bool", (z(2, dtype=b), True, None), DTypeError, "x", "not bool"),
             ErrorInput("broadcast", (z(2, 3), z(2), None), ShapeError, "min", "shapes that broadcast"),
+            ErrorInput("float16-overflow", (z(2, dtype=f16), None, 1e10), ArgumentError, "max",
+                       "converts to float16 without overflow"),
+            ErrorInput("uint8-overflow", (z(2, dtype=u8), 300, None), ArgumentError, "min",
+                       "converts to uint8 without overflow"),
         ],
     }  # fmt: skip
 

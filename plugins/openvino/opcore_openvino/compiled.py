@@ -124,8 +124,9 @@ class Compiled:
         try:
             held = feed(request, arrays)  # noqa: F841 - the copies must outlive the call
             if scalars:
-                for (index, dtype), value in zip(self.scalars, scalars):
-                    request.set_input_tensor(index, _Tensor(numpy.asarray(value, dtype=dtype)))
+                with numpy.errstate(over="ignore"):  # 1e300 fed as float32 is inf, as torch makes it
+                    for (index, dtype), value in zip(self.scalars, scalars):
+                        request.set_input_tensor(index, _Tensor(numpy.asarray(value, dtype=dtype)))
             request.infer()
             if self._count:
                 return tuple(request.get_output_tensor(i).data.copy() for i in range(self._count))

@@ -78,8 +78,13 @@ class Graph:
         self.parameters.append(parameter)
         return parameter
 
-    def scalar(self, scalar: Scalar) -> Node:
+    def scalar(self, scalar: Scalar, compute: numpy.dtype | None = None) -> Node:
+        """A Python number: baked when known, else fed at run time. A fed float goes in as ``compute``
+        when that is a floating dtype: the CPU plugin's Convert saturates an infinite float64 to the
+        largest float32, so a float64 feed converted in the graph would turn inf into 3.4e38."""
         dtype = _SCALAR_TYPES[scalar.kind]
+        if compute is not None and scalar.value is None and scalar.kind is float and compute.kind == "f":
+            dtype = compute
         if scalar.value is not None:
             return self.const(numpy.asarray(scalar.value, dtype=dtype))
         node = self.input(dtype, 0)

@@ -39,7 +39,7 @@ def to_compute(dtype: numpy.dtype) -> numpy.dtype:
 def operand(g: Graph, value: Node | Scalar, dtype: numpy.dtype) -> Node:
     """A tensor or a Python number, as a node of ``dtype``."""
     if isinstance(value, Scalar):
-        value = g.scalar(value)
+        value = g.scalar(value, numpy.dtype(dtype))
     return g.cast(value, dtype)
 
 
