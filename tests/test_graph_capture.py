@@ -258,8 +258,9 @@ def test_indexing_ops_run_in_graph_runtime_partitions(backend, monkeypatch):
 
     if backend not in compilers():
         pytest.skip(f"the {backend} backend is not loaded here")
-    # a partition of every node, whatever the cost rule says of so small a model
-    monkeypatch.setattr(partitioning, "COST", partitioning.Cost(call_us=0.0, boundary_us=0.0, min_nodes=1))
+    # a partition of every node, whatever the cost rule says of so small a model (min_nodes=0: the
+    # splits are view ops, SHAPE_OPS, which alone never make a partition under the usual rule)
+    monkeypatch.setattr(partitioning, "COST", partitioning.Cost(call_us=0.0, boundary_us=0.0, min_nodes=0))
     x, i = torch.randn(4, 4), torch.randint(0, 4, (4, 2))
     model = indexing_model()
     plan = opcore.graph.capture(model, (x, i), backends=[backend])
@@ -395,4 +396,40 @@ def test_conv2d_string_padding_valid_maps_same_stays_on_aten():
     ops = [n.op for n in plan.graph.nodes]
     assert ops == ["conv2d", "aten.conv2d.padding"], ops
     assert "padding='same'" in plan.explain()
+    assert close(plan(x), model(x), atol=1e-4)
+
+
+def addmm_model():
+    """GPT-2's Conv1D (torch.addmm(bias, x2d, w) with w (in, out)) and an addmm with beta and alpha."""
+
+    class Conv1D(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.randn(6, 5))
+            self.bias = torch.nn.Parameter(torch.randn(5))
+
+        def forward(self, x):
+            y = torch.tanh(torch.addmm(self.bias, x.view(-1, 6), self.weight)).view(*x.shape[:-1], 5)
+            return torch.tanh(torch.addmm(y[0], y[0], torch.ones(5, 5), beta=0.5, alpha=2.0)) * 2
+
+    return seeded(Conv1D())
+
+
+def test_addmm_maps_to_its_contract():
+    model, x = addmm_model(), torch.randn(2, 3, 6)
+    plan = opcore.graph.capture(model, (x,), partitions=False)
+    ops = [n.op for n in plan.graph.nodes]
+    assert ops.count("addmm") == 2, ops
+    assert close(plan(x), model(x), atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
+def test_addmm_runs_in_graph_runtime_partitions(backend):
+    if backend not in compilers():
+        pytest.skip(f"the {backend} backend is not loaded here")
+    model, x = addmm_model(), torch.randn(2, 3, 6)
+    # measure=False: placement by the checkers alone (a graph this small may time faster on torch)
+    plan = opcore.graph.capture(model, (x,), backends=[backend], measure=False)
+    placed = [n.op for p in plan.partitions for n in p.spec.nodes]
+    assert placed.count("addmm") == 2, plan.explain()
     assert close(plan(x), model(x), atol=1e-4)

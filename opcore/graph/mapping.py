@@ -133,6 +133,8 @@ RULES: Mapping[str, Rule] = {
     "aten.matmul.default": _rule("matmul", x="self", y="other"),
     "aten.mm.default": _rule("matmul", x="self", y="mat2"),
     "aten.bmm.default": _rule("bmm", x="self", y="mat2"),
+    # GPT-2's Conv1D: addmm(bias, x2d, w) with w stored (in, out), not transposed as linear's
+    "aten.addmm.default": _rule("addmm", x="self", mat1="mat1", mat2="mat2", beta="beta", alpha="alpha"),
     # elementwise
     "aten.add.Tensor": _rule("add", x="self", other="other", alpha="alpha"),
     "aten.add.Scalar": _rule("add", x="self", other="other", alpha="alpha"),

@@ -63,6 +63,7 @@ __all__ = [
     "SUB",
     "TANH",
     "check_fits",
+    "check_scalar_factor",
 ]
 
 Operand = TensorMeta | bool | int | float
@@ -95,45 +96,45 @@ def _binary(x: TensorMeta, other: Operand) -> TensorMeta:
     return TensorMeta(shape, result_type(x, other), x.device)
 
 
-def _check_alpha(alpha: bool | int | float, dtype: DType, *, negated: bool = False) -> None:
-    """torch's rules for ``alpha`` in add and sub: its kind and value must fit the result's dtype
-    (sub checks -alpha, since torch computes it as add with -alpha).
+def check_scalar_factor(alpha: bool | int | float, dtype: DType, *, negated: bool = False, arg: str = "alpha") -> None:
+    """torch's rules for ``alpha`` in add and sub (and addmm's ``beta``/``alpha``, named by ``arg``): its
+    kind and value must fit the result's dtype (sub checks -alpha, since torch computes it as add with -alpha).
     """
     if isinstance(alpha, bool):
         if dtype is not DType.BOOL:
             raise ArgumentError(
-                arg="alpha",
-                expected=f"an int or a float for a {dtype} result (a bool alpha is only for bool results)",
+                arg=arg,
+                expected=f"an int or a float for a {dtype} result (a bool {arg} is only for bool results)",
                 found=repr(alpha),
             )
         return
     if isinstance(alpha, float) and dtype not in FLOATING:
         raise ArgumentError(
-            arg="alpha",
+            arg=arg,
             expected=f"an int for integral inputs (the result is {dtype})",
             found=repr(alpha),
-            fix="pass alpha as an int, or convert the inputs to a floating dtype",
+            fix=f"pass {arg} as an int, or convert the inputs to a floating dtype",
         )
     value = -alpha if negated else alpha
     if dtype in INTEGRAL:
         info = numpy.iinfo(dtype.value)
         low = -info.max if info.min == 0 else info.min  # torch lets negative values wrap into unsigned types
         if not low <= value <= info.max:
-            what = f"-alpha to fit in {dtype}" if negated else f"a value that fits in {dtype}"
-            raise ArgumentError(arg="alpha", expected=f"{what} [{low}, {info.max}]", found=repr(alpha))
+            what = f"-{arg} to fit in {dtype}" if negated else f"a value that fits in {dtype}"
+            raise ArgumentError(arg=arg, expected=f"{what} [{low}, {info.max}]", found=repr(alpha))
     elif dtype in FLOATING:
-        _check_python_int("alpha", alpha)
+        _check_python_int(arg, alpha)
         limit = _FLOAT_MAX[dtype]
         if math.isfinite(alpha) and abs(alpha) > limit:
             raise ArgumentError(
-                arg="alpha", expected=f"a value that fits in {dtype} (|alpha| <= {limit:g})", found=repr(alpha)
+                arg=arg, expected=f"a value that fits in {dtype} (|{arg}| <= {limit:g})", found=repr(alpha)
             )
 
 
 def add_meta(x: TensorMeta, other: Operand, alpha: bool | int | float) -> TensorMeta:
     """Broadcast shape, promoted dtype, and an alpha that fits the result (torch.add's rules)."""
     out = _binary(x, other)
-    _check_alpha(alpha, out.dtype)
+    check_scalar_factor(alpha, out.dtype)
     return out
 
 
@@ -159,7 +160,7 @@ def sub_meta(x: TensorMeta, other: Operand, alpha: bool | int | float) -> Tensor
                 fix="to invert a mask use numpy.logical_not (the ~ operator); else convert it to an int dtype",
             )
     out = _binary(x, other)
-    _check_alpha(alpha, out.dtype, negated=True)
+    check_scalar_factor(alpha, out.dtype, negated=True)
     return out
 
 

@@ -26,10 +26,11 @@ from opcore.meta import (
     check_same_dtype,
     shape_text,
 )
-from opcore.opset.elementwise import APPROXIMATIONS
+from opcore.opset.elementwise import APPROXIMATIONS, check_scalar_factor
 from opcore.types import TensorMeta
 
 __all__ = [
+    "ADDMM",
     "BMM",
     "CONTRACTS",
     "GATED_MLP",
@@ -124,6 +125,39 @@ def bmm_meta(x: TensorMeta, y: TensorMeta) -> TensorMeta:
     return TensorMeta((x.shape[0], x.shape[1], y.shape[2]), x.dtype, x.device)
 
 
+def addmm_meta(
+    x: TensorMeta, mat1: TensorMeta, mat2: TensorMeta, beta: bool | int | float, alpha: bool | int | float
+) -> TensorMeta:
+    """mat1 (n, k) @ mat2 (k, m), x broadcasting to (n, m) without growing it; equal numeric dtypes;
+    beta and alpha fit the dtype (an int for integer tensors), as torch.addmm checks them."""
+    check_rank("mat1", mat1, 2, what="a 2-D matrix (n, k)")
+    check_rank("mat2", mat2, 2, what="a 2-D matrix (k, m)")
+    check_dtype("x", x, NUMERIC, fix=_NUMERIC_FIX)
+    check_same_dtype(("x", x), ("mat1", mat1), ("mat2", mat2))
+    if mat1.shape[1] != mat2.shape[0]:
+        raise ShapeError(
+            arg="mat2",
+            expected=f"k = {mat1.shape[1]} rows (the columns of 'mat1' {shape_text(mat1.shape)})",
+            found=f"shape {shape_text(mat2.shape)}",
+            fix="pass mat2 as (k, m); a torch.nn.Linear weight (m, k) needs .t() (or use linear)",
+        )
+    out_shape = (mat1.shape[0], mat2.shape[1])
+    try:
+        grown = broadcast_shapes(("x", x.shape), ("output", out_shape))
+    except ShapeError:
+        grown = None
+    if grown != out_shape:
+        raise ShapeError(
+            arg="x",
+            expected=f"a tensor that broadcasts to the product's shape {shape_text(out_shape)}",
+            found=f"shape {shape_text(x.shape)}",
+            fix=f"pass x of shape {shape_text(out_shape)}, ({out_shape[1]},) or ()",
+        )
+    check_scalar_factor(beta, x.dtype, arg="beta")
+    check_scalar_factor(alpha, x.dtype, arg="alpha")
+    return TensorMeta(out_shape, x.dtype, x.device)
+
+
 def gated_mlp_meta(x: TensorMeta, w_gate: TensorMeta, w_up: TensorMeta, w_down: TensorMeta) -> TensorMeta:
     """x (..., hidden), w_gate and w_up (inter, hidden), w_down (out, inter); one floating dtype."""
     check_min_rank("x", x, 1, what="a tensor of at least 1 dimension (..., hidden)")
@@ -207,6 +241,15 @@ BMM = define_op(
     doc="Batched matrix product of two 3-D tensors with equal batches; mirrors torch.bmm.",
     tags=("linear",),
 )
+ADDMM = define_op(
+    "addmm(Tensor x, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor",
+    meta=addmm_meta,
+    dtypes=NUMERIC,
+    family="linear",
+    doc="beta * x + alpha * (mat1 @ mat2) with 2-D mat1 (n, k), mat2 (k, m) and x broadcasting to (n, m); "
+    "beta=0 ignores x (its NaN too); mirrors torch.addmm.",
+    tags=("linear",),
+)
 LINEAR_RELU = define_op(
     "linear_relu(Tensor x, Tensor w, Tensor? b=None) -> Tensor",
     meta=linear_meta,
@@ -245,4 +288,4 @@ GATED_MLP = define_op(
     decomposition=gated_mlp_decomposition,
 )
 
-CONTRACTS: tuple[OpContract, ...] = (LINEAR, MATMUL, BMM, LINEAR_RELU, LINEAR_SILU, LINEAR_GELU, GATED_MLP)
+CONTRACTS: tuple[OpContract, ...] = (LINEAR, MATMUL, BMM, ADDMM, LINEAR_RELU, LINEAR_SILU, LINEAR_GELU, GATED_MLP)

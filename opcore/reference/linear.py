@@ -10,7 +10,7 @@ import numpy
 from opcore.reference._common import F64, I64, finish, quiet
 from opcore.reference.elementwise import gelu_f64, sigmoid_f64
 
-__all__ = ["bmm", "gated_mlp", "linear", "linear_gelu", "linear_relu", "linear_silu", "matmul"]
+__all__ = ["addmm", "bmm", "gated_mlp", "linear", "linear_gelu", "linear_relu", "linear_silu", "matmul"]
 
 
 def _compute(array: numpy.ndarray) -> numpy.ndarray:
@@ -48,6 +48,19 @@ def matmul(x: numpy.ndarray, y: numpy.ndarray) -> numpy.ndarray:
 def bmm(x: numpy.ndarray, y: numpy.ndarray) -> numpy.ndarray:
     """Batched x @ y (the meta function has checked the batches match)."""
     return matmul(x, y)
+
+
+def addmm(
+    x: numpy.ndarray, mat1: numpy.ndarray, mat2: numpy.ndarray, beta: bool | int | float, alpha: bool | int | float
+) -> numpy.ndarray:
+    """beta * x + alpha * (mat1 @ mat2); beta == 0 skips x, so its NaN and inf do not reach the result (torch)."""
+    with quiet():
+        out = numpy.dot(_compute(mat1), _compute(mat2))
+        if alpha != 1:
+            out = out * alpha
+        if beta != 0:
+            out = out + (_compute(x) if beta == 1 else _compute(x) * beta)
+        return finish(numpy.broadcast_to(out, (mat1.shape[0], mat2.shape[1])), x.dtype)
 
 
 def linear_relu(x: numpy.ndarray, w: numpy.ndarray, b: numpy.ndarray | None) -> numpy.ndarray:

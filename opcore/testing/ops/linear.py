@@ -111,6 +111,43 @@ def bmm_samples() -> Iterable[Sample]:
     return s
 
 
+_ADDMM_SHAPES = [
+    ((3, 5), (3, 4), (4, 5)),
+    ((5,), (3, 4), (4, 5)),
+    ((1, 5), (3, 4), (4, 5)),
+    ((3, 1), (3, 4), (4, 5)),
+    ((), (3, 4), (4, 5)),
+    ((0, 5), (0, 4), (4, 5)),
+    ((3, 0), (3, 4), (4, 0)),
+    ((3, 5), (3, 0), (0, 5)),
+    ((1, 1), (1, 1), (1, 1)),
+]
+
+
+def addmm_samples() -> Iterable[Sample]:
+    """Broadcast x, empty n/m/k, every numeric dtype, beta/alpha (beta=0 drops x's NaN), GPT-2's Conv1D."""
+    s = SampleSet("addmm")
+    for x_shape, a_shape, b_shape in _ADDMM_SHAPES:
+        name = f"x{shape_id(x_shape)}-{shape_id(a_shape)}-{shape_id(b_shape)}"
+        s.add(name, s.tensor(x_shape), s.tensor(a_shape), s.tensor(b_shape))
+    for dtype in FLOATS + INTS:
+        options = int_range(dtype)
+        x, a = s.tensor((4,), dtype, **options), s.tensor((3, 6), dtype, **options)
+        b = s.tensor((6, 4), dtype, **options)
+        s.add(dtype, x, a, b)
+        factors = {"beta": 2, "alpha": 3} if dtype in INTS else {"beta": 0.5, "alpha": -1.5}
+        s.add(f"{dtype}-beta-alpha", x, a, b, **factors)
+    s.add("beta-0-nan", tensor_of(numpy.full((2, 3), numpy.nan), "float32"), s.tensor((2, 4)), s.tensor((4, 3)),
+          beta=0)  # fmt: skip
+    s.add("alpha-0", s.tensor((2, 3)), s.tensor((2, 4)), s.tensor((4, 3)), alpha=0)
+    s.add("int-beta-alpha-float32", s.tensor((2, 3)), s.tensor((2, 4)), s.tensor((4, 3)), beta=2, alpha=-1)
+    for layout in ("transposed", "strided"):
+        s.add(layout, s.tensor((6,), layout=layout), s.tensor((4, 5), layout=layout), s.tensor((5, 6), layout=layout))
+    s.add("conv1d-gpt2", s.tensor((12,)), s.tensor((7, 8)), s.tensor((8, 12)))
+    s.add("large", s.tensor((3,), low=-1e3, high=1e3), s.tensor((2, 8), low=-1e3, high=1e3), s.tensor((8, 3)))
+    return s
+
+
 def fused_samples(op: str) -> Iterable[Sample]:
     """Every dtype, 1-D and batched inputs, empty batches, with and without bias; gelu's approximate."""
     s = SampleSet(op)
@@ -169,6 +206,19 @@ def _error_inputs() -> dict[str, list[ErrorInput]]:
             ErrorInput("1d-in-features", (z(3), z(4)), ShapeError, "w", "in_features = 3"),
             ErrorInput("b-shape", (z(2, 3), z(4, 3), z(3)), ShapeError, "b", bias),
             ErrorInput("b-grows", (z(2, 3), z(4, 3), z(5, 2, 4)), ShapeError, "b", bias, torch_rejects=False),
+        ],
+        "addmm": [
+            ErrorInput("mat1-1d", (z(3), z(4), z(4, 3)), ShapeError, "mat1", r"a 2-D matrix \(n, k\)"),
+            ErrorInput("mat2-3d", (z(3), z(2, 4), z(1, 4, 3)), ShapeError, "mat2", r"a 2-D matrix \(k, m\)"),
+            ErrorInput("bool", (z(2, 3, dtype=b), z(2, 4, dtype=b), z(4, 3, dtype=b)), DTypeError, "x", "found bool"),
+            ErrorInput("mat2-dtype", (z(2, 3), z(2, 4), z(4, 3, dtype=f64)), DTypeError, "mat2", same),
+            ErrorInput("inner", (z(2, 3), z(2, 4), z(3, 3)), ShapeError, "mat2", "k = 4 rows"),
+            ErrorInput("x-shape", (z(4), z(2, 4), z(4, 3)), ShapeError, "x", "broadcasts to the product's shape"),
+            ErrorInput("x-grows", (z(5, 2, 3), z(2, 4), z(4, 3)), ShapeError, "x", "broadcasts to the product's shape"),
+            ErrorInput("float-beta-int", (z(2, 3, dtype=i32), z(2, 4, dtype=i32), z(4, 3, dtype=i32)), ArgumentError,
+                       "beta", "an int for integral inputs", {"beta": 0.5}),
+            ErrorInput("float-alpha-int", (z(2, 3, dtype=i32), z(2, 4, dtype=i32), z(4, 3, dtype=i32)), ArgumentError,
+                       "alpha", "an int for integral inputs", {"alpha": 0.5}),
         ],
         "linear_relu": [
             ErrorInput("bool", (z(2, 3, dtype=b), z(2, 3, dtype=b)), DTypeError, "x", "found bool"),
@@ -231,6 +281,7 @@ _SAMPLES = {
     "linear": linear_samples,
     "matmul": matmul_samples,
     "bmm": bmm_samples,
+    "addmm": addmm_samples,
     "linear_relu": lambda: fused_samples("linear_relu"),
     "linear_silu": lambda: fused_samples("linear_silu"),
     "linear_gelu": lambda: fused_samples("linear_gelu"),

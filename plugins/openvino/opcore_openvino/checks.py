@@ -232,6 +232,7 @@ _SPECIFIC: dict[str, Checker] = {
     "linear_relu": _floating_product,
     "matmul": _floating_product,
     "bmm": _floating_product,
+    "addmm": _floating_product,
     "conv2d": _conv2d,
 }
 # embedding's, gather's and index's indices (arguments 0, 2 and 1) may be int64: they are below a dim's size

@@ -1,11 +1,13 @@
 """Matrix products: linear as Gemm (transB=1, so a weight input is never transposed per call),
-matmul and bmm as MatMul, and the fused linear + activation ops as small graphs.
+matmul and bmm as MatMul, addmm as MatMul scaled and added, and the fused linear + activation ops as small graphs.
 
 Integer products run as int64 MatMul (ONNX Runtime's Gemm is float-only) and are cast back,
 so narrow integers wrap as in torch. float16 runs in float32 inside the graph.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy
 
@@ -14,7 +16,7 @@ from opcore_onnxruntime.kernels._common import I64, compute_float, finish
 from opcore_onnxruntime.kernels.elementwise import apply_gelu, apply_relu, apply_silu
 from opcore_onnxruntime.session import onnx_kernel
 
-__all__ = ["bmm", "gated_mlp", "linear", "linear_gelu", "linear_relu", "linear_silu", "matmul", "project"]
+__all__ = ["addmm", "bmm", "gated_mlp", "linear", "linear_gelu", "linear_relu", "linear_silu", "matmul", "project"]
 
 
 def _compute(dtype: numpy.dtype) -> numpy.dtype:
@@ -82,6 +84,20 @@ def build_matmul(g: Graph, x: Value, y: Value) -> Value:
     return finish(g, out, x.dtype)
 
 
+def build_addmm(g: Graph, x: Value, mat1: Value, mat2: Value, beta: Any, alpha: Any) -> Value:
+    """beta * x + alpha * (mat1 @ mat2) in the compute dtype; beta == 0 leaves x out (torch drops its NaN)."""
+    compute = _compute(x.dtype)
+    out = g.op("MatMul", g.cast(mat1, compute), g.cast(mat2, compute))
+    if alpha != 1:
+        out = g.op("Mul", out, g.const(numpy.asarray(alpha, dtype=compute)))
+    if beta != 0:
+        bias = g.cast(x, compute)
+        if beta != 1:
+            bias = g.op("Mul", bias, g.const(numpy.asarray(beta, dtype=compute)))
+        out = g.op("Add", out, bias)
+    return finish(g, out, x.dtype)
+
+
 linear = onnx_kernel("linear", build_linear)
 linear_relu = onnx_kernel("linear_relu", build_linear_relu)
 linear_silu = onnx_kernel("linear_silu", build_linear_silu)
@@ -89,3 +105,4 @@ linear_gelu = onnx_kernel("linear_gelu", build_linear_gelu)
 gated_mlp = onnx_kernel("gated_mlp", build_gated_mlp)
 matmul = onnx_kernel("matmul", build_matmul)
 bmm = onnx_kernel("bmm", build_matmul)
+addmm = onnx_kernel("addmm", build_addmm)
