@@ -209,11 +209,17 @@ def build_silu(g: Graph, x: Value) -> Value:
     return finish(g, apply_silu(g, g.cast(x, compute)), x.dtype)
 
 
-def _unary_float(node: str):
+def _unary_float(node: str, keep_nan: bool = False):
+    """keep_nan: NaN in, NaN out, selected explicitly (onnxruntime 1.20-1.25 give erf(nan) = 1; 1.32 does not)."""
+
     def build(g: Graph, x: Value) -> Value:
         out = x.dtype if x.dtype.kind == "f" else F32  # integers and bools give float32, as torch
         compute = compute_float(out)
-        return finish(g, g.op(node, g.cast(x, compute)), out)
+        value = g.cast(x, compute)
+        result = g.op(node, value)
+        if keep_nan and x.dtype.kind == "f":
+            result = g.op("Where", g.op("IsNaN", value), value, result)
+        return finish(g, result, out)
 
     build.__name__ = f"build_{node.lower()}"
     return build
@@ -254,7 +260,7 @@ neg = onnx_kernel("neg", build_neg)
 abs = onnx_kernel("abs", build_abs)
 sqrt = onnx_kernel("sqrt", _unary_float("Sqrt"))
 rsqrt = onnx_kernel("rsqrt", build_rsqrt)
-erf = onnx_kernel("erf", _unary_float("Erf"))
+erf = onnx_kernel("erf", _unary_float("Erf", keep_nan=True))
 cos = onnx_kernel("cos", _unary_float("Cos"))
 sin = onnx_kernel("sin", _unary_float("Sin"))
 
