@@ -433,3 +433,18 @@ def test_addmm_runs_in_graph_runtime_partitions(backend):
     placed = [n.op for p in plan.partitions for n in p.spec.nodes]
     assert placed.count("addmm") == 2, plan.explain()
     assert close(plan(x), model(x), atol=1e-4)
+
+
+def test_clone_and_alias_map_to_clone_without_rewrites():
+    class Copies(torch.nn.Module):
+        def forward(self, x):
+            y = torch.relu(x).clone()
+            return torch.ops.aten.alias(y) * 2, y.clone(memory_format=torch.contiguous_format) + 1
+
+    x = torch.randn(2, 3)
+    plan = opcore.graph.capture(Copies(), (x,), rewrites=False, partitions=False)
+    ops = [n.op for n in plan.graph.nodes]
+    assert ops.count("clone") == 2, ops  # clone and alias; contiguous_format stays on ATen
+    assert "aten.clone.default" in ops, ops
+    for got, want in zip(plan(x), Copies()(x)):
+        assert torch.equal(got, want)

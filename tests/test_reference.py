@@ -54,6 +54,7 @@ SAMPLES: dict[str, Callable[[Factory], tuple[Any, ...]]] = {
     "matmul": lambda t: (t((2, 3)), t((3, 4))),
     "bmm": lambda t: (t((2, 2, 3)), t((2, 3, 4))),
     "addmm": lambda t: (t((4,)), t((3, 2)), t((2, 4)), 1, 1),
+    "clone": lambda t: (t((2, 3)),),
     "linear_relu": lambda t: (t((2, 3)), t((4, 3)), None),
     "linear_silu": lambda t: (t((2, 3)), t((4, 3)), t((4,))),
     "linear_gelu": lambda t: (t((2, 3)), t((4, 3)), None, "none"),

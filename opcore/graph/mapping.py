@@ -105,6 +105,13 @@ def _same_place(args: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _preserved_format(args: Mapping[str, Any]) -> str | None:
+    """clone keeps x's memory format unless told otherwise; opcore's copy does not take another."""
+    if str(args.get("memory_format") or "torch.preserve_format") != "torch.preserve_format":
+        return "it changes the memory format"
+    return None
+
+
 def _not_training(args: Mapping[str, Any]) -> str | None:
     return (
         "training=True updates the running statistics (the contract is inference-only)"
@@ -275,6 +282,9 @@ RULES: Mapping[str, Rule] = {
     "aten.reshape.default": _rule("reshape", x="self", shape="size"),
     "aten._unsafe_view.default": _rule("reshape", x="self", shape="size"),
     "aten.cat.default": _rule("cat", tensors="tensors", dim="dim"),
+    # a functional graph's copies (eval-mode dropout exports as clone); an alias's values are x's
+    "aten.clone.default": _rule("clone", _preserved_format, x="self"),
+    "aten.alias.default": _rule("clone", x="self"),
     "aten.unsqueeze.default": _rule("unsqueeze", x="self", dim="dim"),
     "aten.squeeze.default": _rule("squeeze", x="self"),
     "aten.squeeze.dim": _rule("squeeze", x="self", dim=Convert("dim", lambda d: (d,))),

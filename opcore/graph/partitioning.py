@@ -35,7 +35,7 @@ SHAPE_OPS = frozenset(
         "reshape", "transpose", "permute", "cat", "unsqueeze", "squeeze", "flatten", "expand", "slice", "select",
         "split", "split_with_sizes", "chunk",
         "aten.slice.Tensor", "aten.unsqueeze.default", "aten.squeeze.dim", "aten.expand.default", "aten.select.int",
-        "aten.clone.default",
+        "aten.clone.default", "clone",
     }
 )  # fmt: skip
 

@@ -1,5 +1,5 @@
-"""Shape contracts: transpose, permute, reshape, cat and the view ops (unsqueeze, squeeze, flatten,
-expand, slice, select). Every dtype is accepted.
+"""Shape contracts: transpose, permute, reshape, cat, clone and the view ops (unsqueeze, squeeze,
+flatten, expand, slice, select). Every dtype is accepted.
 
 >>> from opcore.types import TensorMeta, DType
 >>> RESHAPE.meta(TensorMeta((2, 3, 4), DType.BOOL), (4, -1)).shape
@@ -18,6 +18,7 @@ from opcore.types import DType, TensorMeta
 
 __all__ = [
     "CAT",
+    "CLONE",
     "CONTRACTS",
     "EXPAND",
     "FLATTEN",
@@ -249,6 +250,11 @@ def select_meta(x: TensorMeta, dim: int, index: int) -> TensorMeta:
     return TensorMeta((*x.shape[:axis], *x.shape[axis + 1 :]), x.dtype, x.device)
 
 
+def clone_meta(x: TensorMeta) -> TensorMeta:
+    """x's shape, dtype and device: nothing to check."""
+    return TensorMeta(x.shape, x.dtype, x.device)
+
+
 TRANSPOSE = define_op(
     "transpose(Tensor x, int dim0, int dim1) -> Tensor",
     meta=transpose_meta,
@@ -279,6 +285,14 @@ CAT = define_op(
     dtypes=ALL_DTYPES,
     family="shape",
     doc="The tensors joined along dim, type-promoted; 1-D empty tensors are skipped; mirrors torch.cat.",
+    tags=("shape",),
+)
+CLONE = define_op(
+    "clone(Tensor x) -> Tensor",
+    meta=clone_meta,
+    dtypes=ALL_DTYPES,
+    family="shape",
+    doc="A copy of x (same shape, dtype and values); mirrors torch.clone (an export's clone and alias nodes).",
     tags=("shape",),
 )
 
@@ -336,6 +350,7 @@ CONTRACTS: tuple[OpContract, ...] = (
     PERMUTE,
     RESHAPE,
     CAT,
+    CLONE,
     UNSQUEEZE,
     SQUEEZE,
     FLATTEN,

@@ -11,7 +11,19 @@ import numpy
 from opcore.opset.shape import is_skipped_in_cat, slice_bounds, squeezed_shape
 from opcore.reference._common import promote
 
-__all__ = ["cat", "expand", "flatten", "permute", "reshape", "select", "slice", "squeeze", "transpose", "unsqueeze"]
+__all__ = [
+    "cat",
+    "clone",
+    "expand",
+    "flatten",
+    "permute",
+    "reshape",
+    "select",
+    "slice",
+    "squeeze",
+    "transpose",
+    "unsqueeze",
+]
 
 
 def transpose(x: numpy.ndarray, dim0: int, dim1: int) -> numpy.ndarray:
@@ -38,6 +50,11 @@ def cat(tensors: tuple[numpy.ndarray, ...], dim: int) -> numpy.ndarray:
     if not kept:
         return numpy.empty((0,), dtype)
     return numpy.concatenate(kept, axis=dim, dtype=dtype, casting="unsafe")
+
+
+def clone(x: numpy.ndarray) -> numpy.ndarray:
+    """A copy of x (never a view)."""
+    return numpy.array(x, copy=True)
 
 
 def unsqueeze(x: numpy.ndarray, dim: int) -> numpy.ndarray:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import numpy
+
 from opcore.errors import ArgumentError, ShapeError
 from opcore.meta import FLOATING
-from opcore.testing.builders import SampleSet, shape_id, z
+from opcore.testing.builders import SampleSet, shape_id, tensor_of, z
 from opcore.testing.records import ErrorInput, OpEntry, Sample
 from opcore.testing.tolerances import EXACT
 
@@ -89,6 +91,15 @@ def _every_dtype_and_layout(s: SampleSet, *args: object) -> None:
         s.add(dtype, s.tensor((2, 3, 4), dtype), *args)
     for layout in LAYOUTS:
         s.add(layout, s.tensor((2, 3, 4), layout=layout), *args)
+
+
+def clone_samples() -> Iterable[Sample]:
+    s = SampleSet("clone")
+    for shape in [(), (5,), (2, 3), (2, 0), (2, 3, 4)]:
+        s.add(shape_id(shape), s.tensor(shape))
+    s.add("nan-inf", tensor_of(numpy.array([numpy.nan, numpy.inf, -numpy.inf, -0.0]), "float32"))
+    _every_dtype_and_layout(s)
+    return s
 
 
 def unsqueeze_samples() -> Iterable[Sample]:
@@ -256,6 +267,7 @@ _SAMPLES = {
     "permute": permute_samples,
     "reshape": reshape_samples,
     "cat": cat_samples,
+    "clone": clone_samples,
     "unsqueeze": unsqueeze_samples,
     "squeeze": squeeze_samples,
     "flatten": flatten_samples,

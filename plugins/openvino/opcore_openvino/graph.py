@@ -117,9 +117,13 @@ class Graph:
         return ops.gather(ops.shape_of(node, "i64"), self.ints(positions), 0)
 
     def result(self, node: Node) -> Node:
-        """``node`` as a model output: a Parameter or a Constant goes through a Convert first (a
-        result must follow an op)."""
-        if node.get_type_name() in ("Parameter", "Constant"):
+        """``node`` as a model output: a Parameter or a Constant goes through an op first (a result
+        must follow one). A Parameter's is Select(True, x, x), which keeps every bit: the CPU plugin
+        folds a same-type Convert away, and a Parameter straight to a Result gave a previous call's
+        input back (clone, transpose(x, 0, 0))."""
+        if node.get_type_name() == "Parameter":
+            return ops.select(self.const(True), node, node)
+        if node.get_type_name() == "Constant":
             return ops.convert(node, node.get_output_element_type(0))
         return node
 

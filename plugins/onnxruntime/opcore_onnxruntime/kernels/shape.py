@@ -16,7 +16,19 @@ from opcore.onemodel.builders import cat_through, promoted, transpose_perm
 from opcore_onnxruntime.graph import Graph, Value
 from opcore_onnxruntime.session import ATTRIBUTE, TENSOR, TENSORS, onnx_kernel
 
-__all__ = ["cat", "expand", "flatten", "permute", "reshape", "select", "slice", "squeeze", "transpose", "unsqueeze"]
+__all__ = [
+    "cat",
+    "clone",
+    "expand",
+    "flatten",
+    "permute",
+    "reshape",
+    "select",
+    "slice",
+    "squeeze",
+    "transpose",
+    "unsqueeze",
+]
 
 
 def _transpose(g: Graph, x: Value, perm: list[int]) -> Value:
@@ -87,6 +99,10 @@ cat.chain = chain_cat  # type: ignore[attr-defined]
 _INT64_MAX = numpy.iinfo(numpy.int64).max
 
 
+def build_clone(g: Graph, x: Value) -> Value:
+    return g.op("Identity", x)
+
+
 def build_unsqueeze(g: Graph, x: Value, dim: int) -> Value:
     rank = x.rank or 0
     return g.op("Unsqueeze", x, g.ints([dim % (rank + 1)]), rank=rank + 1)
@@ -136,6 +152,7 @@ def build_select(g: Graph, x: Value, dim: int, index: int) -> Value:
     return g.op("Gather", x, g.const(numpy.int64(index)), axis=dim % rank, rank=rank - 1)
 
 
+clone = onnx_kernel("clone", build_clone)
 unsqueeze = onnx_kernel("unsqueeze", build_unsqueeze)
 squeeze = onnx_kernel("squeeze", build_squeeze)
 flatten = onnx_kernel("flatten", build_flatten)

@@ -18,7 +18,19 @@ from opcore.opset.shape import squeezed_shape
 from opcore_openvino.compiled import ATTRIBUTE, TENSOR, TENSORS, ov_kernel
 from opcore_openvino.graph import Graph, Node, dtype_of, ops, rank_of
 
-__all__ = ["cat", "expand", "flatten", "permute", "reshape", "select", "slice", "squeeze", "transpose", "unsqueeze"]
+__all__ = [
+    "cat",
+    "clone",
+    "expand",
+    "flatten",
+    "permute",
+    "reshape",
+    "select",
+    "slice",
+    "squeeze",
+    "transpose",
+    "unsqueeze",
+]
 
 
 def _transpose(g: Graph, x: Node, perm: list[int]) -> Node:
@@ -89,6 +101,11 @@ cat.chain = chain_cat  # type: ignore[attr-defined]
 _INT64_MAX = numpy.iinfo(numpy.int64).max
 
 
+def build_clone(g: Graph, x: Node) -> Node:
+    # the kernel's result is a fresh array; Graph.result copies a Parameter that is an output
+    return x
+
+
 def build_unsqueeze(g: Graph, x: Node, dim: int) -> Node:
     return ops.unsqueeze(x, g.ints([dim % (rank_of(x) + 1)]))
 
@@ -147,6 +164,7 @@ def build_select(g: Graph, x: Node, dim: int, index: int) -> Node:
     return ops.gather(x, g.const(numpy.int64(index)), dim % max(rank_of(x), 1))
 
 
+clone = ov_kernel("clone", build_clone)
 unsqueeze = ov_kernel("unsqueeze", build_unsqueeze)
 squeeze.chain = chain_squeeze  # type: ignore[attr-defined]
 flatten = ov_kernel("flatten", build_flatten)
