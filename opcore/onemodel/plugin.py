@@ -55,11 +55,10 @@ def kernel_layout(package: str) -> dict[str, tuple[str, bool]]:
     """
     from opcore.opset import BUILTIN_CONTRACTS
 
-    return {
-        c.name: (c.family, bakes_constants(c))
-        for c in BUILTIN_CONTRACTS
-        if c.name in declared_names(f"{package}.{c.family}")
-    }
+    # each family module's source read once, not once per op (a find_spec and a file read each)
+    families = dict.fromkeys(c.family for c in BUILTIN_CONTRACTS)
+    declared = {family: set(declared_names(f"{package}.{family}")) for family in families}
+    return {c.name: (c.family, bakes_constants(c)) for c in BUILTIN_CONTRACTS if c.name in declared[c.family]}
 
 
 def register_kernels(
