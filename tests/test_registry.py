@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
 import numpy
 import pytest
 
@@ -9,7 +14,7 @@ import opcore
 from opcore import BackendSpec, DeviceType, PluginError
 from opcore.meta import unary_float
 from opcore.opset import BUILTIN_CONTRACTS
-from opcore.registry import Registrar, Registry
+from opcore.registry import Registrar, Registry, _arity_problem, _takes_positionals
 
 SPEC = BackendSpec(name="mine", version="0", priority=10, device_types=(DeviceType.CPU,))
 
@@ -114,3 +119,38 @@ def test_define_op_checks_its_input() -> None:
     with pytest.raises(opcore.ArgumentError, match="argument 'meta' expected a function"):
         # a wrong meta on purpose: define_op must refuse it
         opcore.define_op("f(Tensor x) -> Tensor", meta=None)  # type: ignore[arg-type]
+
+
+def _kernel_shapes() -> list[Callable[..., Any]]:
+    def plain(x, w, b=None): ...
+    def kwonly_required(x, *, k): ...
+    def kwonly_default(x, *, k=1): ...
+    def star(*args): ...
+    def positional_only(x, y, /, z): ...
+    def everything(x, y=1, *rest, **kw): ...
+    def nothing(): ...
+
+    class Holder:
+        def method(self, x): ...
+
+    @functools.wraps(plain)
+    def wrapped(*args): ...
+
+    return [plain, kwonly_required, kwonly_default, star, positional_only, everything, nothing,
+            Holder().method, wrapped, functools.partial(plain, 1), len, lambda x, y: 0]  # fmt: skip
+
+
+def test_arity_fast_path_agrees_with_inspect() -> None:
+    # the code-object reading must never accept what inspect.signature(...).bind refuses, and the
+    # verdict (and so the message) must be inspect's wherever the fast path does not answer
+    for function in _kernel_shapes():
+        for count in range(5):
+            try:
+                inspect.signature(function).bind(*range(count))
+                binds = True
+            except TypeError:
+                binds = False
+            except ValueError:  # no signature (some builtins): nothing to check
+                binds = True
+            assert not (_takes_positionals(function, count) and not binds), (function, count)
+            assert (_arity_problem(function, count) == "") == binds, (function, count)
