@@ -34,6 +34,7 @@ __all__ = [
     "abs",
     "adaptive_avg_pool2d",
     "add",
+    "addmm",
     "amax",
     "amin",
     "argmax",
@@ -43,6 +44,7 @@ __all__ = [
     "cast",
     "cat",
     "chunk",
+    "clone",
     "clamp",
     "conv2d",
     "conv2d_relu",
@@ -274,6 +276,11 @@ matmul = torch.matmul
 bmm = torch.bmm
 
 
+def addmm(x: Tensor, mat1: Tensor, mat2: Tensor, beta: Any, alpha: Any) -> Tensor:
+    """beta * x + alpha * mat1 @ mat2 (beta=0 ignores x, NaN included, as torch.addmm does)."""
+    return torch.addmm(x, mat1, mat2, beta=beta, alpha=alpha)
+
+
 def linear_relu(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
     """relu(linear(x, w, b)), the relu in place on linear's fresh result."""
     return torch.relu_(linear(x, w, b))
@@ -397,6 +404,11 @@ def expand(x: Tensor, size: tuple[int, ...]) -> Tensor:
 def slice(x: Tensor, dim: int, start: int | None, end: int | None, step: int) -> Tensor:
     """x[start:end:step] along dim (a view), the bounds clamped by aten.slice (torch's own x[a:b:c])."""
     return torch.ops.aten.slice.Tensor(x, dim, start, end, step)
+
+
+def clone(x: Tensor) -> Tensor:
+    """A copy of x with x's strides (torch.clone's preserve_format)."""
+    return torch.clone(x)
 
 
 def cat(tensors: tuple[Tensor, ...], dim: int) -> Tensor:
