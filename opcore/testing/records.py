@@ -20,7 +20,16 @@ import numpy
 from opcore.errors import OpcoreError
 from opcore.types import DType
 
-__all__ = ["LAYOUTS", "ErrorInput", "OpEntry", "Sample", "TensorInput", "Tolerance", "round_to_bfloat16"]
+__all__ = [
+    "LAYOUTS",
+    "ErrorInput",
+    "OpEntry",
+    "Sample",
+    "TensorInput",
+    "Tolerance",
+    "errors_by_op",
+    "round_to_bfloat16",
+]
 
 # contiguous; transposed: the last two dims swapped in memory; strided: every other element of
 # the last dim; expanded: dim 0 broadcast from the first row (stride 0, read-only in numpy), so an
@@ -209,6 +218,24 @@ class OpEntry:
     reference: str | Callable[..., Any] = "reference"
     # Where the entry comes from: "opcore" for the built-ins, else the distribution or module.
     source: str = "opcore"
+
+
+def errors_by_op(build: Callable[[], dict[str, list[ErrorInput]]]) -> Callable[[str], list[ErrorInput]]:
+    """A family's ``error_inputs(op)``: its table of error inputs per op, built on first use (building
+    it makes arrays, which importing the kit should not).
+
+    >>> error_inputs = errors_by_op(lambda: {"relu": []})
+    >>> error_inputs("relu"), error_inputs("gelu")
+    ([], [])
+    """
+    table: dict[str, list[ErrorInput]] = {}
+
+    def error_inputs(op: str) -> list[ErrorInput]:
+        if not table:
+            table.update(build())
+        return table.get(op, [])
+
+    return error_inputs
 
 
 def _tensor_inputs(value: Any) -> list[TensorInput]:

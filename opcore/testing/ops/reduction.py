@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from opcore.errors import ArgumentError, DTypeError, ShapeError
 from opcore.opset import BUILTIN_DTYPES
 from opcore.testing.builders import SampleSet, shape_id, tensor_of, z
-from opcore.testing.records import ErrorInput, OpEntry, Sample
+from opcore.testing.records import ErrorInput, OpEntry, Sample, errors_by_op
 from opcore.types import DType
 
 __all__ = ["ENTRIES"]
@@ -125,14 +125,7 @@ def _error_inputs() -> dict[str, list[ErrorInput]]:
     }  # fmt: skip
 
 
-_ERRORS: dict[str, list[ErrorInput]] = {}
-
-
-def error_inputs(op: str) -> list[ErrorInput]:
-    """The op's error inputs (built once)."""
-    if not _ERRORS:
-        _ERRORS.update(_error_inputs())
-    return _ERRORS.get(op, [])
+error_inputs = errors_by_op(_error_inputs)
 
 
 def _entry(op: str) -> OpEntry:

@@ -10,7 +10,7 @@ import numpy
 from opcore.errors import ArgumentError, ShapeError
 from opcore.meta import FLOATING
 from opcore.testing.builders import SampleSet, shape_id, tensor_of, z
-from opcore.testing.records import ErrorInput, OpEntry, Sample
+from opcore.testing.records import ErrorInput, OpEntry, Sample, errors_by_op
 from opcore.testing.tolerances import EXACT
 
 __all__ = ["ENTRIES"]
@@ -253,13 +253,7 @@ def _error_inputs() -> dict[str, list[ErrorInput]]:
     }  # fmt: skip
 
 
-_ERRORS: dict[str, list[ErrorInput]] = {}
-
-
-def error_inputs(op: str) -> list[ErrorInput]:
-    if not _ERRORS:
-        _ERRORS.update(_error_inputs())
-    return _ERRORS.get(op, [])
+error_inputs = errors_by_op(_error_inputs)
 
 
 _SAMPLES = {
