@@ -12,7 +12,16 @@ import pytest
 
 import opcore
 from opcore import BackendSpec, DeviceType
-from opcore.dispatch import _BOUND, _INLINE, _KEYWORD, _POSITIONAL, MAX_CACHED, _inline_key, _keyword_key
+from opcore.dispatch import (
+    _BOUND,
+    _INLINE,
+    _KEYWORD,
+    _POSITIONAL,
+    MAX_CACHED,
+    _inline_key,
+    _keyword_key,
+    _positional_key,
+)
 
 torch = pytest.importorskip("torch", reason="array-kind conversions are tested with real torch tensors")
 
@@ -20,6 +29,7 @@ pytestmark = pytest.mark.usefixtures("only_reference")
 
 X = numpy.array([[-1.0, 2.0], [3.0, -4.0]], dtype=numpy.float32)
 W = numpy.arange(6, dtype=numpy.float32).reshape(3, 2)
+T, TW, TB, TB3 = torch.ones(2, 3), torch.ones(4, 3), torch.zeros(4), torch.zeros(3)  # torch x, w, b, a 3-bias
 
 
 def make_plugin(name: str, kernels: dict, priority: int = 50, contracts: tuple = (), **spec):
@@ -367,7 +377,7 @@ def counting_kernels(calls: list) -> dict:
     [
         ("relu", (torch.ones(2, 3),), {}),
         ("softmax", (torch.ones(2, 3), -1), {}),
-        ("softmax", (torch.ones(2, 3),), {"dim": -1}),
+        ("gelu", (torch.ones(2, 3),), {"approximate": "tanh"}),  # keyword-only: a constant at the key's end
         ("linear", (torch.ones(2, 3), torch.ones(4, 3)), {}),
         ("linear", (torch.ones(2, 3), torch.ones(4, 3), None), {}),
         ("linear", (torch.ones(2, 3), torch.ones(4, 3), torch.ones(4)), {}),
@@ -399,20 +409,49 @@ def test_tensors_with_other_strides_or_devices_are_other_signatures() -> None:
     assert _inline_key("relu", None, None, (meta,), {}) != _inline_key("relu", None, None, (x,), {})
 
 
-def test_keywords_with_tensor_values_take_the_general_path() -> None:
+@pytest.mark.parametrize(
+    ("op", "args", "kwargs", "positional"),
+    [
+        ("softmax", (T,), {"dim": -1}, (T, -1)),
+        ("linear", (T, TW), {"b": TB}, (T, TW, TB)),
+        ("linear", (), {"b": TB, "x": T, "w": TW}, (T, TW, TB)),  # any order
+        ("linear", (T,), {"w": TW, "b": None}, (T, TW, None)),
+        ("layer_norm", (T, (3,)), {"bias": TB3, "weight": TB3}, (T, (3,), TB3, TB3)),
+    ],
+)
+def test_keyword_calls_share_the_positional_calls_key_and_entry(op, args, kwargs, positional) -> None:
     calls: list = []
     opcore.register_plugin(make_plugin("torchy", counting_kernels(calls), priority=500))
-    x, w, b = torch.ones(2, 3), torch.ones(4, 3), torch.zeros(4)
-    assert _inline_key("linear", None, None, (x, w), {"b": b}) is None
-    for bias in (b, b + 1, b + 2):
-        torch.testing.assert_close(opcore.run("linear", x, w, b=bias), torch.nn.functional.linear(x, w, bias))
-        torch.testing.assert_close(opcore.run("linear", x=x, w=w, b=bias), torch.nn.functional.linear(x, w, bias))
-    assert calls == [("linear", False)] * 6
-    key = _keyword_key("linear", None, None, (x, w), {"b": b})
+    first = opcore.run(op, *args, **kwargs)
+    key = _inline_key(op, None, None, positional, {})
+    cache: dict[Any, Any] = _INLINE
+    if key is None:  # layer_norm's list argument: the general positional key
+        key = _positional_key(op, None, None, positional)
+        cache = _POSITIONAL
+    assert key in cache and not _KEYWORD  # stored under the positional call's key, no keyword entry
+    torch.testing.assert_close(opcore.run(op, *positional), first)
+    cache[key] = lambda *raw: ("from the cache", raw)
+    assert opcore.run(op, *args, **kwargs) == ("from the cache", positional)
+
+
+def test_keywords_that_are_not_the_next_positions_take_the_general_path() -> None:
+    calls: list = []
+    opcore.register_plugin(make_plugin("torchy", counting_kernels(calls), priority=500))
+    x, w, b = torch.ones(2, 3), torch.ones(3), torch.zeros(3)
+    want = torch.nn.functional.layer_norm(x, (3,), None, b)
+    for bias in (b, b + 1, b + 2):  # weight left out: a gap, so bound as keywords
+        want = torch.nn.functional.layer_norm(x, (3,), None, bias)
+        torch.testing.assert_close(opcore.run("layer_norm", x, (3,), bias=bias), want)
+    key = _keyword_key("layer_norm", None, None, (x, (3,)), {"bias": b})
     assert key is not None and key in _KEYWORD  # cached by its signature: the tensors themselves are not kept
     assert all(v is not b for v in key)
     _KEYWORD[key] = lambda args, kwargs: "from the cache"
-    assert opcore.run("linear", x, w, b=torch.ones(4)) == "from the cache"
+    assert opcore.run("layer_norm", x, (3,), bias=torch.ones(3)) == "from the cache"
+    assert opcore.run("layer_norm", x, (3,), w, eps=1e-5) is not None  # eps after a gap: keyword too
+    with pytest.raises(opcore.ArgumentError, match="multiple values for argument 'w'"):
+        opcore.run("linear", x, w, w=w)  # a keyword repeating a positional one keeps bind()'s error
+    with pytest.raises(opcore.ArgumentError, match="unexpected keyword argument 'bias'"):
+        opcore.run("linear", x, w, bias=b)
 
 
 def test_a_second_tensor_on_another_device_is_refused_as_on_the_slow_path() -> None:
