@@ -245,3 +245,40 @@ def test_int1_dims_take_one_int_or_a_list_of_any_length():
     assert torch.equal(opcore.run("aten.mean.dim", x, 1), x.mean(dim=1))
     with pytest.raises(opcore.ArgumentError, match="an int or a list of ints"):
         opcore.run("aten.mean.dim", x, "two")
+
+
+BATCH_NORMS = [  # torch's CPU kernels return empty saved statistics in inference where meta says [C]
+    ("aten._native_batch_norm_legit_no_training.default", (0.1, 1e-5)),
+    ("aten.native_batch_norm.default", (False, 0.1, 1e-5)),
+    ("aten._batch_norm_no_update.default", (0.1, 1e-5)),
+]
+
+
+@pytest.mark.parametrize("name, rest", BATCH_NORMS, ids=[f"{n}-{r[0]}" for n, r in BATCH_NORMS])
+@pytest.mark.parametrize("checked", ["first call", "strict"])
+def test_outputs_sized_by_the_eager_kernel_pass_the_result_check(name, rest, checked):
+    from opcore.torchkit.aten import EAGER_SIZED_OUTPUTS
+
+    assert name in EAGER_SIZED_OUTPUTS
+    _, op_name, overload = name.split(".")
+    args = (torch.randn(2, 3, 4, 4), torch.randn(3), torch.randn(3), torch.zeros(3), torch.ones(3), *rest)
+    # training=True updates the running statistics in place: torch gets its own copies
+    expected = getattr(getattr(aten, op_name), overload)(
+        *(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+    )
+    if checked == "strict":
+        with opcore.strict():
+            got = opcore.run(name, *args, backend="cpu")
+    else:
+        got = opcore.run(name, *args, backend="cpu")
+    same(got, expected)
+
+
+def test_eager_sized_outputs_keep_rank_and_dtype_checked():
+    """The meta of such an output is -1 in every dim: any size of that rank passes, another rank does not."""
+    x, w, b, m, v = torch.randn(2, 3, 4), torch.ones(3), torch.zeros(3), torch.zeros(3), torch.ones(3)
+    metas = opcore.infer_meta(
+        "aten._native_batch_norm_legit_no_training.default", *(TensorMeta.of(t) for t in (x, w, b, m, v)), 0.1, 1e-5
+    )
+    assert [m.shape for m in metas] == [(2, 3, 4), (-1,), (-1,)]
+    assert all(m.dtype is DType.FLOAT32 for m in metas)
