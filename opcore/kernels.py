@@ -67,6 +67,10 @@ class Kernel:
     prepare: Prepare | str | None = None
     # Short name shown by explain when one backend has several kernels for an op ("onednn").
     label: str = ""
+    # Dtypes of the contract this kernel never serves, each with why (explain shows it); they are
+    # not in ``dtypes``, so dispatch never offers them and ``opcore ops --matrix`` says "no".
+    # (): it declines no dtype outright (its checker may still decline a call).
+    declined: tuple[tuple[DType, str], ...] = ()
     # Filled in at registration: the backend's name, and module:qualname of fn.
     backend: str = ""
     source: str = field(default="", compare=False)

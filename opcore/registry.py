@@ -234,10 +234,12 @@ class Registrar:
         checker: Checker | None = None,
         prepare: Prepare | str | None = None,
         label: str = "",
+        declined: Mapping[DType, str] | Mapping[str, str] | None = None,
     ) -> Kernel:
         """Register ``fn`` as this backend's kernel for ``op``; see Kernel for the fields.
 
-        device_type None: the backend's first device type.
+        device_type None: the backend's first device type. declined: dtypes it never serves, with
+        why (not in ``dtypes``; explain shows the reason).
         """
         try:
             kernel = Kernel(
@@ -250,6 +252,7 @@ class Registrar:
                 checker=checker,
                 prepare=prepare,
                 label=label,
+                declined=tuple(sorted((DType.parse(d), why) for d, why in (declined or {}).items())),
             )
         except (ValueError, ArgumentError) as error:
             raise self._error(f"kernel for {op!r}: {error}") from None
@@ -338,6 +341,18 @@ class Registrar:
                 problems.append(
                     f"{role} is not callable ({type(value).__name__}): give a callable or 'module:qualname'"
                 )
+        declined = kernel.declined
+        if not (
+            isinstance(declined, tuple)
+            and all(
+                isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], DType) and isinstance(pair[1], str)
+                for pair in declined
+            )
+        ):
+            problems.append(f"declined must be a tuple of (DType, reason) pairs (found {declined!r})")
+        elif isinstance(kernel.dtypes, frozenset) and kernel.dtypes & {d for d, _ in declined}:
+            both = ", ".join(sorted(d.value for d, _ in declined if d in kernel.dtypes))
+            problems.append(f"declined names dtypes it also serves ({both})")
         changes: dict[str, Any] = {}
         try:
             if not isinstance(kernel.dtypes, frozenset) or not all(isinstance(d, DType) for d in kernel.dtypes):

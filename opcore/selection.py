@@ -391,8 +391,11 @@ def _others(rt: Runtime, s: Selection, ranked: set[str]) -> None:
             continue
         if report.status is PluginStatus.LOADED:
             mine = [k for k in registry.kernels_of(s.contract.name) if k.backend == name]
+            why = [r for k in mine if k.device_type is s.device.type for d, r in k.declined if d is s.dtype]
             if not mine:
                 reason = f"has no kernel for {s.contract.name}"
+            elif why:
+                reason = why[0]
             else:
                 has = sorted({f"{d.value} on {k.device_type.value}" for k in mine for d in k.dtypes})
                 reason = f"no kernel for {s.dtype.value} on {s.device.type.value} (has {', '.join(has)})"

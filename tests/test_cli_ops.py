@@ -118,6 +118,16 @@ def test_matrix_for_one_dtype() -> None:
     assert "yes/no: a kernel for float64" in result.out
 
 
+def test_matrix_says_no_where_the_backend_declines_every_call() -> None:
+    """numpy has no bfloat16: the graph runtimes' kernels leave it out of their dtypes (test_kernel_dtypes)."""
+    result = run_cli("ops", "--matrix", "--dtype", "bfloat16", "--tag", "activation")
+    names, rows = columns(result.out)
+    for backend in {"onnxruntime", "openvino"} & set(names):
+        assert rows["relu"][backend] == "no"
+    if "cpu" in names:
+        assert rows["relu"]["cpu"] == "yes"
+
+
 def test_json_lists_contracts_and_kernels() -> None:
     result = run_cli("ops", "--json", fixtures=True)
     data = result.json()

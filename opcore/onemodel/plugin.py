@@ -10,7 +10,7 @@ with the plugin: imports no runtime.
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from opcore import distmeta
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from opcore.registry import Registrar
 
 __all__ = [
+    "DtypeChecker",
     "bakes_constants",
     "dtype_checker",
     "kernel_layout",
@@ -66,25 +67,32 @@ def register_kernels(
     package: str,
     checker_for: Callable[[str], Callable[..., bool | str]],
 ) -> dict[str, tuple[str, bool]]:
-    """One numpy kernel per op of ``kernel_layout(package)`` for every dtype its contract accepts,
-    named as ``"package.family:op"`` (imported when first run); ``checker_for(op)`` declines the
-    rest. Returns the layout registered.
+    """One numpy kernel per op of ``kernel_layout(package)`` for every dtype its contract accepts
+    but those its checker declines on every call (``DtypeChecker.declined``, kept with their
+    reasons), named as ``"package.family:op"`` (imported when first run); ``checker_for(op)``
+    declines the rest call by call. Returns the layout registered.
 
     >>> register_kernels(registrar, "opcore_onnxruntime.kernels", checker_for)  # doctest: +SKIP
     """
-    from opcore.opset import BUILTIN_DTYPES
+    from opcore.opset import BUILTIN_CONTRACTS, BUILTIN_DTYPES
 
+    contracts = {c.name: c for c in BUILTIN_CONTRACTS}
     layout = kernel_layout(package)
     targets = kernel_targets(package, layout)
     for op, (_, prepares) in layout.items():
-        target = targets[op]
+        target, checker = targets[op], checker_for(op)
+        declined = checker.declined(contracts[op], BUILTIN_DTYPES[op]) if isinstance(checker, DtypeChecker) else {}
+        served = BUILTIN_DTYPES[op] - declined.keys()
+        if not served:
+            continue  # every dtype of the contract is declined outright: no kernel to offer
         registrar.add_kernel(
             op,
             target,
-            dtypes=BUILTIN_DTYPES[op],
+            dtypes=served,
             array_kind="numpy",
-            checker=checker_for(op),
+            checker=checker,
             prepare=f"{target}.prepare" if prepares else None,
+            declined=declined,
         )
     return layout
 
@@ -165,21 +173,72 @@ def dtype_checker(
     specific: Callable[..., bool | str] | None = None,
     *,
     skip: int | None = None,
-) -> Callable[..., bool | str]:
+    keyed: Callable[[DType], str | None] | None = None,
+) -> DtypeChecker:
     """The checker of ``op``'s kernel: the first tensor (but the one at ``skip``) whose dtype
-    ``dtype_reason`` gives a reason for declines the call with it; then ``specific(*args)`` decides.
+    ``dtype_reason`` gives a reason for declines the call with it; then ``keyed``, the op's own
+    rule for the dtype that picks its kernel (the first tensor but ``skip``); then
+    ``specific(*args)`` decides. Dtypes either rule declines are never offered (``declined``).
 
     >>> check = dtype_checker("relu", lambda d: "no int8" if d is DType.INT8 else None)
     >>> check(TensorMeta((2,), DType.INT8)), check(TensorMeta((2,), DType.FLOAT32)), check.__name__
     ('no int8', True, 'check_relu')
     """
+    return DtypeChecker(op, dtype_reason, specific, skip, keyed)
 
-    def check(*args: Any) -> bool | str:
-        for meta in tensor_metas(args, skip):
-            reason = dtype_reason(meta.dtype)
+
+class DtypeChecker:
+    """A checker that declines by dtype first (``dtype_checker``); it also knows which dtypes it
+    declines for every call (``declined``), which ``register_kernels`` leaves out of the kernel's
+    dtypes so that dispatch and ``opcore ops --matrix`` never offer them.
+    """
+
+    __slots__ = ("__name__", "__qualname__", "dtype_reason", "keyed", "op", "skip", "specific")
+
+    def __init__(
+        self,
+        op: str,
+        dtype_reason: Callable[[DType], str | None],
+        specific: Callable[..., bool | str] | None,
+        skip: int | None,
+        keyed: Callable[[DType], str | None] | None = None,
+    ) -> None:
+        self.op, self.dtype_reason, self.specific, self.skip, self.keyed = op, dtype_reason, specific, skip, keyed
+        self.__name__ = self.__qualname__ = f"check_{op}"
+
+    def __call__(self, *args: Any) -> bool | str:
+        first = None
+        for meta in tensor_metas(args, self.skip):
+            first = first or meta
+            reason = self.dtype_reason(meta.dtype)
             if reason:
                 return reason
-        return specific(*args) if specific is not None else True
+        if self.keyed is not None and first is not None:
+            reason = self.keyed(first.dtype)
+            if reason:
+                return reason
+        return self.specific(*args) if self.specific is not None else True
 
-    check.__name__ = check.__qualname__ = f"check_{op}"
-    return check
+    def declined(self, contract: OpContract, dtypes: Iterable[DType]) -> dict[DType, str]:
+        """Those of ``dtypes`` this checker declines on every call of ``contract``, with why: the
+        dtype that picks the kernel is that of an argument the dtype rule reads (not ``skip``; a
+        creation op has none).
+
+        >>> from opcore.opset.elementwise import RELU
+        >>> dtype_checker("relu", lambda d: "no int8" if d is DType.INT8 else None).declined(RELU, DType)
+        {<DType.INT8: 'int8'>: 'no int8'}
+        """
+        if contract.creates or contract.dtype_position == self.skip:
+            return {}
+        keyed = self.keyed or _no_reason
+        reasons = {dtype: self.dtype_reason(dtype) or keyed(dtype) for dtype in dtypes}
+        return {dtype: reason for dtype, reason in reasons.items() if reason}
+
+    def dtype_reasons(self) -> set[str]:
+        """Every reason this checker gives for a dtype alone (what ``declined`` can leave out)."""
+        keyed = self.keyed or _no_reason
+        return {reason for dtype in DType for reason in (self.dtype_reason(dtype), keyed(dtype)) if reason}
+
+
+def _no_reason(dtype: DType) -> None:
+    return None

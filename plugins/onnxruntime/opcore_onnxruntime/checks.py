@@ -35,10 +35,43 @@ def _gelu_float64(x: TensorMeta, approximate: str) -> bool | str:
     return True
 
 
-def _erf(x: TensorMeta) -> bool | str:
-    if x.dtype is DType.FLOAT64:
+# What an op's kernel declines for the dtype that picks it alone: never offered for these dtypes
+# (dtype_checker's ``keyed`` rule; `opcore ops --matrix` says "no").
+def _erf_dtype(dtype: DType) -> str | None:
+    if dtype is DType.FLOAT64:
         return "ONNX Runtime has no float64 Erf kernel (use float32, or another backend for float64)"
-    return True
+    return None
+
+
+def _conv_dtype(dtype: DType) -> str | None:
+    if dtype not in _CONV_DTYPES:
+        return f"ONNX Runtime's CPU Conv has float32 and float16 kernels only, found {dtype}"
+    return None
+
+
+def _max_pool_dtype(dtype: DType) -> str | None:
+    if dtype is DType.INT64:
+        return "ONNX Runtime's MaxPool has no int64 kernel (and float64 is inexact beyond 2**53)"
+    return None
+
+
+def _avg_pool_dtype(dtype: DType) -> str | None:
+    if dtype is DType.INT64:
+        return "ONNX Runtime's AveragePool has no int64 kernel (torch truncates the integer mean)"
+    return None
+
+
+def _pad_dtype(dtype: DType) -> str | None:
+    return "ONNX Runtime has no int16 Pad kernel" if dtype is DType.INT16 else None
+
+
+_KEYED: dict[str, Callable[[DType], str | None]] = {
+    "erf": _erf_dtype,
+    "conv2d": _conv_dtype,
+    "max_pool2d": _max_pool_dtype,
+    "avg_pool2d": _avg_pool_dtype,
+    "pad": _pad_dtype,
+}
 
 
 def _linear_gelu(x: TensorMeta, w: TensorMeta, b: TensorMeta | None, approximate: str) -> bool | str:
@@ -46,8 +79,6 @@ def _linear_gelu(x: TensorMeta, w: TensorMeta, b: TensorMeta | None, approximate
 
 
 def _conv2d(x: TensorMeta, weight: TensorMeta, *rest: Any) -> bool | str:
-    if x.dtype not in _CONV_DTYPES:
-        return f"ONNX Runtime's CPU Conv has float32 and float16 kernels only, found {x.dtype}"
     if 0 in x.shape:
         return f"ONNX Runtime's Conv fails on empty inputs, found shape {x.shape}"
     return True
@@ -58,12 +89,6 @@ def _sdpa(query: TensorMeta, key: TensorMeta, *rest: Any) -> bool | str:
         # the graph optimizer fuses the key's Transpose and the scale into FusedMatMul, which reads
         # stale memory (or fails) for an empty inner dimension
         return "ONNX Runtime's fused attention MatMul mishandles an empty embedding dimension (E = 0)"
-    return True
-
-
-def _pad(x: TensorMeta, *rest: Any) -> bool | str:
-    if x.dtype is DType.INT16:
-        return "ONNX Runtime has no int16 Pad kernel"
     return True
 
 
@@ -94,15 +119,7 @@ def _like(x: TensorMeta, *rest: Any) -> bool | str:
     return _target(rest[-1])
 
 
-def _max_pool2d(x: TensorMeta, *rest: Any) -> bool | str:
-    if x.dtype is DType.INT64:
-        return "ONNX Runtime's MaxPool has no int64 kernel (and float64 is inexact beyond 2**53)"
-    return True
-
-
 def _avg_pool2d(x: TensorMeta, *rest: Any) -> bool | str:
-    if x.dtype is DType.INT64:
-        return "ONNX Runtime's AveragePool has no int64 kernel (torch truncates the integer mean)"
     if rest[-1] is not None:
         return "ONNX's AveragePool has no divisor_override"
     return True
@@ -122,12 +139,9 @@ _SPECIFIC: dict[str, Checker] = {
     "pow": _pow,
     "cast": _cast,
     "cumsum": _cumsum,
-    "max_pool2d": _max_pool2d,
     "avg_pool2d": _avg_pool2d,
-    "pad": _pad,
     "scaled_dot_product_attention": _sdpa,
     "gelu": _gelu_float64,
-    "erf": _erf,
     "linear_gelu": _linear_gelu,
     "conv2d": _conv2d,
 }
@@ -139,4 +153,4 @@ def _bfloat16(dtype: DType) -> str | None:
 
 def checker_for(op: str) -> Checker:
     """The checker of ``op``'s kernel: bfloat16 is declined for every op, then the op's own rules."""
-    return dtype_checker(op, _bfloat16, _SPECIFIC.get(op))
+    return dtype_checker(op, _bfloat16, _SPECIFIC.get(op), keyed=_KEYED.get(op))

@@ -79,19 +79,32 @@ def _div(x: TensorMeta, other: Any, rounding_mode: str | None) -> bool | str:
     return True
 
 
-def _floating_product(x: TensorMeta, *rest: Any) -> bool | str:
-    if not x.dtype.is_floating:
+# What an op's kernel declines for the dtype that picks it alone: never offered for these dtypes
+# (dtype_checker's ``keyed`` rule; `opcore ops --matrix` says "no").
+def _product_dtype(dtype: DType) -> str | None:
+    if not dtype.is_floating:
         return (
-            f"OpenVINO's CPU plugin computes {x.dtype} matrix products in float32 "
+            f"OpenVINO's CPU plugin computes {dtype} matrix products in float32 "
             "(inexact beyond 2**24, saturating where torch wraps)"
         )
-    return True
+    return None
 
 
-def _conv2d(x: TensorMeta, *rest: Any) -> bool | str:
-    if not x.dtype.is_floating:
-        return f"OpenVINO's CPU plugin computes {x.dtype} convolutions in float32 (inexact beyond 2**24)"
-    return True
+def _conv_dtype(dtype: DType) -> str | None:
+    if not dtype.is_floating:
+        return f"OpenVINO's CPU plugin computes {dtype} convolutions in float32 (inexact beyond 2**24)"
+    return None
+
+
+def _max_pool_dtype(dtype: DType) -> str | None:
+    return "OpenVINO's CPU plugin pools int32 in float32 (inexact beyond 2**24)" if dtype is DType.INT32 else None
+
+
+_KEYED: dict[str, Callable[[DType], str | None]] = {
+    **dict.fromkeys(("linear", "linear_relu", "matmul", "bmm", "addmm"), _product_dtype),
+    "conv2d": _conv_dtype,
+    "max_pool2d": _max_pool_dtype,
+}
 
 
 def _sdpa(query: TensorMeta, key: TensorMeta, value: TensorMeta, *rest: Any) -> bool | str:
@@ -167,8 +180,6 @@ _EMPTY_POOL = "OpenVINO's CPU plugin fails pooling an empty batch"
 def _max_pool2d(x: TensorMeta, *rest: Any) -> bool | str:
     if 0 in x.shape:
         return _EMPTY_POOL
-    if x.dtype is DType.INT32:
-        return "OpenVINO's CPU plugin pools int32 in float32 (inexact beyond 2**24)"
     return True
 
 
@@ -228,12 +239,6 @@ _SPECIFIC: dict[str, Checker] = {
     "mul": _mul,
     "div": _div,
     **dict.fromkeys(("eq", "ne", "lt", "le", "gt", "ge"), _mul),
-    "linear": _floating_product,
-    "linear_relu": _floating_product,
-    "matmul": _floating_product,
-    "bmm": _floating_product,
-    "addmm": _floating_product,
-    "conv2d": _conv2d,
 }
 # embedding's, gather's and index's indices (arguments 0, 2 and 1) may be int64: they are below a dim's size
 _SKIP = {"embedding": 0, "gather": 2, "index": 1}
@@ -241,4 +246,4 @@ _SKIP = {"embedding": 0, "gather": 2, "index": 1}
 
 def checker_for(op: str) -> Checker:
     """The checker of ``op``'s kernel: bfloat16, float64 and int64 tensors are declined, then the op's rules."""
-    return dtype_checker(op, _dtype_reason, _SPECIFIC.get(op), skip=_SKIP.get(op))
+    return dtype_checker(op, _dtype_reason, _SPECIFIC.get(op), skip=_SKIP.get(op), keyed=_KEYED.get(op))
