@@ -391,7 +391,9 @@ def _others(rt: Runtime, s: Selection, ranked: set[str]) -> None:
             continue
         if report.status is PluginStatus.LOADED:
             mine = [k for k in registry.kernels_of(s.contract.name) if k.backend == name]
+            # a dtype the kernel declines outright (Kernel.declined): a decline with its reason, as its checker gave
             why = [r for k in mine if k.device_type is s.device.type for d, r in k.declined if d is s.dtype]
+            status = CandidateStatus.DECLINED if why else CandidateStatus.NO_KERNEL
             if not mine:
                 reason = f"has no kernel for {s.contract.name}"
             elif why:
@@ -399,7 +401,7 @@ def _others(rt: Runtime, s: Selection, ranked: set[str]) -> None:
             else:
                 has = sorted({f"{d.value} on {k.device_type.value}" for k in mine for d in k.dtypes})
                 reason = f"no kernel for {s.dtype.value} on {s.device.type.value} (has {', '.join(has)})"
-            s.candidates.append(Candidate(name, CandidateStatus.NO_KERNEL, reason))
+            s.candidates.append(Candidate(name, status, reason))
         else:
             reason = report.reason.split(". Fix:")[0]  # the fix is in `opcore doctor`
             s.candidates.append(Candidate(name, CandidateStatus(report.status.value), reason))
