@@ -10,6 +10,9 @@ at all: the contract's decomposition. Still nothing: NoKernelError with every ca
 The cached path costs one key (op, policy, and per argument: dtype, shape and strides, or
 type and value) and one dict lookup before the kernel runs; the meta check and the checkers
 are skipped there because they passed for exactly that signature (layout included) before.
+A torch call of run()'s inline shapes first tries the signature last cached for its op and first
+tensor's shape, confirmed by torch's C++ tensor guard (opcore._guards): ~2x cheaper than the
+Python key, which serves every call the guard does not confirm.
 The first call of a signature checks the kernel's result against the contract's output metas
 (opcore.results); strict mode and ``OPCORE_CHECK=1`` check every call.
 """
@@ -59,6 +62,11 @@ _RECOVER: dict[tuple[Any, ...] | None, Callable[[tuple[Any, ...], Exception], An
 # ones are not there); run() turns linear(x, w, b=b) into linear(x, w, b) with it, so a keyword call
 # has the positional call's key and entry
 _POSITIONS: dict[str, dict[str, int]] = {}
+# torch calls of run()'s inline shapes, by (op, policy, backend, first tensor's shape): the last
+# signature cached there, confirmed by torch's C++ tensor guard (opcore._guards) instead of the
+# Python key: (number of arguments, the trailing plain value's type or _ALL_TENSORS, that value,
+# the guard's check, the entry, the inline key for its recovery)
+_GUARDED: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 _lock = threading.RLock()
 
 
@@ -70,6 +78,7 @@ def clear_caches() -> None:
         _RECOVER.clear()
         _BOUND.clear()
         _POSITIONS.clear()
+        _GUARDED.clear()
 
 
 on_change(clear_caches)
@@ -127,6 +136,22 @@ def run(op: str, /, *args: Any, backend: str | None = None, **kwargs: Any) -> An
                 if moved is not None:
                     args, kwargs = moved, {}
     n = len(args)
+    if n and not kwargs and (t := type(args[0])) is _Tensor:  # the guarded torch signature, if it is this one
+        slot = _GUARDED.get((op, _policy(), backend, args[0].shape))
+        if slot is not None and slot[0] == n:
+            last = args[-1]
+            if slot[1] is _ALL_TENSORS:
+                hit = type(last) is _Tensor and (n < 3 or type(args[1]) is _Tensor) and slot[3](*args)
+            else:
+                hit = (
+                    type(last) is slot[1] and last == slot[2] and (n < 3 or type(args[1]) is _Tensor)
+                    and slot[3](*args[:-1])
+                )  # fmt: skip
+            if hit:
+                try:
+                    return slot[4](*args)
+                except Exception as error:
+                    return _recover_cached(slot[5], op, args, kwargs, backend, error)
     key: tuple[Any, ...] | None = None
     try:
         if n == 1:
@@ -330,10 +355,10 @@ def _bound_key(values: tuple[Any, ...]) -> list[Any]:
 def _run_slow(op: str, args: tuple[Any, ...], kwargs: dict[str, Any], backend: str | None) -> Any:
     rt = runtime().ensure_loaded()
     contract = rt.registry.contract(op)
+    positions = _POSITIONS.get(op)
+    if positions is None:  # also for positional calls: a later keyword call then finds it in run()
+        positions = _POSITIONS[op] = _positions_of(contract)
     if kwargs:
-        positions = _POSITIONS.get(op)
-        if positions is None:
-            positions = _POSITIONS[op] = _positions_of(contract)
         moved = _as_positional(args, kwargs, positions)
         if moved is not None:  # cached under the positional call's key (run() moves them the same way)
             args, kwargs = moved, {}
@@ -416,12 +441,45 @@ def _remember(
             _POSITIONAL.clear()
             _INLINE.clear()
             _RECOVER.clear()
+            _GUARDED.clear()
         if key is not None:
             _RECOVER[key] = recover
             _POSITIONAL[key] = entry
         if inline is not None:
             _RECOVER[inline] = recover
             _INLINE[inline] = entry
+    if inline is not None and not kwargs and type(args[0]) is _Tensor:
+        _guard(op, policy, backend, args, entry, inline)
+
+
+class _AllTensors:
+    """Marks a _GUARDED slot whose arguments are all tensors (no trailing plain value)."""
+
+
+_ALL_TENSORS = _AllTensors
+
+
+def _guard(
+    op: str,
+    policy: ContextPolicy | None,
+    backend: str | None,
+    args: tuple[Any, ...],
+    entry: Callable[..., Any],
+    inline: tuple[Any, ...],
+) -> None:
+    """Put a newly cached torch signature of an inline shape in its _GUARDED slot (see there)."""
+    from opcore._guards import tensor_guard
+
+    last = args[-1]
+    tensors = args if type(last) is _Tensor else args[:-1]
+    check = tensor_guard(tensors)
+    if check is None:
+        return
+    plain = _ALL_TENSORS if tensors is args else type(last)
+    with _lock:  # bounded with _INLINE, which is cleared with it
+        _GUARDED[(op, policy, backend, args[0].shape)] = (
+            len(args), plain, None if plain is _ALL_TENSORS else last, check, entry, inline
+        )  # fmt: skip
 
 
 def _remember_keywords(

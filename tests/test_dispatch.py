@@ -14,6 +14,7 @@ import opcore
 from opcore import BackendSpec, DeviceType
 from opcore.dispatch import (
     _BOUND,
+    _GUARDED,
     _INLINE,
     _KEYWORD,
     _POSITIONAL,
@@ -21,6 +22,7 @@ from opcore.dispatch import (
     _inline_key,
     _keyword_key,
     _positional_key,
+    clear_caches,
 )
 
 torch = pytest.importorskip("torch", reason="array-kind conversions are tested with real torch tensors")
@@ -391,6 +393,7 @@ def test_run_finds_its_inline_key_in_the_cache(op, args, kwargs) -> None:
     first = opcore.run(op, *args, **kwargs)
     key = _inline_key(op, None, None, args, kwargs)
     assert key is not None and key in _INLINE  # what the slow path stored is what run() looks up
+    _GUARDED.clear()  # the Python key's path (the guarded slot before it: test_guarded_torch_signatures)
     _INLINE[key] = lambda *raw: "from the cache"
     assert opcore.run(op, *args, **kwargs) == "from the cache"
     assert first is not None
@@ -430,8 +433,78 @@ def test_keyword_calls_share_the_positional_calls_key_and_entry(op, args, kwargs
         cache = _POSITIONAL
     assert key in cache and not _KEYWORD  # stored under the positional call's key, no keyword entry
     torch.testing.assert_close(opcore.run(op, *positional), first)
+    _GUARDED.clear()  # the Python key's path
     cache[key] = lambda *raw: ("from the cache", raw)
     assert opcore.run(op, *args, **kwargs) == ("from the cache", positional)
+
+
+_Marked = type("_Marked", (torch.Tensor,), {})  # a subclass: never served by a plain tensor's guarded entry
+
+
+def test_guarded_torch_signatures_serve_exactly_their_signature() -> None:
+    calls: list = []
+    opcore.register_plugin(make_plugin("torchy", counting_kernels(calls), priority=500))
+    x, w, b = torch.ones(2, 3), torch.ones(4, 3), torch.zeros(4)
+    opcore.run("linear", x, w, b)
+    opcore.run("softmax", x, -1)
+    slots = {key[0]: slot for key, slot in _GUARDED.items()}
+    if not slots:
+        pytest.skip(f"torch {torch.__version__} has no torch._C._dynamo.guards.TensorGuards")
+    assert set(slots) == {"linear", "softmax"}
+    _GUARDED[("linear", None, None, x.shape)] = (*slots["linear"][:4], lambda *raw: "guarded", slots["linear"][5])
+    _GUARDED[("softmax", None, None, x.shape)] = (*slots["softmax"][:4], lambda *raw: "guarded", slots["softmax"][5])
+    assert opcore.run("linear", torch.zeros(2, 3), torch.ones(4, 3), torch.ones(4)) == "guarded"  # other data
+    assert opcore.run("linear", x, w, b=b) == "guarded"
+    assert opcore.run("softmax", x, -1) == "guarded"
+    others = [
+        (x, w, b.double()),  # another dtype
+        (x, w.t().contiguous().t(), b),  # other strides (a column-major w)
+        (x, w, torch.ones(8)[::2]),  # other strides, same shape
+        (x, w, b.to("meta")),  # another device
+        (x, w, torch.ones(4).requires_grad_()),  # autograd (not in the Python key: a miss costs nothing)
+        (x, w, torch.ones(1).expand(4)),  # an expanded bias, strides (0,)
+        (x, w, torch.ones(4).as_subclass(_Marked)),  # a subclass
+        (x.as_subclass(_Marked), w, b),
+        (x, w, torch.ones(5)),  # another shape
+        (x, w),  # fewer arguments
+        (x, w, None),
+    ]
+    for args in others:
+        try:
+            result = opcore.run("linear", *args)
+        except opcore.OpcoreError:
+            continue  # the meta device with cpu tensors: refused, as by the Python key
+        assert not isinstance(result, str), args
+    for dim in (0, 1):  # another plain value
+        torch.testing.assert_close(opcore.run("softmax", x, dim), torch.softmax(x, dim))
+    sparse = torch.eye(3).to_sparse()
+    opcore.run("relu", torch.ones(1).expand(3, 3))  # same strides (0, 0) and shape as the sparse tensor
+    for key, slot in list(_GUARDED.items()):
+        if key[0] == "relu":
+            _GUARDED[key] = (*slot[:4], lambda *raw: "guarded", slot[5])
+    try:  # the layout tells them apart: the sparse tensor is not served the dense tensor's entry
+        assert opcore.run("relu", sparse) != "guarded"
+    except opcore.OpcoreError:
+        pass  # no kernel takes a sparse tensor: refused, as by the Python key
+
+
+def test_guards_keep_no_tensor_alive_and_the_python_key_serves_without_them(monkeypatch) -> None:
+    import weakref
+
+    from opcore import _guards
+
+    x = torch.ones(2, 3)
+    ref = weakref.ref(x)
+    opcore.run("relu", x)
+    del x
+    assert ref() is None
+    clear_caches()
+    monkeypatch.setattr(_guards, "_TensorGuards", False)  # a torch without the guard
+    x = torch.ones(2, 3)
+    for _ in range(3):
+        torch.testing.assert_close(opcore.run("softmax", x, -1), torch.softmax(x, -1))
+    assert not _GUARDED
+    assert _inline_key("softmax", None, None, (x, -1), {}) in _INLINE
 
 
 def test_keywords_that_are_not_the_next_positions_take_the_general_path() -> None:
