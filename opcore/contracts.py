@@ -99,7 +99,7 @@ def define_op(
     names its dtype attribute as ``dtype_arg``; its meta function returns the output with the
     dtype and device those attributes ask for (``DType.parse``, ``Device.parse``; None: the op's
     default), and that dtype and device pick the kernel. Its result comes back as a numpy array
-    on the CPU, as a torch tensor on any other device.
+    on the CPU (a torch tensor for bfloat16), as a torch tensor on any other device.
     """
     parsed = parse_schema(schema)
     if dtype_arg is not None and dtype_arg not in parsed.names:

@@ -282,8 +282,12 @@ def select(
     strict = policy.strict if policy is not None and policy.strict is not None else rt.settings.strict
     # a creation op's result: numpy on the CPU, torch elsewhere
     caller_kind = kinds[0] if kinds else ArrayKind.NUMPY if device.type is DeviceType.CPU else ArrayKind.TORCH
-    if caller_kind is ArrayKind.NUMPY and ArrayKind.TORCH in kinds and any(o.dtype is DType.BFLOAT16 for o in outputs):
-        caller_kind = ArrayKind.TORCH  # numpy cannot hold a bfloat16 result: give it back as torch
+    if (
+        caller_kind is ArrayKind.NUMPY
+        and (ArrayKind.TORCH in kinds or not kinds)
+        and any(o.dtype is DType.BFLOAT16 for o in outputs)
+    ):  # numpy cannot hold a bfloat16 result: give it back as torch (a creation op's too)
+        caller_kind = ArrayKind.TORCH
     selection = Selection(
         contract, meta_args, outputs, transfer or device, dtype, caller_kind, frozenset(kinds), order, order_source,
         strict, pin, transfer=transfer,

@@ -157,5 +157,13 @@ def test_bad_input_is_one_line(args: list[str], fragments: list[str]) -> None:
 
 
 def test_missing_arguments_are_a_usage_error() -> None:
+    # --shapes may be left out (a creation op takes none), so relu's missing shape is the op's error
     result = run_cli("explain", "relu")
-    assert_one_line_error(result, "opcore explain: error: the following arguments are required: --shapes")
+    assert_one_line_error(result, "relu(): argument '--shapes' expected a shape for each of x")
+
+
+def test_a_creation_op_takes_its_size_from_shapes_and_its_dtype_from_dtype() -> None:
+    result = run_cli("explain", "zeros", "--shapes", "2x3", "--dtype", "int8")
+    assert result.status == 0, result.err
+    assert result.out.splitlines()[0] == "zeros(size: (2, 3), dtype: 'int8', device: 'cpu')"
+    assert "-> runs on " in result.out

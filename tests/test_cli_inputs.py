@@ -87,3 +87,30 @@ def test_torch_tensors() -> None:
     assert isinstance(kwargs["x"], torch.Tensor) and kwargs["x"].dtype == torch.bfloat16
     forced = with_array_options(plan_call(CONTRACTS["relu"], "3", "float32", []), use_torch=True, device="cpu")
     assert build_inputs(forced)["x"].dtype == torch.float32
+
+
+def test_creation_ops_take_size_dtype_and_device_as_attributes() -> None:
+    zeros = plan_call(CONTRACTS["zeros"], "2x3", "int8", [])
+    assert zeros.tensors == () and dict(zeros.attrs) == {"size": (2, 3), "dtype": "int8"}
+    assert build_inputs(zeros) == {"size": (2, 3), "dtype": "int8"}
+    # no --dtype: the op's own default (full infers it from fill_value, as torch)
+    full = plan_call(CONTRACTS["full"], "scalar", None, ["fill_value=7"])
+    assert dict(full.attrs) == {"fill_value": 7, "size": ()}
+    arange = plan_call(CONTRACTS["arange"], "", None, ["start=0", "end=10", "step=3"])
+    assert dict(arange.attrs) == {"start": 0, "end": 10, "step": 3}
+    on_cuda = with_array_options(zeros, use_torch=False, device="cuda")
+    assert dict(on_cuda.attrs)["device"] == "cuda"
+
+
+@pytest.mark.parametrize(
+    ("op", "shapes", "attrs", "message"),
+    [
+        ("arange", "4", ["start=4"], "expected no shapes (arange takes no tensor"),
+        ("zeros", "2,3", [], "expected one shape, its size"),
+        ("zeros", "2", ["size=[3]"], "or size from --attr, not both"),
+    ],
+)
+def test_creation_op_errors_name_the_option(op: str, shapes: str, attrs: list[str], message: str) -> None:
+    with pytest.raises(ArgumentError) as caught:
+        plan_call(CONTRACTS[op], shapes, None, attrs)
+    assert message in str(caught.value) and "argument '--shapes'" in str(caught.value)

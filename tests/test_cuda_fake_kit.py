@@ -86,11 +86,15 @@ def test_kit_samples_on_fake_cuda(op_entry):
         assert op_entry.op not in BUILTIN, f"built-in op {op_entry.op} has no cuda kernel"
         pytest.skip(f"{op_entry.op} is not covered by the cuda backend (a plugin's own op)")
     assert all(k.device_type is DeviceType.CUDA for k in cuda_kernels)
+    schema = registry.contract(op_entry.op).schema
+    creates_on_device = not schema.tensor_positions and "device" in schema.names
     mode = FakeTensorMode()
     ran = declined = data_dependent = copy_limited = 0
     for sample in samples_of(op_entry):
         args = tuple(fake(a, mode) for a in sample.args)
         kwargs = {name: fake(v, mode) for name, v in sample.kwargs.items()}
+        if creates_on_device:  # no tensor to carry the device: the attribute does, as the kit sets it
+            kwargs.setdefault("device", "cuda")
         where = f"{op_entry.op}[{sample.id}]"
         explanation = opcore.explain(op_entry.op, *args, backend="cuda", **kwargs)
         if explanation.chosen is None or explanation.chosen == "decomposition":

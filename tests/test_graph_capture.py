@@ -178,8 +178,9 @@ def test_factories_fold_into_constants_or_follow_dynamic_sizes():
     assert close(static(x), Positions()(x))
     batch = torch.export.Dim("batch", min=1, max=8)
     dynamic = opcore.graph.capture(Positions(), (x,), dynamic_shapes=({0: batch},), partitions=False)
-    zeros = [d for d in dynamic.decisions if d.op == "aten.zeros.default"]
-    assert zeros and zeros[0].backend == "python"
+    # a size known only at run time: the zeros contract (its mapping row), run by a backend
+    zeros = [d for d in dynamic.decisions if d.op == "zeros"]
+    assert zeros and zeros[0].backend not in ("", "python"), dynamic.decisions
     x3 = torch.randn(3, 5)
     assert close(dynamic(x3), Positions()(x3))
 

@@ -99,12 +99,23 @@ SAMPLES: dict[str, Callable[[Factory], tuple[Any, ...]]] = {
     "zeros_like": lambda t: (t((2, 3)), None),
     "ones_like": lambda t: (t(()), "int32"),
     "full_like": lambda t: (t((0, 3)), 1, None),
+    # creation ops without a tensor: the dtype under test is their dtype attribute
+    "zeros": lambda t: ((2, 3), _dtype_name(t), "cpu"),
+    "ones": lambda t: ((0,), _dtype_name(t), "cpu"),
+    "full": lambda t: ((), 1, _dtype_name(t), "cpu"),
+    "arange": lambda t: (1, 7, 2, _dtype_name(t), "cpu"),
     "max_pool2d": lambda t: (t((1, 2, 5, 5)), (3, 3), (2, 2), (1, 1), (1, 1), True),
     "avg_pool2d": lambda t: (t((1, 2, 5, 5)), (3, 3), None, (1, 1), False, False, None),
     "adaptive_avg_pool2d": lambda t: (t((2, 5, 5)), (2, 3)),
     "group_norm": lambda t: (t((2, 4, 3)), 2, t((4,)), t((4,)), 1e-5),
     "batch_norm": lambda t: (t((2, 3, 4)), t((3,)), t((3,)), t((3,)), None, False, 0.1, 1e-5),
 }  # fmt: skip
+
+
+def _dtype_name(t: Factory) -> str:
+    """The dtype under test, as a creation op's dtype attribute takes it."""
+    made = t(())
+    return (made.dtype if isinstance(made, TensorMeta) else TensorMeta.of(made).dtype).value
 
 
 def _meta_factory(dtype: DType) -> Factory:

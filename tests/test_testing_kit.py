@@ -63,6 +63,9 @@ def _dispatch_dtypes(op):
             tuple(map(_meta, sample.args)), {k: _meta(v) for k, v in sample.kwargs.items()}, metas=True
         )
         value = bound[contract.dtype_position]
+        if contract.creates:  # the dtype attribute, or the op's default (the output's dtype)
+            found.add(contract.meta(*bound).dtype if value is None else DType.parse(value))
+            continue
         found.add((value[0] if isinstance(value, tuple) else value).dtype)
     return found
 
@@ -94,7 +97,18 @@ NO_SCALAR = {"bmm", "conv2d", "scaled_dot_product_attention", "cat", "layer_norm
 NO_1D = {"bmm", "scaled_dot_product_attention", *POOLING}
 
 
-@pytest.mark.parametrize("op", BUILTIN_OPS)
+CREATES = {c.name for c in BUILTIN_CONTRACTS if c.creates}
+
+
+@pytest.mark.parametrize("op", sorted(CREATES))
+def test_creation_samples_cover_scalar_empty_and_1d_results(op):
+    shapes = [_infer(op, sample).shape for sample in samples_of(entry(op))]
+    assert any(0 in shape for shape in shapes), "an empty result"
+    assert op == "arange" or any(len(shape) == 0 for shape in shapes), "a 0-d result (arange's are 1-D)"
+    assert any(len(shape) == 1 for shape in shapes), "a 1-D result"
+
+
+@pytest.mark.parametrize("op", sorted(set(BUILTIN_OPS) - CREATES))
 def test_samples_cover_scalars_empty_dims_1d_and_non_contiguous_inputs(op):
     tensors = [t for sample in samples_of(entry(op)) for t in sample.tensors()]
     assert any(0 in t.shape for t in tensors), "an empty dimension"
@@ -135,7 +149,10 @@ def test_attention_samples_have_masks_the_causal_flag_and_gqa():
     }
 
 
-@pytest.mark.parametrize("op", [op for op in BUILTIN_OPS if op not in ("transpose", "permute", "reshape", "cat")])
+# creation ops take no tensor: their values come from attributes (full's 1e300, arange's 2**40)
+@pytest.mark.parametrize(
+    "op", [op for op in BUILTIN_OPS if op not in ("transpose", "permute", "reshape", "cat", *CREATES)]
+)
 def test_floating_samples_include_large_magnitudes(op):
     largest = max(
         float(numpy.nanmax(numpy.abs(t.values()), initial=0.0))

@@ -9,6 +9,11 @@ arguments in schema order (``linear(x, w, b?)``: x then w; b stays None). Per sh
 Other arguments come from repeatable ``--attr name=value`` (a Python literal, else a string);
 a tensor argument given as ``--attr other=2.0`` is a scalar and takes no shape.
 
+A creation op (no tensor argument: zeros, full, arange) takes its ``size`` from the one shape given
+(``zeros --shapes 2x3``), its dtype attribute from ``--dtype`` when given (else the op's default, as
+torch's), and its ``device`` attribute from ``--device``; its other arguments from ``--attr``
+(``arange --attr start=0 --attr end=10``).
+
 Arrays are numpy, filled from a seeded generator; torch tensors for bfloat16 (numpy has none),
 with ``--torch``, or on ``--device cuda``.
 
@@ -70,12 +75,17 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("op", help="the op's name, as `opcore ops` lists it (e.g. linear)")
     parser.add_argument(
         "--shapes",
-        required=True,
+        default="",
         metavar="SHAPES",
         help="one shape per tensor argument, in schema order, comma-separated: 32x4096,4096x4096; "
-        "'-' skips an optional tensor, '+' joins a list (2x3+2x5), ':DTYPE' sets one tensor's dtype (4x8:int64)",
+        "'-' skips an optional tensor, '+' joins a list (2x3+2x5), ':DTYPE' sets one tensor's dtype (4x8:int64); "
+        "a creation op's size (zeros --shapes 2x3)",
     )
-    parser.add_argument("--dtype", default="float32", help="dtype of every tensor without its own (default float32)")
+    parser.add_argument(
+        "--dtype",
+        default=None,
+        help="dtype of every tensor without its own (default float32); a creation op's dtype (default: the op's)",
+    )
     parser.add_argument(
         "--attr",
         action="append",
@@ -137,16 +147,19 @@ def _parse_one(op: str, token: str, dtype: DType) -> TensorSpec:
     return TensorSpec(shape, tensor_dtype)
 
 
-def plan_call(contract: OpContract, shapes: str, dtype: str, attr_texts: Sequence[str]) -> CallSpec:
-    """Match shapes to the contract's tensor arguments; check what the command line alone can show."""
+def plan_call(contract: OpContract, shapes: str, dtype: str | None, attr_texts: Sequence[str]) -> CallSpec:
+    """Match shapes to the contract's tensor arguments; check what the command line alone can show.
+    dtype None: float32 tensors, and a creation op's own default dtype."""
     op = contract.name
-    default_dtype = _dtype(op, dtype, "--dtype")
+    default_dtype = _dtype(op, dtype or "float32", "--dtype")
     attrs: dict[str, Any] = {}
     for text in attr_texts:
         name, value = parse_attr(text)
         if name in attrs:
             raise ArgumentError(op=op, arg="--attr", expected="each name once", found=f"{name} given twice")
         attrs[name] = value
+    if contract.creates:
+        return _plan_creation(contract, shapes, dtype, attrs)
     arguments = [
         a
         for i, a in enumerate(contract.schema.arguments)
@@ -185,11 +198,43 @@ def plan_call(contract: OpContract, shapes: str, dtype: str, attr_texts: Sequenc
     return CallSpec(op, tuple(tensors), tuple(attrs.items()), False, Device(DeviceType.CPU))
 
 
+def _plan_creation(contract: OpContract, shapes: str, dtype: str | None, attrs: dict[str, Any]) -> CallSpec:
+    """A creation op: the one shape is its ``size``, --dtype its dtype attribute (when given)."""
+    op = contract.name
+    token = shapes.strip()
+    if token:
+        if "size" not in contract.schema.names or "size" in attrs or "," in token or "+" in token:
+            raise ArgumentError(
+                op=op,
+                arg="--shapes",
+                expected=f"no shapes ({op} takes no tensor; its arguments come from --attr)"
+                if "size" not in contract.schema.names
+                else "one shape, its size (zeros --shapes 2x3), or size from --attr, not both",
+                found=repr(shapes),
+                fix=f"the schema is {contract.schema}",
+            )
+        attrs["size"] = _parse_one(op, token, DType.FLOAT32).shape
+    if dtype is not None and contract.dtype_arg is not None and contract.dtype_arg not in attrs:
+        attrs[contract.dtype_arg] = _dtype(op, dtype, "--dtype").value
+    return CallSpec(op, (), tuple(attrs.items()), False, Device(DeviceType.CPU))
+
+
 def with_array_options(call: CallSpec, use_torch: bool, device: str) -> CallSpec:
-    """Torch tensors when asked, for bfloat16, or off the CPU."""
+    """Torch tensors when asked, for bfloat16, or off the CPU; a creation op's device attribute
+    from ``device`` (unless --attr gave it)."""
     parsed = Device.parse(device)
     needs_torch = use_torch or parsed.type is not DeviceType.CPU or any(s.dtype is DType.BFLOAT16 for s in _specs(call))
-    return CallSpec(call.op, call.tensors, call.attrs, needs_torch, parsed)
+    attrs = call.attrs
+    if not call.tensors and device != "cpu" and "device" not in dict(attrs) and _takes_device(call.op):
+        attrs = (*attrs, ("device", str(parsed)))
+    return CallSpec(call.op, call.tensors, attrs, needs_torch, parsed)
+
+
+def _takes_device(op: str) -> bool:
+    from opcore.runtime import runtime
+
+    contract = runtime().ensure_loaded().registry.contract(op)
+    return contract.creates and "device" in contract.schema.names
 
 
 def _specs(call: CallSpec) -> list[TensorSpec]:

@@ -172,7 +172,7 @@ def _lower_call(
                 op=_CAPTURE,
             )
         if not any("Tensor" in str(argument.type) for argument in target._schema.arguments):
-            return _factory_node(fx_node, target, qualified, env, values, concrete, nodes, device)
+            return _factory_node(rt, fx_node, target, qualified, env, values, concrete, nodes, notes, device)
         _op_node(rt, fx_node, target, qualified, env, values, concrete, nodes, notes)
         return None
     scalar = _PYTHON_SCALAR_OPS.get(target) or str(getattr(target, "__name__", ""))
@@ -187,6 +187,7 @@ def _lower_call(
 
 
 def _factory_node(
+    rt: Any,
     fx_node: Any,
     target: Any,
     qualified: str,
@@ -194,10 +195,12 @@ def _factory_node(
     values: dict[str, ValueInfo],
     concrete: dict[str, Any],
     nodes: list[Node],
+    notes: dict[str, str],
     device: Device,
 ) -> Any:
     """arange, zeros, full...: no tensor input. Static sizes fold into a constant (returned); sizes
-    computed at run time make a Python step from the closed FACTORIES table."""
+    computed at run time make the creation op the mapping names (on the plan's device), else a
+    Python step from the closed FACTORIES table."""
     name = fx_node.name
     aten_args = _aten_arguments(
         target, [_raw(a, env) for a in fx_node.args], {k: _raw(v, env) for k, v in fx_node.kwargs.items()}
@@ -212,6 +215,10 @@ def _factory_node(
         concrete[name] = meta
         env[name] = ValueRef(name)
         return value
+    lowered = _mapped(rt, fx_node, qualified, aten_args, concrete, notes)  # zeros, arange, ...: a creation op
+    if lowered is not None:
+        _add_node(fx_node, qualified, lowered, env, values, concrete, nodes)
+        return None
     if qualified not in FACTORIES:
         raise CaptureError(
             f"node {name!r} ({qualified}) makes a tensor from sizes known only at run time; opcore runs only "
@@ -273,32 +280,59 @@ def _op_node(
     aten_args = _aten_arguments(
         target, [_raw(a, env) for a in fx_node.args], {k: _raw(v, env) for k, v in fx_node.kwargs.items()}
     )
-    lowered = None
-    rule = RULES.get(qualified)
-    if rule is not None:
-        if rule.op not in rt.registry.contracts:
-            notes[name] = f"{rule.op!r} is not a registered op in this process"
-        else:
-            mapped = map_arguments(rule, aten_args)
-            if isinstance(mapped, str):
-                notes[name] = mapped
-            else:
-                try:
-                    lowered = _bind(rt.registry.contract(rule.op), mapped, concrete)
-                    _agree(lowered[2], fx_node, rule.op)
-                except OpcoreError as error:
-                    notes[name] = f"{rule.op} refused the arguments: {error}"
-                    lowered = None
-                if lowered is not None and _uses_more_outputs(fx_node, len(lowered[2])):
-                    # an ATen op with extra outputs (batch norm's saved statistics, max pooling's
-                    # indices) maps to a contract only where those go unused
-                    notes[name] = f"{rule.op} gives the first of {qualified}'s outputs only, and the others are used"
-                    lowered = None
+    lowered = _mapped(rt, fx_node, qualified, aten_args, concrete, notes)
     if lowered is None:
         try:
             lowered = _bind(rt.registry.contract(qualified), aten_args, concrete)
         except OpcoreError as error:
             raise CaptureError(f"node {name!r} ({qualified}): {error}", op=_CAPTURE) from error
+    _add_node(fx_node, qualified, lowered, env, values, concrete, nodes)
+
+
+def _mapped(
+    rt: Any,
+    fx_node: Any,
+    qualified: str,
+    aten_args: dict[str, Any],
+    concrete: dict[str, Any],
+    notes: dict[str, str],
+) -> tuple[str, tuple[Any, ...], tuple[TensorMeta, ...]] | None:
+    """The node as the opcore op its mapping row names, or None (with the reason in ``notes``)."""
+    name = fx_node.name
+    rule = RULES.get(qualified)
+    if rule is None:
+        return None
+    if rule.op not in rt.registry.contracts:
+        notes[name] = f"{rule.op!r} is not a registered op in this process"
+        return None
+    mapped = map_arguments(rule, aten_args, lambda tensor: substitute(tensor, concrete.__getitem__))
+    if isinstance(mapped, str):
+        notes[name] = mapped
+        return None
+    try:
+        lowered = _bind(rt.registry.contract(rule.op), mapped, concrete)
+        _agree(lowered[2], fx_node, rule.op)
+    except OpcoreError as error:
+        notes[name] = f"{rule.op} refused the arguments: {error}"
+        return None
+    if _uses_more_outputs(fx_node, len(lowered[2])):
+        # an ATen op with extra outputs (batch norm's saved statistics, max pooling's
+        # indices) maps to a contract only where those go unused
+        notes[name] = f"{rule.op} gives the first of {qualified}'s outputs only, and the others are used"
+        return None
+    return lowered
+
+
+def _add_node(
+    fx_node: Any,
+    qualified: str,
+    lowered: tuple[str, tuple[Any, ...], tuple[TensorMeta, ...]],
+    env: dict[str, Any],
+    values: dict[str, ValueInfo],
+    concrete: dict[str, Any],
+    nodes: list[Node],
+) -> None:
+    name = fx_node.name
     op, args, out_metas = lowered
     val = fx_node.meta.get("val")
     if len(out_metas) == 1:

@@ -16,9 +16,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from opcore.types import DType
+from opcore.types import DType, TensorMeta
 
-__all__ = ["RULES", "Convert", "Fixed", "Rule", "map_arguments"]
+__all__ = ["RULES", "Convert", "Fixed", "Like", "Rule", "map_arguments"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +37,17 @@ class Convert:
 
 
 @dataclass(frozen=True, slots=True)
+class Like:
+    """The ATen argument ``name`` (a torch.dtype or torch.device) as opcore's attribute names it;
+    where it is None, the ``attribute`` ("dtype" or "device") of the tensor argument ``tensor``
+    (``x.new_zeros(size)``: x's dtype and device)."""
+
+    name: str
+    tensor: str
+    attribute: str
+
+
+@dataclass(frozen=True, slots=True)
 class Rule:
     """ATen overload -> opcore op. ``args``: opcore argument name -> its source (an ATen argument
     name, Fixed or Convert); opcore arguments not named take their defaults. ``when`` None: every
@@ -44,12 +55,12 @@ class Rule:
     """
 
     op: str
-    args: Mapping[str, str | Fixed | Convert]
+    args: Mapping[str, str | Fixed | Convert | Like]
     when: Callable[[Mapping[str, Any]], str | None] | None = None
 
 
 def _rule(
-    op: str, when: Callable[[Mapping[str, Any]], str | None] | None = None, **args: str | Fixed | Convert
+    op: str, when: Callable[[Mapping[str, Any]], str | None] | None = None, **args: str | Fixed | Convert | Like
 ) -> Rule:
     return Rule(op, args, when)
 
@@ -77,6 +88,31 @@ def _int_padding(args: Mapping[str, Any]) -> str | None:
 def _valid_padding(args: Mapping[str, Any]) -> str | None:
     padding = args.get("padding")
     return None if padding == "valid" else f"padding={padding!r} (the conv2d contract takes 'valid' as 0 only)"
+
+
+def _device_name(value: Any) -> str:
+    """A torch.device (or None: the CPU, torch's default) as the device name opcore's attributes take."""
+    return "cpu" if value is None else str(value)
+
+
+def _plain_creation(args: Mapping[str, Any]) -> str | None:
+    """zeros/ones/full/arange map where they make what opcore's creation ops make: strided, unpinned."""
+    if str(args.get("layout") or "torch.strided") != "torch.strided":
+        return "it creates another layout"
+    return "it pins the memory (pin_memory=True)" if args.get("pin_memory") else None
+
+
+def _creation(op: str, **args: str | Fixed | Convert) -> Rule:
+    return _rule(
+        op, _plain_creation, **args, dtype=Convert("dtype", _dtype_name), device=Convert("device", _device_name)
+    )
+
+
+def _new_creation(op: str, **args: str | Fixed | Convert) -> Rule:
+    """x.new_zeros(size) and the like: dtype and device from x unless given."""
+    return _rule(
+        op, _plain_creation, **args, dtype=Like("dtype", "self", "dtype"), device=Like("device", "self", "device")
+    )
 
 
 def _constant_mode(args: Mapping[str, Any]) -> str | None:
@@ -185,6 +221,16 @@ RULES: Mapping[str, Rule] = {
     "aten.full_like.default": _rule(
         "full_like", _same_place, x="self", fill_value="fill_value", dtype=Convert("dtype", _dtype_name)
     ),
+    # creation without a tensor (torch.export keeps them where a size or bound is not a constant)
+    "aten.zeros.default": _creation("zeros", size="size"),
+    "aten.ones.default": _creation("ones", size="size"),
+    "aten.full.default": _creation("full", size="size", fill_value="fill_value"),
+    "aten.arange.default": _creation("arange", start=Fixed(0), end="end"),
+    "aten.arange.start": _creation("arange", start="start", end="end"),
+    "aten.arange.start_step": _creation("arange", start="start", end="end", step="step"),
+    "aten.new_zeros.default": _new_creation("zeros", size="size"),
+    "aten.new_ones.default": _new_creation("ones", size="size"),
+    "aten.new_full.default": _new_creation("full", size="size", fill_value="fill_value"),
     # bitwise ops of bool tensors are the logical ones; of integers the meta's bool result disagrees
     # with torch's dtype, so capture refuses the mapping and the node stays on the ATen fallback
     **{
@@ -326,8 +372,11 @@ RULES: Mapping[str, Rule] = {
 }
 
 
-def map_arguments(rule: Rule, aten_args: Mapping[str, Any]) -> dict[str, Any] | str:
+def map_arguments(
+    rule: Rule, aten_args: Mapping[str, Any], meta_of: Callable[[Any], TensorMeta] | None = None
+) -> dict[str, Any] | str:
     """The opcore keyword arguments for a node's ATen arguments (by name), or why it does not map.
+    ``meta_of``: a tensor argument's TensorMeta, for ``Like`` sources (None: a rule with one does not map).
 
     >>> map_arguments(RULES["aten.add.Tensor"], {"self": "x", "other": 2.0, "alpha": 1})
     {'x': 'x', 'other': 2.0, 'alpha': 1}
@@ -342,6 +391,13 @@ def map_arguments(rule: Rule, aten_args: Mapping[str, Any]) -> dict[str, Any] | 
             mapped[name] = source.value
         elif isinstance(source, Convert):
             mapped[name] = source.fn(aten_args[source.name])
+        elif isinstance(source, Like):
+            value = aten_args.get(source.name)
+            if value is None:
+                if meta_of is None:
+                    return f"its {source.attribute} comes from '{source.tensor}', whose meta is not known here"
+                value = getattr(meta_of(aten_args[source.tensor]), source.attribute)
+            mapped[name] = _dtype_name(value) if source.attribute == "dtype" else _device_name(value)
         else:
             mapped[name] = aten_args[source]
     return mapped

@@ -125,14 +125,28 @@ def plan_node(
     if _reads_sizes(graph, node):
         # sizes computed at run time (dynamic dims) are arguments too: call the kernel on all of them
         pinned, full = selection_for(rt, node.op, args, kwargs, kernel.backend)
-        return NodeCall(decision, build_plan(pinned, full), node.args)
+        return NodeCall(decision, _torch_results(contract, build_plan(pinned, full)), node.args)
     names = contract.schema.names
     fixed = tuple(
         names[i] for i, value in enumerate(node.args) if isinstance(value, ValueRef) and value.name in constants
     )
     resolved = resolve(node.op, *args, constants=fixed, backend=kernel.backend, **kwargs)
     free = tuple(node.args[names.index(name)] for name in resolved.free)
-    return NodeCall(decision, resolved, free)
+    return NodeCall(decision, _torch_results(contract, resolved), free)
+
+
+def _torch_results(contract: OpContract, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A creation op's call giving torch tensors, as every value of a plan is: without a tensor
+    input, opcore.run gives a CPU result back as a numpy array."""
+    if not contract.creates:
+        return fn
+    import torch
+
+    def creating(*args: Any) -> Any:
+        result = fn(*args)
+        return torch.from_numpy(result) if not isinstance(result, torch.Tensor) else result
+
+    return creating
 
 
 def _select(

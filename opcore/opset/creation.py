@@ -1,20 +1,38 @@
-"""Creation contracts that take their shape (and device) from a tensor: zeros_like, ones_like,
-full_like. The ops without a tensor (zeros, ones, full, arange) are not built-in yet: graphs fold
-them into constants, and the kit cannot yet place a tensor-less op on a device backend.
+"""Creation contracts: zeros_like, ones_like, full_like take their shape and device from a tensor;
+zeros, ones, full and arange take none (their ``dtype`` and ``device`` attributes pick the kernel).
 
 >>> from opcore.types import TensorMeta, DType
 >>> FULL_LIKE.meta(TensorMeta((2, 3), DType.FLOAT32), 7, "int8").dtype
 <DType.INT8: 'int8'>
+>>> ARANGE.meta(1, 2.5, 0.5, None, "cpu").shape, ARANGE.meta(1, 2.5, 0.5, None, "cpu").dtype
+((3,), <DType.FLOAT32: 'float32'>)
 """
 
 from __future__ import annotations
 
-from opcore.contracts import OpContract, define_op
-from opcore.meta import ALL_DTYPES
-from opcore.opset.elementwise import check_fits
-from opcore.types import DType, TensorMeta
+import math
 
-__all__ = ["CONTRACTS", "FULL_LIKE", "ONES_LIKE", "ZEROS_LIKE"]
+from opcore.contracts import OpContract, define_op
+from opcore.errors import ArgumentError, DTypeError, ShapeError
+from opcore.meta import ALL_DTYPES, INTEGRAL, NUMERIC, shape_text
+from opcore.opset.elementwise import check_fits
+from opcore.types import Device, DType, TensorMeta
+
+__all__ = [
+    "ARANGE",
+    "CONTRACTS",
+    "FULL",
+    "FULL_LIKE",
+    "ONES",
+    "ONES_LIKE",
+    "ZEROS",
+    "ZEROS_LIKE",
+    "arange_bounds",
+    "arange_length",
+    "fill_dtype",
+]
+
+DEFAULT_FLOAT = DType.FLOAT32  # torch's default dtype (torch.get_default_dtype() unchanged)
 
 
 def like_meta(x: TensorMeta, dtype: str | None) -> TensorMeta:
@@ -54,4 +72,144 @@ FULL_LIKE = define_op(
     tags=("creation",),
 )
 
-CONTRACTS: tuple[OpContract, ...] = (ZEROS_LIKE, ONES_LIKE, FULL_LIKE)
+
+def _size_checked(size: tuple[int, ...]) -> tuple[int, ...]:
+    if any(n < 0 for n in size):
+        raise ShapeError(
+            arg="size",
+            expected="non-negative sizes",
+            found=shape_text(size),
+            fix="every size must be >= 0 (0 gives an empty tensor)",
+        )
+    return size
+
+
+def sized_meta(size: tuple[int, ...], dtype: str | None, device: str) -> TensorMeta:
+    """A tensor of ``size``, in dtype (default float32, as torch's default dtype), on device."""
+    return TensorMeta(_size_checked(size), DEFAULT_FLOAT if dtype is None else DType.parse(dtype), Device.parse(device))
+
+
+def fill_dtype(fill_value: bool | int | float) -> DType:
+    """torch.full's dtype for a fill value without ``dtype``: bool, int64 for an int, else float32."""
+    if isinstance(fill_value, bool):
+        return DType.BOOL
+    return DType.INT64 if isinstance(fill_value, int) else DEFAULT_FLOAT
+
+
+def full_meta(size: tuple[int, ...], fill_value: bool | int | float, dtype: str | None, device: str) -> TensorMeta:
+    """As zeros, with the dtype inferred from fill_value when dtype is None (torch.full's rule);
+    fill_value must convert to that dtype without overflow."""
+    out = TensorMeta(
+        _size_checked(size), fill_dtype(fill_value) if dtype is None else DType.parse(dtype), Device.parse(device)
+    )
+    check_fits("fill_value", fill_value, out.dtype)
+    return out
+
+
+def arange_bounds(
+    start: bool | int | float, end: bool | int | float, step: bool | int | float, dtype: DType
+) -> tuple[float | int, float | int, float | int]:
+    """The start, end and step torch checks and counts with: int64 converts them to ints first
+    (so arange(0, 5, 0.5, dtype=int64) has step 0); every other dtype keeps them as given."""
+    if dtype is DType.INT64:
+        return int(start), int(end), int(step)
+    return start, end, step
+
+
+def arange_length(start: float | int, end: float | int, step: float | int) -> int:
+    """torch.arange's length: ceil((end - start) / step), exact for ints, in double for floats."""
+    if all(isinstance(v, int) for v in (start, end, step)):
+        return max(0, -((int(start) - int(end)) // int(step)))
+    return max(0, math.ceil((end - start) / step))
+
+
+def arange_meta(
+    start: bool | int | float, end: bool | int | float | None, step: bool | int | float, dtype: str | None, device: str
+) -> TensorMeta:
+    """torch.arange's checks and dtype rule: arange(end) or arange(start, end, step); int64 when all
+    three are ints, float32 when any is a float; finite bounds, a non-zero step whose sign agrees
+    with end - start; no bool result. An integer dtype counts from int(start) by int(step)."""
+    if end is None:
+        start, end = 0, start
+    if dtype is None:
+        out = DEFAULT_FLOAT if any(isinstance(v, float) for v in (start, end, step)) else DType.INT64
+    else:
+        out = DType.parse(dtype)
+    if out not in NUMERIC:
+        raise DTypeError(
+            arg="dtype",
+            expected="a numeric dtype (torch has no bool arange)",
+            found=out.value,
+            fix="create an integer arange and compare it, or pass dtype='int64'",
+        )
+    if not (math.isfinite(start) and math.isfinite(end)):
+        raise ArgumentError(
+            arg="end" if math.isfinite(start) else "start",
+            expected="finite bounds (torch: unsupported range)",
+            found=f"start={start!r}, end={end!r}",
+            fix="pass finite start and end",
+        )
+    if not math.isfinite(step):
+        raise ArgumentError(arg="step", expected="a finite step", found=repr(step), fix="pass a finite step")
+    first, last, stride = arange_bounds(start, end, step, out)
+    # an integer dtype counts by int(step): 0 is refused for every one (torch's CPU kernel returns
+    # zeros for the narrower ones, its int64 and meta kernels raise)
+    if stride == 0 or (out in INTEGRAL and int(step) == 0):
+        raise ArgumentError(
+            arg="step",
+            expected="a non-zero step (an integer dtype converts the step to an int first)",
+            found=repr(step),
+            fix="pass step != 0 (an integer step for an integer dtype)",
+        )
+    if (stride > 0 and last < first) or (stride < 0 and last > first):
+        raise ArgumentError(
+            arg="step",
+            expected=f"a step whose sign agrees with end - start = {last - first!r} (torch: upper bound and lower "
+            "bound inconsistent with step sign)",
+            found=repr(step),
+            fix="swap start and end, or negate step",
+        )
+    return TensorMeta((arange_length(first, last, stride),), out, Device.parse(device))
+
+
+_DEVICE_DOC = " on device (default 'cpu')"
+ZEROS = define_op(
+    'zeros(int[] size, *, str? dtype=None, str device="cpu") -> Tensor',
+    meta=sized_meta,
+    dtypes=ALL_DTYPES,
+    family="creation",
+    doc=f"Zeros of shape size, in dtype (default float32),{_DEVICE_DOC}; mirrors torch.zeros.",
+    tags=("creation",),
+    dtype_arg="dtype",
+)
+ONES = define_op(
+    'ones(int[] size, *, str? dtype=None, str device="cpu") -> Tensor',
+    meta=sized_meta,
+    dtypes=ALL_DTYPES,
+    family="creation",
+    doc=f"Ones of shape size, in dtype (default float32),{_DEVICE_DOC}; mirrors torch.ones.",
+    tags=("creation",),
+    dtype_arg="dtype",
+)
+FULL = define_op(
+    'full(int[] size, Scalar fill_value, *, str? dtype=None, str device="cpu") -> Tensor',
+    meta=full_meta,
+    dtypes=ALL_DTYPES,
+    family="creation",
+    doc="fill_value in shape size, in dtype (default: bool, int64 or float32 from fill_value)"
+    f"{_DEVICE_DOC}; mirrors torch.full.",
+    tags=("creation",),
+    dtype_arg="dtype",
+)
+ARANGE = define_op(
+    'arange(Scalar start, Scalar? end=None, Scalar step=1, *, str? dtype=None, str device="cpu") -> Tensor',
+    meta=arange_meta,
+    dtypes=NUMERIC,
+    family="creation",
+    doc="start, start + step, ... up to end (excluded); arange(n) is 0..n-1; int64 for int bounds, else "
+    f"float32 (or dtype){_DEVICE_DOC}; mirrors torch.arange.",
+    tags=("creation",),
+    dtype_arg="dtype",
+)
+
+CONTRACTS: tuple[OpContract, ...] = (ZEROS_LIKE, ONES_LIKE, FULL_LIKE, ZEROS, ONES, FULL, ARANGE)

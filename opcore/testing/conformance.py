@@ -131,6 +131,20 @@ def _materialize(sample: Sample | ErrorInput, placement: _Placement) -> tuple[tu
     return args, kwargs
 
 
+def _on_device(
+    op: str, call: tuple[tuple[Any, ...], dict[str, Any]], placement: _Placement
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A creation op's call with its ``device`` attribute set to the kernel's device (it has no
+    tensor to carry the device); other calls as they are."""
+    args, kwargs = call
+    if placement.device == "cpu":
+        return call
+    schema = opcore.runtime.runtime().ensure_loaded().registry.contract(op).schema
+    if schema.tensor_positions or "device" not in schema.names or "device" in kwargs:
+        return call
+    return args, {**kwargs, "device": placement.device}
+
+
 def _torch_available() -> bool:
     import importlib.util
 
@@ -165,7 +179,7 @@ def check_sample(backend: str, op_entry: OpEntry, sample: Sample) -> Outcome:
     if (placement.kind is ArrayKind.TORCH or _needs_torch(sample)) and not _torch_available():
         return Outcome(Status.SKIPPED, "torch is not installed (bfloat16 and torch kernels need torch inputs)")
     where = f"{backend}: {op}[{sample.id}] {op}({sample.describe()})"
-    args, kwargs = _materialize(sample, placement)
+    args, kwargs = _on_device(op, _materialize(sample, placement), placement)
     explanation = opcore.explain(op, *args, backend=backend, **kwargs)
     if explanation.chosen is None or explanation.chosen == "decomposition":
         reasons = [c.reason for c in explanation.candidates if c.backend == backend and c.reason]
@@ -181,7 +195,7 @@ def check_sample(backend: str, op_entry: OpEntry, sample: Sample) -> Outcome:
     if _snapshot(args, kwargs) != before:
         raise ConformanceError(f"{where}\n  the kernel wrote into its inputs")
     expected_meta = _expected_meta(op, args, kwargs)
-    _check_container(where, result, args, kwargs, placement)
+    _check_container(where, result, args, kwargs, placement, expected_meta)
     _check_meta(where, result, expected_meta)
     expected = _reference_result(op_entry, sample)
     for got, want, meta in zip(_as_tuple(result), _as_tuple(expected), expected_meta):
@@ -221,9 +235,18 @@ def _expected_meta(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tu
     return out if isinstance(out, tuple) else (out,)
 
 
-def _check_container(where: str, result: Any, args: tuple[Any, ...], kwargs: dict[str, Any], p: _Placement) -> None:
+def _check_container(
+    where: str,
+    result: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    p: _Placement,
+    metas: tuple[TensorMeta, ...],
+) -> None:
     kinds = [array_kind_of(t) for t in _flat_arrays([*args, *kwargs.values()])]
-    wanted = kinds[0] if kinds else ArrayKind.NUMPY
+    # without inputs (a creation op): numpy on the CPU (torch for bfloat16, which numpy lacks), torch elsewhere
+    on_cpu = p.device == "cpu" and all(m.dtype is not DType.BFLOAT16 for m in metas)
+    wanted = kinds[0] if kinds else ArrayKind.NUMPY if on_cpu else ArrayKind.TORCH
     wanted_name = wanted.value if wanted is not None else "these"
     for item in _as_tuple(result):
         found = array_kind_of(item)
@@ -343,7 +366,7 @@ def check_error(backend: str, op_entry: OpEntry, case: ErrorInput) -> Outcome:
     if _needs_torch(case) and not _torch_available():
         return Outcome(Status.SKIPPED, "torch is not installed (bfloat16 inputs need torch)")
     where = f"{backend}: {op}[{case.id}] {op}({case.describe()})"
-    args, kwargs = _materialize(case, placement)
+    args, kwargs = _on_device(op, _materialize(case, placement), placement)
     try:
         opcore.run(op, *args, backend=backend, **kwargs)
     except NoKernelError as error:

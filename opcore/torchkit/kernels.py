@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 from opcore.errors import ArgumentError
 from opcore.opset.indexing import check_index_range
+from opcore.torchkit.creation import arange, full, full_like, ones, ones_like, zeros, zeros_like
 from opcore.types import DType
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "addmm",
     "amax",
     "amin",
+    "arange",
     "argmax",
     "avg_pool2d",
     "batch_norm",
@@ -44,8 +46,8 @@ __all__ = [
     "cast",
     "cat",
     "chunk",
-    "clone",
     "clamp",
+    "clone",
     "conv2d",
     "conv2d_relu",
     "conv2d_silu",
@@ -58,6 +60,7 @@ __all__ = [
     "exp",
     "expand",
     "flatten",
+    "full",
     "full_like",
     "gated_mlp",
     "gather",
@@ -73,7 +76,6 @@ __all__ = [
     "linear_gelu",
     "linear_relu",
     "linear_silu",
-    "max_pool2d",
     "log_softmax",
     "logical_and",
     "logical_not",
@@ -81,10 +83,12 @@ __all__ = [
     "lt",
     "masked_fill",
     "matmul",
+    "max_pool2d",
     "mean",
     "mul",
     "ne",
     "neg",
+    "ones",
     "ones_like",
     "pad",
     "permute",
@@ -111,6 +115,7 @@ __all__ = [
     "transpose",
     "unsqueeze",
     "where",
+    "zeros",
     "zeros_like",
 ]
 
@@ -233,23 +238,6 @@ def cumsum(x: Tensor, dim: int, dtype: str | None) -> Tensor:
 where = torch.where
 masked_fill = torch.masked_fill
 clamp = torch.clamp
-
-
-def _torch_dtype(dtype: str | None) -> Any:
-    return None if dtype is None else DType.parse(dtype).to_torch()
-
-
-def zeros_like(x: Tensor, dtype: str | None) -> Tensor:
-    """torch.zeros_like, contiguous (torch keeps x's strides; the contract says nothing of them)."""
-    return torch.zeros(x.shape, dtype=_torch_dtype(dtype) or x.dtype, device=x.device)
-
-
-def ones_like(x: Tensor, dtype: str | None) -> Tensor:
-    return torch.ones(x.shape, dtype=_torch_dtype(dtype) or x.dtype, device=x.device)
-
-
-def full_like(x: Tensor, fill_value: Any, dtype: str | None) -> Tensor:
-    return torch.full(x.shape, fill_value, dtype=_torch_dtype(dtype) or x.dtype, device=x.device)
 
 
 # --- matrix products ---------------------------------------------------------------------------
