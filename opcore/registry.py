@@ -452,8 +452,17 @@ def _takes_positionals(function: Callable[..., Any], count: int) -> bool:
     of kernels at the first call). False means "ask inspect": anything else (a wrapper with
     ``__wrapped__`` or ``__signature__``, a partial, a method, a builtin), or a function that cannot.
     """
-    if type(function) is not FunctionType or hasattr(function, "__wrapped__") or hasattr(function, "__signature__"):
+    if hasattr(function, "__wrapped__") or hasattr(function, "__signature__"):
         return False
+    if type(function) is not FunctionType:
+        # an instance of a class whose __call__ is a plain function (a checker object such as the
+        # graph backends' DtypeChecker, ~160 at the first call): that function, self bound
+        call = next((c.__dict__["__call__"] for c in type(function).__mro__ if "__call__" in c.__dict__), None)
+        if type(call) is not FunctionType or isinstance(function, type):
+            return False
+        function, count = call, count + 1
+        if hasattr(function, "__wrapped__") or hasattr(function, "__signature__"):
+            return False
     code = function.__code__
     positional = code.co_argcount  # positional-only ones included
     required = positional - len(function.__defaults__ or ())

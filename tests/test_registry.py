@@ -136,8 +136,33 @@ def _kernel_shapes() -> list[Callable[..., Any]]:
     @functools.wraps(plain)
     def wrapped(*args): ...
 
+    class Star:  # callable instances: their class's __call__, self bound
+        def __call__(self, *args): ...
+
+    class Two:
+        def __call__(self, x, y=None): ...
+
+    class Static:
+        @staticmethod
+        def __call__(x): ...
+
+    class Inherited(Two):
+        pass
+
+    class Wraps:
+        @functools.wraps(plain)
+        def __call__(self, *args): ...
+
     return [plain, kwonly_required, kwonly_default, star, positional_only, everything, nothing,
-            Holder().method, wrapped, functools.partial(plain, 1), len, lambda x, y: 0]  # fmt: skip
+            Holder().method, wrapped, functools.partial(plain, 1), len, lambda x, y: 0,
+            Star(), Two(), Static(), Inherited(), Wraps(), Two]  # fmt: skip
+
+
+def test_callable_instances_are_read_from_their_code_too() -> None:
+    class Checker:
+        def __call__(self, *metas): ...
+
+    assert _takes_positionals(Checker(), 3)  # inspect.signature not needed (the graph backends' checkers)
 
 
 def test_arity_fast_path_agrees_with_inspect() -> None:
