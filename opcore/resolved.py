@@ -18,7 +18,7 @@ from opcore.results import result_error, result_problem
 from opcore.runtime import runtime
 from opcore.selection import Selection, select, warn_once
 from opcore.settings import ContextPolicy, context_policy
-from opcore.types import is_tensor
+from opcore.types import _is_torch_tensor, is_tensor
 
 __all__ = ["ResolvedOp", "resolve"]
 
@@ -88,6 +88,10 @@ def resolve(
             )
     constant_at = {names.index(n) for n in constants}
     free_at = [i for i in tensor_at if i not in constant_at]
+    # numpy constants are snapshots on every backend (numpy arrays have no version counter, and graph
+    # runtimes bake constants in): one copy, made before any kernel sees them. torch constants stay
+    # live: the entry re-prepares when one's version counter moved (an in-place update).
+    bound = tuple(_snapshot(v) if i in constant_at else v for i, v in enumerate(bound))
     template = list(bound)
     for i in free_at:
         template[i] = None
@@ -103,12 +107,32 @@ def resolve(
     plan = build_plan(selection, bound, check)  # may drop a kernel that fails to import
     kernel = resolved.kernel = selection.accepted[0] if selection.accepted and not selection.decompose else None
     first = plan.bare_call(0)  # bare: the entry checks results itself when check is on
+    versioned: tuple[Any, ...] = ()
     if kernel is not None and kernel.prepare is not None and constants:  # no constants: nothing to prepare
         first = _prepare(kernel, selection, bound, frozenset(constants), free_at)
         resolved._prepared = True
+        versioned = tuple(t for i in sorted(constant_at) for t in _torch_tensors(bound[i]))
     signatures = _Signatures(selection, kernel, first, resolved._prepared, template, free_at, check)
+    if versioned:  # the prepared kernel holds its own form of these: prepare again after an in-place update
+        signatures.watch(versioned, bound, frozenset(constants))
     resolved.__call__ = signatures.entry(bound)
     return resolved
+
+
+def _snapshot(value: Any) -> Any:
+    """A constant as resolve keeps it: a numpy array copied (layout kept), anything else as is."""
+    if type(value) is numpy.ndarray:
+        return value.copy(order="K")
+    if isinstance(value, tuple):
+        return tuple(_snapshot(v) for v in value)
+    return value
+
+
+def _torch_tensors(value: Any) -> tuple[Any, ...]:
+    if isinstance(value, tuple):
+        return tuple(t for v in value for t in _torch_tensors(v))
+    # inference tensors (made under torch.inference_mode) keep no version counter: not watched
+    return (value,) if _is_torch_tensor(value) and not value.is_inference() else ()
 
 
 MAX_SIGNATURES = 1024  # per resolved op; past this its signature caches start over
@@ -124,8 +148,8 @@ class _Signatures:
     """
 
     __slots__ = (
-        "check", "example_key", "first", "free_at", "kernel", "kinds", "mark", "policy", "prepared", "routes", "seen",
-        "selection", "template",
+        "check", "constant_names", "example_key", "examples", "first", "free_at", "kernel", "kinds", "mark", "policy",
+        "prepared", "routes", "seen", "selection", "template", "versioned",
     )  # fmt: skip
 
     def __init__(
@@ -150,13 +174,31 @@ class _Signatures:
         # signature -> its plan's recover; with check: (verify, recover)
         self.seen: dict[Any, Any] = {}
         self.routes: dict[Any, Plan] = {}
+        # torch constants whose version counter the entry compares on every call (prepared kernels only)
+        self.versioned: tuple[Any, ...] = ()
+        self.examples: tuple[Any, ...] = ()
+        self.constant_names: frozenset[str] = frozenset()
+
+    def watch(self, versioned: tuple[Any, ...], bound: tuple[Any, ...], constants: frozenset[str]) -> None:
+        """Prepare again when one of ``versioned`` changes in place; ``bound``'s free arguments are
+        kept as the examples prepare is called with (an example's data is never read).
+        """
+        self.versioned, self.examples, self.constant_names = versioned, bound, constants
+
+    def reprepare(self) -> Callable[..., Any]:
+        """The kernel prepared again from the constants' current values (after an in-place update)."""
+        assert self.kernel is not None  # watch() is only called for a prepared kernel
+        self.first = _prepare(self.kernel, self.selection, self.examples, self.constant_names, self.free_at)
+        return self.first
 
     def entry(self, bound: tuple[Any, ...]) -> Callable[..., Any]:
         """The resolved op's __call__: a generated function of exactly the free arguments."""
         keys = tuple(_key_kind(bound[i]) for i in self.free_at)
         tail = [i for i in range(len(self.template)) if i not in self.free_at]
         strides = self.kernel is not None and self.kernel.checker is not None
-        make = _entry_maker(tuple(self.free_at), len(self.template), keys, self.prepared, self.check, strides)
+        make = _entry_maker(
+            tuple(self.free_at), len(self.template), keys, self.prepared, self.check, strides, len(self.versioned)
+        )
         examples: list[Any] = []
         for i, kind in zip(self.free_at, keys):
             a = bound[i]
@@ -165,7 +207,14 @@ class _Signatures:
             elif kind == "torch":
                 examples += (type(a), a.dtype, a.shape, a.device, a.stride())
         call, self.mark, keyof = make(
-            self.first, self.seen, self.slow, _signature, *(self.template[i] for i in tail), *examples
+            self.first,
+            self.seen,
+            self.slow,
+            _signature,
+            self.reprepare,
+            *self.versioned,
+            *(self.template[i] for i in tail),
+            *examples,
         )
         self.example_key = keyof(*(bound[i] for i in self.free_at))
         return call
@@ -289,11 +338,19 @@ _STRIDES = {"numpy": " and {a}.strides == T{j}", "torch": " and {a}.stride() == 
 
 @functools.cache
 def _entry_maker(
-    free_at: tuple[int, ...], size: int, keys: tuple[str, ...], prepared: bool, check: bool, strides: bool
+    free_at: tuple[int, ...],
+    size: int,
+    keys: tuple[str, ...],
+    prepared: bool,
+    check: bool,
+    strides: bool,
+    versioned: int = 0,
 ) -> Callable[..., tuple[Callable[..., Any], Callable[[Any], None], Callable[..., Any]]]:
     """Source for a resolved op's entry, generated per shape of call (as _calls.fixed_arity is): a
     function of exactly the free arguments. Its fast branch compares each argument with the examples'
     signature (once that was checked: ``mark``); other signatures take one key and a dict lookup.
+    With ``versioned`` torch constants, every call first compares their version counters (one
+    attribute read each) and prepares the kernel again after an in-place update.
     Returns make(...) -> (call, mark, keyof).
     """
     params = [f"a{j}" for j in range(len(free_at))]
@@ -305,8 +362,24 @@ def _entry_maker(
     key = "(" + "".join(_KEYS[kind].format(a=a) + ", " for a, kind in zip(params, keys)) + ")"
     inline = not check and bool(keys) and all(kind in _SAME for kind in keys)
     examples = [f"{v}{j}" for j, kind in enumerate(keys) if kind in _SAME for v in _EXAMPLE_FIELDS[kind]]
-    lines = [f"def make({', '.join(['first', 'seen', 'slow', 'sig', *tails, *examples])}):"]
-    lines += ["    ready = False", "    recover0 = None", f"    def call({', '.join(params)}):"]
+    watched = [f"k{v}" for v in range(versioned)]
+    counts = [f"v{v}" for v in range(versioned)]
+    lines = [f"def make({', '.join(['first', 'seen', 'slow', 'sig', 'remake', *watched, *tails, *examples])}):"]
+    lines += ["    ready = False", "    recover0 = None"]
+    lines += [f"    {c} = {k}._version" for k, c in zip(watched, counts)]
+    if versioned:
+        lines += [
+            "    def refresh():",
+            f"        nonlocal first, {', '.join(counts)}",
+            # read before preparing (an update during it refreshes again), stored after (a failed prepare is retried)
+            f"        now = ({''.join(f'{k}._version, ' for k in watched)})",
+            "        first = remake()",
+            f"        ({''.join(f'{c}, ' for c in counts)}) = now",
+        ]
+    lines += [f"    def call({', '.join(params)}):"]
+    if versioned:
+        changed = " or ".join(f"{k}._version != {c}" for k, c in zip(watched, counts))
+        lines += [f"        if {changed}:", "            refresh()"]
     if inline:
         same = " and ".join(
             _SAME[kind].format(a=a, j=j) + (_STRIDES[kind].format(a=a, j=j) if strides else "")

@@ -42,19 +42,21 @@ def test_every_offered_dtype_is_served_for_some_kit_sample(backend: str) -> None
         dtypes = {d for k in mine for d in k.dtypes}
         # the reasons a kernel gives for a dtype alone (DtypeChecker's rules)
         dtype_reasons[op] = {r for k in mine if isinstance(k.checker, DtypeChecker) for r in k.checker.dtype_reasons()}
-        pending = {d: [] for d in dtypes}  # dtype -> why each sample of it was declined
+        # dtype -> why each sample of it was declined; None once one was served
+        pending: dict[DType, list[str] | None] = {d: [] for d in dtypes}
         for sample in samples_of(entry(op)):
             dtype = _dispatch_dtype(entry(op), sample)
             if dtype not in pending or pending[dtype] is None:
                 continue
             args, kwargs = _materialize(sample, placement)  # bfloat16 as torch tensors: numpy has none
             explanation = opcore.explain(op, *args, backend=backend, **kwargs)
-            mine = [c.reason for c in explanation.candidates if c.backend == backend]
-            reason = mine[0] if mine else explanation.error or "declined"
+            said = [c.reason for c in explanation.candidates if c.backend == backend]
+            reason = said[0] if said else explanation.error or "declined"
+            reasons = pending[dtype]
             if explanation.chosen is not None or reason not in dtype_reasons[op]:
                 pending[dtype] = None  # served, or declined for what else the sample holds (values, attributes)
-            else:
-                pending[dtype].append(reason)
+            elif reasons is not None:
+                reasons.append(reason)
         for dtype, reasons in pending.items():
             if reasons is None:
                 offered += 1
@@ -88,4 +90,4 @@ def test_declined_dtypes_are_validated_at_registration() -> None:
     with pytest.raises(opcore.PluginError, match="also serves"):
         registrar.add_kernel("gelu", abs, dtypes=["float32"], declined={"float32": "contradiction"})
     with pytest.raises(opcore.PluginError, match="declined"):
-        registrar.add_kernel("sigmoid", abs, dtypes=["float32"], declined={"float16": 3})
+        registrar.add_kernel("sigmoid", abs, dtypes=["float32"], declined={"float16": 3})  # type: ignore[arg-type]

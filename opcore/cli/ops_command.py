@@ -120,6 +120,12 @@ def markdown_reference(
         "error for the same bad input. `opcore ops --matrix` shows which installed backend has a kernel for "
         "which dtypes; `opcore explain OP --shapes ...` shows which one a call would run on.",
         "",
+        "Tag `view`: the result shares memory with `x` on every backend, as torch's view ops do (`reshape` and "
+        "`flatten` where the strides allow, else a copy, as `torch.reshape`); write into a copy if neither may "
+        "change. Ops without the tag promise no view. Constants of `opcore.resolve` (and `opcore.nn` weights): a "
+        "torch tensor is live (an in-place update is seen by the next call on every backend), a numpy array a "
+        "snapshot taken at resolve (docs/reliability.md).",
+        "",
         "| op | tags | summary |",
         "|---|---|---|",
     ]

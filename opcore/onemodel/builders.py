@@ -18,11 +18,13 @@ import numpy
 from opcore.errors import ArgumentError
 from opcore.meta import promote_types, result_type
 from opcore.onemodel.op import Scalar
+from opcore.opset import BUILTIN_CONTRACTS
 from opcore.opset.indexing import check_index_range, chunk_sizes, split_sizes
 from opcore.opset.shape import is_skipped_in_cat
 from opcore.types import DType, TensorMeta
 
 __all__ = [
+    "VIEW_OPS",
     "IndexLayout",
     "cat_through",
     "check_embedding_indices",
@@ -34,6 +36,7 @@ __all__ = [
     "result_dtype",
     "results_dtype",
     "split_kernels",
+    "view_kernel",
     "transpose_perm",
 ]
 
@@ -212,3 +215,33 @@ def promoted(dtypes: tuple[numpy.dtype, ...]) -> numpy.dtype:
     dtype('float16')
     """
     return reduce(promote_types, (DType.from_numpy(d) for d in dtypes)).to_numpy()
+
+
+# The ops whose contract is tagged "view": their result is a view of x on every backend, as in torch
+# (reshape and flatten: where the strides allow, else a copy, as torch.reshape).
+VIEW_OPS = frozenset(c.name for c in BUILTIN_CONTRACTS if "view" in c.tags)
+
+
+def view_kernel(op: str, kernel: Any) -> Any:
+    """A graph runtime's kernel of a view op for single calls: the numpy view itself (the reference
+    backend's function), so the result aliases x as torch's does on every backend, exactly and
+    without a runtime call; in a partition the runtime's builder (``kernel.chain``) writes the op's
+    nodes, where views are internal to the compiled model.
+
+    >>> from opcore.onemodel.builders import view_kernel
+    >>> x = numpy.arange(6.0).reshape(2, 3)
+    >>> numpy.shares_memory(view_kernel("transpose", None)(x, 0, 1), x)
+    True
+    """
+    if op not in VIEW_OPS:
+        raise ArgumentError(op="view_kernel", arg="op", expected=f"one of {sorted(VIEW_OPS)}", found=repr(op))
+    from opcore.reference import indexing, shape
+
+    view = getattr(shape, op, None) or getattr(indexing, op)
+
+    def view_of(*args: Any) -> Any:
+        return view(*args)
+
+    view_of.__name__ = view_of.__qualname__ = op
+    view_of.chain = getattr(kernel, "chain", None)  # type: ignore[attr-defined]
+    return view_of

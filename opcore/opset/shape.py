@@ -261,7 +261,7 @@ TRANSPOSE = define_op(
     dtypes=ALL_DTYPES,
     family="shape",
     doc="x with dims dim0 and dim1 swapped; mirrors torch.transpose.",
-    tags=("shape",),
+    tags=("shape", "view"),
 )
 PERMUTE = define_op(
     "permute(Tensor x, int[] dims) -> Tensor",
@@ -269,7 +269,7 @@ PERMUTE = define_op(
     dtypes=ALL_DTYPES,
     family="shape",
     doc="x with its dims reordered to dims; mirrors torch.permute.",
-    tags=("shape",),
+    tags=("shape", "view"),
 )
 RESHAPE = define_op(
     "reshape(Tensor x, int[] shape) -> Tensor",
@@ -277,7 +277,7 @@ RESHAPE = define_op(
     dtypes=ALL_DTYPES,
     family="shape",
     doc="x with a new shape of the same number of elements (one -1 is inferred); mirrors torch.reshape.",
-    tags=("shape",),
+    tags=("shape", "view"),
 )
 CAT = define_op(
     "cat(Tensor[] tensors, int dim=0) -> Tensor",
@@ -318,7 +318,7 @@ FLATTEN = define_op(
     dtypes=ALL_DTYPES,
     family="shape",
     doc="x with dims start_dim..end_dim merged into one; mirrors torch.flatten.",
-    tags=("shape",),
+    tags=("shape", "view"),
 )
 EXPAND = define_op(
     "expand(Tensor x, int[] size) -> Tensor",

@@ -76,10 +76,12 @@ def flatten(x: numpy.ndarray, start_dim: int, end_dim: int) -> numpy.ndarray:
 
 
 def expand(x: numpy.ndarray, size: tuple[int, ...]) -> numpy.ndarray:
-    """x broadcast to size, -1 keeping a size (a read-only view, as torch's expanded tensors share memory)."""
+    """x broadcast to size, -1 keeping a size (a view sharing x's memory, as torch's expanded tensors do;
+    writable where x is, as torch's, so a torch caller gets a view too and not a copy)."""
     lead = len(size) - x.ndim
     shape = tuple(x.shape[i - lead] if wanted == -1 else wanted for i, wanted in enumerate(size))
-    return numpy.broadcast_to(x, shape)
+    strides = numpy.broadcast_to(x, shape).strides
+    return numpy.lib.stride_tricks.as_strided(x, shape, strides, writeable=x.flags.writeable)
 
 
 def slice(x: numpy.ndarray, dim: int, start: int | None, end: int | None, step: int) -> numpy.ndarray:

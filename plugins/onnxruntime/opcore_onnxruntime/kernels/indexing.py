@@ -11,7 +11,7 @@ import numpy
 
 from opcore.onemodel.builders import check_gather_indices as check_gather
 from opcore.onemodel.builders import check_index_indices as check_index
-from opcore.onemodel.builders import index_layout, piece_bounds, split_kernels
+from opcore.onemodel.builders import index_layout, piece_bounds, split_kernels, view_kernel
 from opcore_onnxruntime.graph import Graph, Value
 from opcore_onnxruntime.session import onnx_kernel
 
@@ -79,3 +79,8 @@ index = onnx_kernel("index", build_index, check=check_index)
 pad = onnx_kernel("pad", build_pad)
 split_with_sizes = onnx_kernel("split_with_sizes", build_split_with_sizes)
 split, chunk = split_kernels(split_with_sizes, build_split_with_sizes, _static_size)
+# single calls return numpy views of x (as torch's split does); the builders stay for partitions
+split_with_sizes, split, chunk = (
+    view_kernel(op, kernel)
+    for op, kernel in (("split_with_sizes", split_with_sizes), ("split", split), ("chunk", chunk))
+)

@@ -2,17 +2,18 @@
 unsqueeze (Unsqueeze), squeeze and flatten (Reshape to a target computed from Shape), expand (Expand),
 slice (Slice) and select (Gather), every dtype.
 
-reshape feeds its target shape as an int64 input, so every target of the same length shares one
-session; cat leaves 1-D empty tensors out (torch's legacy rule) but promotes over all of them.
-Dimensions stay dynamic: squeeze decides which listed dims have size 1 in the model (Compress of
-the shape), so one session serves every size; the view ops return copies here.
+Single calls of the view ops (transpose, permute, reshape, flatten, unsqueeze, squeeze, expand,
+slice, select) return numpy views of x, as torch's do (``view_kernel``); the builders below write
+their nodes in partitions. There reshape's target shape is a constant or computed in the graph;
+squeeze decides which listed dims have size 1 (Compress of the shape). cat leaves 1-D empty
+tensors out (torch's legacy rule) but promotes over all of them.
 """
 
 from __future__ import annotations
 
 import numpy
 
-from opcore.onemodel.builders import cat_through, promoted, transpose_perm
+from opcore.onemodel.builders import cat_through, promoted, transpose_perm, view_kernel
 from opcore_onnxruntime.graph import Graph, Value
 from opcore_onnxruntime.session import ATTRIBUTE, TENSOR, TENSORS, onnx_kernel
 
@@ -159,3 +160,20 @@ flatten = onnx_kernel("flatten", build_flatten)
 expand = onnx_kernel("expand", build_expand)
 slice = onnx_kernel("slice", build_slice)
 select = onnx_kernel("select", build_select)
+
+# single calls of the view ops return numpy views of x (aliasing it, as torch's do); their builders
+# stay the kernels' ``chain`` for partitions
+transpose, permute, reshape, unsqueeze, squeeze, flatten, expand, slice, select = (
+    view_kernel(op, kernel)
+    for op, kernel in (
+        ("transpose", transpose),
+        ("permute", permute),
+        ("reshape", reshape),
+        ("unsqueeze", unsqueeze),
+        ("squeeze", squeeze),
+        ("flatten", flatten),
+        ("expand", expand),
+        ("slice", slice),
+        ("select", select),
+    )
+)

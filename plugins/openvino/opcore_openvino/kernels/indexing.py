@@ -13,7 +13,7 @@ import numpy
 
 from opcore.onemodel.builders import check_gather_indices as check_gather
 from opcore.onemodel.builders import check_index_indices as check_index
-from opcore.onemodel.builders import index_layout, piece_bounds, split_kernels
+from opcore.onemodel.builders import index_layout, piece_bounds, split_kernels, view_kernel
 from opcore_openvino.compiled import ov_kernel
 from opcore_openvino.graph import Graph, Node, dtype_of, ops, rank_of
 
@@ -77,3 +77,8 @@ index = ov_kernel("index", build_index, check=check_index)
 pad = ov_kernel("pad", build_pad)
 split_with_sizes = ov_kernel("split_with_sizes", build_split_with_sizes)
 split, chunk = split_kernels(split_with_sizes, build_split_with_sizes, _static_size)
+# single calls return numpy views of x (as torch's split does); the builders stay for partitions
+split_with_sizes, split, chunk = (
+    view_kernel(op, kernel)
+    for op, kernel in (("split_with_sizes", split_with_sizes), ("split", split), ("chunk", chunk))
+)

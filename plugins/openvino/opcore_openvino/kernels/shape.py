@@ -1,10 +1,12 @@
 """transpose, permute (Transpose), reshape (Reshape), cat (Concat) and the view ops unsqueeze
 (Unsqueeze), squeeze and flatten (Reshape to a target computed from ShapeOf), expand (Broadcast),
 slice (Slice) and select (Gather), for every dtype but the 64-bit ones (the CPU plugin narrows
-them to 32 bits). The view ops return copies here.
+them to 32 bits).
 
-reshape feeds its target shape as an input, so every target of the same length shares one
-compiled model; cat leaves 1-D empty tensors out (torch's legacy rule) but promotes over all of them.
+Single calls of the view ops (transpose, permute, reshape, flatten, unsqueeze, squeeze, expand,
+slice, select) return numpy views of x, as torch's do (``view_kernel``); the builders below write
+their nodes in partitions. cat leaves 1-D empty tensors out (torch's legacy rule) but promotes over
+all of them.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import numpy
 import openvino
 
 from opcore.errors import Unsupported
-from opcore.onemodel.builders import cat_through, promoted, transpose_perm
+from opcore.onemodel.builders import cat_through, promoted, transpose_perm, view_kernel
 from opcore.opset.shape import squeezed_shape
 from opcore_openvino.compiled import ATTRIBUTE, TENSOR, TENSORS, ov_kernel
 from opcore_openvino.graph import Graph, Node, dtype_of, ops, rank_of
@@ -171,3 +173,20 @@ flatten = ov_kernel("flatten", build_flatten)
 expand = ov_kernel("expand", build_expand)
 slice = ov_kernel("slice", build_slice)
 select = ov_kernel("select", build_select)
+
+# single calls of the view ops return numpy views of x (aliasing it, as torch's do); their builders
+# stay the kernels' ``chain`` for partitions
+transpose, permute, reshape, unsqueeze, squeeze, flatten, expand, slice, select = (
+    view_kernel(op, kernel)
+    for op, kernel in (
+        ("transpose", transpose),
+        ("permute", permute),
+        ("reshape", reshape),
+        ("unsqueeze", unsqueeze),
+        ("squeeze", squeeze),
+        ("flatten", flatten),
+        ("expand", expand),
+        ("slice", slice),
+        ("select", select),
+    )
+)
