@@ -53,7 +53,7 @@ THREADS = 2
 BATCHES = (1, 8)
 OV_CONFIG = {"INFERENCE_PRECISION_HINT": "f32"}
 GRAPH_RUNTIMES = ("onnxruntime", "openvino")
-ACCEPTING = ("chosen", "fallback", "partition")  # a plan's verdicts that mean "this backend runs it"
+ACCEPTING = ("chosen", "fallback", "partition", "partition only")  # verdicts that mean "this backend runs it"
 
 
 # --- the models ---------------------------------------------------------------------------------
@@ -430,8 +430,11 @@ def targets_section(cases: list[ModelCase]) -> str:
         MARK_BEGIN,
         "",
         f"`opcore.graph.capture(model, (x,), rewrites=False)` at batch 1 (torch {torch.__version__.split('+')[0]}): "
-        "every exported node, the opcore op it maps to (`aten.*`: the ATen fallback), and how many of its "
-        "nodes each graph runtime's checkers accept. Size computations (`python`) are not counted. "
+        "every exported node (after the few decompositions capture applies: `aten.diff`, `aten.new_ones`), "
+        "the opcore op it maps to (`aten.*`: the ATen fallback), and how many of its "
+        "nodes each graph runtime's checkers accept. int64 nodes count where the plan's value ranges prove "
+        "their values fit what the runtime computes them in (OpenVINO: int32; verdict `partition only`: see "
+        "docs/graph.md, Value ranges); size computations (`python`) are not counted. "
         "Regenerate with `python bench/graph.py --targets-only --write docs/benchmarks.md`.",
         "",
         "| model | nodes | onnxruntime accepts | openvino accepts |",

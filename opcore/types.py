@@ -233,7 +233,10 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
 class TensorMeta:
     """Everything about a tensor except its data.
 
-    strides None: contiguous row-major (what meta functions return).
+    strides None: contiguous row-major (what meta functions return). bounds: an inclusive
+    ``(lo, hi)`` that every value of an integer tensor is proven to lie in (a graph plan's value-range
+    analysis, ``opcore.graph.ranges``, sets it on a node's inputs for the checkers); None: unknown,
+    as for every single call.
     """
 
     shape: tuple[int, ...]
@@ -241,6 +244,7 @@ class TensorMeta:
     device: Device = CPU
     layout: Layout = Layout.STRIDED
     strides: tuple[int, ...] | None = None
+    bounds: tuple[int, int] | None = None
 
     @property
     def ndim(self) -> int:

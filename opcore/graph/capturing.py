@@ -18,7 +18,7 @@ from opcore.graph.measuring import Timer, interleaved
 from opcore.graph.plan import Plan, PlanOptions, assemble
 from opcore.types import Device
 
-__all__ = ["capture", "export"]
+__all__ = ["capture", "decompositions", "export"]
 
 _CAPTURE = "opcore.graph.capture"
 
@@ -95,6 +95,28 @@ def capture(
     return plan
 
 
+# ATen ops no backend has a kernel for, whose torch decompositions are made of ops opcore maps:
+# diff -> cat (of prepend/append) and two slices subtracted; new_ones -> full (a factory, folded
+# into a constant when its size is static). torch's own decompositions: the same op, numerically.
+_DECOMPOSED = ("diff.default", "new_ones.default")
+
+
+def decompositions() -> dict[Any, Any]:
+    """torch.export's decompositions of the ATen ops in _DECOMPOSED (what capture decomposes).
+
+    >>> sorted(str(op) for op in decompositions())  # doctest: +SKIP
+    ['aten.diff.default', 'aten.new_ones.default']
+    """
+    import torch
+
+    table = torch.export.default_decompositions()
+    wanted = []
+    for name in _DECOMPOSED:
+        packet, overload = name.split(".")
+        wanted.append(getattr(getattr(torch.ops.aten, packet), overload))
+    return {op: table[op] for op in wanted}
+
+
 def export(model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic_shapes: Any) -> Any:
     """torch.export's program with nothing decomposed (every op stays whole: linear, attention, ...),
     in functional form; the exporter's refusal becomes a CaptureError with its reason."""
@@ -104,13 +126,13 @@ def export(model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic
         raise ArgumentError(op=_CAPTURE, arg="model", expected="a torch.nn.Module", found=type(model).__name__)
     try:
         program = torch.export.export(model, args, dict(kwargs), dynamic_shapes=dynamic_shapes, strict=False)
-        # an empty table: functionalise (no in-place ops left), decompose nothing; opcore's own ATen
-        # fallback runs any op no backend claims, so nothing needs decomposing before deciding
+        # functionalise (no in-place ops left) and decompose only what _DECOMPOSED names: every other
+        # op stays whole; opcore's own ATen fallback runs any op no backend claims
         with warnings.catch_warnings():
             # torch 2.13's own run_decompositions deep-copies its call graph through a deprecated
             # pytree path and warns about itself; nothing the caller can act on
             warnings.filterwarnings("ignore", message=r".*treespec, LeafSpec", category=FutureWarning)
-            return program.run_decompositions({})
+            return program.run_decompositions(decompositions())
     except Exception as error:
         reason = _first_lines(str(error))
         raise CaptureError(

@@ -175,7 +175,11 @@ class CompiledPartition(Protocol):
 
 @runtime_checkable
 class PartitionCompiler(Protocol):
-    """A graph backend's partition compiler (what ``opcore_partition_compiler`` returns)."""
+    """A graph backend's partition compiler (what ``opcore_partition_compiler`` returns).
+
+    Optional attribute ``int64_as`` (a dtype name): the runtime computes int64 in that dtype (OpenVINO's
+    CPU plugin: "int32"); the plan then shows the backend's checkers the int64 values it proves to
+    fit as that dtype, with their ``TensorMeta.bounds`` (see opcore.graph.ranges)."""
 
     backend: str
 

@@ -23,7 +23,8 @@ from opcore.errors import OpcoreError
 from opcore.graph.ir import Graph, Node, ValueRef, refs_in
 from opcore.graph.measuring import Measured
 from opcore.graph.partition import CompiledPartition, PartitionCompiler, PartitionSpec, PartNode, compilers
-from opcore.graph.planner import Decision, Verdict, selection_verdicts
+from opcore.graph.planner import PARTITION_ONLY, Decision, Verdict, selection_verdicts
+from opcore.graph.ranges import ValueProof
 from opcore.graph.runner import Slot, Step
 
 __all__ = ["Cost", "PartitionRecord", "order_units", "pays", "place_partitions"]
@@ -166,6 +167,7 @@ def place_partitions(
     example: Callable[[str], Any],
     saved: Mapping[str, Any] | None = None,
     measured: Measured | None = None,
+    proof: ValueProof | None = None,
 ) -> tuple[list[PartitionRecord], dict[str, Decision], dict[str, tuple[Verdict, ...]]]:
     """Group, cost and compile the partitions; return them, the decision of every node they take,
     and for the nodes a compile failure or a measurement left out, that verdict (explain shows it).
@@ -173,13 +175,17 @@ def place_partitions(
     ``saved``: partitions of a saved plan (name -> (backend, node names, load function)), taken as
     they are instead of grouped and compiled. ``measured``: time each compiled partition against
     its nodes run per node and keep the faster (else the estimated cost rule, ``pays``, decides).
+    ``proof``: the plan's value ranges (opcore.graph.ranges): a graph backend that computes int64
+    narrower (its compiler's ``int64_as``) may take the nodes whose values are proven to fit.
     """
     if options.device != "cpu" and not options.device.startswith("cpu"):
         return [], {}, {}  # graph runtimes take host arrays; a cuda plan runs on the cuda backend's kernels
     if saved is not None:
-        return (*_restore(graph, constants, saved, example), {})
+        return (*_restore(graph, constants, saved, example, proof), {})
     verdicts = {
-        node.name: selection_verdicts(node, example, options.backends) for node in graph.nodes if not node.scalar
+        node.name: selection_verdicts(node, example, options.backends, proof, graph)
+        for node in graph.nodes
+        if not node.scalar
     }
     records: list[PartitionRecord] = []
     claimed: dict[str, Decision] = {}
@@ -245,7 +251,7 @@ def place_partitions(
 def _claimed(node: Node, record: PartitionRecord, verdicts: tuple[Verdict, ...]) -> Decision:
     rows = tuple(
         Verdict(v.backend, "partition", "", f"{v.backend} partition {record.name}")
-        if v.backend == record.backend and v.status in ("chosen", "fallback")
+        if v.backend == record.backend and v.status in ("chosen", "fallback", PARTITION_ONLY)
         else Verdict(v.backend, "fallback", v.reason, v.kernel)
         if v.status == "chosen"
         else v
@@ -259,7 +265,9 @@ def _accepts(
 ) -> bool:
     if node.scalar or not compiler.supports(node.op):
         return False
-    if not any(v.backend == backend and v.status in ("chosen", "fallback") for v in verdicts[node.name]):
+    if not any(
+        v.backend == backend and v.status in ("chosen", "fallback", PARTITION_ONLY) for v in verdicts[node.name]
+    ):
         return False
     return part_args(graph, node) is not None and all(
         (meta := graph.values[o].meta) is not None and meta.dtype.value != "bfloat16" for o in node.outputs
@@ -462,7 +470,11 @@ def order_units(graph: Graph, partitions: Sequence[PartitionRecord]) -> list[int
 
 
 def _restore(
-    graph: Graph, constants: Mapping[str, Any], saved: Mapping[str, Any], example: Callable[[str], Any]
+    graph: Graph,
+    constants: Mapping[str, Any],
+    saved: Mapping[str, Any],
+    example: Callable[[str], Any],
+    proof: ValueProof | None,
 ) -> tuple[list[PartitionRecord], dict[str, Decision]]:
     index = {node.name: i for i, node in enumerate(graph.nodes)}
     records: list[PartitionRecord] = []
@@ -475,5 +487,5 @@ def _restore(
         records.append(record)
         for i in group:
             node = graph.nodes[i]
-            claimed[node.name] = _claimed(node, record, selection_verdicts(node, example, None))
+            claimed[node.name] = _claimed(node, record, selection_verdicts(node, example, None, proof, graph))
     return records, claimed

@@ -15,6 +15,7 @@ from opcore.graph.errors import UncoveredError
 from opcore.graph.ir import Graph, Node, ValueRef
 from opcore.graph.measuring import Measured, Timer
 from opcore.graph.planner import Decision, NodeCall, example_tensors, plan_node, scalar_call
+from opcore.graph.ranges import ValueProof, value_ranges
 from opcore.graph.runner import Program, Step, slot_template
 from opcore.types import Device
 
@@ -322,13 +323,14 @@ def _assemble(
         check_named(rt, options.backends, "opcore.graph.capture(backends=...)")
     notes = notes or {}
     example = example_tensors(graph, constants)
+    proof = _proof(graph, constants, options)
     partitions: Sequence[Any] = ()
     claimed: Mapping[str, Decision] = {}
     refusals: Mapping[str, Any] = {}
     if options.partitions:
         from opcore.graph.partitioning import place_partitions
 
-        partitions, claimed, refusals = place_partitions(graph, constants, options, example, saved, measured)
+        partitions, claimed, refusals = place_partitions(graph, constants, options, example, saved, measured, proof)
     calls: list[NodeCall | None] = []
     for node in graph.nodes:
         if node.name in claimed:
@@ -339,7 +341,7 @@ def _assemble(
             calls.append(
                 plan_node(
                     graph, node, example, order=options.backends, allowed=allowed, fallback=fallback,
-                    note=notes.get(node.name, ""), extra=refusals.get(node.name, ()),
+                    note=notes.get(node.name, ""), extra=refusals.get(node.name, ()), proof=proof,
                 )
             )  # fmt: skip
     uncovered = [(node, call) for node, call in zip(graph.nodes, calls) if call is not None and call.fn is None]
@@ -354,6 +356,22 @@ def _assemble(
         units = range(len(graph.nodes))
     program = build_program(graph, units, calls, constants, graph.inputs, graph.outputs)
     return Plan(graph, decisions, program, constants, options, partitions)
+
+
+def _proof(graph: Graph, constants: Mapping[str, Any], options: PlanOptions) -> ValueProof | None:
+    """The value ranges of the plan's integer tensors, for the graph backends that compute int64 in a
+    narrower dtype (their partition compiler's ``int64_as``); None when none of them can take nodes."""
+    if not (options.device == "cpu" or options.device.startswith("cpu")):  # graph runtimes take host arrays
+        return None
+    from opcore.graph.partition import compilers
+    from opcore.types import DType
+
+    narrowing = {
+        name: DType.parse(found)
+        for name, compiler in compilers().items()
+        if (found := getattr(compiler, "int64_as", None)) is not None
+    }
+    return ValueProof(value_ranges(graph, constants), narrowing) if narrowing else None
 
 
 def _uncovered(uncovered: list[tuple[Node, NodeCall]], options: PlanOptions, strict_context: bool) -> UncoveredError:

@@ -4,6 +4,11 @@ For each node, planning asks dispatch's ranked walk (every backend's checker, wi
 ``selection_for``), records every candidate's verdict with its reason, picks the first accepting
 kernel of the requested backends, and resolves it once (``opcore.resolve``: constants such as
 weights are prepared by the kernel now, and the call skips dispatch at run time).
+
+Where the plan's value ranges (``opcore.graph.ranges``) bound a node's integer inputs, the checkers
+are asked a second time with those bounds on the metas (``TensorMeta.bounds``): a graph runtime may
+then take the node into a partition (status "partition only"), while the node's own kernel is still
+chosen as for a single call, which sees no bounds.
 """
 
 from __future__ import annotations
@@ -15,19 +20,27 @@ from typing import Any
 
 from opcore.contracts import OpContract
 from opcore.dispatch import build_plan, selection_for
+from opcore.errors import DTypeError, OpcoreError
 from opcore.graph.ir import Graph, Node, ValueRef, python_step, refs_in, substitute
+from opcore.graph.ranges import NO_INT64, Interval, ValueProof, node_narrowing, shown
 from opcore.resolved import resolve
 from opcore.runtime import runtime
-from opcore.selection import CandidateStatus
+from opcore.selection import CandidateStatus, select
+from opcore.settings import context_policy
+from opcore.types import DType, TensorMeta, is_tensor
 
-__all__ = ["Decision", "NodeCall", "Verdict", "plan_node", "scalar_call", "selection_verdicts"]
+__all__ = ["PARTITION_ONLY", "Decision", "NodeCall", "Verdict", "plan_node", "scalar_call", "selection_verdicts"]
+
+# the status of a graph backend that accepts a node only with the plan's value ranges (in a partition)
+PARTITION_ONLY = "partition only"
 
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """One backend's answer for one node: status "chosen", "fallback" (accepts, not chosen),
     "declined" (its checker said no, ``reason`` says why), "no kernel", "partition" (a graph
-    backend took the node into a compiled partition), "passed over", ..."""
+    backend took the node into a compiled partition), "partition only" (its checker accepts the
+    node with the plan's value ranges, which only a partition of the plan has), "passed over", ..."""
 
     backend: str
     status: str
@@ -98,15 +111,18 @@ def plan_node(
     fallback: bool,
     note: str = "",
     extra: tuple[Verdict, ...] = (),
+    proof: ValueProof | None = None,
 ) -> NodeCall:
     """Decide and prepare one node. ``example(name)``: a constant's tensor, or an example tensor of a
     value's meta (scalars: their example value). ``allowed`` None: any backend; else only these
-    unless ``fallback`` lets the ranked rest take what they decline.
+    unless ``fallback`` lets the ranked rest take what they decline. ``proof``: the plan's value
+    ranges (they change the verdicts of graph backends that narrow int64; the node's own kernel is
+    chosen as for a single call, without them).
     """
     rt = runtime().ensure_loaded()
     contract = rt.registry.contract(node.op)
     selection, bound, args, kwargs = _select(node, example, order)
-    verdicts = _verdicts(selection) + extra
+    verdicts = _narrowed(graph, node, example, order, proof, _verdicts(selection)) + extra
     wanted = [k for k in selection.accepted if allowed is None or k.backend in allowed]
     kernel = wanted[0] if wanted else (selection.accepted[0] if selection.accepted and fallback else None)
     if kernel is not None:
@@ -150,16 +166,108 @@ def _torch_results(contract: OpContract, fn: Callable[..., Any]) -> Callable[...
 
 
 def _select(
-    node: Node, example: Callable[[str], Any], order: Sequence[str] | None
+    node: Node,
+    example: Callable[[str], Any],
+    order: Sequence[str] | None,
+    ranges: Mapping[str, Interval] | None = None,
+    narrow: DType | None = None,
 ) -> tuple[Any, tuple[Any, ...], tuple[Any, ...], dict[str, Any]]:
-    """Dispatch's ranked walk for the node's example arguments (nothing runs)."""
+    """Dispatch's ranked walk for the node's example arguments (nothing runs). With ``ranges``: the
+    checkers see the arguments' metas as a runtime that computes int64 in ``narrow`` gets them
+    (``ranges.shown``: proven int64 as ``narrow``, bounded tensors with their ``bounds``)."""
     rt = runtime().ensure_loaded()
     contract = rt.registry.contract(node.op)
     bound = substitute(node.args, example)
     args, kwargs = split_call(contract, bound)
     with _preferring(order) if order else nullcontext():
-        selection, _ = selection_for(rt, node.op, args, kwargs, None)
+        selection, full = selection_for(rt, node.op, args, kwargs, None)
+        if ranges is not None and narrow is not None:
+            selection = _select_shown(rt, contract, full, node, ranges, narrow)
     return selection, bound, args, kwargs
+
+
+def _select_shown(
+    rt: Any, contract: OpContract, full: tuple[Any, ...], node: Node, ranges: Mapping[str, Interval], narrow: DType
+) -> Any:
+    """The walk on the metas shown (bound first: the schema checks take tensors). An argument the
+    contract wants int64 whatever its values (gather's index) is shown as it is: the contract's
+    DTypeError names it."""
+    names = contract.schema.names
+    kept: set[int] = set()
+    policy = context_policy.get()
+    while True:
+        metas = tuple(
+            value if i in kept else _shown(value, given, ranges, narrow)
+            for i, (value, given) in enumerate(zip(full, node.args))
+        )
+        try:
+            return select(rt, contract, metas + full[len(metas) :], policy, policy.pin if policy else None)
+        except DTypeError as error:
+            where = names.index(error.arg) if error.arg in names else None
+            if where is None or where in kept:
+                raise
+            kept.add(where)
+
+
+def _shown(value: Any, given: Any, ranges: Mapping[str, Interval], narrow: DType) -> Any:
+    """A bound argument as the checkers see it (lists item by item); tensors without a range as they are."""
+    if isinstance(given, ValueRef) and given.name in ranges and is_tensor(value):
+        return shown(TensorMeta.of(value), ranges[given.name], narrow)
+    if isinstance(given, (tuple, list)) and isinstance(value, tuple) and len(value) == len(given):
+        return tuple(_shown(v, g, ranges, narrow) for v, g in zip(value, given))
+    return value
+
+
+def _narrowed(
+    graph: Graph,
+    node: Node,
+    example: Callable[[str], Any],
+    order: Sequence[str] | None,
+    proof: ValueProof | None,
+    verdicts: tuple[Verdict, ...],
+) -> tuple[Verdict, ...]:
+    """The verdicts, with those of each graph backend that computes int64 narrower (``proof.int64_as``)
+    and declined the node asked again where the plan proves its int64 values fit: an accept becomes
+    "partition only" (only a partition of the plan has the proof); a decline says what is not proven."""
+    if proof is None or not proof.int64_as or node.scalar:
+        return verdicts
+    accepting = (CandidateStatus.CHOSEN.value, CandidateStatus.FALLBACK.value)
+    for backend, narrow in proof.int64_as.items():
+        mine = [v for v in verdicts if v.backend == backend]
+        if not mine or any(v.status in accepting for v in mine):
+            continue
+        why = node_narrowing(graph, node, proof.ranges, narrow)
+        if why == NO_INT64:
+            continue
+        plain = "; ".join(v.reason for v in mine if v.reason)
+        if why is not None:
+            note = f" (the plan's value ranges do not prove {narrow} is enough: {why})"
+            rows = tuple(Verdict(v.backend, v.status, v.reason + note, v.kernel) for v in mine)
+        else:
+            try:
+                again = _verdicts(_select(node, example, order, proof.ranges, narrow)[0])
+            except OpcoreError:  # the narrowed metas are not a call the contract takes: as on its own
+                continue
+            rows = tuple(
+                Verdict(
+                    v.backend,
+                    PARTITION_ONLY,
+                    f"in a partition: the plan proves its int64 values fit {narrow}; on its own: {plain}",
+                    v.kernel,
+                )
+                if v.status in accepting
+                else v
+                for v in again
+                if v.backend == backend
+            )
+        verdicts = _replace_rows(verdicts, backend, rows)
+    return verdicts
+
+
+def _replace_rows(verdicts: tuple[Verdict, ...], backend: str, rows: tuple[Verdict, ...]) -> tuple[Verdict, ...]:
+    at = next(i for i, v in enumerate(verdicts) if v.backend == backend)
+    rest = [v for v in verdicts if v.backend != backend]
+    return (*rest[:at], *rows, *rest[at:])
 
 
 def _verdicts(selection: Any) -> tuple[Verdict, ...]:
@@ -169,9 +277,18 @@ def _verdicts(selection: Any) -> tuple[Verdict, ...]:
     )
 
 
-def selection_verdicts(node: Node, example: Callable[[str], Any], order: Sequence[str] | None) -> tuple[Verdict, ...]:
-    """Every backend's verdict on the node (its kernels' checkers asked with the node's metas)."""
-    return _verdicts(_select(node, example, order)[0])
+def selection_verdicts(
+    node: Node,
+    example: Callable[[str], Any],
+    order: Sequence[str] | None,
+    proof: ValueProof | None = None,
+    graph: Graph | None = None,
+) -> tuple[Verdict, ...]:
+    """Every backend's verdict on the node (its kernels' checkers asked with the node's metas; with
+    ``proof`` and ``graph``, "partition only" where a narrowing graph backend takes it with the plan's
+    value ranges)."""
+    verdicts = _verdicts(_select(node, example, order)[0])
+    return verdicts if graph is None else _narrowed(graph, node, example, order, proof, verdicts)
 
 
 def _mark(verdict: Verdict, chosen: str) -> Verdict:

@@ -48,14 +48,19 @@ class GraphPartitionCompiler:
     ``kernels`` maps each op the backend builds to its kernel function's ``"module:qualname"``
     (the kernel's ``chain`` attribute is the op's builder); ``implementation`` names the backend's
     module with ``compile_partition(spec, chain_of)`` and ``load_partition(folder, record, spec)``.
-    Both are imported on the first compile or load, never at plugin load.
+    Both are imported on the first compile or load, never at plugin load. ``int64_as``: the dtype
+    the runtime computes int64 in ("int32" for OpenVINO's CPU plugin; None: int64 itself): a plan
+    shows its checkers the int64 values it proves to fit that dtype as that dtype (opcore.graph.ranges).
     """
 
-    __slots__ = ("_chains", "_implementation", "backend", "kernels")
+    __slots__ = ("_chains", "_implementation", "backend", "int64_as", "kernels")
 
-    def __init__(self, backend: str, kernels: Mapping[str, str], implementation: str) -> None:
+    def __init__(
+        self, backend: str, kernels: Mapping[str, str], implementation: str, int64_as: str | None = None
+    ) -> None:
         self.backend = backend
         self.kernels = kernels
+        self.int64_as = int64_as
         self._implementation = implementation
         self._chains: dict[str, Chain] = {}
 

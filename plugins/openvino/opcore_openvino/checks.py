@@ -13,10 +13,11 @@ values only (their answers are cached per signature) and import nothing heavy.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 from opcore.meta import result_type
-from opcore.onemodel.plugin import dtype_checker
+from opcore.onemodel.plugin import dtype_checker, tensor_metas
 from opcore.opset.pooling import pooled_size
 from opcore.types import DType, TensorMeta
 
@@ -32,13 +33,17 @@ FLOAT64_REASON = "OpenVINO's CPU plugin computes float64 in float32 (use float32
 INT64_REASON = "OpenVINO's CPU plugin narrows int64 to int32 (use int32, or another backend for int64)"
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
+# True while checking a call whose int64 inputs and integer result a graph plan proved to fit int32
+# (TensorMeta.bounds, opcore.graph.ranges): the plugin's narrowing then loses nothing
+_NARROWING_PROVEN: ContextVar[bool] = ContextVar("opcore_openvino_narrowing_proven", default=False)
+
 
 def _dtype_reason(dtype: DType) -> str | None:
     if dtype is DType.BFLOAT16:
         return BFLOAT16_REASON
     if dtype is DType.FLOAT64:
         return FLOAT64_REASON
-    if dtype is DType.INT64:
+    if dtype is DType.INT64 and not _NARROWING_PROVEN.get():
         return INT64_REASON
     return None
 
@@ -150,7 +155,7 @@ def _sum(x: TensorMeta, *rest: Any) -> bool | str:
 
 def _cumsum(x: TensorMeta, dim: int, dtype: str | None) -> bool | str:
     out = DType.parse(dtype) if dtype is not None else x.dtype if x.dtype.is_floating else DType.INT64
-    if not out.is_floating:
+    if not out.is_floating and not _NARROWING_PROVEN.get():
         return f"the running sum would be {out}: OpenVINO's CPU plugin computes integer sums in int32 or float32"
     return _result(out, "the running sum")
 
@@ -245,5 +250,36 @@ _SKIP = {"embedding": 0, "gather": 2, "index": 1}
 
 
 def checker_for(op: str) -> Checker:
-    """The checker of ``op``'s kernel: bfloat16, float64 and int64 tensors are declined, then the op's rules."""
-    return dtype_checker(op, _dtype_reason, _SPECIFIC.get(op), skip=_SKIP.get(op), keyed=_KEYED.get(op))
+    """The checker of ``op``'s kernel: bfloat16, float64 and int64 tensors are declined, then the op's rules.
+
+    A graph plan shows the checker an int64 tensor it proves to fit int32 as int32 with its
+    ``bounds`` (the partition compiler's ``int64_as``, see opcore.graph.ranges): the op's rules
+    then also accept an integer result (int64 in torch) whose range the bounds prove within int32,
+    since the CPU plugin's narrowing then keeps every value. A single call has no bounds.
+    """
+    return dtype_checker(op, _dtype_reason, _proven(op), skip=_SKIP.get(op), keyed=_KEYED.get(op))
+
+
+def _proven(op: str) -> Checker | None:
+    """``op``'s own rules, run with int64 results allowed where the arguments' bounds prove that the
+    result fits int32 (``opcore.graph.ranges.narrowing_refused``); as they are without bounds."""
+    found = _SPECIFIC.get(op)
+    if found is None:
+        return None
+    specific: Checker = found
+    skip = _SKIP.get(op)
+
+    def check(*args: Any) -> bool | str:
+        if not any(m.bounds is not None for m in tensor_metas(args)):
+            return specific(*args)
+        from opcore.graph.ranges import narrowing_refused  # only plans set bounds
+
+        if narrowing_refused(op, args, DType.INT32, skip) is not None:
+            return specific(*args)
+        token = _NARROWING_PROVEN.set(True)
+        try:
+            return specific(*args)
+        finally:
+            _NARROWING_PROVEN.reset(token)
+
+    return check

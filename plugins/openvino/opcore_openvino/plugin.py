@@ -84,6 +84,7 @@ def opcore_partition_compiler() -> PartitionCompiler:
 def _partition_compiler() -> PartitionCompiler:
     from opcore.onemodel.partition import GraphPartitionCompiler
 
+    # the CPU plugin computes int64 in int32: plans show it the int64 values they prove to fit
     return GraphPartitionCompiler(
-        "openvino", kernel_targets("opcore_openvino.kernels", KERNELS), "opcore_openvino.partition"
+        "openvino", kernel_targets("opcore_openvino.kernels", KERNELS), "opcore_openvino.partition", int64_as="int32"
     )

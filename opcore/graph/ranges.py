@@ -1,0 +1,357 @@
+"""Value ranges: a conservative ``[lo, hi]`` for the values of a graph's integer tensors.
+
+A plan proves what a single call cannot: that an int64 tensor holds small values (positions from an
+``arange``, a mask's running sum, a comparison's 0/1). Sources are constants (their min and max,
+computed once at planning), bool and narrow integer dtypes (their own range) and Python ints; each
+op's rule (``RULES``, interval arithmetic after ``torch.utils._sympy.value_ranges``) carries the
+intervals through the graph. Anything a rule does not cover is unknown (None): graph inputs
+(``input_ids``), sizes computed at run time, ATen fallback ops, floating results. Unknown never
+widens into a guess.
+
+A graph backend whose runtime computes int64 in a narrower dtype (its partition compiler's
+``int64_as``: OpenVINO's CPU plugin, int32) declines int64 in single calls. For a node whose int64
+results the ranges prove to fit (``node_narrowing``), the planner asks that backend's checkers again
+with the node's metas as the runtime gets them (``shown``: proven int64 inputs as the narrow dtype,
+bounded tensors with ``TensorMeta.bounds``); a checker may check an integer result with
+``narrowing_refused``. The runtime's own narrowing then keeps every value.
+
+>>> from opcore.types import DType, TensorMeta
+>>> x = TensorMeta((64,), DType.INT64, bounds=(0, 63))
+>>> result_range("add", (x, 1, 1)), result_range("cumsum", (TensorMeta((64,), DType.BOOL), -1, None))
+((1, 64), (0, 64))
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy
+
+from opcore.graph.ir import Graph, Node, refs_in, substitute
+from opcore.types import DType, TensorMeta
+
+__all__ = [
+    "NO_INT64", "RULES", "Interval", "ValueProof", "bounded", "dtype_range", "known", "narrowing_refused",
+    "node_narrowing", "result_range", "shown", "value_ranges",
+]  # fmt: skip
+
+Interval = tuple[int, int]
+Rule = Callable[..., "Interval | None"]
+
+
+def dtype_range(dtype: DType) -> Interval | None:
+    """The values a bool or integer dtype can hold; None for floating dtypes.
+
+    >>> dtype_range(DType.BOOL), dtype_range(DType.INT8), dtype_range(DType.FLOAT32)
+    ((0, 1), (-128, 127), None)
+    """
+    if dtype is DType.BOOL:
+        return (0, 1)
+    if dtype.is_integer:
+        info = numpy.iinfo(dtype.to_numpy())
+        return (int(info.min), int(info.max))
+    return None
+
+
+def known(value: Any) -> Interval | None:
+    """The interval of an argument: a tensor's proven bounds (else its dtype's, if bool or integer),
+    a Python int or bool itself; None for anything else (floats, sizes not known at planning)."""
+    if isinstance(value, TensorMeta):
+        return value.bounds if value.bounds is not None else dtype_range(value.dtype)
+    if isinstance(value, (bool, int, numpy.integer)):
+        return (int(value), int(value))
+    return None
+
+
+def _within(inner: Interval, outer: Interval | None) -> bool:
+    return outer is not None and outer[0] <= inner[0] and inner[1] <= outer[1]
+
+
+def _hull(*intervals: Interval | None) -> Interval | None:
+    if any(i is None for i in intervals) or not intervals:
+        return None
+    found = [i for i in intervals if i is not None]
+    return (min(i[0] for i in found), max(i[1] for i in found))
+
+
+def _scaled(a: Interval | None, b: Interval | None) -> Interval | None:
+    if a is None or b is None:
+        return None
+    corners = [x * y for x in a for y in b]
+    return (min(corners), max(corners))
+
+
+def _add(x: Any, other: Any, alpha: Any = 1) -> Interval | None:
+    a, b = known(x), _scaled(known(other), known(alpha))
+    return None if a is None or b is None else (a[0] + b[0], a[1] + b[1])
+
+
+def _sub(x: Any, other: Any, alpha: Any = 1) -> Interval | None:
+    a, b = known(x), _scaled(known(other), known(alpha))
+    return None if a is None or b is None else (a[0] - b[1], a[1] - b[0])
+
+
+def _mul(x: Any, other: Any) -> Interval | None:
+    return _scaled(known(x), known(other))
+
+
+def _neg(x: Any) -> Interval | None:
+    a = known(x)
+    return None if a is None else (-a[1], -a[0])
+
+
+def _abs(x: Any) -> Interval | None:
+    a = known(x)
+    if a is None:
+        return None
+    lo = 0 if a[0] <= 0 <= a[1] else min(abs(a[0]), abs(a[1]))
+    return (lo, max(abs(a[0]), abs(a[1])))
+
+
+def _same(x: Any, *rest: Any) -> Interval | None:
+    """Views, copies and selections of x: no new values."""
+    return known(x)
+
+
+def _cat(tensors: Any, *rest: Any) -> Interval | None:
+    return _hull(*(known(t) for t in tensors))
+
+
+def _boolean(*args: Any) -> Interval:
+    return (0, 1)
+
+
+def _sum_of(x: Any, count: int) -> Interval | None:
+    """Any sum of up to ``count`` values of x (a running sum's prefixes too), and the empty sum 0.
+    A negative count is a dim whose size changes at run time (see ``value_ranges``): unknown."""
+    a = known(x)
+    return None if a is None or count < 0 else (min(0, count * a[0]), max(0, count * a[1]))
+
+
+def _cumsum(x: TensorMeta, dim: int, dtype: str | None = None) -> Interval | None:
+    return _sum_of(x, x.shape[dim] if x.ndim else 1)
+
+
+def _sum(x: TensorMeta, dim: Any = None, keepdim: bool = False) -> Interval | None:
+    dims = range(x.ndim) if not dim else dim
+    return _sum_of(x, math.prod(x.shape[d] for d in dims) if x.ndim else 1)
+
+
+def _argmax(x: TensorMeta, dim: int | None = None, keepdim: bool = False) -> Interval | None:
+    n = x.numel if dim is None else x.shape[dim] if x.ndim else 1
+    return None if n < 0 else (0, max(n - 1, 0))
+
+
+def _cast(x: Any, dtype: str) -> Interval | None:
+    a, target = known(x), DType.parse(dtype)
+    if target is DType.BOOL:
+        return (0, 1)
+    if a is None or target.is_floating or _within(a, dtype_range(target)):
+        return a
+    return None  # torch wraps integers that do not fit the target: nothing proven
+
+
+def _where(condition: Any, x: Any, other: Any) -> Interval | None:
+    return _hull(known(x), known(other))
+
+
+def _masked_fill(x: Any, mask: Any, value: Any) -> Interval | None:
+    return _hull(known(x), known(value))
+
+
+def _clamp(x: Any, low: Any = None, high: Any = None) -> Interval | None:
+    """min(max(x, low), high), each bound a number or a tensor with its own interval."""
+    a = known(x)
+    if a is None:
+        return None
+    lo, hi = a
+    if low is not None:
+        m = known(low)
+        if m is None:
+            return None
+        lo, hi = max(lo, m[0]), max(hi, m[1])
+    if high is not None:
+        m = known(high)
+        if m is None:
+            return None
+        lo, hi = min(lo, m[0]), min(hi, m[1])
+    return (lo, hi)
+
+
+def _full_like(x: Any, fill_value: Any, dtype: str | None = None) -> Interval | None:
+    return known(fill_value)
+
+
+# op -> its rule, called with the node's arguments in schema order (tensors as TensorMeta with bounds)
+RULES: Mapping[str, Rule] = {
+    "add": _add,
+    "sub": _sub,
+    "mul": _mul,
+    "neg": _neg,
+    "abs": _abs,
+    **dict.fromkeys(
+        (
+            "unsqueeze", "squeeze", "reshape", "flatten", "expand", "slice", "select", "permute", "transpose",
+            "clone", "amax", "amin", "index", "split", "split_with_sizes", "chunk",
+        ),
+        _same,
+    ),
+    "gather": _same,  # x's values, picked by index
+    "cat": _cat,
+    **dict.fromkeys(("eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_not"), _boolean),
+    "cumsum": _cumsum,
+    "sum": _sum,
+    "argmax": _argmax,
+    "cast": _cast,
+    "where": _where,
+    "masked_fill": _masked_fill,
+    "clamp": _clamp,
+    "full_like": _full_like,
+    "zeros_like": lambda x, dtype=None: (0, 0),
+    "ones_like": lambda x, dtype=None: (1, 1),
+}  # fmt: skip
+
+
+def result_range(op: str, args: tuple[Any, ...]) -> Interval | None:
+    """The interval of ``op``'s result(s) for these arguments (schema order, tensors as TensorMeta
+    whose ``bounds`` say what is known); None when the op has no rule or an argument is unknown.
+    A result torch would compute in a narrower dtype than the interval's may wrap: the caller fits
+    the interval to the result's dtype (``value_ranges`` does)."""
+    rule = RULES.get(op)
+    if rule is None:
+        return None
+    try:
+        return rule(*args)
+    except (TypeError, ValueError, IndexError, KeyError):  # an argument only known at run time
+        return None
+
+
+def _fit(interval: Interval | None, dtype: DType) -> Interval | None:
+    """What is proven about a result of ``dtype``: the interval where the dtype holds it, else the
+    dtype's own range (torch wraps integers); None for floating results."""
+    own = dtype_range(dtype)
+    if own is None:
+        return None
+    return interval if interval is not None and _within(interval, own) else own
+
+
+def value_ranges(graph: Graph, constants: Mapping[str, Any]) -> dict[str, Interval]:
+    """For each bool or integer tensor of ``graph`` whose values are bounded more tightly than int64's
+    range: the interval proven for them. Constants are measured (min and max); inputs are unknown.
+
+    >>> value_ranges(graph, constants)["cumsum"]  # doctest: +SKIP
+    (0, 64)
+    """
+    found: dict[str, Interval] = {}
+    for name in graph.constants:
+        meta = graph.values[name].meta
+        value = constants.get(name)
+        if meta is None or value is None or dtype_range(meta.dtype) is None or meta.numel == 0:
+            continue
+        found[name] = (int(value.min()), int(value.max()))
+
+    def lookup(name: str) -> Any:
+        info = graph.values[name]
+        if info.meta is None:
+            return None  # a size computed at run time: unknown
+        meta = bounded(info.meta, found.get(name))
+        if info.dynamic_axes:  # sizes that change per call: -1, which the size-reading rules refuse
+            meta = replace(meta, shape=tuple(-1 if i in info.dynamic_axes else n for i, n in enumerate(meta.shape)))
+        return meta
+
+    for node in graph.nodes:
+        if node.scalar:
+            continue
+        interval = result_range(node.op, substitute(node.args, lookup))
+        for output in node.outputs:
+            meta = graph.values[output].meta
+            if meta is None:
+                continue
+            fitted = _fit(interval, meta.dtype)
+            if fitted is not None and fitted != dtype_range(DType.INT64):
+                found[output] = fitted
+    return found
+
+
+def bounded(meta: TensorMeta, interval: Interval | None) -> TensorMeta:
+    """``meta`` with ``bounds`` set to ``interval`` (bool and integer tensors; others as they are)."""
+    if interval is None or dtype_range(meta.dtype) is None:
+        return meta
+    return replace(meta, bounds=interval)
+
+
+def narrowing_refused(op: str, args: tuple[Any, ...], narrow: DType, skip: int | None = None) -> str | None:
+    """None when every int64 tensor among ``args`` (but the one at ``skip``, e.g. indices) and the
+    op's result provably fit ``narrow``: computing them in it gives torch's values. Else why not.
+
+    >>> x = TensorMeta((4,), DType.INT64, bounds=(0, 2**40))
+    >>> narrowing_refused("unsqueeze", (x, 0), DType.INT32)
+    "argument 0's values are only known to lie in [0, 1099511627776], beyond int32"
+    """
+    limit = dtype_range(narrow)
+    for position, value in enumerate(args):
+        if position == skip:
+            continue
+        for item in value if isinstance(value, tuple) else (value,):
+            if isinstance(item, TensorMeta) and item.dtype is DType.INT64:
+                if item.bounds is None:
+                    return f"argument {position}'s values are not bounded by the plan"
+                if not _within(item.bounds, limit):
+                    lo, hi = item.bounds
+                    return f"argument {position}'s values are only known to lie in [{lo}, {hi}], beyond {narrow}"
+    result = result_range(op, args)
+    if result is None:
+        return f"no value range is known for the result of {op}"
+    if not _within(result, limit):
+        return f"the result's values are only known to lie in [{result[0]}, {result[1]}], beyond {narrow}"
+    return None
+
+
+NO_INT64 = "the node has no int64 values"
+
+
+@dataclass(frozen=True, slots=True)
+class ValueProof:
+    """What a plan proves about its integer values, and who uses it: ``ranges`` (``value_ranges``),
+    ``int64_as`` (graph backend -> the dtype it computes int64 in: its partition compiler's
+    ``int64_as``; backends without one are never shown narrowed values)."""
+
+    ranges: Mapping[str, Interval]
+    int64_as: Mapping[str, DType]
+
+
+def node_narrowing(graph: Graph, node: Node, ranges: Mapping[str, Interval], narrow: DType) -> str | None:
+    """None when the plan may show ``node`` to a runtime that computes int64 in ``narrow`` (its int64
+    inputs in ``narrow``'s range shown as ``narrow``, ``shown``): every int64 result of the node is
+    proven to fit ``narrow``; else why not. A node without int64 values is not narrowed.
+
+    >>> node_narrowing(graph, graph.nodes[0], value_ranges(graph, constants), DType.INT32)  # doctest: +SKIP
+    "the values of add are only known to lie in [-34359738367, 1099511627777], beyond int32"
+    """
+    limit = dtype_range(narrow)
+    outputs = [o for o in node.outputs if (m := graph.values[o].meta) is not None and m.dtype is DType.INT64]
+    inputs = [
+        r.name for r in refs_in(node.args) if (m := graph.values[r.name].meta) is not None and m.dtype is DType.INT64
+    ]
+    if not outputs and not inputs:
+        return NO_INT64
+    for name in outputs:
+        found = ranges.get(name)
+        if found is None:
+            return f"the values of {name} are not bounded by the plan"
+        if not _within(found, limit):
+            return f"the values of {name} are only known to lie in [{found[0]}, {found[1]}], beyond {narrow}"
+    if outputs or any(_within(ranges[n], limit) for n in inputs if n in ranges):
+        return None
+    return "none of its int64 inputs is proven to fit " + str(narrow)
+
+
+def shown(meta: TensorMeta, interval: Interval | None, narrow: DType) -> TensorMeta:
+    """A tensor's meta as a plan shows it to a runtime that computes int64 in ``narrow``: an int64
+    tensor proven to fit ``narrow`` as ``narrow``, with its bounds; other bounded tensors with theirs."""
+    if meta.dtype is DType.INT64 and interval is not None and _within(interval, dtype_range(narrow)):
+        return replace(meta, dtype=narrow, bounds=interval)
+    return bounded(meta, interval)
