@@ -62,9 +62,9 @@ _RECOVER: dict[tuple[Any, ...] | None, Callable[[tuple[Any, ...], Exception], An
 # ones are not there); run() turns linear(x, w, b=b) into linear(x, w, b) with it, so a keyword call
 # has the positional call's key and entry
 _POSITIONS: dict[str, dict[str, int]] = {}
-# torch calls of run()'s inline shapes, by (op, policy, backend, first tensor's shape): the last
-# signature cached there, confirmed by torch's C++ tensor guard (opcore._guards) instead of the
-# Python key: (number of arguments, the trailing plain value's type or _ALL_TENSORS, that value,
+# torch calls of run()'s inline shapes, by (op, policy, backend, number of arguments, first tensor's
+# shape): the last signature cached there, confirmed by torch's C++ tensor guard (opcore._guards)
+# instead of the Python key: (number of arguments, the trailing plain value's type or _ALL_TENSORS, that value,
 # the guard's check, the entry, the inline key for its recovery)
 _GUARDED: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 _lock = threading.RLock()
@@ -137,8 +137,8 @@ def run(op: str, /, *args: Any, backend: str | None = None, **kwargs: Any) -> An
                     args, kwargs = moved, {}
     n = len(args)
     if n and not kwargs and (t := type(args[0])) is _Tensor:  # the guarded torch signature, if it is this one
-        slot = _GUARDED.get((op, _policy(), backend, args[0].shape))
-        if slot is not None and slot[0] == n:
+        slot = _GUARDED.get((op, _policy(), backend, n, args[0].shape))
+        if slot is not None:
             last = args[-1]
             if slot[1] is _ALL_TENSORS:
                 hit = type(last) is _Tensor and (n < 3 or type(args[1]) is _Tensor) and slot[3](*args)
@@ -477,7 +477,7 @@ def _guard(
         return
     plain = _ALL_TENSORS if tensors is args else type(last)
     with _lock:  # bounded with _INLINE, which is cleared with it
-        _GUARDED[(op, policy, backend, args[0].shape)] = (
+        _GUARDED[(op, policy, backend, len(args), args[0].shape)] = (
             len(args), plain, None if plain is _ALL_TENSORS else last, check, entry, inline
         )  # fmt: skip
 

@@ -451,8 +451,8 @@ def test_guarded_torch_signatures_serve_exactly_their_signature() -> None:
     if not slots:
         pytest.skip(f"torch {torch.__version__} has no torch._C._dynamo.guards.TensorGuards")
     assert set(slots) == {"linear", "softmax"}
-    _GUARDED[("linear", None, None, x.shape)] = (*slots["linear"][:4], lambda *raw: "guarded", slots["linear"][5])
-    _GUARDED[("softmax", None, None, x.shape)] = (*slots["softmax"][:4], lambda *raw: "guarded", slots["softmax"][5])
+    _GUARDED[("linear", None, None, 3, x.shape)] = (*slots["linear"][:4], lambda *raw: "guarded", slots["linear"][5])
+    _GUARDED[("softmax", None, None, 2, x.shape)] = (*slots["softmax"][:4], lambda *raw: "guarded", slots["softmax"][5])
     assert opcore.run("linear", torch.zeros(2, 3), torch.ones(4, 3), torch.ones(4)) == "guarded"  # other data
     assert opcore.run("linear", x, w, b=b) == "guarded"
     assert opcore.run("softmax", x, -1) == "guarded"
@@ -469,6 +469,8 @@ def test_guarded_torch_signatures_serve_exactly_their_signature() -> None:
         (x, w),  # fewer arguments
         (x, w, None),
     ]
+    opcore.run("linear", x, w)  # the same op and first shape with two arguments: a slot of its own
+    assert opcore.run("linear", x, w, b) == "guarded"
     for args in others:
         try:
             result = opcore.run("linear", *args)
