@@ -333,7 +333,10 @@ def _walk(rt: Runtime, s: Selection) -> None:
         allowed = device_backends[0] if device_backends else (bucket[0].backend if bucket else None)
         why_not = f"strict mode: only {allowed!r} may run it"
     for kernel in bucket:
-        priority = registry.backends[kernel.backend].priority + kernel.priority
+        spec = registry.backends.get(kernel.backend)
+        if spec is None:  # unregistered by another thread after the table was read: as if never there
+            continue
+        priority = spec.priority + kernel.priority
         measured = s.measured.time_of(kernel.title) if s.measured is not None else None
         about = (kernel.label, kernel.source, priority, measured)
         if allowed is not None and kernel.backend != allowed:

@@ -51,6 +51,26 @@ def _same_relu_plugin(name: str) -> types.SimpleNamespace:
     return types.SimpleNamespace(__name__=name, **hooks)
 
 
+def test_a_backend_unregistered_after_the_table_was_read_is_skipped() -> None:
+    """The interleaving the thread soak hit once in 30 s (a KeyError naming the plugin): a call read the
+    ranked table, then another thread unregistered that table's first backend before the call ranked it."""
+    from opcore.runtime import runtime
+
+    opcore.register_plugin(_same_relu_plugin("vanishing"))
+    try:
+        registry = runtime().ensure_loaded().registry
+        assert registry.ranked("relu")[(opcore.DeviceType.CPU, opcore.DType.FLOAT32)][0].backend == "vanishing"
+        spec = registry.backends.pop("vanishing")  # remove_backend's first step; the table read above stays
+        try:
+            explanation = opcore.explain("relu", X)
+            assert explanation.chosen is not None and explanation.chosen != "vanishing"
+            numpy.testing.assert_array_equal(opcore.run("relu", X), numpy.maximum(X, 0))
+        finally:
+            registry.backends["vanishing"] = spec
+    finally:
+        opcore.unregister_plugin("vanishing")
+
+
 def test_threads_with_reloads_give_no_diffs_and_no_spurious_errors() -> None:
     pins = [None, *REAL]
     for op, args, kwargs, _ in CALLS:  # warm: runtimes imported, models compiled (a first torch import takes seconds)
