@@ -7,10 +7,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from torch import nn  # noqa: E402
+
 import opcore.graph  # noqa: E402
 
 
-class Creations(torch.nn.Module):
+class Creations(nn.Module):
     def forward(self, x):
         n, m = x.shape
         positions = torch.arange(m)  # aten.arange.default, int64
@@ -34,7 +36,7 @@ def test_creation_ops_of_dynamic_sizes_map_to_their_contracts():
             assert torch.allclose(got, want)
 
 
-class NewCreations(torch.nn.Module):
+class NewCreations(nn.Module):
     def forward(self, x, n):
         # static sizes, x's dtype (int32 here) unless dtype= is given
         return x.new_zeros(2, 3), x.new_ones((4,)), x.new_full((2, 2), 7), x.new_zeros(3, dtype=torch.float64)
