@@ -275,3 +275,16 @@ def test_diff_and_new_ones_are_decomposed_and_equal_eager() -> None:
     for got, expected in zip(plan(x, p), DiffOnes()(x, p)):
         assert got.dtype == expected.dtype
         assert torch.equal(got, expected)
+
+
+def test_creation_ops_have_their_fill_or_bounds_as_range() -> None:
+    from opcore.graph.ranges import result_range
+
+    assert result_range("zeros", ((2, 3),)) == (0, 0)
+    assert result_range("ones", ((4,),)) == (1, 1)
+    assert result_range("full", ((2,), 7)) == (7, 7)
+    assert result_range("full", ((2,), 2.5)) is None  # a float fill bounds no integer
+    assert result_range("arange", (64,)) == (0, 64)
+    assert result_range("arange", (-3, 5, 2)) == (-3, 5)
+    assert result_range("arange", (10, -4, -3)) == (-4, 10)
+    assert result_range("arange", (object(), 5)) is None  # a bound known only at run time

@@ -185,6 +185,16 @@ def _full_like(x: Any, fill_value: Any, dtype: str | None = None) -> Interval | 
     return known(fill_value)
 
 
+def _full(size: Any, fill_value: Any, dtype: str | None = None, device: str = "cpu") -> Interval | None:
+    return known(fill_value)
+
+
+def _arange(start: Any, end: Any = None, step: Any = 1, dtype: Any = None, device: str = "cpu") -> Interval | None:
+    # every value lies between start and end (end excluded, so the hull is conservative by one step);
+    # arange(n) counts from 0; a bound known only at run time leaves the result unknown
+    return _hull((0, 0), known(start)) if end is None else _hull(known(start), known(end))
+
+
 # op -> its rule, called with the node's arguments in schema order (tensors as TensorMeta with bounds)
 RULES: Mapping[str, Rule] = {
     "add": _add,
@@ -212,6 +222,10 @@ RULES: Mapping[str, Rule] = {
     "full_like": _full_like,
     "zeros_like": lambda x, dtype=None: (0, 0),
     "ones_like": lambda x, dtype=None: (1, 1),
+    "full": _full,
+    "zeros": lambda size, dtype=None, device="cpu": (0, 0),
+    "ones": lambda size, dtype=None, device="cpu": (1, 1),
+    "arange": _arange,
 }  # fmt: skip
 
 
