@@ -110,6 +110,7 @@ def torch_rows(device: str) -> list[tuple[str, ...]]:
         "F.layer_norm(x, (8,), w, b)": lambda: F.layer_norm(x, (8,), ln_w, ln_b),
         "aten layer_norm(x, [8], w, b)": lambda: aten.layer_norm.default(x, [8], ln_w, ln_b),
         "run layer_norm(x, (8,), w, b)": lambda: opcore.run("layer_norm", x, (8,), ln_w, ln_b),
+        "run layer_norm(x, (8,), weight=w, bias=b)": lambda: opcore.run("layer_norm", x, (8,), weight=ln_w, bias=ln_b),
     }
     if sync is not None:
 
@@ -134,6 +135,7 @@ def torch_rows(device: str) -> list[tuple[str, ...]]:
         ("run softmax(x, -1)", "torch.softmax(x, -1)", 1.0),
         ("run softmax(x, dim=-1)", "torch.softmax(x, -1)", 1.0),
         ("run layer_norm(x, (8,), w, b)", "F.layer_norm(x, (8,), w, b)", 1.0),
+        ("run layer_norm(x, (8,), weight=w, bias=b)", "F.layer_norm(x, (8,), w, b)", 1.0),
     ]:
         rows.append(_row(label, direct, target, times))
     for label, direct in [
@@ -147,6 +149,56 @@ def torch_rows(device: str) -> list[tuple[str, ...]]:
     print(f"\nopcore dispatch overhead, torch on {device} ({chosen} for linear), x 2x8 · w 8x8 float32, "
           f"{torch.get_num_threads()} thread(s); 'aten' rows: torch's boxed torch.ops.aten.X.default")  # fmt: skip
     return rows
+
+
+def guard_rows(rounds: int = 25, number: int = 3000) -> list[tuple[str, ...]]:
+    """run() with torch's TensorGuards (opcore._guards) against the Python key alone (the guard
+    hidden), in one process, interleaved round by round; minima over the rounds (the least
+    disturbed run of each: on a shared machine medians move by more than the difference).
+    """
+    import timeit
+
+    import torch
+    import torch.nn.functional as F
+
+    from opcore import _guards, dispatch
+
+    gen = torch.Generator().manual_seed(0)
+    x, w, b = torch.randn(2, 8, generator=gen), torch.randn(8, 8, generator=gen), torch.randn(8, generator=gen)
+    run = opcore.run
+    cases: dict[str, tuple[Callable[[], object], Callable[[], object]]] = {
+        "run linear(x, w, b)": (lambda: F.linear(x, w, b), lambda: run("linear", x, w, b)),
+        "run linear(x, w, b=b)": (lambda: F.linear(x, w, b), lambda: run("linear", x, w, b=b)),
+        "run linear(x, w)": (lambda: F.linear(x, w), lambda: run("linear", x, w)),
+        "run relu(x)": (lambda: torch.relu(x), lambda: run("relu", x)),
+        "run softmax(x, -1)": (lambda: torch.softmax(x, -1), lambda: run("softmax", x, -1)),
+        "run softmax(x, dim=-1)": (lambda: torch.softmax(x, -1), lambda: run("softmax", x, dim=-1)),
+    }
+    _guards.tensor_guard((x,))
+    guards = _guards._TensorGuards
+    direct: dict[str, float] = {}
+    best: dict[tuple[bool, str], float] = {}
+    for _ in range(rounds):
+        for guarded in (False, True):
+            _guards._TensorGuards = guards if guarded else False
+            dispatch.clear_caches()
+            for _, call in cases.values():
+                call()
+            for label, (plain, call) in cases.items():
+                direct[label] = min(direct.get(label, 1.0), timeit.timeit(plain, number=number) / number)
+                t = timeit.timeit(call, number=number) / number
+                best[(guarded, label)] = min(best.get((guarded, label), 1.0), t)
+    _guards._TensorGuards = guards
+    dispatch.clear_caches()
+    return [
+        (
+            label,
+            f"{direct[label] * 1e6:.2f}",
+            f"{best[(False, label)] * 1e6:.2f} ({(best[(False, label)] - direct[label]) * 1e6:+.2f})",
+            f"{best[(True, label)] * 1e6:.2f} ({(best[(True, label)] - direct[label]) * 1e6:+.2f})",
+        )
+        for label in cases
+    ]
 
 
 def _row(label: str, direct: str, target: float | None, times: dict[str, float]) -> tuple[str, ...]:
@@ -191,7 +243,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--torch-only", action="store_true", help="only the torch table (and the first call)")
     parser.add_argument("--cuda", action="store_true", help="the torch table on the GPU too")
+    parser.add_argument(
+        "--guards", action="store_true", help="only the A/B of run() with and without torch's tensor guard"
+    )
     args = parser.parse_args()
+    if args.guards:
+        import torch
+
+        torch.set_num_threads(1)
+        load = os.getloadavg()[0]
+        print(f"\nrun() on torch tensors, x 2x8 · w 8x8 float32, 1 thread, us per call, minima; load {load:.2f}")
+        print(table(("call", "direct", "Python key (over)", "tensor guard (over)"), guard_rows()))
+        return
     if not args.torch_only:
         numpy_table()
         opcore.configure(disable=None)  # every backend again, for the torch tables

@@ -128,9 +128,10 @@ def run(op: str, /, *args: Any, backend: str | None = None, **kwargs: Any) -> An
         positions = _POSITIONS.get(op)
         if positions is not None:
             if len(kwargs) == 1:  # _as_positional's common case inline (saves its frame, ~0.2 us)
-                for name, value in kwargs.items():
+                for name in kwargs:  # noqa: PLC0206 - no items() view, no unpacking: ~70 ns less
                     if positions.get(name) == len(args):
-                        args, kwargs = (*args, value), {}
+                        args += (kwargs[name],)
+                        kwargs = {}
             else:
                 moved = _as_positional(args, kwargs, positions)
                 if moved is not None:
