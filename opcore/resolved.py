@@ -20,7 +20,7 @@ from opcore.selection import Selection, select, warn_once
 from opcore.settings import ContextPolicy, context_policy
 from opcore.types import _is_torch_tensor, is_tensor
 
-__all__ = ["ResolvedOp", "resolve"]
+__all__ = ["ResolvedOp", "resolve", "resolve_with"]
 
 
 class ResolvedOp:
@@ -70,6 +70,25 @@ def resolve(
     >>> linear = opcore.resolve("linear", x, w, b, constants=("w", "b"))   # doctest: +SKIP
     >>> y = linear(x)                                                        # doctest: +SKIP
     """
+    return resolve_with(op, args, kwargs, constants=constants, backend=backend)
+
+
+def resolve_with(
+    op: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    constants: Iterable[str] = (),
+    backend: str | None = None,
+    watch: bool = True,
+) -> ResolvedOp:
+    """``resolve`` with its options apart from the op's arguments. watch=False: the caller watches
+    its torch constants itself and resolves again after a change (opcore.nn modules compare their
+    parameters, from which they derive constants such as a concatenated qkv weight), so the
+    resolved op skips its per-call version check.
+
+    >>> relu = resolve_with("relu", (x,), {}, watch=False)                    # doctest: +SKIP
+    """
     rt = runtime().ensure_loaded()
     selection, bound = selection_for(rt, op, args, kwargs, backend, tune=True)
     if selection.error is not None:
@@ -111,7 +130,7 @@ def resolve(
     if kernel is not None and kernel.prepare is not None and constants:  # no constants: nothing to prepare
         first = _prepare(kernel, selection, bound, frozenset(constants), free_at)
         resolved._prepared = True
-        versioned = tuple(t for i in sorted(constant_at) for t in _torch_tensors(bound[i]))
+        versioned = tuple(t for i in sorted(constant_at) for t in _torch_tensors(bound[i])) if watch else ()
     signatures = _Signatures(selection, kernel, first, resolved._prepared, template, free_at, check)
     if versioned:  # the prepared kernel holds its own form of these: prepare again after an in-place update
         signatures.watch(versioned, bound, frozenset(constants))

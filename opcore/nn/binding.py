@@ -25,7 +25,7 @@ from typing import Any
 
 import opcore
 from opcore.errors import ArgumentError, NoKernelError, OpcoreError
-from opcore.resolved import ResolvedOp
+from opcore.resolved import ResolvedOp, resolve_with
 from opcore.selection import CandidateStatus
 
 __all__ = ["BackendRequest", "Bound", "Fused", "Single", "bind", "parse_backend"]
@@ -121,7 +121,11 @@ def _raw(resolved: ResolvedOp) -> Callable[..., Any]:
 
 
 def _resolve(single: Single, pin: str | None) -> ResolvedOp:
-    return opcore.resolve(single.op, *single.args, constants=single.constants, backend=pin, **single.attrs)
+    # the module watches its parameters itself (state.PreparedModule._fresh) and binds again after a
+    # change, also for constants derived from them: the resolved op need not check versions too
+    return resolve_with(
+        single.op, single.args, dict(single.attrs), constants=single.constants, backend=pin, watch=False
+    )
 
 
 def _step(
