@@ -8,7 +8,9 @@ A schema reads like PyTorch's::
 Types: ``Tensor``, ``Tensor?``, ``Tensor[]``, ``Tensor?[]``, ``Tensor|Scalar`` (a tensor
 or a Python number, as ``torch.add(x, 2)`` allows), ``int``, ``int[]``, ``int[N]``
 (a single int is repeated N times), ``float``, ``bool``, ``str``, ``Scalar``; any type
-may end in ``?`` (None allowed). Arguments after ``*`` are keyword-only.
+may end in ``?`` (None allowed). A union ``A|B`` takes a value of either type, tried in order
+(``int[2]|str padding=0``, as conv2d's ``padding=1``, ``(1, 2)`` or ``"same"``). Arguments after
+``*`` are keyword-only.
 
 >>> schema = parse_schema("linear(Tensor x, Tensor w, Tensor? b=None) -> Tensor")
 >>> [a.name for a in schema.arguments], schema.returns
@@ -21,7 +23,7 @@ import ast
 import itertools
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
@@ -57,7 +59,9 @@ class BaseType(str, Enum):
 class ArgType:
     """A parsed argument type.
 
-    list_len None: not a list, or a list of any length when ``is_list``.
+    list_len None: not a list, or a list of any length when ``is_list``. alternatives: the other
+    types of a union (``int[2]|str``: this type is ``int[2]``, alternatives ``(str,)``), tried in
+    order after this one; () for a plain type.
     """
 
     base: BaseType
@@ -65,11 +69,13 @@ class ArgType:
     list_len: int | None = None
     optional: bool = False
     element_optional: bool = False
+    alternatives: tuple[ArgType, ...] = ()
 
     def __str__(self) -> str:
         text = self.base.value + ("?" if self.element_optional else "")
         if self.is_list:
             text += f"[{self.list_len}]" if self.list_len is not None else "[]"
+        text += "".join(f"|{alternative}" for alternative in self.alternatives)
         return text + ("?" if self.optional else "")
 
     @property
@@ -256,7 +262,48 @@ def _split_top_level(body: str) -> list[str]:
     return pieces
 
 
+_UNION = re.compile(r"^\s*(\S+\|\S+?)(\??)\s+([A-Za-z_]\w*)\s*(=.+)?$", re.S)
+
+
+def _parse_union(schema_text: str, piece: str, kwarg_only: bool) -> Argument | None:
+    """``A|B name=default``: the first type with the others as its alternatives; None when the
+    piece is not a union (``Tensor|Scalar`` is a type of its own)."""
+    match = _UNION.match(piece)
+    if not match or match.group(1) == BaseType.TENSOR_OR_SCALAR.value:
+        return None
+    types_text, optional, name, default_text = match.groups()
+    parts = [_parse_argument(schema_text, f"{part} {name}", False).type for part in types_text.split("|")]
+    if any(part.optional or part.alternatives for part in parts):
+        raise ArgumentError(
+            f"schema {schema_text!r}: in the union {types_text!r} only the whole union may be optional",
+            arg="schema",
+            fix=f"write {types_text.replace('?', '')}? {name}",
+        )
+    arg_type = replace(parts[0], alternatives=tuple(parts[1:]), optional=bool(optional))
+    default = NO_DEFAULT
+    if default_text is not None:
+        default = _literal(schema_text, name, default_text[1:].strip())
+        if default is None:
+            arg_type = replace(arg_type, optional=True)
+        else:
+            default = _checker(arg_type)(schema_text, name, default)
+    return Argument(name=name, type=arg_type, default=default, kwarg_only=kwarg_only)
+
+
+def _literal(schema_text: str, name: str, default_text: str) -> Any:
+    try:
+        return ast.literal_eval(default_text)
+    except (ValueError, SyntaxError):
+        raise ArgumentError(
+            f"schema {schema_text!r}: the default of '{name}' ({default_text}) is not a literal",
+            arg="schema",
+        ) from None
+
+
 def _parse_argument(schema_text: str, piece: str, kwarg_only: bool) -> Argument:
+    union = _parse_union(schema_text, piece, kwarg_only)
+    if union is not None:
+        return union
     match = _ARG.match(piece)
     if not match:
         raise ArgumentError(
@@ -283,13 +330,7 @@ def _parse_argument(schema_text: str, piece: str, kwarg_only: bool) -> Argument:
     )
     default = NO_DEFAULT
     if default_text is not None:
-        try:
-            default = ast.literal_eval(default_text)
-        except (ValueError, SyntaxError):
-            raise ArgumentError(
-                f"schema {schema_text!r}: the default of '{name}' ({default_text}) is not a literal",
-                arg="schema",
-            ) from None
+        default = _literal(schema_text, name, default_text)
         if default is None and not arg_type.optional:
             arg_type = ArgType(base, is_list, arg_type.list_len, True, arg_type.element_optional)
         if default is not None:
@@ -400,6 +441,8 @@ def _checker(
     element = element_checks[arg_type.base]
     if arg_type.is_list:
         element = _list_checker(arg_type, element)
+    if arg_type.alternatives:
+        element = _union_checker(arg_type, element, element_checks)
     if arg_type.optional:
         inner = element
 
@@ -408,6 +451,27 @@ def _checker(
 
         return check_optional
     return element
+
+
+def _union_checker(
+    arg_type: ArgType,
+    first: Callable[[str, str, Any], Any],
+    element_checks: dict[BaseType, Callable[[str, str, Any], Any]],
+) -> Callable[[str, str, Any], Any]:
+    """The first of the union's types that takes the value, in order; else one error naming them all."""
+    checks = (first, *(_checker(alternative, element_checks) for alternative in arg_type.alternatives))
+    plain = replace(arg_type, alternatives=(), optional=False)
+    described = " or ".join(str(t) for t in (plain, *arg_type.alternatives))
+
+    def check_union(op: str, arg: str, value: Any) -> Any:
+        for check in checks:
+            try:
+                return check(op, arg, value)
+            except ArgumentError:
+                continue
+        raise _fail(op, arg, f"a value of type {described}", value)
+
+    return check_union
 
 
 def _list_checker(arg_type: ArgType, element: Callable[[str, str, Any], Any]) -> Callable[[str, str, Any], Any]:

@@ -382,21 +382,50 @@ def test_an_aten_op_whose_other_outputs_are_used_stays_on_aten():
     # ATen fallback's result check refuses)
 
 
-def test_conv2d_string_padding_valid_maps_same_stays_on_aten():
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel:UserWarning")  # torch's own
+def test_conv_string_padding_maps_to_the_contracts():
     class Padded(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.valid = torch.nn.Conv2d(3, 4, 3, padding="valid")
-            self.same = torch.nn.Conv2d(4, 4, 3, padding="same")
+            self.same = torch.nn.Conv2d(4, 4, (2, 3), padding="same", dilation=(1, 2))
+            self.line = torch.nn.Conv1d(4, 6, 4, padding="same", groups=2)
+            self.plain = torch.nn.Conv1d(6, 2, 3, stride=2, padding=1)
 
         def forward(self, x):
-            return self.same(self.valid(x))
+            y = self.same(self.valid(x))
+            return self.plain(self.line(y.flatten(2)))
 
     model, x = seeded(Padded()), torch.randn(1, 3, 8, 8)
     plan = opcore.graph.capture(model, (x,), partitions=False)
     ops = [n.op for n in plan.graph.nodes]
-    assert ops == ["conv2d", "aten.conv2d.padding"], ops
-    assert "padding='same'" in plan.explain()
+    assert ops.count("conv2d") == 2 and ops.count("conv1d") == 2, ops
+    targets = {n.target for n in plan.graph.nodes}
+    assert {"aten.conv2d.padding", "aten.conv1d.padding", "aten.conv1d.default"} <= targets, targets
+    assert close(plan(x), model(x), atol=1e-4)
+
+
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel:UserWarning")
+@pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
+def test_conv_string_padding_runs_in_graph_runtime_partitions(backend):
+    if backend not in compilers():
+        pytest.skip(f"the {backend} backend is not loaded here")
+
+    class Padded(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.same = torch.nn.Conv2d(3, 4, (2, 4), padding="same", dilation=(2, 1))
+            self.line = torch.nn.Conv1d(4, 4, 2, padding="same", dilation=3)
+
+        def forward(self, x):
+            y = torch.sigmoid(self.same(torch.relu(x)))
+            return torch.relu(self.line(y.flatten(2))) * 2.0
+
+    model, x = seeded(Padded()), torch.randn(2, 3, 6, 7)
+    # the estimated cost rule (no timing): a partition of these few nodes is worth compiling
+    plan = opcore.graph.capture(model, (x,), backends=[backend], measure=False)
+    placed = {n.op for p in plan.partitions for n in p.spec.nodes}
+    assert {"conv1d", "conv2d"} <= placed, plan.explain()
     assert close(plan(x), model(x), atol=1e-4)
 
 

@@ -13,7 +13,7 @@ F = torch.nn.functional
 from opcase import call, check_error_case, compare, error_id, kit_errors, rand, reseed, z  # noqa: E402
 
 from opcore.errors import ArgumentError  # noqa: E402
-from opcore.testing.ops.nn import CONV_CASES  # noqa: E402
+from opcore.testing.ops.nn import CONV1D_CASES, CONV_CASES  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -75,6 +75,25 @@ def test_conv2d_dtypes(dtype):
 @pytest.mark.parametrize("layout", ["transposed", "strided"])
 def test_conv2d_non_contiguous(layout):
     compare("conv2d", F.conv2d, rand((2, 3, 6, 7), layout=layout), rand((4, 3, 3, 2), layout=layout), None, 1, 1)
+
+
+# even kernels with "same": torch pads the odd one on the right/bottom (and warns about the copy)
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel:UserWarning")
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape", "dilation", "groups"),
+    [((2, 4, 9, 8), (6, 2, 2, 4), 1, 2), ((1, 4, 7, 9), (4, 4, 2, 3), (2, 1), 1), ((4, 12, 9), (4, 4, 4, 2), 3, 1)],
+)
+@pytest.mark.parametrize("padding", ["same", "valid"])
+def test_conv2d_string_padding(x_shape, w_shape, dilation, groups, padding):
+    compare("conv2d", F.conv2d, rand(x_shape), rand(w_shape), rand((w_shape[0],)), 1, padding, dilation, groups)
+
+
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel:UserWarning")
+@pytest.mark.parametrize(("x_shape", "w_shape", "stride", "padding", "dilation", "groups"), CONV1D_CASES)
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_conv1d_attributes(x_shape, w_shape, stride, padding, dilation, groups, with_bias):
+    bias = rand((w_shape[0],)) if with_bias else None
+    compare("conv1d", F.conv1d, rand(x_shape), rand(w_shape), bias, stride, padding, dilation, groups)
 
 
 def test_conv2d_channels_last_input():
@@ -179,7 +198,7 @@ def test_sdpa_large_scores_stay_finite():
 # --- errors ------------------------------------------------------------------------------------
 
 # the error inputs are the conformance kit's (opcore.testing); torch must reject them too where the kit says so
-TORCH_FNS = {"embedding": F.embedding, "conv2d": F.conv2d, "scaled_dot_product_attention": sdpa}
+TORCH_FNS = {"embedding": F.embedding, "conv1d": F.conv1d, "conv2d": F.conv2d, "scaled_dot_product_attention": sdpa}
 
 
 @pytest.mark.parametrize(("op", "case"), kit_errors(*TORCH_FNS), ids=error_id)

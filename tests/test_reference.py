@@ -65,6 +65,7 @@ SAMPLES: dict[str, Callable[[Factory], tuple[Any, ...]]] = {
     "rms_norm": lambda t: (t((2, 3)), (3,), t((3,)), None),
     "embedding": lambda t: (t((2, 2), DType.INT64), t((3, 4)), None),
     "conv2d": lambda t: (t((1, 2, 4, 4)), t((3, 2, 3, 3)), t((3,)), (1, 1), (1, 1), (1, 1), 1),
+    "conv1d": lambda t: (t((1, 2, 5)), t((3, 2, 2)), t((3,)), (1,), "same", (1,), 1),
     "scaled_dot_product_attention": lambda t: (t((1, 2, 3, 4)), t((1, 2, 5, 4)), t((1, 2, 5, 2)), None, 0.0, True,
                                                None, False),
     "transpose": lambda t: (t((2, 3)), 0, 1),

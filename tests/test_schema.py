@@ -99,3 +99,35 @@ def test_bind_with_metas_for_shape_inference() -> None:
     assert schema.bind((meta, meta), {}, metas=True) == (meta, meta, None)
     with pytest.raises(ArgumentError, match="expected a TensorMeta"):
         schema.bind((A, meta), {}, metas=True)
+
+
+def test_a_union_takes_either_type_in_order() -> None:
+    schema = parse_schema("conv(Tensor x, int[2]|str padding=0, int[]|str? mode=None) -> Tensor")
+    padding, mode = schema.arguments[1:]
+    assert str(padding.type) == "int[2]|str" and padding.default == (0, 0)
+    assert padding.type.alternatives[0].base is BaseType.STR and not padding.type.optional
+    assert str(mode.type) == "int[]|str?" and mode.type.optional and mode.default is None
+    assert str(schema) == "conv(Tensor x, int[2]|str padding=[0, 0], int[]|str? mode=None) -> Tensor"
+    assert parse_schema(str(schema)) == schema
+    assert schema.bind((A,), {"padding": 1})[1] == (1, 1)
+    assert schema.bind((A,), {"padding": [1, 2]})[1] == (1, 2)
+    assert schema.bind((A,), {"padding": "same", "mode": "x"})[1:] == ("same", "x")
+    assert schema.bind((A,), {"mode": None})[2] is None
+    assert schema.bind((TensorMeta((2,), DType.FLOAT32),), {"padding": "valid"}, metas=True)[1] == "valid"
+
+
+@pytest.mark.parametrize(
+    ("value", "found"), [(1.5, "found float"), ([1, 2, 3], "found list"), (None, "found NoneType")]
+)
+def test_a_value_no_type_of_the_union_takes_names_them_all(value, found) -> None:
+    schema = parse_schema("conv(Tensor x, int[2]|str padding=0) -> Tensor")
+    with pytest.raises(ArgumentError) as caught:
+        schema.bind((A,), {"padding": value})
+    message = str(caught.value)
+    assert message.startswith("conv(): argument 'padding' expected a value of type int[2] or str"), message
+    assert found in message
+
+
+def test_a_union_part_cannot_be_optional_alone() -> None:
+    with pytest.raises(ArgumentError, match="only the whole union may be optional"):
+        parse_schema("f(Tensor x, int?|str a=None) -> Tensor")

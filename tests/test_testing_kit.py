@@ -91,7 +91,7 @@ def test_samples_cover_every_dtype_the_contract_accepts(op):
 
 POOLING = ("max_pool2d", "avg_pool2d", "adaptive_avg_pool2d")  # 3-D or 4-D input only
 # ops whose contract needs every tensor to have at least one (two, three) dimensions
-NO_SCALAR = {"bmm", "conv2d", "scaled_dot_product_attention", "cat", "layer_norm", "rms_norm", "gated_mlp",
+NO_SCALAR = {"bmm", "conv1d", "conv2d", "scaled_dot_product_attention", "cat", "layer_norm", "rms_norm", "gated_mlp",
              "linear_relu", "linear_silu", "linear_gelu", "matmul", "slice", "select",
              "split", "split_with_sizes", "chunk", "batch_norm", "group_norm", *POOLING}  # fmt: skip
 NO_1D = {"bmm", "scaled_dot_product_attention", *POOLING}
@@ -124,6 +124,7 @@ ATTRIBUTES = {
     "gelu": lambda s: s.kwargs.get("approximate") == "tanh",
     "linear_gelu": lambda s: s.kwargs.get("approximate") == "tanh",
     "conv2d": lambda s: len(s.args) == 7 and s.args[6] > 1 and s.args[5] not in (1, (1, 1)),
+    "conv1d": lambda s: len(s.args) == 7 and s.args[6] > 1 and s.args[5] not in (1, (1,)) and s.args[4] == "same",
     "scaled_dot_product_attention": lambda s: "attn_mask" in s.kwargs,
     "softmax": lambda s: s.args[1] == 0,
     "layer_norm": lambda s: len(s.args) == 5,

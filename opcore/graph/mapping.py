@@ -81,15 +81,6 @@ def _not_half_to_float(args: Mapping[str, Any]) -> str | None:
     return "half_to_float=True changes the output dtype" if args.get("half_to_float") else None
 
 
-def _int_padding(args: Mapping[str, Any]) -> str | None:
-    return None if not isinstance(args.get("padding"), str) else "string padding ('same'/'valid')"
-
-
-def _valid_padding(args: Mapping[str, Any]) -> str | None:
-    padding = args.get("padding")
-    return None if padding == "valid" else f"padding={padding!r} (the conv2d contract takes 'valid' as 0 only)"
-
-
 def _device_name(value: Any) -> str:
     """A torch.device (or None: the CPU, torch's default) as the device name opcore's attributes take."""
     return "cpu" if value is None else str(value)
@@ -247,30 +238,21 @@ RULES: Mapping[str, Rule] = {
     "aten.embedding.default": _rule(
         "embedding", input="indices", weight="weight", padding_idx=Convert("padding_idx", _none_if_negative)
     ),
-    "aten.conv2d.default": _rule(
-        "conv2d",
-        _int_padding,
-        x="input",
-        weight="weight",
-        bias="bias",
-        stride="stride",
-        padding="padding",
-        dilation="dilation",
-        groups="groups",
-    ),
-    # padding="valid" is no padding; "same" (its padding follows from the kernel's size, which a
-    # row does not see) stays on the ATen fallback
-    "aten.conv2d.padding": _rule(
-        "conv2d",
-        _valid_padding,
-        x="input",
-        weight="weight",
-        bias="bias",
-        stride="stride",
-        padding=Fixed((0, 0)),
-        dilation="dilation",
-        groups="groups",
-    ),
+    # conv1d/conv2d: the .padding overloads take "same"/"valid", as the contracts do
+    **{
+        f"aten.{op}.{overload}": _rule(
+            op,
+            x="input",
+            weight="weight",
+            bias="bias",
+            stride="stride",
+            padding="padding",
+            dilation="dilation",
+            groups="groups",
+        )
+        for op in ("conv1d", "conv2d")
+        for overload in ("default", "padding")
+    },
     "aten.scaled_dot_product_attention.default": _rule(
         "scaled_dot_product_attention",
         query="query",

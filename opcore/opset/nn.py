@@ -1,4 +1,4 @@
-"""Neural-network contracts: embedding, conv2d, scaled_dot_product_attention.
+"""Neural-network contracts: embedding, conv1d, conv2d, scaled_dot_product_attention.
 
 >>> from opcore.types import TensorMeta, DType
 >>> x, w = TensorMeta((1, 4, 8, 8), DType.FLOAT32), TensorMeta((6, 2, 3, 3), DType.FLOAT32)
@@ -25,7 +25,16 @@ from opcore.meta import (
 )
 from opcore.types import DType, TensorMeta
 
-__all__ = ["CONTRACTS", "CONV2D", "EMBEDDING", "INDEX_DTYPES", "SCALED_DOT_PRODUCT_ATTENTION"]
+__all__ = [
+    "CONTRACTS",
+    "CONV1D",
+    "CONV2D",
+    "EMBEDDING",
+    "INDEX_DTYPES",
+    "SCALED_DOT_PRODUCT_ATTENTION",
+    "conv_meta",
+    "conv_pads",
+]
 
 INDEX_DTYPES = frozenset({DType.INT32, DType.INT64})
 
@@ -44,24 +53,76 @@ def embedding_meta(input: TensorMeta, weight: TensorMeta, padding_idx: int | Non
     return TensorMeta(input.shape + weight.shape[1:], weight.dtype, weight.device)
 
 
-def conv2d_meta(
+Padding = tuple[int, ...] | str  # int[N]|str: explicit sizes, or "same" / "valid"
+
+
+def conv_pads(
+    padding: Padding, kernel: tuple[int, ...], dilation: tuple[int, ...]
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(before, after) zero padding per spatial dim, as torch pads: explicit sizes on both sides;
+    "valid" none; "same" d * (k - 1) in all, half before and the odd one after (right, bottom).
+
+    >>> conv_pads("same", (4, 3), (1, 2))
+    ((1, 2), (2, 2))
+    """
+    if isinstance(padding, str):
+        if padding == "same":
+            total = [d * (k - 1) for k, d in zip(kernel, dilation)]
+            return tuple(t // 2 for t in total), tuple(t - t // 2 for t in total)
+        return (0,) * len(kernel), (0,) * len(kernel)  # "valid" (the contract refuses other strings)
+    return padding, padding
+
+
+def conv_meta(
+    spatial: int,
     x: TensorMeta,
     weight: TensorMeta,
     bias: TensorMeta | None,
     stride: tuple[int, ...],
-    padding: tuple[int, ...],
+    padding: Padding,
     dilation: tuple[int, ...],
     groups: int,
 ) -> TensorMeta:
-    """torch.nn.functional.conv2d's checks: ranks, dtypes, positive attributes, channels and groups,
-    a kernel that fits the padded input.
+    """torch.nn.functional.conv1d/conv2d's checks for ``spatial`` dims: ranks, dtypes, positive
+    attributes, "same"/"valid" padding (no "same" with a stride), channels and groups, a kernel
+    that fits the padded input.
     """
-    check_rank("x", x, (3, 4), what="a 3-D (C, H, W) or 4-D (N, C, H, W) input")
-    check_rank("weight", weight, 4, what="a 4-D weight (out_channels, in_channels / groups, kH, kW)")
+    names = ("L",) if spatial == 1 else ("H", "W")
+    batched = "(N, C, " + ", ".join(names) + ")"
+    check_rank(
+        "x",
+        x,
+        (spatial + 1, spatial + 2),
+        what=f"a {spatial + 1}-D (C, {', '.join(names)}) or {spatial + 2}-D {batched} input",
+    )
+    kernel_names = ", ".join(f"k{n}" for n in names)
+    check_rank(
+        "weight",
+        weight,
+        spatial + 2,
+        what=f"a {spatial + 2}-D weight (out_channels, in_channels / groups, {kernel_names})",
+    )
     check_dtype("x", x, NUMERIC, fix="torch's CPU convolution supports integer and floating dtypes, not bool")
     check_same_dtype(("x", x), ("weight", weight), ("bias", bias))
     check_positive("stride", stride)
-    check_positive("padding", padding, allow_zero=True)
+    if isinstance(padding, str):
+        if padding not in ("same", "valid"):
+            raise ArgumentError(
+                arg="padding",
+                expected="'same', 'valid' or non-negative ints",
+                found=repr(padding),
+                fix="pass padding='same', padding='valid' or explicit sizes",
+            )
+        if padding == "same" and any(s != 1 for s in stride):
+            raise ArgumentError(
+                arg="padding",
+                expected="an explicit padding with stride > 1 (torch: padding='same' is not supported for "
+                "strided convolutions)",
+                found=f"padding='same' with stride {list(stride)}",
+                fix="pass stride=1, or explicit padding sizes",
+            )
+    else:
+        check_positive("padding", padding, allow_zero=True)
     check_positive("dilation", dilation)
     if groups <= 0:
         raise ArgumentError(arg="groups", expected="a positive int", found=str(groups))
@@ -78,7 +139,7 @@ def conv2d_meta(
             expected=f"out_channels (its first size) divisible by groups = {groups}",
             found=f"shape {shape_text(weight.shape)}",
         )
-    channels = x.shape[-3]
+    channels = x.shape[-spatial - 1]
     if channels != group_channels * groups:
         raise ShapeError(
             arg="x",
@@ -87,16 +148,44 @@ def conv2d_meta(
         )
     if bias is not None and bias.shape != (out_channels,):
         raise ShapeError(arg="bias", expected=f"shape ({out_channels},)", found=f"shape {shape_text(bias.shape)}")
-    padded = [size + 2 * p for size, p in zip(x.shape[-2:], padding)]
+    before, after = conv_pads(padding, tuple(kernel), dilation)
+    padded = [size + b + a for size, b, a in zip(x.shape[-spatial:], before, after)]
     extents = [d * (k - 1) + 1 for k, d in zip(kernel, dilation)]
     if any(size < extent for size, extent in zip(padded, extents)):
         raise ShapeError(
             arg="x",
-            expected=f"a padded input (H, W) at least as large as the dilated kernel {shape_text(extents)}",
-            found=f"padded size {shape_text(padded)} from shape {shape_text(x.shape)} and padding {list(padding)}",
+            expected=f"a padded input ({', '.join(names)}) at least as large as the dilated kernel "
+            f"{shape_text(extents)}",
+            found=f"padded size {shape_text(padded)} from shape {shape_text(x.shape)} and padding {padding!r}",
         )
-    spatial = [(size - extent) // s + 1 for size, extent, s in zip(padded, extents, stride)]
-    return TensorMeta((*x.shape[:-3], out_channels, *spatial), x.dtype, x.device)
+    sizes = [(size - extent) // s + 1 for size, extent, s in zip(padded, extents, stride)]
+    return TensorMeta((*x.shape[: -spatial - 1], out_channels, *sizes), x.dtype, x.device)
+
+
+def conv1d_meta(
+    x: TensorMeta,
+    weight: TensorMeta,
+    bias: TensorMeta | None,
+    stride: tuple[int, ...],
+    padding: Padding,
+    dilation: tuple[int, ...],
+    groups: int,
+) -> TensorMeta:
+    """torch.nn.functional.conv1d's checks (``conv_meta`` over one spatial dim)."""
+    return conv_meta(1, x, weight, bias, stride, padding, dilation, groups)
+
+
+def conv2d_meta(
+    x: TensorMeta,
+    weight: TensorMeta,
+    bias: TensorMeta | None,
+    stride: tuple[int, ...],
+    padding: Padding,
+    dilation: tuple[int, ...],
+    groups: int,
+) -> TensorMeta:
+    """torch.nn.functional.conv2d's checks (``conv_meta`` over two spatial dims)."""
+    return conv_meta(2, x, weight, bias, stride, padding, dilation, groups)
 
 
 def sdpa_meta(
@@ -189,13 +278,24 @@ EMBEDDING = define_op(
     tags=("indexing",),
     dtype_arg="weight",
 )
+CONV1D = define_op(
+    "conv1d(Tensor x, Tensor weight, Tensor? bias=None, int[1] stride=1, int[1]|str padding=0, int[1] dilation=1, "
+    "int groups=1) -> Tensor",
+    meta=conv1d_meta,
+    dtypes=NUMERIC,
+    family="nn",
+    doc="1-D cross-correlation over (N, C, L) or (C, L) input, padding sizes or 'same'/'valid'; "
+    "mirrors torch.nn.functional.conv1d.",
+    tags=("convolution",),
+)
 CONV2D = define_op(
-    "conv2d(Tensor x, Tensor weight, Tensor? bias=None, int[2] stride=1, int[2] padding=0, int[2] dilation=1, "
+    "conv2d(Tensor x, Tensor weight, Tensor? bias=None, int[2] stride=1, int[2]|str padding=0, int[2] dilation=1, "
     "int groups=1) -> Tensor",
     meta=conv2d_meta,
     dtypes=NUMERIC,
     family="nn",
-    doc="2-D cross-correlation over (N, C, H, W) or (C, H, W) input; mirrors torch.nn.functional.conv2d.",
+    doc="2-D cross-correlation over (N, C, H, W) or (C, H, W) input, padding sizes or 'same'/'valid'; "
+    "mirrors torch.nn.functional.conv2d.",
     tags=("convolution",),
 )
 SCALED_DOT_PRODUCT_ATTENTION = define_op(
@@ -209,4 +309,4 @@ SCALED_DOT_PRODUCT_ATTENTION = define_op(
     tags=("attention",),
 )
 
-CONTRACTS: tuple[OpContract, ...] = (EMBEDDING, CONV2D, SCALED_DOT_PRODUCT_ATTENTION)
+CONTRACTS: tuple[OpContract, ...] = (EMBEDDING, CONV1D, CONV2D, SCALED_DOT_PRODUCT_ATTENTION)

@@ -1,4 +1,4 @@
-"""Reference kernels for embedding, conv2d and scaled_dot_product_attention."""
+"""Reference kernels for embedding, conv1d, conv2d and scaled_dot_product_attention."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import numpy
 from numpy.lib.stride_tricks import as_strided
 
 from opcore.errors import ArgumentError
+from opcore.opset.nn import Padding, conv_pads
 from opcore.reference._common import F64, I64, finish, quiet
 
-__all__ = ["conv2d", "embedding", "scaled_dot_product_attention"]
+__all__ = ["conv1d", "conv2d", "embedding", "scaled_dot_product_attention"]
 
 
 def embedding(input: numpy.ndarray, weight: numpy.ndarray, padding_idx: int | None) -> numpy.ndarray:
@@ -33,7 +34,7 @@ def conv2d(
     weight: numpy.ndarray,
     bias: numpy.ndarray | None,
     stride: tuple[int, ...],
-    padding: tuple[int, ...],
+    padding: Padding,
     dilation: tuple[int, ...],
     groups: int,
 ) -> numpy.ndarray:
@@ -41,10 +42,11 @@ def conv2d(
     compute = F64 if x.dtype.kind == "f" else I64  # integer convolution is exact, as torch's
     a = (x[None] if x.ndim == 3 else x).astype(compute, copy=False)
     w = weight.astype(compute, copy=False)
-    (pad_h, pad_w), (step_h, step_w), (dil_h, dil_w) = padding, stride, dilation
-    if pad_h or pad_w:  # zeros and a slice assignment: numpy.pad costs tens of microseconds more
-        padded = numpy.zeros((*a.shape[:2], a.shape[2] + 2 * pad_h, a.shape[3] + 2 * pad_w), compute)
-        padded[:, :, pad_h : pad_h + a.shape[2], pad_w : pad_w + a.shape[3]] = a
+    (top, left), (bottom, right) = conv_pads(padding, weight.shape[2:], dilation)
+    (step_h, step_w), (dil_h, dil_w) = stride, dilation
+    if top or left or bottom or right:  # zeros and a slice assignment: numpy.pad costs tens of microseconds more
+        padded = numpy.zeros((*a.shape[:2], a.shape[2] + top + bottom, a.shape[3] + left + right), compute)
+        padded[:, :, top : top + a.shape[2], left : left + a.shape[3]] = a
         a = padded
     batch, _, height, width = a.shape
     out_channels, group_channels, kernel_h, kernel_w = w.shape
@@ -68,6 +70,21 @@ def conv2d(
         if bias is not None:
             out = out + bias.astype(compute, copy=False)[:, None, None]
         return finish(out[0] if x.ndim == 3 else out, x.dtype)
+
+
+def conv1d(
+    x: numpy.ndarray,
+    weight: numpy.ndarray,
+    bias: numpy.ndarray | None,
+    stride: tuple[int, ...],
+    padding: Padding,
+    dilation: tuple[int, ...],
+    groups: int,
+) -> numpy.ndarray:
+    """conv2d over (..., C, 1, L) with a (O, I, 1, kL) weight: the same windows, one row high."""
+    pads = padding if isinstance(padding, str) else (0, *padding)
+    out = conv2d(x[..., None, :], weight[..., None, :], bias, (1, *stride), pads, (1, *dilation), groups)
+    return out[..., 0, :]
 
 
 def _softmax_last(scores: numpy.ndarray) -> numpy.ndarray:

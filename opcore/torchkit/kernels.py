@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 from opcore.errors import ArgumentError
 from opcore.opset.indexing import check_index_range
+from opcore.torchkit.conv import conv1d, conv2d
 from opcore.torchkit.creation import arange, full, full_like, ones, ones_like, zeros, zeros_like
 from opcore.types import DType
 
@@ -48,6 +49,7 @@ __all__ = [
     "chunk",
     "clamp",
     "clone",
+    "conv1d",
     "conv2d",
     "conv2d_relu",
     "conv2d_silu",
@@ -329,29 +331,6 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None) -> Tensor:
             found="an index out of range",
             fix="indices must be non-negative and below num_embeddings",
         ) from None
-
-
-def conv2d(
-    x: Tensor,
-    weight: Tensor,
-    bias: Tensor | None,
-    stride: tuple[int, ...],
-    padding: tuple[int, ...],
-    dilation: tuple[int, ...],
-    groups: int,
-) -> Tensor:
-    """torch's dilated convolution has no int8/16/32 kernel: those run in int64 and are cast back,
-    which gives the same result (integer sums wrap modulo 2**bits either way).
-    """
-    if x.dtype in _NARROW_INTS and dilation != (1, 1):
-        wide = F.conv2d(
-            x.long(), weight.long(), None if bias is None else bias.long(), stride, padding, dilation, groups
-        )
-        return wide.to(x.dtype)
-    return F.conv2d(x, weight, bias, stride, padding, dilation, groups)
-
-
-_NARROW_INTS = frozenset({torch.int32, torch.int16, torch.int8, torch.uint8})
 
 
 def scaled_dot_product_attention(

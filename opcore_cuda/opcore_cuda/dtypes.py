@@ -28,6 +28,7 @@ CUDA_DIFFERENCES: Mapping[str, frozenset[DType]] = {
     "matmul": FLOATING,
     "bmm": FLOATING,
     "linear_relu": FLOATING,
+    "conv1d": FLOATING,  # cuDNN (and torch's slow CUDA convolutions) are floating only
     "conv2d": FLOATING,  # cuDNN (and torch's slow CUDA convolutions) are floating only
     # CUDA's pooling kernels dispatch over floating types (not probed on a GPU: conservative)
     "max_pool2d": FLOATING,

@@ -1,4 +1,4 @@
-"""Kit entries for embedding, conv2d and scaled_dot_product_attention."""
+"""Kit entries for embedding, conv1d, conv2d and scaled_dot_product_attention."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from opcore.testing.builders import SampleSet, ValueRange, shape_id, tensor_of, 
 from opcore.testing.records import ErrorInput, OpEntry, Sample, errors_by_op
 from opcore.testing.tolerances import REDUCED_PRECISION_CHAINS
 
-__all__ = ["CONV_CASES", "ENTRIES"]
+__all__ = ["CONV1D_CASES", "CONV_CASES", "ENTRIES"]
 
 FLOATS = ("float32", "float16", "float64", "bfloat16")
 SDPA = "scaled_dot_product_attention"
@@ -65,6 +65,68 @@ def conv2d_samples() -> Iterable[Sample]:
         s.add(layout, s.tensor((2, 3, 6, 7), layout=layout), s.tensor((4, 3, 3, 2), layout=layout), None, 1, 1)
     s.add("keywords", s.tensor((1, 2, 6, 6)), s.tensor((4, 1, 3, 3)), stride=2, padding=1, dilation=1, groups=2)
     s.add("large", s.tensor((1, 2, 5, 5), low=-1e3, high=1e3), s.tensor((3, 2, 3, 3), low=-1e3, high=1e3))
+    # padding strings: "same" pads an even kernel's odd extra on the right and bottom, as torch
+    for i, (x_shape, w_shape, padding, dilation, groups) in enumerate(_CONV2D_STRING_CASES):
+        bias = s.tensor((w_shape[0],)) if i % 2 == 0 else None
+        name = f"{padding}-x{shape_id(x_shape)}-w{shape_id(w_shape)}-d{dilation}-g{groups}".replace(" ", "")
+        s.add(name, s.tensor(x_shape), s.tensor(w_shape), bias, 1, padding, dilation, groups)
+    s.add("same-int32", s.tensor((1, 2, 5, 5), "int32"), s.tensor((2, 2, 2, 2), "int32"), None, 1, "same")
+    s.add("same-keyword", s.tensor((1, 2, 6, 5)), s.tensor((3, 2, 4, 3)), padding="same", dilation=(1, 2))
+    return s
+
+
+_CONV2D_STRING_CASES = [
+    # x shape, weight shape, padding, dilation, groups
+    ((2, 4, 9, 8), (6, 4, 3, 3), "same", 1, 1),
+    ((2, 4, 9, 8), (6, 2, 2, 4), "same", 1, 2),
+    ((1, 4, 7, 9), (4, 4, 2, 3), "same", (2, 1), 1),
+    ((1, 4, 7, 9), (4, 4, 4, 2), "same", 3, 1),
+    ((4, 6, 5), (4, 4, 2, 2), "same", 1, 1),
+    ((0, 4, 5, 5), (6, 4, 3, 2), "same", 1, 1),
+    ((2, 4, 9, 8), (6, 4, 3, 2), "valid", 1, 1),
+    ((4, 6, 5), (6, 2, 3, 3), "valid", 2, 2),
+]
+
+CONV1D_CASES = [
+    # x shape, weight shape, stride, padding, dilation, groups
+    ((2, 4, 9), (6, 4, 3), 1, 0, 1, 1),
+    ((2, 4, 9), (6, 2, 2), 2, 1, 1, 2),
+    ((1, 4, 10), (8, 1, 3), 1, 2, 2, 4),
+    ((1, 3, 3), (2, 3, 5), 1, 1, 1, 1),
+    ((1, 2, 11), (4, 2, 3), 3, 0, 3, 1),
+    ((0, 4, 5), (6, 4, 3), 1, 0, 1, 1),
+    ((4, 7), (6, 4, 3), 1, 1, 1, 1),
+    ((4, 7), (6, 2, 3), 2, 0, 1, 2),
+    ((2, 4, 9), (6, 4, 3), 1, "same", 1, 1),
+    ((2, 4, 9), (6, 2, 4), 1, "same", 1, 2),
+    ((1, 4, 10), (4, 4, 2), 1, "same", 3, 1),
+    ((4, 7), (6, 4, 2), 1, "same", 2, 1),
+    ((0, 4, 5), (6, 4, 2), 1, "same", 1, 1),
+    ((2, 4, 9), (6, 4, 3), 1, "valid", 2, 1),
+    ((4, 7), (6, 2, 3), 1, "valid", 1, 2),
+]
+
+
+def conv1d_samples() -> Iterable[Sample]:
+    """Attributes (stride, padding sizes and strings, dilation, groups), 2-D input, empty batch,
+    dtypes, layouts."""
+    s = SampleSet("conv1d")
+    for i, (x_shape, w_shape, stride, padding, dilation, groups) in enumerate(CONV1D_CASES):
+        bias = s.tensor((w_shape[0],)) if i % 2 == 0 else None
+        name = f"x{shape_id(x_shape)}-w{shape_id(w_shape)}-s{stride}-p{padding}-d{dilation}-g{groups}"
+        s.add(name, s.tensor(x_shape), s.tensor(w_shape), bias, stride, padding, dilation, groups)
+    for dtype in ("float32", "float16", "float64", "bfloat16", "int64", "int32", "int16", "int8", "uint8"):
+        options: ValueRange = {"low": 0, "high": 2} if dtype in ("int8", "uint8") else {}
+        x, w = s.tensor((2, 4, 7), dtype, **options), s.tensor((4, 2, 3), dtype, **options)
+        s.add(dtype, x, w, s.tensor((4,), dtype, **options), 1, 1, 1, 2)
+        if dtype in ("float32", "int32"):
+            s.add(f"{dtype}-same-dilated", x, w, None, 1, "same", 2, 2)
+    for layout in ("transposed", "strided"):
+        s.add(layout, s.tensor((2, 3, 7), layout=layout), s.tensor((4, 3, 2), layout=layout), None, 1, 1)
+        s.add(f"{layout}-same", s.tensor((2, 3, 7), layout=layout), s.tensor((4, 3, 2), layout=layout), None, 1,
+              "same")  # fmt: skip
+    s.add("keywords", s.tensor((1, 2, 8)), s.tensor((4, 1, 3)), stride=2, padding=1, dilation=1, groups=2)
+    s.add("large", s.tensor((1, 2, 9), low=-1e3, high=1e3), s.tensor((3, 2, 3), low=-1e3, high=1e3))
     return s
 
 
@@ -186,6 +248,38 @@ def _error_inputs() -> dict[str, list[ErrorInput]]:
                        {"dilation": 2}),
             ErrorInput("empty-spatial", (z(1, 4, 0, 5), z(6, 4, 1, 1)), ShapeError, "x", "at least as large"),
             ErrorInput("stride-3-values", (x, w), ArgumentError, "stride", "2 values", {"stride": (1, 2, 3)}),
+            ErrorInput("same-strided", (x, w), ArgumentError, "padding", "stride > 1",
+                       {"padding": "same", "stride": 2}),
+            ErrorInput("padding-string", (x, w), ArgumentError, "padding", "'same', 'valid'", {"padding": "full"}),
+            ErrorInput("padding-float", (x, w), ArgumentError, "padding", "int\\[2\\] or str", {"padding": 1.5}),
+            ErrorInput("same-kernel-too-big", (z(1, 4, 0, 5), z(6, 4, 1, 1)), ShapeError, "x", "at least as large",
+                       {"padding": "same"}),
+        ],
+        "conv1d": [
+            ErrorInput("x-1d", (z(5), z(6, 4, 3)), ShapeError, "x", r"a 2-D \(C, L\) or 3-D"),
+            ErrorInput("x-4d", (z(1, 1, 4, 5), z(6, 4, 3)), ShapeError, "x", r"a 2-D \(C, L\) or 3-D"),
+            ErrorInput("weight-4d", (z(1, 4, 5), w), ShapeError, "weight", "a 3-D weight"),
+            ErrorInput("bool", (z(1, 4, 5, dtype="bool"), z(6, 4, 3, dtype="bool")), DTypeError, "x", "found bool"),
+            ErrorInput("weight-dtype", (z(1, 4, 5), z(6, 4, 3, dtype=f64)), DTypeError, "weight", same),
+            ErrorInput("stride-0", (z(1, 4, 5), z(6, 4, 3)), ArgumentError, "stride", positive, {"stride": 0}),
+            ErrorInput("padding-negative", (z(1, 4, 5), z(6, 4, 3)), ArgumentError, "padding", "non-negative values",
+                       {"padding": -1}),
+            ErrorInput("same-strided", (z(1, 4, 5), z(6, 4, 3)), ArgumentError, "padding", "stride > 1",
+                       {"padding": "same", "stride": 2}),
+            ErrorInput("padding-string", (z(1, 4, 5), z(6, 4, 3)), ArgumentError, "padding", "'same', 'valid'",
+                       {"padding": "causal"}),
+            ErrorInput("padding-2-values", (z(1, 4, 5), z(6, 4, 3)), ArgumentError, "padding", "int\\[1\\] or str",
+                       {"padding": (1, 1)}),
+            ErrorInput("dilation-0", (z(1, 4, 5), z(6, 4, 3)), ArgumentError, "dilation", positive, {"dilation": 0}),
+            ErrorInput("groups-0", (z(1, 4, 5), z(6, 4, 3)), ArgumentError, "groups", "a positive int", {"groups": 0}),
+            ErrorInput("zero-kernel", (z(1, 4, 5), z(6, 4, 0)), ShapeError, "weight", "no zero size"),
+            ErrorInput("groups-out", (z(1, 4, 5), z(5, 2, 3)), ShapeError, "weight", "divisible by groups = 2",
+                       {"groups": 2}),
+            ErrorInput("channels", (z(1, 4, 5), z(6, 3, 3)), ShapeError, "x", "3 channels"),
+            ErrorInput("bias-shape", (z(1, 4, 5), z(6, 4, 3), z(5)), ShapeError, "bias", r"shape \(6,\)"),
+            ErrorInput("kernel-too-big", (z(1, 4, 2), z(6, 4, 3)), ShapeError, "x", "at least as large as the dilated"),
+            ErrorInput("dilated-too-big", (z(1, 4, 4), z(6, 4, 3)), ShapeError, "x", r"dilated kernel \(5,\)",
+                       {"dilation": 2}),
         ],
         SDPA: [
             ErrorInput("dropout", (q4, k4, v4), ArgumentError, "dropout_p", "inference-only", {"dropout_p": 0.1},
@@ -223,8 +317,13 @@ def _error_inputs() -> dict[str, list[ErrorInput]]:
 error_inputs = errors_by_op(_error_inputs)
 
 
-_SAMPLES = {"embedding": embedding_samples, "conv2d": conv2d_samples, SDPA: sdpa_samples}
-_TOLERANCES = {"embedding": {}, "conv2d": REDUCED_PRECISION_CHAINS, SDPA: REDUCED_PRECISION_CHAINS}
+_SAMPLES = {"embedding": embedding_samples, "conv1d": conv1d_samples, "conv2d": conv2d_samples, SDPA: sdpa_samples}
+_TOLERANCES = {
+    "embedding": {},
+    "conv1d": REDUCED_PRECISION_CHAINS,
+    "conv2d": REDUCED_PRECISION_CHAINS,
+    SDPA: REDUCED_PRECISION_CHAINS,
+}
 
 
 def _entry(op: str) -> OpEntry:

@@ -67,6 +67,7 @@ def _pad_dtype(dtype: DType) -> str | None:
 
 _KEYED: dict[str, Callable[[DType], str | None]] = {
     "erf": _erf_dtype,
+    "conv1d": _conv_dtype,
     "conv2d": _conv_dtype,
     "max_pool2d": _max_pool_dtype,
     "avg_pool2d": _avg_pool_dtype,
@@ -76,12 +77,6 @@ _KEYED: dict[str, Callable[[DType], str | None]] = {
 
 def _linear_gelu(x: TensorMeta, w: TensorMeta, b: TensorMeta | None, approximate: str) -> bool | str:
     return _gelu_float64(x, approximate)
-
-
-def _conv2d(x: TensorMeta, weight: TensorMeta, *rest: Any) -> bool | str:
-    if 0 in x.shape:
-        return f"ONNX Runtime's Conv fails on empty inputs, found shape {x.shape}"
-    return True
 
 
 def _sdpa(query: TensorMeta, key: TensorMeta, *rest: Any) -> bool | str:
@@ -143,7 +138,6 @@ _SPECIFIC: dict[str, Checker] = {
     "scaled_dot_product_attention": _sdpa,
     "gelu": _gelu_float64,
     "linear_gelu": _linear_gelu,
-    "conv2d": _conv2d,
 }
 
 

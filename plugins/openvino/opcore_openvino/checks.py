@@ -107,6 +107,7 @@ def _max_pool_dtype(dtype: DType) -> str | None:
 
 _KEYED: dict[str, Callable[[DType], str | None]] = {
     **dict.fromkeys(("linear", "linear_relu", "matmul", "bmm", "addmm"), _product_dtype),
+    "conv1d": _conv_dtype,
     "conv2d": _conv_dtype,
     "max_pool2d": _max_pool_dtype,
 }

@@ -1,15 +1,18 @@
-"""embedding (Gather), conv2d (Conv) and scaled_dot_product_attention (MatMul, Softmax, MatMul)."""
+"""embedding (Gather), conv1d and conv2d (Conv) and scaled_dot_product_attention (MatMul, Softmax, MatMul)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy
 
 from opcore.onemodel.builders import check_embedding_indices as check_embedding
+from opcore.opset.nn import Padding
 from opcore_onnxruntime.graph import Graph, Value
 from opcore_onnxruntime.kernels._common import BOOL, compute_float, finish
 from opcore_onnxruntime.session import onnx_kernel
 
-__all__ = ["check_embedding", "conv2d", "embedding", "scaled_dot_product_attention"]
+__all__ = ["check_embedding", "conv1d", "conv2d", "embedding", "scaled_dot_product_attention"]
 
 
 def build_embedding(g: Graph, input: Value, weight: Value, padding_idx: int | None) -> Value:
@@ -17,32 +20,42 @@ def build_embedding(g: Graph, input: Value, weight: Value, padding_idx: int | No
     return g.op("Gather", weight, input, axis=0, rank=input.ndim + 1)
 
 
-def build_conv2d(
+def build_conv(
     g: Graph,
     x: Value,
     weight: Value,
     bias: Value | None,
     stride: tuple[int, ...],
-    padding: tuple[int, ...],
+    padding: Padding,
     dilation: tuple[int, ...],
     groups: int,
 ) -> Value:
+    """Conv over the last len(stride) dims of a batched or unbatched x. Padding "same" (stride 1,
+    the contract's rule): ONNX's auto_pad SAME_UPPER, which pads as torch does (k - 1 in all, the
+    odd one at the end) but refuses dilations; with a dilation, an explicit Pad of d * (k - 1)
+    split the same way, computed from the weight's shape."""
+    spatial = len(stride)
     compute = compute_float(x.dtype)
     a = g.cast(x, compute)
-    if x.rank == 3:
-        a = g.op("Unsqueeze", a, g.ints([0]), rank=4)
-    out = g.op(
-        "Conv",
-        a,
-        g.cast(weight, compute),
-        g.cast(bias, compute) if bias is not None else None,
-        strides=list(stride),
-        pads=[padding[0], padding[1], padding[0], padding[1]],
-        dilations=list(dilation),
-        group=groups,
-    )
-    if x.rank == 3:
-        out = g.op("Squeeze", out, g.ints([0]), rank=3)
+    batched = x.rank == spatial + 2
+    if not batched:
+        a = g.op("Unsqueeze", a, g.ints([0]), rank=spatial + 2)
+    attributes: dict[str, Any] = {"strides": list(stride), "dilations": list(dilation), "group": groups}
+    if padding == "same" and all(d == 1 for d in dilation):
+        attributes["auto_pad"] = "SAME_UPPER"
+    elif padding == "same":
+        total = g.op("Mul", g.op("Sub", g.shape(weight, 2), g.ints([1])), g.ints(list(dilation)))
+        before = g.op("Div", total, g.ints([2]))
+        zeros = g.ints([0, 0])
+        pads = g.op("Concat", zeros, before, zeros, g.op("Sub", total, before), axis=0)
+        a = g.op("Pad", a, pads, rank=spatial + 2)
+        attributes["pads"] = [0] * (2 * spatial)
+    else:
+        sizes = (0,) * spatial if isinstance(padding, str) else padding  # "valid": none
+        attributes["pads"] = [*sizes, *sizes]
+    out = g.op("Conv", a, g.cast(weight, compute), g.cast(bias, compute) if bias is not None else None, **attributes)
+    if not batched:
+        out = g.op("Squeeze", out, g.ints([0]), rank=spatial + 1)
     return finish(g, out, x.dtype)
 
 
@@ -103,5 +116,6 @@ def build_sdpa(
 
 
 embedding = onnx_kernel("embedding", build_embedding, check=check_embedding)
-conv2d = onnx_kernel("conv2d", build_conv2d)
+conv1d = onnx_kernel("conv1d", build_conv)
+conv2d = onnx_kernel("conv2d", build_conv)
 scaled_dot_product_attention = onnx_kernel("scaled_dot_product_attention", build_sdpa)

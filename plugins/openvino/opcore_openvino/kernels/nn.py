@@ -1,4 +1,4 @@
-"""embedding (Gather), conv2d (Convolution / GroupConvolution) and scaled_dot_product_attention
+"""embedding (Gather), conv1d and conv2d (Convolution / GroupConvolution) and scaled_dot_product_attention
 (OpenVINO's ScaledDotProductAttention; grouped-query attention repeats key/value heads first).
 """
 
@@ -10,43 +10,47 @@ import numpy
 import openvino
 
 from opcore.onemodel.builders import check_embedding_indices as check_embedding
+from opcore.opset.nn import Padding, conv_pads
 from opcore_openvino.compiled import ATTRIBUTE, TENSOR, ov_kernel
 from opcore_openvino.graph import Graph, Node, dtype_of, ops, rank_of
 from opcore_openvino.kernels._common import BOOL
 
-__all__ = ["check_embedding", "conv2d", "embedding", "scaled_dot_product_attention"]
+__all__ = ["check_embedding", "conv1d", "conv2d", "embedding", "scaled_dot_product_attention"]
 
 
 def build_embedding(g: Graph, input: Node, weight: Node, padding_idx: int | None) -> Node:
     return ops.gather(weight, input, 0)  # padding_idx only changes gradients
 
 
-def build_conv2d(
+def build_conv(
     g: Graph,
     x: Node,
     weight: Node,
     bias: Node | None,
     stride: tuple[int, ...],
-    padding: tuple[int, ...],
+    padding: Padding,
     dilation: tuple[int, ...],
     groups: int,
     weight_shape: tuple[int, ...],
 ) -> Node:
+    """Convolution / GroupConvolution over the last len(stride) dims; padding "same"/"valid" as
+    explicit begin and end pads from the (static) kernel size, as torch pads."""
     # the CPU plugin's convolution needs weights of a static shape: fixed per compiled model
     _fix_shape(weight, weight_shape)
     if bias is not None:
         _fix_shape(bias, weight_shape[:1])
-    batched = rank_of(x) == 4
+    spatial = len(stride)
+    batched = rank_of(x) == spatial + 2
     a = x if batched else ops.unsqueeze(x, g.ints([0]))
-    pads = list(padding)
+    before, after = conv_pads(padding, weight_shape[2:], dilation)
     if groups == 1:
-        out = ops.convolution(a, weight, list(stride), pads, pads, list(dilation))
-    else:  # (O, I/G, kH, kW) -> (G, O/G, I/G, kH, kW)
+        out = ops.convolution(a, weight, list(stride), list(before), list(after), list(dilation))
+    else:  # (O, I/G, k...) -> (G, O/G, I/G, k...)
         out_channels, *rest = weight_shape
         grouped = ops.reshape(weight, g.ints([groups, out_channels // groups, *rest]), False)
-        out = ops.group_convolution(a, grouped, list(stride), pads, pads, list(dilation))
+        out = ops.group_convolution(a, grouped, list(stride), list(before), list(after), list(dilation))
     if bias is not None:
-        out = ops.add(out, ops.unsqueeze(bias, g.ints([1, 2])))
+        out = ops.add(out, ops.unsqueeze(bias, g.ints(list(range(1, spatial + 1)))))
     return out if batched else ops.squeeze(out, g.ints([0]))
 
 
@@ -90,48 +94,54 @@ def _fix_shape(node: Node, shape: tuple[int, ...]) -> None:
 
 
 embedding = ov_kernel("embedding", build_embedding, check=check_embedding)
-_conv2d = ov_kernel(
-    "conv2d",
-    build_conv2d,
-    names=("x", "weight", "bias", "stride", "padding", "dilation", "groups", "weight_shape"),
-    roles=(TENSOR, TENSOR, TENSOR, ATTRIBUTE, ATTRIBUTE, ATTRIBUTE, ATTRIBUTE, ATTRIBUTE),
-)
 
 
-def conv2d(
-    x: numpy.ndarray,
-    weight: numpy.ndarray,
-    bias: numpy.ndarray | None,
-    stride: tuple[int, ...],
-    padding: tuple[int, ...],
-    dilation: tuple[int, ...],
-    groups: int,
-) -> numpy.ndarray:
-    """One compiled model per weight shape (the CPU plugin has no dynamic-shape weights); any input size."""
-    return _conv2d(x, weight, bias, stride, padding, dilation, groups, weight.shape)
+def _conv_kernel(op: str) -> Any:
+    """The op's kernel: the weight's shape goes in as an attribute (one compiled model per shape)."""
+    inner = ov_kernel(
+        op,
+        build_conv,
+        names=("x", "weight", "bias", "stride", "padding", "dilation", "groups", "weight_shape"),
+        roles=(TENSOR, TENSOR, TENSOR, ATTRIBUTE, ATTRIBUTE, ATTRIBUTE, ATTRIBUTE, ATTRIBUTE),
+    )
+
+    def kernel(
+        x: numpy.ndarray,
+        weight: numpy.ndarray,
+        bias: numpy.ndarray | None,
+        stride: tuple[int, ...],
+        padding: Padding,
+        dilation: tuple[int, ...],
+        groups: int,
+    ) -> Any:
+        """One compiled model per weight shape (the CPU plugin has no dynamic-shape weights); any input size."""
+        return inner(x, weight, bias, stride, padding, dilation, groups, weight.shape)
+
+    def prepare(args: tuple[Any, ...], constants: frozenset[str]) -> Any:
+        return inner.prepare((*args, args[1].shape), constants)  # type: ignore[attr-defined]
+
+    def chain(
+        g: Graph,
+        x: Node,
+        weight: Node,
+        bias: Node | None,
+        stride: tuple[int, ...],
+        padding: Padding,
+        dilation: tuple[int, ...],
+        groups: int,
+    ) -> Node:
+        """In a partition: the weight's shape is static there (a constant, or an input of fixed size)."""
+        shape = weight.get_output_partial_shape(0)
+        if shape.is_dynamic:
+            raise ValueError(f"the CPU plugin's convolution needs a static weight shape, found {shape}")
+        return build_conv(g, x, weight, bias, stride, padding, dilation, groups, tuple(shape.to_shape()))
+
+    kernel.__name__ = kernel.__qualname__ = op
+    kernel.prepare = prepare  # type: ignore[attr-defined]
+    kernel.chain = chain  # type: ignore[attr-defined]
+    return kernel
 
 
-def _prepare_conv2d(args: tuple[Any, ...], constants: frozenset[str]) -> Any:
-    return _conv2d.prepare((*args, args[1].shape), constants)  # type: ignore[attr-defined]
-
-
-def chain_conv2d(
-    g: Graph,
-    x: Node,
-    weight: Node,
-    bias: Node | None,
-    stride: tuple[int, ...],
-    padding: tuple[int, ...],
-    dilation: tuple[int, ...],
-    groups: int,
-) -> Node:
-    """conv2d in a partition: the weight's shape is static there (a constant, or an input of fixed size)."""
-    shape = weight.get_output_partial_shape(0)
-    if shape.is_dynamic:
-        raise ValueError(f"the CPU plugin's convolution needs a static weight shape, found {shape}")
-    return build_conv2d(g, x, weight, bias, stride, padding, dilation, groups, tuple(shape.to_shape()))
-
-
-conv2d.prepare = _prepare_conv2d  # type: ignore[attr-defined]
-conv2d.chain = chain_conv2d  # type: ignore[attr-defined]
+conv1d = _conv_kernel("conv1d")
+conv2d = _conv_kernel("conv2d")
 scaled_dot_product_attention = ov_kernel("scaled_dot_product_attention", build_sdpa)
