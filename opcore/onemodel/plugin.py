@@ -213,6 +213,11 @@ class DtypeChecker:
             reason = self.dtype_reason(meta.dtype)
             if reason:
                 return reason
+        if first is None:  # a creation op: the dtype of its result picks the kernel
+            first = _created(self.op, args)
+            reason = self.dtype_reason(first.dtype) if first is not None else None
+            if reason:
+                return reason
         if self.keyed is not None and first is not None:
             reason = self.keyed(first.dtype)
             if reason:
@@ -221,14 +226,14 @@ class DtypeChecker:
 
     def declined(self, contract: OpContract, dtypes: Iterable[DType]) -> dict[DType, str]:
         """Those of ``dtypes`` this checker declines on every call of ``contract``, with why: the
-        dtype that picks the kernel is that of an argument the dtype rule reads (not ``skip``; a
-        creation op has none).
+        dtype that picks the kernel is that of an argument the dtype rule reads (not ``skip``), or
+        a creation op's result dtype, which the checker reads from its meta.
 
         >>> from opcore.opset.elementwise import RELU
         >>> dtype_checker("relu", lambda d: "no int8" if d is DType.INT8 else None).declined(RELU, DType)
         {<DType.INT8: 'int8'>: 'no int8'}
         """
-        if contract.creates or contract.dtype_position == self.skip:
+        if not contract.creates and contract.dtype_position == self.skip:
             return {}
         keyed = self.keyed or _no_reason
         reasons = {dtype: self.dtype_reason(dtype) or keyed(dtype) for dtype in dtypes}
@@ -242,3 +247,14 @@ class DtypeChecker:
 
 def _no_reason(dtype: DType) -> None:
     return None
+
+
+def _created(op: str, args: tuple[Any, ...]) -> TensorMeta | None:
+    """The result meta of a built-in creation op (no tensor argument), None for any other op."""
+    from opcore.opset import BUILTIN_CONTRACTS
+
+    contract = next((c for c in BUILTIN_CONTRACTS if c.name == op), None)
+    if contract is None or not contract.creates:
+        return None
+    out = contract.meta(*args)
+    return out if isinstance(out, TensorMeta) else None

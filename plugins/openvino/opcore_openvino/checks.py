@@ -16,8 +16,11 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
 
+import numpy
+
 from opcore.meta import result_type
 from opcore.onemodel.plugin import dtype_checker, tensor_metas
+from opcore.opset.creation import arange_meta
 from opcore.opset.pooling import pooled_size
 from opcore.types import DType, TensorMeta
 
@@ -180,6 +183,20 @@ def _like(x: TensorMeta, *rest: Any) -> bool | str:
     return True if rest[-1] is None else _result(DType.parse(rest[-1]), "the result")
 
 
+def _arange(start: Any, end: Any, step: Any, dtype: str | None, device: str) -> bool | str:
+    """An integer arange counts from int(start) by int(step): its values must fit the dtype
+    (its dtype itself is the checker's dtype rule, applied to a creation op's result)."""
+    out = arange_meta(start, end, step, dtype, device)
+    if out.dtype.is_floating or not out.shape[0]:
+        return True
+    first = int(start) if end is not None else 0
+    last = first + int(step) * (out.shape[0] - 1)
+    info = numpy.iinfo(out.dtype.value)
+    if not (info.min <= min(first, last) and max(first, last) <= info.max):
+        return f"values beyond {out.dtype} (torch wraps them; OpenVINO's Convert saturates)"
+    return True
+
+
 _EMPTY_POOL = "OpenVINO's CPU plugin fails pooling an empty batch"
 
 
@@ -228,6 +245,7 @@ _SPECIFIC: dict[str, Checker] = {
     "zeros_like": _like,
     "ones_like": _like,
     "full_like": _like,
+    "arange": _arange,
     "pow": _pow,
     "cast": _cast,
     "sum": _sum,

@@ -1,4 +1,5 @@
-"""zeros_like, ones_like, full_like: the value (a constant in the result dtype) expanded to x's shape."""
+"""zeros_like, ones_like, full_like: the value (a constant in the result dtype) expanded to x's
+shape; zeros, ones, full: expanded to ``size`` (a model without inputs); arange: Range."""
 
 from __future__ import annotations
 
@@ -7,12 +8,13 @@ from typing import Any
 
 import numpy
 
+from opcore.opset.creation import DEFAULT_FLOAT, arange_bounds, arange_length, fill_dtype
 from opcore.types import DType
 from opcore_onnxruntime.graph import Graph, Value
 from opcore_onnxruntime.kernels._common import I64
 from opcore_onnxruntime.session import onnx_kernel
 
-__all__ = ["full_like", "ones_like", "zeros_like"]
+__all__ = ["arange", "full", "full_like", "ones", "ones_like", "zeros", "zeros_like"]
 
 
 def filled(value: Any, dtype: numpy.dtype) -> numpy.ndarray:
@@ -36,6 +38,42 @@ def build_ones_like(g: Graph, x: Value, dtype: str | None) -> Value:
     return build_full_like(g, x, 1, dtype)
 
 
+def build_full(g: Graph, size: tuple[int, ...], fill_value: Any, dtype: str | None, device: str) -> Value:
+    out = (fill_dtype(fill_value) if dtype is None else DType.parse(dtype)).to_numpy()
+    return g.op("Expand", g.const(filled(fill_value, out)), g.ints(size), rank=len(size))
+
+
+def build_zeros(g: Graph, size: tuple[int, ...], dtype: str | None, device: str) -> Value:
+    return build_full(g, size, 0, dtype or DEFAULT_FLOAT.value, device)
+
+
+def build_ones(g: Graph, size: tuple[int, ...], dtype: str | None, device: str) -> Value:
+    return build_full(g, size, 1, dtype or DEFAULT_FLOAT.value, device)
+
+
+def build_arange(g: Graph, start: Any, end: Any, step: Any, dtype: str | None, device: str) -> Value:
+    """Range in int64 from int(start) by int(step) for an integer dtype (its length the contract's,
+    so the limit is start + length * step), in float64 from the bounds for a floating one; then
+    cast (integers wrap, as torch's)."""
+    if end is None:
+        start, end = 0, start
+    if dtype is None:
+        target = DEFAULT_FLOAT if any(isinstance(v, float) for v in (start, end, step)) else DType.INT64
+    else:
+        target = DType.parse(dtype)
+    if target.is_floating:
+        bounds = [g.const(float(v), numpy.dtype(numpy.float64)) for v in (start, end, step)]
+    else:
+        length = arange_length(*arange_bounds(start, end, step, target))
+        first, stride = int(start), int(step)
+        bounds = [g.const(v, I64) for v in (first, first + length * stride, stride)]
+    return g.cast(g.op("Range", *bounds, rank=1), target.to_numpy())
+
+
 zeros_like = onnx_kernel("zeros_like", build_zeros_like)
 ones_like = onnx_kernel("ones_like", build_ones_like)
 full_like = onnx_kernel("full_like", build_full_like)
+zeros = onnx_kernel("zeros", build_zeros)
+ones = onnx_kernel("ones", build_ones)
+full = onnx_kernel("full", build_full)
+arange = onnx_kernel("arange", build_arange)

@@ -1,5 +1,6 @@
 """zeros_like, ones_like, full_like: the value (a constant in the result dtype) broadcast to x's
-shape; the checkers decline 64-bit and bfloat16 results."""
+shape; zeros, ones, full: broadcast to ``size`` (a model without inputs); arange: Range. The
+checkers decline 64-bit and bfloat16 results, and integer aranges whose values torch wraps."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ from typing import Any
 
 import numpy
 
+from opcore.opset.creation import arange_bounds, arange_length, arange_meta, full_meta
 from opcore.types import DType
 from opcore_openvino.compiled import ov_kernel
 from opcore_openvino.graph import Graph, Node, dtype_of, ops
 
-__all__ = ["full_like", "ones_like", "zeros_like"]
+__all__ = ["arange", "full", "full_like", "ones", "ones_like", "zeros", "zeros_like"]
 
 
 def filled(value: Any, dtype: numpy.dtype) -> numpy.ndarray:
@@ -35,6 +37,39 @@ def build_ones_like(g: Graph, x: Node, dtype: str | None) -> Node:
     return build_full_like(g, x, 1, dtype)
 
 
+def build_full(g: Graph, size: tuple[int, ...], fill_value: Any, dtype: str | None, device: str) -> Node:
+    out = full_meta(size, fill_value, dtype, device).dtype.to_numpy()
+    return ops.broadcast(ops.constant(filled(fill_value, out)), g.ints(list(size)))
+
+
+def build_zeros(g: Graph, size: tuple[int, ...], dtype: str | None, device: str) -> Node:
+    return build_full(g, size, 0, dtype or "float32", device)
+
+
+def build_ones(g: Graph, size: tuple[int, ...], dtype: str | None, device: str) -> Node:
+    return build_full(g, size, 1, dtype or "float32", device)
+
+
+def build_arange(g: Graph, start: Any, end: Any, step: Any, dtype: str | None, device: str) -> Node:
+    """Range from the bounds for a floating dtype; for an integer one from int(start) by
+    int(step) with the contract's length (the checker made sure the values fit the dtype)."""
+    target = arange_meta(start, end, step, dtype, device).dtype
+    if end is None:
+        start, end = 0, start
+    out = target.to_numpy()
+    if target.is_floating:
+        bounds = [numpy.asarray(float(v), numpy.float32) for v in (start, end, step)]
+        return ops.convert(ops.range(*map(ops.constant, bounds), output_type="f32"), out)
+    length = arange_length(*arange_bounds(start, end, step, target))
+    first, stride = int(start), int(step)
+    bounds = [numpy.asarray(v, numpy.int32) for v in (first, first + length * stride, stride)]
+    return ops.convert(ops.range(*map(ops.constant, bounds), output_type="i32"), out)
+
+
 zeros_like = ov_kernel("zeros_like", build_zeros_like)
 ones_like = ov_kernel("ones_like", build_ones_like)
 full_like = ov_kernel("full_like", build_full_like)
+zeros = ov_kernel("zeros", build_zeros)
+ones = ov_kernel("ones", build_ones)
+full = ov_kernel("full", build_full)
+arange = ov_kernel("arange", build_arange)
