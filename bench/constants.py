@@ -1,10 +1,12 @@
 """What live torch constants cost a resolved op: the version-counter watch (docs/reliability.md).
 
-A resolved op whose kernel prepared torch constants compares each constant's ``_version`` before
-every call, and prepares again after an in-place update. This prints, per backend that prepares
-``linear``'s constants, the median call of the resolved op with the watch and of the same op
-resolved without it (the watch switched off for this measurement only), next to ``F.linear``,
-interleaved so that the machine's load hits all alike; and the cost of one re-prepare.
+A resolved op whose kernel prepared its own form of torch constants compares each constant's
+``_version`` before every call, and prepares again after an in-place update; a kernel declared
+``live_constants`` (the cpu and cuda torch kernels) reads them in place and is not watched.
+This prints, per backend that prepares ``linear``'s constants, the median call of the resolved
+op with the watch and of the same op resolved without it (the watch switched off for this
+measurement only), next to ``F.linear``, interleaved so that the machine's load hits all alike;
+and the cost of one re-prepare.
 
     python bench/constants.py
 """
@@ -59,6 +61,7 @@ def main() -> None:
         rows.append(
             (
                 backend,
+                f"{watched.kernel.title if watched.kernel else '-'}{'' if watched.watched else ' (live)'}",
                 f"{us['F.linear']:.2f}",
                 f"{us['unwatched']:.2f}",
                 f"{us['watched']:.2f}",
@@ -66,8 +69,9 @@ def main() -> None:
                 f"{reprepare * 1e6:.0f}",
             )
         )
-    header = ("backend", "F.linear us", "unwatched us", "watched us", "watch us", "update+call us")
+    header = ("backend", "kernel", "F.linear us", "unwatched us", "watched us", "watch us", "update+call us")
     print("resolved linear(x), constants w (8x8), b (8) as torch tensors, 1 thread; medians of 31 interleaved rounds")
+    print("(live): a kernel that reads the constants in place is never watched; its two columns are the same op")
     print(table(header, rows))
     print(f"load average: {os.getloadavg()[0]:.1f}")
 

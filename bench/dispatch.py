@@ -152,8 +152,8 @@ def torch_rows(device: str) -> list[tuple[str, ...]]:
 
 
 def guard_rows(rounds: int = 25, number: int = 3000) -> list[tuple[str, ...]]:
-    """run() with torch's TensorGuards (opcore._guards) against the Python key alone (the guard
-    hidden), in one process, interleaved round by round; minima over the rounds (the least
+    """run() and resolved ops with torch's TensorGuards (opcore._guards) against the Python key alone
+    (the guard hidden), in one process, interleaved round by round; minima over the rounds (the least
     disturbed run of each: on a shared machine medians move by more than the difference).
     """
     import timeit
@@ -166,14 +166,24 @@ def guard_rows(rounds: int = 25, number: int = 3000) -> list[tuple[str, ...]]:
     gen = torch.Generator().manual_seed(0)
     x, w, b = torch.randn(2, 8, generator=gen), torch.randn(8, 8, generator=gen), torch.randn(8, generator=gen)
     run = opcore.run
-    cases: dict[str, tuple[Callable[[], object], Callable[[], object]]] = {
-        "run linear(x, w, b)": (lambda: F.linear(x, w, b), lambda: run("linear", x, w, b)),
-        "run linear(x, w, b=b)": (lambda: F.linear(x, w, b), lambda: run("linear", x, w, b=b)),
-        "run linear(x, w)": (lambda: F.linear(x, w), lambda: run("linear", x, w)),
-        "run relu(x)": (lambda: torch.relu(x), lambda: run("relu", x)),
-        "run softmax(x, -1)": (lambda: torch.softmax(x, -1), lambda: run("softmax", x, -1)),
-        "run softmax(x, dim=-1)": (lambda: torch.softmax(x, -1), lambda: run("softmax", x, dim=-1)),
-    }
+
+    def make_cases() -> dict[str, tuple[Callable[[], object], Callable[[], object]]]:
+        # resolved ops make their guard at resolve: made again under each setting
+        linear = opcore.resolve("linear", x, w, b)
+        linear_const = opcore.resolve("linear", x, w, b, constants=("w", "b"))
+        relu = opcore.resolve("relu", x)
+        return {
+            "run linear(x, w, b)": (lambda: F.linear(x, w, b), lambda: run("linear", x, w, b)),
+            "run linear(x, w, b=b)": (lambda: F.linear(x, w, b), lambda: run("linear", x, w, b=b)),
+            "run linear(x, w)": (lambda: F.linear(x, w), lambda: run("linear", x, w)),
+            "run relu(x)": (lambda: torch.relu(x), lambda: run("relu", x)),
+            "run softmax(x, -1)": (lambda: torch.softmax(x, -1), lambda: run("softmax", x, -1)),
+            "run softmax(x, dim=-1)": (lambda: torch.softmax(x, -1), lambda: run("softmax", x, dim=-1)),
+            "resolved linear(x, w, b)": (lambda: F.linear(x, w, b), lambda: linear(x, w, b)),
+            "resolved linear(x) const w, b": (lambda: F.linear(x, w, b), lambda: linear_const(x)),
+            "resolved relu(x)": (lambda: torch.relu(x), lambda: relu(x)),
+        }
+
     _guards.tensor_guard((x,))
     guards = _guards._TensorGuards
     direct: dict[str, float] = {}
@@ -182,6 +192,7 @@ def guard_rows(rounds: int = 25, number: int = 3000) -> list[tuple[str, ...]]:
         for guarded in (False, True):
             _guards._TensorGuards = guards if guarded else False
             dispatch.clear_caches()
+            cases = make_cases()
             for _, call in cases.values():
                 call()
             for label, (plain, call) in cases.items():
@@ -244,7 +255,7 @@ def main() -> None:
     parser.add_argument("--torch-only", action="store_true", help="only the torch table (and the first call)")
     parser.add_argument("--cuda", action="store_true", help="the torch table on the GPU too")
     parser.add_argument(
-        "--guards", action="store_true", help="only the A/B of run() with and without torch's tensor guard"
+        "--guards", action="store_true", help="only the A/B of run() and resolve with and without torch's tensor guard"
     )
     args = parser.parse_args()
     if args.guards:
@@ -252,7 +263,10 @@ def main() -> None:
 
         torch.set_num_threads(1)
         load = os.getloadavg()[0]
-        print(f"\nrun() on torch tensors, x 2x8 · w 8x8 float32, 1 thread, us per call, minima; load {load:.2f}")
+        print(
+            f"\nrun() and resolved ops on torch tensors, x 2x8 · w 8x8 float32, 1 thread, us per call, minima; "
+            f"load {load:.2f}"
+        )
         print(table(("call", "direct", "Python key (over)", "tensor guard (over)"), guard_rows()))
         return
     if not args.torch_only:

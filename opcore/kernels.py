@@ -71,6 +71,11 @@ class Kernel:
     # not in ``dtypes``, so dispatch never offers them and ``opcore ops --matrix`` says "no".
     # (): it declines no dtype outright (its checker may still decline a call).
     declined: tuple[tuple[DType, str], ...] = ()
+    # True: the function ``prepare`` returns reads the constant tensors themselves (bound as given,
+    # or views of them), so an in-place update reaches it without preparing again. False (the
+    # default): it may hold its own form of them (packed, copied, compiled in), and resolve compares
+    # the torch constants' version counters before each call, preparing again after a change.
+    live_constants: bool = False
     # Filled in at registration: the backend's name, and module:qualname of fn.
     backend: str = ""
     source: str = field(default="", compare=False)

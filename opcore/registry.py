@@ -235,6 +235,7 @@ class Registrar:
         prepare: Prepare | str | None = None,
         label: str = "",
         declined: Mapping[DType, str] | Mapping[str, str] | None = None,
+        live_constants: bool = False,
     ) -> Kernel:
         """Register ``fn`` as this backend's kernel for ``op``; see Kernel for the fields.
 
@@ -253,6 +254,7 @@ class Registrar:
                 prepare=prepare,
                 label=label,
                 declined=tuple(sorted((DType.parse(d), why) for d, why in (declined or {}).items())),
+                live_constants=live_constants,
             )
         except (ValueError, ArgumentError) as error:
             raise self._error(f"kernel for {op!r}: {error}") from None
@@ -353,6 +355,8 @@ class Registrar:
         elif isinstance(kernel.dtypes, frozenset) and kernel.dtypes & {d for d, _ in declined}:
             both = ", ".join(sorted(d.value for d, _ in declined if d in kernel.dtypes))
             problems.append(f"declined names dtypes it also serves ({both})")
+        if type(kernel.live_constants) is not bool:
+            problems.append(f"live_constants must be True or False (found {kernel.live_constants!r})")
         changes: dict[str, Any] = {}
         try:
             if not isinstance(kernel.dtypes, frozenset) or not all(isinstance(d, DType) for d in kernel.dtypes):

@@ -102,6 +102,7 @@ def register_torch_kernels(
             device_type=device,
             array_kind=ArrayKind.TORCH,
             prepare=PREPARES.get(op),
+            live_constants=op in PREPARES,  # its prepare keeps w.t() (a view) and b: read in place
             label=ATEN_LABEL,
         )
         for op, dtypes in dtypes_by_op.items()

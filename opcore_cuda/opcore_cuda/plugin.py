@@ -96,6 +96,7 @@ def opcore_register_kernels(registrar: Registrar) -> None:
             priority=CUBLASLT_PRIORITY,
             checker=checker,
             prepare=prepare,
+            live_constants=True,  # its prepare keeps w.t() (a view) and b: read in place
             label=CUBLASLT_LABEL,
         )
     register_aten_fallback(registrar, DeviceType.CUDA)

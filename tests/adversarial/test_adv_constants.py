@@ -1,8 +1,9 @@
 """Constants given to resolve mean the same on every backend (issue 14, item 14):
 
 * a torch constant is live: an in-place update (``w.mul_``, an optimizer step, ``load_state_dict``)
-  is seen by the next call, on every backend, prepared or not (its version counter is compared on
-  each call; the kernel is prepared again after a change);
+  is seen by the next call, on every backend, prepared or not (a kernel reading it in place sees it
+  as is; for one holding its own form of it, its version counter is compared on each call and the
+  kernel is prepared again after a change: tests/test_resolved_torch.py tells the two apart);
 * a numpy constant is a snapshot taken at resolve: a later change is never seen, on any backend.
 """
 
