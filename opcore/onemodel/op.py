@@ -22,6 +22,7 @@ from opcore.errors import OpcoreError, Unsupported
 from opcore.onemodel.cache import ModelCache
 from opcore.opset import BUILTIN_CONTRACTS
 from opcore.schema import BaseType
+from opcore.types import TensorMeta
 
 __all__ = [
     "ATTRIBUTE",
@@ -138,6 +139,9 @@ class OneModelOp:
     ``check(*args)``, when given, looks at the data before a run (indices in range, no integer
     division by zero) and raises an OpcoreError for what the runtime would get wrong.
     ``names`` and ``roles`` describe the arguments when they are not the contract's.
+    ``empty=True``: a call with an empty input tensor whose result has no elements gets that
+    result from the contract's meta function (shape and dtype are all an empty result has), without
+    a model: for ops whose runtime fails on empty tensors.
 
     A backend subclasses it with ``cache``, ``language``, ``model_attribute``, ``new_graph``,
     ``output`` and ``compile``.
@@ -155,10 +159,12 @@ class OneModelOp:
         check: Callable[..., None] | None = None,
         names: tuple[str, ...] | None = None,
         roles: tuple[str, ...] | None = None,
+        empty: bool = False,
     ) -> None:
         self.op = op
         self.build = build
         self.check = check
+        self.empty = empty
         self.names = names if names is not None else _CONTRACTS[op].schema.names
         self.roles = roles if roles is not None else argument_roles(op)
 
@@ -174,12 +180,13 @@ class OneModelOp:
         check: Callable[..., None] | None = None,
         names: tuple[str, ...] | None = None,
         roles: tuple[str, ...] | None = None,
+        empty: bool = False,
     ) -> OneModelKernel:
         """The kernel function of ``cls(op, build, ...)`` (what a kernels module assigns to the op's name).
 
         >>> relu = OnnxOp.kernel_of("relu", lambda g, x: g.op("Relu", x))  # doctest: +SKIP
         """
-        return cls(op, build, check=check, names=names, roles=roles).kernel()
+        return cls(op, build, check=check, names=names, roles=roles, empty=empty).kernel()
 
     # -- the backend's part ----------------------------------------------------------------------
 
@@ -210,6 +217,8 @@ class OneModelOp:
             kernel = _FAST[roles](op, lookup, create, make)
         else:
             kernel = self._generic_kernel(lookup, create, make)
+        if self.empty:
+            kernel = _empty_from_meta(op, kernel)
         # a function given attributes: the type system cannot see them added, hence the cast
         made = cast(OneModelKernel, kernel)
         made.__name__ = kernel.__qualname__ = op
@@ -395,3 +404,18 @@ _FAST = {
     (TENSOR, TENSOR): _two_tensors,
     (TENSOR, TENSOR, TENSOR): _three_tensors,
 }
+
+
+def _empty_from_meta(op: str, kernel: Callable[..., Any]) -> Callable[..., Any]:
+    """``kernel``, but a call with an empty input array whose result has no elements returns that
+    result made from the contract's meta (see OneModelOp's ``empty``)."""
+    meta = _CONTRACTS[op].meta
+
+    def empty_aware(*args: Any) -> Any:
+        if any(type(value) is _ndarray and value.size == 0 for value in args):
+            out = meta(*(TensorMeta.of(v) if type(v) is _ndarray else v for v in args))
+            if isinstance(out, TensorMeta) and 0 in out.shape:
+                return numpy.empty(out.shape, dtype=out.dtype.to_numpy())
+        return kernel(*args)
+
+    return empty_aware

@@ -197,15 +197,6 @@ def _arange(start: Any, end: Any, step: Any, dtype: str | None, device: str) -> 
     return True
 
 
-_EMPTY_POOL = "OpenVINO's CPU plugin fails pooling an empty batch"
-
-
-def _max_pool2d(x: TensorMeta, *rest: Any) -> bool | str:
-    if 0 in x.shape:
-        return _EMPTY_POOL
-    return True
-
-
 def _avg_pool2d(
     x: TensorMeta,
     kernel_size: tuple[int, ...],
@@ -215,8 +206,6 @@ def _avg_pool2d(
     count_include_pad: bool,
     divisor_override: int | None,
 ) -> bool | str:
-    if 0 in x.shape:
-        return _EMPTY_POOL
     if divisor_override is not None:
         return "OpenVINO's AvgPool has no divisor_override"
     if ceil_mode and count_include_pad:
@@ -234,14 +223,7 @@ def _adaptive_avg_pool2d(x: TensorMeta, output_size: tuple[int, ...]) -> bool | 
     return True
 
 
-def _group_norm(x: TensorMeta, *rest: Any) -> bool | str:
-    if 0 in x.shape:
-        return "an empty x: the (N, groups, -1) view of group_norm is ambiguous to OpenVINO's Reshape"
-    return True
-
-
 _SPECIFIC: dict[str, Checker] = {
-    "group_norm": _group_norm,
     "zeros_like": _like,
     "ones_like": _like,
     "full_like": _like,
@@ -253,7 +235,6 @@ _SPECIFIC: dict[str, Checker] = {
     "where": _where,
     "masked_fill": _masked_fill,
     "clamp": _clamp,
-    "max_pool2d": _max_pool2d,
     "avg_pool2d": _avg_pool2d,
     "adaptive_avg_pool2d": _adaptive_avg_pool2d,
     "gather": _gather,

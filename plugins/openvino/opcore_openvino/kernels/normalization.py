@@ -114,4 +114,5 @@ log_softmax = ov_kernel("log_softmax", _softmax(ops.log_softmax))
 layer_norm = ov_kernel("layer_norm", build_layer_norm)
 rms_norm = ov_kernel("rms_norm", build_rms_norm)
 batch_norm = ov_kernel("batch_norm", build_batch_norm)
-group_norm = ov_kernel("group_norm", build_group_norm)
+# an empty x: the (N, groups, -1) view is ambiguous to OpenVINO's Reshape; its result is empty too
+group_norm = ov_kernel("group_norm", build_group_norm, empty=True)

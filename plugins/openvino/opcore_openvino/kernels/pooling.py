@@ -3,6 +3,7 @@ adaptive_avg_pool2d (AdaptiveAvgPool).
 
 A 3-D input runs as a batch of one. int8, uint8 and int16 max pooling runs in float32 (exact);
 checks.py declines the rest (64-bit dtypes, int32 max pooling, avg_pool2d's divisor_override).
+An empty batch (which the CPU plugin fails to pool) gets its empty result from the contract's meta.
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ def build_adaptive_avg_pool2d(g: Graph, x: Node, output_size: tuple[int, ...]) -
     return _pooled(g, x, lambda a: ops8.adaptive_avg_pool(a, g.ints(output_size)))
 
 
-max_pool2d = ov_kernel("max_pool2d", build_max_pool2d)
-avg_pool2d = ov_kernel("avg_pool2d", build_avg_pool2d)
+# the CPU plugin fails pooling an empty batch: an empty result is made from the contract's meta
+max_pool2d = ov_kernel("max_pool2d", build_max_pool2d, empty=True)
+avg_pool2d = ov_kernel("avg_pool2d", build_avg_pool2d, empty=True)
 adaptive_avg_pool2d = ov_kernel("adaptive_avg_pool2d", build_adaptive_avg_pool2d)
