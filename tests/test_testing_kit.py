@@ -484,3 +484,16 @@ def test_error_input_ids_are_unique_per_op():
     for op_entry in builtin_entries():
         ids = [case.id for case in error_inputs_of(op_entry)]
         assert len(ids) == len(set(ids)), op_entry.op
+
+
+def test_a_dtype_a_backend_leaves_out_is_declined_with_its_recorded_reason():
+    # openvino leaves int64 out of its kernels (its CPU plugin narrows int64 to int32) and records
+    # why in Kernel.declined: the kit's decline says so, not only "has no kernel"
+    pytest.importorskip("openvino", reason="the reason is openvino's")
+    if not any(r.name == "openvino" and r.ok for r in opcore.backends()):
+        pytest.skip("the openvino plugin is not loaded")
+    from opcore.testing.conformance import _placement
+
+    outcome = _placement("openvino", "relu", opcore.DType.INT64)
+    assert outcome.status is Status.DECLINED
+    assert "no relu kernel for int64" in outcome.reason and "narrows int64 to int32" in outcome.reason

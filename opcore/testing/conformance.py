@@ -159,7 +159,10 @@ def _placement(backend: str, op: str, dtype: DType | None) -> _Placement | Outco
     fitting = [k for k in mine if dtype is None or dtype in k.dtypes]
     if not fitting:
         has = ", ".join(sorted({d.value for k in mine for d in k.dtypes}))
-        return Outcome(Status.DECLINED, f"{backend} has no {op} kernel for {dtype} (has {has})")
+        # a dtype the backend leaves out on purpose says why (Kernel.declined), as explain does
+        why = next((reason for k in mine for d, reason in k.declined if d is dtype), None)
+        because = f": {why}" if why else ""
+        return Outcome(Status.DECLINED, f"{backend} has no {op} kernel for {dtype} (has {has}){because}")
     on_cpu = [k for k in fitting if k.device_type is DeviceType.CPU]
     kernel = (on_cpu or fitting)[0]
     return _Placement(kernel.array_kind, kernel.device_type.value)
