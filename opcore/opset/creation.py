@@ -96,6 +96,20 @@ def fill_dtype(fill_value: bool | int | float) -> DType:
     return DType.INT64 if isinstance(fill_value, int) else DEFAULT_FLOAT
 
 
+def arange_dtype(
+    start: bool | int | float, end: bool | int | float, step: bool | int | float, dtype: str | None
+) -> DType:
+    """torch.arange's result dtype: ``dtype`` when given, else float32 when any bound is a float and
+    int64 otherwise (``end`` already filled in: arange(n) is arange(0, n)).
+
+    >>> arange_dtype(0, 5, 1, None), arange_dtype(0, 2.5, 1, None), arange_dtype(0, 5, 1, "int8")
+    (<DType.INT64: 'int64'>, <DType.FLOAT32: 'float32'>, <DType.INT8: 'int8'>)
+    """
+    if dtype is not None:
+        return DType.parse(dtype)
+    return DEFAULT_FLOAT if any(isinstance(v, float) for v in (start, end, step)) else DType.INT64
+
+
 def full_meta(size: tuple[int, ...], fill_value: bool | int | float, dtype: str | None, device: str) -> TensorMeta:
     """As zeros, with the dtype inferred from fill_value when dtype is None (torch.full's rule);
     fill_value must convert to that dtype without overflow."""
@@ -131,10 +145,7 @@ def arange_meta(
     with end - start; no bool result. An integer dtype counts from int(start) by int(step)."""
     if end is None:
         start, end = 0, start
-    if dtype is None:
-        out = DEFAULT_FLOAT if any(isinstance(v, float) for v in (start, end, step)) else DType.INT64
-    else:
-        out = DType.parse(dtype)
+    out = arange_dtype(start, end, step, dtype)
     if out not in NUMERIC:
         raise DTypeError(
             arg="dtype",

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy
 
-from opcore.opset.creation import arange_bounds, arange_length, fill_dtype
+from opcore.opset.creation import arange_bounds, arange_dtype, arange_length, fill_dtype
 from opcore.reference._common import F64, I64, finish
 from opcore.types import DType
 
@@ -73,8 +73,7 @@ def arange(start: Any, end: Any, step: Any, dtype: str | None, device: str) -> n
     float64."""
     if end is None:
         start, end = 0, start
-    floating = any(isinstance(v, float) for v in (start, end, step))
-    target = DType.parse(dtype) if dtype is not None else DType.FLOAT32 if floating else DType.INT64
+    target = arange_dtype(start, end, step, dtype)
     out = _numpy_dtype(target)
     length = arange_length(*arange_bounds(start, end, step, target))
     if out.kind in "iu":

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from opcore.opset.creation import DEFAULT_FLOAT, fill_dtype
+from opcore.opset.creation import DEFAULT_FLOAT, arange_dtype, fill_dtype
 from opcore.types import DType
 
 __all__ = ["arange", "full", "full_like", "ones", "ones_like", "zeros", "zeros_like"]
@@ -55,8 +55,5 @@ def full(size: tuple[int, ...], fill_value: Any, dtype: str | None, device: str)
 def arange(start: Any, end: Any, step: Any, dtype: str | None, device: str) -> Tensor:
     if end is None:
         start, end = 0, start
-    if dtype is None:
-        target = DEFAULT_FLOAT if any(isinstance(v, float) for v in (start, end, step)) else DType.INT64
-    else:
-        target = DType.parse(dtype)
+    target = arange_dtype(start, end, step, dtype)
     return torch.arange(start, end, step, dtype=target.to_torch(), device=device)

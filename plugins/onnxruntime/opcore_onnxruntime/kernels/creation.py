@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy
 
-from opcore.opset.creation import DEFAULT_FLOAT, arange_bounds, arange_length, fill_dtype
+from opcore.opset.creation import DEFAULT_FLOAT, arange_bounds, arange_dtype, arange_length, fill_dtype
 from opcore.types import DType
 from opcore_onnxruntime.graph import Graph, Value
 from opcore_onnxruntime.kernels._common import I64
@@ -57,10 +57,7 @@ def build_arange(g: Graph, start: Any, end: Any, step: Any, dtype: str | None, d
     cast (integers wrap, as torch's)."""
     if end is None:
         start, end = 0, start
-    if dtype is None:
-        target = DEFAULT_FLOAT if any(isinstance(v, float) for v in (start, end, step)) else DType.INT64
-    else:
-        target = DType.parse(dtype)
+    target = arange_dtype(start, end, step, dtype)
     if target.is_floating:
         bounds = [g.const(float(v), numpy.dtype(numpy.float64)) for v in (start, end, step)]
     else:

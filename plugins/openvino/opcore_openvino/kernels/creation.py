@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy
 
-from opcore.opset.creation import arange_bounds, arange_length, arange_meta, full_meta
+from opcore.opset.creation import arange_bounds, arange_dtype, arange_length, full_meta
 from opcore.types import DType
 from opcore_openvino.compiled import ov_kernel
 from opcore_openvino.graph import Graph, Node, dtype_of, ops
@@ -53,9 +53,9 @@ def build_ones(g: Graph, size: tuple[int, ...], dtype: str | None, device: str) 
 def build_arange(g: Graph, start: Any, end: Any, step: Any, dtype: str | None, device: str) -> Node:
     """Range from the bounds for a floating dtype; for an integer one from int(start) by
     int(step) with the contract's length (the checker made sure the values fit the dtype)."""
-    target = arange_meta(start, end, step, dtype, device).dtype
     if end is None:
         start, end = 0, start
+    target = arange_dtype(start, end, step, dtype)
     out = target.to_numpy()
     if target.is_floating:
         bounds = [numpy.asarray(float(v), numpy.float32) for v in (start, end, step)]
