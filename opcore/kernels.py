@@ -84,6 +84,10 @@ class Kernel:
     def title(self) -> str:
         return f"{self.backend}/{self.label}" if self.label else self.backend
 
+    def declined_reason(self, dtype: DType | None) -> str | None:
+        """Why this kernel never serves ``dtype`` (its ``declined`` entry), or None."""
+        return next((reason for declined, reason in self.declined if declined is dtype), None)
+
     def function(self) -> Callable[..., Any]:
         """fn, imported if it was given as "module:qualname"."""
         return load_callable(self.fn)

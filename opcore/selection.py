@@ -399,7 +399,7 @@ def _others(rt: Runtime, s: Selection, ranked: set[str]) -> None:
         if report.status is PluginStatus.LOADED:
             mine = [k for k in registry.kernels_of(s.contract.name) if k.backend == name]
             # a dtype the kernel declines outright (Kernel.declined): a decline with its reason, as its checker gave
-            why = [r for k in mine if k.device_type is s.device.type for d, r in k.declined if d is s.dtype]
+            why = [r for k in mine if k.device_type is s.device.type and (r := k.declined_reason(s.dtype))]
             status = CandidateStatus.DECLINED if why else CandidateStatus.NO_KERNEL
             if not mine:
                 reason = f"has no kernel for {s.contract.name}"

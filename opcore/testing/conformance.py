@@ -160,7 +160,7 @@ def _placement(backend: str, op: str, dtype: DType | None) -> _Placement | Outco
     if not fitting:
         has = ", ".join(sorted({d.value for k in mine for d in k.dtypes}))
         # a dtype the backend leaves out on purpose says why (Kernel.declined), as explain does
-        why = next((reason for k in mine for d, reason in k.declined if d is dtype), None)
+        why = next((reason for k in mine if (reason := k.declined_reason(dtype))), None)
         because = f": {why}" if why else ""
         return Outcome(Status.DECLINED, f"{backend} has no {op} kernel for {dtype} (has {has}){because}")
     on_cpu = [k for k in fitting if k.device_type is DeviceType.CPU]
