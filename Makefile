@@ -48,7 +48,7 @@ conformance: $(STAMP)
 # the oldest declared runtimes (scripts/constraints.py oldest reads the plugins' floors)
 $(OLDEST)/.installed: constraints.txt requirements-dev.txt scripts/constraints.py $(addsuffix /pyproject.toml,$(DISTS))
 	$(PYTHON) -m venv $(OLDEST)
-	$(OLDEST)/bin/python -m pip install --quiet --upgrade pip
+	$(OLDEST)/bin/python -m pip install --quiet --upgrade pip 'tomli; python_version < "3.11"'
 	$(OLDEST)/bin/python scripts/constraints.py oldest > $(OLDEST)/constraints.txt
 	$(OLDEST)/bin/python -m pip install --quiet -c $(OLDEST)/constraints.txt -r requirements-dev.txt $(addprefix -e ,$(DISTS))
 	touch $@
