@@ -7,9 +7,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from opcore.contracts import OpContract
-from opcore.dispatch import selection_for
 from opcore.errors import ArgumentError, OpcoreError
 from opcore.explanation import Explanation, explanation_of
+from opcore.plans import selection_for
 from opcore.reports import PluginReport
 from opcore.runtime import runtime
 from opcore.selection import check_named

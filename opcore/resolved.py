@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy
 
-from opcore.dispatch import Plan, build_plan, convert_tensors, holds_tensor, kernel_converters, selection_for
 from opcore.errors import ArgumentError
 from opcore.explanation import Explanation, explanation_of
 from opcore.kernels import Kernel
+from opcore.plans import Plan, build_plan, convert_tensors, holds_tensor, kernel_converters, selection_for
 from opcore.registry import load_kernel_callable
 from opcore.results import listed as _listed
 from opcore.results import result_error, result_problem

@@ -12,6 +12,7 @@ import pytest
 
 import opcore
 from opcore import BackendSpec, DeviceType
+from opcore._remember import inline_key
 from opcore.dispatch import (
     _BOUND,
     _GUARDED,
@@ -19,7 +20,6 @@ from opcore.dispatch import (
     _KEYWORD,
     _POSITIONAL,
     MAX_CACHED,
-    _inline_key,
     _keyword_key,
     _positional_key,
     clear_caches,
@@ -391,7 +391,7 @@ def test_run_finds_its_inline_key_in_the_cache(op, args, kwargs) -> None:
     calls: list = []
     opcore.register_plugin(make_plugin("torchy", counting_kernels(calls), priority=500))
     first = opcore.run(op, *args, **kwargs)
-    key = _inline_key(op, None, None, args, kwargs)
+    key = inline_key(op, None, None, args, kwargs)
     assert key is not None and key in _INLINE  # what the slow path stored is what run() looks up
     _GUARDED.clear()  # the Python key's path (the guarded slot before it: test_guarded_torch_signatures)
     _INLINE[key] = lambda *raw: "from the cache"
@@ -409,7 +409,7 @@ def test_tensors_with_other_strides_or_devices_are_other_signatures() -> None:
     assert calls == [("relu", (6, 1)), ("relu", (1, 6)), ("relu", (4, 1))]
     assert len([k for k in _INLINE if k[0] == "relu"]) == 3
     meta = torch.ones(4, 6, device="meta")
-    assert _inline_key("relu", None, None, (meta,), {}) != _inline_key("relu", None, None, (x,), {})
+    assert inline_key("relu", None, None, (meta,), {}) != inline_key("relu", None, None, (x,), {})
 
 
 @pytest.mark.parametrize(
@@ -426,7 +426,7 @@ def test_keyword_calls_share_the_positional_calls_key_and_entry(op, args, kwargs
     calls: list = []
     opcore.register_plugin(make_plugin("torchy", counting_kernels(calls), priority=500))
     first = opcore.run(op, *args, **kwargs)
-    key = _inline_key(op, None, None, positional, {})
+    key = inline_key(op, None, None, positional, {})
     cache: dict[Any, Any] = _INLINE
     if key is None:  # layer_norm's list argument: the general positional key
         key = _positional_key(op, None, None, positional)
@@ -506,7 +506,7 @@ def test_guards_keep_no_tensor_alive_and_the_python_key_serves_without_them(monk
     for _ in range(3):
         torch.testing.assert_close(opcore.run("softmax", x, -1), torch.softmax(x, -1))
     assert not _GUARDED
-    assert _inline_key("softmax", None, None, (x, -1), {}) in _INLINE
+    assert inline_key("softmax", None, None, (x, -1), {}) in _INLINE
 
 
 def test_keywords_that_are_not_the_next_positions_take_the_general_path() -> None:
@@ -543,9 +543,9 @@ def test_layouts_are_part_of_the_key() -> None:
     sparse = torch.eye(3).to_sparse()  # strides (0, 0), as an expanded dense tensor has
     expanded = torch.ones(1).expand(3, 3)
     assert sparse.stride() == expanded.stride()
-    keys = {_inline_key("relu", None, None, (t,), {}) for t in (sparse, expanded)}
+    keys = {inline_key("relu", None, None, (t,), {}) for t in (sparse, expanded)}
     assert len(keys) == 2
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "Sparse CSR tensor support is in beta state"
         csr = torch.eye(3).to_sparse_csr()
-    assert _inline_key("relu", None, None, (csr,), {}) is None  # no strides at all: the general path
+    assert inline_key("relu", None, None, (csr,), {}) is None  # no strides at all: the general path

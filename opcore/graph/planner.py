@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from opcore.contracts import OpContract
-from opcore.dispatch import build_plan, selection_for
 from opcore.errors import DTypeError, OpcoreError
 from opcore.graph.ir import Graph, Node, ValueRef, python_step, refs_in, substitute
 from opcore.graph.ranges import NO_INT64, Interval, ValueProof, node_narrowing, shown
+from opcore.plans import build_plan, selection_for
 from opcore.resolved import resolve
 from opcore.runtime import runtime
 from opcore.selection import CandidateStatus, select

@@ -75,8 +75,8 @@ def tune(op: str, /, *args: Any, rounds: int = ROUNDS, **kwargs: Any) -> TuneRes
 
     >>> print(opcore.tune("linear", x, w))   # doctest: +SKIP
     """
-    from opcore.dispatch import selection_for
     from opcore.errors import ArgumentError
+    from opcore.plans import selection_for
     from opcore.runtime import runtime
 
     if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 1:
@@ -121,7 +121,7 @@ def _measure(
     import random
     import statistics
 
-    from opcore.dispatch import adapt
+    from opcore.plans import adapt
 
     sync = _synchronizer(selection)
     calls: dict[str, Callable[[], Any]] = {}

@@ -1,0 +1,271 @@
+"""run()'s slow path: bind, select and plan a new signature, then remember it for run()'s cached path.
+
+A call run() finds in none of its caches comes here (opcore.dispatch imports this module on the
+first such call). The plan is cached under the bound call's canonical key (_BOUND), and an entry
+taking the caller's raw arguments under each key run() builds for that call: the inline key, the
+general positional key, or the keyword key; a torch call of the inline shapes also gets a slot
+confirmed by torch's tensor guard (_GUARDED). The caches themselves live in opcore.dispatch.
+
+>>> run_slow("relu", (x,), {}, None)   # what run() does on a miss   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from opcore import dispatch
+from opcore._calls import fixed_arity
+from opcore.contracts import OpContract
+from opcore.dispatch import (
+    _ALL_TENSORS,
+    _BOUND,
+    _GUARDED,
+    _INLINE,
+    _KEYWORD,
+    _PLAIN,
+    _POSITIONAL,
+    _POSITIONS,
+    _RECOVER,
+    _TORCH_TYPES,
+    _as_positional,
+    _keyword_key,
+    _lock,
+    _ndarray,
+    _note_torch_type,
+    _positional_key,
+    _torch_signature,
+    clear_caches,
+)
+from opcore.errors import OpcoreError
+from opcore.plans import Plan, build_plan, select_tuned
+from opcore.runtime import runtime
+from opcore.settings import ContextPolicy, context_policy
+from opcore.types import array_kind_of
+
+__all__ = ["inline_key", "run_slow"]
+
+
+def _positions_of(contract: OpContract) -> dict[str, int]:
+    """The contract's keyword -> position table (see _POSITIONS)."""
+    schema = contract.schema
+    return {a.name: i for i, a in enumerate(schema.arguments) if i < schema.n_positional and not a.kwarg_only}
+
+
+def inline_key(
+    op: str, policy: ContextPolicy | None, backend: str | None, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Any, ...] | None:
+    """run()'s inline key as a function (None when run() builds none for these arguments)."""
+    if any(type(v) not in _PLAIN for v in kwargs.values()):
+        return None
+    types = [type(a) for a in args]
+    if 1 <= len(args) <= 3 and all(t is _ndarray for t in types):
+        key: list[Any] = [op, policy, backend]
+        for a in args:
+            key += (a.dtype, a.shape, a.strides)
+        return (*key, *kwargs.items())
+    tensors = len(args) if types and types[-1] is dispatch._Tensor else len(args) - 1
+    if not 1 <= len(args) <= 3 or tensors < 1 or (tensors == 1 and len(args) == 3):
+        return None
+    if any(t is not dispatch._Tensor for t in types[:tensors]) or (tensors < len(args) and types[-1] not in _PLAIN):
+        return None
+    key = [op, policy, backend]
+    try:
+        for a in args[:tensors]:
+            key += (a.dtype, a.shape, a.stride(), a.device, a.layout)
+    except RuntimeError:
+        return None
+    if tensors < len(args):
+        key += (types[-1], args[-1])
+    return (*key, *kwargs.items())
+
+
+def _bound_key(values: tuple[Any, ...]) -> list[Any]:
+    key: list[Any] = []
+    for a in values:
+        t = type(a)
+        if t is _ndarray:
+            key += (a.dtype, a.shape, a.strides)
+        elif t is tuple:
+            key.append(tuple(_bound_key(a)))
+        elif isinstance(a, _ndarray):  # a subclass (np.matrix, masked): select refuses it, with the fix
+            key += (t, a.dtype, a.shape, a.strides)
+        elif array_kind_of(a) is not None:
+            if t not in _TORCH_TYPES:
+                _note_torch_type(t)
+            key.append(_torch_signature(a))
+        else:
+            key += (t, a)
+    return key
+
+
+def run_slow(op: str, args: tuple[Any, ...], kwargs: dict[str, Any], backend: str | None) -> Any:
+    rt = runtime().ensure_loaded()
+    contract = rt.registry.contract(op)
+    positions = _POSITIONS.get(op)
+    if positions is None:  # also for positional calls: a later keyword call then finds it in run()
+        positions = _POSITIONS[op] = _positions_of(contract)
+    if kwargs:
+        moved = _as_positional(args, kwargs, positions)
+        if moved is not None:  # cached under the positional call's key (run() moves them the same way)
+            args, kwargs = moved, {}
+    try:
+        bound = contract.schema.bind(args, kwargs)
+    except OpcoreError as error:
+        if error.op is None:
+            error.op = op
+        raise
+    policy = context_policy.get()
+    canonical = (op, policy, backend, *_bound_key(bound))
+    plan = _BOUND.get(canonical)
+    if plan is not None:
+        _remember(op, policy, backend, args, kwargs, bound, plan)
+        return plan(*bound)
+    pin = backend if backend is not None else (policy.pin if policy is not None else None)
+    selection = select_tuned(rt, contract, bound, policy, pin)
+    if selection.error is not None:
+        raise selection.error
+    plan = build_plan(selection, bound, rt.settings.check)
+    result = plan.first_call(bound)  # checks the result; drops a kernel that broke the contract
+    with _lock:
+        if len(_BOUND) >= dispatch.MAX_CACHED:
+            clear_caches()
+        _BOUND[canonical] = plan
+    _remember(op, policy, backend, args, kwargs, bound, plan)
+    return result
+
+
+def _remember(
+    op: str,
+    policy: ContextPolicy | None,
+    backend: str | None,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    bound: tuple[Any, ...],
+    plan: Plan,
+) -> None:
+    """Cache an entry taking the raw positional arguments, under run()'s inline key and (without
+    keywords) the general positional key, when such a key is well defined.
+
+    The entry runs the first kernel bare; run() hands its errors to the matching recovery.
+    """
+    inline = inline_key(op, policy, backend, args, kwargs)
+    if kwargs and inline is None:
+        _remember_keywords(op, policy, backend, args, kwargs, bound, plan)
+        return
+    key = None if kwargs else _positional_key(op, policy, backend, args)
+    if key is None and inline is None:
+        return
+    first = plan.first
+    n = len(args)
+    if all(bound[i] is args[i] for i in range(n)):
+        tail = bound[n:]
+        entry = fixed_arity(first, n, tail)  # first itself when nothing is appended
+
+        def to_bound(raw: tuple[Any, ...]) -> tuple[Any, ...]:
+            return raw + tail
+
+    else:
+        template = list(bound)
+        tensors = [i for i in range(n) if array_kind_of(args[i]) is not None]
+        for i in tensors:
+            template[i] = None  # never keep the example's data alive
+
+        def to_bound(raw: tuple[Any, ...]) -> tuple[Any, ...]:
+            call = template.copy()
+            for i in tensors:
+                call[i] = raw[i]
+            return tuple(call)
+
+        def entry(*raw: Any) -> Any:
+            return first(*to_bound(raw))
+
+    def recover(raw: tuple[Any, ...], error: Exception) -> Any:
+        return plan.recover(to_bound(raw), error)
+
+    with _lock:
+        if len(_POSITIONAL) + len(_INLINE) >= dispatch.MAX_CACHED:
+            _POSITIONAL.clear()
+            _INLINE.clear()
+            _RECOVER.clear()
+            _GUARDED.clear()
+        if key is not None:
+            _RECOVER[key] = recover
+            _POSITIONAL[key] = entry
+        if inline is not None:
+            _RECOVER[inline] = recover
+            _INLINE[inline] = entry
+    if inline is not None and not kwargs and type(args[0]) is dispatch._Tensor:
+        _guard(op, policy, backend, args, entry, inline)
+
+
+def _guard(
+    op: str,
+    policy: ContextPolicy | None,
+    backend: str | None,
+    args: tuple[Any, ...],
+    entry: Callable[..., Any],
+    inline: tuple[Any, ...],
+) -> None:
+    """Put a newly cached torch signature of an inline shape in its _GUARDED slot (see there)."""
+    from opcore._guards import tensor_guard
+
+    last = args[-1]
+    tensors = args if type(last) is dispatch._Tensor else args[:-1]
+    check = tensor_guard(tensors)
+    if check is None:
+        return
+    plain = _ALL_TENSORS if tensors is args else type(last)
+    with _lock:  # bounded with _INLINE, which is cleared with it
+        _GUARDED[(op, policy, backend, len(args), args[0].shape)] = (
+            len(args), plain, None if plain is _ALL_TENSORS else last, check, entry, inline
+        )  # fmt: skip
+
+
+def _remember_keywords(
+    op: str,
+    policy: ContextPolicy | None,
+    backend: str | None,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    bound: tuple[Any, ...],
+    plan: Plan,
+) -> None:
+    """Cache an entry for a call whose keywords hold tensors: it takes (args, kwargs) and puts each
+    tensor at its bound position (positional ones at their index, keywords at their schema name's).
+    """
+    key = _keyword_key(op, policy, backend, args, kwargs)
+    if key is None:
+        return
+    names = plan.selection.contract.schema.names
+    template = list(bound)
+    from_args = [i for i in range(len(args)) if array_kind_of(args[i]) is not None]
+    from_kwargs = [(name, names.index(name)) for name, value in kwargs.items() if array_kind_of(value) is not None]
+    if any(bound[i] is not args[i] for i in from_args) or any(bound[i] is not kwargs[n] for n, i in from_kwargs):
+        return  # binding changed a tensor argument (a list of them): the slow path serves it
+    for i in from_args:
+        template[i] = None  # never keep the example's data alive
+    for _, i in from_kwargs:
+        template[i] = None
+    first = plan.first
+
+    def to_bound(raw: tuple[tuple[Any, ...], dict[str, Any]]) -> tuple[Any, ...]:
+        raw_args, raw_kwargs = raw
+        call = template.copy()
+        for i in from_args:
+            call[i] = raw_args[i]
+        for name, i in from_kwargs:
+            call[i] = raw_kwargs[name]
+        return tuple(call)
+
+    def called(raw_args: tuple[Any, ...], raw_kwargs: dict[str, Any]) -> Any:
+        return first(*to_bound((raw_args, raw_kwargs)))
+
+    def recover(raw: tuple[tuple[Any, ...], dict[str, Any]], error: Exception) -> Any:
+        return plan.recover(to_bound(raw), error)
+
+    with _lock:
+        if len(_KEYWORD) >= dispatch.MAX_CACHED:
+            _KEYWORD.clear()
+        _RECOVER[key] = recover
+        _KEYWORD[key] = called
