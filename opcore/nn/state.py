@@ -36,6 +36,7 @@ from torch import nn
 
 from opcore.errors import ArgumentError, DeviceError, DTypeError, OpcoreError
 from opcore.nn.binding import BackendRequest, Bound, Step, bind, parse_backend
+from opcore.torchkit.watch import TensorWatch
 
 __all__ = [
     "DEFAULT_EXAMPLE_ROWS",
@@ -58,13 +59,6 @@ GRAD_MODES = ("autograd", "raise")
 
 class GradientError(OpcoreError, RuntimeError):
     """A module built with ``grad="raise"`` was called where a gradient would be needed."""
-
-
-def _version_of(tensor: torch.Tensor) -> int:
-    try:
-        return tensor._version
-    except RuntimeError:  # inference tensors keep no version counter (nor change in place outside it)
-        return -1
 
 
 def unbound(*args: Any) -> Any:
@@ -107,9 +101,9 @@ class PreparedModule(nn.Module):
         self.grad = grad
         self.example_rows = example_rows
         self._bound: Bound | None = None
-        # per bound parameter: where it lives (its module's _parameters, its name), the tensor, its
-        # version counter and data pointer then: what _fresh compares
-        self._watch: tuple[tuple[dict[str, Any], str, torch.Tensor, int, int], ...] = ()
+        # the bound parameters: where each lives (its module's _parameters, its name), the tensor, its
+        # version counter and data pointer then: what _fresh compares (opcore.torchkit.watch)
+        self._watch = TensorWatch(())
         # the dtype and device bound for; parameterless modules follow their input's
         self._dtype: torch.dtype | None = None
         self._device: torch.device = torch.device("cpu")
@@ -141,15 +135,16 @@ class PreparedModule(nn.Module):
 
     def rebind(self) -> None:
         """Resolve the ops again for the current parameters (done for you; see the module docstring)."""
-        slots = [
+        found = [
             (module._parameters, name, value)
             for module in self.modules()
             for name, value in module._parameters.items()
             if value is not None
         ]
-        tensors = [value for _, _, value in slots]
+        slots = [(name, holder, name) for holder, name, _ in found]
+        tensors = [value for _, _, value in found]
         if any(t.is_meta for t in tensors):
-            self._bound, self._watch = None, ()
+            self._bound, self._watch = None, TensorWatch(())
             return
         if tensors:
             self._dtype, self._device = tensors[0].dtype, tensors[0].device
@@ -159,18 +154,13 @@ class PreparedModule(nn.Module):
             bound = bind(self._steps(dtype, self._device), self.backend_request, what, inputs)
         self._on_bound(bound)
         self._bound = bound
-        self._watch = tuple((params, name, t, _version_of(t), t.data_ptr()) for params, name, t in slots)
+        self._watch = TensorWatch.of(slots)
 
     def _fresh(self) -> Bound:
         """The current binding, after binding again if a parameter changed (see the module docstring)."""
         bound = self._bound
-        if bound is not None:
-            for params, name, tensor, version, pointer in self._watch:
-                now = params.get(name)
-                if now is not tensor or (version >= 0 and now._version != version) or now.data_ptr() != pointer:
-                    break
-            else:
-                return bound
+        if bound is not None and not self._watch.stale():
+            return bound
         self.rebind()
         if self._bound is None:
             raise DeviceError(
@@ -234,7 +224,7 @@ class PreparedModule(nn.Module):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_bound=None, _watch=())  # sessions and packed tensors do not copy
+        state.update(_bound=None, _watch=TensorWatch(()))  # sessions and packed tensors do not copy
         state.update(dict.fromkeys(self._CALLS, unbound))
         return state
 

@@ -14,6 +14,8 @@ torch; each submodule says whether it does, and ``import opcore`` never imports 
   and the helpers ``free_positions``, ``with_free_args``, ``batch_rows`` for a backend's own.
 - ``aten`` (torch): the ATen fallback, ``aten.<name>[.<overload>]`` ops bound through ``_schema``.
 - ``arrays`` (torch): numpy <-> torch conversions and device moves used by the dispatcher.
+- ``watch`` (torch): ``TensorWatch``, whether weights a caller prepared something from changed
+  (in place, assigned, or their memory swapped): opcore.nn modules and opcore.graph plans use it.
 
 Kernels live here rather than in one backend so that neither torch backend imports the other;
 each adds its device-specific kernels on top (oneDNN on CPU, cuBLASLt epilogues on CUDA).
