@@ -62,3 +62,28 @@ def test_dynamic_cuda_plan_does_not_replay(llama):
     xb = torch.randn(3, 8, 32, device="cuda")
     torch.testing.assert_close(plan(xb)[0], model(xb)[0].detach(), atol=1e-4, rtol=1e-4)
     assert plan._replay is None
+
+
+def test_a_cuda_plan_follows_its_weights_and_captures_its_graph_again():
+    torch.manual_seed(0)
+    model, x = seeded(LlamaBlock()).cuda(), torch.randn(2, 8, 32, device="cuda")
+    plan = opcore.graph.capture(model, (x,), device="cuda")
+    with torch.no_grad():
+        plan(x)
+        assert plan._replay is not None
+        model.q.weight.mul_(-2)  # a captured CUDA graph holds the old steps: refreshed, captured again
+        torch.testing.assert_close(plan(x)[0], model(x)[0], atol=1e-4, rtol=1e-4)
+        assert plan._replay is not None
+    assert any(note.startswith("weights: refreshed 1 time") for note in plan.notes)
+
+
+def test_a_cuda_torch_route_runs_the_exported_program_and_replays():
+    torch.manual_seed(0)
+    model, x = seeded(LlamaBlock()).cuda(), torch.randn(2, 8, 32, device="cuda")
+    plan = opcore.graph.capture(model, (x,), device="cuda", route="torch")
+    assert plan.exported is not None and len(plan.program.steps) == 1 and plan.options.cuda_graph
+    with torch.no_grad():
+        want = model(x)[0]
+        torch.testing.assert_close(plan(x)[0], want, atol=1e-4, rtol=1e-4)  # warm-up and capture
+        assert plan._replay is not None
+        torch.testing.assert_close(plan(x * 1.0)[0], want, atol=1e-4, rtol=1e-4)  # replay

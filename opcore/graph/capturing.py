@@ -36,6 +36,7 @@ def capture(
     rewrites: bool = True,
     partitions: bool = True,
     measure: bool | Timer = True,
+    route: str | None = None,
 ) -> Plan:
     """Capture ``model`` (an nn.Module) on ``example_inputs`` and plan it across the backends.
 
@@ -47,12 +48,19 @@ def capture(
     graph as exported (no fused ops, see opcore.graph.rewrite); measure: time on the example inputs
     what the estimates cannot decide (each partition against its nodes per node, the plan against
     the torch route: see opcore.graph.measuring); False: the estimated cost rule alone; a function
-    ``{label: call} -> {label: seconds}``: that timer.
+    ``{label: call} -> {label: seconds}``: that timer; route: None (the guard decides, when
+    measuring) or "torch": run the torch route, the exported program as one step (nothing is
+    planned onto other backends or measured).
+
+    After capture, the plan watches the model's parameters and buffers: a call after one changed
+    (in place, ``load_state_dict``, assigned) prepares the plan again first (``Plan.refresh``).
 
     >>> plan = opcore.graph.capture(torch.nn.Linear(8, 4).eval(), (torch.randn(2, 8),))  # doctest: +SKIP
     """
     from opcore.graph.lowering import lower
 
+    if route not in (None, "torch"):
+        raise ArgumentError(op=_CAPTURE, arg="route", expected="None or 'torch'", found=repr(route))
     started = time.perf_counter()
     model = _part(model, submodule)
     args = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
@@ -83,12 +91,21 @@ def capture(
         partitions=partitions,
         rewrites=rewrites,
         cuda_graph=place.type.value == "cuda" and not any(i.dynamic_axes for i in graph.values.values()),
+        route=route or "planned",
     )
     skip = {position for position, _ in graph.fixed_inputs}
     examples = [value for position, value in enumerate(flat) if position not in skip]
     timer = None if measure is False else interleaved if measure is True else measure
+    from opcore.graph.exported import ExportedStep
+    from opcore.graph.weights import watch_of
+
     with torch.no_grad():
-        plan = assemble(graph, constants, options, notes, examples=examples, timer=timer)
+        plan = assemble(
+            graph, constants, options, notes, examples=examples, timer=timer, exported=ExportedStep.of(program, graph)
+        )
+    if route == "torch":
+        applied.append("route: the torch route, as capture(route='torch') asked (the exported program as one step)")
+    plan.watch = watch_of(model, program, graph, place)
     plan.notes[:0] = applied
     plan.timings.capture = captured - started
     plan.timings.plan = time.perf_counter() - captured

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from opcore.errors import NoKernelError, OpcoreError
 
-__all__ = ["CaptureError", "PlanFileError", "UncoveredError"]
+__all__ = ["CaptureError", "PlanFileError", "UncoveredError", "WeightsError"]
 
 
 class CaptureError(OpcoreError):
@@ -23,3 +23,9 @@ class UncoveredError(NoKernelError):
 class PlanFileError(OpcoreError):
     """A saved plan that cannot be loaded: a wrong schema version, a missing file, or a reference to
     something that is not a registered kernel, op or partition compiler (a tampered file)."""
+
+
+class WeightsError(OpcoreError):
+    """A weight changed after capture in a way the plan cannot follow by preparing again (another
+    shape or dtype, or the parameter removed): the plan was planned for the weights it was captured
+    with; the message names the parameter."""

@@ -23,7 +23,8 @@ _NOT_LOADED = ("unavailable", "failed", "disabled")
 
 def summary(plan: Any) -> str:
     """One line: per backend, how many nodes it runs and in how many partitions (graph runtimes) or
-    which ops (per-node kernels), the busiest backend first."""
+    which ops (per-node kernels), the busiest backend first; for a plan running the exported program
+    as one step (the torch route), that first."""
     decisions = [d for d in plan.decisions if d.backend != "python"]
     total = len(decisions)
     by_backend: dict[str, list[Any]] = {}
@@ -44,7 +45,10 @@ def summary(plan: Any) -> str:
         parts.append(text)
     sizes = len(plan.decisions) - total
     tail = f"; {sizes} size computation{'s' * (sizes != 1)}" if sizes else ""
-    return ("; ".join(parts) or "no nodes") + tail
+    text = ("; ".join(parts) or "no nodes") + tail
+    if getattr(plan, "exported", None) is not None:  # the torch route of a captured plan
+        return f"torch route: the exported program as one step (node by node it is {text})"
+    return text
 
 
 def describe(plan: Any) -> dict[str, Any]:

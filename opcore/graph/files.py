@@ -267,6 +267,11 @@ def load(path: Any) -> Any:
     saved = _partitions(document.get("partitions", []), folder, notes)
     with torch.no_grad():
         plan = assemble(graph, constants, options, saved=saved if options.partitions else None)
+    if options.route == "torch":
+        notes.append(
+            "the torch route runs node by node on the torch backend: a loaded plan has no exported program "
+            "(plan.json holds opcore's nodes; nothing is unpickled)"
+        )
     plan.notes = notes + plan.notes
     _compare_kernels(plan, document.get("kernels", {}))
     plan.timings.load = time.perf_counter() - started

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opcore.graph.errors import UncoveredError
 from opcore.graph.ir import Graph, Node, ValueRef
@@ -19,6 +19,10 @@ from opcore.graph.ranges import ValueProof, value_ranges
 from opcore.graph.runner import Program, Step, slot_template
 from opcore.types import Device
 
+if TYPE_CHECKING:
+    from opcore.graph.exported import ExportedStep
+    from opcore.torchkit.watch import TensorWatch
+
 __all__ = ["Plan", "PlanOptions", "assemble", "torch_route"]
 
 
@@ -26,8 +30,10 @@ __all__ = ["Plan", "PlanOptions", "assemble", "torch_route"]
 class PlanOptions:
     """How a plan was asked for. backends None: every loaded backend by rank; fallback False: every
     node must run on one of ``backends`` (or, without backends, on its op's first choice).
-    route "torch": measuring at capture found the torch route faster than the planned one, so the
-    plan runs every node on the torch backend (``torch_route``); "planned": as decided."""
+    route "torch": measuring at capture found the torch route faster than the planned one (or
+    ``capture(route="torch")`` asked for it), so the plan runs the torch route: the exported
+    program as one step where the plan has it (opcore.graph.exported), else every node on the
+    torch backend (``torch_route``); "planned": as decided."""
 
     backends: tuple[str, ...] | None = None
     fallback: bool = True
@@ -82,6 +88,12 @@ class Plan:
         self.timings = Timings()
         self._specs: tuple[Any, Any] | None = None
         self._replay: Any = None  # a CUDA graph replay (device="cuda", static shapes), made on first call
+        # the exported program this plan runs as its one step (the torch route of a captured plan);
+        # None: the program runs the decided steps (a loaded plan's torch route too, node by node)
+        self.exported: ExportedStep | None = None
+        # the model's parameters and buffers the constants were taken from, as they were then:
+        # compared before every call (a change refreshes the plan); None: a loaded plan (frozen)
+        self.watch: TensorWatch | None = None
 
     @property
     def device(self) -> Device:
@@ -133,6 +145,8 @@ class Plan:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         flat = self.flatten(args, kwargs)
+        if self.watch is not None and self.watch.stale():
+            self.follow()
         if self._replay is not None or self.options.cuda_graph:
             from opcore.graph.cuda import replay
 
@@ -175,6 +189,27 @@ class Plan:
 
         return verify(self, args, kwargs, atol=atol, rtol=rtol)
 
+    def follow(self) -> None:
+        """Refresh the plan if a weight it watches changed since (a call does this first)."""
+        if self.watch is not None and self.watch.stale():
+            from opcore.graph.weights import refresh
+
+            refresh(self, self.watch.changed(), called=True)
+
+    def refresh(self) -> list[str]:
+        """Prepare the plan again for the current weights: partitions holding a changed weight are
+        compiled again, every kernel is resolved again. A call does this by itself after the model's
+        parameters or buffers change (in place, ``load_state_dict``, assigned); a loaded plan, which
+        has no model, is frozen until its ``constants`` are edited and it is refreshed by hand.
+        Returns the names of the weights taken again.
+
+        >>> model.load_state_dict(state); plan.refresh()      # doctest: +SKIP
+        ['layers.0.q.weight', ...]
+        """
+        from opcore.graph.weights import refresh
+
+        return refresh(self, None if self.watch is None else self.watch.changed())
+
     def save(self, path: Any) -> Any:
         """Write the plan to a folder: plan.json, weights.safetensors, each partition's files.
 
@@ -197,6 +232,7 @@ def assemble(
     *,
     examples: Sequence[Any] | None = None,
     timer: Timer | None = None,
+    exported: ExportedStep | None = None,
 ) -> Plan:
     """Decide every node of ``graph`` and build the program that runs them.
 
@@ -204,11 +240,13 @@ def assemble(
     instead of compiling (opcore.graph.load). ``examples`` (the flat runtime inputs) and ``timer``:
     measure at plan time (see opcore.graph.measuring): partitions are kept where they are faster
     than their nodes per node, and the plan runs the torch route where that is faster than it.
+    ``exported``: the exported program (capture has it, a loaded plan not): the torch route runs
+    it as one step, and the guard times that.
     """
     if options.route == "torch":
         plan = _assemble(graph, constants, torch_route(options), notes)
         plan.options = options
-        return plan
+        return one_step(plan, exported)
     route: Plan | None = None
     measured: Measured | None = None
     told: list[str] = []
@@ -222,15 +260,32 @@ def assemble(
     plan.notes[:0] = told
     if measured is None or route is None or not _differs(plan, route):
         return plan
-    faster, story = measured.compare(("this plan", plan.program), ("the torch route", route.program), graph.inputs)
+    # the torch route as it would run: the exported program in one step where there is one
+    torch_side = route.program if exported is None else one_step(route, exported).program
+    faster, story = measured.compare(("this plan", plan.program), ("the torch route", torch_side), graph.inputs)
     if faster:
         plan.notes.insert(0, f"guard: {story}: runs this plan")
         return plan
     summary = plan.summary()
     route.options = replace(options, route="torch")
-    route.notes[:0] = [f"guard: {story}: runs the torch route (every node on {route.options.device}'s torch "
-                       f"backend), not the plan it measured ({summary})"]  # fmt: skip
+    how = (
+        f"every node on {route.options.device}'s torch backend"
+        if exported is None
+        else "the exported program, run by torch as one step"
+    )
+    route.notes[:0] = [f"guard: {story}: runs the torch route ({how}), not the plan it measured ({summary})"]
     return route
+
+
+def one_step(plan: Plan, exported: ExportedStep | None) -> Plan:
+    """The torch-route plan ``plan`` running ``exported`` as its one step (as is without one)."""
+    if exported is None:
+        return plan
+    from opcore.graph.exported import exported_program
+
+    plan.exported = exported
+    plan.program = exported_program(plan.graph, exported, plan.constants)
+    return plan
 
 
 def _guarded(options: PlanOptions) -> bool:
