@@ -1,5 +1,6 @@
 """softmax, log_softmax, layer_norm (LayerNormalization), rms_norm (RMSNormalization from opset 23,
-else its formula), batch_norm and group_norm (their formulas: the ONNX ops require weight and bias).
+else its formula), batch_norm (BatchNormalization, ones / zeros for an absent weight / bias) and
+group_norm (its formula: GroupNormalization requires weight and bias).
 float16 runs in float32 inside; statistics of float64 inputs stay in float64.
 """
 
@@ -116,18 +117,22 @@ def build_batch_norm(
     momentum: float,
     eps: float,
 ) -> Value:
+    # BatchNormalization, not its formula: ONNX Runtime folds a BatchNormalization with constant
+    # statistics into the Conv before it (ConvBNFusion), which then fuses with the Add and Relu after
+    # it; a Sub/Div/Mul/Add formula stays four passes over the activations (docs/benchmarks.md).
+    # The contract is inference only (training False), which is what BatchNormalization computes.
     compute = compute_float(x.dtype)
-    rank = x.rank or 0
-
-    def channel(parameter: Value) -> Value:
-        return _per_channel(g, parameter, compute, rank)
-
-    scale = g.op("Sqrt", g.op("Add", channel(running_var), g.const(numpy.asarray(eps, dtype=compute))))
-    out = g.op("Div", g.op("Sub", g.cast(x, compute), channel(running_mean)), scale, rank=rank)
-    if weight is not None:
-        out = g.op("Mul", out, channel(weight))
-    if bias is not None:
-        out = g.op("Add", out, channel(bias))
+    mean, variance = g.cast(running_mean, compute), g.cast(running_var, compute)
+    # ONNX requires scale and bias: ones / zeros of the statistics' shape (C,) where they are absent
+    scale = (
+        g.cast(weight, compute)
+        if weight is not None
+        else g.op("Expand", g.const(numpy.ones(1, compute)), g.shape(mean))
+    )
+    shift = (
+        g.cast(bias, compute) if bias is not None else g.op("Expand", g.const(numpy.zeros(1, compute)), g.shape(mean))
+    )
+    out = g.op("BatchNormalization", g.cast(x, compute), scale, shift, mean, variance, epsilon=float(eps))
     return finish(g, out, x.dtype)
 
 

@@ -1,0 +1,107 @@
+"""The ONNX model an onnxruntime partition hands to ONNX Runtime, and what ONNX Runtime's optimizer
+makes of it: the forms that let it fuse what it fuses in ``torch.onnx.export``'s models
+(docs/benchmarks.md, "Whole models"), with results that stay exact against PyTorch."""
+
+from __future__ import annotations
+
+import collections
+import pathlib
+from typing import Any
+
+import numpy
+import pytest
+import torch
+
+pytest.importorskip("onnxruntime", reason="the onnxruntime partition compiler needs onnxruntime")
+
+import onnx
+import onnxruntime
+
+from opcore.graph.partition import PartitionSpec, PartNode, ValueRef, compilers
+from opcore.types import TensorMeta
+
+R = ValueRef
+
+
+def _compile(
+    nodes: tuple[PartNode, ...], values: dict[str, Any], inputs: tuple[str, ...], outputs: tuple[str, ...]
+) -> Any:
+    constants = {n: v for n, v in values.items() if n not in inputs and isinstance(v, numpy.ndarray)}
+    metas = {n: TensorMeta.of(v) for n, v in values.items()}
+    return compilers()["onnxruntime"].compile(PartitionSpec("p0", nodes, inputs, constants, outputs, metas))
+
+
+def _op_types(model: onnx.ModelProto) -> collections.Counter[str]:
+    return collections.Counter(node.op_type for node in model.graph.node)
+
+
+def _optimized(part: Any, folder: pathlib.Path) -> collections.Counter[str]:
+    """The op types of the model ONNX Runtime runs for ``part`` (its optimizer's output, dumped with
+    the partition's own external initializers, as the partition's session gets them)."""
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3  # the optimizer's notes on removed initializers are expected
+    options.optimized_model_filepath = str(folder / "optimized.onnx")
+    names = list(part.externals)
+    if names:
+        options.add_external_initializers(
+            names, [onnxruntime.OrtValue.ortvalue_from_numpy(part.externals[n]) for n in names]
+        )
+    onnxruntime.InferenceSession(part.model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return _op_types(onnx.load(str(folder / "optimized.onnx"), load_external_data=False))
+
+
+def _conv_bn_block(rng: numpy.random.Generator, channels: int = 8) -> dict[str, Any]:
+    def channel(low: float, high: float) -> numpy.ndarray:
+        return rng.uniform(low, high, channels).astype("float32")
+
+    return {
+        "x": rng.standard_normal((2, channels, 9, 9)).astype("float32"),
+        "kernel": (rng.standard_normal((channels, channels, 3, 3)) / 9).astype("float32"),
+        "mean": channel(-0.1, 0.1),
+        "var": channel(0.5, 1.5),
+        "gamma": channel(0.5, 1.5),
+        "beta": channel(-0.5, 0.5),
+    }
+
+
+def test_batch_norm_after_conv_is_folded_into_the_conv(tmp_path: pathlib.Path) -> None:
+    values = _conv_bn_block(numpy.random.default_rng(3))
+    nodes = (
+        PartNode("conv2d", (R("x"), R("kernel"), None, (1, 1), (1, 1), (1, 1), 1), ("conv",)),
+        PartNode("batch_norm", (R("conv"), R("mean"), R("var"), R("gamma"), R("beta"), False, 0.1, 1e-5), ("bn",)),
+        PartNode("relu", (R("bn"),), ("y",)),
+    )
+    t = {n: torch.from_numpy(v) for n, v in values.items()}
+    expected = torch.relu(
+        torch.nn.functional.batch_norm(
+            torch.nn.functional.conv2d(t["x"], t["kernel"], padding=1), t["mean"], t["var"], t["gamma"], t["beta"]
+        )
+    ).numpy()
+    values.update({n: expected for n in ("conv", "bn", "y")})
+    part = _compile(nodes, values, ("x",), ("y",))
+    written = _op_types(part.model)
+    assert written["BatchNormalization"] == 1 and not {"Sub", "Div", "Sqrt"} & set(written)
+    # ONNX Runtime folds the batch norm into the conv's weights and bias (ConvBNFusion), then the
+    # relu into the conv; the formula (Sub/Div/Mul/Add) stayed four passes over the activations
+    # and kept the relu apart
+    optimized = _optimized(part, tmp_path)
+    assert optimized["Conv"] == 1 and not {"BatchNormalization", "Relu", "Mul", "Add"} & set(optimized), optimized
+    (y,) = part(values["x"])
+    numpy.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+def test_batch_norm_without_weight_or_bias_matches_torch(dtype: str) -> None:
+    values = _conv_bn_block(numpy.random.default_rng(4))
+    x = values["x"].astype(dtype)
+    statistics = "float32" if dtype == "float16" else dtype  # torch's CPU kernel: float32 statistics for float16
+    mean, var = values["mean"].astype(statistics), values["var"].astype(statistics)
+    expected = torch.nn.functional.batch_norm(
+        torch.from_numpy(x), torch.from_numpy(mean), torch.from_numpy(var), eps=1e-3
+    ).numpy()
+    nodes = (PartNode("batch_norm", (R("x"), R("mean"), R("var"), None, None, False, 0.1, 1e-3), ("y",)),)
+    part = _compile(nodes, {"x": x, "mean": mean, "var": var, "y": expected}, ("x",), ("y",))
+    (y,) = part(x)
+    assert y.dtype == expected.dtype
+    tolerance = 1e-3 if dtype == "float16" else 1e-6
+    numpy.testing.assert_allclose(y, expected, rtol=tolerance, atol=tolerance)
