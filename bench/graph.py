@@ -10,9 +10,15 @@ which are the machine's cores: 2 here). Medians of interleaved rounds (bench/_ti
 Columns: eager; torch.compile (Inductor, compile time apart); OpenVINO ``convert_model`` used
 directly and an ONNX Runtime session of ``torch.onnx.export`` (each where it works, else why
 not); the opcore plan ranked by default, and plans restricted to openvino or onnxruntime
-partitions (+ the cpu backend for what they do not take); speed-ups against eager, max |diff|
-against eager. Then per model: capture and load times, coverage (nodes per backend,
-partitions), the share of nodes each graph runtime accepts, and the exported ATen targets.
+partitions (+ the cpu backend for what they do not take); the torch route two ways — "route 1
+step", ``capture(route="torch")``: the exported program run by torch as one step (what a plan runs
+where the guard picks the torch route), and "route per node": the same route through opcore's
+steps, one per node (what the guard's torch route was before, and what a loaded torch-route plan
+runs); speed-ups against eager, max |diff| against eager. Then per model: capture and load
+times, coverage (nodes per backend, partitions), the share of nodes each graph runtime accepts,
+the exported ATen targets, and the cost of the weights watch: ``plan.watch.stale()`` per call
+(timeit minimum) and one refresh after an in-place update of one weight. The load average
+(``os.getloadavg``) is printed with each table.
 
 Targets (issue 11): ranked plan >= 1.5x eager on the Llama decoder at batch 1 and never below eager;
 a one-partition plan >= 0.95x the same engine used directly; load >= 5x faster than capture;
@@ -21,6 +27,7 @@ max |diff| <= 1e-4. Issue 12: >= 95% of each model's nodes accepted by onnxrunti
     python bench/graph.py                          # every model, batch 1 and 8 (several minutes)
     python bench/graph.py --models llama --batches 1
     python bench/graph.py --skip compile,onnx      # leave out columns (compile: Inductor is slow to compile here)
+    python bench/graph.py --models llama,gpt2 --skip compile,openvino,onnx,plans   # eager vs the torch route
     python bench/graph.py --targets-only --write docs/benchmarks.md   # regenerate the ATen-targets section
 """
 
@@ -311,6 +318,45 @@ def _timed(label: str, make: Callable[[], Any], result: Result) -> Any:
     return value
 
 
+def torch_routes(model: nn.Module, x: torch.Tensor, runs: dict[str, Callable[[], Any]], result: Result) -> None:
+    """The "route 1 step" and "route per node" columns: the torch route as the exported program in
+    one step, and the same route node by node (the per-node program a loaded torch-route plan runs)."""
+    import opcore.graph
+    from opcore.graph.plan import assemble, torch_route
+
+    plan = _timed("route 1 step", lambda: opcore.graph.capture(model, (x,), route="torch"), result)
+    if plan is None:
+        return
+    runs["route 1 step"] = partial(plan, x)
+    with torch.no_grad():
+        per_node = assemble(plan.graph, plan.constants, torch_route(plan.options)).program
+
+    def node_by_node() -> Any:
+        return per_node.run([x])[0]
+
+    runs["route per node"] = node_by_node
+    result.extra["torch route"] = f"{len(plan.graph.nodes)} nodes; 1 step: {plan.summary()}"
+
+
+def weights_watch(plan: Any, model: nn.Module, x: torch.Tensor, result: Result) -> None:
+    """What following the model's weights costs: the per-call check, and one refresh after an
+    in-place update of one weight (multiplied by 1: the values stay)."""
+    import timeit
+
+    watch = plan.watch
+    check = min(timeit.repeat(watch.stale, number=1000, repeat=7)) / 1000
+    weight = next(p for p in model.parameters() if p.dim() == 2)
+    with torch.no_grad():
+        weight.mul_(1.0)
+        started = time.perf_counter()
+        plan(x)
+        refreshed = time.perf_counter() - started
+    result.extra["weights watch"] = (
+        f"{len(watch)} tensors, check {check * 1e6:.1f} us per call; a call after an in-place update of one "
+        f"weight {refreshed * 1e3:.0f} ms (refresh included: {plan.notes[-1]})"
+    )
+
+
 def bench_model(case: ModelCase, batch: int, skip: set[str], rounds: int) -> Result:
     torch.manual_seed(0)
     model = case.make().eval()
@@ -343,8 +389,12 @@ def bench_model(case: ModelCase, batch: int, skip: set[str], rounds: int) -> Res
         made = _timed("ort direct", lambda: onnxruntime_direct(model, x, folder), result)
         if made is not None:
             runs["ort direct"] = made
+    if "route" not in skip:
+        torch_routes(model, x, runs, result)
     if "plan" not in skip:
         for label, backends in PLANS.items():
+            if "plans" in skip and label != "plan":
+                continue
             plan = _timed(label, partial(plan_of, model, x, backends, case.measure), result)
             if plan is None:
                 continue
@@ -359,6 +409,7 @@ def bench_model(case: ModelCase, batch: int, skip: set[str], rounds: int) -> Res
                     save_and_load(plan, folder / "plan", x, reference, result)
                 except Exception as error:  # a plan that cannot be saved says why, the bench goes on
                     result.extra["save/load"] = _reason(error)
+                weights_watch(plan, model, x, result)
     for label, run in runs.items():
         try:
             result.diffs[label] = _diff(_tensor(run()), reference)
@@ -473,7 +524,7 @@ def write_section(path: pathlib.Path, section: str) -> None:
 # --- main ---------------------------------------------------------------------------------------
 
 
-COLUMNS = ("eager", "compile", "ov direct", "ort direct", *PLANS)
+COLUMNS = ("eager", "compile", "ov direct", "ort direct", *PLANS, "route 1 step", "route per node")
 
 
 def report(case: ModelCase, batch: int, result: Result) -> str:
@@ -487,7 +538,8 @@ def report(case: ModelCase, batch: int, result: Result) -> str:
             rows.append((label, f"{ms:.2f}", ratio, f"{result.diffs.get(label, float('nan')):.1e}", ""))
         elif label in result.notes:
             rows.append((label, "-", "-", "-", result.notes[label]))
-    lines = [f"### {case.title}, batch {batch}", "", table(header, rows)]
+    load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
+    lines = [f"### {case.title}, batch {batch} (load average {load} after the run)", "", table(header, rows)]
     lines += [f"{key}: {value}" for key, value in result.extra.items()]
     if "loaded" in result.diffs:
         lines.append(f"loaded plan max |diff|: {result.diffs['loaded']:.1e}")
@@ -525,7 +577,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
     parser.add_argument("--batches", default=",".join(map(str, BATCHES)))
-    parser.add_argument("--skip", default="", help="columns to leave out: compile, openvino, onnx, plan")
+    parser.add_argument(
+        "--skip",
+        default="",
+        help="columns to leave out: compile, openvino, onnx, plan (every plan column), plans (plan ov and plan ort), "
+        "route (the torch route columns)",
+    )
     parser.add_argument("--rounds", type=int, default=11, help="interleaved timing rounds (median of them)")
     parser.add_argument("--threads", type=int, default=THREADS, help="torch threads (steadier at 1 on a busy machine)")
     parser.add_argument("--targets-only", action="store_true", help="print the exported ATen targets and stop")

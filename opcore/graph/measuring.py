@@ -8,10 +8,13 @@ every value. With those values:
   and kept only where it is faster by more than a 5 % margin (``Measured.partition``); the
   estimated ``partitioning.Cost`` stays the rule where nothing can be measured (a loaded plan
   keeps what was measured when it was saved);
-* the finished plan is timed against the torch route; unless the plan is faster by more than that
-  margin, the plan runs the torch route and says so in ``plan.notes`` (explain shows it). A plan
-  is therefore never slower than its own graph run eagerly, by construction, within the
-  measurement's noise.
+* the finished plan is timed against the torch route — the exported program run by torch as one
+  step (opcore.graph.exported), which is eager PyTorch on the exported graph — and against the same
+  route node by node on the torch backend's kernels (which pack weights: sometimes faster than
+  eager); the torch route in one step runs unless one of the others is faster than it by more than
+  that margin, and ``plan.notes`` says which runs and the times (explain shows it). A plan is
+  therefore never slower than eager on its own graph, by construction, within the measurement's
+  noise.
 
 A timer is any function of ``{label: call}`` returning ``{label: seconds per call}``; tests inject
 one to exercise the decisions without timing the machine.
@@ -97,3 +100,23 @@ class Measured:
         faster = times[label_a] * (1 + TIE_MARGIN) < times[label_b]
         text = f"measured {label_a} {verdict_text(times[label_a])}, {label_b} {verdict_text(times[label_b])}"
         return faster, text
+
+    def fastest(self, cases: Mapping[str, Any], default: str, inputs: Sequence[str]) -> tuple[str, str]:
+        """Time programs (``{label: Program}``, interleaved) on the example values of ``inputs``: the
+        label of the fastest where it beats ``default`` by more than the tie margin (else ``default``),
+        and the story for explain (every time, in the order given)."""
+        from opcore.tuning.table import TIE_MARGIN
+
+        feed = [self.values[name] for name in inputs]
+        times = self.timer({label: _runner(program, feed) for label, program in cases.items()})
+        best = min(times, key=times.__getitem__)
+        chosen = best if times[best] * (1 + TIE_MARGIN) < times[default] else default
+        text = "measured " + ", ".join(f"{label} {verdict_text(times[label])}" for label in cases)
+        return chosen, text
+
+
+def _runner(program: Any, feed: list[Any]) -> Callable[[], Any]:
+    def run() -> Any:
+        return program.run(feed)
+
+    return run
