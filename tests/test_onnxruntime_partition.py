@@ -35,18 +35,20 @@ def _op_types(model: onnx.ModelProto) -> collections.Counter[str]:
     return collections.Counter(node.op_type for node in model.graph.node)
 
 
-def _optimized(part: Any, folder: pathlib.Path) -> collections.Counter[str]:
+def _optimized(part: Any, folder: pathlib.Path, model: onnx.ModelProto | None = None) -> collections.Counter[str]:
     """The op types of the model ONNX Runtime runs for ``part`` (its optimizer's output, dumped with
-    the partition's own external initializers, as the partition's session gets them)."""
+    the partition's own external initializers, as the partition's session gets them); ``model``:
+    that model instead, with no external initializers."""
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3  # the optimizer's notes on removed initializers are expected
     options.optimized_model_filepath = str(folder / "optimized.onnx")
-    names = list(part.externals)
+    names = list(part.externals) if model is None else []
     if names:
         options.add_external_initializers(
             names, [onnxruntime.OrtValue.ortvalue_from_numpy(part.externals[n]) for n in names]
         )
-    onnxruntime.InferenceSession(part.model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    model = part.model if model is None else model
+    onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     return _op_types(onnx.load(str(folder / "optimized.onnx"), load_external_data=False))
 
 
@@ -105,3 +107,65 @@ def test_batch_norm_without_weight_or_bias_matches_torch(dtype: str) -> None:
     assert y.dtype == expected.dtype
     tolerance = 1e-3 if dtype == "float16" else 1e-6
     numpy.testing.assert_allclose(y, expected, rtol=tolerance, atol=tolerance)
+
+
+def _linear_flatten(dynamic: dict[str, frozenset[int]]) -> tuple[Any, dict[str, Any]]:
+    rng = numpy.random.default_rng(5)
+    values: dict[str, Any] = {
+        "x": rng.standard_normal((2, 6, 16)).astype("float32"),
+        "w": rng.standard_normal((8, 16)).astype("float32"),
+        "b": rng.standard_normal(8).astype("float32"),
+    }
+    values["h"] = values["x"] @ values["w"].T + values["b"]
+    values["y"] = numpy.tanh(values["h"].reshape(2, -1))
+    nodes = (
+        PartNode("linear", (R("x"), R("w"), R("b")), ("h",)),
+        PartNode("flatten", (R("h"), 1, -1), ("f",)),
+        PartNode("tanh", (R("f"),), ("y",)),
+    )
+    values["f"] = values["h"].reshape(2, -1)
+    constants = {n: values[n] for n in ("w", "b")}
+    metas = {n: TensorMeta.of(v) for n, v in values.items()}
+    spec = PartitionSpec("p0", nodes, ("x",), constants, ("y",), metas, dynamic)
+    return compilers()["onnxruntime"].compile(spec), values
+
+
+def test_run_time_shapes_of_a_static_partition_are_folded_by_onnx_runtime(tmp_path: pathlib.Path) -> None:
+    # The builders compute the shapes of linear's and flatten's reshapes in the graph (Shape,
+    # Concat, ReduceProd), so one builder serves static and dynamic partitions. Where the inputs'
+    # sizes are static, ONNX Runtime's constant folding turns those chains into constants when it
+    # builds the session: the model it runs computes no shape, as torch.onnx.export's static one.
+    static, values = _linear_flatten({})
+    assert _op_types(static.model)["Shape"] > 0
+    assert not {"Shape", "Concat", "ReduceProd"} & set(_optimized(static, tmp_path))
+    (y,) = static(values["x"])
+    numpy.testing.assert_allclose(y, values["y"], rtol=1e-5, atol=1e-5)
+    # a dynamic batch keeps them: the sizes are read at run time
+    dynamic, _ = _linear_flatten({"x": frozenset({0})})
+    assert _optimized(dynamic, tmp_path)["Shape"] > 0
+    x = numpy.random.default_rng(6).standard_normal((3, 6, 16)).astype("float32")
+    (y,) = dynamic(x)
+    numpy.testing.assert_allclose(y, numpy.tanh((x @ values["w"].T + values["b"]).reshape(3, -1)), rtol=1e-5, atol=1e-5)
+
+
+def test_external_initializers_are_optimized_as_embedded_ones(tmp_path: pathlib.Path) -> None:
+    # Weights of 64 KiB and more are handed to ONNX Runtime as external initializers (sharing
+    # numpy's memory); its optimizer treats them as the initializers of a self-contained model:
+    # the conv + batch norm fold and the fusions come out the same
+    values = _conv_bn_block(numpy.random.default_rng(7), channels=64)  # a 147 KiB kernel
+    nodes = (
+        PartNode("conv2d", (R("x"), R("kernel"), None, (1, 1), (1, 1), (1, 1), 1), ("conv",)),
+        PartNode("batch_norm", (R("conv"), R("mean"), R("var"), R("gamma"), R("beta"), False, 0.1, 1e-5), ("bn",)),
+        PartNode("relu", (R("bn"),), ("y",)),
+    )
+    values.update({n: numpy.zeros((2, 64, 9, 9), "float32") for n in ("conv", "bn", "y")})
+    part = _compile(nodes, values, ("x",), ("y",))
+    assert part.externals, "the kernel should be an external initializer"
+    embedded = onnx.ModelProto()
+    embedded.CopyFrom(part.model)
+    for index, tensor in enumerate(embedded.graph.initializer):
+        if tensor.name in part.externals:
+            embedded.graph.initializer[index].CopyFrom(
+                onnx.numpy_helper.from_array(part.externals[tensor.name], tensor.name)
+            )
+    assert _optimized(part, tmp_path) == _optimized(part, tmp_path, embedded)
