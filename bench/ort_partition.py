@@ -1,0 +1,187 @@
+"""A whole model as one onnxruntime partition against ONNX Runtime used directly, taken apart.
+
+For each model of ``bench/graph.py`` (same models, inputs and ORT direct session: an
+InferenceSession of ``torch.onnx.export``'s model) and its plan restricted to onnxruntime
+partitions (``capture(..., backends=("onnxruntime", "cpu"), measure=False)``, one partition):
+
+1. **the models ONNX Runtime runs**: op-type counts of the two models as written and as ORT's
+   optimizer leaves them (``SessionOptions.optimized_model_filepath``; the partition's with its own
+   external initializers);
+2. **where the time goes** (``--profile``): ORT's profiler on both sessions, runs alternated,
+   the median per run of each op type's kernel time;
+3. **the model against our per-run overhead**: ORT direct, the partition's session called alone
+   (numpy in, numpy out: no opcore around it) and the plan (torch tensors in and out), interleaved
+   in a new order each round; median and minimum, and ORT direct's time over each.
+
+The machine is shared: the minimum is the least disturbed run, the median the typical one; read the
+ratios of one run.
+
+    python bench/ort_partition.py --models cnn,bert --batches 1,8 --rounds 41 --profile
+    python bench/ort_partition.py --models bert --ort-threads 1      # both sessions on one thread
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import pathlib
+import random
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _timing import table
+from graph import MODELS, onnxruntime_direct
+
+
+def session(source: Any, externals: dict[str, numpy.ndarray], threads: int, **settings: Any) -> Any:
+    """An InferenceSession as the partition's is made (default options), with ``settings`` set."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3
+    options.intra_op_num_threads = threads
+    for name, value in settings.items():
+        setattr(options, name, value)
+    if externals:
+        names = list(externals)
+        options.add_external_initializers(
+            names, [onnxruntime.OrtValue.ortvalue_from_numpy(externals[n]) for n in names]
+        )
+    return onnxruntime.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+
+
+def op_types(path: pathlib.Path) -> collections.Counter[str]:
+    import onnx
+
+    return collections.Counter(node.op_type for node in onnx.load(str(path), load_external_data=False).graph.node)
+
+
+def counts_table(direct: pathlib.Path, compiled: Any, folder: pathlib.Path, threads: int) -> str:
+    """Op types of both models, as written and after ORT's optimizer."""
+    (folder / "partition.onnx").write_bytes(compiled.model.SerializeToString())
+    models = {"direct": (str(direct), {}), "partition": (compiled.model.SerializeToString(), compiled.externals)}
+    found = {f"{label} written": op_types(folder / ("model.onnx" if label == "direct" else "partition.onnx"))
+             for label in models}  # fmt: skip
+    for label, (source, externals) in models.items():
+        path = folder / f"{label}.optimized.onnx"
+        session(source, externals, threads, optimized_model_filepath=str(path))
+        found[f"{label} optimized"] = op_types(path)
+    columns = list(found)
+    ops = sorted(set().union(*found.values()), key=lambda op: (-found["partition optimized"][op], op))
+    rows = [(op, *(str(found[c][op] or "") for c in columns)) for op in ops]
+    rows.append(("(nodes)", *(str(sum(found[c].values())) for c in columns)))
+    return table(("op type", *columns), rows)
+
+
+def profile_table(sources: dict[str, tuple[Any, dict[str, numpy.ndarray]]], feed: numpy.ndarray, runs: int,
+                  threads: int, folder: pathlib.Path) -> str:  # fmt: skip
+    """ORT's profiler, both sessions' runs alternated: the median per run of each op type's time."""
+    sessions = {label: session(source, externals, threads, enable_profiling=True,
+                               profile_file_prefix=str(folder / label.replace(" ", "-")))
+                for label, (source, externals) in sources.items()}  # fmt: skip
+    for _ in range(runs + 2):
+        for s in sessions.values():
+            s.run(None, {s.get_inputs()[0].name: feed})
+    medians: dict[str, dict[str, float]] = {}
+    for label, s in sessions.items():
+        events = json.loads(pathlib.Path(s.end_profiling()).read_text())
+        spans = [(e["ts"], e["ts"] + e["dur"], collections.Counter({"(model_run)": e["dur"]}))
+                 for e in events if e.get("cat") == "Session" and e["name"] == "model_run"][2:]  # fmt: skip
+        for e in events:
+            if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+                for start, end, counter in spans:
+                    if start <= e["ts"] <= end:
+                        counter[e["args"]["op_name"]] += e["dur"]
+                        break
+        seen = set().union(*(c for _, _, c in spans))
+        medians[label] = {op: statistics.median(c[op] for _, _, c in spans) / 1e3 for op in seen}
+    ops = sorted(set().union(*medians.values()), key=lambda op: -max(m.get(op, 0.0) for m in medians.values()))
+    rows = [(op, *(f"{m.get(op, 0.0):.3f}" for m in medians.values())) for op in ops]
+    return table(("op type (ms per run)", *medians), rows)
+
+
+def timing_table(runs: dict[str, Callable[[], Any]], rounds: int) -> str:
+    samples: dict[str, list[float]] = {label: [] for label in runs}
+    for fn in runs.values():  # warm-up
+        fn()
+    order = list(runs)
+    for index in range(rounds):
+        random.Random(index).shuffle(order)
+        for label in order:
+            started = time.perf_counter()
+            runs[label]()
+            samples[label].append(time.perf_counter() - started)
+    median = {label: statistics.median(v) for label, v in samples.items()}
+    least = {label: min(v) for label, v in samples.items()}
+    rows = [
+        (label, f"{median[label] * 1e3:.2f}", f"{least[label] * 1e3:.2f}",
+         f"{median['ort direct'] / median[label]:.2f}x", f"{least['ort direct'] / least[label]:.2f}x")
+        for label in runs
+    ]  # fmt: skip
+    return table(("", "median ms", "min ms", "ort direct / this (median)", "(min)"), rows)
+
+
+def take_apart(name: str, batch: int, rounds: int, threads: int, profile: bool) -> None:
+    import opcore.graph
+
+    case = MODELS[name]
+    torch.manual_seed(0)
+    model = case.make().eval()
+    x = case.example(batch)
+    folder = pathlib.Path(tempfile.mkdtemp(prefix="opcore-ort-partition-"))
+    direct = onnxruntime_direct(model, x, folder)
+    plan = opcore.graph.capture(model, (x,), backends=("onnxruntime", "cpu"), partitions=True, measure=False)
+    print(f"### {case.title}, batch {batch}: {plan.summary()}\n")
+    if len(plan.partitions) != 1:
+        print("not one partition: nothing to take apart\n")
+        return
+    compiled = plan.partitions[0].compiled
+    print(counts_table(folder / "model.onnx", compiled, folder, threads), end="\n\n")
+    feed = x.numpy()
+    sources = {"ort direct": (str(folder / "model.onnx"), {}),
+               "partition session": (compiled.model.SerializeToString(), compiled.externals)}  # fmt: skip
+    if profile:
+        print(profile_table(sources, feed, max(rounds // 4, 5), threads, folder), end="\n\n")
+    runs: dict[str, Callable[[], Any]] = {"ort direct": direct, "partition session": lambda: compiled(feed),
+                                          "plan": lambda: plan(x)}  # fmt: skip
+    if threads:  # the plan's own sessions run at ORT's default: both are made here instead, without the plan
+        runs = {label: _runner(session(source, externals, threads), feed)
+                for label, (source, externals) in sources.items()}  # fmt: skip
+    print(timing_table(runs, rounds), f"\nload average {os.getloadavg()[0]:.1f}", end="\n\n", flush=True)
+
+
+def _runner(made: Any, feed: numpy.ndarray) -> Callable[[], Any]:
+    feeds = {made.get_inputs()[0].name: feed}
+    return lambda: made.run(None, feeds)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default="cnn,bert", help=f"comma-separated, of {', '.join(MODELS)}")
+    parser.add_argument("--batches", default="1,8")
+    parser.add_argument("--rounds", type=int, default=41, help="interleaved rounds (one call each)")
+    parser.add_argument("--ort-threads", type=int, default=0, help="ORT intra-op threads of the sessions this "
+                        "script makes (0: ORT's default, as the plan's and bench/graph.py's sessions)")  # fmt: skip
+    parser.add_argument("--profile", action="store_true", help="ORT's profiler per op type")
+    options = parser.parse_args()
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore")
+    print(f"torch {torch.__version__}, 1 torch thread, load average {os.getloadavg()[0]:.1f}\n")
+    for name in options.models.split(","):
+        for batch in (int(b) for b in options.batches.split(",")):
+            take_apart(name, batch, options.rounds, options.ort_threads, options.profile)
+
+
+if __name__ == "__main__":
+    main()
