@@ -1,4 +1,6 @@
-# make demo: set up .venv with every distribution in this repository, then run the demo.
+# make demo: set up .venv with every distribution in this repository, then run the demo. The core's
+#   optional C extension (opcore._fastrun, setup.py) is built in place where a C compiler is; without
+#   one pip warns and opcore.run stays pure Python.
 # make test: the same setup, then ruff, mypy, the whole test suite, the cpu and nn tests with oneDNN capped
 #   at AVX2, and the conformance kit (what CI runs).
 # make test-oldest: the backend tests and the kit with the oldest onnxruntime, onnx and openvino the
@@ -14,7 +16,7 @@ OLDEST := .venv-oldest
 
 .PHONY: demo test test-avx2 test-oldest constraints conformance lint bench docs clean
 
-$(STAMP): constraints.txt requirements-dev.txt $(addsuffix /pyproject.toml,$(DISTS))
+$(STAMP): constraints.txt requirements-dev.txt $(addsuffix /pyproject.toml,$(DISTS)) setup.py opcore/_fastrun.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -r requirements-dev.txt $(addprefix -e ,$(DISTS))
@@ -46,7 +48,7 @@ conformance: $(STAMP)
 	$(BIN)/python -m pytest plugins/example/tests
 
 # the oldest declared runtimes (scripts/constraints.py oldest reads the plugins' floors)
-$(OLDEST)/.installed: constraints.txt requirements-dev.txt scripts/constraints.py $(addsuffix /pyproject.toml,$(DISTS))
+$(OLDEST)/.installed: constraints.txt requirements-dev.txt scripts/constraints.py $(addsuffix /pyproject.toml,$(DISTS)) setup.py opcore/_fastrun.c
 	$(PYTHON) -m venv $(OLDEST)
 	$(OLDEST)/bin/python -m pip install --quiet --upgrade pip 'tomli; python_version < "3.11"'
 	$(OLDEST)/bin/python scripts/constraints.py oldest > $(OLDEST)/constraints.txt

@@ -10,7 +10,9 @@ positional and keyword calls alike; a resolved op at most 0.2 us. Two tables:
 
 Also prints what `import opcore` costs beyond numpy, and the first opcore.run.
 
-    python bench/dispatch.py [--torch-only] [--cuda]
+    python bench/dispatch.py [--torch-only] [--cuda] [--paths] [--guards]
+
+``--paths``: opcore.run's pure-Python path against its compiled fast path (opcore._fastrun), minima.
 """
 
 from __future__ import annotations
@@ -89,6 +91,8 @@ def torch_rows(device: str) -> list[tuple[str, ...]]:
     resolved_linear_const = opcore.resolve("linear", x, w, b, constants=("w", "b"))
     resolved_relu = opcore.resolve("relu", x)
     chosen = opcore.explain("linear", x, w, b).chosen
+    from opcore.dispatch import run_python  # the pure-Python path (opcore.run: the compiled one, where built)
+
     cases: dict[str, Callable[[], object]] = {
         "F.linear(x, w)": lambda: F.linear(x, w),
         "aten linear(x, w)": lambda: aten.linear.default(x, w),
@@ -97,16 +101,22 @@ def torch_rows(device: str) -> list[tuple[str, ...]]:
         "aten linear(x, w, b)": lambda: aten.linear.default(x, w, b),
         "run linear(x, w, b)": lambda: opcore.run("linear", x, w, b),
         "run linear(x, w, b=b)": lambda: opcore.run("linear", x, w, b=b),
+        "pure linear(x, w)": lambda: run_python("linear", x, w),
+        "pure linear(x, w, b)": lambda: run_python("linear", x, w, b),
+        "pure linear(x, w, b=b)": lambda: run_python("linear", x, w, b=b),
         "resolved linear(x, w, b)": lambda: resolved_linear(x, w, b),
         "resolved linear(x) const w, b": lambda: resolved_linear_const(x),
         "torch.relu(x)": lambda: torch.relu(x),
         "aten relu(x)": lambda: aten.relu.default(x),
         "run relu(x)": lambda: opcore.run("relu", x),
+        "pure relu(x)": lambda: run_python("relu", x),
         "resolved relu(x)": lambda: resolved_relu(x),
         "torch.softmax(x, -1)": lambda: torch.softmax(x, -1),
         "aten softmax(x, -1)": lambda: aten._softmax.default(x, -1, False),
         "run softmax(x, -1)": lambda: opcore.run("softmax", x, -1),
         "run softmax(x, dim=-1)": lambda: opcore.run("softmax", x, dim=-1),
+        "pure softmax(x, -1)": lambda: run_python("softmax", x, -1),
+        "pure softmax(x, dim=-1)": lambda: run_python("softmax", x, dim=-1),
         "F.layer_norm(x, (8,), w, b)": lambda: F.layer_norm(x, (8,), ln_w, ln_b),
         "aten layer_norm(x, [8], w, b)": lambda: aten.layer_norm.default(x, [8], ln_w, ln_b),
         "run layer_norm(x, (8,), w, b)": lambda: opcore.run("layer_norm", x, (8,), ln_w, ln_b),
@@ -139,6 +149,12 @@ def torch_rows(device: str) -> list[tuple[str, ...]]:
     ]:
         rows.append(_row(label, direct, target, times))
     for label, direct in [
+        ("pure linear(x, w)", "F.linear(x, w)"),
+        ("pure linear(x, w, b)", "F.linear(x, w, b)"),
+        ("pure linear(x, w, b=b)", "F.linear(x, w, b)"),
+        ("pure relu(x)", "torch.relu(x)"),
+        ("pure softmax(x, -1)", "torch.softmax(x, -1)"),
+        ("pure softmax(x, dim=-1)", "torch.softmax(x, -1)"),
         ("aten linear(x, w)", "F.linear(x, w)"),
         ("aten linear(x, w, b)", "F.linear(x, w, b)"),
         ("aten relu(x)", "torch.relu(x)"),
@@ -147,7 +163,8 @@ def torch_rows(device: str) -> list[tuple[str, ...]]:
     ]:
         rows.append(_row(label, direct, None, times))
     print(f"\nopcore dispatch overhead, torch on {device} ({chosen} for linear), x 2x8 · w 8x8 float32, "
-          f"{torch.get_num_threads()} thread(s); 'aten' rows: torch's boxed torch.ops.aten.X.default")  # fmt: skip
+          f"{torch.get_num_threads()} thread(s); 'run': opcore.run ({_path()}); 'pure': the pure-Python run(); "
+          "'aten': torch's boxed torch.ops.aten.X.default")  # fmt: skip
     return rows
 
 
@@ -212,6 +229,69 @@ def guard_rows(rounds: int = 25, number: int = 3000) -> list[tuple[str, ...]]:
     ]
 
 
+def _path() -> str:
+    from opcore import dispatch
+
+    return "compiled fast path" if dispatch.compiled() else f"pure Python: {dispatch.PURE_PYTHON_REASON}"
+
+
+def path_rows(rounds: int = 25, number: int = 3000) -> list[tuple[str, ...]]:
+    """opcore.run's two paths against the direct torch call and torch's boxed entry, in one process,
+    interleaved round by round; minima over the rounds (see guard_rows): the pure-Python run()
+    (dispatch.run_python) and the compiled fast path in front of it (opcore._fastrun).
+    """
+    import timeit
+
+    import torch
+    import torch.nn.functional as F
+
+    from opcore import dispatch
+
+    gen = torch.Generator().manual_seed(0)
+    x, w, b = torch.randn(2, 8, generator=gen), torch.randn(8, 8, generator=gen), torch.randn(8, generator=gen)
+    run, pure, aten = opcore.run, dispatch.run_python, torch.ops.aten
+    cases: dict[str, tuple[Callable[[], object], ...]] = {
+        "linear(x, w, b)": (
+            lambda: F.linear(x, w, b), lambda: aten.linear.default(x, w, b),
+            lambda: pure("linear", x, w, b), lambda: run("linear", x, w, b),
+        ),
+        "linear(x, w, b=b)": (
+            lambda: F.linear(x, w, b), lambda: aten.linear.default(x, w, b),
+            lambda: pure("linear", x, w, b=b), lambda: run("linear", x, w, b=b),
+        ),
+        "linear(x, w)": (
+            lambda: F.linear(x, w), lambda: aten.linear.default(x, w),
+            lambda: pure("linear", x, w), lambda: run("linear", x, w),
+        ),
+        "relu(x)": (
+            lambda: torch.relu(x), lambda: aten.relu.default(x), lambda: pure("relu", x), lambda: run("relu", x),
+        ),
+        "softmax(x, -1)": (
+            lambda: torch.softmax(x, -1), lambda: aten._softmax.default(x, -1, False),
+            lambda: pure("softmax", x, -1), lambda: run("softmax", x, -1),
+        ),
+        "softmax(x, dim=-1)": (
+            lambda: torch.softmax(x, -1), lambda: aten._softmax.default(x, -1, False),
+            lambda: pure("softmax", x, dim=-1), lambda: run("softmax", x, dim=-1),
+        ),
+    }  # fmt: skip
+    for calls in cases.values():
+        for call in calls:
+            call()
+    best: dict[tuple[str, int], float] = {}
+    for _ in range(rounds):
+        for label, calls in cases.items():
+            for i, call in enumerate(calls):
+                t = timeit.timeit(call, number=number) / number
+                best[(label, i)] = min(best.get((label, i), 1.0), t)
+    rows = []
+    for label in cases:
+        direct = best[(label, 0)]
+        over = [f"{best[(label, i)] * 1e6:.2f} ({(best[(label, i)] - direct) * 1e6:+.2f})" for i in (1, 2, 3)]
+        rows.append((label, f"{direct * 1e6:.2f}", *over))
+    return rows
+
+
 def _row(label: str, direct: str, target: float | None, times: dict[str, float]) -> tuple[str, ...]:
     overhead = (times[label] - times[direct]) * 1e6
     return (
@@ -257,7 +337,20 @@ def main() -> None:
     parser.add_argument(
         "--guards", action="store_true", help="only the A/B of run() and resolve with and without torch's tensor guard"
     )
+    parser.add_argument(
+        "--paths", action="store_true", help="only the A/B of opcore.run's pure-Python and compiled paths (minima)"
+    )
     args = parser.parse_args()
+    if args.paths:
+        import torch
+
+        torch.set_num_threads(1)
+        print(
+            f"\nopcore.run's two paths on torch tensors (cpu/aten), x 2x8 · w 8x8 float32, 1 thread, us per call, "
+            f"minima of 25 interleaved rounds; load {os.getloadavg()[0]:.2f}; opcore.run here: {_path()}"
+        )
+        print(table(("call", "direct", "aten boxed (over)", "pure Python (over)", "compiled (over)"), path_rows()))
+        return
     if args.guards:
         import torch
 

@@ -23,6 +23,8 @@ plans and the selection live in opcore.plans.
 
 from __future__ import annotations
 
+import functools
+import os
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -30,12 +32,12 @@ from typing import TYPE_CHECKING, Any
 import numpy
 
 from opcore.runtime import on_change
-from opcore.settings import ContextPolicy, context_policy
+from opcore.settings import ContextPolicy, context_policy, pure_python
 
 if TYPE_CHECKING:
     from opcore.plans import Plan
 
-__all__ = ["MAX_CACHED", "clear_caches", "run"]
+__all__ = ["MAX_CACHED", "PURE_PYTHON_REASON", "clear_caches", "compiled", "run", "run_python", "use_compiled"]
 
 MAX_CACHED = 8192  # signatures; past this the caches start over (bounds memory for varying shapes)
 
@@ -93,7 +95,7 @@ def _as_positional(args: tuple[Any, ...], kwargs: dict[str, Any], positions: dic
     return (*args, *values)
 
 
-def run(op: str, /, *args: Any, backend: str | None = None, **kwargs: Any) -> Any:
+def run_python(op: str, /, *args: Any, backend: str | None = None, **kwargs: Any) -> Any:
     """Run ``op`` on the best available backend; see the module docstring for the walk.
 
     >>> opcore.run("linear", x, w, b)              # doctest: +SKIP
@@ -301,3 +303,48 @@ class _AllTensors:
 
 
 _ALL_TENSORS = _AllTensors
+
+
+def _compiled(python: Callable[..., Any]) -> tuple[Any, str | None]:
+    """run()'s guarded torch path compiled (opcore._fastrun, built from the core's own setup.py), the
+    pure-Python run() behind it for everything else; or the Python function itself, with the reason,
+    where the extension was not built (no C compiler where opcore was installed) or OPCORE_PURE_PYTHON=1.
+    """
+    if pure_python(os.environ):
+        return python, "OPCORE_PURE_PYTHON=1 was set when opcore.dispatch was imported"
+    try:
+        from opcore._fastrun import FastRun  # type: ignore[import-not-found,unused-ignore]
+    except ImportError as error:
+        return python, f"opcore._fastrun was not built when opcore was installed (no C compiler there?): {error}"
+    fast = FastRun(python, _GUARDED, _POSITIONS, context_policy, _recover_cached, _ALL_TENSORS, globals())
+    functools.update_wrapper(fast, python)  # name, docstring, and __wrapped__ for inspect.signature
+    return fast, None
+
+
+# opcore.run: the compiled fast path in front of run_python, or run_python itself (PURE_PYTHON_REASON says why)
+if TYPE_CHECKING:
+    run = run_python
+    PURE_PYTHON_REASON: str | None = None
+else:
+    run, PURE_PYTHON_REASON = _compiled(run_python)
+
+
+def compiled() -> bool:
+    """Whether ``opcore.run`` takes the compiled fast path now (False: PURE_PYTHON_REASON, or the
+    path turned off by use_compiled(False), which forwards every call to run_python).
+
+    >>> compiled() in (True, False)
+    True
+    """
+    return run is not run_python and bool(getattr(run, "enabled", False))
+
+
+def use_compiled(enabled: bool) -> None:
+    """Turn the compiled fast path on or off in this process (off: every call goes to run_python as it
+    came); nothing to do where it is absent (PURE_PYTHON_REASON). The tests run both paths with it.
+
+    >>> use_compiled(False); compiled()
+    False
+    """
+    if run is not run_python:
+        setattr(run, "enabled", bool(enabled))  # noqa: B010 - an attribute of the compiled callable only

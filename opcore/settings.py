@@ -17,11 +17,11 @@ from typing import Any
 
 from opcore.errors import ArgumentError
 
-__all__ = ["ContextPolicy", "ENV_VARS", "Settings", "UNSET", "context_policy", "settings_from"]
+__all__ = ["ContextPolicy", "ENV_VARS", "Settings", "UNSET", "context_policy", "pure_python", "settings_from"]
 
 ENV_VARS = (
-    "OPCORE_AUTOLOAD", "OPCORE_BACKENDS", "OPCORE_CHECK", "OPCORE_DISABLE", "OPCORE_PROBE_TIMEOUT", "OPCORE_STRICT",
-    "OPCORE_TUNE",
+    "OPCORE_AUTOLOAD", "OPCORE_BACKENDS", "OPCORE_CHECK", "OPCORE_DISABLE", "OPCORE_PROBE_TIMEOUT",
+    "OPCORE_PURE_PYTHON", "OPCORE_STRICT", "OPCORE_TUNE",
 )  # fmt: skip
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -102,6 +102,17 @@ def _flag(name: str, text: str) -> bool:
     if lowered in _FALSE:
         return False
     raise ArgumentError(arg=name, expected="1 or 0 (also true/false, yes/no, on/off)", found=repr(text))
+
+
+def pure_python(environ: Mapping[str, str]) -> bool:
+    """``OPCORE_PURE_PYTHON=1``: run() without its compiled fast path (opcore._fastrun), read once
+    when opcore.dispatch is imported (the choice of what ``opcore.run`` is cannot change later).
+
+    >>> pure_python({"OPCORE_PURE_PYTHON": "1"}), pure_python({})
+    (True, False)
+    """
+    text = environ.get("OPCORE_PURE_PYTHON", "")
+    return bool(text.strip()) and _flag("OPCORE_PURE_PYTHON", text)
 
 
 def settings_from(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> Settings:

@@ -67,3 +67,29 @@ def only_reference(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 def reports() -> dict[str, opcore.PluginReport]:
     return {r.name: r for r in opcore.backends()}
+
+
+@pytest.fixture(params=["python", "compiled"])
+def run_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The test once on each path of opcore.run (issue 15): the pure-Python run() and the compiled fast
+    path in front of it (opcore._fastrun). In this process by dispatch.use_compiled; in
+    child processes the test starts, by OPCORE_PURE_PYTHON. The compiled run is skipped, with the
+    reason, where the extension is not there. Fallback warnings are given once per process: each
+    run starts with none given yet, as the test's single run did.
+    """
+    from opcore import dispatch, selection
+
+    selection._warned.clear()
+
+    fast = dispatch.run
+    if request.param == "compiled":
+        if fast is dispatch.run_python:
+            pytest.skip(f"the compiled fast path is not in this process: {dispatch.PURE_PYTHON_REASON}")
+        yield "compiled"
+        return
+    monkeypatch.setenv("OPCORE_PURE_PYTHON", "1")
+    dispatch.use_compiled(False)
+    try:
+        yield "python"
+    finally:
+        dispatch.use_compiled(True)

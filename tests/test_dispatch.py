@@ -27,7 +27,7 @@ from opcore.dispatch import (
 
 torch = pytest.importorskip("torch", reason="array-kind conversions are tested with real torch tensors")
 
-pytestmark = pytest.mark.usefixtures("only_reference")
+pytestmark = pytest.mark.usefixtures("only_reference", "run_path")
 
 X = numpy.array([[-1.0, 2.0], [3.0, -4.0]], dtype=numpy.float32)
 W = numpy.arange(6, dtype=numpy.float32).reshape(3, 2)

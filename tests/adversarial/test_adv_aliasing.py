@@ -13,6 +13,9 @@ from adversarial_support import fresh_warnings  # noqa: F401 (an autouse fixture
 import opcore
 from opcore.onemodel.builders import VIEW_OPS
 
+# every test here on both paths of opcore.run: pure Python and compiled (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("run_path")
+
 torch = pytest.importorskip("torch", reason="torch callers get views too")
 
 BACKENDS = [r.name for r in opcore.backends() if r.ok and r.name in ("reference", "cpu", "onnxruntime", "openvino")]

@@ -16,6 +16,9 @@ from adversarial_support import fresh_warnings  # noqa: F401 (an autouse fixture
 import opcore
 import opcore.nn
 
+# every test here on both paths of opcore.run: pure Python and compiled (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("run_path")
+
 torch = pytest.importorskip("torch", reason="torch constants and opcore.nn modules")
 
 BACKENDS = [r.name for r in opcore.backends() if r.ok and r.name in ("reference", "cpu", "onnxruntime", "openvino")]

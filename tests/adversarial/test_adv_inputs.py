@@ -13,6 +13,9 @@ import pytest
 
 import opcore
 
+# every test here on both paths of opcore.run: pure Python and compiled (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("run_path")
+
 BACKENDS = [None] + [
     r.name for r in opcore.backends() if r.ok and r.name in ("reference", "cpu", "onnxruntime", "openvino")
 ]

@@ -19,6 +19,9 @@ from cli_support import run_cli
 import opcore
 from opcore import PluginStatus
 
+# every test here on both paths of opcore.run: pure Python and compiled (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("run_path")
+
 X = numpy.array([[-1.0, 2.0], [3.0, -4.0]], dtype=numpy.float32)
 RELU = numpy.maximum(X, 0)
 _COUNTER = itertools.count()

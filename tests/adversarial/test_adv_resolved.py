@@ -9,6 +9,9 @@ from adversarial_support import fresh_warnings, make_plugin  # noqa: F401 (an au
 import opcore
 import opcore.nn
 
+# every test here on both paths of opcore.run: pure Python and compiled (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("run_path")
+
 torch = pytest.importorskip("torch", reason="opcore.nn modules are torch modules")
 
 BACKENDS = [r.name for r in opcore.backends() if r.ok and r.name in ("reference", "cpu", "onnxruntime", "openvino")]

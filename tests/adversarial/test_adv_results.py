@@ -15,7 +15,7 @@ from opcore import dispatch
 
 torch = pytest.importorskip("torch", reason="one bad result is a torch tensor handed to a numpy caller")
 
-pytestmark = pytest.mark.usefixtures("only_reference")
+pytestmark = pytest.mark.usefixtures("only_reference", "run_path")
 
 X = numpy.array([[-1.0, 2.0], [3.0, -4.0]], dtype=numpy.float32)
 RELU = numpy.maximum(X, 0)

@@ -22,6 +22,9 @@ import pytest
 
 import opcore
 
+# every test here on both paths of opcore.run: pure Python and compiled (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("run_path")
+
 SECONDS = float(os.environ.get("OPCORE_SOAK_SECONDS", "2"))
 THREADS = int(os.environ.get("OPCORE_SOAK_THREADS", "8"))
 SHAPES = int(os.environ.get("OPCORE_SOAK_SHAPES", "300"))

@@ -27,7 +27,10 @@ EXTRAS = ("onnxruntime", "openvino")
 # every distribution: the core, then each folder with its own pyproject.toml
 _FOLDERS = (*ROOT.glob("opcore_*/pyproject.toml"), *ROOT.glob("plugins/*/pyproject.toml"))
 DISTRIBUTIONS = [ROOT, *sorted(p.parent for p in _FOLDERS)]
-_IGNORED = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "dist", ".venv", ".pytest_cache", "tests")
+# *.so: the compiled fast path an editable install built in place (the wheel builds its own)
+_IGNORED = shutil.ignore_patterns(
+    "__pycache__", "*.egg-info", "build", "dist", ".venv", ".pytest_cache", "tests", "*.so"
+)
 
 
 def _environment() -> dict[str, str]:
@@ -51,7 +54,7 @@ def _source_copy(distribution: Path, into: Path) -> Path:
     target = into / (distribution.name if distribution != ROOT else "opcore")
     if distribution == ROOT:
         target.mkdir()
-        for name in ("pyproject.toml", "README.md", "LICENSE"):
+        for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE"):
             if (ROOT / name).exists():
                 shutil.copy2(ROOT / name, target / name)
         shutil.copytree(ROOT / "opcore", target / "opcore", ignore=_IGNORED)
@@ -116,6 +119,15 @@ def test_the_doctor_lists_exactly_the_installed_backends_as_loaded(venv: Path) -
     assert {name: p["status"] for name, p in plugins.items()} == dict.fromkeys(plugins, "loaded")
     assert plugins["onnxruntime"]["distribution"] == "opcore-onnxruntime"
     assert plugins["openvino"]["distribution"] == "opcore-openvino"
+
+
+def test_the_wheel_has_the_compiled_fast_path_where_a_compiler_is(venv: Path) -> None:
+    """setup.py's optional extension (opcore._fastrun, issue 15) is in the core's wheel when it was built
+    with a C compiler at hand; the installed opcore.run is then the compiled callable."""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler ('cc') here: the core's wheel is built without its optional extension")
+    out = _python(venv, "from opcore import dispatch; print(dispatch.compiled(), dispatch.PURE_PYTHON_REASON)")
+    assert out.split()[0] == "True", out
 
 
 DISPATCH = """

@@ -1,0 +1,349 @@
+/* opcore._fastrun: run()'s guarded torch path as a compiled callable (issue 15).
+ *
+ * opcore.dispatch.run() first tries, for a torch call of 1-3 arguments, the signature last cached for
+ * (op, policy, backend, number of arguments, first tensor's shape) in dispatch._GUARDED, confirmed by
+ * torch's C++ tensor guard (opcore._guards), and calls that signature's entry. This file does exactly
+ * that per-call work without CPython's bytecode: the keyword move (linear(x, w, b=b) -> linear(x, w, b)),
+ * the context policy read, the slot key and lookup, the guard call and the entry call. Anything else, a
+ * slot missing or a guard saying no, is handed to the pure-Python run() with the call as it came, which
+ * takes it from the start (so a guard miss costs the shape read and the guard twice). An entry that
+ * raises an Exception is recovered by dispatch._recover_cached, as run() does, with the error set as the
+ * exception being handled (a new error raised there chains to it, as in run()'s except block).
+ *
+ * Only the Python C API is used: no torch headers, no libtorch; torch's tensor type, the guard and the
+ * tensors are plain Python objects here. Thread safety: the GIL is held throughout, except inside the
+ * Python code this calls (a policy's __eq__, the guard, the entry); every object used across such a
+ * call holds a strong reference first, so another thread clearing the caches meanwhile changes nothing
+ * for this call. OPCORE_PURE_PYTHON=1 keeps this module out (dispatch.run is then the Python function),
+ * and FastRun.enabled = False forwards every call to it (the tests run both paths in one process).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *fallback;    /* the pure-Python run(op, /, *args, backend=None, **kwargs) */
+    PyObject *guarded;     /* dispatch._GUARDED: slot key -> (n, plain, value, check, entry, inline key) */
+    PyObject *positions;   /* dispatch._POSITIONS: op -> {parameter name: position} */
+    PyObject *policy;      /* settings.context_policy, a ContextVar (default None) */
+    PyObject *recover;     /* dispatch._recover_cached(key, op, args, kwargs, backend, error) */
+    PyObject *all_tensors; /* dispatch._ALL_TENSORS: a slot without a trailing plain value */
+    PyObject *globals;     /* dispatch's namespace: _Tensor is read from it per call (it is rebound once) */
+    PyObject *dict;        /* __dict__: __doc__, __wrapped__, ... (functools.update_wrapper) */
+    int enabled;
+} FastRun;
+
+static PyObject *str_backend, *str_shape, *str_tensor; /* interned names */
+static PyObject *small_ints[4];                         /* 0..3: the slot key's number of arguments */
+
+static PyObject *
+forward(FastRun *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+/* Truth of a Python value that may be NULL (an error): 1, 0, or -1 with the error set. Steals `value`. */
+static int
+truth(PyObject *value)
+{
+    if (value == NULL)
+        return -1;
+    int result = value == Py_True ? 1 : value == Py_False ? 0 : PyObject_IsTrue(value);
+    Py_DECREF(value);
+    return result;
+}
+
+/* The entry raised: run()'s `except Exception as error: return _recover_cached(inline, op, args, {},
+ * backend, error)`, with the error as the exception being handled while the recovery runs. */
+static PyObject *
+recover(FastRun *self, PyObject *slot, PyObject *op, PyObject *const *call, Py_ssize_t n, PyObject *backend)
+{
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        return NULL; /* KeyboardInterrupt, SystemExit...: not caught by run() either */
+    PyObject *type, *error, *traceback;
+    PyErr_Fetch(&type, &error, &traceback);
+    PyErr_NormalizeException(&type, &error, &traceback);
+    if (traceback != NULL)
+        PyException_SetTraceback(error, traceback);
+    PyObject *args = PyTuple_New(n);
+    PyObject *kwargs = PyDict_New();
+    if (args == NULL || kwargs == NULL) {
+        Py_XDECREF(args);
+        Py_XDECREF(kwargs);
+        Py_XDECREF(type);
+        Py_XDECREF(error);
+        Py_XDECREF(traceback);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_INCREF(call[i]);
+        PyTuple_SET_ITEM(args, i, call[i]);
+    }
+    PyObject *handled_type, *handled, *handled_traceback;
+    PyErr_GetExcInfo(&handled_type, &handled, &handled_traceback);
+    Py_INCREF(error);
+    PyErr_SetExcInfo(type, error, traceback); /* steals type and traceback, and the reference just taken */
+    PyObject *result = PyObject_CallFunctionObjArgs(
+        self->recover, PyTuple_GET_ITEM(slot, 5), op, args, kwargs, backend, error, NULL);
+    PyErr_SetExcInfo(handled_type, handled, handled_traceback);
+    Py_DECREF(error);
+    Py_DECREF(args);
+    Py_DECREF(kwargs);
+    return result;
+}
+
+static PyObject *
+fastrun_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    FastRun *self = (FastRun *)callable;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (!self->enabled || nargs < 2 || nargs > 4 || !PyUnicode_CheckExact(args[0]))
+        return forward(self, args, nargsf, kwnames);
+    PyObject *op = args[0];
+    PyObject *call[3];
+    Py_ssize_t n = nargs - 1;
+    PyObject *backend = Py_None;
+    for (Py_ssize_t i = 0; i < n; i++)
+        call[i] = args[1 + i];
+    if (kwnames != NULL) {
+        /* run()'s keyword move: one keyword naming the parameter right after the positional ones */
+        PyObject *name = NULL, *value = NULL;
+        Py_ssize_t nk = PyTuple_GET_SIZE(kwnames);
+        for (Py_ssize_t k = 0; k < nk; k++) {
+            PyObject *key = PyTuple_GET_ITEM(kwnames, k);
+            if (key == str_backend || PyUnicode_Compare(key, str_backend) == 0)
+                backend = args[nargs + k];
+            else if (name == NULL) {
+                name = key;
+                value = args[nargs + k];
+            }
+            else
+                return forward(self, args, nargsf, kwnames); /* two or more: run()'s general move */
+        }
+        if (name != NULL) {
+            if (n >= 3)
+                return forward(self, args, nargsf, kwnames);
+            PyObject *positions = PyDict_GetItemWithError(self->positions, op); /* borrowed */
+            if (positions == NULL || !PyDict_CheckExact(positions)) {
+                if (PyErr_Occurred())
+                    return NULL;
+                return forward(self, args, nargsf, kwnames);
+            }
+            PyObject *position = PyDict_GetItemWithError(positions, name); /* str keys: no Python code runs */
+            if (position == NULL || !PyLong_CheckExact(position) || PyLong_AsSsize_t(position) != n) {
+                if (PyErr_Occurred())
+                    return NULL;
+                return forward(self, args, nargsf, kwnames);
+            }
+            call[n++] = value;
+        }
+    }
+    PyObject *tensor = PyDict_GetItemWithError(self->globals, str_tensor); /* borrowed: dispatch._Tensor */
+    if (tensor == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        return forward(self, args, nargsf, kwnames);
+    }
+    if ((PyObject *)Py_TYPE(call[0]) != tensor)
+        return forward(self, args, nargsf, kwnames);
+    PyObject *policy;
+    if (PyContextVar_Get(self->policy, NULL, &policy) < 0)
+        return NULL;
+    if (policy == NULL) { /* the variable has a default; never reached */
+        policy = Py_None;
+        Py_INCREF(policy);
+    }
+    PyObject *shape = PyObject_GetAttr(call[0], str_shape);
+    if (shape == NULL) {
+        Py_DECREF(policy);
+        return NULL;
+    }
+    PyObject *key = PyTuple_Pack(5, op, policy, backend, small_ints[n], shape);
+    Py_DECREF(policy);
+    Py_DECREF(shape);
+    if (key == NULL)
+        return NULL;
+    PyObject *slot = PyDict_GetItemWithError(self->guarded, key);
+    Py_DECREF(key);
+    if (slot == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        return forward(self, args, nargsf, kwnames);
+    }
+    if (!PyTuple_CheckExact(slot) || PyTuple_GET_SIZE(slot) != 6)
+        return forward(self, args, nargsf, kwnames);
+    Py_INCREF(slot); /* kept while the guard and the entry run: another thread may clear the caches */
+    PyObject *last = call[n - 1];
+    PyObject *plain = PyTuple_GET_ITEM(slot, 1);
+    PyObject *check = PyTuple_GET_ITEM(slot, 3);
+    int hit;
+    if (plain == self->all_tensors) {
+        hit = (PyObject *)Py_TYPE(last) == tensor && (n < 3 || (PyObject *)Py_TYPE(call[1]) == tensor);
+        if (hit)
+            hit = truth(PyObject_Vectorcall(check, call, n, NULL));
+    }
+    else {
+        hit = (PyObject *)Py_TYPE(last) == plain;
+        if (hit)
+            hit = truth(PyObject_RichCompare(last, PyTuple_GET_ITEM(slot, 2), Py_EQ));
+        if (hit > 0)
+            hit = n < 3 || (PyObject *)Py_TYPE(call[1]) == tensor;
+        if (hit > 0)
+            hit = truth(PyObject_Vectorcall(check, call, n - 1, NULL));
+    }
+    PyObject *result;
+    if (hit < 0)
+        result = NULL;
+    else if (!hit)
+        result = forward(self, args, nargsf, kwnames);
+    else {
+        result = PyObject_Vectorcall(PyTuple_GET_ITEM(slot, 4), call, n, NULL);
+        if (result == NULL)
+            result = recover(self, slot, op, call, n, backend);
+    }
+    Py_DECREF(slot);
+    return result;
+}
+
+static int
+fastrun_traverse(FastRun *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->fallback);
+    Py_VISIT(self->guarded);
+    Py_VISIT(self->positions);
+    Py_VISIT(self->policy);
+    Py_VISIT(self->recover);
+    Py_VISIT(self->all_tensors);
+    Py_VISIT(self->globals);
+    Py_VISIT(self->dict);
+    return 0;
+}
+
+static int
+fastrun_clear(FastRun *self)
+{
+    Py_CLEAR(self->fallback);
+    Py_CLEAR(self->guarded);
+    Py_CLEAR(self->positions);
+    Py_CLEAR(self->policy);
+    Py_CLEAR(self->recover);
+    Py_CLEAR(self->all_tensors);
+    Py_CLEAR(self->globals);
+    Py_CLEAR(self->dict);
+    return 0;
+}
+
+static void
+fastrun_dealloc(FastRun *self)
+{
+    PyObject_GC_UnTrack(self);
+    fastrun_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+fastrun_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *names[] = {"fallback", "guarded", "positions", "policy", "recover", "all_tensors", "globals", NULL};
+    PyObject *fallback, *guarded, *positions, *policy, *recover_, *all_tensors, *globals;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!O!O!OOO!:FastRun", names, &fallback, &PyDict_Type, &guarded,
+                                     &PyDict_Type, &positions, &PyContextVar_Type, &policy, &recover_, &all_tensors,
+                                     &PyDict_Type, &globals))
+        return NULL;
+    if (!PyCallable_Check(fallback) || !PyCallable_Check(recover_)) {
+        PyErr_SetString(PyExc_TypeError, "FastRun: fallback and recover must be callable");
+        return NULL;
+    }
+    FastRun *self = (FastRun *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->vectorcall = fastrun_vectorcall;
+    Py_INCREF(fallback);
+    self->fallback = fallback;
+    Py_INCREF(guarded);
+    self->guarded = guarded;
+    Py_INCREF(positions);
+    self->positions = positions;
+    Py_INCREF(policy);
+    self->policy = policy;
+    Py_INCREF(recover_);
+    self->recover = recover_;
+    Py_INCREF(all_tensors);
+    self->all_tensors = all_tensors;
+    Py_INCREF(globals);
+    self->globals = globals;
+    self->enabled = 1;
+    return (PyObject *)self;
+}
+
+static PyObject *
+fastrun_repr(FastRun *self)
+{
+    return PyUnicode_FromFormat("<compiled fast path of %R%s>", self->fallback, self->enabled ? "" : ", disabled");
+}
+
+static PyMemberDef fastrun_members[] = {
+    {"enabled", T_BOOL, offsetof(FastRun, enabled), 0,
+     "False: every call goes to the pure-Python run() as it came (the tests run both paths)"},
+    {"fallback", T_OBJECT, offsetof(FastRun, fallback), READONLY, "the pure-Python run()"},
+    {NULL},
+};
+
+static PyGetSetDef fastrun_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL},
+};
+
+static PyTypeObject FastRunType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "opcore._fastrun.FastRun",
+    .tp_doc = "run() with its guarded torch path compiled; see opcore.dispatch.run for the call itself.",
+    .tp_basicsize = sizeof(FastRun),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = fastrun_new,
+    .tp_dealloc = (destructor)fastrun_dealloc,
+    .tp_traverse = (traverseproc)fastrun_traverse,
+    .tp_clear = (inquiry)fastrun_clear,
+    .tp_repr = (reprfunc)fastrun_repr,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(FastRun, vectorcall),
+    .tp_dictoffset = offsetof(FastRun, dict),
+    .tp_members = fastrun_members,
+    .tp_getset = fastrun_getset,
+};
+
+static struct PyModuleDef fastrun_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "opcore._fastrun",
+    .m_doc = "run()'s guarded torch path, compiled (opcore.dispatch uses it unless OPCORE_PURE_PYTHON=1).",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC
+PyInit__fastrun(void)
+{
+    str_backend = PyUnicode_InternFromString("backend");
+    str_shape = PyUnicode_InternFromString("shape");
+    str_tensor = PyUnicode_InternFromString("_Tensor");
+    if (str_backend == NULL || str_shape == NULL || str_tensor == NULL)
+        return NULL;
+    for (int i = 0; i < 4; i++) {
+        small_ints[i] = PyLong_FromLong(i);
+        if (small_ints[i] == NULL)
+            return NULL;
+    }
+    if (PyType_Ready(&FastRunType) < 0)
+        return NULL;
+    PyObject *module = PyModule_Create(&fastrun_module);
+    if (module == NULL)
+        return NULL;
+    Py_INCREF(&FastRunType);
+    if (PyModule_AddObject(module, "FastRun", (PyObject *)&FastRunType) < 0) {
+        Py_DECREF(&FastRunType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}

@@ -1,0 +1,255 @@
+"""The compiled fast path of opcore.run (opcore._fastrun, issue 15): built where a C compiler is, the same
+answers, errors and warnings as the pure-Python run(), no references kept, safe from many threads.
+
+test_dispatch.py and tests/adversarial run every test on both paths (the run_path fixture); this file
+checks what only the compiled callable can get wrong: reference counts, the exception being handled while
+a cached entry's failure is recovered, a BaseException left alone, threads, and how it is switched off.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import subprocess
+import sys
+import sysconfig
+import threading
+import tracemalloc
+import types
+import warnings
+from collections.abc import Callable
+from shutil import which
+from typing import Any
+
+import pytest
+
+import opcore
+from opcore import BackendSpec, DeviceType, dispatch, selection
+
+torch = pytest.importorskip("torch", reason="the compiled path serves torch tensors")
+
+pytestmark = pytest.mark.usefixtures("only_reference")
+
+
+def compiled_only() -> None:
+    if not dispatch.compiled():
+        pytest.skip(f"the compiled fast path is not in this process: {dispatch.PURE_PYTHON_REASON}")
+
+
+def make_plugin(name: str, kernels: dict[str, Any], priority: int = 500) -> types.SimpleNamespace:
+    """An in-process plugin of torch-kind float32 kernels ``{op: fn}``."""
+
+    def opcore_backend() -> BackendSpec:
+        return BackendSpec(name=name, version="0", priority=priority, device_types=(DeviceType.CPU,))
+
+    def opcore_register_kernels(registrar: opcore.Registrar) -> None:
+        for op, fn in kernels.items():
+            registrar.add_kernel(op, fn, dtypes=["float32"], array_kind="torch")
+
+    hooks = {f.__name__: opcore.hookimpl(f) for f in (opcore_backend, opcore_register_kernels)}
+    return types.SimpleNamespace(__name__=name, **hooks)
+
+
+class Flaky:
+    """A relu kernel that raises a new ``error()`` from its ``after``-th call on (None: never). A new one
+    each time: raising one instance again would chain its tracebacks, keeping every call's frames alive."""
+
+    def __init__(self, error: Callable[[], BaseException] | None = None, after: int = 0) -> None:
+        self.error, self.after, self.calls = error, after, 0
+
+    def __call__(self, x: Any) -> Any:
+        self.calls += 1
+        if self.error is not None and self.calls > self.after:
+            raise self.error()
+        return torch.relu(x)
+
+
+def on_both_paths(call: Any) -> dict[str, Any]:
+    """``call()`` once on each path (dispatch.use_compiled), caches cleared before each."""
+    results = {}
+    for enabled in (False, True):
+        dispatch.use_compiled(enabled)
+        try:
+            dispatch.clear_caches()
+            results["compiled" if enabled else "python"] = call()
+        finally:
+            dispatch.use_compiled(True)
+    return results
+
+
+def test_the_extension_is_built_where_a_c_compiler_is() -> None:
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if which(compiler) is None and which("cc") is None:
+        pytest.skip(f"no C compiler here ({compiler!r}, 'cc'): the extension may rightly be missing")
+    assert dispatch.PURE_PYTHON_REASON is None, dispatch.PURE_PYTHON_REASON
+    assert dispatch.compiled()
+    assert opcore.run is dispatch.run
+
+
+def test_it_looks_like_run() -> None:
+    compiled_only()
+    assert inspect.signature(opcore.run) == inspect.signature(dispatch.run_python)
+    assert opcore.run.__doc__ == dispatch.run_python.__doc__
+    assert opcore.run.__wrapped__ is dispatch.run_python  # type: ignore[attr-defined]
+    assert "compiled fast path" in repr(opcore.run)
+
+
+@pytest.mark.parametrize(
+    ("value", "compiled"), [("1", False), ("yes", False), ("0", True), ("", True), ("maybe", None)]
+)
+def test_opcore_pure_python_keeps_the_extension_out(value: str, compiled: bool | None) -> None:
+    compiled_only()  # the variable switches off what was built: only meaningful where it was
+    code = "from opcore import dispatch; print(dispatch.compiled(), dispatch.PURE_PYTHON_REASON)"
+    env = {**os.environ, "OPCORE_PURE_PYTHON": value}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
+    if compiled is None:  # a value that is no flag: the error names the variable and what it takes
+        assert done.returncode != 0 and "OPCORE_PURE_PYTHON" in done.stderr and "1 or 0" in done.stderr
+        return
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[0] == str(compiled)
+    if not compiled:
+        assert "OPCORE_PURE_PYTHON=1" in done.stdout
+
+
+def test_no_reference_is_kept_on_any_branch() -> None:
+    """Hits, keyword hits, guard misses, unguarded calls and recovered failures, 2,000 times each: the
+    arguments' and the slot's reference counts are where they started, and memory does not grow."""
+    compiled_only()
+    flaky = Flaky(lambda: RuntimeError("flaky"), after=10**9)
+    opcore.register_plugin(make_plugin("torchy", {"relu": flaky, "linear": torch.nn.functional.linear}))
+    x, w, b = torch.ones(2, 3), torch.ones(4, 3), torch.zeros(4)
+    wide = torch.ones(8)[::2]  # the bias's shape, other strides: the guard says no
+    calls = [
+        lambda: opcore.run("linear", x, w, b),
+        lambda: opcore.run("linear", x, w, b=b),
+        lambda: opcore.run("linear", x, w, wide),
+        lambda: opcore.run("linear", x, w, backend="torchy"),
+        lambda: opcore.run("relu", x),
+        lambda: opcore.run("softmax", x, -1),
+        lambda: opcore.run("softmax", x, dim=-1),
+    ]
+    for call in calls:
+        call()
+    slots = dict(dispatch._GUARDED)
+    assert slots
+    counted = [x, w, b, wide, *slots.values()]
+
+    def counts() -> list[int]:
+        return [sys.getrefcount(v) for v in counted]
+
+    before = counts()
+    tracemalloc.start()
+    try:
+        for call in calls:
+            call()
+        start = tracemalloc.take_snapshot()
+        for _ in range(2000):
+            for call in calls:
+                call()
+        grown = sum(s.size_diff for s in tracemalloc.take_snapshot().compare_to(start, "filename"))
+    finally:
+        tracemalloc.stop()
+    assert counts() == before
+    assert grown < 64 * 1024, f"{grown} bytes more after 14,000 calls"
+    # a cached entry that raises, recovered (the reference's relu takes over, with one warning)
+    flaky.after = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(2000):
+            torch.testing.assert_close(opcore.run("relu", x), torch.relu(x))
+    assert counts() == before
+
+
+def test_a_failing_entry_is_recovered_exactly_as_in_python() -> None:
+    """The same error, note and chained context on both paths when a pinned kernel raises; the same
+    result and warning when it falls back."""
+    compiled_only()
+    flaky = Flaky(lambda: ValueError("boom"), after=1)
+    opcore.register_plugin(make_plugin("torchy", {"relu": flaky}))
+    x = torch.ones(2, 3)
+
+    def pinned() -> tuple[Any, ...]:
+        flaky.calls = 0
+        opcore.run("relu", x, backend="torchy")  # the first call: cached, guarded
+        with pytest.raises(ValueError, match="boom") as caught:
+            opcore.run("relu", x, backend="torchy")
+        error = caught.value
+        return type(error), str(error), error.__notes__, error.__context__, error.__cause__
+
+    answers = on_both_paths(pinned)
+    assert answers["python"] == answers["compiled"]
+    assert "no fallback because of pinned to 'torchy'" in answers["compiled"][2][0]
+
+    def falls_back() -> tuple[Any, ...]:
+        flaky.calls = 0
+        selection._warned.clear()  # the warning is given once per process: each path gets its own
+        opcore.run("relu", x)
+        with pytest.warns(opcore.FallbackWarning) as caught:
+            result = opcore.run("relu", -x)
+        return result.tolist(), [str(w.message) for w in caught]
+
+    python = on_both_paths(falls_back)
+    assert python["python"] == python["compiled"]
+
+
+def test_an_error_raised_while_recovering_chains_to_the_kernels_error() -> None:
+    """run()'s recovery runs inside ``except Exception as error``: an error raised there has the
+    kernel's error as its __context__. The compiled path sets the same exception as being handled."""
+    compiled_only()
+    opcore.register_plugin(make_plugin("torchy", {"relu": Flaky(lambda: ValueError("boom"), after=1)}))
+    x = torch.ones(2, 3)
+    opcore.run("relu", x, backend="torchy")
+    slot_key = next(k for k in dispatch._GUARDED if k[0] == "relu")
+    inline = dispatch._GUARDED[slot_key][5]
+
+    def refuse(raw: tuple[Any, ...], error: Exception) -> Any:
+        raise LookupError("recovery failed")
+
+    dispatch._RECOVER[inline] = refuse
+    with pytest.raises(LookupError) as caught:
+        opcore.run("relu", x, backend="torchy")
+    assert isinstance(caught.value.__context__, ValueError) and str(caught.value.__context__) == "boom"
+    assert sys.exc_info() == (None, None, None)  # the handled exception is restored afterwards
+
+
+def test_a_base_exception_from_the_kernel_is_not_recovered() -> None:
+    compiled_only()
+    opcore.register_plugin(make_plugin("torchy", {"relu": Flaky(KeyboardInterrupt, after=1)}))
+    x = torch.ones(2, 3)
+    opcore.run("relu", x)
+    with pytest.raises(KeyboardInterrupt):
+        opcore.run("relu", x)
+
+
+def test_many_threads_while_another_clears_the_caches() -> None:
+    """8 threads calling the guarded path while a ninth clears the caches and another policy is set in
+    some threads: every answer right, no crash (the slot is held while its guard and entry run)."""
+    compiled_only()
+    opcore.register_plugin(make_plugin("torchy", {"linear": torch.nn.functional.linear}))
+    x, w, b = torch.randn(2, 3), torch.randn(4, 3), torch.randn(4)
+    want = torch.nn.functional.linear(x, w, b)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def caller(i: int) -> None:
+        try:
+            with opcore.prefer("reference", "torchy") if i % 2 else opcore.prefer("torchy"):
+                while not stop.is_set():
+                    torch.testing.assert_close(opcore.run("linear", x, w, b), want)
+                    torch.testing.assert_close(opcore.run("linear", x, w, b=b), want)
+        except BaseException as error:  # reported below
+            errors.append(error)
+
+    def clearer() -> None:
+        while not stop.is_set():
+            dispatch.clear_caches()
+            stop.wait(0.002)
+
+    threads = [threading.Thread(target=caller, args=(i,)) for i in range(8)] + [threading.Thread(target=clearer)]
+    for t in threads:
+        t.start()
+    stop.wait(1.5)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
