@@ -20,12 +20,12 @@ import time
 import traceback
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint
 from typing import Any
 
 import pluggy
 
-from opcore import distmeta, hookspecs
+from opcore import discovery, hookspecs
 from opcore.backend import API_VERSION, BackendSpec
 from opcore.errors import PluginError
 from opcore.registry import Registrar, Registry
@@ -35,7 +35,7 @@ from opcore.types import DeviceType
 
 __all__ = ["ENTRY_POINT_GROUP", "PluginLoader", "PluginReport", "PluginStatus"]
 
-ENTRY_POINT_GROUP = "opcore.backends"
+ENTRY_POINT_GROUP = discovery.ENTRY_POINT_GROUP
 logger = logging.getLogger("opcore.plugins")
 
 
@@ -62,12 +62,6 @@ def _frames(error: BaseException) -> str:
     return "".join(lines[-6:]).rstrip()
 
 
-def _dist_field(ep: EntryPoint, name: str) -> str | None:
-    """The entry point's distribution's Name or Version, without parsing its whole METADATA."""
-    dist = getattr(ep, "dist", None)
-    return distmeta.field(dist, name) if dist is not None else None
-
-
 class PluginLoader:
     """Loads plugins into a Registry and keeps their reports."""
 
@@ -78,26 +72,25 @@ class PluginLoader:
         self.reports: dict[str, PluginReport] = {}
         self.objects: dict[str, Any] = {}  # backend name -> the plugin object, for unregister
         self.claimed: dict[str, str] = {}  # backend name -> who provides it (distribution or entry point)
+        # how the entry points were found (cache or scan, and why); None until load_entry_points
+        self.discovery: discovery.DiscoveryOutcome | None = None
 
     # -- discovery ---------------------------------------------------------------------------
 
     @staticmethod
     def entry_points() -> list[EntryPoint]:
-        # by name, then distribution: when two distributions claim one name, the first one wins
-        return sorted(
-            entry_points(group=ENTRY_POINT_GROUP),
-            key=lambda ep: (ep.name, _dist_field(ep, "Name") or ""),
-        )
+        """The installed entry points, scanned (by name, then distribution: the first one wins a name)."""
+        return discovery.scan()
 
     def load_entry_points(self, settings: Settings) -> None:
         pending: list[_Pending] = []
-        eps = self.entry_points()
-        claims: dict[str, list[EntryPoint]] = {}
+        eps, self.discovery = discovery.discover(settings.load_cache)
+        claims: dict[str, list[discovery.Discovered]] = {}
         for ep in eps:
-            if settings.autoload and not settings.disabled(ep.name, _dist_field(ep, "Name")):
+            if settings.autoload and not settings.disabled(ep.name, ep.distribution):
                 claims.setdefault(ep.name, []).append(ep)
         for ep in eps:
-            dist_name, dist_version = _dist_field(ep, "Name"), _dist_field(ep, "Version")
+            dist_name, dist_version = ep.distribution, ep.version
             if not settings.autoload or settings.disabled(ep.name, dist_name):
                 reason = _disabled_reason(settings)
                 # the plain name stays free for the distribution that is enabled under it, if any
@@ -108,7 +101,7 @@ class PluginLoader:
             rivals = claims[ep.name]
             if len(rivals) > 1:  # squatting or a packaging mistake: serve neither, say who claims it
                 first = rivals[0] is ep
-                who = "; ".join(f"{_dist_name(r) or '?'} {_dist_version(r)} ({r.value})" for r in rivals)
+                who = "; ".join(f"{r.distribution or '?'} {r.version or ''} ({r.value})" for r in rivals)
                 self._fail_early(
                     ep.name,
                     dist_name,
@@ -120,7 +113,7 @@ class PluginLoader:
                     "",
                     key=None if first else f"{ep.name} [{dist_name or ep.value}]",
                     fix=f"uninstall the one you do not want (pip uninstall ...), or disable it by its "
-                    f"distribution name: OPCORE_DISABLE={_dist_name(rivals[-1] if first else ep) or ep.name}",
+                    f"distribution name: OPCORE_DISABLE={(rivals[-1] if first else ep).distribution or ep.name}",
                 )
                 continue
             started = time.perf_counter()
@@ -380,14 +373,6 @@ class PluginLoader:
 
 
 _MISSING: Any = object()
-
-
-def _dist_name(ep: EntryPoint) -> str | None:
-    return _dist_field(ep, "Name")
-
-
-def _dist_version(ep: EntryPoint) -> str:
-    return _dist_field(ep, "Version") or ""
 
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")

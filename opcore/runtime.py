@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,8 @@ class Runtime:
         self.in_process: dict[str, Any] = {}
         self._fresh_registry()
         self.loaded = False
+        # seconds the last load took (discovery, imports, probes, registration); 0.0 before one
+        self.load_seconds = 0.0
 
     def _fresh_registry(self) -> None:
         from opcore.opset import BUILTIN_CONTRACTS
@@ -54,6 +57,7 @@ class Runtime:
         return self
 
     def _load(self) -> None:
+        started = time.perf_counter()
         from opcore.opset import BUILTIN_CONTRACTS
         from opcore.plugins import PluginLoader  # pluggy and importlib.metadata: on first use only
 
@@ -63,6 +67,7 @@ class Runtime:
         for name, obj in self.in_process.items():
             loader.register_object(obj, name, self.settings.probe_timeout)
         self.registry, self.loader = registry, loader
+        self.load_seconds = time.perf_counter() - started
         self.loaded = True
         self.invalidate()
 

@@ -20,7 +20,7 @@ from opcore.errors import ArgumentError
 __all__ = ["ContextPolicy", "ENV_VARS", "Settings", "UNSET", "context_policy", "pure_python", "settings_from"]
 
 ENV_VARS = (
-    "OPCORE_AUTOLOAD", "OPCORE_BACKENDS", "OPCORE_CHECK", "OPCORE_DISABLE", "OPCORE_PROBE_TIMEOUT",
+    "OPCORE_AUTOLOAD", "OPCORE_BACKENDS", "OPCORE_CHECK", "OPCORE_DISABLE", "OPCORE_LOAD_CACHE", "OPCORE_PROBE_TIMEOUT",
     "OPCORE_PURE_PYTHON", "OPCORE_STRICT", "OPCORE_TUNE",
 )  # fmt: skip
 _TRUE = {"1", "true", "yes", "on"}
@@ -57,6 +57,9 @@ class Settings:
     check: bool = False
     # seconds a backend's is_available() may take at load time; None: the loader's default (2 s)
     probe_timeout: float | None = None
+    # False: the installed plugins' entry points are scanned on every load, not read from plugins.json
+    # (opcore.discovery); OPCORE_LOAD_CACHE=0
+    load_cache: bool = True
     # setting name -> where its value came from ("OPCORE_BACKENDS", "opcore.configure", "default")
     sources: Mapping[str, str] | None = None
 
@@ -125,7 +128,7 @@ def settings_from(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> S
         values["disable"], sources["disable"] = frozenset(_names(environ["OPCORE_DISABLE"])), "OPCORE_DISABLE"
     # every variable set to an empty string means "not set", as for OPCORE_BACKENDS
     flags = (("strict", "OPCORE_STRICT"), ("tune", "OPCORE_TUNE"), ("check", "OPCORE_CHECK"))
-    for key, variable in (*flags, ("autoload", "OPCORE_AUTOLOAD")):
+    for key, variable in (*flags, ("autoload", "OPCORE_AUTOLOAD"), ("load_cache", "OPCORE_LOAD_CACHE")):
         if environ.get(variable, "").strip():
             values[key], sources[key] = _flag(variable, environ[variable]), variable
     if environ.get("OPCORE_PROBE_TIMEOUT", "").strip():

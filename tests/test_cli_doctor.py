@@ -23,7 +23,7 @@ SCENARIO = {"OPCORE_DISABLE": "fixture_unavailable", "OPCORE_BACKENDS": "nonexis
 
 TOP_LEVEL_KEYS = {
     "schema", "opcore", "python", "platform", "cpu", "gpu", "plugins", "libraries", "settings",
-    "settings_error", "environment", "hints", "summary", "collect_time_s", "tuning",
+    "settings_error", "environment", "hints", "summary", "collect_time_s", "tuning", "loading",
 }  # fmt: skip
 PLUGIN_KEYS = {
     "name", "status", "reason", "traceback", "distribution", "distribution_version", "entry_point",

@@ -24,7 +24,7 @@ from opcore.probes import CpuInfo, GpuProbe, LibraryInfo, cpu_info, gpu_probe, l
 from opcore.reports import PluginReport, PluginStatus
 from opcore.settings import ENV_VARS, Settings
 
-__all__ = ["SCHEMA_VERSION", "DoctorReport", "Hint", "PluginInfo", "TuningInfo", "collect", "to_json"]
+__all__ = ["SCHEMA_VERSION", "DoctorReport", "Hint", "LoadingInfo", "PluginInfo", "TuningInfo", "collect", "to_json"]
 
 # Bumped only when a key of the JSON form changes meaning or disappears (adding keys is allowed).
 SCHEMA_VERSION = 1
@@ -81,6 +81,21 @@ class TuningInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class LoadingInfo:
+    """How the plugins were loaded: seconds the load took (discovery, imports, probes, registration);
+    entry points from ``source`` "cache" (plugins.json at ``path``) or "scan", with ``reason`` why it
+    scanned and ``written`` why the file could not be written ("" when it was, or was not needed).
+    """
+
+    seconds: float
+    source: str
+    reason: str
+    path: str | None
+    written: str
+    discovery_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
 class DoctorReport:
     """Everything the doctor shows. settings_error not None: the OPCORE_* settings are invalid, so
     no plugin was loaded (plugins is empty).
@@ -105,6 +120,8 @@ class DoctorReport:
     collect_time_s: float
     # None: not looked at (the settings are invalid, so no plugin loaded and no fingerprint exists)
     tuning: TuningInfo | None = None
+    # None: nothing was loaded (the settings are invalid)
+    loading: LoadingInfo | None = None
 
     def count(self, status: PluginStatus) -> int:
         return sum(1 for p in self.plugins if p.report.status is status)
@@ -305,6 +322,7 @@ def collect(describe: bool = True, timeout_s: float = DESCRIBE_TIMEOUT_S, deep: 
             kernel_problems = reference_problems(rt.registry)
     gpu = gpu_probe()
     tuning = _tuning(rt) if settings_error is None else None
+    loading = _loading(rt) if settings_error is None else None
     hints = _hints(plugins, settings, environment, gpu) + tuple(
         Hint("error", f"backend {backend!r}: {problem}", f"report it to the plugin's authors; OPCORE_DISABLE={backend}")
         for backend, problem in kernel_problems
@@ -328,7 +346,15 @@ def collect(describe: bool = True, timeout_s: float = DESCRIBE_TIMEOUT_S, deep: 
         hints=hints,
         collect_time_s=time.perf_counter() - started,
         tuning=tuning,
+        loading=loading,
     )
+
+
+def _loading(rt: Any) -> LoadingInfo | None:
+    found = rt.loader.discovery
+    if found is None:
+        return None
+    return LoadingInfo(rt.load_seconds, found.source, found.reason, found.path, found.written, found.seconds)
 
 
 def _tuning(rt: Any) -> TuningInfo:
@@ -422,6 +448,16 @@ def to_json(report: DoctorReport) -> dict[str, Any]:
             "status": report.tuning.status,
             "reason": report.tuning.reason,
             "entries": report.tuning.entries,
+        },
+        "loading": None
+        if report.loading is None
+        else {
+            "seconds": report.loading.seconds,
+            "entry_points": report.loading.source,
+            "reason": report.loading.reason,
+            "cache_file": report.loading.path,
+            "not_written": report.loading.written,
+            "discovery_seconds": report.loading.discovery_seconds,
         },
         "summary": {
             "plugins": len(report.plugins),

@@ -153,6 +153,21 @@ def render_text(report: DoctorReport, style: Style, verbose: bool = False) -> st
             state = style.warn(f"{tuning.status}, ignored: {tuning.reason}")
         out.append(table([("file", tuning.path), ("state", state)], header=False))
 
+    if report.loading is not None:
+        out.append("")
+        out.append(style.head("loading") + style.dim("  (the plugins, at the first call; OPCORE_LOAD_CACHE=0 scans)"))
+        loading = report.loading
+        if loading.source == "cache":
+            found = f"from the cache ({format_seconds(loading.discovery_seconds)})"
+        else:
+            found = f"scanned ({format_seconds(loading.discovery_seconds)}): {loading.reason}"
+        rows = [("took", format_seconds(loading.seconds)), ("entry points", found)]
+        if loading.path:
+            rows.append(("cache file", loading.path))
+        if loading.written:
+            rows.append(("cache", style.warn(loading.written)))
+        out.append(table(rows, header=False))
+
     if report.hints:
         out.append("")
         out.append(style.head("hints"))
