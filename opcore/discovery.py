@@ -104,15 +104,17 @@ def discover(use_cache: bool = True) -> tuple[list[Discovered], DiscoveryOutcome
         return found, DiscoveryOutcome("scan", reason, path, "", _since(started))
     stored, reason = _read(path)
     if stored is not None:
-        reason = _difference(stored.get("key"), _key(stored["metadata_files"]))
+        key = stored.get("key")
+        reason = _difference(key, _key(stored["metadata_files"], _folders(key)))
         if not reason:
             return [Discovered(*e) for e in stored["entry_points"]], DiscoveryOutcome(
                 "cache", "", path, "", _since(started)
             )
+    folders = _folders(None)  # before the scan: a change during it makes the next key differ
     eps = scan()
     found = [_record(ep) for ep in eps]
     files = {d.distribution or d.value: _metadata_file(ep) for d, ep in zip(found, eps, strict=True)}
-    key = _key(files)
+    key = _key(files, folders)
     written = _write(path, {"format": FORMAT, "key": key, "metadata_files": files, "entry_points": found})
     return found, DiscoveryOutcome("scan", reason, path, written, _since(started))
 
@@ -120,38 +122,55 @@ def discover(use_cache: bool = True) -> tuple[list[Discovered], DiscoveryOutcome
 # -- the key ----------------------------------------------------------------------------------------
 
 
-def _key(metadata_files: dict[str, str | None]) -> dict[str, Any]:
+def _key(metadata_files: dict[str, str | None], folders: list[list[Any]]) -> dict[str, Any]:
     """What the scan's result depends on (see the module docstring), as JSON-ready data."""
+    return {
+        "opcore": __version__,
+        "python": sys.version,
+        "executable": sys.executable,
+        "sys.path": folders,
+        "metadata": {name: _stat(path) for name, path in sorted(metadata_files.items()) if path},
+    }
+
+
+def _folders(stored: Any) -> list[list[Any]]:
+    """Each sys.path entry as [entry, absolute path, its stat, its metadata folders (``_holdings``)].
+
+    ``stored``: the key read from the file; a folder whose own stat it matches (no entry added,
+    removed or renamed in it) is not listed again, only its metadata folders' files are looked at.
+    """
+    known: dict[str, Any] = {}
+    if isinstance(stored, dict) and isinstance(stored.get("sys.path"), list):
+        known = {e[1]: e for e in stored["sys.path"] if isinstance(e, list) and len(e) == 4 and isinstance(e[1], str)}
     entries = []
     for entry in sys.path:
         if not isinstance(entry, str):
             continue
         where = os.path.abspath(entry or os.getcwd())
-        entries.append([entry, where, _holdings(where)])
-    return {
-        "opcore": __version__,
-        "python": sys.version,
-        "executable": sys.executable,
-        "sys.path": entries,
-        "metadata": {name: _stat(path) for name, path in sorted(metadata_files.items()) if path},
-    }
+        entries.append([entry, where, *_holdings(where, known.get(where))])
+    return entries
 
 
-def _holdings(where: str) -> Any:
-    """The metadata folders in a sys.path entry with their entry_points.txt; a file's own stat; None."""
-    try:
-        with os.scandir(where) as found:
-            names = sorted(e.name for e in found if e.name.endswith(_METADATA_SUFFIXES))
-    except NotADirectoryError:
-        return _stat(where)  # a zip file
-    except OSError:
-        return None
+def _holdings(where: str, stored: Any) -> tuple[list[int] | None, list[list[Any]] | None]:
+    """A sys.path entry's own stat, and the metadata folders in it each with its entry_points.txt's
+    stat (None for a zip file or a missing entry). Listing a folder (site-packages: ~1,000 names)
+    costs more than the rest of a hit; a folder's stat changes whenever an entry is added, removed or
+    renamed in it, so when it matches ``stored`` (the file's entry for it) its names are reused.
+    """
+    own = _stat(where)
+    if own is not None and stored is not None and stored[2] == own and isinstance(stored[3], list):
+        names = [n[0] for n in stored[3] if isinstance(n, list) and n and isinstance(n[0], str)]
+    else:
+        try:
+            names = sorted(n for n in os.listdir(where) if n.endswith(_METADATA_SUFFIXES))
+        except OSError:  # a zip file, or no such folder: its own stat is the key
+            return own, None
     holdings = []
     for name in names:
         # an egg is a zip file or a folder of its own: its stat stands for its entry points
         inside = () if name.endswith(".egg") else ("entry_points.txt",)
         holdings.append([name, _stat(os.path.join(where, name, *inside))])
-    return holdings
+    return own, holdings
 
 
 def _stat(path: str) -> list[int] | None:
@@ -188,7 +207,7 @@ def _difference(stored: Any, here: dict[str, Any]) -> str:
         return "sys.path changed"
     for old, new in zip(old_path, new_path, strict=True):
         if old != new:
-            return f"the distributions in {new[1]} changed"
+            return f"the distributions in {new[1]} changed"  # its own stat, or a metadata folder's
     return "a plugin distribution's metadata changed"
 
 

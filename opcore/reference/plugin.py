@@ -7,12 +7,12 @@ contract accepts. The kernel of op ``o`` of family ``f`` is ``opcore.reference.f
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import opcore
 from opcore.backend import BackendSpec
+from opcore.families import FAMILIES
 from opcore.hookspecs import hookimpl
 from opcore.opset import BUILTIN_CONTRACTS, BUILTIN_DTYPES
 from opcore.types import DeviceType
@@ -23,17 +23,19 @@ if TYPE_CHECKING:
 __all__ = ["KERNELS", "builtin_kernels", "opcore_backend", "opcore_register_kernels"]
 
 
-def builtin_kernels() -> dict[str, Callable[..., Any]]:
-    """op -> its kernel: the function named as the op in ``opcore.reference.<its family>``."""
-    kernels: dict[str, Callable[..., Any]] = {}
-    for contract in BUILTIN_CONTRACTS:
-        kernel = getattr(importlib.import_module(f"opcore.reference.{contract.family}"), contract.name, None)
-        if kernel is not None:  # tests/test_reference.py checks that every built-in op has one
-            kernels[contract.name] = kernel
-    return kernels
+def builtin_kernels() -> dict[str, str]:
+    """op -> its kernel as ``"opcore.reference.<family>:<op>"``: each family module lists its ops in
+    ``__all__``, read without importing the module (the kernels are imported when they first run, so
+    loading the plugin costs no import of the eleven kernel modules).
+    """
+    from opcore.exports import declared_names
+
+    declared = {family: set(declared_names(f"opcore.reference.{family}")) for family in FAMILIES}
+    # tests/test_reference.py checks that every built-in op has one
+    return {c.name: f"opcore.reference.{c.family}:{c.name}" for c in BUILTIN_CONTRACTS if c.name in declared[c.family]}
 
 
-KERNELS: Mapping[str, Callable[..., Any]] = builtin_kernels()
+KERNELS: Mapping[str, str] = builtin_kernels()
 
 
 @hookimpl
