@@ -90,6 +90,28 @@ def test_dict_and_nested_outputs_come_back_in_structure():
         plan(x)
 
 
+def test_a_call_of_plain_tensors_skips_the_pytree_walk(monkeypatch):
+    class Two(torch.nn.Module):
+        def forward(self, x, y):
+            return x + torch.relu(y)
+
+    x, y = torch.randn(3), torch.randn(3)
+    plan = opcore.graph.capture(Two(), (x, y), partitions=False)
+    plan(x, y)  # the first call compares the captured structure with n plain tensors, once
+    from torch.utils import _pytree
+
+    walked = []
+    flatten = _pytree.tree_flatten
+    monkeypatch.setattr(_pytree, "tree_flatten", lambda tree, *a, **k: walked.append(tree) or flatten(tree, *a, **k))
+    assert close(plan(x, y), x + torch.relu(y))
+    assert walked == []  # the model was captured with two tensors: the call is its own flat list
+    with pytest.raises(opcore.ArgumentError, match="structure the model was captured with"):
+        plan(x)  # anything else takes the walk, and its check
+    with pytest.raises(opcore.ArgumentError, match="structure the model was captured with"):
+        plan(x, y=y)
+    assert walked
+
+
 def test_dynamic_batch(llama):
     model, x = llama
     batch = torch.export.Dim("batch", min=1, max=16)
