@@ -33,7 +33,7 @@ import opcore
 from opcore.reference import elementwise, linear
 
 
-def first_call_ms(repeats: int = 7, settle_gc: bool = False) -> tuple[float, float]:
+def first_call_ms(repeats: int = 7, settle_gc: bool = False, load_cache: bool = True) -> tuple[float, float]:
     """Median (wall ms, CPU ms), each in a fresh process with torch already imported, of the first
     opcore.run on a numpy array: loading the dispatcher and every installed plugin, selecting, and
     running (the runtime import itself, torch here, is the library's cost, not opcore's).
@@ -44,6 +44,10 @@ def first_call_ms(repeats: int = 7, settle_gc: bool = False) -> tuple[float, flo
     ~170k objects that the collector has not yet examined in a full pass; the first few thousand
     allocations after it, whoever makes them, trigger that pass (~100 ms on this machine). Settled,
     the figure is opcore's own work; unsettled, it also carries that pass.
+
+    The untimed run also writes the entry-point cache (``plugins.json``, opcore.discovery) if it is
+    missing or stale, so the timed children read it, as every process after an install does;
+    ``load_cache=False`` times them with ``OPCORE_LOAD_CACHE=0`` (the entry points scanned each time).
     """
     code = (
         "import time, gc, numpy, torch, opcore; " + ("gc.collect(); " if settle_gc else "") +
@@ -52,6 +56,8 @@ def first_call_ms(repeats: int = 7, settle_gc: bool = False) -> tuple[float, flo
         "print((time.perf_counter() - t) * 1e3, (time.process_time() - c) * 1e3)"
     )  # fmt: skip
     env = _child_env()
+    if not load_cache:
+        env["OPCORE_LOAD_CACHE"] = "0"
     subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     runs = []
     for _ in range(repeats):
@@ -379,6 +385,9 @@ def main() -> None:
         wall, cpu = first_call_ms(settle_gc=settle)
         print(f"first opcore.run with torch imported, {what} (loads the dispatcher and every installed "
               f"plugin): {wall:.1f} ms wall, {cpu:.1f} ms CPU (target <= 50 ms); load average {load:.2f}")  # fmt: skip
+    wall, cpu = first_call_ms(settle_gc=True, load_cache=False)
+    print(f"the same, settled, with OPCORE_LOAD_CACHE=0 (entry points scanned, not read from plugins.json): "
+          f"{wall:.1f} ms wall, {cpu:.1f} ms CPU")  # fmt: skip
 
 
 def numpy_table() -> None:

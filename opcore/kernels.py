@@ -122,4 +122,6 @@ def as_dtypes(values: Iterable[DType | str] | DType | str) -> frozenset[DType]:
     """
     if isinstance(values, (str, DType)):
         values = (values,)
+    elif type(values) is frozenset and all(type(v) is DType for v in values):
+        return values  # the common case at registration (~350 kernels at the first call): nothing to parse
     return frozenset(DType.parse(v) for v in values)
