@@ -188,7 +188,7 @@ def guard_rows(rounds: int = 25, number: int = 3000) -> list[tuple[str, ...]]:
 
     gen = torch.Generator().manual_seed(0)
     x, w, b = torch.randn(2, 8, generator=gen), torch.randn(8, 8, generator=gen), torch.randn(8, generator=gen)
-    run = opcore.run
+    run = dispatch.run_python  # the guard's effect on the pure-Python path (--paths: the compiled one)
 
     def make_cases() -> dict[str, tuple[Callable[[], object], Callable[[], object]]]:
         # resolved ops make their guard at resolve: made again under each setting
@@ -241,7 +241,7 @@ def _path() -> str:
     return "compiled fast path" if dispatch.compiled() else f"pure Python: {dispatch.PURE_PYTHON_REASON}"
 
 
-def path_rows(rounds: int = 25, number: int = 3000) -> list[tuple[str, ...]]:
+def path_rows(rounds: int = 80, number: int = 1000) -> list[tuple[str, ...]]:
     """opcore.run's two paths against the direct torch call and torch's boxed entry, in one process,
     interleaved round by round; minima over the rounds (see guard_rows): the pure-Python run()
     (dispatch.run_python) and the compiled fast path in front of it (opcore._fastrun).
@@ -353,7 +353,7 @@ def main() -> None:
         torch.set_num_threads(1)
         print(
             f"\nopcore.run's two paths on torch tensors (cpu/aten), x 2x8 · w 8x8 float32, 1 thread, us per call, "
-            f"minima of 25 interleaved rounds; load {os.getloadavg()[0]:.2f}; opcore.run here: {_path()}"
+            f"minima of 80 interleaved rounds of 1000 calls; load {os.getloadavg()[0]:.2f}; opcore.run here: {_path()}"
         )
         print(table(("call", "direct", "aten boxed (over)", "pure Python (over)", "compiled (over)"), path_rows()))
         return

@@ -4,7 +4,8 @@
  * (op, policy, backend, number of arguments, first tensor's shape) in dispatch._GUARDED, confirmed by
  * torch's C++ tensor guard (opcore._guards), and calls that signature's entry. This file does exactly
  * that per-call work without CPython's bytecode: the keyword move (linear(x, w, b=b) -> linear(x, w, b)),
- * the context policy read, the slot key and lookup, the guard call and the entry call. Anything else, a
+ * the context policy read, the slot key and lookup, the guard call and the entry call (or the kernel with
+ * the entry's appended tail, one Python frame less: linear(x, w) -> F.linear(x, w, None)). Anything else, a
  * slot missing or a guard saying no, is handed to the pure-Python run() with the call as it came, which
  * takes it from the start (so a guard miss costs the shape read and the guard twice). An entry that
  * raises an Exception is recovered by dispatch._recover_cached, as run() does, with the error set as the
@@ -34,6 +35,8 @@ typedef struct {
     PyObject *dict;        /* __dict__: __doc__, __wrapped__, ... (functools.update_wrapper) */
     int enabled;
 } FastRun;
+
+#define MAX_ARGUMENTS 8 /* a kernel's arguments, tail included (opcore._calls.MAX_ARITY) */
 
 static PyObject *str_backend, *str_shape, *str_tensor; /* interned names */
 static PyObject *small_ints[4];                         /* 0..3: the slot key's number of arguments */
@@ -172,7 +175,7 @@ fastrun_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyO
             return NULL;
         return forward(self, args, nargsf, kwnames);
     }
-    if (!PyTuple_CheckExact(slot) || PyTuple_GET_SIZE(slot) != 6)
+    if (!PyTuple_CheckExact(slot) || PyTuple_GET_SIZE(slot) < 6)
         return forward(self, args, nargsf, kwnames);
     Py_INCREF(slot); /* kept while the guard and the entry run: another thread may clear the caches */
     PyObject *last = call[n - 1];
@@ -199,7 +202,26 @@ fastrun_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyO
     else if (!hit)
         result = forward(self, args, nargsf, kwnames);
     else {
-        result = PyObject_Vectorcall(PyTuple_GET_ITEM(slot, 4), call, n, NULL);
+        /* the kernel itself with the tail appended where the slot has it (slot[6]: (kernel, tail)),
+         * else the entry (which may be a Python wrapper doing just that: one frame more) */
+        PyObject *bare = PyTuple_GET_SIZE(slot) > 6 ? PyTuple_GET_ITEM(slot, 6) : Py_None;
+        PyObject *tail = NULL;
+        if (PyTuple_CheckExact(bare) && PyTuple_GET_SIZE(bare) == 2) {
+            tail = PyTuple_GET_ITEM(bare, 1);
+            if (!PyTuple_CheckExact(tail) || n + PyTuple_GET_SIZE(tail) > MAX_ARGUMENTS)
+                tail = NULL;
+        }
+        if (tail != NULL) {
+            PyObject *full[MAX_ARGUMENTS];
+            Py_ssize_t m = n;
+            for (Py_ssize_t i = 0; i < n; i++)
+                full[i] = call[i];
+            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tail); i++)
+                full[m++] = PyTuple_GET_ITEM(tail, i); /* borrowed: the slot holds the tail */
+            result = PyObject_Vectorcall(PyTuple_GET_ITEM(bare, 0), full, m, NULL);
+        }
+        else
+            result = PyObject_Vectorcall(PyTuple_GET_ITEM(slot, 4), call, n, NULL);
         if (result == NULL)
             result = recover(self, slot, op, call, n, backend);
     }

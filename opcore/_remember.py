@@ -158,9 +158,12 @@ def _remember(
         return
     first = plan.first
     n = len(args)
+    bare: tuple[Callable[..., Any], tuple[Any, ...]] | None = None
     if all(bound[i] is args[i] for i in range(n)):
         tail = bound[n:]
         entry = fixed_arity(first, n, tail)  # first itself when nothing is appended
+        if entry is not first:  # the compiled path appends the tail itself: one Python frame less
+            bare = (first, tail)
 
         def to_bound(raw: tuple[Any, ...]) -> tuple[Any, ...]:
             return raw + tail
@@ -196,7 +199,7 @@ def _remember(
             _RECOVER[inline] = recover
             _INLINE[inline] = entry
     if inline is not None and not kwargs and type(args[0]) is dispatch._Tensor:
-        _guard(op, policy, backend, args, entry, inline)
+        _guard(op, policy, backend, args, entry, inline, bare)
 
 
 def _guard(
@@ -206,8 +209,11 @@ def _guard(
     args: tuple[Any, ...],
     entry: Callable[..., Any],
     inline: tuple[Any, ...],
+    bare: tuple[Callable[..., Any], tuple[Any, ...]] | None = None,
 ) -> None:
-    """Put a newly cached torch signature of an inline shape in its _GUARDED slot (see there)."""
+    """Put a newly cached torch signature of an inline shape in its _GUARDED slot (see there). bare:
+    (kernel, tail) where the entry only calls kernel(*args, *tail), for the compiled path to do so.
+    """
     from opcore._guards import tensor_guard
 
     last = args[-1]
@@ -218,7 +224,7 @@ def _guard(
     plain = _ALL_TENSORS if tensors is args else type(last)
     with _lock:  # bounded with _INLINE, which is cleared with it
         _GUARDED[(op, policy, backend, len(args), args[0].shape)] = (
-            len(args), plain, None if plain is _ALL_TENSORS else last, check, entry, inline
+            len(args), plain, None if plain is _ALL_TENSORS else last, check, entry, inline, bare
         )  # fmt: skip
 
 

@@ -56,7 +56,8 @@ _POSITIONS: dict[str, dict[str, int]] = {}
 # torch calls of run()'s inline shapes, by (op, policy, backend, number of arguments, first tensor's
 # shape): the last signature cached there, confirmed by torch's C++ tensor guard (opcore._guards)
 # instead of the Python key: (number of arguments, the trailing plain value's type or _ALL_TENSORS, that value,
-# the guard's check, the entry, the inline key for its recovery)
+# the guard's check, the entry, the inline key for its recovery, and (kernel, tail) where the entry only
+# calls kernel(*args, *tail) (linear(x, w) -> F.linear(x, w, None)), else None: the compiled path's call)
 _GUARDED: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 _lock = threading.RLock()
 

@@ -53,6 +53,18 @@ def _plugin(data: dict, name: str) -> dict:
 # -- text ------------------------------------------------------------------------------------------
 
 
+def test_both_forms_say_how_run_serves_a_cached_torch_call(text: Result, data: dict) -> None:
+    """opcore.run's fast path (issue 15): compiled, or pure Python with the reason; as this process has it."""
+    from opcore import dispatch
+
+    fast_path = data["opcore"]["fast_path"]
+    if dispatch.PURE_PYTHON_REASON is None:  # the doctor's process imports the same build
+        assert fast_path == "compiled (opcore._fastrun)"
+    else:
+        assert fast_path.startswith("pure Python: ")
+    assert any(line.split()[:1] == ["run"] and fast_path in line for line in text.out.splitlines()), text.out
+
+
 def test_text_lists_every_plugin_with_its_status(text: Result) -> None:
     assert text.status == 1
     lines = text.out.splitlines()

@@ -103,6 +103,8 @@ class DoctorReport:
 
     opcore_version: str
     opcore_path: str
+    # opcore.run's fast path: "compiled (opcore._fastrun)", or "pure Python: <why>" (issue 15)
+    fast_path: str
     python_version: str
     python_implementation: str
     python_executable: str
@@ -330,6 +332,7 @@ def collect(describe: bool = True, timeout_s: float = DESCRIBE_TIMEOUT_S, deep: 
     return DoctorReport(
         opcore_version=__version__,
         opcore_path=os.path.dirname(opcore.__file__ or ""),
+        fast_path=_fast_path(),
         python_version=platform.python_version(),
         python_implementation=platform.python_implementation(),
         python_executable=sys.executable,
@@ -411,12 +414,21 @@ def _plugin_json(info: PluginInfo) -> dict[str, Any]:
     }
 
 
+def _fast_path() -> str:
+    """How opcore.run serves a cached torch call here (opcore.dispatch: compiled, or why not)."""
+    from opcore import dispatch
+
+    if dispatch.compiled():
+        return "compiled (opcore._fastrun)"
+    return f"pure Python: {dispatch.PURE_PYTHON_REASON or 'turned off in this process (use_compiled)'}"
+
+
 def to_json(report: DoctorReport) -> dict[str, Any]:
     """The documented, versioned form (``"schema": 1``)."""
     cpu = report.cpu
     return {
         "schema": SCHEMA_VERSION,
-        "opcore": {"version": report.opcore_version, "path": report.opcore_path},
+        "opcore": {"version": report.opcore_version, "path": report.opcore_path, "fast_path": report.fast_path},
         "python": {
             "version": report.python_version,
             "implementation": report.python_implementation,

@@ -103,6 +103,7 @@ def render_text(report: DoctorReport, style: Style, verbose: bool = False) -> st
     gpu = ", ".join(report.gpu.devices) if report.gpu.visible else style.dim(report.gpu.evidence)
     rows = [
         ("opcore", f"{report.opcore_version}  {report.opcore_path}"),
+        ("run", report.fast_path if report.fast_path.startswith("compiled") else style.warn(report.fast_path)),
         ("python", f"{report.python_version} ({report.python_implementation})  {report.python_executable}"),
         ("platform", report.platform),
         ("cpu", f"{cpu.model or 'unknown model'} · {cpu.machine} · {cores}"),
