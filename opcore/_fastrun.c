@@ -306,6 +306,19 @@ fastrun_repr(FastRun *self)
     return PyUnicode_FromFormat("<compiled fast path of %R%s>", self->fallback, self->enabled ? "" : ", disabled");
 }
 
+/* pickled (multiprocessing, copy) by reference, as the function it stands for: the global of that name
+ * in its __module__ (opcore.dispatch.run) */
+static PyObject *
+fastrun_reduce(FastRun *self, PyObject *unused)
+{
+    return PyUnicode_FromString("run");
+}
+
+static PyMethodDef fastrun_methods[] = {
+    {"__reduce__", (PyCFunction)fastrun_reduce, METH_NOARGS, NULL},
+    {NULL},
+};
+
 static PyMemberDef fastrun_members[] = {
     {"enabled", T_BOOL, offsetof(FastRun, enabled), 0,
      "False: every call goes to the pure-Python run() as it came (the tests run both paths)"},
@@ -332,6 +345,7 @@ static PyTypeObject FastRunType = {
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(FastRun, vectorcall),
     .tp_dictoffset = offsetof(FastRun, dict),
+    .tp_methods = fastrun_methods,
     .tp_members = fastrun_members,
     .tp_getset = fastrun_getset,
 };

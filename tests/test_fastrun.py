@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import pickle
 import subprocess
 import sys
 import sysconfig
@@ -92,6 +93,7 @@ def test_it_looks_like_run() -> None:
     assert opcore.run.__doc__ == dispatch.run_python.__doc__
     assert opcore.run.__wrapped__ is dispatch.run_python  # type: ignore[attr-defined]
     assert "compiled fast path" in repr(opcore.run)
+    assert pickle.loads(pickle.dumps(opcore.run)) is opcore.run  # by reference, as a function is
 
 
 @pytest.mark.parametrize(
