@@ -11,13 +11,16 @@ partitions (``capture(..., backends=("onnxruntime", "cpu"), measure=False)``, on
    the median per run of each op type's kernel time;
 3. **the model against our per-run overhead**: ORT direct, the partition's session called alone
    (numpy in, numpy out: no opcore around it) and the plan (torch tensors in and out), interleaved
-   in a new order each round; median and minimum, and ORT direct's time over each.
+   in a new order each round; median and minimum, and ORT direct's time over each. With
+   ``--ort-threads 1`` both sessions are made here at one intra-op thread (no plan column) and the
+   calling thread's CPU time is shown too: all of a run's work, without the waits of a loaded
+   machine (on the shared 2-core machine the wall times of 2-thread sessions move by several times).
 
 The machine is shared: the minimum is the least disturbed run, the median the typical one; read the
 ratios of one run.
 
     python bench/ort_partition.py --models cnn,bert --batches 1,8 --rounds 41 --profile
-    python bench/ort_partition.py --models bert --ort-threads 1      # both sessions on one thread
+    python bench/ort_partition.py --models cnn,bert --ort-threads 1  # one thread each, CPU time too
 """
 
 from __future__ import annotations
@@ -111,25 +114,35 @@ def profile_table(sources: dict[str, tuple[Any, dict[str, numpy.ndarray]]], feed
     return table(("op type (ms per run)", *medians), rows)
 
 
-def timing_table(runs: dict[str, Callable[[], Any]], rounds: int) -> str:
-    samples: dict[str, list[float]] = {label: [] for label in runs}
+def timing_table(runs: dict[str, Callable[[], Any]], rounds: int, cpu: bool) -> str:
+    """Wall time per call, and with ``cpu`` the calling thread's CPU time (time.thread_time: with
+    one intra-op thread all of a run's work is on it, and a loaded machine's waits are not)."""
+    wall: dict[str, list[float]] = {label: [] for label in runs}
+    used: dict[str, list[float]] = {label: [] for label in runs}
     for fn in runs.values():  # warm-up
         fn()
     order = list(runs)
     for index in range(rounds):
         random.Random(index).shuffle(order)
         for label in order:
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.thread_time()
             runs[label]()
-            samples[label].append(time.perf_counter() - started)
-    median = {label: statistics.median(v) for label, v in samples.items()}
-    least = {label: min(v) for label, v in samples.items()}
-    rows = [
+            wall[label].append(time.perf_counter() - started)
+            used[label].append(time.thread_time() - cpu_started)
+    median = {label: statistics.median(v) for label, v in wall.items()}
+    least = {label: min(v) for label, v in wall.items()}
+    on_cpu = {label: statistics.median(v) for label, v in used.items()}
+    header: tuple[str, ...] = ("", "median ms", "min ms", "ort direct / this (median)", "(min)")
+    rows: list[tuple[str, ...]] = [
         (label, f"{median[label] * 1e3:.2f}", f"{least[label] * 1e3:.2f}",
          f"{median['ort direct'] / median[label]:.2f}x", f"{least['ort direct'] / least[label]:.2f}x")
         for label in runs
     ]  # fmt: skip
-    return table(("", "median ms", "min ms", "ort direct / this (median)", "(min)"), rows)
+    if cpu:
+        header += ("cpu ms (median)", "ort direct / this (cpu)")
+        rows = [(*row, f"{on_cpu[label] * 1e3:.2f}", f"{on_cpu['ort direct'] / on_cpu[label]:.3f}x")
+                for row, label in zip(rows, runs)]  # fmt: skip
+    return table(header, rows)
 
 
 def take_apart(name: str, batch: int, rounds: int, threads: int, profile: bool) -> None:
@@ -158,7 +171,7 @@ def take_apart(name: str, batch: int, rounds: int, threads: int, profile: bool) 
     if threads:  # the plan's own sessions run at ORT's default: both are made here instead, without the plan
         runs = {label: _runner(session(source, externals, threads), feed)
                 for label, (source, externals) in sources.items()}  # fmt: skip
-    print(timing_table(runs, rounds), f"\nload average {os.getloadavg()[0]:.1f}", end="\n\n", flush=True)
+    print(timing_table(runs, rounds, threads == 1), f"\nload average {os.getloadavg()[0]:.1f}", end="\n\n", flush=True)
 
 
 def _runner(made: Any, feed: numpy.ndarray) -> Callable[[], Any]:
