@@ -244,7 +244,8 @@ def _path() -> str:
 def path_rows(rounds: int = 80, number: int = 1000) -> list[tuple[str, ...]]:
     """opcore.run's two paths against the direct torch call and torch's boxed entry, in one process,
     interleaved round by round; minima over the rounds (see guard_rows): the pure-Python run()
-    (dispatch.run_python) and the compiled fast path in front of it (opcore._fastrun).
+    (dispatch.run_python) and the compiled fast path in front of it (opcore._fastrun). Then the same
+    for numpy arrays on the reference backend (direct: its kernel).
     """
     import timeit
 
@@ -295,6 +296,50 @@ def path_rows(rounds: int = 80, number: int = 1000) -> list[tuple[str, ...]]:
         direct = best[(label, 0)]
         over = [f"{best[(label, i)] * 1e6:.2f} ({(best[(label, i)] - direct) * 1e6:+.2f})" for i in (1, 2, 3)]
         rows.append((label, f"{direct * 1e6:.2f}", *over))
+    return rows + _numpy_path_rows(rounds, number)
+
+
+def _numpy_path_rows(rounds: int, number: int) -> list[tuple[str, ...]]:
+    """path_rows for numpy arrays: the reference backend alone (as numpy_table), against its kernel."""
+    import timeit
+
+    from opcore import dispatch
+
+    x = numpy.random.default_rng(0).standard_normal((2, 8)).astype(numpy.float32)
+    w = numpy.random.default_rng(1).standard_normal((8, 8)).astype(numpy.float32)
+    b = numpy.zeros(8, numpy.float32)
+    run, pure = opcore.run, dispatch.run_python
+    opcore.configure(disable=[r.name for r in opcore.backends() if r.name != "reference"])
+    try:
+        cases: dict[str, tuple[Callable[[], object], ...]] = {
+            "numpy linear(x, w, b)": (
+                lambda: linear.linear(x, w, b),
+                lambda: pure("linear", x, w, b),
+                lambda: run("linear", x, w, b),
+            ),
+            "numpy linear(x, w)": (
+                lambda: linear.linear(x, w, None),
+                lambda: pure("linear", x, w),
+                lambda: run("linear", x, w),
+            ),
+            "numpy relu(x)": (lambda: elementwise.relu(x), lambda: pure("relu", x), lambda: run("relu", x)),
+        }
+        for calls in cases.values():
+            for call in calls:
+                call()
+        best: dict[tuple[str, int], float] = {}
+        for _ in range(rounds):
+            for label, calls in cases.items():
+                for i, call in enumerate(calls):
+                    t = timeit.timeit(call, number=number) / number
+                    best[(label, i)] = min(best.get((label, i), 1.0), t)
+    finally:
+        opcore.configure(disable=None)
+    rows = []
+    for label in cases:
+        direct = best[(label, 0)]
+        over = [f"{best[(label, i)] * 1e6:.2f} ({(best[(label, i)] - direct) * 1e6:+.2f})" for i in (1, 2)]
+        rows.append((label, f"{direct * 1e6:.2f}", "", *over))
     return rows
 
 
@@ -352,7 +397,8 @@ def main() -> None:
 
         torch.set_num_threads(1)
         print(
-            f"\nopcore.run's two paths on torch tensors (cpu/aten), x 2x8 · w 8x8 float32, 1 thread, us per call, "
+            f"\nopcore.run's two paths on torch tensors (cpu/aten) and numpy arrays (reference), x 2x8 · w 8x8 "
+            f"float32, 1 thread, us per call, "
             f"minima of 80 interleaved rounds of 1000 calls; load {os.getloadavg()[0]:.2f}; opcore.run here: {_path()}"
         )
         print(table(("call", "direct", "aten boxed (over)", "pure Python (over)", "compiled (over)"), path_rows()))

@@ -1,4 +1,4 @@
-/* opcore._fastrun: run()'s guarded torch path as a compiled callable (issue 15).
+/* opcore._fastrun: run()'s guarded torch path (and inline numpy key) as a compiled callable (issue 15).
  *
  * opcore.dispatch.run() first tries, for a torch call of 1-3 arguments, the signature last cached for
  * (op, policy, backend, number of arguments, first tensor's shape) in dispatch._GUARDED, confirmed by
@@ -10,13 +10,15 @@
  * takes it from the start (so a guard miss costs the shape read and the guard twice). An entry that
  * raises an Exception is recovered by dispatch._recover_cached, as run() does, with the error set as the
  * exception being handled (a new error raised there chains to it, as in run()'s except block).
+ * Calls of 1-3 numpy arrays (no keywords left) take run()'s inline numpy key here too: (op, policy,
+ * backend, and per array its dtype, shape and strides) looked up in dispatch._INLINE, the entry called.
  *
  * Only the Python C API is used: no torch headers, no libtorch; torch's tensor type, the guard and the
  * tensors are plain Python objects here. Thread safety: the GIL is held throughout, except inside the
  * Python code this calls (a policy's __eq__, the guard, the entry); every object used across such a
  * call holds a strong reference first, so another thread clearing the caches meanwhile changes nothing
  * for this call. OPCORE_PURE_PYTHON=1 keeps this module out (dispatch.run is then the Python function),
- * and FastRun.enabled = False forwards every call to it (the tests run both paths in one process).
+ * and FastRun.enabled = False (dispatch.use_compiled) forwards every call to it (the tests run both paths in one process).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -32,13 +34,15 @@ typedef struct {
     PyObject *recover;     /* dispatch._recover_cached(key, op, args, kwargs, backend, error) */
     PyObject *all_tensors; /* dispatch._ALL_TENSORS: a slot without a trailing plain value */
     PyObject *globals;     /* dispatch's namespace: _Tensor is read from it per call (it is rebound once) */
+    PyObject *inline_;     /* dispatch._INLINE: run()'s inline keys -> entries (numpy arrays here) */
+    PyObject *ndarray;     /* numpy.ndarray (exactly: subclasses take the Python path) */
     PyObject *dict;        /* __dict__: __doc__, __wrapped__, ... (functools.update_wrapper) */
     int enabled;
 } FastRun;
 
 #define MAX_ARGUMENTS 8 /* a kernel's arguments, tail included (opcore._calls.MAX_ARITY) */
 
-static PyObject *str_backend, *str_shape, *str_tensor; /* interned names */
+static PyObject *str_backend, *str_shape, *str_tensor, *str_dtype, *str_strides; /* interned names */
 static PyObject *small_ints[4];                         /* 0..3: the slot key's number of arguments */
 
 static PyObject *
@@ -58,10 +62,10 @@ truth(PyObject *value)
     return result;
 }
 
-/* The entry raised: run()'s `except Exception as error: return _recover_cached(inline, op, args, {},
+/* The entry raised: run()'s `except Exception as error: return _recover_cached(key, op, args, {},
  * backend, error)`, with the error as the exception being handled while the recovery runs. */
 static PyObject *
-recover(FastRun *self, PyObject *slot, PyObject *op, PyObject *const *call, Py_ssize_t n, PyObject *backend)
+recover(FastRun *self, PyObject *key, PyObject *op, PyObject *const *call, Py_ssize_t n, PyObject *backend)
 {
     if (!PyErr_ExceptionMatches(PyExc_Exception))
         return NULL; /* KeyboardInterrupt, SystemExit...: not caught by run() either */
@@ -89,11 +93,64 @@ recover(FastRun *self, PyObject *slot, PyObject *op, PyObject *const *call, Py_s
     Py_INCREF(error);
     PyErr_SetExcInfo(type, error, traceback); /* steals type and traceback, and the reference just taken */
     PyObject *result = PyObject_CallFunctionObjArgs(
-        self->recover, PyTuple_GET_ITEM(slot, 5), op, args, kwargs, backend, error, NULL);
+        self->recover, key, op, args, kwargs, backend, error, NULL);
     PyErr_SetExcInfo(handled_type, handled, handled_traceback);
     Py_DECREF(error);
     Py_DECREF(args);
     Py_DECREF(kwargs);
+    return result;
+}
+
+/* run()'s inline key of 1-3 numpy arrays, (op, policy, backend, and per array dtype, shape, strides),
+ * looked up in _INLINE and its entry called; a miss goes to the Python run() as the call came. */
+static PyObject *
+run_numpy(FastRun *self, PyObject *op, PyObject *const *call, Py_ssize_t n, PyObject *backend,
+          PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    for (Py_ssize_t i = 1; i < n; i++)
+        if ((PyObject *)Py_TYPE(call[i]) != self->ndarray)
+            return forward(self, args, nargsf, kwnames);
+    PyObject *key = PyTuple_New(3 + 3 * n);
+    if (key == NULL)
+        return NULL;
+    PyObject *policy;
+    if (PyContextVar_Get(self->policy, NULL, &policy) < 0) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    if (policy == NULL) { /* the variable has a default; never reached */
+        policy = Py_None;
+        Py_INCREF(policy);
+    }
+    PyTuple_SET_ITEM(key, 0, op);
+    Py_INCREF(op);
+    PyTuple_SET_ITEM(key, 1, policy); /* the reference PyContextVar_Get gave */
+    PyTuple_SET_ITEM(key, 2, backend);
+    Py_INCREF(backend);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *names[3] = {str_dtype, str_shape, str_strides};
+        for (int f = 0; f < 3; f++) {
+            PyObject *value = PyObject_GetAttr(call[i], names[f]);
+            if (value == NULL) {
+                Py_DECREF(key); /* the unset items are NULL: tuple dealloc skips them */
+                return NULL;
+            }
+            PyTuple_SET_ITEM(key, 3 + 3 * i + f, value);
+        }
+    }
+    PyObject *entry = PyDict_GetItemWithError(self->inline_, key);
+    if (entry == NULL) {
+        Py_DECREF(key);
+        if (PyErr_Occurred())
+            return NULL;
+        return forward(self, args, nargsf, kwnames);
+    }
+    Py_INCREF(entry); /* kept while it runs: another thread may clear the caches */
+    PyObject *result = PyObject_Vectorcall(entry, call, n, NULL);
+    if (result == NULL)
+        result = recover(self, key, op, call, n, backend);
+    Py_DECREF(entry);
+    Py_DECREF(key);
     return result;
 }
 
@@ -149,8 +206,11 @@ fastrun_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyO
             return NULL;
         return forward(self, args, nargsf, kwnames);
     }
-    if ((PyObject *)Py_TYPE(call[0]) != tensor)
+    if ((PyObject *)Py_TYPE(call[0]) != tensor) {
+        if ((PyObject *)Py_TYPE(call[0]) == self->ndarray)
+            return run_numpy(self, op, call, n, backend, args, nargsf, kwnames);
         return forward(self, args, nargsf, kwnames);
+    }
     PyObject *policy;
     if (PyContextVar_Get(self->policy, NULL, &policy) < 0)
         return NULL;
@@ -223,7 +283,7 @@ fastrun_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyO
         else
             result = PyObject_Vectorcall(PyTuple_GET_ITEM(slot, 4), call, n, NULL);
         if (result == NULL)
-            result = recover(self, slot, op, call, n, backend);
+            result = recover(self, PyTuple_GET_ITEM(slot, 5), op, call, n, backend);
     }
     Py_DECREF(slot);
     return result;
@@ -239,6 +299,8 @@ fastrun_traverse(FastRun *self, visitproc visit, void *arg)
     Py_VISIT(self->recover);
     Py_VISIT(self->all_tensors);
     Py_VISIT(self->globals);
+    Py_VISIT(self->inline_);
+    Py_VISIT(self->ndarray);
     Py_VISIT(self->dict);
     return 0;
 }
@@ -253,6 +315,8 @@ fastrun_clear(FastRun *self)
     Py_CLEAR(self->recover);
     Py_CLEAR(self->all_tensors);
     Py_CLEAR(self->globals);
+    Py_CLEAR(self->inline_);
+    Py_CLEAR(self->ndarray);
     Py_CLEAR(self->dict);
     return 0;
 }
@@ -268,11 +332,12 @@ fastrun_dealloc(FastRun *self)
 static PyObject *
 fastrun_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    static char *names[] = {"fallback", "guarded", "positions", "policy", "recover", "all_tensors", "globals", NULL};
-    PyObject *fallback, *guarded, *positions, *policy, *recover_, *all_tensors, *globals;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!O!O!OOO!:FastRun", names, &fallback, &PyDict_Type, &guarded,
+    static char *names[] = {"fallback", "guarded", "positions", "policy", "recover", "all_tensors", "globals",
+                            "inline", "ndarray", NULL};
+    PyObject *fallback, *guarded, *positions, *policy, *recover_, *all_tensors, *globals, *inline_, *ndarray;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!O!O!OOO!O!O!:FastRun", names, &fallback, &PyDict_Type, &guarded,
                                      &PyDict_Type, &positions, &PyContextVar_Type, &policy, &recover_, &all_tensors,
-                                     &PyDict_Type, &globals))
+                                     &PyDict_Type, &globals, &PyDict_Type, &inline_, &PyType_Type, &ndarray))
         return NULL;
     if (!PyCallable_Check(fallback) || !PyCallable_Check(recover_)) {
         PyErr_SetString(PyExc_TypeError, "FastRun: fallback and recover must be callable");
@@ -296,6 +361,10 @@ fastrun_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->all_tensors = all_tensors;
     Py_INCREF(globals);
     self->globals = globals;
+    Py_INCREF(inline_);
+    self->inline_ = inline_;
+    Py_INCREF(ndarray);
+    self->ndarray = ndarray;
     self->enabled = 1;
     return (PyObject *)self;
 }
@@ -363,7 +432,9 @@ PyInit__fastrun(void)
     str_backend = PyUnicode_InternFromString("backend");
     str_shape = PyUnicode_InternFromString("shape");
     str_tensor = PyUnicode_InternFromString("_Tensor");
-    if (str_backend == NULL || str_shape == NULL || str_tensor == NULL)
+    str_dtype = PyUnicode_InternFromString("dtype");
+    str_strides = PyUnicode_InternFromString("strides");
+    if (str_backend == NULL || str_shape == NULL || str_tensor == NULL || str_dtype == NULL || str_strides == NULL)
         return NULL;
     for (int i = 0; i < 4; i++) {
         small_ints[i] = PyLong_FromLong(i);

@@ -317,7 +317,9 @@ def _compiled(python: Callable[..., Any]) -> tuple[Any, str | None]:
         from opcore._fastrun import FastRun  # type: ignore[import-not-found,unused-ignore]
     except ImportError as error:
         return python, f"opcore._fastrun was not built when opcore was installed (no C compiler there?): {error}"
-    fast = FastRun(python, _GUARDED, _POSITIONS, context_policy, _recover_cached, _ALL_TENSORS, globals())
+    fast = FastRun(
+        python, _GUARDED, _POSITIONS, context_policy, _recover_cached, _ALL_TENSORS, globals(), _INLINE, _ndarray
+    )
     functools.update_wrapper(fast, python)  # name, docstring, and __wrapped__ for inspect.signature
     return fast, None
 
