@@ -2,7 +2,7 @@
 
 The dispatcher keys kernels by the inputs' device type, so numpy inputs only ever rank CPU
 kernels; a call *pinned* to a backend without CPU kernels moves them to that backend's device and
-brings the result back as numpy (selection.transfer_target, dispatch.kernel_converters,
+brings the result back as numpy (selection.transfer_target, plans.kernel_converters,
 torchkit.arrays.to_device / to_host). Tested with in-process plugins on torch's "meta" device (real
 tensors without data) and on devices this machine lacks.
 """
