@@ -200,6 +200,8 @@ fastrun_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyO
             call[n++] = value;
         }
     }
+    if (backend != Py_None && !PyUnicode_Check(backend))
+        return forward(self, args, nargsf, kwnames); /* run() raises its ArgumentError */
     PyObject *tensor = PyDict_GetItemWithError(self->globals, str_tensor); /* borrowed: dispatch._Tensor */
     if (tensor == NULL) {
         if (PyErr_Occurred())

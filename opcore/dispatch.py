@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy
 
+from opcore.errors import ArgumentError, OpcoreError
 from opcore.runtime import on_change
 from opcore.settings import ContextPolicy, context_policy, pure_python
 
@@ -110,6 +111,8 @@ def run_python(op: str, /, *args: Any, backend: str | None = None, **kwargs: Any
     # at (strides alone do not tell a sparse COO tensor from an expanded dense one, and torch runs a
     # CPU tensor with a meta one without complaint, so no field can be left to the kernel to catch).
     # _inline_key builds the same key for the slow path; test_dispatch checks that the two agree.
+    if backend is not None and not isinstance(backend, str):  # before any key holds it (an unhashable one)
+        raise _backend_error(op, backend)
     if kwargs:  # keywords naming the parameters right after the positional ones become positional
         positions = _POSITIONS.get(op)
         if positions is not None:
@@ -228,6 +231,16 @@ def _recover_cached(
     if recover is None:
         return _run_slow(op, args, kwargs, backend)
     return recover((args, kwargs) if keywords else args, error)
+
+
+def _backend_error(op: str, backend: object) -> OpcoreError:
+    return ArgumentError(
+        op=op if isinstance(op, str) else None,
+        arg="backend",
+        expected="a backend name (str) or None",
+        found=f"{type(backend).__name__} {backend!r}",
+        fix='pass one name, e.g. backend="cpu"; opcore.backends() lists them',
+    )
 
 
 def _run_slow(op: str, args: tuple[Any, ...], kwargs: dict[str, Any], backend: str | None) -> Any:

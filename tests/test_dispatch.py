@@ -549,3 +549,13 @@ def test_layouts_are_part_of_the_key() -> None:
         warnings.simplefilter("ignore", UserWarning)  # "Sparse CSR tensor support is in beta state"
         csr = torch.eye(3).to_sparse_csr()
     assert inline_key("relu", None, None, (csr,), {}) is None  # no strides at all: the general path
+
+
+@pytest.mark.parametrize("backend", [["reference"], 3, object()])
+def test_a_backend_that_is_no_name_is_an_argument_error(backend) -> None:
+    """Before any cache key holds it (an unhashable one raised a bare TypeError from a dict lookup)."""
+    for x in (X, torch.from_numpy(X)):
+        opcore.run("relu", x)  # cached: the fast paths see the bad value first
+        with pytest.raises(opcore.ArgumentError, match="backend") as caught:
+            opcore.run("relu", x, backend=backend)
+        assert caught.value.op == "relu" and "backend=" in str(caught.value)
