@@ -18,9 +18,14 @@ def calibrate(fn: Callable[[], object], target_s: float = 0.01) -> int:
         number *= 2 if elapsed > target_s / 10 else 10
 
 
-def medians(cases: Mapping[str, Callable[[], object]], repeats: int = 31) -> dict[str, float]:
+def medians(
+    cases: Mapping[str, Callable[[], object]],
+    repeats: int = 31,
+    pick: Callable[[list[float]], float] = statistics.median,
+) -> dict[str, float]:
     """Median seconds per call of each case. The cases take turns, in a new order each round, so
     drift and what ran just before (warm caches, a 64 MB weight just streamed) hit them alike.
+    ``pick=min``: the fastest round instead (on a shared machine other processes only add time).
     """
     numbers = {name: calibrate(fn) for name, fn in cases.items()}
     samples: dict[str, list[float]] = {name: [] for name in cases}
@@ -30,7 +35,7 @@ def medians(cases: Mapping[str, Callable[[], object]], repeats: int = 31) -> dic
         shuffle(order)
         for name in order:
             samples[name].append(timeit.timeit(cases[name], number=numbers[name]) / numbers[name])
-    return {name: statistics.median(values) for name, values in samples.items()}
+    return {name: pick(values) for name, values in samples.items()}
 
 
 def table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
