@@ -11,10 +11,11 @@ partitions (``capture(..., backends=("onnxruntime", "cpu"), measure=False)``, on
    the median per run of each op type's kernel time;
 3. **the model against our per-run overhead**: ORT direct, the partition's session called alone
    (numpy in, numpy out: no opcore around it) and the plan (torch tensors in and out), interleaved
-   in a new order each round; median and minimum, and ORT direct's time over each. With
-   ``--ort-threads 1`` both sessions are made here at one intra-op thread (no plan column) and the
-   calling thread's CPU time is shown too: all of a run's work, without the waits of a loaded
-   machine (on the shared 2-core machine the wall times of 2-thread sessions move by several times).
+   in a new order each round; median and minimum, and ORT direct's time over each; and CPU time per
+   call: the process's (ORT's pool threads and their spinning included). With ``--ort-threads 1``
+   both sessions are made here at one intra-op thread (no plan column) and the CPU time is the
+   calling thread's: all of a run's work, without the waits of a loaded machine (on the shared
+   2-core machine the wall times of 2-thread sessions move by several times).
 
 The machine is shared: the minimum is the least disturbed run, the median the typical one; read the
 ratios of one run.
@@ -114,9 +115,11 @@ def profile_table(sources: dict[str, tuple[Any, dict[str, numpy.ndarray]]], feed
     return table(("op type (ms per run)", *medians), rows)
 
 
-def timing_table(runs: dict[str, Callable[[], Any]], rounds: int, cpu: bool) -> str:
-    """Wall time per call, and with ``cpu`` the calling thread's CPU time (time.thread_time: with
-    one intra-op thread all of a run's work is on it, and a loaded machine's waits are not)."""
+def timing_table(runs: dict[str, Callable[[], Any]], rounds: int, one_thread: bool) -> str:
+    """Wall time per call, and CPU time: with ``one_thread`` the calling thread's (time.thread_time:
+    all of a run's work is on it, and a loaded machine's waits are not), else the process's
+    (time.process_time: ORT's pool threads too, their spinning included)."""
+    clock = time.thread_time if one_thread else time.process_time
     wall: dict[str, list[float]] = {label: [] for label in runs}
     used: dict[str, list[float]] = {label: [] for label in runs}
     for fn in runs.values():  # warm-up
@@ -125,10 +128,10 @@ def timing_table(runs: dict[str, Callable[[], Any]], rounds: int, cpu: bool) -> 
     for index in range(rounds):
         random.Random(index).shuffle(order)
         for label in order:
-            started, cpu_started = time.perf_counter(), time.thread_time()
+            started, cpu_started = time.perf_counter(), clock()
             runs[label]()
             wall[label].append(time.perf_counter() - started)
-            used[label].append(time.thread_time() - cpu_started)
+            used[label].append(clock() - cpu_started)
     median = {label: statistics.median(v) for label, v in wall.items()}
     least = {label: min(v) for label, v in wall.items()}
     on_cpu = {label: statistics.median(v) for label, v in used.items()}
@@ -138,10 +141,9 @@ def timing_table(runs: dict[str, Callable[[], Any]], rounds: int, cpu: bool) -> 
          f"{median['ort direct'] / median[label]:.2f}x", f"{least['ort direct'] / least[label]:.2f}x")
         for label in runs
     ]  # fmt: skip
-    if cpu:
-        header += ("cpu ms (median)", "ort direct / this (cpu)")
-        rows = [(*row, f"{on_cpu[label] * 1e3:.2f}", f"{on_cpu['ort direct'] / on_cpu[label]:.3f}x")
-                for row, label in zip(rows, runs)]  # fmt: skip
+    header += ("thread cpu ms" if one_thread else "process cpu ms", "ort direct / this (cpu)")
+    rows = [(*row, f"{on_cpu[label] * 1e3:.2f}", f"{on_cpu['ort direct'] / on_cpu[label]:.3f}x")
+            for row, label in zip(rows, runs)]  # fmt: skip
     return table(header, rows)
 
 
