@@ -5,6 +5,7 @@ plan (no exported program) runs the same route node by node. Routes are forced w
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -50,6 +51,8 @@ def test_route_torch_runs_the_exported_program_as_one_step() -> None:
         other = torch.randn_like(x)
         assert_same(plan(other), model(other))
     assert any("capture(route='torch')" in note for note in plan.notes)
+    record = json.loads(plan.explain(format="json"))
+    assert record["route"] == "torch" and record["exported_program"] is True
 
 
 def test_the_guard_choosing_the_torch_route_runs_the_exported_program() -> None:
@@ -115,6 +118,8 @@ def test_a_loaded_torch_route_plan_runs_node_by_node_and_says_so(tmp_path) -> No
     assert len(loaded.program.steps) == len(loaded.graph.nodes)
     assert any("the torch route runs node by node" in note for note in loaded.notes)
     assert not loaded.summary().startswith("torch route")
+    record = json.loads(loaded.explain(format="json"))
+    assert record["route"] == "torch" and record["exported_program"] is False
     with torch.no_grad():
         assert_same(loaded(x), model(x))
     assert loaded.verify(x).ok

@@ -52,7 +52,8 @@ def summary(plan: Any) -> str:
 
 
 def describe(plan: Any) -> dict[str, Any]:
-    """The JSON-able record behind explain: summary, options, partitions, nodes with every verdict."""
+    """The JSON-able record behind explain: summary, options, the route, partitions, nodes with every
+    verdict."""
     values = plan.graph.values
     nodes = []
     for node, decision in zip(plan.graph.nodes, plan.decisions):
@@ -78,6 +79,9 @@ def describe(plan: Any) -> dict[str, Any]:
         "device": plan.options.device,
         "backends": list(plan.options.backends) if plan.options.backends is not None else None,
         "fallback": plan.options.fallback,
+        # "torch": the torch route runs (in one step where "exported_program", else node by node)
+        "route": plan.options.route,
+        "exported_program": getattr(plan, "exported", None) is not None,
         "notes": list(plan.notes),
         "partitions": [p.describe() for p in plan.partitions],
         "nodes": nodes,
