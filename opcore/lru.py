@@ -17,33 +17,29 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from opcore.errors import ArgumentError
 
+if TYPE_CHECKING:
+    from opcore.cachestats import CacheStats
+
 __all__ = ["CacheStats", "LRUCache", "capacity_from_env"]
+
+
+def __getattr__(name: str) -> Any:
+    # CacheStats lives in its own module, imported when a cache's stats are first asked for (the
+    # doctor): the caches are created while the first opcore.run loads the plugins, and making a
+    # dataclass there costs ~0.5-1 ms (issue 15)
+    if name == "CacheStats":
+        from opcore.cachestats import CacheStats
+
+        return CacheStats
+    raise AttributeError(f"module 'opcore.lru' has no attribute {name!r}")
+
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
-
-
-@dataclass(frozen=True, slots=True)
-class CacheStats:
-    """A snapshot of a cache's counters (for the doctor)."""
-
-    name: str
-    size: int
-    capacity: int
-    hits: int
-    misses: int
-    evictions: int
-
-    def describe(self) -> str:
-        """``"3/64 entries (hits 120, misses 3, evictions 0)"``"""
-        return (
-            f"{self.size}/{self.capacity} entries (hits {self.hits}, misses {self.misses}, evictions {self.evictions})"
-        )
 
 
 class _Pending:
@@ -148,6 +144,8 @@ class LRUCache(Generic[K, V]):
         return key in self._data
 
     def stats(self) -> CacheStats:
+        from opcore.cachestats import CacheStats
+
         with self._lock:
             return CacheStats(self.name, len(self._data), self.capacity, self._hits, self._misses, self._evictions)
 

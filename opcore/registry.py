@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from types import FunctionType
 from typing import Any, TypeVar
 
@@ -31,18 +31,26 @@ ContractFactory = Callable[[str], "OpContract | None"]
 KernelFactory = Callable[[OpContract], Iterable[Kernel]]
 
 
-@dataclass(frozen=True, slots=True)
+# plain slotted classes, not dataclasses: both are created while the first opcore.run loads the
+# plugins, where generating a dataclass's methods costs ~0.5-1 ms each (issue 15); only read here
 class _Namespace:
-    prefix: str
-    factory: ContractFactory
-    plugin: str
+    __slots__ = ("factory", "plugin", "prefix")
+
+    def __init__(self, prefix: str, factory: ContractFactory, plugin: str) -> None:
+        self.prefix, self.factory, self.plugin = prefix, factory, plugin
+
+    def __repr__(self) -> str:
+        return f"_Namespace(prefix={self.prefix!r}, plugin={self.plugin!r})"
 
 
-@dataclass(frozen=True, slots=True)
 class _KernelFactoryEntry:
-    prefix: str
-    factory: KernelFactory
-    backend: BackendSpec
+    __slots__ = ("backend", "factory", "prefix")
+
+    def __init__(self, prefix: str, factory: KernelFactory, backend: BackendSpec) -> None:
+        self.prefix, self.factory, self.backend = prefix, factory, backend
+
+    def __repr__(self) -> str:
+        return f"_KernelFactoryEntry(prefix={self.prefix!r}, backend={self.backend.name!r})"
 
 
 class Registry:

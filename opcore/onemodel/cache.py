@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import TYPE_CHECKING
 
-from opcore.lru import CacheStats, LRUCache, capacity_from_env
+from opcore.lru import LRUCache, capacity_from_env
+
+if TYPE_CHECKING:
+    from opcore.cachestats import CacheStats
 
 __all__ = ["ModelCache"]
 

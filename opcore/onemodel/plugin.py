@@ -66,8 +66,10 @@ def register_kernels(
     registrar: Registrar,
     package: str,
     checker_for: Callable[[str], Callable[..., bool | str]],
-) -> dict[str, tuple[str, bool]]:
-    """One numpy kernel per op of ``kernel_layout(package)`` for every dtype its contract accepts
+    layout: Mapping[str, tuple[str, bool]] | None = None,
+) -> Mapping[str, tuple[str, bool]]:
+    """One numpy kernel per op of ``layout`` (default ``kernel_layout(package)``: a plugin module
+    that computed it at import passes it, not to read the family modules twice) for every dtype its contract accepts
     but those its checker declines on every call (``DtypeChecker.declined``, kept with their
     reasons), named as ``"package.family:op"`` (imported when first run); ``checker_for(op)``
     declines the rest call by call. Returns the layout registered.
@@ -77,11 +79,14 @@ def register_kernels(
     from opcore.opset import BUILTIN_CONTRACTS, BUILTIN_DTYPES
 
     contracts = {c.name: c for c in BUILTIN_CONTRACTS}
-    layout = kernel_layout(package)
+    layout = kernel_layout(package) if layout is None else layout
     targets = kernel_targets(package, layout)
+    reasons: dict[tuple[Any, ...], str | None] = {}  # the ops' checkers share their dtype rules
     for op, (_, prepares) in layout.items():
         target, checker = targets[op], checker_for(op)
-        declined = checker.declined(contracts[op], BUILTIN_DTYPES[op]) if isinstance(checker, DtypeChecker) else {}
+        declined = {}
+        if isinstance(checker, DtypeChecker):
+            declined = checker.declined(contracts[op], BUILTIN_DTYPES[op], reasons)
         served = BUILTIN_DTYPES[op] - declined.keys()
         if not served:
             continue  # every dtype of the contract is declined outright: no kernel to offer
@@ -224,10 +229,13 @@ class DtypeChecker:
                 return reason
         return self.specific(*args) if self.specific is not None else True
 
-    def declined(self, contract: OpContract, dtypes: Iterable[DType]) -> dict[DType, str]:
+    def declined(
+        self, contract: OpContract, dtypes: Iterable[DType], memo: dict[tuple[Any, ...], str | None] | None = None
+    ) -> dict[DType, str]:
         """Those of ``dtypes`` this checker declines on every call of ``contract``, with why: the
         dtype that picks the kernel is that of an argument the dtype rule reads (not ``skip``), or
-        a creation op's result dtype, which the checker reads from its meta.
+        a creation op's result dtype, which the checker reads from its meta. ``memo`` keeps each
+        rule's reason per dtype across the checkers of one registration (they share their rules).
 
         >>> from opcore.opset.elementwise import RELU
         >>> dtype_checker("relu", lambda d: "no int8" if d is DType.INT8 else None).declined(RELU, DType)
@@ -236,7 +244,15 @@ class DtypeChecker:
         if not contract.creates and contract.dtype_position == self.skip:
             return {}
         keyed = self.keyed or _no_reason
-        reasons = {dtype: self.dtype_reason(dtype) or keyed(dtype) for dtype in dtypes}
+        if memo is None:
+            reasons = {dtype: self.dtype_reason(dtype) or keyed(dtype) for dtype in dtypes}
+        else:
+            reasons = {}
+            for dtype in dtypes:
+                key = (self.dtype_reason, keyed, dtype)
+                if key not in memo:
+                    memo[key] = self.dtype_reason(dtype) or keyed(dtype)
+                reasons[dtype] = memo[key]
         return {dtype: reason for dtype, reason in reasons.items() if reason}
 
     def dtype_reasons(self) -> set[str]:

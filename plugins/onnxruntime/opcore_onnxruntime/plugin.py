@@ -68,7 +68,7 @@ def opcore_backend() -> BackendSpec:
 @hookimpl
 def opcore_register_kernels(registrar: Registrar) -> None:
     """One numpy kernel per op for every dtype its contract accepts; the checker declines the rest."""
-    register_kernels(registrar, "opcore_onnxruntime.kernels", checker_for)
+    register_kernels(registrar, "opcore_onnxruntime.kernels", checker_for, KERNELS)
 
 
 @hookimpl
