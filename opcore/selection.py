@@ -8,7 +8,7 @@ import os
 import threading
 import warnings
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -62,33 +62,55 @@ class Candidate:
         return f"{self.backend}/{self.label}" if self.label else self.backend
 
 
-@dataclass(slots=True)
 class Selection:
-    """Everything decided for one signature. error not None: the call cannot run."""
+    """Everything decided for one signature. error not None: the call cannot run.
 
-    contract: OpContract
-    meta_args: tuple[Any, ...]
-    outputs: tuple[TensorMeta, ...]
-    device: Device
-    dtype: DType
-    caller_kind: ArrayKind
-    kinds: frozenset[ArrayKind]
-    order: tuple[str, ...] | None
-    order_source: str
-    strict: bool
-    pin: str | None
-    accepted: list[Kernel] = field(default_factory=list)
-    candidates: list[Candidate] = field(default_factory=list)
-    decompose: bool = False
-    error: OpcoreError | None = None
-    # None: the kernels run where the inputs are. Else the device of the pinned backend that numpy
-    # inputs are moved to (a call pinned to a backend without host kernels, e.g. backend="cuda"); the
-    # result comes back to host numpy. ``device`` is then this device, which keys the kernels.
-    transfer: Device | None = None
-    # The tuning file's measurement of this signature's bucket (None: ranked by static priority) and,
-    # when there is none to use although a file exists, why (a stale file, another thread count).
-    measured: Entry | None = None
-    tuning_note: str = ""
+    A plain slotted class, not a dataclass: it is made while the first opcore.run loads opcore,
+    where generating a dataclass's methods costs ~1 ms (issue 15). Compared by identity.
+    """
+
+    __slots__ = (
+        "accepted", "caller_kind", "candidates", "contract", "decompose", "device", "dtype", "error", "kinds",
+        "measured", "meta_args", "order", "order_source", "outputs", "pin", "strict", "transfer", "tuning_note",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        contract: OpContract,
+        meta_args: tuple[Any, ...],
+        outputs: tuple[TensorMeta, ...],
+        device: Device,
+        dtype: DType,
+        caller_kind: ArrayKind,
+        kinds: frozenset[ArrayKind],
+        order: tuple[str, ...] | None,
+        order_source: str,
+        strict: bool,
+        pin: str | None,
+        *,
+        transfer: Device | None = None,
+    ) -> None:
+        self.contract, self.meta_args, self.outputs = contract, meta_args, outputs
+        self.device, self.dtype = device, dtype
+        self.caller_kind, self.kinds, self.order, self.order_source = caller_kind, kinds, order, order_source
+        self.strict, self.pin = strict, pin
+        self.accepted: list[Kernel] = []
+        self.candidates: list[Candidate] = []
+        self.decompose = False
+        self.error: OpcoreError | None = None
+        # None: the kernels run where the inputs are. Else the device of the pinned backend that numpy
+        # inputs are moved to (a call pinned to a backend without host kernels, e.g. backend="cuda"); the
+        # result comes back to host numpy. ``device`` is then this device, which keys the kernels.
+        self.transfer = transfer
+        # The tuning file's measurement of this signature's bucket (None: ranked by static priority) and,
+        # when there is none to use although a file exists, why (a stale file, another thread count).
+        self.measured: Entry | None = None
+        self.tuning_note = ""
+
+    def __repr__(self) -> str:
+        chosen = self.accepted[0].title if self.accepted else None
+        op, dtype = self.contract.name, self.dtype.value
+        return f"Selection(op={op!r}, device={self.device}, dtype={dtype}, chosen={chosen!r})"
 
 
 def _meta_of(value: Any) -> Any:
