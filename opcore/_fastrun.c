@@ -421,6 +421,12 @@ static PyTypeObject FastRunType = {
     .tp_getset = fastrun_getset,
 };
 
+/* sha256 of this file (16 hex digits), passed by setup.py: opcore.dispatch compares it with the file
+ * beside the module and keeps the pure-Python run() where they differ (a stale build) */
+#ifndef FASTRUN_SOURCE
+#define FASTRUN_SOURCE "unknown"
+#endif
+
 static struct PyModuleDef fastrun_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "opcore._fastrun",
@@ -448,6 +454,10 @@ PyInit__fastrun(void)
     PyObject *module = PyModule_Create(&fastrun_module);
     if (module == NULL)
         return NULL;
+    if (PyModule_AddStringConstant(module, "SOURCE", FASTRUN_SOURCE) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
     Py_INCREF(&FastRunType);
     if (PyModule_AddObject(module, "FastRun", (PyObject *)&FastRunType) < 0) {
         Py_DECREF(&FastRunType);

@@ -24,9 +24,11 @@ plans and the selection live in opcore.plans.
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy
@@ -327,14 +329,37 @@ def _compiled(python: Callable[..., Any]) -> tuple[Any, str | None]:
     if pure_python(os.environ):
         return python, "OPCORE_PURE_PYTHON=1 was set when opcore.dispatch was imported"
     try:
-        from opcore._fastrun import FastRun  # type: ignore[import-not-found,unused-ignore]
+        from opcore import _fastrun  # type: ignore[attr-defined,unused-ignore]
     except ImportError as error:
         return python, f"opcore._fastrun was not built when opcore was installed (no C compiler there?): {error}"
-    fast = FastRun(
-        python, _GUARDED, _POSITIONS, context_policy, _recover_cached, _ALL_TENSORS, globals(), _INLINE, _ndarray
-    )
-    functools.update_wrapper(fast, python)  # name, docstring, and __wrapped__ for inspect.signature
+    stale = _stale_build(getattr(_fastrun, "SOURCE", None))
+    if stale is not None:
+        return python, stale
+    try:
+        fast = _fastrun.FastRun(
+            python, _GUARDED, _POSITIONS, context_policy, _recover_cached, _ALL_TENSORS, globals(), _INLINE, _ndarray
+        )
+    except Exception as error:  # a build that does not fit this dispatch.py never takes the import down
+        return python, f"opcore._fastrun refused this opcore.dispatch ({type(error).__name__}: {error}): rebuild it"
+    functools.update_wrapper(fast, python)  # docstring, and __wrapped__ for inspect.signature
+    fast.__name__ = fast.__qualname__ = "run"
     return fast, None
+
+
+def _stale_build(built_from: str | None) -> str | None:
+    """Why the compiled module must not be used: it was built from another _fastrun.c than the one
+    beside it (an editable install after a pull, not rebuilt); None where they agree, or where the
+    source is not installed (a wheel ships the module, not the file)."""
+    source = Path(__file__).with_name("_fastrun.c")
+    if not source.is_file():
+        return None
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+    if built_from == digest:
+        return None
+    return (
+        f"opcore._fastrun was built from another version of opcore/_fastrun.c (built from {built_from}, the "
+        f"file is {digest}): run `make` or `pip install -e .` again to rebuild it"
+    )
 
 
 # opcore.run: the compiled fast path in front of run_python, or run_python itself (PURE_PYTHON_REASON says why)

@@ -94,7 +94,18 @@ def test_it_looks_like_run() -> None:
     assert opcore.run.__doc__ == dispatch.run_python.__doc__
     assert opcore.run.__wrapped__ is dispatch.run_python  # type: ignore[attr-defined]
     assert "compiled fast path" in repr(opcore.run)
+    assert opcore.run.__name__ == "run"
     assert pickle.loads(pickle.dumps(opcore.run)) is opcore.run  # by reference, as a function is
+
+
+def test_a_build_of_another_source_is_refused_with_the_fix() -> None:
+    compiled_only()
+    from opcore import _fastrun  # type: ignore[attr-defined,unused-ignore]
+
+    assert dispatch._stale_build(_fastrun.SOURCE) is None  # this build is of the file beside it
+    reason = dispatch._stale_build("0123456789abcdef")  # a build of an older _fastrun.c
+    assert reason is not None and "another version" in reason and "0123456789abcdef" in reason
+    assert "make" in reason and "pip install -e ." in reason
 
 
 @pytest.mark.parametrize(
