@@ -153,17 +153,36 @@ def current_environment() -> Mapping[str, str]:
     return os.environ
 
 
-@dataclass(frozen=True, slots=True, eq=False)
 class ContextPolicy:
     """What prefer() / strict() set for the current thread or task (None: not set here).
 
-    Instances are interned, so the dispatch cache can key on identity.
+    Instances are interned, so the dispatch cache can key on identity; they are immutable. A plain
+    slotted class, not a dataclass: made while the first opcore.run loads opcore, where generating
+    a dataclass's methods costs ~1 ms (issue 15).
     """
 
-    order: tuple[str, ...] | None = None
-    strict: bool | None = None
+    __slots__ = ("order", "pin", "strict")
+
+    order: tuple[str, ...] | None
+    strict: bool | None
     # The backend a pinned call's decomposition must keep to (PACE's rule: parts follow the whole).
-    pin: str | None = None
+    pin: str | None
+
+    def __init__(
+        self, order: tuple[str, ...] | None = None, strict: bool | None = None, pin: str | None = None
+    ) -> None:
+        object.__setattr__(self, "order", order)
+        object.__setattr__(self, "strict", strict)
+        object.__setattr__(self, "pin", pin)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"ContextPolicy is immutable (interned): cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"ContextPolicy is immutable (interned): cannot delete {name!r}")
+
+    def __repr__(self) -> str:
+        return f"ContextPolicy(order={self.order!r}, strict={self.strict!r}, pin={self.pin!r})"
 
     @staticmethod
     def make(order: tuple[str, ...] | None, strict: bool | None, pin: str | None) -> ContextPolicy:
