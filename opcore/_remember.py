@@ -37,8 +37,7 @@ from opcore.dispatch import (
     _torch_signature,
     clear_caches,
 )
-from opcore.errors import OpcoreError
-from opcore.plans import Plan, build_plan, select_tuned
+from opcore.plans import Plan, bind, build_plan, select_tuned
 from opcore.runtime import runtime
 from opcore.settings import ContextPolicy, context_policy
 from opcore.types import array_kind_of
@@ -109,12 +108,7 @@ def run_slow(op: str, args: tuple[Any, ...], kwargs: dict[str, Any], backend: st
         moved = _as_positional(args, kwargs, positions)
         if moved is not None:  # cached under the positional call's key (run() moves them the same way)
             args, kwargs = moved, {}
-    try:
-        bound = contract.schema.bind(args, kwargs)
-    except OpcoreError as error:
-        if error.op is None:
-            error.op = op
-        raise
+    bound = bind(contract, op, args, kwargs)
     policy = context_policy.get()
     canonical = (op, policy, backend, *_bound_key(bound))
     plan = _BOUND.get(canonical)

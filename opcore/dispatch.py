@@ -1,4 +1,4 @@
-"""The dispatcher: run, resolve and explain.
+"""The dispatcher's entry point: opcore.run (resolve is opcore.resolved, explain opcore.api).
 
 The walk for a call (done once per signature, then cached):
 bind the arguments -> read the input metas -> one device for all -> the contract's meta
@@ -112,7 +112,7 @@ def run_python(op: str, /, *args: Any, backend: str | None = None, **kwargs: Any
     # gives its dtype, shape, strides, device and layout: all a checker or the meta check may look
     # at (strides alone do not tell a sparse COO tensor from an expanded dense one, and torch runs a
     # CPU tensor with a meta one without complaint, so no field can be left to the kernel to catch).
-    # _inline_key builds the same key for the slow path; test_dispatch checks that the two agree.
+    # opcore._remember.inline_key builds the same key for the slow path; test_dispatch checks that the two agree.
     if backend is not None and not isinstance(backend, str):  # before any key holds it (an unhashable one)
         raise _backend_error(op, backend)
     if kwargs:  # keywords naming the parameters right after the positional ones become positional

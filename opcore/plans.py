@@ -28,6 +28,7 @@ from opcore.types import ArrayKind, array_kind_of
 __all__ = [
     "Plan",
     "adapt",
+    "bind",
     "build_plan",
     "convert_tensors",
     "holds_tensor",
@@ -322,17 +323,22 @@ def convert_tensors(values: tuple[Any, ...], convert: Callable[[Any], Any]) -> t
     )
 
 
+def bind(contract: OpContract, op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """The call bound to the contract's schema; a binding error names ``op`` (run's slow path, selection_for)."""
+    try:
+        return contract.schema.bind(args, kwargs)
+    except OpcoreError as error:
+        if error.op is None:
+            error.op = op
+        raise
+
+
 def selection_for(
     rt: Runtime, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], backend: str | None, tune: bool = False
 ) -> tuple[Selection, tuple[Any, ...]]:
     """Bind and select without running (explain, resolve, tune). tune: measure first under OPCORE_TUNE=1."""
     contract = rt.registry.contract(op)
-    try:
-        bound = contract.schema.bind(args, kwargs)
-    except OpcoreError as error:
-        if error.op is None:
-            error.op = op
-        raise
+    bound = bind(contract, op, args, kwargs)
     policy = context_policy.get()
     pin = backend if backend is not None else (policy.pin if policy is not None else None)
     return (select_tuned if tune else select)(rt, contract, bound, policy, pin), bound

@@ -119,9 +119,11 @@ def isa_summary(flags: frozenset[str]) -> str:
     if not flags:
         return "unknown (no /proc/cpuinfo)"
     text = " ".join(present) or "none of " + ", ".join(ISA_FLAGS)
-    if "amx_bf16" not in flags:
-        text += " (no AMX: bfloat16 GEMMs run on AVX-512 BF16 at best)"
-    if "avx512_bf16" not in flags and "amx_bf16" not in flags:
+    if "amx_bf16" in flags:
+        return text
+    if "avx512_bf16" in flags:  # the AMX note only where AVX-512 BF16 is there to fall back on
+        text += " (no AMX: bfloat16 GEMMs run on AVX-512 BF16)"
+    else:
         text += " (no native bfloat16: oneDNN converts to float32)"
     return text
 
