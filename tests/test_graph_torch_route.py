@@ -135,3 +135,11 @@ def test_an_unknown_route_is_refused() -> None:
     model, x = seeded(MLP()).eval(), torch.randn(3, 16)
     with pytest.raises(opcore.ArgumentError, match="route"):
         opcore.graph.capture(model, (x,), route="fast")
+
+
+def test_route_other_than_none_or_torch_is_an_argument_error_with_the_fix() -> None:
+    model, x = llama()
+    with pytest.raises(opcore.ArgumentError) as raised:
+        opcore.graph.capture(model, (x,), route="eager")
+    text = str(raised.value)
+    assert "'route'" in text and "'eager'" in text and "route='torch'" in text, text

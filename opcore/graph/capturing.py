@@ -60,7 +60,13 @@ def capture(
     from opcore.graph.lowering import lower
 
     if route not in (None, "torch"):
-        raise ArgumentError(op=_CAPTURE, arg="route", expected="None or 'torch'", found=repr(route))
+        raise ArgumentError(
+            op=_CAPTURE,
+            arg="route",
+            expected="None or 'torch'",
+            found=repr(route),
+            fix="leave route=None (the guard decides) or pass route='torch' (the exported program as one step)",
+        )
     started = time.perf_counter()
     model = _part(model, submodule)
     args = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)

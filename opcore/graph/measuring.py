@@ -92,14 +92,8 @@ class Measured:
         """Time two programs (``(label, Program)``) on the example values of ``inputs``: whether the
         first is faster by more than opcore.tuning's tie margin (5 %: noise leaves the second, the
         per-node or torch side, in place rather than swapping at random), and the story for explain."""
-        from opcore.tuning.table import TIE_MARGIN
-
-        feed = [self.values[name] for name in inputs]
-        (label_a, a), (label_b, b) = first, second
-        times = self.timer({label_a: lambda: a.run(feed), label_b: lambda: b.run(feed)})
-        faster = times[label_a] * (1 + TIE_MARGIN) < times[label_b]
-        text = f"measured {label_a} {verdict_text(times[label_a])}, {label_b} {verdict_text(times[label_b])}"
-        return faster, text
+        chosen, text = self.fastest(dict((first, second)), second[0], inputs)
+        return chosen == first[0], text
 
     def fastest(self, cases: Mapping[str, Any], default: str, inputs: Sequence[str]) -> tuple[str, str]:
         """Time programs (``{label: Program}``, interleaved) on the example values of ``inputs``: the
