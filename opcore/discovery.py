@@ -203,7 +203,9 @@ def _difference(stored: Any, here: dict[str, Any]) -> str:
         if stored.get(field) != here[field]:
             return f"{field} changed ({stored.get(field)} -> {here[field]})"
     old_path, new_path = stored.get("sys.path"), here["sys.path"]
-    if not isinstance(old_path, list) or [e[:2] for e in old_path] != [e[:2] for e in new_path]:
+    if not isinstance(old_path, list) or not all(isinstance(e, list) for e in old_path):
+        return "the cache file's key is malformed (sys.path)"
+    if [e[:2] for e in old_path] != [e[:2] for e in new_path]:
         return "sys.path changed"
     for old, new in zip(old_path, new_path, strict=True):
         if old != new:

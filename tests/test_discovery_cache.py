@@ -157,12 +157,19 @@ def test_another_opcore_python_or_interpreter_is_a_miss(site: Path, field: str) 
         ('{"format": 1, "entry_points": [["a", 1, null, null]], "metadata_files": {}}', "corrupt"),
         ('{"format": 1, "entry_points": [], "metadata_files": {"a": 3}}', "corrupt"),
         ('{"format": 1, "entry_points": [], "metadata_files": {}}', "the cache file has no key"),
+        # a key whose fields all match but sys.path's entries are no lists (it raised TypeError)
+        ("KEY", "the cache file's key is malformed (sys.path)"),
         ("\udcff", "unreadable"),
     ],
 )
 def test_a_corrupt_file_is_a_miss_and_is_rewritten(site: Path, content: str, reason: str) -> None:
     path = Path(discovery.cache_path())
     path.parent.mkdir(parents=True, exist_ok=True)
+    if content == "KEY":
+        discovery.discover()
+        data = json.loads(path.read_text())
+        data["key"]["sys.path"] = [5] * len(data["key"]["sys.path"])
+        content = json.dumps(data)
     path.write_bytes(content.encode("utf-8", "surrogateescape"))
     found, outcome = discovery.discover()
     assert outcome.source == "scan" and reason in outcome.reason and outcome.written == ""
