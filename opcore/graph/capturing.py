@@ -111,7 +111,7 @@ def capture(
         )
     if route == "torch":
         applied.append("route: the torch route, as capture(route='torch') asked (the exported program as one step)")
-    plan.watch = watch_of(model, program, graph, place)
+    plan.watch = watch_of(model, program, graph)
     plan.notes[:0] = applied
     plan.timings.capture = captured - started
     plan.timings.plan = time.perf_counter() - captured

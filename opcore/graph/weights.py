@@ -30,14 +30,14 @@ from opcore.graph.errors import WeightsError
 from opcore.graph.ir import Graph
 from opcore.graph.measuring import verdict_text
 from opcore.torchkit.watch import TensorWatch
-from opcore.types import Device, TensorMeta
+from opcore.types import TensorMeta
 
 __all__ = ["refresh", "watch_of"]
 
 _NOTE = "weights: "
 
 
-def watch_of(model: Any, program: Any, graph: Graph, device: Device) -> TensorWatch:
+def watch_of(model: Any, program: Any, graph: Graph) -> TensorWatch:
     """The watch of every parameter and buffer of ``model`` that ``graph`` holds as a constant
     (labelled with the constant's name), from the exported ``program``'s signature."""
     slots = []
