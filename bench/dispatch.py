@@ -247,7 +247,6 @@ def path_rows(rounds: int = 80, number: int = 1000) -> list[tuple[str, ...]]:
     (dispatch.run_python) and the compiled fast path in front of it (opcore._fastrun). Then the same
     for numpy arrays on the reference backend (direct: its kernel).
     """
-    import timeit
 
     import torch
     import torch.nn.functional as F
@@ -282,6 +281,22 @@ def path_rows(rounds: int = 80, number: int = 1000) -> list[tuple[str, ...]]:
             lambda: pure("softmax", x, dim=-1), lambda: run("softmax", x, dim=-1),
         ),
     }  # fmt: skip
+    best = _fastest(cases, rounds, number)
+    rows = []
+    for label in cases:
+        direct = best[(label, 0)]
+        over = [f"{best[(label, i)] * 1e6:.2f} ({(best[(label, i)] - direct) * 1e6:+.2f})" for i in (1, 2, 3)]
+        rows.append((label, f"{direct * 1e6:.2f}", *over))
+    return rows + _numpy_path_rows(rounds, number)
+
+
+def _fastest(
+    cases: dict[str, tuple[Callable[[], object], ...]], rounds: int, number: int
+) -> dict[tuple[str, int], float]:
+    """Each call's fastest time per call over ``rounds`` interleaved rounds of ``number`` calls, by
+    (label, position), after one untimed call of each (path_rows, _numpy_path_rows)."""
+    import timeit
+
     for calls in cases.values():
         for call in calls:
             call()
@@ -291,17 +306,11 @@ def path_rows(rounds: int = 80, number: int = 1000) -> list[tuple[str, ...]]:
             for i, call in enumerate(calls):
                 t = timeit.timeit(call, number=number) / number
                 best[(label, i)] = min(best.get((label, i), 1.0), t)
-    rows = []
-    for label in cases:
-        direct = best[(label, 0)]
-        over = [f"{best[(label, i)] * 1e6:.2f} ({(best[(label, i)] - direct) * 1e6:+.2f})" for i in (1, 2, 3)]
-        rows.append((label, f"{direct * 1e6:.2f}", *over))
-    return rows + _numpy_path_rows(rounds, number)
+    return best
 
 
 def _numpy_path_rows(rounds: int, number: int) -> list[tuple[str, ...]]:
     """path_rows for numpy arrays: the reference backend alone (as numpy_table), against its kernel."""
-    import timeit
 
     from opcore import dispatch
 
@@ -324,15 +333,7 @@ def _numpy_path_rows(rounds: int, number: int) -> list[tuple[str, ...]]:
             ),
             "numpy relu(x)": (lambda: elementwise.relu(x), lambda: pure("relu", x), lambda: run("relu", x)),
         }
-        for calls in cases.values():
-            for call in calls:
-                call()
-        best: dict[tuple[str, int], float] = {}
-        for _ in range(rounds):
-            for label, calls in cases.items():
-                for i, call in enumerate(calls):
-                    t = timeit.timeit(call, number=number) / number
-                    best[(label, i)] = min(best.get((label, i), 1.0), t)
+        best = _fastest(cases, rounds, number)
     finally:
         opcore.configure(disable=None)
     rows = []
