@@ -85,11 +85,18 @@ class Plan:
             problem = result_problem(result, selection.outputs, selection.caller_kind, listed(selection))
             if problem is None:
                 return result
-            broken = result_error(selection.contract.name, kernel.title, kernel.source, problem)
-            if selection.pin is not None or selection.strict:
-                raise broken
-            warn_once(selection.contract.name, kernel.backend, broken, f"the result of kernel {kernel.source}")
-            self.drop_first(str(broken))
+            self.reject_first(kernel, problem)
+
+    def reject_first(self, kernel: Kernel, problem: str) -> None:
+        """The first kernel's result broke the contract (``problem``): KernelResultError when pinned
+        or strict, else one warning and the kernel dropped (drop_first). run's and resolve's first calls.
+        """
+        selection = self.selection
+        broken = result_error(selection.contract.name, kernel.title, kernel.source, problem)
+        if selection.pin is not None or selection.strict:
+            raise broken
+        warn_once(selection.contract.name, kernel.backend, broken, f"the result of kernel {kernel.source}")
+        self.drop_first(str(broken))
 
     def drop_first(self, reason: str) -> None:
         """Never run the first kernel for this signature again: the next accepted one, or the

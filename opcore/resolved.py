@@ -16,7 +16,7 @@ from opcore.registry import load_kernel_callable
 from opcore.results import listed as _listed
 from opcore.results import result_error, result_problem
 from opcore.runtime import runtime
-from opcore.selection import Selection, select, warn_once
+from opcore.selection import Selection, select
 from opcore.settings import ContextPolicy, context_policy
 from opcore.types import _is_torch_tensor, is_tensor
 
@@ -313,11 +313,7 @@ class _Signatures:
                 if key == self.example_key:
                     self.mark(plan.recover)  # the fast branch may serve the examples' signature now
             return result
-        broken = result_error(selection.contract.name, chosen.title, chosen.source, problem)
-        if selection.pin is not None or selection.strict:
-            raise broken
-        warn_once(selection.contract.name, chosen.backend, broken, f"the result of kernel {chosen.source}")
-        plan.drop_first(str(broken))
+        plan.reject_first(chosen, problem)
         self._route(key, plan)
         return plan.first_call(bound)
 
