@@ -28,7 +28,6 @@ import opcore
 from opcore.backend import DEFAULT_PRIORITIES, BackendSpec
 from opcore.types import ArrayKind, DeviceType
 from opcore_cuda import __version__, choice, system
-from opcore_cuda.dtypes import CUBLASLT_DTYPES, CUDA_DIFFERENCES
 
 if TYPE_CHECKING:
     from opcore.kernels import Checker
@@ -76,6 +75,10 @@ def opcore_backend() -> BackendSpec:
 def opcore_register_kernels(registrar: Registrar) -> None:
     """The shared torch kernels for CUDA, the cuBLASLt epilogue kernels on top, and the ATen fallback."""
     from opcore.torchkit.registration import register_aten_fallback, register_torch_kernels
+
+    # imported here, not with the module: without a usable GPU nothing registers, and the first
+    # opcore.run need not derive the CUDA dtype tables (issue 15)
+    from opcore_cuda.dtypes import CUBLASLT_DTYPES, CUDA_DIFFERENCES
 
     known = registrar.contracts
     register_torch_kernels(
