@@ -141,6 +141,16 @@ def test_a_loaded_plan_is_frozen_until_its_constants_are_edited_and_refreshed(tm
     matches(loaded, model, x)
 
 
+def test_a_loaded_plan_s_constant_set_to_no_tensor_raises_naming_the_weight(tmp_path) -> None:
+    _, _, plan = capture("kernels")
+    plan.save(tmp_path / "p")
+    loaded = opcore.graph.load(tmp_path / "p")
+    name = next(n for n, source in loaded.graph.sources.items() if source == "q.weight")
+    loaded.constants[name] = loaded.constants[name].tolist()  # it raised ArgumentError naming 'array'
+    with pytest.raises(WeightsError, match=r"'q\.weight' expected a tensor float32\[32, 32\].*found list"):
+        loaded.refresh()
+
+
 def test_a_tensor_watch_sees_each_kind_of_change() -> None:
     layer = torch.nn.Linear(2, 2)
     watch = TensorWatch.of([("w", layer._parameters, "weight"), ("b", layer._parameters, "bias")])

@@ -30,7 +30,7 @@ from opcore.graph.errors import WeightsError
 from opcore.graph.ir import Graph
 from opcore.graph.measuring import verdict_text
 from opcore.torchkit.watch import TensorWatch
-from opcore.types import TensorMeta
+from opcore.types import TensorMeta, is_tensor
 
 __all__ = ["refresh", "watch_of"]
 
@@ -97,7 +97,16 @@ def _checked(graph: Graph, name: str, tensor: Any) -> Any:
     fix = "capture the model again (opcore.graph.capture) for weights of another shape or dtype"
     if tensor is None:
         raise WeightsError(f"the model's {source} is gone (None) since capture", op="Plan", fix=fix)
-    want, found = graph.meta(name), TensorMeta.of(tensor)
+    want = graph.meta(name)
+    if not is_tensor(tensor):  # a loaded plan's constants edited by hand: TensorMeta would not name the weight
+        raise WeightsError(
+            op="Plan",
+            arg=source,
+            expected=f"a tensor {want.dtype.value}{list(want.shape)}, as at capture",
+            found=type(tensor).__name__,
+            fix="set plan.constants[name] to a torch.Tensor (or numpy array) of that shape and dtype",
+        )
+    found = TensorMeta.of(tensor)
     if (want.shape, want.dtype) != (found.shape, found.dtype):
         raise WeightsError(
             op="Plan",
