@@ -81,7 +81,7 @@ def test_load_state_dict_is_seen_copied_or_assigned(kind: str) -> None:
     third = llama(seed=2)
     model.load_state_dict({k: v.clone() for k, v in third.state_dict().items()}, assign=True)
     matches(plan, third, x)
-    assert "refreshed 2 times" in refreshed(plan)
+    assert "refreshed 2 times" in refreshed(plan) and plan.refreshes == 2
 
 
 def test_an_assigned_parameter_and_swapped_data_are_seen() -> None:

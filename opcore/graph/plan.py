@@ -95,6 +95,7 @@ class Plan:
         # the model's parameters and buffers the constants were taken from, as they were then:
         # compared before every call (a change refreshes the plan); None: a loaded plan (frozen)
         self.watch: TensorWatch | None = None
+        self.refreshes = 0  # how often the plan took its weights again (opcore.graph.weights)
 
     @property
     def device(self) -> Device:

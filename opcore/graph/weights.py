@@ -149,11 +149,9 @@ def _as_compiled(compiled: Any) -> Callable[[Any], Any]:
 
 def _note(plan: Any, names: list[str], recompiled: list[str], seconds: float, called: bool) -> None:
     """One note per plan, updated: how often it was refreshed, after what, at what cost."""
-    previous = next((n for n in plan.notes if n.startswith(_NOTE)), None)
-    count = 1
-    if previous is not None:
-        plan.notes.remove(previous)
-        count = int(previous.split(" refreshed ")[1].split(" time")[0]) + 1
+    plan.notes[:] = [n for n in plan.notes if not n.startswith(_NOTE)]
+    plan.refreshes += 1
+    count = plan.refreshes
     shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
     parts = [f"partitions {', '.join(recompiled)} compiled again" if recompiled else "no partition held them"]
     parts.append("kernels resolved again")
