@@ -501,3 +501,9 @@ def test_clone_and_alias_map_to_clone_without_rewrites():
     assert "aten.clone.default" in ops, ops
     for got, want in zip(plan(x), Copies()(x)):
         assert torch.equal(got, want)
+
+
+def test_a_function_is_no_model_and_the_error_says_how_to_wrap_it():
+    with pytest.raises(opcore.ArgumentError, match="torch.nn.Module") as info:
+        opcore.graph.capture(torch.relu, (torch.randn(2, 3),))
+    assert info.value.fix is not None and "forward" in info.value.fix

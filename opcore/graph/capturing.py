@@ -146,7 +146,13 @@ def export(model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic
     import torch
 
     if not isinstance(model, torch.nn.Module):
-        raise ArgumentError(op=_CAPTURE, arg="model", expected="a torch.nn.Module", found=type(model).__name__)
+        raise ArgumentError(
+            op=_CAPTURE,
+            arg="model",
+            expected="a torch.nn.Module",
+            found=type(model).__name__,
+            fix="wrap a function in a torch.nn.Module whose forward calls it",
+        )
     try:
         program = torch.export.export(model, args, dict(kwargs), dynamic_shapes=dynamic_shapes, strict=False)
         # functionalise (no in-place ops left) and decompose only what _DECOMPOSED names: every other
