@@ -209,10 +209,11 @@ class Plan:
 
     def follow(self) -> None:
         """Refresh the plan if a weight it watches changed since (a call does this first)."""
-        if self.watch is not None and self.watch.stale():
+        changed = [] if self.watch is None else self.watch.changed()
+        if changed:
             from opcore.graph.weights import refresh
 
-            refresh(self, self.watch.changed(), called=True)
+            refresh(self, changed, called=True)
 
     def refresh(self) -> list[str]:
         """Prepare the plan again for the current weights: partitions holding a changed weight are

@@ -64,15 +64,15 @@ def refresh(plan: Any, changed: Sequence[str] | None, *, called: bool = False) -
 
     started = time.perf_counter()
     constants = dict(plan.constants)
-    if changed is None:
+    if changed is None:  # a loaded plan: its constants, perhaps edited by hand
         taken = list(plan.graph.constants)
+        for name in taken:
+            _checked(plan.graph, name, constants[name])
     else:
         taken = list(changed)
         now = plan.watch.current()
         for name in taken:
             constants[name] = _checked(plan.graph, name, now[name]).detach().to(plan.options.device)
-    for name in taken:
-        _checked(plan.graph, name, constants[name])
     names = [plan.graph.sources.get(n, n) for n in taken]
     if not taken:
         return names
