@@ -22,10 +22,14 @@ def medians(
     cases: Mapping[str, Callable[[], object]],
     repeats: int = 31,
     pick: Callable[[list[float]], float] = statistics.median,
+    warmup: int = 0,
 ) -> dict[str, float]:
     """Median seconds per call of each case. The cases take turns, in a new order each round, so
     drift and what ran just before (warm caches, a 64 MB weight just streamed) hit them alike.
     ``pick=min``: the fastest round instead (on a shared machine other processes only add time).
+    ``warmup``: untimed calls before each timed sample, so that a case is timed as it runs in a loop
+    and not as the first call after another case (which, for whole models, also pays the thread pools
+    the previous case left spinning: bench/graph.py prints that switching cost apart).
     """
     numbers = {name: calibrate(fn) for name, fn in cases.items()}
     samples: dict[str, list[float]] = {name: [] for name in cases}
@@ -34,6 +38,8 @@ def medians(
     for _ in range(repeats):
         shuffle(order)
         for name in order:
+            for _ in range(warmup):
+                cases[name]()
             samples[name].append(timeit.timeit(cases[name], number=numbers[name]) / numbers[name])
     return {name: pick(values) for name, values in samples.items()}
 

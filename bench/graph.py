@@ -5,7 +5,9 @@ Models (random weights, fp32, built from configs: nothing is downloaded): three 
 and BERT (BertModel) — each with 2 layers, hidden 512, 8 heads, vocabulary 4096, on 64 tokens;
 and a small ResNet-style CNN written here (three stages of two basic blocks, BatchNorm, 64x64
 images). Batch 1 and 8, torch.set_num_threads(2) (ONNX Runtime and OpenVINO use their defaults,
-which are the machine's cores: 2 here). Medians of interleaved rounds (bench/_timing.py).
+which are the machine's cores: 2 here). Medians of interleaved rounds (bench/_timing.py), each
+sample after one untimed call, so that a column is timed as it runs in a loop; the first call of
+the ranked plan right after eager (and of eager right after it) is printed apart ("switching").
 
 Columns: eager; torch.compile (Inductor, compile time apart); OpenVINO ``convert_model`` used
 directly and an ONNX Runtime session of ``torch.onnx.export`` (each where it works, else why
@@ -428,8 +430,33 @@ def bench_model(case: ModelCase, batch: int, skip: set[str], rounds: int, fastes
     # every column called as eager is: under torch.inference_mode() (what a user timing inference
     # does; the plan and route columns ran without it before, eager with it: about 4 % apart)
     runs = {label: _inference(run) for label, run in runs.items()}
-    result.times = medians(runs, repeats=rounds, pick=min if fastest else statistics.median)
+    # each sample after one untimed call: a column as it runs in a loop; switching() times the
+    # first call after the other runtime apart
+    pick = min if fastest else statistics.median
+    result.times = medians(runs, repeats=rounds, pick=pick, warmup=1)
+    if "plan" in runs:
+        result.extra["switching"] = switching(runs["eager"], runs["plan"], result.times, rounds, pick)
     return result
+
+
+def switching(
+    eager: Callable[[], Any], plan: Callable[[], Any], times: dict[str, float], rounds: int, pick: Any
+) -> str:
+    """The ranked plan's first call right after eager, and eager's right after the plan, against each
+    called in a loop: the thread pool one runtime leaves busy (torch's OpenMP workers spin a few ms
+    after eager work; ONNX Runtime's pool no longer does, opcore_onnxruntime.session_options) takes
+    the cores the next one needs."""
+    after: dict[str, list[float]] = {"plan": [], "eager": []}
+    for _ in range(rounds):
+        for first, then, label in ((eager, plan, "plan"), (plan, eager, "eager")):
+            first()
+            started = time.perf_counter()
+            then()
+            after[label].append(time.perf_counter() - started)
+    return (
+        f"plan right after eager {pick(after['plan']) * 1e3:.2f} ms (in a loop {times['plan'] * 1e3:.2f}); "
+        f"eager right after the plan {pick(after['eager']) * 1e3:.2f} ms (in a loop {times['eager'] * 1e3:.2f})"
+    )
 
 
 def save_and_load(plan: Any, folder: pathlib.Path, x: torch.Tensor, reference: torch.Tensor, result: Result) -> None:

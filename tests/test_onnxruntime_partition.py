@@ -169,3 +169,18 @@ def test_external_initializers_are_optimized_as_embedded_ones(tmp_path: pathlib.
                 onnx.numpy_helper.from_array(part.externals[tensor.name], tensor.name)
             )
     assert _optimized(part, tmp_path) == _optimized(part, tmp_path, embedded)
+
+
+def test_partitions_built_and_loaded_stop_spinning_when_a_run_returns(tmp_path: pathlib.Path) -> None:
+    # a whole-model run followed by torch work is where the pool's spin cost most (eager torch right
+    # after a plan's onnxruntime partition took 2-2.5x its time alone on 2 cores): opcore.graph's
+    # partitions get session_options() too, when compiled and when a saved plan loads them
+    from opcore_onnxruntime.partition import load_partition
+
+    values = {"x": numpy.ones((2, 3), "float32"), "y": numpy.ones((2, 3), "float32")}
+    part = _compile((PartNode("relu", (R("x"),), ("y",)),), values, ("x",), ("y",))
+    record = part.save(tmp_path)
+    spec = PartitionSpec("p0", (), ("x",), {}, ("y",), {n: TensorMeta.of(v) for n, v in values.items()})
+    loaded = load_partition(tmp_path, record, spec)
+    for session in (part.session, loaded.session):
+        assert session.get_session_options().get_session_config_entry("session.force_spinning_stop") == "1"

@@ -42,9 +42,14 @@ ROUNDS = 5
 def interleaved(cases: Mapping[str, Callable[[], Any]], rounds: int = ROUNDS) -> dict[str, float]:
     """Seconds per call of each case, the fastest of ``rounds`` rounds: one warm-up call each, then
     rounds in a new shuffled order each (drift and warm caches hit every case alike), each round
-    timing enough calls to last about a millisecond (opcore.tuning's calibration). The fastest, not
-    the median: on a shared machine other processes only ever add time, and a median of a few rounds
-    under load compares the neighbours' bursts more than the two cases."""
+    timing enough calls to last about a millisecond (opcore.tuning's calibration) after one untimed
+    call. The fastest, not the median: on a shared machine other processes only ever add time, and a
+    median of a few rounds under load compares the neighbours' bursts more than the two cases.
+
+    The untimed call: the first call after another case pays for the thread pools that case left
+    busy — torch's OpenMP workers spin a few milliseconds after eager work, and a graph runtime's
+    pool after its run — which is the cost of switching runtimes, not of the case called in a loop
+    (on 2 cores an OpenVINO partition right after eager torch took 13.7 ms, 9.7 ms in a loop)."""
     from opcore.tuning.measure import _calibrate, _timed
 
     def sync() -> None:
@@ -60,6 +65,7 @@ def interleaved(cases: Mapping[str, Callable[[], Any]], rounds: int = ROUNDS) ->
     for _ in range(rounds):
         shuffle(order)
         for label in order:
+            cases[label]()
             samples[label].append(_timed(cases[label], numbers[label], sync) * 1e-6)
     return {label: min(values) for label, values in samples.items()}
 

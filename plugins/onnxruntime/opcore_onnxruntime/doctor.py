@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 
 from opcore.onemodel.plugin import probe
@@ -52,4 +53,13 @@ def describe() -> Mapping[str, str]:
     probe(lines, "ep devices", _ep_devices)
     probe(lines, "opset", _opset)
     probe(lines, "session cache", SESSIONS.describe)
+    probe(lines, "threads", _threads)
     return lines
+
+
+def _threads() -> str:
+    from opcore_onnxruntime.session import KEEP_SPINNING
+
+    if os.environ.get(KEEP_SPINNING) == "1":
+        return f"onnxruntime's default: the pool spins after each run ({KEEP_SPINNING}=1)"
+    return f"the pool stops spinning when a run returns [set {KEEP_SPINNING}=1 to keep onnxruntime's default]"

@@ -17,6 +17,7 @@ at onnxruntime's full optimization, it is built again at lower levels (``OPTIMIZ
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +33,7 @@ from opcore_onnxruntime.graph import Graph, Value
 
 __all__ = [
     "ATTRIBUTE",
+    "KEEP_SPINNING",
     "OPERAND",
     "OPTIMIZATION_LEVELS",
     "TENSOR",
@@ -55,16 +57,31 @@ OPTIMIZATION_LEVELS = (
     onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL,
 )
 
+# "1": onnxruntime's own default, the pool threads keep spinning after a run (session_options)
+KEEP_SPINNING = "OPCORE_ORT_KEEP_SPINNING"
+
 _opset: tuple[int, int] | None = None
 _opset_lock = threading.Lock()
 
 
 def session_options() -> onnxruntime.SessionOptions:
-    """The options of every session opcore opens (fatal-only logging)."""
+    """The options of every session opcore opens: fatal-only logging, and the intra-op threads stop
+    spinning when a run returns (unless ``OPCORE_ORT_KEEP_SPINNING=1``).
+
+    onnxruntime's pool threads spin after each run, waiting for the next one. In a process that also
+    runs torch (or another runtime) that spin takes the cores the next work needs: on 2 cores an
+    onnxruntime gelu followed by a torch matmul took 2.1x their separate times, and eager torch right
+    after a whole-model onnxruntime plan 2-2.5x its time alone. ``session.force_spinning_stop`` keeps
+    the spinning inside a run and ends it when the run returns: the pair then costs its parts, a
+    whole-model run (ms) is unchanged, and a tiny run pays a thread wake-up (microseconds) instead.
+    docs/benchmarks.md "Thread pools in one process" has the figures.
+    """
     options = onnxruntime.SessionOptions()
     # fatal only: a one-op model's "unused input" notes are noise, and a failed build is retried
     # (open_session) or raised with onnxruntime's message
     options.log_severity_level = 4
+    if os.environ.get(KEEP_SPINNING) != "1":
+        options.add_session_config_entry("session.force_spinning_stop", "1")
     return options
 
 
