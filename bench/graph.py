@@ -271,12 +271,17 @@ def openvino_direct(model: nn.Module, x: torch.Tensor) -> Callable[[], numpy.nda
 
 def onnxruntime_direct(model: nn.Module, x: torch.Tensor, folder: pathlib.Path) -> Callable[[], numpy.ndarray]:
     import onnxruntime
+    from opcore_onnxruntime.session import session_options
 
     path = folder / "model.onnx"
     with warnings.catch_warnings(), _quiet():  # the exporter prints the whole graph when it fails
         warnings.simplefilter("ignore")
         torch.onnx.export(model, (x,), str(path), input_names=["x"], output_names=["y"], dynamo=False)
-    options = onnxruntime.SessionOptions()
+    # the options opcore's sessions get (onnxruntime's defaults, and the pool stops spinning when a
+    # run returns): with onnxruntime's default spin its pool keeps a core for ~10 ms after each run,
+    # and the column timed next — eager, or a plan's partition — ran on what was left (the BERT
+    # layer's one partition read 0.6-0.7x this column at 2 threads that way, 1.0x with the same options)
+    options = session_options()
     options.log_severity_level = 3
     session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     feeds = {"x": x.numpy()}

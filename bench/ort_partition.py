@@ -49,10 +49,12 @@ from graph import MODELS, onnxruntime_direct
 
 
 def session(source: Any, externals: dict[str, numpy.ndarray], threads: int, **settings: Any) -> Any:
-    """An InferenceSession as the partition's is made (default options), with ``settings`` set."""
+    """An InferenceSession as the partition's is made (opcore_onnxruntime.session.session_options:
+    the pool stops spinning when a run returns), with ``settings`` set."""
     import onnxruntime
+    from opcore_onnxruntime.session import session_options
 
-    options = onnxruntime.SessionOptions()
+    options = session_options()
     options.log_severity_level = 3
     options.intra_op_num_threads = threads
     for name, value in settings.items():
