@@ -96,17 +96,25 @@ div = ov_kernel("div", build_div)
 
 
 def apply_relu(g: Graph, x: Node) -> Node:
-    """max(x, 0) in x's dtype; integers through Maximum in int32 (the CPU's Relu rounds them via float)."""
+    """max(x, 0) in x's dtype; integers through Maximum in int32 (the CPU's Relu rounds them via float).
+
+    Floats as Select(x < 0, 0, x): NaN < 0 is false, so NaN stays NaN, and -0.0 stays -0.0, as in
+    torch. The CPU plugin's Relu turns NaN into 0; it was Select(IsNaN(x), x, Relu(x)), which the
+    plugin runs as two passes over x after the producer (an IsNaN Eltwise and a Subgraph): 13 of
+    each in the ResNet-style CNN, ~4 % of its time (docs/benchmarks.md). This form is one fused
+    Subgraph pass; a NaN-keeping form that fuses into the Convolution (Abs(Elu(x, 0))) ran slower,
+    its exp on every element."""
     dtype = dtype_of(x)
     if dtype.kind == "u":
         return x
     if dtype.kind == "i":
         return g.cast(ops.maximum(g.cast(x, I32), g.const(0, I32)), dtype)
-    return keep_nan(x, ops.relu(x))
+    zero = g.const(0, dtype)
+    return ops.select(ops.less(x, zero), zero, x)
 
 
 def keep_nan(x: Node, result: Node) -> Node:
-    """``result`` with NaN wherever x is NaN: the CPU plugin's Relu and Exp turn NaN into 0 and inf."""
+    """``result`` with NaN wherever x is NaN: the CPU plugin's Exp turns NaN into inf."""
     return ops.select(ops.is_nan(x), x, result)
 
 

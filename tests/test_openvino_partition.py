@@ -1,0 +1,148 @@
+"""The OpenVINO model an openvino partition compiles, and what the CPU plugin executes of it (its
+runtime model): the forms that let the plugin fuse as it does in ``openvino.convert_model``'s models
+(docs/benchmarks.md, "Whole models as one OpenVINO partition"), with results exact against PyTorch."""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import numpy
+import pytest
+import torch
+
+pytest.importorskip("openvino", reason="the openvino partition compiler needs openvino")
+
+from opcore.graph.partition import PartitionSpec, PartNode, ValueRef, compilers
+from opcore.types import TensorMeta
+
+R = ValueRef
+
+
+def _compile(
+    nodes: tuple[PartNode, ...], values: dict[str, Any], inputs: tuple[str, ...], outputs: tuple[str, ...]
+) -> Any:
+    constants = {n: v for n, v in values.items() if n not in inputs and n not in _produced(nodes)}
+    metas = {n: TensorMeta.of(v) for n, v in values.items()}
+    return compilers()["openvino"].compile(PartitionSpec("p0", nodes, inputs, constants, outputs, metas))
+
+
+def _produced(nodes: tuple[PartNode, ...]) -> set[str]:
+    return {name for node in nodes for name in node.outputs}
+
+
+def _written(part: Any) -> collections.Counter[str]:
+    return collections.Counter(op.get_type_name() for op in part.model.get_ordered_ops())
+
+
+def _executed(part: Any) -> collections.Counter[str]:
+    """The CPU plugin's runtime model by layerType (after its fusions)."""
+    ops = part.compiled.get_runtime_model().get_ordered_ops()
+    return collections.Counter(op.get_rt_info()["layerType"].astype(str) for op in ops)
+
+
+def test_relu_after_conv_and_batch_norm_is_one_pass_that_keeps_nan() -> None:
+    # The CNN's cause (docs/benchmarks.md): relu was Select(IsNaN(x), x, Relu(x)), which the CPU
+    # plugin ran as two passes after each convolution (an IsNaN Eltwise, then a Subgraph). As
+    # Select(x < 0, 0, x) it is one Subgraph; the batch norm's formula is folded into the
+    # convolution either way.
+    rng = numpy.random.default_rng(3)
+    values: dict[str, Any] = {
+        "x": rng.standard_normal((2, 8, 9, 9)).astype("float32"),
+        "kernel": (rng.standard_normal((8, 8, 3, 3)) / 9).astype("float32"),
+        "mean": rng.uniform(-0.1, 0.1, 8).astype("float32"),
+        "var": rng.uniform(0.5, 1.5, 8).astype("float32"),
+        "gamma": rng.uniform(0.5, 1.5, 8).astype("float32"),
+        "beta": rng.uniform(-0.5, 0.5, 8).astype("float32"),
+    }
+    values["x"][1, 3, 4, 4] = numpy.nan  # NaN spreads over the second image's 3x3 neighbourhood
+    t = {n: torch.from_numpy(v) for n, v in values.items()}
+    conv = torch.nn.functional.conv2d(t["x"], t["kernel"], padding=1)
+    bn = torch.nn.functional.batch_norm(conv, t["mean"], t["var"], t["gamma"], t["beta"])
+    expected = torch.relu(bn).numpy()
+    values.update(conv=conv.numpy(), bn=bn.numpy(), y=expected)
+    nodes = (
+        PartNode("conv2d", (R("x"), R("kernel"), None, (1, 1), (1, 1), (1, 1), 1), ("conv",)),
+        PartNode("batch_norm", (R("conv"), R("mean"), R("var"), R("gamma"), R("beta"), False, 0.1, 1e-5), ("bn",)),
+        PartNode("relu", (R("bn"),), ("y",)),
+    )
+    part = _compile(nodes, values, ("x",), ("y",))
+    written = _written(part)
+    assert written["Less"] == 1 and written["Select"] == 1 and "IsNaN" not in written, written
+    executed = _executed(part)
+    assert executed["Convolution"] == 1 and "Eltwise" not in executed and executed["Subgraph"] <= 1, executed
+    (y,) = part(values["x"])
+    assert numpy.isnan(y).sum() == numpy.isnan(expected).sum() > 0
+    numpy.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)  # NaN where torch has NaN
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_relu_matches_torch_on_nan_infinities_and_signed_zeros(dtype: str) -> None:
+    x = numpy.array([numpy.nan, -numpy.inf, -1.5, -0.0, 0.0, 1e-30, 2.5, numpy.inf], dtype)
+    expected = torch.relu(torch.from_numpy(x)).numpy()
+    nodes = (PartNode("relu", (R("x"),), ("y",)),)
+    (y,) = _compile(nodes, {"x": x, "y": expected}, ("x",), ("y",))(x)
+    assert y.dtype == expected.dtype
+    numpy.testing.assert_array_equal(y, expected)
+    numpy.testing.assert_array_equal(numpy.signbit(y), numpy.signbit(expected))  # relu(-0.0) is -0.0 in torch
+
+
+def test_an_encoder_layer_is_written_in_the_forms_the_cpu_plugin_fuses() -> None:
+    # linear as MatMul(transpose_b) with a constant weight: executed as FullyConnected (pre-packed);
+    # layer_norm as MVN; gelu as Gelu; attention as ScaledDotProductAttention — as
+    # openvino.convert_model writes BERT (bench/ort_partition.py --engine openvino), not as formulas
+    rng = numpy.random.default_rng(5)
+    hidden, heads, batch, sequence = 16, 2, 2, 6
+
+    def w(*shape: int) -> numpy.ndarray:
+        return (rng.standard_normal(shape) / numpy.sqrt(shape[-1])).astype("float32")
+
+    values: dict[str, Any] = {
+        "x": rng.standard_normal((batch, sequence, hidden)).astype("float32"),
+        **{name: w(hidden, hidden) for name in ("wq", "wk", "wv", "wo")},
+        "wi": w(32, hidden),
+        "bi": w(32),
+        "wd": w(hidden, 32),
+        "ln_w": (1 + 0.1 * rng.standard_normal(hidden)).astype("float32"),
+        "ln_b": (0.1 * rng.standard_normal(hidden)).astype("float32"),
+    }
+    split = (batch, sequence, heads, hidden // heads)
+    nodes = (
+        *(PartNode("linear", (R("x"), R(f"w{p}"), None), (p,)) for p in "qkv"),
+        *(PartNode("reshape", (R(p), split), (f"{p}4",)) for p in "qkv"),
+        *(PartNode("transpose", (R(f"{p}4"), 1, 2), (f"{p}t",)) for p in "qkv"),
+        PartNode("scaled_dot_product_attention", (R("qt"), R("kt"), R("vt"), None, 0.0, False, None, False), ("a",)),
+        PartNode("transpose", (R("a"), 1, 2), ("at",)),
+        PartNode("reshape", (R("at"), (batch, sequence, hidden)), ("a3",)),
+        PartNode("linear", (R("a3"), R("wo"), None), ("o",)),
+        PartNode("add", (R("x"), R("o"), 1), ("r",)),
+        PartNode("layer_norm", (R("r"), (hidden,), R("ln_w"), R("ln_b"), 1e-12), ("n",)),
+        PartNode("linear", (R("n"), R("wi"), R("bi")), ("i",)),
+        PartNode("gelu", (R("i"), "none"), ("g",)),
+        PartNode("linear", (R("g"), R("wd"), None), ("y",)),
+    )
+    t = {n: torch.from_numpy(v) for n, v in values.items()}
+    f = torch.nn.functional
+    q, k, v = (f.linear(t["x"], t[f"w{p}"]).reshape(split).transpose(1, 2) for p in "qkv")
+    a = f.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(batch, sequence, hidden)
+    r = t["x"] + f.linear(a, t["wo"])
+    n = f.layer_norm(r, (hidden,), t["ln_w"], t["ln_b"], 1e-12)
+    expected = f.linear(f.gelu(f.linear(n, t["wi"], t["bi"])), t["wd"])
+    # the intermediate values only give their metas
+    shapes = {"q": (batch, sequence, hidden), "q4": split, "qt": (batch, heads, sequence, hidden // heads)}
+    for p in "qkv":
+        for suffix, shape in (("", shapes["q"]), ("4", shapes["q4"]), ("t", shapes["qt"])):
+            values[f"{p}{suffix}"] = numpy.zeros(shape, "float32")
+    values.update(a=values["qt"], at=values["q4"], a3=values["q"], o=values["q"], r=values["q"], n=values["q"])
+    values.update(i=numpy.zeros((batch, sequence, 32), "float32"), g=numpy.zeros((batch, sequence, 32), "float32"))
+    values["y"] = expected.numpy()
+    part = _compile(nodes, values, ("x",), ("y",))
+    written = _written(part)
+    assert written["MVN"] == 1 and written["Gelu"] == 1 and written["ScaledDotProductAttention"] == 1, written
+    assert not {"ReduceMean", "Sqrt", "Erf", "Softmax", "Power"} & set(written), written
+    matmuls = [op for op in part.model.get_ordered_ops() if op.get_type_name() == "MatMul"]
+    assert len(matmuls) == 6 and all(op.get_attributes()["transpose_b"] for op in matmuls)
+    executed = _executed(part)
+    assert executed["FullyConnected"] == 6 and executed["MVN"] == 1 and "MatMul" not in executed, executed
+    (y,) = part(values["x"])
+    numpy.testing.assert_allclose(y, expected.numpy(), rtol=1e-4, atol=1e-5)
