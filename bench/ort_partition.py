@@ -120,13 +120,15 @@ def profile_table(sources: dict[str, tuple[Any, dict[str, numpy.ndarray]]], feed
 def timing_table(runs: dict[str, Callable[[], Any]], rounds: int, one_thread: bool) -> str:
     """Wall time per call, and CPU time: with ``one_thread`` the calling thread's (time.thread_time:
     all of a run's work is on it, and a loaded machine's waits are not), else the process's
-    (time.process_time: ORT's pool threads too, their spinning included)."""
+    (time.process_time: the runtime's pool threads too, ORT's spinning included). The first run is
+    the reference the others are compared with."""
     clock = time.thread_time if one_thread else time.process_time
     wall: dict[str, list[float]] = {label: [] for label in runs}
     used: dict[str, list[float]] = {label: [] for label in runs}
     for fn in runs.values():  # warm-up
         fn()
     order = list(runs)
+    reference = order[0]
     for index in range(rounds):
         random.Random(index).shuffle(order)
         for label in order:
@@ -137,25 +139,133 @@ def timing_table(runs: dict[str, Callable[[], Any]], rounds: int, one_thread: bo
     median = {label: statistics.median(v) for label, v in wall.items()}
     least = {label: min(v) for label, v in wall.items()}
     on_cpu = {label: statistics.median(v) for label, v in used.items()}
-    header: tuple[str, ...] = ("", "median ms", "min ms", "ort direct / this (median)", "(min)")
+    header: tuple[str, ...] = ("", "median ms", "min ms", f"{reference} / this (median)", "(min)")
     rows: list[tuple[str, ...]] = [
         (label, f"{median[label] * 1e3:.2f}", f"{least[label] * 1e3:.2f}",
-         f"{median['ort direct'] / median[label]:.2f}x", f"{least['ort direct'] / least[label]:.2f}x")
+         f"{median[reference] / median[label]:.2f}x", f"{least[reference] / least[label]:.2f}x")
         for label in runs
     ]  # fmt: skip
-    header += ("thread cpu ms" if one_thread else "process cpu ms", "ort direct / this (cpu)")
-    rows = [(*row, f"{on_cpu[label] * 1e3:.2f}", f"{on_cpu['ort direct'] / on_cpu[label]:.3f}x")
+    header += ("thread cpu ms" if one_thread else "process cpu ms", f"{reference} / this (cpu)")
+    rows = [(*row, f"{on_cpu[label] * 1e3:.2f}", f"{on_cpu[reference] / on_cpu[label]:.3f}x")
             for row, label in zip(rows, runs)]  # fmt: skip
     return table(header, rows)
 
 
-def take_apart(name: str, batch: int, rounds: int, threads: int, profile: bool) -> None:
+# --- OpenVINO (--engine openvino) ---------------------------------------------------------------
+
+
+def ov_compiled(model: Any, threads: int, **settings: str) -> Any:
+    """A CompiledModel made as the partition's (opcore_openvino.compiled.CONFIG: float32 precision), at
+    ``threads`` inference threads (0: the plugin's default), with ``settings`` set."""
+    from opcore_openvino.compiled import CONFIG, DEVICE, core
+
+    config = {**CONFIG, **settings}
+    if threads:
+        config["INFERENCE_NUM_THREADS"] = str(threads)
+    return core().compile_model(model, DEVICE, config)
+
+
+def ov_written(model: Any) -> collections.Counter[str]:
+    return collections.Counter(op.get_type_name() for op in model.get_ordered_ops())
+
+
+def ov_executed(compiled: Any) -> collections.Counter[str]:
+    """The CPU plugin's runtime model: its nodes by layerType (runtimePrecision)."""
+    found: collections.Counter[str] = collections.Counter()
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        info = op.get_rt_info()
+        found[f"{info['layerType'].astype(str)} ({info['runtimePrecision'].astype(str)})"] += 1
+    return found
+
+
+def ov_counts_table(models: dict[str, Any], threads: int) -> str:
+    """Op types of both models as written, and the nodes the CPU plugin executes."""
+    found = {}
+    for label, model in models.items():
+        found[f"{label} written"] = ov_written(model)
+    for label, model in models.items():
+        found[f"{label} executed"] = ov_executed(ov_compiled(model, threads))
+    columns = list(found)
+    rows = []
+    for kind in ("written", "executed"):
+        group = [c for c in columns if c.endswith(kind)]
+        for op in sorted(set().union(*(found[c] for c in group)), key=lambda op: (-found[group[-1]][op], op)):
+            rows.append((f"{op} [{kind}]", *(str(found[c][op] or "") if c in group else "" for c in columns)))
+    rows.append(("(nodes)", *(str(sum(found[c].values())) for c in columns)))
+    return table(("op type", *columns), rows)
+
+
+def ov_profile_table(models: dict[str, Any], feed: numpy.ndarray, runs: int, threads: int) -> str:
+    """PERF_COUNT on both compiled models, runs alternated: the median per run of each executed layer
+    type's time (layerType and the primitive the plugin chose, e.g. FullyConnected brgemm_avx2_f32)."""
+    requests = {label: ov_compiled(model, threads, PERF_COUNT="YES").create_infer_request()
+                for label, model in models.items()}  # fmt: skip
+    spans: dict[str, list[collections.Counter[str]]] = {label: [] for label in requests}
+    for index in range(runs + 2):
+        for label, request in requests.items():
+            request.infer([feed])
+            if index >= 2:
+                counter: collections.Counter[str] = collections.Counter()
+                for info in request.profiling_info:
+                    if info.status == info.Status.EXECUTED:
+                        counter[f"{info.node_type} {info.exec_type}"] += info.real_time.total_seconds() * 1e3
+                counter["(sum)"] = sum(counter.values())
+                spans[label].append(counter)
+    medians = {label: {op: statistics.median(c[op] for c in found) for op in set().union(*found)}
+               for label, found in spans.items()}  # fmt: skip
+    ops = sorted(set().union(*medians.values()), key=lambda op: -max(m.get(op, 0.0) for m in medians.values()))
+    rows = [(op, *(f"{m.get(op, 0.0):.3f}" for m in medians.values())) for op in ops if max(
+        m.get(op, 0.0) for m in medians.values()) >= 0.001]  # fmt: skip
+    return table(("layer type, primitive (ms per run)", *medians), rows)
+
+
+def ov_runner(compiled: Any, feed: numpy.ndarray) -> Callable[[], Any]:
+    """One infer request, the output copied out (as bench/graph.py's direct column and the partition do)."""
+    request = compiled.create_infer_request()
+    return lambda: (request.infer([feed], share_inputs=True), request.get_output_tensor(0).data.copy())
+
+
+def take_apart_openvino(case: Any, model: Any, x: torch.Tensor, rounds: int, threads: int, profile: bool) -> None:
+    import openvino
+
     import opcore.graph
 
+    plan = opcore.graph.capture(model, (x,), backends=("openvino", "cpu"), partitions=True, measure=False)
+    print(f"### {case.title}, batch {x.shape[0]}: {plan.summary()}\n")
+    if len(plan.partitions) != 1:
+        print("not one partition: nothing to take apart\n")
+        return
+    compiled = plan.partitions[0].compiled
+    direct = openvino.convert_model(model, example_input=(x,))
+    models = {"ov direct": direct, "partition": compiled.model}
+    shapes = {label: " ".join(str(p.get_partial_shape()) for p in m.get_parameters()) for label, m in models.items()}
+    print("inputs: " + ", ".join(f"{label} {shape}" for label, shape in shapes.items()), end="\n\n")
+    print(ov_counts_table(models, threads), end="\n\n")
+    feed = x.numpy()
+    if profile:
+        print(ov_profile_table(models, feed, max(rounds // 4, 5), threads), end="\n\n")
+    runs: dict[str, Callable[[], Any]] = {
+        label: ov_runner(ov_compiled(m, threads), feed) for label, m in models.items()
+    }
+    if not threads:  # the plan's own compiled model runs at the plugin's default threads
+        runs["partition (plan's)"] = lambda: compiled(feed)
+        runs["plan"] = lambda: plan(x)
+    print(timing_table(runs, rounds, False), f"\nload average {os.getloadavg()[0]:.1f}", end="\n\n", flush=True)
+
+
+# --- both -----------------------------------------------------------------------------------------
+
+
+def take_apart(name: str, batch: int, rounds: int, threads: int, profile: bool, engine: str = "onnxruntime") -> None:
     case = MODELS[name]
     torch.manual_seed(0)
     model = case.make().eval()
     x = case.example(batch)
+    if engine == "openvino":
+        take_apart_openvino(case, model, x, rounds, threads, profile)
+        return
+    import opcore.graph
+
     folder = pathlib.Path(tempfile.mkdtemp(prefix="opcore-ort-partition-"))
     direct = onnxruntime_direct(model, x, folder)
     plan = opcore.graph.capture(model, (x,), backends=("onnxruntime", "cpu"), partitions=True, measure=False)
@@ -185,19 +295,22 @@ def _runner(made: Any, feed: numpy.ndarray) -> Callable[[], Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--engine", choices=("onnxruntime", "openvino"), default="onnxruntime")
     parser.add_argument("--models", default="cnn,bert", help=f"comma-separated, of {', '.join(MODELS)}")
     parser.add_argument("--batches", default="1,8")
     parser.add_argument("--rounds", type=int, default=41, help="interleaved rounds (one call each)")
-    parser.add_argument("--ort-threads", type=int, default=0, help="ORT intra-op threads of the sessions this "
-                        "script makes (0: ORT's default, as the plan's and bench/graph.py's sessions)")  # fmt: skip
-    parser.add_argument("--profile", action="store_true", help="ORT's profiler per op type")
+    parser.add_argument("--threads", "--ort-threads", type=int, default=0, dest="threads",
+                        help="threads of the sessions / compiled models this script makes (ORT's intra-op "
+                        "threads, OpenVINO's INFERENCE_NUM_THREADS; 0: the engine's default, as the plan's and "
+                        "bench/graph.py's)")  # fmt: skip
+    parser.add_argument("--profile", action="store_true", help="the engine's profiler per op type")
     options = parser.parse_args()
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")
-    print(f"torch {torch.__version__}, 1 torch thread, load average {os.getloadavg()[0]:.1f}\n")
+    print(f"torch {torch.__version__}, 1 torch thread, {options.engine}, load average {os.getloadavg()[0]:.1f}\n")
     for name in options.models.split(","):
         for batch in (int(b) for b in options.batches.split(",")):
-            take_apart(name, batch, options.rounds, options.ort_threads, options.profile)
+            take_apart(name, batch, options.rounds, options.threads, options.profile, options.engine)
 
 
 if __name__ == "__main__":
