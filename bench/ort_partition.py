@@ -1,27 +1,35 @@
-"""A whole model as one onnxruntime partition against ONNX Runtime used directly, taken apart.
+"""A whole model as one graph-runtime partition against the runtime used directly, taken apart:
+onnxruntime (the default) or, with ``--engine openvino``, OpenVINO.
 
-For each model of ``bench/graph.py`` (same models, inputs and ORT direct session: an
-InferenceSession of ``torch.onnx.export``'s model) and its plan restricted to onnxruntime
-partitions (``capture(..., backends=("onnxruntime", "cpu"), measure=False)``, one partition):
+For each model of ``bench/graph.py`` (same models, inputs and direct runs: an ONNX Runtime
+InferenceSession of ``torch.onnx.export``'s model, or the CPU plugin's compiled model of
+``openvino.convert_model``'s) and its plan restricted to that runtime's partitions
+(``capture(..., backends=(ENGINE, "cpu"), measure=False)``, one partition):
 
-1. **the models ONNX Runtime runs**: op-type counts of the two models as written and as ORT's
+1. **the models the runtime runs**: op-type counts of the two models as written and as ORT's
    optimizer leaves them (``SessionOptions.optimized_model_filepath``; the partition's with its own
-   external initializers);
-2. **where the time goes** (``--profile``): ORT's profiler on both sessions, runs alternated,
-   the median per run of each op type's kernel time;
-3. **the model against our per-run overhead**: ORT direct, the partition's session called alone
-   (numpy in, numpy out: no opcore around it) and the plan (torch tensors in and out), interleaved
-   in a new order each round; median and minimum, and ORT direct's time over each; and CPU time per
-   call: the process's (ORT's pool threads and their spinning included). With ``--ort-threads 1``
-   both sessions are made here at one intra-op thread (no plan column) and the CPU time is the
-   calling thread's: all of a run's work, without the waits of a loaded machine (on the shared
-   2-core machine the wall times of 2-thread sessions move by several times).
+   external initializers); for OpenVINO, as the CPU plugin executes them (the compiled model's
+   ``get_runtime_model()``: each layer's ``layerType`` and ``runtimePrecision``, after its fusions);
+2. **where the time goes** (``--profile``): ORT's profiler on both sessions, or OpenVINO's
+   ``PERF_COUNT`` (per layer type and the primitive it chose), runs alternated, the median per run;
+3. **the model against our per-run overhead**: the direct run, the partition's session or compiled
+   model called alone (numpy in, numpy out: no opcore around it) and the plan (torch tensors in and
+   out), interleaved in a new order each round; median and minimum, and the direct run's time over
+   each; and CPU time per call: the process's (the runtime's pool threads included, ORT's spinning
+   too). With ``--threads N`` both are made here at N threads (ORT's intra-op threads, OpenVINO's
+   ``INFERENCE_NUM_THREADS``; no plan column, whose partition runs at the runtime's default); at
+   one ORT thread the CPU time is the calling thread's: all of a run's work, without the waits of a
+   loaded machine (on the shared 2-core machine the wall times of 2-thread sessions move by several
+   times). OpenVINO's CPU time is always the process's (its one thread need not be the caller).
+   Both sides of OpenVINO's comparison are compiled with ``opcore_openvino.compiled.CONFIG``
+   (``INFERENCE_PRECISION_HINT=f32``).
 
 The machine is shared: the minimum is the least disturbed run, the median the typical one; read the
 ratios of one run.
 
     python bench/ort_partition.py --models cnn,bert --batches 1,8 --rounds 41 --profile
-    python bench/ort_partition.py --models cnn,bert --ort-threads 1  # one thread each, CPU time too
+    python bench/ort_partition.py --models cnn,bert --threads 1  # one thread each, CPU time too
+    python bench/ort_partition.py --engine openvino --models cnn,bert,bert-layer --threads 1 --profile
 """
 
 from __future__ import annotations
