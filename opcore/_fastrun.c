@@ -1,13 +1,16 @@
 /* opcore._fastrun: run()'s guarded torch path (and inline numpy key) as a compiled callable (issue 15).
  *
- * opcore.dispatch.run() first tries, for a torch call of 1-3 arguments, the signature last cached for
- * (op, policy, backend, number of arguments, first tensor's shape) in dispatch._GUARDED, confirmed by
- * torch's C++ tensor guard (opcore._guards), and calls that signature's entry. This file does exactly
- * that per-call work without CPython's bytecode: the keyword move (linear(x, w, b=b) -> linear(x, w, b)),
- * the context policy read, the slot key and lookup, the guard call and the entry call (or the kernel with
- * the entry's appended tail, one Python frame less: linear(x, w) -> F.linear(x, w, None)). Anything else, a
- * slot missing or a guard saying no, is handed to the pure-Python run() with the call as it came, which
- * takes it from the start (so a guard miss costs the shape read and the guard twice). An entry that
+ * opcore.dispatch.run() first tries, for a torch call of 1-3 arguments, a cached signature confirmed by
+ * torch's C++ tensor guard (opcore._guards), and calls that signature's entry: in the default context
+ * (no policy, no backend named) the one that last passed its guard for (op, number of arguments), in
+ * dispatch._LAST, with no key built and no shape read (the guard checks sizes and strides itself); else,
+ * or where that guard says no, the one last cached for (op, policy, backend, number of arguments, first
+ * tensor's shape) in dispatch._GUARDED, which then becomes _LAST's. This file does exactly that per-call
+ * work without CPython's bytecode: the keyword move (linear(x, w, b=b) -> linear(x, w, b)), the context
+ * policy read, the lookups, the guard calls and the entry call (or the kernel with the entry's appended
+ * tail, one Python frame less: linear(x, w) -> F.linear(x, w, None)). Anything else, a slot missing or
+ * the guards saying no, is handed to the pure-Python run() with the call as it came, which takes it from
+ * the start (so a miss costs the guards twice). An entry that
  * raises an Exception is recovered by dispatch._recover_cached, as run() does, with the error set as the
  * exception being handled (a new error raised there chains to it, as in run()'s except block).
  * Calls of 1-3 numpy arrays (no keywords left) take run()'s inline numpy key here too: (op, policy,
@@ -28,7 +31,8 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *fallback;    /* the pure-Python run(op, /, *args, backend=None, **kwargs) */
-    PyObject *guarded;     /* dispatch._GUARDED: slot key -> (n, plain, value, check, entry, inline key) */
+    PyObject *guarded;     /* dispatch._GUARDED: slot key -> (n, plain, value, check, entry, inline key, bare) */
+    PyObject *last;        /* dispatch._LAST: op -> [None, slot of 1, 2, 3 arguments] (default context) */
     PyObject *positions;   /* dispatch._POSITIONS: op -> {parameter name: position} */
     PyObject *policy;      /* settings.context_policy, a ContextVar (default None) */
     PyObject *recover;     /* dispatch._recover_cached(key, op, args, kwargs, backend, error) */
@@ -154,6 +158,32 @@ run_numpy(FastRun *self, PyObject *op, PyObject *const *call, Py_ssize_t n, PyOb
     return result;
 }
 
+/* Whether `slot` (n, plain, value, check, ...) serves this call: the argument types, the trailing plain
+ * value and torch's guard on the tensors. 1, 0, or -1 with an error set. The caller holds `slot`. */
+static int
+confirm(FastRun *self, PyObject *slot, PyObject *const *call, Py_ssize_t n, PyObject *tensor)
+{
+    PyObject *last = call[n - 1];
+    PyObject *plain = PyTuple_GET_ITEM(slot, 1);
+    PyObject *check = PyTuple_GET_ITEM(slot, 3);
+    int hit;
+    if (plain == self->all_tensors) {
+        hit = (PyObject *)Py_TYPE(last) == tensor && (n < 3 || (PyObject *)Py_TYPE(call[1]) == tensor);
+        if (hit)
+            hit = truth(PyObject_Vectorcall(check, call, n, NULL));
+    }
+    else {
+        hit = (PyObject *)Py_TYPE(last) == plain;
+        if (hit)
+            hit = truth(PyObject_RichCompare(last, PyTuple_GET_ITEM(slot, 2), Py_EQ));
+        if (hit > 0)
+            hit = n < 3 || (PyObject *)Py_TYPE(call[1]) == tensor;
+        if (hit > 0)
+            hit = truth(PyObject_Vectorcall(check, call, n - 1, NULL));
+    }
+    return hit;
+}
+
 static PyObject *
 fastrun_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -173,7 +203,8 @@ fastrun_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyO
         Py_ssize_t nk = PyTuple_GET_SIZE(kwnames);
         for (Py_ssize_t k = 0; k < nk; k++) {
             PyObject *key = PyTuple_GET_ITEM(kwnames, k);
-            if (key == str_backend || PyUnicode_Compare(key, str_backend) == 0)
+            /* kwnames are interned by the compiler: identity decides, a compare only for a built name */
+            if (key == str_backend || (!PyUnicode_CHECK_INTERNED(key) && PyUnicode_Compare(key, str_backend) == 0))
                 backend = args[nargs + k];
             else if (name == NULL) {
                 name = key;
@@ -220,50 +251,72 @@ fastrun_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyO
         policy = Py_None;
         Py_INCREF(policy);
     }
-    PyObject *shape = PyObject_GetAttr(call[0], str_shape);
-    if (shape == NULL) {
-        Py_DECREF(policy);
-        return NULL;
-    }
-    PyObject *key = PyTuple_Pack(5, op, policy, backend, small_ints[n], shape);
-    Py_DECREF(policy);
-    Py_DECREF(shape);
-    if (key == NULL)
-        return NULL;
-    PyObject *slot = PyDict_GetItemWithError(self->guarded, key);
-    Py_DECREF(key);
-    if (slot == NULL) {
-        if (PyErr_Occurred())
+    /* first level (the default context only): the signature that last passed its guard for (op, n), in
+     * dispatch._LAST[op][n], without reading the shape: the guard checks sizes and strides itself */
+    PyObject *row = NULL, *first = NULL, *slot = NULL;
+    int hit = 0;
+    if (policy == Py_None && backend == Py_None) {
+        row = PyDict_GetItemWithError(self->last, op); /* borrowed; str keys: no Python code runs */
+        if (row == NULL && PyErr_Occurred()) {
+            Py_DECREF(policy);
             return NULL;
+        }
+        if (row != NULL && PyList_CheckExact(row) && PyList_GET_SIZE(row) == 4) {
+            Py_INCREF(row); /* kept: promoted into below; a clear meanwhile detaches it, harmlessly */
+            first = PyList_GET_ITEM(row, n);
+            if (PyTuple_CheckExact(first) && PyTuple_GET_SIZE(first) >= 6) {
+                Py_INCREF(first); /* kept while the guard and the entry run: another thread may clear the caches */
+                hit = confirm(self, first, call, n, tensor);
+                if (hit > 0)
+                    slot = first;
+            }
+            else
+                first = NULL;
+        }
+        else
+            row = NULL;
+    }
+    if (hit == 0) {
+        /* second level: the slot of (op, policy, backend, n, first tensor's shape), promoted to the first
+         * level when its guard passes (a call of another shape than the last one pays this) */
+        PyObject *shape = PyObject_GetAttr(call[0], str_shape);
+        PyObject *key = shape == NULL ? NULL : PyTuple_Pack(5, op, policy, backend, small_ints[n], shape);
+        Py_XDECREF(shape);
+        PyObject *found = key == NULL ? NULL : PyDict_GetItemWithError(self->guarded, key);
+        if (found == NULL && PyErr_Occurred())
+            hit = -1;
+        else if (found != NULL && found != first && PyTuple_CheckExact(found) && PyTuple_GET_SIZE(found) >= 6) {
+            Py_INCREF(found);
+            hit = confirm(self, found, call, n, tensor);
+            if (hit > 0) {
+                slot = found;
+                /* still the slot of its key (the guard ran Python code: the caches may have changed); no
+                 * Python code runs from this lookup to the store */
+                PyObject *now = row == NULL ? NULL : PyDict_GetItemWithError(self->guarded, key);
+                if (now == found) {
+                    Py_INCREF(found);
+                    PyList_SetItem(row, n, found); /* steals; drops the one it replaces */
+                }
+                else if (now == NULL && PyErr_Occurred())
+                    PyErr_Clear(); /* only the promotion is lost */
+            }
+            else
+                Py_DECREF(found);
+        }
+        Py_XDECREF(key);
+    }
+    Py_DECREF(policy);
+    if (first != NULL && first != slot)
+        Py_DECREF(first);
+    Py_XDECREF(row);
+    if (hit < 0) {
+        Py_XDECREF(slot);
+        return NULL;
+    }
+    if (hit == 0)
         return forward(self, args, nargsf, kwnames);
-    }
-    if (!PyTuple_CheckExact(slot) || PyTuple_GET_SIZE(slot) < 6)
-        return forward(self, args, nargsf, kwnames);
-    Py_INCREF(slot); /* kept while the guard and the entry run: another thread may clear the caches */
-    PyObject *last = call[n - 1];
-    PyObject *plain = PyTuple_GET_ITEM(slot, 1);
-    PyObject *check = PyTuple_GET_ITEM(slot, 3);
-    int hit;
-    if (plain == self->all_tensors) {
-        hit = (PyObject *)Py_TYPE(last) == tensor && (n < 3 || (PyObject *)Py_TYPE(call[1]) == tensor);
-        if (hit)
-            hit = truth(PyObject_Vectorcall(check, call, n, NULL));
-    }
-    else {
-        hit = (PyObject *)Py_TYPE(last) == plain;
-        if (hit)
-            hit = truth(PyObject_RichCompare(last, PyTuple_GET_ITEM(slot, 2), Py_EQ));
-        if (hit > 0)
-            hit = n < 3 || (PyObject *)Py_TYPE(call[1]) == tensor;
-        if (hit > 0)
-            hit = truth(PyObject_Vectorcall(check, call, n - 1, NULL));
-    }
     PyObject *result;
-    if (hit < 0)
-        result = NULL;
-    else if (!hit)
-        result = forward(self, args, nargsf, kwnames);
-    else {
+    {
         /* the kernel itself with the tail appended where the slot has it (slot[6]: (kernel, tail)),
          * else the entry (which may be a Python wrapper doing just that: one frame more) */
         PyObject *bare = PyTuple_GET_SIZE(slot) > 6 ? PyTuple_GET_ITEM(slot, 6) : Py_None;
@@ -296,6 +349,7 @@ fastrun_traverse(FastRun *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->fallback);
     Py_VISIT(self->guarded);
+    Py_VISIT(self->last);
     Py_VISIT(self->positions);
     Py_VISIT(self->policy);
     Py_VISIT(self->recover);
@@ -312,6 +366,7 @@ fastrun_clear(FastRun *self)
 {
     Py_CLEAR(self->fallback);
     Py_CLEAR(self->guarded);
+    Py_CLEAR(self->last);
     Py_CLEAR(self->positions);
     Py_CLEAR(self->policy);
     Py_CLEAR(self->recover);
@@ -335,11 +390,12 @@ static PyObject *
 fastrun_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     static char *names[] = {"fallback", "guarded", "positions", "policy", "recover", "all_tensors", "globals",
-                            "inline", "ndarray", NULL};
-    PyObject *fallback, *guarded, *positions, *policy, *recover_, *all_tensors, *globals, *inline_, *ndarray;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!O!O!OOO!O!O!:FastRun", names, &fallback, &PyDict_Type, &guarded,
-                                     &PyDict_Type, &positions, &PyContextVar_Type, &policy, &recover_, &all_tensors,
-                                     &PyDict_Type, &globals, &PyDict_Type, &inline_, &PyType_Type, &ndarray))
+                            "inline", "ndarray", "last", NULL};
+    PyObject *fallback, *guarded, *positions, *policy, *recover_, *all_tensors, *globals, *inline_, *ndarray, *last;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!O!O!OOO!O!O!O!:FastRun", names, &fallback, &PyDict_Type,
+                                     &guarded, &PyDict_Type, &positions, &PyContextVar_Type, &policy, &recover_,
+                                     &all_tensors, &PyDict_Type, &globals, &PyDict_Type, &inline_, &PyType_Type,
+                                     &ndarray, &PyDict_Type, &last))
         return NULL;
     if (!PyCallable_Check(fallback) || !PyCallable_Check(recover_)) {
         PyErr_SetString(PyExc_TypeError, "FastRun: fallback and recover must be callable");
@@ -353,6 +409,8 @@ fastrun_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->fallback = fallback;
     Py_INCREF(guarded);
     self->guarded = guarded;
+    Py_INCREF(last);
+    self->last = last;
     Py_INCREF(positions);
     self->positions = positions;
     Py_INCREF(policy);

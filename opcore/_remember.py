@@ -23,6 +23,7 @@ from opcore.dispatch import (
     _GUARDED,
     _INLINE,
     _KEYWORD,
+    _LAST,
     _PLAIN,
     _POSITIONAL,
     _POSITIONS,
@@ -186,6 +187,7 @@ def _remember(
             _INLINE.clear()
             _RECOVER.clear()
             _GUARDED.clear()
+            _LAST.clear()
         if key is not None:
             _RECOVER[key] = recover
             _POSITIONAL[key] = entry
@@ -217,9 +219,10 @@ def _guard(
         return
     plain = _ALL_TENSORS if tensors is args else type(last)
     with _lock:  # bounded with _INLINE, which is cleared with it
-        _GUARDED[(op, policy, backend, len(args), args[0].shape)] = (
-            len(args), plain, None if plain is _ALL_TENSORS else last, check, entry, inline, bare
-        )  # fmt: skip
+        slot = (len(args), plain, None if plain is _ALL_TENSORS else last, check, entry, inline, bare)
+        _GUARDED[(op, policy, backend, len(args), args[0].shape)] = slot
+        if policy is None and backend is None:  # the default context's first level (see dispatch._LAST)
+            _LAST.setdefault(op, [None, None, None, None])[len(args)] = slot
 
 
 def _remember_keywords(

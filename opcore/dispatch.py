@@ -62,6 +62,10 @@ _POSITIONS: dict[str, dict[str, int]] = {}
 # the guard's check, the entry, the inline key for its recovery, and (kernel, tail) where the entry only
 # calls kernel(*args, *tail) (linear(x, w) -> F.linear(x, w, None)), else None: the compiled path's call)
 _GUARDED: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+# the default context's (no policy, no backend named) first level in front of _GUARDED: per op, by number of
+# arguments, the slot that last passed its guard ([None, 1, 2, 3]), tried without reading the shape (the
+# guard checks sizes and strides itself); a _GUARDED slot whose guard passes replaces it
+_LAST: dict[str, list[tuple[Any, ...] | None]] = {}
 _lock = threading.RLock()
 
 
@@ -74,6 +78,7 @@ def clear_caches() -> None:
         _BOUND.clear()
         _POSITIONS.clear()
         _GUARDED.clear()
+        _LAST.clear()
 
 
 on_change(clear_caches)
@@ -128,22 +133,23 @@ def run_python(op: str, /, *args: Any, backend: str | None = None, **kwargs: Any
                 if moved is not None:
                     args, kwargs = moved, {}
     n = len(args)
-    if n and not kwargs and (t := type(args[0])) is _Tensor:  # the guarded torch signature, if it is this one
-        slot = _GUARDED.get((op, _policy(), backend, n, args[0].shape))
+    if n and not kwargs and (t := type(args[0])) is _Tensor and n < 4:  # a guarded torch signature, if one is this one
+        policy = _policy()
+        row = _LAST.get(op) if policy is None and backend is None else None
+        first = None if row is None else row[n]
+        slot = first if first is not None and _confirmed(first, args, n) else None
+        if slot is None:
+            key5 = (op, policy, backend, n, args[0].shape)
+            found = _GUARDED.get(key5)
+            if found is not None and found is not first and _confirmed(found, args, n):
+                slot = found
+                if row is not None:  # a row taken before a clear is detached: storing in it is harmless
+                    row[n] = found
         if slot is not None:
-            last = args[-1]
-            if slot[1] is _ALL_TENSORS:
-                hit = type(last) is _Tensor and (n < 3 or type(args[1]) is _Tensor) and slot[3](*args)
-            else:
-                hit = (
-                    type(last) is slot[1] and last == slot[2] and (n < 3 or type(args[1]) is _Tensor)
-                    and slot[3](*args[:-1])
-                )  # fmt: skip
-            if hit:
-                try:
-                    return slot[4](*args)
-                except Exception as error:
-                    return _recover_cached(slot[5], op, args, kwargs, backend, error)
+            try:
+                return slot[4](*args)
+            except Exception as error:
+                return _recover_cached(slot[5], op, args, kwargs, backend, error)
     key: tuple[Any, ...] | None = None
     try:
         if n == 1:
@@ -214,6 +220,16 @@ def run_python(op: str, /, *args: Any, backend: str | None = None, **kwargs: Any
             except Exception as error:
                 return _recover_cached(key, op, args, kwargs, backend, error, keywords=True)
     return _run_slow(op, args, kwargs, backend)
+
+
+def _confirmed(slot: tuple[Any, ...], args: tuple[Any, ...], n: int) -> bool:
+    """Whether a _GUARDED slot serves this call: the argument types, the trailing plain value, torch's guard."""
+    last = args[-1]
+    if slot[1] is _ALL_TENSORS:
+        return type(last) is _Tensor and (n < 3 or type(args[1]) is _Tensor) and bool(slot[3](*args))
+    return (
+        type(last) is slot[1] and last == slot[2] and (n < 3 or type(args[1]) is _Tensor) and bool(slot[3](*args[:-1]))
+    )
 
 
 def _recover_cached(
@@ -337,8 +353,9 @@ def _compiled(python: Callable[..., Any]) -> tuple[Any, str | None]:
         return python, stale
     try:
         fast = _fastrun.FastRun(
-            python, _GUARDED, _POSITIONS, context_policy, _recover_cached, _ALL_TENSORS, globals(), _INLINE, _ndarray
-        )
+            python, _GUARDED, _POSITIONS, context_policy, _recover_cached, _ALL_TENSORS, globals(), _INLINE, _ndarray,
+            _LAST,
+        )  # fmt: skip
     except Exception as error:  # a build that does not fit this dispatch.py never takes the import down
         return python, f"opcore._fastrun refused this opcore.dispatch ({type(error).__name__}: {error}): rebuild it"
     functools.update_wrapper(fast, python)  # docstring, and __wrapped__ for inspect.signature

@@ -18,6 +18,7 @@ from opcore.dispatch import (
     _GUARDED,
     _INLINE,
     _KEYWORD,
+    _LAST,
     _POSITIONAL,
     MAX_CACHED,
     _keyword_key,
@@ -393,7 +394,8 @@ def test_run_finds_its_inline_key_in_the_cache(op, args, kwargs) -> None:
     first = opcore.run(op, *args, **kwargs)
     key = inline_key(op, None, None, args, kwargs)
     assert key is not None and key in _INLINE  # what the slow path stored is what run() looks up
-    _GUARDED.clear()  # the Python key's path (the guarded slot before it: test_guarded_torch_signatures)
+    _GUARDED.clear()  # the Python key's path (the guarded slots before it: test_guarded_torch_signatures)
+    _LAST.clear()
     _INLINE[key] = lambda *raw: "from the cache"
     assert opcore.run(op, *args, **kwargs) == "from the cache"
     assert first is not None
@@ -434,11 +436,21 @@ def test_keyword_calls_share_the_positional_calls_key_and_entry(op, args, kwargs
     assert key in cache and not _KEYWORD  # stored under the positional call's key, no keyword entry
     torch.testing.assert_close(opcore.run(op, *positional), first)
     _GUARDED.clear()  # the Python key's path
+    _LAST.clear()
     cache[key] = lambda *raw: ("from the cache", raw)
     assert opcore.run(op, *args, **kwargs) == ("from the cache", positional)
 
 
 _Marked = type("_Marked", (torch.Tensor,), {})  # a subclass: never served by a plain tensor's guarded entry
+
+
+def substitute(key: tuple[Any, ...]) -> None:
+    """The _GUARDED slot of ``key`` (and _LAST's, where it holds it) with an entry answering "guarded"."""
+    slot = _GUARDED[key]
+    _GUARDED[key] = (*slot[:4], lambda *raw: "guarded", slot[5])
+    row = _LAST.get(key[0])
+    if row is not None and row[key[3]] is slot:
+        row[key[3]] = _GUARDED[key]
 
 
 def test_guarded_torch_signatures_serve_exactly_their_signature() -> None:
@@ -451,8 +463,8 @@ def test_guarded_torch_signatures_serve_exactly_their_signature() -> None:
     if not slots:
         pytest.skip(f"torch {torch.__version__} has no torch._C._dynamo.guards.TensorGuards")
     assert set(slots) == {"linear", "softmax"}
-    _GUARDED[("linear", None, None, 3, x.shape)] = (*slots["linear"][:4], lambda *raw: "guarded", slots["linear"][5])
-    _GUARDED[("softmax", None, None, 2, x.shape)] = (*slots["softmax"][:4], lambda *raw: "guarded", slots["softmax"][5])
+    substitute(("linear", None, None, 3, x.shape))
+    substitute(("softmax", None, None, 2, x.shape))
     assert opcore.run("linear", torch.zeros(2, 3), torch.ones(4, 3), torch.ones(4)) == "guarded"  # other data
     assert opcore.run("linear", x, w, b=b) == "guarded"
     assert opcore.run("softmax", x, -1) == "guarded"
@@ -481,9 +493,9 @@ def test_guarded_torch_signatures_serve_exactly_their_signature() -> None:
         torch.testing.assert_close(opcore.run("softmax", x, dim), torch.softmax(x, dim))
     sparse = torch.eye(3).to_sparse()
     opcore.run("relu", torch.ones(1).expand(3, 3))  # same strides (0, 0) and shape as the sparse tensor
-    for key, slot in list(_GUARDED.items()):
+    for key in list(_GUARDED):
         if key[0] == "relu":
-            _GUARDED[key] = (*slot[:4], lambda *raw: "guarded", slot[5])
+            substitute(key)
     try:  # the layout tells them apart: the sparse tensor is not served the dense tensor's entry
         assert opcore.run("relu", sparse) != "guarded"
     except opcore.OpcoreError:

@@ -126,14 +126,15 @@ def test_opcore_pure_python_keeps_the_extension_out(value: str, compiled: bool |
 
 
 def test_no_reference_is_kept_on_any_branch() -> None:
-    """Hits (torch and numpy), keyword hits, guard misses, unguarded calls and recovered failures (torch and
-    numpy), 2,000 times each: the arguments' and the slots' reference counts are where they started, and
-    memory does not grow."""
+    """Hits (torch and numpy), keyword hits, guard misses, first-level misses promoting a shape's slot,
+    unguarded calls and recovered failures (torch and numpy), 2,000 times each: the arguments' and the
+    slots' reference counts are where they started, and memory does not grow."""
     compiled_only()
     flaky = Flaky(lambda: RuntimeError("flaky"), after=10**9)
     opcore.register_plugin(make_plugin("torchy", {"relu": flaky, "linear": torch.nn.functional.linear}))
     x, w, b = torch.ones(2, 3), torch.ones(4, 3), torch.zeros(4)
     wide = torch.ones(8)[::2]  # the bias's shape, other strides: the guard says no
+    tall = torch.ones(5, 3)  # relu(x) and relu(tall) alternate: each takes its shape's slot and promotes it
     xn, wn, bn = x.numpy().copy(), w.numpy().copy(), b.numpy().copy()  # numpy arrays: the inline numpy key
     calls = [
         lambda: opcore.run("linear", xn, wn, bn),
@@ -145,6 +146,7 @@ def test_no_reference_is_kept_on_any_branch() -> None:
         lambda: opcore.run("linear", x, w, wide),
         lambda: opcore.run("linear", x, w, backend="torchy"),
         lambda: opcore.run("relu", x),
+        lambda: opcore.run("relu", tall),
         lambda: opcore.run("softmax", x, -1),
         lambda: opcore.run("softmax", x, dim=-1),
     ]
@@ -152,7 +154,7 @@ def test_no_reference_is_kept_on_any_branch() -> None:
         call()
     slots = dict(dispatch._GUARDED)
     assert slots
-    counted = [x, w, b, wide, xn, wn, bn, *slots.values()]
+    counted = [x, w, b, wide, tall, xn, wn, bn, *slots.values(), *dispatch._LAST.values()]
 
     def counts() -> list[int]:
         return [sys.getrefcount(v) for v in counted]
@@ -170,7 +172,7 @@ def test_no_reference_is_kept_on_any_branch() -> None:
     finally:
         tracemalloc.stop()
     assert counts() == before
-    assert grown < 64 * 1024, f"{grown} bytes more after 22,000 calls"
+    assert grown < 64 * 1024, f"{grown} bytes more after 24,000 calls"
     # a cached entry that raises, recovered (the reference's relu takes over, with one warning)
     flaky.after = 0
     with warnings.catch_warnings():
@@ -178,6 +180,7 @@ def test_no_reference_is_kept_on_any_branch() -> None:
         for _ in range(2000):
             torch.testing.assert_close(opcore.run("relu", x), torch.relu(x))
             numpy.testing.assert_allclose(opcore.run("relu", xn), numpy.maximum(xn, 0))
+        opcore.run("relu", tall)  # _LAST holds tall's slot again, as when counted (relu(x) promoted x's)
     assert counts() == before
 
 
@@ -243,17 +246,25 @@ def test_a_base_exception_from_the_kernel_is_not_recovered() -> None:
 
 
 def test_many_threads_while_another_clears_the_caches() -> None:
-    """8 threads calling the guarded path while a ninth clears the caches and another policy is set in
-    some threads: every answer right, no crash (the slot is held while its guard and entry run)."""
+    """9 threads calling the guarded path while a tenth clears the caches and another policy is set in
+    some threads (in the others the default context's first level, two shapes alternating: each call
+    promotes): every answer right, no crash (the slot is held while its guard and entry run)."""
     compiled_only()
     opcore.register_plugin(make_plugin("torchy", {"linear": torch.nn.functional.linear}))
     x, w, b = torch.randn(2, 3), torch.randn(4, 3), torch.randn(4)
+    tall = torch.randn(5, 3)
     want = torch.nn.functional.linear(x, w, b)
+    want_tall = torch.nn.functional.linear(tall, w, b)
     stop = threading.Event()
     errors: list[BaseException] = []
 
     def caller(i: int) -> None:
         try:
+            if i % 3 == 0:  # no policy: _LAST, the shapes alternating
+                while not stop.is_set():
+                    torch.testing.assert_close(opcore.run("linear", x, w, b), want)
+                    torch.testing.assert_close(opcore.run("linear", tall, w, b=b), want_tall)
+                return
             with opcore.prefer("reference", "torchy") if i % 2 else opcore.prefer("torchy"):
                 while not stop.is_set():
                     torch.testing.assert_close(opcore.run("linear", x, w, b), want)
@@ -266,7 +277,7 @@ def test_many_threads_while_another_clears_the_caches() -> None:
             dispatch.clear_caches()
             stop.wait(0.002)
 
-    threads = [threading.Thread(target=caller, args=(i,)) for i in range(8)] + [threading.Thread(target=clearer)]
+    threads = [threading.Thread(target=caller, args=(i,)) for i in range(9)] + [threading.Thread(target=clearer)]
     for t in threads:
         t.start()
     stop.wait(1.5)
@@ -274,3 +285,22 @@ def test_many_threads_while_another_clears_the_caches() -> None:
     for t in threads:
         t.join()
     assert not errors, errors[:3]
+
+
+@pytest.mark.usefixtures("run_path")
+def test_the_default_context_keeps_the_last_confirmed_signature_per_op_and_arity() -> None:
+    """dispatch._LAST: the slot last confirmed for (op, number of arguments), tried without a shape; a call
+    of another shape takes its own _GUARDED slot and replaces it; a policy or a named backend never uses it."""
+    opcore.register_plugin(make_plugin("torchy", {"relu": torch.relu}))
+    small, tall = torch.randn(2, 3), torch.randn(5, 3)
+    for _ in range(3):  # alternating: every call right, each promoting its own slot
+        torch.testing.assert_close(opcore.run("relu", small), torch.relu(small))
+        assert dispatch._LAST["relu"][1] is dispatch._GUARDED[("relu", None, None, 1, small.shape)]
+        torch.testing.assert_close(opcore.run("relu", tall), torch.relu(tall))
+        assert dispatch._LAST["relu"][1] is dispatch._GUARDED[("relu", None, None, 1, tall.shape)]
+    torch.testing.assert_close(opcore.run("relu", small.T), torch.relu(small.T))  # the guards say no: run()'s key
+    dispatch.clear_caches()
+    opcore.run("relu", small, backend="torchy")
+    with opcore.prefer("torchy"):
+        opcore.run("relu", tall)
+    assert "relu" not in dispatch._LAST and len(dispatch._GUARDED) == 2
