@@ -8,8 +8,9 @@ True
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from opcore.records import record
 from opcore.types import DeviceType
 
 __all__ = ["API_VERSION", "BackendSpec", "DEFAULT_PRIORITIES"]
@@ -28,7 +29,7 @@ DEFAULT_PRIORITIES: Mapping[str, int] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class BackendSpec:
     """What a backend says about itself.
 

@@ -9,10 +9,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from opcore.errors import ArgumentError
+from opcore.records import record
 from opcore.schema import BaseType, Schema, parse_schema
 from opcore.types import DType, TensorMeta
 
@@ -23,7 +23,7 @@ ALL_DTYPES: frozenset[DType] = frozenset(DType)
 MetaFunction = Callable[..., "TensorMeta | tuple[TensorMeta, ...]"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class OpContract:
     """One operator: everything every backend agrees on.
 

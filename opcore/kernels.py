@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from opcore.records import record
 from opcore.types import ArrayKind, DeviceType, DType
 
 __all__ = ["Checker", "Costly", "Kernel", "Prepare", "as_dtypes", "load_callable"]
@@ -44,7 +45,7 @@ class Costly(str):
 Prepare = Callable[[tuple[Any, ...], frozenset[str]], Callable[..., Any]]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Kernel:
     """One implementation. ``fn`` takes the bound arguments in schema order, tensors in
     ``array_kind``, and returns the result in that kind (a tuple for several outputs).

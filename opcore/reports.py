@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
 
 from opcore.backend import BackendSpec
+from opcore.records import record
 
 __all__ = ["PluginReport", "PluginStatus"]
 
@@ -20,7 +20,7 @@ class PluginStatus(str, Enum):
         return self.value
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PluginReport:
     """What happened to one plugin. backend None: it failed before announcing itself."""
 

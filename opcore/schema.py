@@ -23,13 +23,14 @@ import ast
 import itertools
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from enum import Enum
 from typing import Any
 
 import numpy
 
 from opcore.errors import ArgumentError
+from opcore.records import record
 from opcore.types import TensorMeta, is_tensor
 
 __all__ = ["Argument", "ArgType", "BaseType", "NO_DEFAULT", "Schema", "parse_schema"]
@@ -55,7 +56,7 @@ class BaseType(str, Enum):
     SCALAR = "Scalar"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ArgType:
     """A parsed argument type.
 
@@ -83,7 +84,7 @@ class ArgType:
         return self.base in (BaseType.TENSOR, BaseType.TENSOR_OR_SCALAR)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Argument:
     """One argument of a schema. default NO_DEFAULT: the argument is required."""
 
@@ -111,7 +112,7 @@ def _default_text(value: Any) -> str:
     return repr(value)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Schema:
     """A parsed schema with a precompiled binder.
 

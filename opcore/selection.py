@@ -8,7 +8,6 @@ import os
 import threading
 import warnings
 from collections.abc import Iterable
-from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -17,6 +16,7 @@ from opcore.contracts import OpContract
 from opcore.errors import ArgumentError, FallbackWarning, NoKernelError, OpcoreError, PluginError, ShapeError
 from opcore.kernels import Costly, Kernel
 from opcore.meta import common_device
+from opcore.records import record
 from opcore.reports import PluginStatus
 from opcore.runtime import Runtime
 from opcore.settings import ContextPolicy
@@ -43,7 +43,7 @@ class CandidateStatus(str, Enum):
         return self.value
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Candidate:
     """One row of an explanation. priority None: the backend has no kernel here. measured None: the
     tuning file has no time of this kernel for this signature.

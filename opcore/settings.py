@@ -12,10 +12,10 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Any
 
 from opcore.errors import ArgumentError
+from opcore.records import record
 
 __all__ = ["ContextPolicy", "ENV_VARS", "Settings", "UNSET", "context_policy", "pure_python", "settings_from"]
 
@@ -39,7 +39,7 @@ class _Unset:
 UNSET: Any = _Unset()  # "not given": keeps the value from the next lower level
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Settings:
     """Process-wide settings: configure() overrides on top of the environment.
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 import numpy
 
 from opcore.errors import ArgumentError
+from opcore.records import record
 
 __all__ = [
     "ArrayKind",
@@ -158,7 +158,7 @@ class DeviceType(str, Enum):
         return self.value
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Device:
     """A device type and an index (index None: the current or only device of that type).
 
@@ -229,7 +229,7 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class TensorMeta:
     """Everything about a tensor except its data.
 

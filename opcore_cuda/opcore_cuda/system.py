@@ -25,10 +25,10 @@ import re
 import sys
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from opcore import distmeta
+from opcore.records import record
 
 __all__ = [
     "MIN_DRIVER",
@@ -54,7 +54,7 @@ _FORWARD_COMPAT = "/usr/local/cuda/compat"
 _UNKNOWN = "unknown"  # torch_cuda when torch/version.py cannot be read
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Facts:
     """What availability is decided from (all read without importing torch).
 
