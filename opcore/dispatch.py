@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -395,6 +396,18 @@ def compiled() -> bool:
     True
     """
     return run is not run_python and bool(getattr(run, "enabled", False))
+
+
+def compiled_part(name: str) -> Any:
+    """A type of the compiled module (opcore._fastrun) where it serves this process (built from the
+    source beside it, OPCORE_PURE_PYTHON not set), else None: opcore.resolved takes its ResolvedBase.
+
+    >>> compiled_part("ResolvedBase") is None or callable(compiled_part("ResolvedBase"))
+    True
+    """
+    if run is run_python:
+        return None
+    return getattr(sys.modules.get("opcore._fastrun"), name, None)
 
 
 def use_compiled(enabled: bool) -> None:

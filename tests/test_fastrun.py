@@ -304,3 +304,30 @@ def test_the_default_context_keeps_the_last_confirmed_signature_per_op_and_arity
     with opcore.prefer("torchy"):
         opcore.run("relu", tall)
     assert "relu" not in dispatch._LAST and len(dispatch._GUARDED) == 2
+
+
+def test_a_resolved_op_goes_straight_to_its_entry() -> None:
+    """ResolvedOp's compiled base: a call is its entry's call (arguments and keywords as given), no
+    reference kept; the pure-Python base (a __call__ slot) answers the same."""
+    compiled_only()
+    from opcore import _fastrun, resolved  # type: ignore[attr-defined,unused-ignore]
+
+    x = torch.randn(2, 3)
+    relu = opcore.resolve("relu", x)
+    assert isinstance(relu, _fastrun.ResolvedBase)
+    torch.testing.assert_close(relu(x), torch.relu(x))
+
+    def entry(*args: Any, **kwargs: Any) -> Any:
+        return args, kwargs
+
+    relu._entry = entry
+    before = sys.getrefcount(entry), sys.getrefcount(x)
+    for _ in range(1000):
+        assert relu(x, y=1) == ((x,), {"y": 1})
+    assert (sys.getrefcount(entry), sys.getrefcount(x)) == before
+    python = resolved._CallSlot.__new__(resolved._CallSlot)
+    python._entry = entry
+    assert python(x, y=1) == relu(x, y=1)
+    empty = resolved.ResolvedOp.__new__(resolved.ResolvedOp)
+    with pytest.raises(TypeError, match="opcore.resolve"):
+        empty(x)

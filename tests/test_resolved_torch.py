@@ -19,7 +19,7 @@ _Marked = type("_Marked", (torch.Tensor,), {})  # a subclass: never served by a 
 
 def _seen(resolved: opcore.ResolvedOp) -> dict:
     """The signatures the entry's dict path has checked (the guarded fast branch never adds one)."""
-    return inspect.getclosurevars(resolved.__call__).nonlocals["seen"]
+    return inspect.getclosurevars(resolved._entry).nonlocals["seen"]
 
 
 def test_the_guard_serves_exactly_the_examples_signature() -> None:
@@ -27,7 +27,7 @@ def test_the_guard_serves_exactly_the_examples_signature() -> None:
     opcore.register_plugin(make_plugin("torchy", counting_kernels(calls), priority=500))
     x, w, b = torch.ones(2, 3), torch.ones(4, 3), torch.zeros(4)
     linear = opcore.resolve("linear", x, w, b)
-    if "G" not in linear.__call__.__code__.co_freevars:
+    if "G" not in linear._entry.__code__.co_freevars:
         pytest.skip(f"torch {torch.__version__} has no torch._C._dynamo.guards.TensorGuards")
     torch.testing.assert_close(linear(x, w, b), F.linear(x, w, b))  # checked once: the dict path
     seen = len(_seen(linear))
@@ -61,7 +61,7 @@ def test_without_the_guard_the_python_comparison_serves(monkeypatch) -> None:
     opcore.register_plugin(make_plugin("torchy", counting_kernels([]), priority=500))
     x = torch.randn(2, 3)
     relu = opcore.resolve("relu", x)
-    assert "G" not in relu.__call__.__code__.co_freevars
+    assert "G" not in relu._entry.__code__.co_freevars
     for value in (x, -x, x.double(), x[:1]):
         torch.testing.assert_close(relu(value), torch.relu(value))
 
