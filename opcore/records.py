@@ -64,7 +64,6 @@ def record(cls: _T) -> _T:
     hashed = tuple(name for name, f in fields.items() if (f.compare if f.hash is None else f.hash))
     shown = tuple(name for name, f in fields.items() if f.repr)
     namespace.update(
-        __init__=_init(cls.__qualname__, names, fields),
         __eq__=_eq(_key(compared)),
         __hash__=_hash(_key(hashed)),
         __repr__=_repr(shown),
@@ -73,6 +72,7 @@ def record(cls: _T) -> _T:
     )
     made = type(cls)(cls.__name__, cls.__bases__, namespace)
     made.__qualname__ = cls.__qualname__
+    made.__init__ = _init(made, names, fields)  # type: ignore[misc]
     made.__setattr__ = _frozen_setattr(made, names)  # type: ignore[method-assign,assignment]
     made.__delattr__ = _frozen_delattr(made, names)  # type: ignore[method-assign,assignment]
     return made  # type: ignore[return-value]
@@ -113,26 +113,29 @@ def _key(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
     return lambda self: ()
 
 
-def _init(qualname: str, names: tuple[str, ...], fields: dict[str, dataclasses.Field[Any]]) -> Callable[..., None]:
+def _init(cls: type, names: tuple[str, ...], fields: dict[str, dataclasses.Field[Any]]) -> Callable[..., None]:
+    qualname = cls.__qualname__
     count = len(names)
-    pairs = tuple((name, fields[name].default) for name in names)
-    # the (name, default) pairs after each number of positional arguments: no slicing per call
-    rests = tuple(pairs[given:] for given in range(count + 1))
+    # each slot's own descriptor setter: object.__setattr__ would look the name up on every call
+    setters = tuple(cls.__dict__[name].__set__ for name in names)
+    rows = tuple((name, fields[name].default, setters[index]) for index, name in enumerate(names))
+    # the rows after each number of positional arguments: no slicing per call
+    rests = tuple(rows[given:] for given in range(count + 1))
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         given = len(args)
         if given > count:
             raise TypeError(f"{qualname}.__init__() takes {count + 1} positional arguments but {given + 1} were given")
-        for name, value in zip(names, args):
-            _set(self, name, value)
+        for put, value in zip(setters, args):
+            put(self, value)
         pop = kwargs.pop
-        for name, default in rests[given]:
+        for name, default, put in rests[given]:
             value = pop(name, default)
             if value is _MISSING:
-                missing = [name for name, default in rests[given] if default is _MISSING and name not in kwargs]
+                missing = [row[0] for row in rests[given] if row[1] is _MISSING and row[0] not in kwargs]
                 listed = ", ".join(repr(name) for name in missing)
                 raise TypeError(f"{qualname}.__init__() missing {len(missing)} required argument(s): {listed}")
-            _set(self, name, value)
+            put(self, value)
         if kwargs:
             name = next(iter(kwargs))
             if name in names:
