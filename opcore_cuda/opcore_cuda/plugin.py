@@ -27,10 +27,9 @@ from typing import TYPE_CHECKING
 import opcore
 from opcore.backend import DEFAULT_PRIORITIES, BackendSpec
 from opcore.types import ArrayKind, DeviceType
-from opcore_cuda import __version__, choice, system
+from opcore_cuda import __version__, system
 
 if TYPE_CHECKING:
-    from opcore.kernels import Checker
     from opcore.registry import Registrar
 
 __all__ = ["CUBLASLT_LABEL", "CUBLASLT_PRIORITY", "CUDA_OVERRIDES", "opcore_backend", "opcore_register_kernels"]
@@ -41,17 +40,18 @@ CUBLASLT_PRIORITY = 10  # above this backend's plain ATen kernels
 # imports torch and so cannot be imported here)
 CUDA_OVERRIDES = {op: f"opcore_cuda.kernels:{op}" for op in ("div", "embedding", "layer_norm")}
 
-# op -> (kernel, prepare, checker) of the cuBLASLt epilogue kernels
-_CUBLASLT: dict[str, tuple[str, str, Checker]] = {
+# op -> (kernel, prepare, checker attribute of opcore_cuda.choice) of the cuBLASLt epilogue kernels;
+# choice is imported when the backend registers, which it does only with a usable GPU (issue 15)
+_CUBLASLT: dict[str, tuple[str, str, str]] = {
     "linear_relu": (
         "opcore_cuda.cublaslt:linear_relu",
         "opcore_cuda.cublaslt:prepare_linear_relu",
-        choice.relu_epilogue_checker,
+        "relu_epilogue_checker",
     ),
     "linear_gelu": (
         "opcore_cuda.cublaslt:linear_gelu",
         "opcore_cuda.cublaslt:prepare_linear_gelu",
-        choice.gelu_epilogue_checker,
+        "gelu_epilogue_checker",
     ),
 }
 
@@ -78,6 +78,7 @@ def opcore_register_kernels(registrar: Registrar) -> None:
 
     # imported here, not with the module: without a usable GPU nothing registers, and the first
     # opcore.run need not derive the CUDA dtype tables (issue 15)
+    from opcore_cuda import choice
     from opcore_cuda.dtypes import CUBLASLT_DTYPES, CUDA_DIFFERENCES
 
     known = registrar.contracts
@@ -97,7 +98,7 @@ def opcore_register_kernels(registrar: Registrar) -> None:
             device_type=DeviceType.CUDA,
             array_kind=ArrayKind.TORCH,
             priority=CUBLASLT_PRIORITY,
-            checker=checker,
+            checker=getattr(choice, checker),
             prepare=prepare,
             live_constants=True,  # its prepare keeps w.t() (a view) and b: read in place
             label=CUBLASLT_LABEL,
