@@ -11,6 +11,7 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
+from enum import Enum
 from types import FunctionType
 from typing import Any, TypeVar
 
@@ -23,6 +24,7 @@ from opcore.types import ArrayKind, DeviceType, DType
 __all__ = ["ContractFactory", "KernelFactory", "Registrar", "Registry", "load_kernel_callable", "reference_problems"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+E = TypeVar("E", bound=Enum)
 
 # Called with an op name under a namespace ("aten.add.Tensor"); returns its contract, or
 # None when the name does not exist there. Lets a plugin serve a whole family of ops lazily.
@@ -255,13 +257,15 @@ class Registrar:
                 op=op,
                 fn=fn,
                 dtypes=as_dtypes(dtypes),
-                device_type=DeviceType(device_type) if device_type is not None else self.backend.device_types[0],
-                array_kind=ArrayKind(array_kind),
+                device_type=_member(DeviceType, device_type)
+                if device_type is not None
+                else self.backend.device_types[0],
+                array_kind=_member(ArrayKind, array_kind),
                 priority=priority,
                 checker=checker,
                 prepare=prepare,
                 label=label,
-                declined=tuple(sorted((DType.parse(d), why) for d, why in (declined or {}).items())),
+                declined=tuple(sorted((DType.parse(d), why) for d, why in declined.items())) if declined else (),
                 live_constants=live_constants,
                 # filled in here rather than by add()'s replace(): ~15 us a kernel, 350 at the first call
                 backend=self.backend.name,
@@ -487,6 +491,12 @@ def _takes_positionals(function: Callable[..., Any], count: int) -> bool:
     if any(name not in kwonly_defaults for name in kwonly):
         return False
     return required <= count and (count <= positional or bool(code.co_flags & _CO_VARARGS))
+
+
+def _member(kind: type[E], value: Any) -> E:
+    """``value`` as a member of the enum ``kind``: a member as it is, without Enum.__call__ (~1 us,
+    ~350 kernels at the first call); a name through it (ValueError when it names none)."""
+    return value if type(value) is kind else kind(value)
 
 
 def _arity_problem(function: Callable[..., Any], count: int) -> str:
