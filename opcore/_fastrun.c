@@ -1,6 +1,6 @@
 /* opcore._fastrun: run()'s guarded torch path (and inline numpy key) as a compiled callable (issue 15).
  *
- * opcore.dispatch.run() first tries, for a torch call of 1-3 arguments, a cached signature confirmed by
+ * opcore.dispatch.run() first tries, for a torch call of 1-4 arguments, a cached signature confirmed by
  * torch's C++ tensor guard (opcore._guards), and calls that signature's entry: in the default context
  * (no policy, no backend named) the one that last passed its guard for (op, number of arguments), in
  * dispatch._LAST, with no key built and no shape read (the guard checks sizes and strides itself); else,
@@ -32,11 +32,12 @@ typedef struct {
     vectorcallfunc vectorcall;
     PyObject *fallback;    /* the pure-Python run(op, /, *args, backend=None, **kwargs) */
     PyObject *guarded;     /* dispatch._GUARDED: slot key -> (n, plain, value, check, entry, inline key, bare) */
-    PyObject *last;        /* dispatch._LAST: op -> [None, slot of 1, 2, 3 arguments] (default context) */
+    PyObject *last;        /* dispatch._LAST: op -> [None, slot of 1, 2, 3, 4 arguments] (default context) */
     PyObject *positions;   /* dispatch._POSITIONS: op -> {parameter name: position} */
     PyObject *policy;      /* settings.context_policy, a ContextVar (default None) */
     PyObject *recover;     /* dispatch._recover_cached(key, op, args, kwargs, backend, error) */
-    PyObject *all_tensors; /* dispatch._ALL_TENSORS: a slot without a trailing plain value */
+    PyObject *all_tensors; /* dispatch._ALL_TENSORS: a slot without a trailing plain value; a tensor's mark */
+    PyObject *pattern;     /* dispatch._PATTERN: a slot whose constants are anywhere (slot[2]: the pattern) */
     PyObject *globals;     /* dispatch's namespace: _Tensor is read from it per call (it is rebound once) */
     PyObject *inline_;     /* dispatch._INLINE: run()'s inline keys -> entries (numpy arrays here) */
     PyObject *ndarray;     /* numpy.ndarray (exactly: subclasses take the Python path) */
@@ -47,7 +48,7 @@ typedef struct {
 #define MAX_ARGUMENTS 8 /* a kernel's arguments, tail included (opcore._calls.MAX_ARITY) */
 
 static PyObject *str_backend, *str_shape, *str_tensor, *str_dtype, *str_strides; /* interned names */
-static PyObject *small_ints[4];                         /* 0..3: the slot key's number of arguments */
+static PyObject *small_ints[5];                         /* 0..4: the slot key's number of arguments */
 
 static PyObject *
 forward(FastRun *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
@@ -167,6 +168,31 @@ confirm(FastRun *self, PyObject *slot, PyObject *const *call, Py_ssize_t n, PyOb
     PyObject *plain = PyTuple_GET_ITEM(slot, 1);
     PyObject *check = PyTuple_GET_ITEM(slot, 3);
     int hit;
+    if (plain == self->pattern) {
+        /* slot[2]: per argument the tensor mark (all_tensors) or its constant (type, value) */
+        PyObject *pattern = PyTuple_GET_ITEM(slot, 2);
+        PyObject *tensors[4];
+        Py_ssize_t k = 0;
+        if (!PyTuple_CheckExact(pattern) || PyTuple_GET_SIZE(pattern) != n)
+            return 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *want = PyTuple_GET_ITEM(pattern, i);
+            if (want == self->all_tensors) {
+                if ((PyObject *)Py_TYPE(call[i]) != tensor)
+                    return 0;
+                tensors[k++] = call[i];
+            }
+            else {
+                if (!PyTuple_CheckExact(want) || PyTuple_GET_SIZE(want) != 2 ||
+                    (PyObject *)Py_TYPE(call[i]) != PyTuple_GET_ITEM(want, 0))
+                    return 0;
+                int same = PyObject_RichCompareBool(call[i], PyTuple_GET_ITEM(want, 1), Py_EQ);
+                if (same <= 0)
+                    return same;
+            }
+        }
+        return truth(PyObject_Vectorcall(check, tensors, k, NULL));
+    }
     if (plain == self->all_tensors) {
         hit = (PyObject *)Py_TYPE(last) == tensor && (n < 3 || (PyObject *)Py_TYPE(call[1]) == tensor);
         if (hit)
@@ -189,47 +215,57 @@ fastrun_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyO
 {
     FastRun *self = (FastRun *)callable;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (!self->enabled || nargs < 2 || nargs > 4 || !PyUnicode_CheckExact(args[0]))
+    if (!self->enabled || nargs < 2 || nargs > 5 || !PyUnicode_CheckExact(args[0]))
         return forward(self, args, nargsf, kwnames);
     PyObject *op = args[0];
-    PyObject *call[3];
+    PyObject *call[4];
     Py_ssize_t n = nargs - 1;
     PyObject *backend = Py_None;
     for (Py_ssize_t i = 0; i < n; i++)
         call[i] = args[1 + i];
     if (kwnames != NULL) {
-        /* run()'s keyword move: one keyword naming the parameter right after the positional ones */
-        PyObject *name = NULL, *value = NULL;
+        /* run()'s keyword move: keywords naming exactly the parameters right after the positional ones, in
+         * any order (linear(x, w, b=b), layer_norm(x, (8,), weight=w, bias=b)); anything else, run()'s */
+        PyObject *moved[4] = {NULL, NULL, NULL, NULL}; /* by position after the positional ones */
+        PyObject *positions = NULL;
+        Py_ssize_t count = 0;
         Py_ssize_t nk = PyTuple_GET_SIZE(kwnames);
         for (Py_ssize_t k = 0; k < nk; k++) {
             PyObject *key = PyTuple_GET_ITEM(kwnames, k);
             /* kwnames are interned by the compiler: identity decides, a compare only for a built name */
-            if (key == str_backend || (!PyUnicode_CHECK_INTERNED(key) && PyUnicode_Compare(key, str_backend) == 0))
+            if (key == str_backend || (!PyUnicode_CHECK_INTERNED(key) && PyUnicode_Compare(key, str_backend) == 0)) {
                 backend = args[nargs + k];
-            else if (name == NULL) {
-                name = key;
-                value = args[nargs + k];
+                continue;
             }
-            else
-                return forward(self, args, nargsf, kwnames); /* two or more: run()'s general move */
-        }
-        if (name != NULL) {
-            if (n >= 3)
-                return forward(self, args, nargsf, kwnames);
-            PyObject *positions = PyDict_GetItemWithError(self->positions, op); /* borrowed */
-            if (positions == NULL || !PyDict_CheckExact(positions)) {
+            if (positions == NULL) {
+                positions = PyDict_GetItemWithError(self->positions, op); /* borrowed */
+                if (positions == NULL || !PyDict_CheckExact(positions)) {
+                    if (PyErr_Occurred())
+                        return NULL;
+                    return forward(self, args, nargsf, kwnames);
+                }
+            }
+            PyObject *position = PyDict_GetItemWithError(positions, key); /* str keys: no Python code runs */
+            if (position == NULL || !PyLong_CheckExact(position)) {
                 if (PyErr_Occurred())
                     return NULL;
                 return forward(self, args, nargsf, kwnames);
             }
-            PyObject *position = PyDict_GetItemWithError(positions, name); /* str keys: no Python code runs */
-            if (position == NULL || !PyLong_CheckExact(position) || PyLong_AsSsize_t(position) != n) {
+            Py_ssize_t i = PyLong_AsSsize_t(position) - n;
+            if (i < 0 || n + i >= 4 || moved[i] != NULL) {
                 if (PyErr_Occurred())
                     return NULL;
                 return forward(self, args, nargsf, kwnames);
             }
-            call[n++] = value;
+            moved[i] = args[nargs + k];
+            count++;
         }
+        for (Py_ssize_t i = 0; i < count; i++) {
+            if (moved[i] == NULL) /* a gap: bound as given by run() */
+                return forward(self, args, nargsf, kwnames);
+            call[n + i] = moved[i];
+        }
+        n += count;
     }
     if (backend != Py_None && !PyUnicode_Check(backend))
         return forward(self, args, nargsf, kwnames); /* run() raises its ArgumentError */
@@ -240,7 +276,7 @@ fastrun_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyO
         return forward(self, args, nargsf, kwnames);
     }
     if ((PyObject *)Py_TYPE(call[0]) != tensor) {
-        if ((PyObject *)Py_TYPE(call[0]) == self->ndarray)
+        if ((PyObject *)Py_TYPE(call[0]) == self->ndarray && n <= 3)
             return run_numpy(self, op, call, n, backend, args, nargsf, kwnames);
         return forward(self, args, nargsf, kwnames);
     }
@@ -261,7 +297,7 @@ fastrun_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyO
             Py_DECREF(policy);
             return NULL;
         }
-        if (row != NULL && PyList_CheckExact(row) && PyList_GET_SIZE(row) == 4) {
+        if (row != NULL && PyList_CheckExact(row) && PyList_GET_SIZE(row) == 5) {
             Py_INCREF(row); /* kept: promoted into below; a clear meanwhile detaches it, harmlessly */
             first = PyList_GET_ITEM(row, n);
             if (PyTuple_CheckExact(first) && PyTuple_GET_SIZE(first) >= 6) {
@@ -354,6 +390,7 @@ fastrun_traverse(FastRun *self, visitproc visit, void *arg)
     Py_VISIT(self->policy);
     Py_VISIT(self->recover);
     Py_VISIT(self->all_tensors);
+    Py_VISIT(self->pattern);
     Py_VISIT(self->globals);
     Py_VISIT(self->inline_);
     Py_VISIT(self->ndarray);
@@ -371,6 +408,7 @@ fastrun_clear(FastRun *self)
     Py_CLEAR(self->policy);
     Py_CLEAR(self->recover);
     Py_CLEAR(self->all_tensors);
+    Py_CLEAR(self->pattern);
     Py_CLEAR(self->globals);
     Py_CLEAR(self->inline_);
     Py_CLEAR(self->ndarray);
@@ -390,12 +428,13 @@ static PyObject *
 fastrun_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     static char *names[] = {"fallback", "guarded", "positions", "policy", "recover", "all_tensors", "globals",
-                            "inline", "ndarray", "last", NULL};
-    PyObject *fallback, *guarded, *positions, *policy, *recover_, *all_tensors, *globals, *inline_, *ndarray, *last;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!O!O!OOO!O!O!O!:FastRun", names, &fallback, &PyDict_Type,
+                            "inline", "ndarray", "last", "pattern", NULL};
+    PyObject *fallback, *guarded, *positions, *policy, *recover_, *all_tensors, *globals, *inline_, *ndarray, *last,
+        *pattern;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!O!O!OOO!O!O!O!O:FastRun", names, &fallback, &PyDict_Type,
                                      &guarded, &PyDict_Type, &positions, &PyContextVar_Type, &policy, &recover_,
                                      &all_tensors, &PyDict_Type, &globals, &PyDict_Type, &inline_, &PyType_Type,
-                                     &ndarray, &PyDict_Type, &last))
+                                     &ndarray, &PyDict_Type, &last, &pattern))
         return NULL;
     if (!PyCallable_Check(fallback) || !PyCallable_Check(recover_)) {
         PyErr_SetString(PyExc_TypeError, "FastRun: fallback and recover must be callable");
@@ -419,6 +458,8 @@ fastrun_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->recover = recover_;
     Py_INCREF(all_tensors);
     self->all_tensors = all_tensors;
+    Py_INCREF(pattern);
+    self->pattern = pattern;
     Py_INCREF(globals);
     self->globals = globals;
     Py_INCREF(inline_);
@@ -577,7 +618,7 @@ PyInit__fastrun(void)
     str_strides = PyUnicode_InternFromString("strides");
     if (str_backend == NULL || str_shape == NULL || str_tensor == NULL || str_dtype == NULL || str_strides == NULL)
         return NULL;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         small_ints[i] = PyLong_FromLong(i);
         if (small_ints[i] == NULL)
             return NULL;

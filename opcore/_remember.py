@@ -196,6 +196,8 @@ def _remember(
             _INLINE[inline] = entry
     if inline is not None and not kwargs and type(args[0]) is dispatch._Tensor:
         _guard(op, policy, backend, args, entry, inline, bare)
+    elif key is not None and len(args) <= 4 and type(args[0]) is dispatch._Tensor:
+        _guard_pattern(op, policy, backend, args, entry, key, bare)
 
 
 def _guard(
@@ -222,7 +224,41 @@ def _guard(
         slot = (len(args), plain, None if plain is _ALL_TENSORS else last, check, entry, inline, bare)
         _GUARDED[(op, policy, backend, len(args), args[0].shape)] = slot
         if policy is None and backend is None:  # the default context's first level (see dispatch._LAST)
-            _LAST.setdefault(op, [None, None, None, None])[len(args)] = slot
+            _LAST.setdefault(op, [None, None, None, None, None])[len(args)] = slot
+
+
+def _guard_pattern(
+    op: str,
+    policy: ContextPolicy | None,
+    backend: str | None,
+    args: tuple[Any, ...],
+    entry: Callable[..., Any],
+    key: tuple[Any, ...],
+    bare: tuple[Callable[..., Any], tuple[Any, ...]] | None,
+) -> None:
+    """A _GUARDED slot for a positional torch call of up to 4 arguments whose constants are not only a
+    trailing plain value (layer_norm(x, (8,), w, b)): the pattern of tensors and constants (dispatch._PATTERN),
+    the tensors confirmed by torch's guard, the general positional key for its recovery.
+    """
+    from opcore._guards import tensor_guard
+
+    pattern: list[Any] = []
+    for a in args:
+        t = type(a)
+        if t is dispatch._Tensor:
+            pattern.append(_ALL_TENSORS)
+        elif t in _PLAIN or (t is tuple and all(type(v) in _PLAIN for v in a)):
+            pattern.append((t, a))
+        else:  # a subclass, a list: the general key alone
+            return
+    check = tensor_guard(tuple(a for a in args if type(a) is dispatch._Tensor))
+    if check is None:
+        return
+    slot = (len(args), dispatch._PATTERN, tuple(pattern), check, entry, key, bare)
+    with _lock:  # bounded with _POSITIONAL, which is cleared with it
+        _GUARDED[(op, policy, backend, len(args), args[0].shape)] = slot
+        if policy is None and backend is None:
+            _LAST.setdefault(op, [None, None, None, None, None])[len(args)] = slot
 
 
 def _remember_keywords(

@@ -64,7 +64,7 @@ _POSITIONS: dict[str, dict[str, int]] = {}
 # calls kernel(*args, *tail) (linear(x, w) -> F.linear(x, w, None)), else None: the compiled path's call)
 _GUARDED: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 # the default context's (no policy, no backend named) first level in front of _GUARDED: per op, by number of
-# arguments, the slot that last passed its guard ([None, 1, 2, 3]), tried without reading the shape (the
+# arguments, the slot that last passed its guard ([None, 1, 2, 3, 4]), tried without reading the shape (the
 # guard checks sizes and strides itself); a _GUARDED slot whose guard passes replaces it
 _LAST: dict[str, list[tuple[Any, ...] | None]] = {}
 _lock = threading.RLock()
@@ -134,7 +134,7 @@ def run_python(op: str, /, *args: Any, backend: str | None = None, **kwargs: Any
                 if moved is not None:
                     args, kwargs = moved, {}
     n = len(args)
-    if n and not kwargs and (t := type(args[0])) is _Tensor and n < 4:  # a guarded torch signature, if one is this one
+    if n and not kwargs and (t := type(args[0])) is _Tensor and n < 5:  # a guarded torch signature, if one is this one
         policy = _policy()
         row = _LAST.get(op) if policy is None and backend is None else None
         first = None if row is None else row[n]
@@ -226,6 +226,16 @@ def run_python(op: str, /, *args: Any, backend: str | None = None, **kwargs: Any
 def _confirmed(slot: tuple[Any, ...], args: tuple[Any, ...], n: int) -> bool:
     """Whether a _GUARDED slot serves this call: the argument types, the trailing plain value, torch's guard."""
     last = args[-1]
+    if slot[1] is _PATTERN:  # slot[2]: per argument _ALL_TENSORS (a tensor there) or its constant (type, value)
+        tensors = []
+        for a, want in zip(args, slot[2]):
+            if want is _ALL_TENSORS:
+                if type(a) is not _Tensor:
+                    return False
+                tensors.append(a)
+            elif type(a) is not want[0] or a != want[1]:
+                return False
+        return len(args) == len(slot[2]) and bool(slot[3](*tensors))
     if slot[1] is _ALL_TENSORS:
         return type(last) is _Tensor and (n < 3 or type(args[1]) is _Tensor) and bool(slot[3](*args))
     return (
@@ -338,6 +348,14 @@ class _AllTensors:
 _ALL_TENSORS = _AllTensors
 
 
+class _Pattern:
+    """Marks a _GUARDED slot whose constants may stand anywhere (layer_norm(x, (8,), w, b)): slot[2] is
+    the pattern, per argument _ALL_TENSORS (a tensor there) or the constant's (type, value)."""
+
+
+_PATTERN = _Pattern
+
+
 def _compiled(python: Callable[..., Any]) -> tuple[Any, str | None]:
     """run()'s guarded torch path compiled (opcore._fastrun, built from the core's own setup.py), the
     pure-Python run() behind it for everything else; or the Python function itself, with the reason,
@@ -355,7 +373,7 @@ def _compiled(python: Callable[..., Any]) -> tuple[Any, str | None]:
     try:
         fast = _fastrun.FastRun(
             python, _GUARDED, _POSITIONS, context_policy, _recover_cached, _ALL_TENSORS, globals(), _INLINE, _ndarray,
-            _LAST,
+            _LAST, _PATTERN,
         )  # fmt: skip
     except Exception as error:  # a build that does not fit this dispatch.py never takes the import down
         return python, f"opcore._fastrun refused this opcore.dispatch ({type(error).__name__}: {error}): rebuild it"

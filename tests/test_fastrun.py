@@ -29,6 +29,7 @@ import opcore
 from opcore import BackendSpec, DeviceType, dispatch, selection
 
 torch = pytest.importorskip("torch", reason="the compiled path serves torch tensors")
+F = torch.nn.functional
 
 pytestmark = pytest.mark.usefixtures("only_reference")
 
@@ -131,7 +132,9 @@ def test_no_reference_is_kept_on_any_branch() -> None:
     slots' reference counts are where they started, and memory does not grow."""
     compiled_only()
     flaky = Flaky(lambda: RuntimeError("flaky"), after=10**9)
-    opcore.register_plugin(make_plugin("torchy", {"relu": flaky, "linear": torch.nn.functional.linear}))
+    opcore.register_plugin(
+        make_plugin("torchy", {"relu": flaky, "linear": torch.nn.functional.linear, "layer_norm": F.layer_norm})
+    )
     x, w, b = torch.ones(2, 3), torch.ones(4, 3), torch.zeros(4)
     wide = torch.ones(8)[::2]  # the bias's shape, other strides: the guard says no
     tall = torch.ones(5, 3)  # relu(x) and relu(tall) alternate: each takes its shape's slot and promotes it
@@ -149,6 +152,9 @@ def test_no_reference_is_kept_on_any_branch() -> None:
         lambda: opcore.run("relu", tall),
         lambda: opcore.run("softmax", x, -1),
         lambda: opcore.run("softmax", x, dim=-1),
+        lambda: opcore.run("layer_norm", x, (3,), x[0], x[1]),  # a constant between tensors: a pattern slot
+        lambda: opcore.run("layer_norm", x, (3,), weight=x[0], bias=x[1]),
+        lambda: opcore.run("layer_norm", x, (2, 3), x, x),  # another constant, same first shape: the pattern says no
     ]
     for call in calls:
         call()
@@ -172,7 +178,7 @@ def test_no_reference_is_kept_on_any_branch() -> None:
     finally:
         tracemalloc.stop()
     assert counts() == before
-    assert grown < 64 * 1024, f"{grown} bytes more after 24,000 calls"
+    assert grown < 64 * 1024, f"{grown} bytes more after 30,000 calls"
     # a cached entry that raises, recovered (the reference's relu takes over, with one warning)
     flaky.after = 0
     with warnings.catch_warnings():
@@ -331,3 +337,34 @@ def test_a_resolved_op_goes_straight_to_its_entry() -> None:
     empty = resolved.ResolvedOp.__new__(resolved.ResolvedOp)
     with pytest.raises(TypeError, match="opcore.resolve"):
         empty(x)
+
+
+@pytest.mark.usefixtures("run_path")
+def test_constants_between_tensors_are_guarded_by_their_pattern() -> None:
+    """layer_norm(x, (8,), w, b): a _GUARDED slot of the call's pattern (tensors, and each constant's type
+    and value), its tensors confirmed by the guard; another constant, type or tensor takes run()'s key."""
+    opcore.register_plugin(make_plugin("torchy", {"layer_norm": F.layer_norm}))
+    x, w, b = torch.randn(2, 8), torch.randn(8), torch.randn(8)
+    torch.testing.assert_close(opcore.run("layer_norm", x, (8,), w, b), F.layer_norm(x, (8,), w, b))
+    key = ("layer_norm", None, None, 4, x.shape)
+    if key not in dispatch._GUARDED:
+        pytest.skip(f"torch {torch.__version__} has no torch._C._dynamo.guards.TensorGuards")
+    slot = dispatch._GUARDED[key]
+    assert slot[1] is dispatch._PATTERN and slot[2][1] == (tuple, (8,))
+    guarded = (*slot[:4], lambda *raw: "guarded", slot[5])
+    dispatch._GUARDED[key] = dispatch._LAST["layer_norm"][4] = guarded
+    assert opcore.run("layer_norm", torch.zeros(2, 8), (8,), w, b) == "guarded"  # other data
+    assert opcore.run("layer_norm", x, (8,), weight=w, bias=b) == "guarded"  # keywords moved first
+    others = [
+        (x, [8], w, b),  # a list, not a tuple
+        (x, (8,), w.double(), b),  # another dtype
+        (x, (8,), w, torch.ones(16)[::2]),  # other strides
+        (x, (8,), torch.nn.Parameter(w), b),  # a subclass
+        (x.reshape(2, 2, 4), (2, 4), w.reshape(2, 4), b.reshape(2, 4)),  # another constant and shapes
+    ]
+    for args in others:
+        try:
+            result = opcore.run("layer_norm", *args)
+        except opcore.OpcoreError:
+            continue  # float64 with float32: refused, as by the Python key
+        assert not isinstance(result, str), args
