@@ -220,11 +220,8 @@ def _guard(
     if check is None:
         return
     plain = _ALL_TENSORS if tensors is args else type(last)
-    with _lock:  # bounded with _INLINE, which is cleared with it
-        slot = (len(args), plain, None if plain is _ALL_TENSORS else last, check, entry, inline, bare)
-        _GUARDED[(op, policy, backend, len(args), args[0].shape)] = slot
-        if policy is None and backend is None:  # the default context's first level (see dispatch._LAST)
-            _LAST.setdefault(op, [None, None, None, None, None])[len(args)] = slot
+    slot = (len(args), plain, None if plain is _ALL_TENSORS else last, check, entry, inline, bare)
+    _store_guarded(op, policy, backend, args, slot)  # bounded with _INLINE, which is cleared with it
 
 
 def _guard_pattern(
@@ -255,7 +252,15 @@ def _guard_pattern(
     if check is None:
         return
     slot = (len(args), dispatch._PATTERN, tuple(pattern), check, entry, key, bare)
-    with _lock:  # bounded with _POSITIONAL, which is cleared with it
+    _store_guarded(op, policy, backend, args, slot)  # bounded with _POSITIONAL, which is cleared with it
+
+
+def _store_guarded(
+    op: str, policy: ContextPolicy | None, backend: str | None, args: tuple[Any, ...], slot: tuple[Any, ...]
+) -> None:
+    """Put a guarded slot under its shape's key in _GUARDED and, in the default context (no policy, no
+    backend named), first in its op's _LAST row (see dispatch._LAST)."""
+    with _lock:
         _GUARDED[(op, policy, backend, len(args), args[0].shape)] = slot
         if policy is None and backend is None:
             _LAST.setdefault(op, [None, None, None, None, None])[len(args)] = slot
