@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 
 from opcore.onemodel.plugin import probe
@@ -58,8 +57,8 @@ def describe() -> Mapping[str, str]:
 
 
 def _threads() -> str:
-    from opcore_onnxruntime.session import KEEP_SPINNING
+    from opcore_onnxruntime.session import KEEP_SPINNING, keeps_spinning
 
-    if os.environ.get(KEEP_SPINNING) == "1":
+    if keeps_spinning():
         return f"onnxruntime's default: the pool spins after each run ({KEEP_SPINNING}=1)"
     return f"the pool stops spinning when a run returns [set {KEEP_SPINNING}=1 to keep onnxruntime's default]"

@@ -41,6 +41,7 @@ __all__ = [
     "OnnxOp",
     "Session",
     "onnx_kernel",
+    "keeps_spinning",
     "open_session",
     "session_options",
     "target_opset",
@@ -80,9 +81,15 @@ def session_options() -> onnxruntime.SessionOptions:
     # fatal only: a one-op model's "unused input" notes are noise, and a failed build is retried
     # (open_session) or raised with onnxruntime's message
     options.log_severity_level = 4
-    if os.environ.get(KEEP_SPINNING) != "1":
+    if not keeps_spinning():
         options.add_session_config_entry("session.force_spinning_stop", "1")
     return options
+
+
+def keeps_spinning() -> bool:
+    """Whether ``OPCORE_ORT_KEEP_SPINNING=1`` asks for onnxruntime's default: the pool keeps spinning
+    after a run (session_options; opcore doctor says which)."""
+    return os.environ.get(KEEP_SPINNING) == "1"
 
 
 def target_opset() -> tuple[int, int]:
