@@ -238,12 +238,8 @@ def ov_runner(compiled: Any, feed: numpy.ndarray) -> Callable[[], Any]:
 def take_apart_openvino(case: Any, model: Any, x: torch.Tensor, rounds: int, threads: int, profile: bool) -> None:
     import openvino
 
-    import opcore.graph
-
-    plan = opcore.graph.capture(model, (x,), backends=("openvino", "cpu"), partitions=True, measure=False)
-    print(f"### {case.title}, batch {x.shape[0]}: {plan.summary()}\n")
-    if len(plan.partitions) != 1:
-        print("not one partition: nothing to take apart\n")
+    plan = one_partition_plan(case, model, x, "openvino")
+    if plan is None:
         return
     compiled = plan.partitions[0].compiled
     direct = openvino.convert_model(model, example_input=(x,))
@@ -266,6 +262,19 @@ def take_apart_openvino(case: Any, model: Any, x: torch.Tensor, rounds: int, thr
 # --- both -----------------------------------------------------------------------------------------
 
 
+def one_partition_plan(case: Any, model: Any, x: torch.Tensor, engine: str) -> Any:
+    """The plan restricted to ``engine``'s partitions (not measured: it stays what was compiled), its
+    heading printed; None, said so, where it is not one partition."""
+    import opcore.graph
+
+    plan = opcore.graph.capture(model, (x,), backends=(engine, "cpu"), partitions=True, measure=False)
+    print(f"### {case.title}, batch {x.shape[0]}: {plan.summary()}\n")
+    if len(plan.partitions) != 1:
+        print("not one partition: nothing to take apart\n")
+        return None
+    return plan
+
+
 def take_apart(name: str, batch: int, rounds: int, threads: int, profile: bool, engine: str = "onnxruntime") -> None:
     case = MODELS[name]
     torch.manual_seed(0)
@@ -274,14 +283,10 @@ def take_apart(name: str, batch: int, rounds: int, threads: int, profile: bool, 
     if engine == "openvino":
         take_apart_openvino(case, model, x, rounds, threads, profile)
         return
-    import opcore.graph
-
     folder = pathlib.Path(tempfile.mkdtemp(prefix="opcore-ort-partition-"))
     direct = onnxruntime_direct(model, x, folder)
-    plan = opcore.graph.capture(model, (x,), backends=("onnxruntime", "cpu"), partitions=True, measure=False)
-    print(f"### {case.title}, batch {batch}: {plan.summary()}\n")
-    if len(plan.partitions) != 1:
-        print("not one partition: nothing to take apart\n")
+    plan = one_partition_plan(case, model, x, "onnxruntime")
+    if plan is None:
         return
     compiled = plan.partitions[0].compiled
     print(counts_table(folder / "model.onnx", compiled, folder, threads), end="\n\n")
