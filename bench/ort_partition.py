@@ -13,8 +13,9 @@ InferenceSession of ``torch.onnx.export``'s model, or the CPU plugin's compiled 
 2. **where the time goes** (``--profile``): ORT's profiler on both sessions, or OpenVINO's
    ``PERF_COUNT`` (per layer type and the primitive it chose), runs alternated, the median per run;
 3. **the model against our per-run overhead**: the direct run, the partition's session or compiled
-   model called alone (numpy in, numpy out: no opcore around it) and the plan (torch tensors in and
-   out), interleaved in a new order each round; median and minimum, and the direct run's time over
+   model called alone (numpy in, numpy out: no opcore around it), the plan (torch tensors in and
+   out) and the same plan frozen (``capture(freeze=True)``: without the comparison of the model's
+   weights before each call), interleaved in a new order each round; median and minimum, and the direct run's time over
    each; and CPU time per call: the process's (the runtime's pool threads included, ORT's spinning
    too). With ``--threads N`` both are made here at N threads (ORT's intra-op threads, OpenVINO's
    ``INFERENCE_NUM_THREADS``; no plan column, whose partition runs at the runtime's default); at
@@ -254,8 +255,10 @@ def take_apart_openvino(case: Any, model: Any, x: torch.Tensor, rounds: int, thr
         label: ov_runner(ov_compiled(m, threads), feed) for label, m in models.items()
     }
     if not threads:  # the plan's own compiled model runs at the plugin's default threads
+        frozen = frozen_plan(model, x, "openvino")
         runs["partition (plan's)"] = lambda: compiled(feed)
         runs["plan"] = lambda: plan(x)
+        runs["plan, frozen"] = lambda: frozen(x)
     print(timing_table(runs, rounds, False), f"\nload average {os.getloadavg()[0]:.1f}", end="\n\n", flush=True)
 
 
@@ -273,6 +276,14 @@ def one_partition_plan(case: Any, model: Any, x: torch.Tensor, engine: str) -> A
         print("not one partition: nothing to take apart\n")
         return None
     return plan
+
+
+def frozen_plan(model: Any, x: torch.Tensor, engine: str) -> Any:
+    """The same plan with frozen weights (capture(freeze=True)): no comparison of the model's weights
+    before each call, as the engine used directly has none."""
+    import opcore.graph
+
+    return opcore.graph.capture(model, (x,), backends=(engine, "cpu"), partitions=True, measure=False, freeze=True)
 
 
 def take_apart(name: str, batch: int, rounds: int, threads: int, profile: bool, engine: str = "onnxruntime") -> None:
@@ -295,8 +306,9 @@ def take_apart(name: str, batch: int, rounds: int, threads: int, profile: bool, 
                "partition session": (compiled.model.SerializeToString(), compiled.externals)}  # fmt: skip
     if profile:
         print(profile_table(sources, feed, max(rounds // 4, 5), threads, folder), end="\n\n")
+    frozen = frozen_plan(model, x, "onnxruntime")
     runs: dict[str, Callable[[], Any]] = {"ort direct": direct, "partition session": lambda: compiled(feed),
-                                          "plan": lambda: plan(x)}  # fmt: skip
+                                          "plan": lambda: plan(x), "plan, frozen": lambda: frozen(x)}  # fmt: skip
     if threads:  # the plan's own sessions run at ORT's default: both are made here instead, without the plan
         runs = {label: _runner(session(source, externals, threads), feed)
                 for label, (source, externals) in sources.items()}  # fmt: skip

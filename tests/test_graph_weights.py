@@ -141,6 +141,23 @@ def test_a_loaded_plan_is_frozen_until_its_constants_are_edited_and_refreshed(tm
     matches(loaded, model, x)
 
 
+def test_a_frozen_plan_does_not_watch_and_refresh_takes_the_changed_weights() -> None:
+    pytest.importorskip("onnxruntime")
+    model, x = llama(), torch.randn(2, 8, 32)
+    plan = opcore.graph.capture(model, (x,), measure=False, backends=("onnxruntime", "cpu"), freeze=True)
+    assert plan.watch is None and plan.partitions
+    assert any(n.startswith("frozen weights: ") for n in plan.notes)
+    with torch.no_grad():
+        before = model(x)
+        model.q.weight.mul_(-2)  # not compared per call: the plan keeps what it compiled
+        torch.testing.assert_close(plan(x), before, rtol=1e-4, atol=1e-4)
+        assert not torch.allclose(model(x)[0], before[0], atol=1e-3)
+    taken = plan.refresh()  # its constants are the model's tensors: the in-place change is in them
+    assert "q.weight" in taken
+    matches(plan, model, x)
+    assert any(n.startswith("frozen weights: ") for n in plan.notes)
+
+
 def test_a_loaded_plan_s_constant_set_to_no_tensor_raises_naming_the_weight(tmp_path) -> None:
     _, _, plan = capture("kernels")
     plan.save(tmp_path / "p")
@@ -157,17 +174,22 @@ def test_a_tensor_watch_sees_each_kind_of_change() -> None:
     assert not watch.stale() and watch.changed() == []
     with torch.no_grad():
         layer.bias.zero_()
-    assert watch.changed() == ["b"]
+    assert watch.stale() and watch.changed() == ["b"]
     watch = watch.again()
+    assert not watch.stale()
     layer.weight.data = torch.zeros(2, 2)
-    assert watch.changed() == ["w"]
+    assert watch.stale() and watch.changed() == ["w"]
     watch = watch.again()
     layer.weight = torch.nn.Parameter(torch.ones(2, 2))
     assert watch.stale() and watch.current()["w"] is layer.weight
     with torch.inference_mode():
         frozen = torch.ones(2)  # an inference tensor keeps no version counter: watched by identity
-    holder = {"t": frozen}
-    watch = TensorWatch.of([("t", holder, "t")])
+    holder = {"t": frozen, "counted": torch.ones(2)}
+    watch = TensorWatch.of([("t", holder, "t"), ("c", holder, "counted")])
     assert not watch.stale()
     holder["t"] = torch.ones(2)
-    assert watch.changed() == ["t"]
+    assert watch.stale() and watch.changed() == ["t"]
+    holder["t"] = frozen
+    assert not watch.stale()
+    frozen.data = torch.zeros(2)  # its memory swapped: seen by the data pointer, without a counter
+    assert watch.stale() and watch.changed() == ["t"]

@@ -37,6 +37,7 @@ def capture(
     partitions: bool = True,
     measure: bool | Timer = True,
     route: str | None = None,
+    freeze: bool = False,
 ) -> Plan:
     """Capture ``model`` (an nn.Module) on ``example_inputs`` and plan it across the backends.
 
@@ -54,6 +55,11 @@ def capture(
 
     After capture, the plan watches the model's parameters and buffers: a call after one changed
     (in place, ``load_state_dict``, assigned) prepares the plan again first (``Plan.refresh``).
+    freeze=True: the weights are taken as they are now and not compared again per call (as
+    ``torch.jit.freeze``, Inductor's freezing, an ONNX Runtime session or ``openvino.convert_model``
+    take them): the watch's cost is saved (~0.1 ms a call for ~90 tensors right after a graph
+    runtime's run, docs/graph.md); after changing a weight in place, call ``plan.refresh()`` (the plan's
+    ``constants`` are the model's tensors: an assigned one is not among them; capture again for that).
 
     >>> plan = opcore.graph.capture(torch.nn.Linear(8, 4).eval(), (torch.randn(2, 8),))  # doctest: +SKIP
     """
@@ -111,12 +117,20 @@ def capture(
         )
     if route == "torch":
         applied.append("route: the torch route, as capture(route='torch') asked (the exported program as one step)")
-    plan.watch = watch_of(model, program, graph)
+    if freeze:
+        applied.append(FROZEN_NOTE)
+    else:
+        plan.watch = watch_of(model, program, graph)
     plan.notes[:0] = applied
     plan.timings.capture = captured - started
     plan.timings.plan = time.perf_counter() - captured
     return plan
 
+
+FROZEN_NOTE = (
+    "frozen weights: taken at capture and not compared per call (capture(freeze=True)); after an in-place "
+    "change, plan.refresh() prepares the plan again from them"
+)
 
 # ATen ops no backend has a kernel for, whose torch decompositions are made of ops opcore maps:
 # diff -> cat (of prepend/append) and two slices subtracted; new_ones -> full (a factory, folded

@@ -32,6 +32,10 @@ import torch
 __all__ = ["TensorWatch", "version_of"]
 
 
+def _columns(entries: list[tuple[Any, ...]], fields: tuple[int, ...]) -> tuple[tuple[Any, ...], ...]:
+    return tuple(tuple(entry[i] for entry in entries) for i in fields)
+
+
 def version_of(tensor: torch.Tensor) -> int:
     """The tensor's version counter; -1 for an inference tensor, which keeps none (nor changes in
     place outside inference mode)."""
@@ -49,11 +53,16 @@ class TensorWatch:
     ``changed()``: the labels of those that did. A key whose holder now holds None is a change.
     """
 
-    __slots__ = ("entries",)
+    __slots__ = ("_counted", "_uncounted", "entries")
 
     def __init__(self, entries: tuple[tuple[str, MutableMapping[str, Any], str, Any, int, int], ...]) -> None:
         # per tensor: label, holder, key, the tensor, its version counter and data pointer then
         self.entries = entries
+        # what stale() compares, field by field in flat tuples: a call right after a graph runtime's run
+        # finds every object here out of the CPU's caches (~0.1 ms for ~90 tensors), and one tuple per
+        # tensor was one more object to fetch each (~20 % of it). Inference tensors keep no counter.
+        self._counted = _columns([e for e in entries if e[4] >= 0], (1, 2, 3, 4, 5))
+        self._uncounted = _columns([e for e in entries if e[4] < 0], (1, 2, 3, 5))
 
     @classmethod
     def of(cls, slots: Iterable[tuple[str, MutableMapping[str, Any], str]]) -> TensorWatch:
@@ -69,9 +78,12 @@ class TensorWatch:
 
     def stale(self) -> bool:
         """Whether any watched tensor changed since it was taken."""
-        for _, holder, key, tensor, version, pointer in self.entries:
-            now = holder.get(key)
-            if now is not tensor or (version >= 0 and now._version != version) or now.data_ptr() != pointer:
+        for holder, key, tensor, version, pointer in zip(*self._counted):
+            # the tensor's own counter and pointer: another tensor in its place fails the first test
+            if holder.get(key) is not tensor or tensor._version != version or tensor.data_ptr() != pointer:
+                return True
+        for holder, key, tensor, pointer in zip(*self._uncounted):
+            if holder.get(key) is not tensor or tensor.data_ptr() != pointer:
                 return True
         return False
 
