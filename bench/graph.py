@@ -614,8 +614,8 @@ def targets(case: ModelCase, batch: int, result: Result) -> list[str]:
         speedup = times["eager"] / times["plan"]
         floor = 1.5 if (case.name, batch) == ("llama", 1) else 1.0
         judge(f"plan {speedup:.2f}x eager >= {floor}", speedup >= floor)
-    pairs = [(plan, direct) for direct in ("ov direct", "ort direct") for plan in PLANS if PLANS[plan][0] and
-             PLANS[plan][0][0] == ("openvino" if direct == "ov direct" else "onnxruntime")]  # fmt: skip
+    engines = {"openvino": "ov direct", "onnxruntime": "ort direct"}
+    pairs = [(plan, engines[backends[0]]) for plan, (backends, _) in PLANS.items() if backends]
     for plan, direct in pairs:
         if plan in times and direct in times:
             ratio = times[direct] / times[plan]
