@@ -95,6 +95,11 @@ def capture(
         from opcore.graph.rewrite import apply_rewrites
 
         graph, applied = apply_rewrites(graph)
+        from opcore.graph.masks import drop_full_masks
+
+        graph, dropped = drop_full_masks(graph, constants)
+        if dropped:
+            applied.append(f"rewrite full attention mask dropped: {dropped} match{'es' * (dropped != 1)}")
     captured = time.perf_counter()
     options = PlanOptions(
         backends=tuple(backends) if backends is not None else None,
