@@ -34,7 +34,8 @@ test: $(STAMP)
 	$(MAKE) conformance
 
 # the cpu and nn tests again with oneDNN capped at AVX2: on an AVX-512 machine this covers the path
-# an AVX2-only CPU takes (the tests expect what opcore_cpu.system.onednn_bfloat16_reason says)
+# an AVX2-only CPU takes (the tests expect what opcore_cpu.system.onednn_bfloat16_reason says; the
+# openvino backend is unavailable under that cap on an AVX-512 CPU: docs/backends/openvino.md)
 test-avx2: $(STAMP)
 	ONEDNN_MAX_CPU_ISA=AVX2 $(BIN)/python -m pytest -q $(wildcard tests/test_cpu_*.py) $(wildcard tests/test_nn_*.py)
 

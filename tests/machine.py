@@ -8,7 +8,19 @@ True
 
 from __future__ import annotations
 
+import pytest
+
+import opcore
 from opcore.types import DType
+
+
+def needs_backend(name: str) -> None:
+    """Skip unless backend ``name`` loaded here, saying why it did not (not installed, or its reason)."""
+    report = next((r for r in opcore.backends() if r.name == name), None)
+    if report is None:
+        pytest.skip(f"backend {name!r} is not installed here")
+    if not report.ok:
+        pytest.skip(f"backend {name!r} is {report.status.value} here: {report.reason}")
 
 
 def onednn_reason(dtype: str | DType) -> str | None:

@@ -9,6 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import torch.nn.functional as F  # noqa: E402
+from machine import needs_backend  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
 import opcore  # noqa: E402
@@ -19,8 +20,7 @@ HIDDEN, HEADS, INTERMEDIATE = 64, 4, 160
 
 
 def needs(backend: str) -> None:
-    if backend not in {r.name for r in opcore.backends() if r.ok}:
-        pytest.skip(f"backend {backend!r} is not installed here")
+    needs_backend(backend)
 
 
 # --- a LLaMA-style block from torch.nn pieces ---------------------------------------------------

@@ -6,6 +6,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from machine import needs_backend  # noqa: E402
+
 import opcore  # noqa: E402
 import opcore.nn  # noqa: E402
 
@@ -13,8 +15,7 @@ BACKENDS = ["cpu", "onnxruntime", "openvino"]
 
 
 def needs(backend: str) -> None:
-    if backend not in {r.name for r in opcore.backends() if r.ok}:
-        pytest.skip(f"backend {backend!r} is not installed here")
+    needs_backend(backend)
 
 
 def randomised(module):

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import torch.nn.functional as F  # noqa: E402
-from machine import onednn_or_aten  # noqa: E402
+from machine import needs_backend, onednn_or_aten  # noqa: E402
 
 import opcore  # noqa: E402
 import opcore.nn  # noqa: E402
@@ -21,8 +21,7 @@ BACKENDS = ["cpu", "onnxruntime", "openvino"]
 
 
 def needs(backend: str) -> None:
-    if backend not in {r.name for r in opcore.backends() if r.ok}:
-        pytest.skip(f"backend {backend!r} is not installed here")
+    needs_backend(backend)
 
 
 def expected(layer, x):

@@ -29,6 +29,7 @@ __all__ = [
     "describe",
     "is_available",
     "isa_summary",
+    "native_bfloat16_flags",
     "onednn_bfloat16_reason",
     "onednn_isa_cap",
     "onednn_version",
@@ -146,15 +147,27 @@ def onednn_bfloat16_reason() -> str | None:
     >>> onednn_bfloat16_reason() in (None, BFLOAT16_NO_AVX512)                    # doctest: +SKIP
     True
     """
-    if not _torch_bf16_supported():
-        return BFLOAT16_NO_AVX512
     cap = onednn_isa_cap()
-    if cap is not None and cap[1] in BELOW_AVX512:  # torch asks the CPU, not oneDNN's cap: ask it here
+    capped = cap is not None and cap[1] in BELOW_AVX512
+    if not _torch_bf16_supported() and not (capped and native_bfloat16_flags(cpu_flags())):
+        return BFLOAT16_NO_AVX512
+    # torch 2.13 asks oneDNN, which read the cap when torch loaded (and then says no on an AVX-512 CPU);
+    # older torch asks the CPU: either way the cap is the reason where the CPU has what bfloat16 needs
+    if cap is not None and capped:
         return (
             f"{cap[0]}={cap[1]} keeps oneDNN below AVX-512 (its bfloat16 kernels need AVX512BW/VL/DQ or AMX); "
             f"unset {cap[0]} to use them"
         )
     return None
+
+
+def native_bfloat16_flags(flags: frozenset[str]) -> bool:
+    """Whether these /proc/cpuinfo flags have what oneDNN's bfloat16 kernels need (AVX512BW/VL/DQ or AMX).
+
+    >>> native_bfloat16_flags(frozenset({"avx2", "avx512bw", "avx512vl", "avx512dq"}))
+    True
+    """
+    return {"avx512bw", "avx512vl", "avx512dq"} <= flags or "amx_bf16" in flags
 
 
 def onednn_isa_cap() -> tuple[str, str] | None:

@@ -35,15 +35,18 @@ KERNELS: Mapping[str, tuple[str, bool]] = kernel_layout("opcore_openvino.kernels
 
 
 def is_available() -> bool | str:
-    """True when openvino (>= 2025.4) is installed; never imports it. Invalid cache-size settings
-    raise here (ArgumentError naming the variable), so the plugin fails at load time.
+    """True when openvino (>= 2025.4) is installed and no oneDNN ISA cap below this CPU's would crash
+    it (opcore_openvino.isa); never imports it. Invalid cache-size settings raise here (ArgumentError
+    naming the variable), so the plugin fails at load time.
     """
     from opcore.lru import capacity_from_env
     from opcore_openvino.cache import MODELS
+    from opcore_openvino.isa import isa_cap_reason
 
     MODELS.check_setting()
     capacity_from_env("OPCORE_OPENVINO_RUNTIME_CACHE", 16)
-    return runtime_available(("openvino",), "openvino", MIN_OPENVINO, extra="openvino")
+    available = runtime_available(("openvino",), "openvino", MIN_OPENVINO, extra="openvino")
+    return (isa_cap_reason() or True) if available is True else available
 
 
 def describe() -> Mapping[str, str]:
