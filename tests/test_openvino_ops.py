@@ -96,6 +96,25 @@ def test_float32_keeps_float32_precision_at_a_large_shape():
     numpy.testing.assert_allclose(opcore.run("linear", x, w, backend=BACKEND), expected, rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.parametrize("op", ["eq", "ne", "lt", "le", "gt", "ge"])
+def test_comparisons_with_nan_are_ieees(op: str) -> None:
+    """OpenVINO's Greater and GreaterEqual say true for a NaN operand on an AVX-512 CPU (the kit caught it
+    there): every comparison against numpy's, NaN on either side, at a vector-sized length too."""
+    values = numpy.array([numpy.nan, -numpy.inf, -1.0, -0.0, 0.0, 1.0, numpy.inf], numpy.float32)
+    x, other = (a.ravel() for a in numpy.meshgrid(values, values))
+    for n in (x.size, 4 * x.size):
+        got = opcore.run(op, numpy.resize(x, n), numpy.resize(other, n), backend=BACKEND)
+        want = {
+            "eq": numpy.equal,
+            "ne": numpy.not_equal,
+            "lt": numpy.less,
+            "le": numpy.less_equal,
+            "gt": numpy.greater,
+            "ge": numpy.greater_equal,
+        }[op]
+        numpy.testing.assert_array_equal(got, want(numpy.resize(x, n), numpy.resize(other, n)), err_msg=op)
+
+
 def test_embedding_indices_out_of_range_are_refused_like_torch():
     assert_embedding_indices_out_of_range_are_refused(BACKEND)
 

@@ -219,12 +219,23 @@ def build_logical_not(g: Graph, x: Node) -> Node:
     return ops.logical_not(_truth(g, x))
 
 
+def _greater(x: Node, other: Node) -> Node:
+    """x > other as other < x: OpenVINO 2026.4's CPU plugin answers Greater true where an operand is NaN
+    on an AVX-512 CPU (measured on an AMD EPYC with AVX512_BF16; right on AVX2), and Less is right on both."""
+    return ops.less(other, x)
+
+
+def _greater_equal(x: Node, other: Node) -> Node:
+    """x >= other as other <= x (GreaterEqual is true with a NaN operand there, as Greater is)."""
+    return ops.less_equal(other, x)
+
+
 eq = ov_kernel("eq", _comparison(ops.equal))
 ne = ov_kernel("ne", _comparison(ops.not_equal))
 lt = ov_kernel("lt", _comparison(ops.less))
 le = ov_kernel("le", _comparison(ops.less_equal))
-gt = ov_kernel("gt", _comparison(ops.greater))
-ge = ov_kernel("ge", _comparison(ops.greater_equal))
+gt = ov_kernel("gt", _comparison(_greater))
+ge = ov_kernel("ge", _comparison(_greater_equal))
 logical_and = ov_kernel("logical_and", build_logical_and)
 logical_or = ov_kernel("logical_or", build_logical_or)
 logical_not = ov_kernel("logical_not", build_logical_not)
