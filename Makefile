@@ -1,8 +1,10 @@
 # make demo: set up .venv with every distribution in this repository, then run the demo. The core's
-#   optional C extension (opcore._fastrun, setup.py) is built in place where a C compiler is; without
-#   one pip warns and opcore.run stays pure Python.
-# make test: the same setup, then ruff, mypy, the whole test suite, the cpu and nn tests with oneDNN capped
-#   at AVX2, and the conformance kit (what CI runs).
+#   optional compiled parts (setup.py) are built in place where a compiler is: opcore._fastrun (C), then,
+#   with the core built again against the installed torch, opcore._torchguard (C++, torch's headers);
+#   without a compiler pip warns and opcore stays pure Python.
+# make test: the same setup, then ruff, mypy, the whole test suite (where a C++ compiler is, a missing
+#   opcore._torchguard fails it: EXPECT_TORCHGUARD), the cpu and nn tests with oneDNN capped at AVX2, and
+#   the conformance kit (what CI runs).
 # make test-oldest: the backend tests and the kit with the oldest onnxruntime, onnx and openvino the
 #   plugins declare, in .venv-oldest.
 # make constraints: re-resolve the newest versions (torch stays pinned) and rewrite constraints.txt.
@@ -16,10 +18,12 @@ OLDEST := .venv-oldest
 
 .PHONY: demo test test-avx2 test-oldest constraints conformance lint bench docs clean
 
-$(STAMP): constraints.txt requirements-dev.txt $(addsuffix /pyproject.toml,$(DISTS)) setup.py opcore/_fastrun.c
+$(STAMP): constraints.txt requirements-dev.txt $(addsuffix /pyproject.toml,$(DISTS)) setup.py opcore/_fastrun.c opcore/_torchguard.cpp
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -r requirements-dev.txt $(addprefix -e ,$(DISTS))
+	# the core again, without build isolation: its build now sees the pinned torch and compiles opcore._torchguard
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
 demo: $(STAMP)
@@ -29,7 +33,7 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest
+	EXPECT_TORCHGUARD=$(if $(shell command -v c++ 2>/dev/null),1,0) $(BIN)/python -m pytest
 	$(MAKE) test-avx2
 	$(MAKE) conformance
 

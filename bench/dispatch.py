@@ -175,9 +175,10 @@ def torch_rows(device: str) -> list[tuple[str, ...]]:
 
 
 def guard_rows(rounds: int = 25, number: int = 3000) -> list[tuple[str, ...]]:
-    """run() and resolved ops with torch's TensorGuards (opcore._guards) against the Python key alone
-    (the guard hidden), in one process, interleaved round by round; minima over the rounds (the least
-    disturbed run of each: on a shared machine medians move by more than the difference).
+    """run() and resolved ops with the Python key alone (both guards hidden), torch's TensorGuards and
+    opcore's compiled guard (opcore._guards; where it is built for this torch), in one process,
+    interleaved round by round; minima over the rounds (the least disturbed run of each: on a shared
+    machine medians move by more than the difference).
     """
     import timeit
 
@@ -208,12 +209,15 @@ def guard_rows(rounds: int = 25, number: int = 3000) -> list[tuple[str, ...]]:
         }
 
     _guards.tensor_guard((x,))
-    guards = _guards._TensorGuards
+    guards, ours = _guards._torch_guards(), _guards._compiled_guard()
+    settings = {"key": (False, False), "torch": (guards, False), "opcore": (False, ours)}
     direct: dict[str, float] = {}
-    best: dict[tuple[bool, str], float] = {}
+    best: dict[tuple[str, str], float] = {}
     for _ in range(rounds):
-        for guarded in (False, True):
-            _guards._TensorGuards = guards if guarded else False
+        for setting, (torch_guards, own) in settings.items():
+            if setting == "opcore" and ours is False:
+                continue
+            _guards._TensorGuards, _guards._Guard = torch_guards, own
             dispatch.clear_caches()
             cases = make_cases()
             for _, call in cases.values():
@@ -221,18 +225,16 @@ def guard_rows(rounds: int = 25, number: int = 3000) -> list[tuple[str, ...]]:
             for label, (plain, call) in cases.items():
                 direct[label] = min(direct.get(label, 1.0), timeit.timeit(plain, number=number) / number)
                 t = timeit.timeit(call, number=number) / number
-                best[(guarded, label)] = min(best.get((guarded, label), 1.0), t)
-    _guards._TensorGuards = guards
+                best[(setting, label)] = min(best.get((setting, label), 1.0), t)
+    _guards._TensorGuards, _guards._Guard = guards, ours
     dispatch.clear_caches()
-    return [
-        (
-            label,
-            f"{direct[label] * 1e6:.2f}",
-            f"{best[(False, label)] * 1e6:.2f} ({(best[(False, label)] - direct[label]) * 1e6:+.2f})",
-            f"{best[(True, label)] * 1e6:.2f} ({(best[(True, label)] - direct[label]) * 1e6:+.2f})",
-        )
-        for label in cases
-    ]
+
+    def cell(setting: str, label: str) -> str:
+        if (setting, label) not in best:
+            return f"not built: {_guards._GUARD_REASON}"
+        return f"{best[(setting, label)] * 1e6:.2f} ({(best[(setting, label)] - direct[label]) * 1e6:+.2f})"
+
+    return [(label, f"{direct[label] * 1e6:.2f}", *(cell(setting, label) for setting in settings)) for label in cases]
 
 
 def _path() -> str:
@@ -387,7 +389,9 @@ def main() -> None:
     parser.add_argument("--torch-only", action="store_true", help="only the torch table (and the first call)")
     parser.add_argument("--cuda", action="store_true", help="the torch table on the GPU too")
     parser.add_argument(
-        "--guards", action="store_true", help="only the A/B of run() and resolve with and without torch's tensor guard"
+        "--guards",
+        action="store_true",
+        help="only run() and resolve: the Python key, torch's TensorGuards, opcore's compiled guard",
     )
     parser.add_argument(
         "--paths", action="store_true", help="only the A/B of opcore.run's pure-Python and compiled paths (minima)"
@@ -413,7 +417,8 @@ def main() -> None:
             f"\nrun() and resolved ops on torch tensors, x 2x8 · w 8x8 float32, 1 thread, us per call, minima; "
             f"load {load:.2f}"
         )
-        print(table(("call", "direct", "Python key (over)", "tensor guard (over)"), guard_rows()))
+        columns = ("call", "direct", "Python key (over)", "TensorGuards (over)", "opcore guard (over)")
+        print(table(columns, guard_rows()))
         return
     if not args.torch_only:
         numpy_table()

@@ -523,17 +523,94 @@ static PyTypeObject FastRunType = {
 /* opcore.resolved.ResolvedOp's base where this module is built: a call of a resolved op goes straight to
  * its entry (vectorcall, no method lookup). A Python class's __call__, even a slot holding the entry,
  * goes through type slot dispatch (the __call__ lookup, the descriptor, an argument tuple): ~0.2 us of
- * a resolved call on the developer machine. The entry is the resolved op's generated function. */
+ * a resolved call on the developer machine. The entry is the resolved op's generated function.
+ *
+ * Once armed (_arm, by opcore.resolved once the examples' signature was checked), a call of exactly
+ * `nargs` positional arguments first asks torch's tensor guard here and, where it passes, calls the
+ * kernel with the arguments and the armed tail appended: the entry's own fast branch without its
+ * Python frame. The kernel raising an Exception goes to `failed(error, *args)` (the entry's recovery),
+ * with the error as the exception being handled; the guard saying no, or any other call, goes to the
+ * entry, which answers as it always does. */
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *entry;
+    PyObject *guard;  /* torch's TensorGuards.check for the examples' signature, or NULL: not armed */
+    PyObject *kernel; /* what the entry's fast branch calls */
+    PyObject *tail;   /* a tuple of values appended to the arguments (the non-tensor arguments), or NULL */
+    PyObject *failed; /* failed(error, *args): the entry's recovery after the kernel raised */
+    Py_ssize_t nargs; /* the free arguments the guard checks */
 } ResolvedBase;
+
+static PyObject *
+resolved_failed(PyObject *failed, PyObject *const *args, Py_ssize_t n)
+{
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        return NULL; /* KeyboardInterrupt, SystemExit...: not caught by the entry either */
+    PyObject *type, *error, *traceback;
+    PyErr_Fetch(&type, &error, &traceback);
+    PyErr_NormalizeException(&type, &error, &traceback);
+    if (traceback != NULL)
+        PyException_SetTraceback(error, traceback);
+    PyObject *stack[MAX_ARGUMENTS + 1];
+    stack[0] = error;
+    for (Py_ssize_t i = 0; i < n; i++)
+        stack[i + 1] = args[i];
+    PyObject *handled_type, *handled, *handled_traceback;
+    PyErr_GetExcInfo(&handled_type, &handled, &handled_traceback);
+    Py_INCREF(error);
+    PyErr_SetExcInfo(type, error, traceback); /* steals type and traceback, and the reference just taken */
+    PyObject *result = PyObject_Vectorcall(failed, stack, (size_t)(n + 1), NULL);
+    PyErr_SetExcInfo(handled_type, handled, handled_traceback);
+    Py_DECREF(error);
+    return result;
+}
+
+/* The armed path: 1 the guard passed and the kernel ran (result or NULL in *out), 0 not taken. */
+static int
+resolved_armed(ResolvedBase *self, PyObject *const *args, Py_ssize_t n, PyObject **out)
+{
+    PyObject *guard = self->guard, *kernel = self->kernel, *tail = self->tail, *failed = self->failed;
+    Py_ssize_t extra = tail == NULL ? 0 : PyTuple_GET_SIZE(tail);
+    if (n + extra > MAX_ARGUMENTS)
+        return 0;
+    /* strong references while Python code runs: the op may be disarmed or re-armed meanwhile */
+    Py_INCREF(guard);
+    Py_INCREF(kernel);
+    Py_XINCREF(tail);
+    Py_INCREF(failed);
+    int taken = 1;
+    int passed = truth(PyObject_Vectorcall(guard, args, (size_t)n, NULL));
+    if (passed < 0) {
+        *out = NULL; /* the guard raised: as the entry's `if G(...)` would */
+    } else if (passed == 0) {
+        taken = 0;
+    } else {
+        PyObject *stack[MAX_ARGUMENTS];
+        for (Py_ssize_t i = 0; i < n; i++)
+            stack[i] = args[i];
+        for (Py_ssize_t i = 0; i < extra; i++)
+            stack[n + i] = PyTuple_GET_ITEM(tail, i);
+        PyObject *result = PyObject_Vectorcall(kernel, stack, (size_t)(n + extra), NULL);
+        *out = result != NULL ? result : resolved_failed(failed, args, n);
+    }
+    Py_DECREF(guard);
+    Py_DECREF(kernel);
+    Py_XDECREF(tail);
+    Py_DECREF(failed);
+    return taken;
+}
 
 static PyObject *
 resolved_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
-    PyObject *entry = ((ResolvedBase *)callable)->entry;
+    ResolvedBase *self = (ResolvedBase *)callable;
+    if (self->guard != NULL && kwnames == NULL && PyVectorcall_NARGS(nargsf) == self->nargs) {
+        PyObject *result;
+        if (resolved_armed(self, args, self->nargs, &result))
+            return result;
+    }
+    PyObject *entry = self->entry;
     if (entry == NULL) {
         PyErr_SetString(PyExc_TypeError, "this resolved op has no entry yet: make it with opcore.resolve");
         return NULL;
@@ -544,12 +621,101 @@ resolved_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, Py
     return result;
 }
 
+static void
+resolved_disarm(ResolvedBase *self)
+{
+    Py_CLEAR(self->guard);
+    Py_CLEAR(self->kernel);
+    Py_CLEAR(self->tail);
+    Py_CLEAR(self->failed);
+    self->nargs = -1;
+}
+
+static PyObject *
+resolved_arm(ResolvedBase *self, PyObject *args)
+{
+    PyObject *guard, *kernel, *tail, *failed;
+    Py_ssize_t nargs;
+    if (!PyArg_ParseTuple(args, "OOO!On:_arm", &guard, &kernel, &PyTuple_Type, &tail, &failed, &nargs))
+        return NULL;
+    if (nargs < 1 || nargs + PyTuple_GET_SIZE(tail) > MAX_ARGUMENTS) {
+        PyErr_Format(PyExc_ValueError, "_arm: %zd arguments and a tail of %zd: at most %d in all", nargs,
+                     PyTuple_GET_SIZE(tail), MAX_ARGUMENTS);
+        return NULL;
+    }
+    if (!PyCallable_Check(guard) || !PyCallable_Check(kernel) || !PyCallable_Check(failed)) {
+        PyErr_SetString(PyExc_TypeError, "_arm: the guard, the kernel and failed must be callable");
+        return NULL;
+    }
+    resolved_disarm(self);
+    Py_INCREF(guard);
+    Py_INCREF(kernel);
+    Py_INCREF(failed);
+    self->kernel = kernel;
+    self->failed = failed;
+    if (PyTuple_GET_SIZE(tail) > 0) {
+        Py_INCREF(tail);
+        self->tail = tail;
+    }
+    self->nargs = nargs;
+    self->guard = guard; /* last: the vectorcall reads the others only where a guard is set */
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+resolved_disarm_method(ResolvedBase *self, PyObject *Py_UNUSED(ignored))
+{
+    resolved_disarm(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+resolved_armed_get(ResolvedBase *self, void *Py_UNUSED(closure))
+{
+    return PyBool_FromLong(self->guard != NULL);
+}
+
+static PyMethodDef resolved_methods[] = {
+    {"_arm", (PyCFunction)resolved_arm, METH_VARARGS,
+     "_arm(guard, kernel, tail, failed, nargs): calls of nargs positional arguments that pass the guard go "
+     "to kernel(*args, *tail) here, an Exception to failed(error, *args)"},
+    {"_disarm", (PyCFunction)resolved_disarm_method, METH_NOARGS, "every call goes to the entry again"},
+    {NULL},
+};
+
+static PyObject *
+resolved_entry_get(ResolvedBase *self, void *Py_UNUSED(closure))
+{
+    if (self->entry == NULL)
+        Py_RETURN_NONE;
+    Py_INCREF(self->entry);
+    return self->entry;
+}
+
+/* a new entry disarms: every call goes to it until it is armed again */
+static int
+resolved_entry_set(ResolvedBase *self, PyObject *value, void *Py_UNUSED(closure))
+{
+    resolved_disarm(self);
+    Py_XSETREF(self->entry, value == NULL || value == Py_None ? NULL : Py_NewRef(value));
+    return 0;
+}
+
+static PyGetSetDef resolved_getset[] = {
+    {"_entry", (getter)resolved_entry_get, (setter)resolved_entry_set,
+     "the function a call of the resolved op goes to (setting it disarms)", NULL},
+    {"_armed", (getter)resolved_armed_get, NULL, "whether calls are guarded here before the entry", NULL},
+    {NULL},
+};
+
 static PyObject *
 resolved_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     ResolvedBase *self = (ResolvedBase *)type->tp_alloc(type, 0);
-    if (self != NULL)
+    if (self != NULL) {
         self->vectorcall = resolved_vectorcall;
+        self->nargs = -1;
+    }
     return (PyObject *)self;
 }
 
@@ -557,6 +723,10 @@ static int
 resolved_traverse(ResolvedBase *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->entry);
+    Py_VISIT(self->guard);
+    Py_VISIT(self->kernel);
+    Py_VISIT(self->tail);
+    Py_VISIT(self->failed);
     return 0;
 }
 
@@ -564,6 +734,7 @@ static int
 resolved_clear(ResolvedBase *self)
 {
     Py_CLEAR(self->entry);
+    resolved_disarm(self);
     return 0;
 }
 
@@ -574,11 +745,6 @@ resolved_dealloc(ResolvedBase *self)
     resolved_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
-
-static PyMemberDef resolved_members[] = {
-    {"_entry", T_OBJECT, offsetof(ResolvedBase, entry), 0, "the function a call of the resolved op goes to"},
-    {NULL},
-};
 
 static PyTypeObject ResolvedBaseType = {
     PyVarObject_HEAD_INIT(NULL, 0)
@@ -592,7 +758,34 @@ static PyTypeObject ResolvedBaseType = {
     .tp_clear = (inquiry)resolved_clear,
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(ResolvedBase, vectorcall),
-    .tp_members = resolved_members,
+    .tp_methods = resolved_methods,
+    .tp_getset = resolved_getset,
+};
+
+/* Python 3.11 does not pass Py_TPFLAGS_HAVE_VECTORCALL on to a heap subclass (3.12 does, where the
+ * subclass keeps the inherited tp_call): a call of opcore.resolved.ResolvedOp would then go through
+ * tp_call (an argument tuple, PyVectorcall_Call) instead of straight to resolved_vectorcall. Sets the flag
+ * on such a subclass, which must not define __call__ itself. */
+static PyObject *
+inherit_vectorcall(PyObject *Py_UNUSED(module), PyObject *cls)
+{
+    if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &ResolvedBaseType)) {
+        PyErr_SetString(PyExc_TypeError, "inherit_vectorcall: a subclass of ResolvedBase expected");
+        return NULL;
+    }
+    PyTypeObject *type = (PyTypeObject *)cls;
+    if (type->tp_call != PyVectorcall_Call || type->tp_vectorcall_offset != offsetof(ResolvedBase, vectorcall)) {
+        PyErr_SetString(PyExc_TypeError, "inherit_vectorcall: the subclass defines its own __call__");
+        return NULL;
+    }
+    type->tp_flags |= Py_TPFLAGS_HAVE_VECTORCALL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef fastrun_functions[] = {
+    {"inherit_vectorcall", inherit_vectorcall, METH_O,
+     "inherit_vectorcall(cls): calls of instances of this ResolvedBase subclass go straight to its vectorcall"},
+    {NULL},
 };
 
 /* sha256 of this file (16 hex digits), passed by setup.py: opcore.dispatch compares it with the file
@@ -606,6 +799,7 @@ static struct PyModuleDef fastrun_module = {
     .m_name = "opcore._fastrun",
     .m_doc = "run()'s guarded torch path, compiled (opcore.dispatch uses it unless OPCORE_PURE_PYTHON=1).",
     .m_size = -1,
+    .m_methods = fastrun_functions,
 };
 
 PyMODINIT_FUNC

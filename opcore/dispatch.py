@@ -356,12 +356,16 @@ class _Pattern:
 _PATTERN = _Pattern
 
 
+# OPCORE_PURE_PYTHON=1 when this module was imported: no compiled part serves this process (opcore._guards reads it too)
+PURE_PYTHON_SET = pure_python(os.environ)
+
+
 def _compiled(python: Callable[..., Any]) -> tuple[Any, str | None]:
     """run()'s guarded torch path compiled (opcore._fastrun, built from the core's own setup.py), the
     pure-Python run() behind it for everything else; or the Python function itself, with the reason,
     where the extension was not built (no C compiler where opcore was installed) or OPCORE_PURE_PYTHON=1.
     """
-    if pure_python(os.environ):
+    if PURE_PYTHON_SET:
         return python, "OPCORE_PURE_PYTHON=1 was set when opcore.dispatch was imported"
     try:
         from opcore import _fastrun  # type: ignore[attr-defined,unused-ignore]
@@ -417,8 +421,9 @@ def compiled() -> bool:
 
 
 def compiled_part(name: str) -> Any:
-    """A type of the compiled module (opcore._fastrun) where it serves this process (built from the
-    source beside it, OPCORE_PURE_PYTHON not set), else None: opcore.resolved takes its ResolvedBase.
+    """A type or function of the compiled module (opcore._fastrun) where it serves this process (built
+    from the source beside it, OPCORE_PURE_PYTHON not set), else None: opcore.resolved takes its
+    ResolvedBase and inherit_vectorcall.
 
     >>> compiled_part("ResolvedBase") is None or callable(compiled_part("ResolvedBase"))
     True

@@ -41,6 +41,14 @@ class _CallSlot:
     def _entry(self, entry: Callable[..., Any]) -> None:
         self.__call__ = entry
 
+    @property
+    def _armed(self) -> bool:
+        """Whether calls are guarded before the entry, by the compiled base's _arm (never here)."""
+        return False
+
+    def _disarm(self) -> None:
+        """Every call goes to the entry (as here it always does)."""
+
 
 if TYPE_CHECKING:
     _Base = _CallSlot
@@ -92,6 +100,11 @@ class ResolvedOp(_Base):
         state = ", prepared" if self._prepared else ""
         where = self.kernel.title if self.kernel is not None else "decomposition"
         return f"ResolvedOp({self.op} on {where}{state}, takes ({', '.join(self.free)}){constants})"
+
+
+_inherit = compiled_part("inherit_vectorcall") if _Base is not _CallSlot else None
+if _inherit is not None:  # Python 3.11 keeps a heap subclass off its compiled base's vectorcall
+    _inherit(ResolvedOp)
 
 
 def resolve(
@@ -174,6 +187,7 @@ def resolve_with(
     if versioned:  # the prepared kernel holds its own form of these: prepare again after an in-place update
         signatures.watch(versioned, bound, frozenset(constants))
     resolved._entry = signatures.entry(bound)
+    signatures.target = resolved
     return resolved
 
 
@@ -206,8 +220,8 @@ class _Signatures:
     """
 
     __slots__ = (
-        "check", "constant_names", "example_key", "examples", "first", "free_at", "kernel", "kinds", "mark", "policy",
-        "prepared", "routes", "seen", "selection", "template", "versioned",
+        "armed", "check", "constant_names", "example_key", "examples", "first", "free_at", "kernel", "kinds", "mark",
+        "policy", "prepared", "routes", "seen", "selection", "target", "template", "versioned",
     )  # fmt: skip
 
     def __init__(
@@ -236,6 +250,9 @@ class _Signatures:
         self.versioned: tuple[Any, ...] = ()
         self.examples: tuple[Any, ...] = ()
         self.constant_names: frozenset[str] = frozenset()
+        # (guard, tail, failed, number of free arguments) where the compiled base may call the kernel
+        self.armed: tuple[Any, tuple[Any, ...], Any, int] | None = None
+        self.target: Any = None  # the resolved op, armed through its compiled base's _arm
 
     def watch(self, versioned: tuple[Any, ...], bound: tuple[Any, ...], constants: frozenset[str]) -> None:
         """Prepare again when one of ``versioned`` changes in place; ``bound``'s free arguments are
@@ -280,7 +297,7 @@ class _Signatures:
                 examples += (type(a), a.dtype, a.shape, a.strides)
             elif kind == "torch":
                 examples += (type(a), a.dtype, a.shape, a.device, a.stride())
-        call, self.mark, keyof = make(
+        call, self.mark, keyof, failed = make(
             self.first,
             self.seen,
             self.slow,
@@ -291,6 +308,11 @@ class _Signatures:
             *examples,
         )
         self.example_key = keyof(*(bound[i] for i in self.free_at))
+        # the compiled base's armed path: the guard and the kernel called from C, where the kernel's
+        # arguments are the free ones followed by the rest (prepared: the free ones alone); no watch
+        if guard is not None and not self.versioned and (self.prepared or _leading(self.free_at)):
+            rest = () if self.prepared else tuple(self.template[i] for i in tail)
+            self.armed = (guard, rest, failed, len(self.free_at))
         return call
 
     def fill(self, free: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -336,16 +358,29 @@ class _Signatures:
                 self.seen[key] = (_verifier(selection), plan.recover) if self.check else plan.recover
                 if key == self.example_key:
                     self.mark(plan.recover)  # the fast branch may serve the examples' signature now
+                    self._arm()
             return result
         plan.reject_first(chosen, problem)
         self._route(key, plan)
         return plan.first_call(bound)
+
+    def _arm(self) -> None:
+        """The compiled base calls guard and kernel itself from now on (where it is built and may)."""
+        target = self.target
+        if self.armed is not None and target is not None and hasattr(target, "_arm"):
+            guard, rest, failed, nargs = self.armed
+            target._arm(guard, self.first, rest, failed, nargs)
 
     def _route(self, key: Any, plan: Plan) -> None:
         if key is not None:
             if len(self.routes) >= MAX_SIGNATURES:
                 self.routes.clear()
             self.routes[key] = plan
+
+
+def _leading(positions: list[int]) -> bool:
+    """Whether the free arguments come first (0, 1, ...): the rest can then be appended to them."""
+    return positions == list(range(len(positions)))
 
 
 def _verifier(selection: Selection) -> Callable[[Any], Any]:
@@ -416,7 +451,7 @@ def _entry_maker(
     strides: bool,
     versioned: int = 0,
     guarded: bool = False,
-) -> Callable[..., tuple[Callable[..., Any], Callable[[Any], None], Callable[..., Any]]]:
+) -> Callable[..., tuple[Callable[..., Any], Callable[[Any], None], Callable[..., Any], Callable[..., Any]]]:
     """Source for a resolved op's entry, generated per shape of call (as _calls.fixed_arity is): a
     function of exactly the free arguments. Its fast branch compares each argument with the examples'
     signature (once that was checked: ``mark``); other signatures take one key and a dict lookup.
@@ -424,7 +459,8 @@ def _entry_maker(
     attribute read each) and prepares the kernel again after an in-place update. ``guarded``: the
     fast branch asks torch's tensor guard G (opcore._guards) instead, passed in place of the examples;
     it checks every field of the key (and more: requires_grad), so a miss only takes the dict path.
-    Returns make(...) -> (call, mark, keyof).
+    Returns make(...) -> (call, mark, keyof, failed): failed(error, *free) is the fast branch's
+    recovery, for the compiled base's armed path (ResolvedBase._arm).
     """
     params = [f"a{j}" for j in range(len(free_at))]
     full = [f"a{free_at.index(i)}" if i in free_at else f"t{i}" for i in range(size)]
@@ -492,7 +528,9 @@ def _entry_maker(
         *(["        G = guard"] if guarded and inline else []),
         f"    def keyof({', '.join(params)}):",
         f"        return {key}",
-        "    return call, mark, keyof",
+        f"    def failed(error, {', '.join(params)}):",
+        f"        return recover0({full_tuple}, error)",
+        "    return call, mark, keyof, failed",
     ]
     namespace: dict[str, Any] = {}
     exec(compile("\n".join(lines) + "\n", f"<opcore resolved entry {free_at}/{size}>", "exec"), namespace)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import stat
 import time
@@ -63,6 +64,27 @@ def test_both_forms_say_how_run_serves_a_cached_torch_call(text: Result, data: d
     else:
         assert fast_path.startswith("pure Python: ")
     assert any(line.split()[:1] == ["run"] and fast_path in line for line in text.out.splitlines()), text.out
+
+
+def test_both_forms_say_which_tensor_guard_serves(text: Result, data: dict) -> None:
+    """opcore's compiled guard where it was built for this torch, else torch's TensorGuards and why;
+    only with --deep (the doctor loads no torch otherwise)."""
+    assert data["opcore"]["tensor_guard"] == "not checked: torch is not loaded (opcore doctor --deep checks it)"
+    pytest.importorskip("torch")
+    from opcore import _guards
+
+    deep = run_cli("doctor", "--deep", fixtures=True, env=SCENARIO)
+    deep_data = json.loads(run_cli("doctor", "--deep", "--json", fixtures=True, env=SCENARIO).out)
+    guard = deep_data["opcore"]["tensor_guard"]
+    assert guard == _guards.guard_in_use()  # the doctor's process imports the same build
+    if guard.startswith("opcore._torchguard"):
+        import torch
+
+        assert guard == f"opcore._torchguard (compiled for torch {torch.__version__})"
+    else:
+        assert guard.startswith(("torch's TensorGuards (", "none: the Python key alone (")) and guard.endswith(")")
+    assert any(line.split()[:1] == ["guard"] and guard in line for line in deep.out.splitlines()), deep.out
+    assert any(line.split()[:1] == ["guard"] for line in text.out.splitlines()), text.out
 
 
 def test_text_lists_every_plugin_with_its_status(text: Result) -> None:

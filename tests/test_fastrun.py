@@ -368,3 +368,139 @@ def test_constants_between_tensors_are_guarded_by_their_pattern() -> None:
         except opcore.OpcoreError:
             continue  # float64 with float32: refused, as by the Python key
         assert not isinstance(result, str), args
+
+
+def _called(call: Callable[..., Any], *args: Any) -> tuple[Any, list[str]]:
+    """call(*args)'s result and the names of the Python functions it called (sys.setprofile)."""
+    names: list[str] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            names.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        result = call(*args)
+    finally:
+        sys.setprofile(None)
+    return result, names
+
+
+def _armed_relu(flaky: Flaky, pin: bool = False) -> tuple[Any, Any]:
+    opcore.register_plugin(make_plugin("torchy", {"relu": flaky}))
+    x = torch.randn(2, 3)
+    relu = opcore.resolve("relu", x, backend="torchy" if pin else None)
+    if "G" not in relu._entry.__code__.co_freevars:
+        pytest.skip(f"torch {torch.__version__} has no torch._C._dynamo.guards.TensorGuards")
+    assert not relu._armed  # the examples' signature is checked by the first call
+    torch.testing.assert_close(relu(x), torch.relu(x))
+    assert relu._armed
+    return relu, x
+
+
+def test_an_armed_resolved_op_calls_guard_and_kernel_itself() -> None:
+    """Once the examples' signature was checked, the compiled base asks the guard and calls the kernel
+    without the entry's frame; any other signature, a keyword or another number of arguments goes to the
+    entry, which answers as before; a new entry disarms."""
+    compiled_only()
+    assert opcore.ResolvedOp.__flags__ & (1 << 11)  # Py_TPFLAGS_HAVE_VECTORCALL, on Python 3.11 too
+    flaky = Flaky()
+    relu, x = _armed_relu(flaky)
+    other = torch.randn(2, 3)
+    result, names = _called(relu, other)
+    torch.testing.assert_close(result, torch.relu(other))
+    assert names == ["__call__"], names  # the kernel alone: no entry, no dispatch
+    for args in [(x[:1],), (x.T,), (x.double(),)]:
+        result, names = _called(relu, *args)
+        torch.testing.assert_close(result, torch.relu(*args))
+        assert "call" in names, names  # the entry took it
+    with pytest.raises(TypeError):
+        relu(x, x)
+    with pytest.raises(TypeError):
+        relu(x=x)
+    relu._entry = lambda *args: "entry"
+    assert not relu._armed and relu(x) == "entry"
+
+
+def test_an_armed_kernels_error_is_recovered_as_the_entry_recovers_it() -> None:
+    """A kernel raising on the armed path: the same error, notes and context as through the entry when
+    pinned; the same result and fallback warning unpinned; a BaseException left alone; nothing leaked."""
+    compiled_only()
+
+    def pinned(armed: bool) -> tuple[Any, ...]:
+        opcore.unregister_plugin("torchy") if "torchy" in {r.name for r in opcore.backends()} else None
+        flaky = Flaky(lambda: ValueError("boom"), after=1)
+        relu, x = _armed_relu(flaky, pin=True)
+        if not armed:
+            relu._disarm()
+        with pytest.raises(ValueError, match="boom") as caught:
+            relu(x)
+        error = caught.value
+        assert sys.exc_info() == (None, None, None)
+        return type(error), str(error), getattr(error, "__notes__", None), error.__context__, error.__cause__
+
+    assert pinned(True) == pinned(False)
+    opcore.unregister_plugin("torchy")
+    flaky = Flaky(lambda: RuntimeError("flaky"), after=1)
+    relu, x = _armed_relu(flaky)
+    with pytest.warns(opcore.FallbackWarning):
+        torch.testing.assert_close(relu(-x), torch.relu(-x))  # the reference's relu takes over
+    before = sys.getrefcount(x), sys.getrefcount(relu)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(1000):
+            torch.testing.assert_close(relu(x), torch.relu(x))
+    assert (sys.getrefcount(x), sys.getrefcount(relu)) == before
+    opcore.unregister_plugin("torchy")
+    relu, x = _armed_relu(Flaky(KeyboardInterrupt, after=1))
+    with pytest.raises(KeyboardInterrupt):
+        relu(x)
+
+
+def test_only_plain_resolved_ops_are_armed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Watched constants (each call compares their version counters first) and check mode keep every
+    call on the entry; the rest of the arguments follow the free ones (softmax's dim) or the kernel is
+    prepared; arming checks what it is given."""
+    compiled_only()
+    opcore.register_plugin(make_plugin("torchy", {"softmax": torch.softmax, "relu": torch.relu}))
+    x = torch.randn(2, 8)
+    softmax = opcore.resolve("softmax", x, -1)
+    softmax(x)
+    if "G" not in softmax._entry.__code__.co_freevars:
+        pytest.skip(f"torch {torch.__version__} has no torch._C._dynamo.guards.TensorGuards")
+    assert softmax._armed
+    result, names = _called(softmax, -x)
+    torch.testing.assert_close(result, torch.softmax(-x, -1))
+    assert names == [], names  # torch's softmax with dim -1 appended, from C
+
+    def prepare(args: tuple[Any, ...], constants: frozenset[str]) -> Any:
+        packed = args[1].T.contiguous()  # a copy of its own: the entry watches w's version counter
+        return lambda x: x @ packed
+
+    def opcore_backend() -> BackendSpec:
+        return BackendSpec(name="packer", version="0", priority=500, device_types=(DeviceType.CPU,))
+
+    def opcore_register_kernels(registrar: opcore.Registrar) -> None:
+        def linear(x: Any, w: Any, b: Any) -> Any:
+            return F.linear(x, w, b)
+
+        registrar.add_kernel("linear", linear, dtypes=["float32"], array_kind="torch", prepare=prepare)
+
+    hooks = {f.__name__: opcore.hookimpl(f) for f in (opcore_backend, opcore_register_kernels)}
+    opcore.register_plugin(types.SimpleNamespace(__name__="packer", **hooks))
+    w = torch.randn(8, 8)
+    prepared = opcore.resolve("linear", x, w, constants=("w",))
+    torch.testing.assert_close(prepared(x), x @ w.T)
+    assert prepared.backend == "packer" and prepared.watched and not prepared._armed
+    monkeypatch.setenv("OPCORE_CHECK", "1")
+    opcore.reload_plugins()
+    checked = opcore.resolve("relu", x)
+    torch.testing.assert_close(checked(x), torch.relu(x))
+    assert not checked._armed
+    armable: Any = softmax  # _arm: the compiled base's only
+    with pytest.raises(ValueError, match="at most 8"):
+        armable._arm(torch.relu, torch.relu, (1,) * 8, torch.relu, 1)
+    with pytest.raises(TypeError, match="callable"):
+        armable._arm(None, torch.relu, (), torch.relu, 1)
+    with pytest.raises(TypeError, match="subclass of ResolvedBase"):
+        sys.modules["opcore._fastrun"].inherit_vectorcall(int)

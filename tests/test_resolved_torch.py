@@ -57,7 +57,8 @@ def test_the_guard_serves_exactly_the_examples_signature() -> None:
 
 
 def test_without_the_guard_the_python_comparison_serves(monkeypatch) -> None:
-    monkeypatch.setattr(_guards, "_TensorGuards", False)  # a torch without the guard
+    monkeypatch.setattr(_guards, "_TensorGuards", False)  # a torch without its guard
+    monkeypatch.setattr(_guards, "_Guard", False)  # and opcore without its own
     opcore.register_plugin(make_plugin("torchy", counting_kernels([]), priority=500))
     x = torch.randn(2, 3)
     relu = opcore.resolve("relu", x)

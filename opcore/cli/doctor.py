@@ -105,6 +105,8 @@ class DoctorReport:
     opcore_path: str
     # opcore.run's fast path: "compiled (opcore._fastrun)", or "pure Python: <why>" (issue 15)
     fast_path: str
+    # the tensor guard confirming cached torch signatures: opcore's compiled one, or torch's and why (opcore._guards)
+    tensor_guard: str
     python_version: str
     python_implementation: str
     python_executable: str
@@ -333,6 +335,7 @@ def collect(describe: bool = True, timeout_s: float = DESCRIBE_TIMEOUT_S, deep: 
         opcore_version=__version__,
         opcore_path=os.path.dirname(opcore.__file__ or ""),
         fast_path=_fast_path(),
+        tensor_guard=_tensor_guard(),
         python_version=platform.python_version(),
         python_implementation=platform.python_implementation(),
         python_executable=sys.executable,
@@ -423,12 +426,31 @@ def _fast_path() -> str:
     return f"pure Python: {dispatch.PURE_PYTHON_REASON or 'turned off in this process (use_compiled)'}"
 
 
+def _tensor_guard() -> str:
+    """Which tensor guard confirms cached torch signatures here: asked only where torch is loaded
+    (--deep; the doctor imports no runtime otherwise, and loading opcore._torchguard loads libtorch).
+    """
+    if "torch" not in sys.modules:
+        return "not checked: torch is not loaded (opcore doctor --deep checks it)"
+    from opcore._guards import guard_in_use
+
+    try:
+        return guard_in_use()
+    except Exception as error:  # a broken torch install: the doctor reports, never fails
+        return f"unknown ({type(error).__name__}: {error})"
+
+
 def to_json(report: DoctorReport) -> dict[str, Any]:
     """The documented, versioned form (``"schema": 1``)."""
     cpu = report.cpu
     return {
         "schema": SCHEMA_VERSION,
-        "opcore": {"version": report.opcore_version, "path": report.opcore_path, "fast_path": report.fast_path},
+        "opcore": {
+            "version": report.opcore_version,
+            "path": report.opcore_path,
+            "fast_path": report.fast_path,
+            "tensor_guard": report.tensor_guard,
+        },
         "python": {
             "version": report.python_version,
             "implementation": report.python_implementation,

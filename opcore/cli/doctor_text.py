@@ -104,6 +104,7 @@ def render_text(report: DoctorReport, style: Style, verbose: bool = False) -> st
     rows = [
         ("opcore", f"{report.opcore_version}  {report.opcore_path}"),
         ("run", report.fast_path if report.fast_path.startswith("compiled") else style.warn(report.fast_path)),
+        ("guard", report.tensor_guard if report.tensor_guard.startswith("opcore") else style.dim(report.tensor_guard)),
         ("python", f"{report.python_version} ({report.python_implementation})  {report.python_executable}"),
         ("platform", report.platform),
         ("cpu", f"{cpu.model or 'unknown model'} · {cpu.machine} · {cores}"),

@@ -1,0 +1,172 @@
+/* opcore._torchguard: a check of torch tensors against the signature of examples, compiled against the
+ * installed torch's headers (issue 15). opcore._guards uses it where it was built for this torch, in place
+ * of torch's own TensorGuards: the same answer for every field opcore's keys hold, without TensorGuards'
+ * per-call argument tuple, keyword parsing and thread-local dispatch state (~0.12 us for one tensor and
+ * ~0.26 for three on the developer machine; this: a few ns a tensor over one call).
+ *
+ * Guard(*examples)(*tensors) is True where there are as many tensors as examples and each has its
+ * example's exact Python type, dispatch key set (device type, layout, autograd, inference, wrappers),
+ * dtype, device (index included), requires_grad, sizes and strides; False otherwise, never an error.
+ * A tensor with symbolic sizes (under tracing) is never matched. The examples must be strided tensors
+ * with concrete sizes; no reference to them is kept.
+ *
+ * The module is tied to the torch it was compiled against (its C++ ABI): TORCH_VERSION is compiled in,
+ * and opcore._guards uses the module only where torch.__version__ equals it.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <cstring>
+#include <vector>
+
+#ifndef TORCHGUARD_TORCH_VERSION
+#define TORCHGUARD_TORCH_VERSION "unknown"
+#endif
+#ifndef TORCHGUARD_SOURCE
+#define TORCHGUARD_SOURCE "unknown"
+#endif
+
+namespace {
+
+struct Expected {
+    PyTypeObject *type;
+    c10::DispatchKeySet keys;
+    c10::ScalarType dtype;
+    c10::Device device;
+    bool requires_grad;
+    std::vector<int64_t> sizes;
+    std::vector<int64_t> strides;
+};
+
+struct Guard {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    std::vector<Expected> *expected;
+};
+
+bool
+matches(const Expected &e, PyObject *obj)
+{
+    if (Py_TYPE(obj) != e.type)
+        return false;
+    const at::Tensor &t = THPVariable_Unpack(obj);
+    c10::TensorImpl *impl = t.unsafeGetTensorImpl();
+    if (impl->key_set() != e.keys || impl->has_symbolic_sizes_strides())
+        return false;
+    if (impl->dtype().toScalarType() != e.dtype || impl->device() != e.device || t.requires_grad() != e.requires_grad)
+        return false;
+    c10::IntArrayRef sizes = impl->sizes();
+    c10::IntArrayRef strides = impl->strides();
+    size_t rank = e.sizes.size();
+    return sizes.size() == rank && strides.size() == rank &&
+           std::memcmp(sizes.data(), e.sizes.data(), rank * sizeof(int64_t)) == 0 &&
+           std::memcmp(strides.data(), e.strides.data(), rank * sizeof(int64_t)) == 0;
+}
+
+PyObject *
+guard_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    const std::vector<Expected> &expected = *reinterpret_cast<Guard *>(self)->expected;
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (kwnames != nullptr || static_cast<size_t>(n) != expected.size())
+        Py_RETURN_FALSE;
+    try {
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (!matches(expected[i], args[i]))
+                Py_RETURN_FALSE;
+    } catch (...) { /* a tensor whose sizes or strides torch refuses to give: not the examples' signature */
+        Py_RETURN_FALSE;
+    }
+    Py_RETURN_TRUE;
+}
+
+PyObject *
+guard_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    if (kwargs != nullptr && PyDict_GET_SIZE(kwargs) > 0) {
+        PyErr_SetString(PyExc_TypeError, "Guard(*tensors) takes no keyword arguments");
+        return nullptr;
+    }
+    auto expected = new std::vector<Expected>();
+    try {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); i++) {
+            PyObject *obj = PyTuple_GET_ITEM(args, i);
+            if (!THPVariable_Check(obj)) {
+                PyErr_Format(PyExc_TypeError, "Guard: argument %zd is a %s, not a torch tensor", i, Py_TYPE(obj)->tp_name);
+                delete expected;
+                return nullptr;
+            }
+            const at::Tensor &t = THPVariable_Unpack(obj);
+            c10::TensorImpl *impl = t.unsafeGetTensorImpl();
+            if (t.layout() != c10::kStrided || impl->has_symbolic_sizes_strides()) {
+                PyErr_Format(PyExc_ValueError, "Guard: argument %zd is not a strided tensor of concrete sizes", i);
+                delete expected;
+                return nullptr;
+            }
+            c10::IntArrayRef sizes = impl->sizes(), strides = impl->strides();
+            expected->push_back(Expected{Py_TYPE(obj), impl->key_set(), impl->dtype().toScalarType(), impl->device(),
+                                         t.requires_grad(), std::vector<int64_t>(sizes.begin(), sizes.end()),
+                                         std::vector<int64_t>(strides.begin(), strides.end())});
+        }
+    } catch (const std::exception &error) {
+        delete expected;
+        PyErr_Format(PyExc_ValueError, "Guard: %s", error.what());
+        return nullptr;
+    }
+    Guard *self = reinterpret_cast<Guard *>(type->tp_alloc(type, 0));
+    if (self == nullptr) {
+        delete expected;
+        return nullptr;
+    }
+    self->vectorcall = guard_vectorcall;
+    self->expected = expected;
+    return reinterpret_cast<PyObject *>(self);
+}
+
+void
+guard_dealloc(PyObject *self)
+{
+    delete reinterpret_cast<Guard *>(self)->expected;
+    Py_TYPE(self)->tp_free(self);
+}
+
+PyTypeObject GuardType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+PyModuleDef module_def = {PyModuleDef_HEAD_INIT};
+
+} // namespace
+
+PyMODINIT_FUNC
+PyInit__torchguard(void)
+{
+    GuardType.tp_name = "opcore._torchguard.Guard";
+    GuardType.tp_doc = "Guard(*examples)(*tensors): True where each tensor has its example's signature";
+    GuardType.tp_basicsize = sizeof(Guard);
+    GuardType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL;
+    GuardType.tp_new = guard_new;
+    GuardType.tp_dealloc = guard_dealloc;
+    GuardType.tp_call = PyVectorcall_Call;
+    GuardType.tp_vectorcall_offset = offsetof(Guard, vectorcall);
+    if (PyType_Ready(&GuardType) < 0)
+        return nullptr;
+    module_def.m_name = "opcore._torchguard";
+    module_def.m_doc = "A compiled check of torch tensors against examples' signatures (opcore._guards).";
+    module_def.m_size = -1;
+    PyObject *module = PyModule_Create(&module_def);
+    if (module == nullptr)
+        return nullptr;
+    if (PyModule_AddStringConstant(module, "TORCH_VERSION", TORCHGUARD_TORCH_VERSION) < 0 ||
+        PyModule_AddStringConstant(module, "SOURCE", TORCHGUARD_SOURCE) < 0) {
+        Py_DECREF(module);
+        return nullptr;
+    }
+    Py_INCREF(&GuardType);
+    if (PyModule_AddObject(module, "Guard", reinterpret_cast<PyObject *>(&GuardType)) < 0) {
+        Py_DECREF(&GuardType);
+        Py_DECREF(module);
+        return nullptr;
+    }
+    return module;
+}
