@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["guard_in_use", "tensor_guard"]
+__all__ = ["compiled_module", "guard_in_use", "tensor_guard"]
 
 _TensorGuards: Any = None  # torch._C._dynamo.guards.TensorGuards once looked up; False where torch lacks it
 _Guard: Any = None  # opcore._torchguard.Guard once looked up; False where it cannot serve (_GUARD_REASON says why)
@@ -63,6 +63,16 @@ def guard_in_use() -> str:
         return f"opcore._torchguard (compiled for torch {_module_attribute('TORCH_VERSION')})"
     torch_guard = "torch's TensorGuards" if _torch_guards() is not False else "none: the Python key alone"
     return f"{torch_guard} ({_GUARD_REASON})"
+
+
+def compiled_module() -> Any:
+    """opcore._torchguard where it serves this process (its guard, and the weights watch of
+    opcore.torchkit.watch), else None."""
+    if _compiled_guard() is False:
+        return None
+    from opcore import _torchguard  # type: ignore[attr-defined,unused-ignore]
+
+    return _torchguard
 
 
 def _compiled_guard() -> Any:

@@ -1,5 +1,6 @@
-/* opcore._torchguard: a check of torch tensors against the signature of examples, compiled against the
- * installed torch's headers (issue 15). opcore._guards uses it where it was built for this torch, in place
+/* opcore._torchguard: a check of torch tensors against the signature of examples (and a check of watched
+ * weights, Watch below), compiled against the installed torch's headers (issue 15).
+ * opcore._guards uses it where it was built for this torch, in place
  * of torch's own TensorGuards: the same answer for every field opcore's keys hold, without TensorGuards'
  * per-call argument tuple, keyword parsing and thread-local dispatch state (~0.12 us for one tensor and
  * ~0.26 for three on the developer machine; this: a few ns a tensor over one call).
@@ -9,6 +10,13 @@
  * dtype, device (index included), requires_grad, sizes and strides; False otherwise, never an error.
  * A tensor with symbolic sizes (under tracing) is never matched. The examples must be strided tensors
  * with concrete sizes; no reference to them is kept.
+ *
+ * Watch(holders, keys, tensors, versions, pointers)() is opcore.torchkit.watch.TensorWatch.stale()'s loop:
+ * True where holders[i][keys[i]] is no longer tensors[i], or tensors[i]'s version counter moved from
+ * versions[i] (-1: an inference tensor, which keeps none), or its data pointer from pointers[i]. Right
+ * after a graph runtime's run every object it reads is out of the CPU's caches; the interpreter's loop
+ * waits for each miss in turn (~1.2-1.7 us a tensor on the developer machine), this loop reads each
+ * tensor's implementation directly and lets the CPU overlap the misses of independent tensors.
  *
  * The module is tied to the torch it was compiled against (its C++ ABI): TORCH_VERSION is compiled in,
  * and opcore._guards uses the module only where torch.__version__ equals it.
@@ -134,6 +142,140 @@ guard_dealloc(PyObject *self)
 
 PyTypeObject GuardType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
+struct Watched {
+    c10::TensorImpl *impl; /* kept alive by the tensor in Watch.tensors */
+    int64_t version;       /* -1: not counted (an inference tensor) */
+    const void *data;
+};
+
+struct Watch {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *holders; /* tuples, as given */
+    PyObject *keys;
+    PyObject *tensors;
+    std::vector<Watched> *watched;
+};
+
+bool
+watch_stale(Watch *self)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(self->tensors);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *now = PyDict_GetItemWithError(PyTuple_GET_ITEM(self->holders, i), PyTuple_GET_ITEM(self->keys, i));
+        if (now != PyTuple_GET_ITEM(self->tensors, i)) {
+            PyErr_Clear(); /* a key that cannot be looked up any more is a change too */
+            return true;
+        }
+        const Watched &w = (*self->watched)[i];
+        if (w.version >= 0 && static_cast<int64_t>(w.impl->version_counter().current_version()) != w.version)
+            return true;
+        if (w.impl->data() != w.data)
+            return true;
+    }
+    return false;
+}
+
+PyObject *
+watch_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (PyVectorcall_NARGS(nargsf) != 0 || kwnames != nullptr) {
+        PyErr_SetString(PyExc_TypeError, "a Watch is called with no arguments");
+        return nullptr;
+    }
+    try {
+        if (watch_stale(reinterpret_cast<Watch *>(self)))
+            Py_RETURN_TRUE;
+    } catch (...) { /* torch refusing to say: prepare again rather than trust what was */
+        PyErr_Clear();
+        Py_RETURN_TRUE;
+    }
+    Py_RETURN_FALSE;
+}
+
+PyObject *
+watch_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *holders, *keys, *tensors, *versions, *pointers;
+    if (kwargs != nullptr && PyDict_GET_SIZE(kwargs) > 0) {
+        PyErr_SetString(PyExc_TypeError, "Watch(holders, keys, tensors, versions, pointers) takes no keywords");
+        return nullptr;
+    }
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!:Watch", &PyTuple_Type, &holders, &PyTuple_Type, &keys, &PyTuple_Type,
+                          &tensors, &PyTuple_Type, &versions, &PyTuple_Type, &pointers))
+        return nullptr;
+    Py_ssize_t n = PyTuple_GET_SIZE(tensors);
+    if (PyTuple_GET_SIZE(holders) != n || PyTuple_GET_SIZE(keys) != n || PyTuple_GET_SIZE(versions) != n ||
+        PyTuple_GET_SIZE(pointers) != n) {
+        PyErr_SetString(PyExc_ValueError, "Watch: the five tuples must have one entry per tensor");
+        return nullptr;
+    }
+    auto watched = new std::vector<Watched>();
+    try {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *holder = PyTuple_GET_ITEM(holders, i), *tensor = PyTuple_GET_ITEM(tensors, i);
+            if (!PyDict_CheckExact(holder) || !THPVariable_Check(tensor)) {
+                PyErr_Format(PyExc_TypeError, "Watch: entry %zd is not a tensor held in a dict", i);
+                delete watched;
+                return nullptr;
+            }
+            int64_t version = PyLong_AsLongLong(PyTuple_GET_ITEM(versions, i));
+            void *pointer = PyLong_AsVoidPtr(PyTuple_GET_ITEM(pointers, i));
+            if (PyErr_Occurred()) {
+                delete watched;
+                return nullptr;
+            }
+            watched->push_back(Watched{THPVariable_Unpack(tensor).unsafeGetTensorImpl(), version, pointer});
+        }
+    } catch (const std::exception &error) {
+        delete watched;
+        PyErr_Format(PyExc_ValueError, "Watch: %s", error.what());
+        return nullptr;
+    }
+    Watch *self = reinterpret_cast<Watch *>(type->tp_alloc(type, 0));
+    if (self == nullptr) {
+        delete watched;
+        return nullptr;
+    }
+    self->vectorcall = watch_vectorcall;
+    self->holders = Py_NewRef(holders);
+    self->keys = Py_NewRef(keys);
+    self->tensors = Py_NewRef(tensors);
+    self->watched = watched;
+    return reinterpret_cast<PyObject *>(self);
+}
+
+int
+watch_traverse(PyObject *self, visitproc visit, void *arg)
+{
+    Watch *w = reinterpret_cast<Watch *>(self);
+    Py_VISIT(w->holders);
+    Py_VISIT(w->keys);
+    Py_VISIT(w->tensors);
+    return 0;
+}
+
+int
+watch_clear(PyObject *self)
+{
+    Watch *w = reinterpret_cast<Watch *>(self);
+    Py_CLEAR(w->holders);
+    Py_CLEAR(w->keys);
+    Py_CLEAR(w->tensors);
+    return 0;
+}
+
+void
+watch_dealloc(PyObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    watch_clear(self);
+    delete reinterpret_cast<Watch *>(self)->watched;
+    Py_TYPE(self)->tp_free(self);
+}
+
+PyTypeObject WatchType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT};
 
 } // namespace
@@ -151,6 +293,18 @@ PyInit__torchguard(void)
     GuardType.tp_vectorcall_offset = offsetof(Guard, vectorcall);
     if (PyType_Ready(&GuardType) < 0)
         return nullptr;
+    WatchType.tp_name = "opcore._torchguard.Watch";
+    WatchType.tp_doc = "Watch(holders, keys, tensors, versions, pointers)(): whether any watched tensor changed";
+    WatchType.tp_basicsize = sizeof(Watch);
+    WatchType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC;
+    WatchType.tp_new = watch_new;
+    WatchType.tp_dealloc = watch_dealloc;
+    WatchType.tp_traverse = watch_traverse;
+    WatchType.tp_clear = watch_clear;
+    WatchType.tp_call = PyVectorcall_Call;
+    WatchType.tp_vectorcall_offset = offsetof(Watch, vectorcall);
+    if (PyType_Ready(&WatchType) < 0)
+        return nullptr;
     module_def.m_name = "opcore._torchguard";
     module_def.m_doc = "A compiled check of torch tensors against examples' signatures (opcore._guards).";
     module_def.m_size = -1;
@@ -165,6 +319,12 @@ PyInit__torchguard(void)
     Py_INCREF(&GuardType);
     if (PyModule_AddObject(module, "Guard", reinterpret_cast<PyObject *>(&GuardType)) < 0) {
         Py_DECREF(&GuardType);
+        Py_DECREF(module);
+        return nullptr;
+    }
+    Py_INCREF(&WatchType);
+    if (PyModule_AddObject(module, "Watch", reinterpret_cast<PyObject *>(&WatchType)) < 0) {
+        Py_DECREF(&WatchType);
         Py_DECREF(module);
         return nullptr;
     }

@@ -154,3 +154,79 @@ def test_opcore_pure_python_keeps_it_out() -> None:
     env = {**os.environ, "OPCORE_PURE_PYTHON": "1"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert "OPCORE_PURE_PYTHON=1 keeps opcore's compiled guard out" in done.stdout
+
+
+def _watched(module: Any) -> tuple[Any, Any, Any]:
+    """A layer with an inference-mode buffer, and a TensorWatch of its three tensors."""
+    from opcore.torchkit.watch import TensorWatch
+
+    layer = torch.nn.Linear(3, 2)
+    with torch.inference_mode():
+        layer.register_buffer("scale", torch.ones(2))
+    watch = TensorWatch.of(
+        [
+            ("weight", layer._parameters, "weight"),
+            ("bias", layer._parameters, "bias"),
+            ("scale", layer._buffers, "scale"),
+        ]
+    )
+    assert isinstance(watch._compiled, module.Watch)
+    return layer, watch, TensorWatch
+
+
+@pytest.mark.parametrize(
+    "change", ["none", "in place", "assigned", "removed", "data swapped", "inference data swapped"]
+)
+def test_the_compiled_watch_answers_as_the_python_loop(change: str) -> None:
+    module = guard_module()
+    layer, watch, _ = _watched(module)
+    with torch.no_grad():
+        if change == "in place":
+            layer.weight.mul_(2)
+        elif change == "assigned":
+            layer.bias = torch.nn.Parameter(layer.bias.detach().clone())
+        elif change == "removed":
+            del layer._parameters["bias"]
+        elif change == "data swapped":
+            layer.weight.data = torch.zeros(2, 3)
+        elif change == "inference data swapped":
+            layer.scale.data = torch.zeros(2)
+    assert watch.stale() is (change != "none")
+    assert watch._stale_python() is watch.stale()
+    assert bool(watch.changed()) is watch.stale()
+
+
+def test_the_compiled_watch_refuses_what_it_cannot_watch_and_keeps_no_extra_reference() -> None:
+    module = guard_module()
+    from opcore.torchkit.watch import _compiled_watch
+
+    t = torch.ones(2)
+    with pytest.raises(TypeError, match="not a tensor held in a dict"):
+        module.Watch((types_mapping := _Mapping(),), ("t",), (t,), (0,), (t.data_ptr(),))
+    assert _compiled_watch((("t", types_mapping, "t", t, 0, t.data_ptr()),)) is None  # the Python loop serves
+    with pytest.raises(ValueError, match="one entry per tensor"):
+        module.Watch(({},), ("t",), (t, t), (0,), (0,))
+    holder = {"t": t}
+    watch = module.Watch((holder,), ("t",), (t,), (t._version,), (t.data_ptr(),))
+    with pytest.raises(TypeError, match="no arguments"):
+        watch(1)
+    before = sys.getrefcount(t), sys.getrefcount(holder)
+    for _ in range(1000):
+        assert watch() is False
+    assert (sys.getrefcount(t), sys.getrefcount(holder)) == before
+
+
+class _Mapping(dict):
+    """A dict subclass: the compiled watch takes exact dicts only."""
+
+
+def test_a_watch_pickles_and_copies_with_its_entries() -> None:
+    import copy
+    import pickle
+
+    module = guard_module()
+    _, watch, tensor_watch = _watched(module)
+    for twin in (copy.deepcopy(watch), pickle.loads(pickle.dumps(watch))):
+        assert isinstance(twin, tensor_watch) and len(twin) == 3 and isinstance(twin._compiled, module.Watch)
+        # the copies' tensors have memory of their own: not what was watched, as the Python loop says too
+        assert twin.stale() is True and twin._stale_python() is True

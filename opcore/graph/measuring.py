@@ -27,11 +27,12 @@ True
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ROUNDS", "Measured", "Timer", "interleaved", "verdict_text"]
+__all__ = ["ROUNDS", "SETTLE_S", "Measured", "Timer", "interleaved", "verdict_text"]
 
 Timer = Callable[[Mapping[str, Callable[[], Any]]], Mapping[str, float]]
 
@@ -46,10 +47,13 @@ def interleaved(cases: Mapping[str, Callable[[], Any]], rounds: int = ROUNDS) ->
     call. The fastest, not the median: on a shared machine other processes only ever add time, and a
     median of a few rounds under load compares the neighbours' bursts more than the two cases.
 
-    The untimed call: the first call after another case pays for the thread pools that case left
-    busy — torch's OpenMP workers spin a few milliseconds after eager work, and a graph runtime's
-    pool after its run — which is the cost of switching runtimes, not of the case called in a loop
-    (on 2 cores an OpenVINO partition right after eager torch took 13.7 ms, 9.7 ms in a loop)."""
+    The untimed calls (for at least SETTLE_S): the first calls after another case pay for the thread
+    pools that case left busy — torch's OpenMP workers spin a few milliseconds after eager work, and a
+    graph runtime's pool after its run — which is the cost of switching runtimes, not of the case
+    called in a loop (on 2 cores an OpenVINO partition right after eager torch took 13.7 ms, 9.7 ms in
+    a loop). One untimed call was not enough for a model of ~4 ms: a one-partition ONNX Runtime plan
+    of bench/graph.py's CNN measured 5.9 ms at capture (fastest of 5) against 4.0 in a loop, and the
+    plan ran the torch route instead."""
     from opcore.tuning.measure import _calibrate, _timed
 
     def sync() -> None:
@@ -65,9 +69,22 @@ def interleaved(cases: Mapping[str, Callable[[], Any]], rounds: int = ROUNDS) ->
     for _ in range(rounds):
         shuffle(order)
         for label in order:
-            cases[label]()
+            _settle(cases[label])
             samples[label].append(_timed(cases[label], numbers[label], sync) * 1e-6)
     return {label: min(values) for label, values in samples.items()}
+
+
+# untimed calls of a case before each of its samples last at least this long: torch's OpenMP workers
+# and a graph runtime's pool stay busy after another case for longer than one call of a small model
+SETTLE_S = 0.010
+
+
+def _settle(call: Callable[[], Any]) -> None:
+    """Call ``call`` untimed until SETTLE_S has passed (at least once)."""
+    start = time.perf_counter()
+    call()
+    while time.perf_counter() - start < SETTLE_S:
+        call()
 
 
 def verdict_text(seconds: float) -> str:

@@ -8,7 +8,8 @@ moves the tensor's version counter; an assignment (``module.weight = ...``,
 ``_buffers``) dict; ``p.data = t`` swaps the memory under the same tensor. A ``TensorWatch`` keeps,
 per watched tensor, where it lives (that dict and its key), the tensor, its version counter and
 its data pointer, and ``stale()`` compares all three: one dict lookup and two attribute reads per
-tensor, cheap enough for every call. opcore.nn modules (``state.PreparedModule``) and opcore.graph
+tensor, cheap enough for every call (compiled where opcore._torchguard is built for this torch, the
+Python loop otherwise). opcore.nn modules (``state.PreparedModule``) and opcore.graph
 plans (``Plan.refresh``) both watch their weights with it.
 
 >>> import torch
@@ -36,6 +37,20 @@ def _columns(entries: list[tuple[Any, ...]], fields: tuple[int, ...]) -> tuple[t
     return tuple(tuple(entry[i] for entry in entries) for i in fields)
 
 
+def _compiled_watch(entries: tuple[tuple[Any, ...], ...]) -> Any:
+    """opcore._torchguard.Watch over ``entries``, or None where it is not built for this torch, or a
+    holder is not a plain dict (the Python loop serves then)."""
+    from opcore._guards import compiled_module
+
+    module = compiled_module()
+    if module is None or not entries:
+        return None
+    try:
+        return module.Watch(*_columns(list(entries), (1, 2, 3, 4, 5)))
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
 def version_of(tensor: torch.Tensor) -> int:
     """The tensor's version counter; -1 for an inference tensor, which keeps none (nor changes in
     place outside inference mode)."""
@@ -53,7 +68,7 @@ class TensorWatch:
     ``changed()``: the labels of those that did. A key whose holder now holds None is a change.
     """
 
-    __slots__ = ("_counted", "_uncounted", "entries")
+    __slots__ = ("_compiled", "_counted", "_uncounted", "entries")
 
     def __init__(self, entries: tuple[tuple[str, MutableMapping[str, Any], str, Any, int, int], ...]) -> None:
         # per tensor: label, holder, key, the tensor, its version counter and data pointer then
@@ -63,6 +78,12 @@ class TensorWatch:
         # tensor was one more object to fetch each (~20 % of it). Inference tensors keep no counter.
         self._counted = _columns([e for e in entries if e[4] >= 0], (1, 2, 3, 4, 5))
         self._uncounted = _columns([e for e in entries if e[4] < 0], (1, 2, 3, 5))
+        # the same loop compiled (opcore._torchguard.Watch) where it serves: it reads each tensor's
+        # implementation directly, so the CPU overlaps the cache misses of independent tensors
+        self._compiled = _compiled_watch(entries)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return TensorWatch, (self.entries,)
 
     @classmethod
     def of(cls, slots: Iterable[tuple[str, MutableMapping[str, Any], str]]) -> TensorWatch:
@@ -78,6 +99,11 @@ class TensorWatch:
 
     def stale(self) -> bool:
         """Whether any watched tensor changed since it was taken."""
+        if self._compiled is not None:
+            return bool(self._compiled())
+        return self._stale_python()
+
+    def _stale_python(self) -> bool:
         for holder, key, tensor, version, pointer in zip(*self._counted):
             # the tensor's own counter and pointer: another tensor in its place fails the first test
             if holder.get(key) is not tensor or tensor._version != version or tensor.data_ptr() != pointer:
