@@ -175,7 +175,7 @@ def _watched(module: Any) -> tuple[Any, Any, Any]:
 
 
 @pytest.mark.parametrize(
-    "change", ["none", "in place", "assigned", "removed", "data swapped", "inference data swapped"]
+    "change", ["none", "in place", "assigned", "removed", "data swapped", "inference data swapped", "tensors swapped"]
 )
 def test_the_compiled_watch_answers_as_the_python_loop(change: str) -> None:
     module = guard_module()
@@ -191,6 +191,11 @@ def test_the_compiled_watch_answers_as_the_python_loop(change: str) -> None:
             layer.weight.data = torch.zeros(2, 3)
         elif change == "inference data swapped":
             layer.scale.data = torch.zeros(2)
+        elif change == "tensors swapped":  # module.to with swapping on: the same object, another implementation
+            other = torch.nn.Parameter(torch.zeros(2, 3))
+            torch.utils.swap_tensors(layer.weight, other)
+            del other
+            gc.collect()  # the implementation the weight had is gone: the watch must not read it
     assert watch.stale() is (change != "none")
     assert watch._stale_python() is watch.stale()
     assert bool(watch.changed()) is watch.stale()
