@@ -119,17 +119,15 @@ def _meta_from(name: str, record: Mapping[str, Any]) -> ValueInfo:
 def fingerprint(backends: set[str], device: str) -> dict[str, Any]:
     """What a saved plan's choices depend on: versions of opcore, Python, torch and each backend used
     (with its runtime library), the CPU's ISA as the cpu backend reports it, and the GPU."""
-    from importlib import metadata
-
+    from opcore import distmeta
     from opcore.runtime import runtime
 
     rt = runtime().ensure_loaded()
     libraries = {}
     for dist in ("torch", "onnxruntime", "onnx", "openvino", "safetensors"):
-        try:
-            libraries[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
+        found = distmeta.version(dist)  # the METADATA header alone: importlib.metadata parses all of it (~1 ms each)
+        if found is not None:
+            libraries[dist] = found
     used = {name: rt.registry.backends[name].version for name in sorted(backends) if name in rt.registry.backends}
     isa = None
     cpu = rt.registry.backends.get("cpu")
