@@ -526,16 +526,16 @@ static PyTypeObject FastRunType = {
  * a resolved call on the developer machine. The entry is the resolved op's generated function.
  *
  * Once armed (_arm, by opcore.resolved once the examples' signature was checked), a call of exactly
- * `nargs` positional arguments first asks torch's tensor guard here and, where it passes, calls the
- * kernel with the arguments and the armed tail appended: the entry's own fast branch without its
- * Python frame. The kernel raising an Exception goes to `failed(error, *args)` (the entry's recovery),
+ * `nargs` positional arguments first asks the tensor guard (opcore._guards) here and, where it passes,
+ * calls the kernel with the arguments and the armed tail appended: the entry's own fast branch without
+ * its Python frame. The kernel raising an Exception goes to `failed(error, *args)` (the entry's recovery),
  * with the error as the exception being handled; the guard saying no, or any other call, goes to the
  * entry, which answers as it always does. */
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *entry;
-    PyObject *guard;  /* torch's TensorGuards.check for the examples' signature, or NULL: not armed */
+    PyObject *guard;  /* the tensor guard of the examples' signature (opcore._guards), or NULL: not armed */
     PyObject *kernel; /* what the entry's fast branch calls */
     PyObject *tail;   /* a tuple of values appended to the arguments (the non-tensor arguments), or NULL */
     PyObject *failed; /* failed(error, *args): the entry's recovery after the kernel raised */
