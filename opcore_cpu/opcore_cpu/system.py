@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import os
 import re
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from opcore import distmeta
+from opcore.isacap import BELOW_AVX512, ISA_CAP_VARIABLES, onednn_cap_below_avx512, onednn_isa_cap
 
 __all__ = [
+    "BELOW_AVX512",
+    "ISA_CAP_VARIABLES",
     "MIN_TORCH",
     "cpu_flags",
     "cpu_vendor",
@@ -39,11 +41,6 @@ MIN_TORCH = (2, 4)  # the mkldnn pointwise ops with these signatures exist from 
 # /proc/cpuinfo flags that change what oneDNN can do here, in the order the doctor lists them
 ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16")
 BFLOAT16_NO_AVX512 = "this CPU has no AVX-512 (oneDNN's bfloat16 kernels need AVX512BW/VL/DQ or AMX)"
-# oneDNN's dispatcher cap: it reads ONEDNN_MAX_CPU_ISA, else the older DNNL_MAX_CPU_ISA, and runs no
-# code above that ISA. These values leave it below AVX512_CORE (AVX512BW/VL/DQ), where its bfloat16
-# kernels would fall back to reference code; any other value (AVX512_*, AVX10_*, DEFAULT) does not.
-ISA_CAP_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
-BELOW_AVX512 = frozenset({"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2"})
 
 
 def _torch_version() -> str | None:
@@ -147,13 +144,12 @@ def onednn_bfloat16_reason() -> str | None:
     >>> onednn_bfloat16_reason() in (None, BFLOAT16_NO_AVX512)                    # doctest: +SKIP
     True
     """
-    cap = onednn_isa_cap()
-    capped = cap is not None and cap[1] in BELOW_AVX512
-    if not _torch_bf16_supported() and not (capped and native_bfloat16_flags(cpu_flags())):
+    cap = onednn_cap_below_avx512()
+    if not _torch_bf16_supported() and not (cap is not None and native_bfloat16_flags(cpu_flags())):
         return BFLOAT16_NO_AVX512
     # torch 2.13 asks oneDNN, which read the cap when torch loaded (and then says no on an AVX-512 CPU);
     # older torch asks the CPU: either way the cap is the reason where the CPU has what bfloat16 needs
-    if cap is not None and capped:
+    if cap is not None:
         return (
             f"{cap[0]}={cap[1]} keeps oneDNN below AVX-512 (its bfloat16 kernels need AVX512BW/VL/DQ or AMX); "
             f"unset {cap[0]} to use them"
@@ -168,19 +164,6 @@ def native_bfloat16_flags(flags: frozenset[str]) -> bool:
     True
     """
     return {"avx512bw", "avx512vl", "avx512dq"} <= flags or "amx_bf16" in flags
-
-
-def onednn_isa_cap() -> tuple[str, str] | None:
-    """(variable, value) of oneDNN's ISA cap where one is set, the value upper-cased; else None.
-
-    >>> onednn_isa_cap()                                                            # doctest: +SKIP
-    ('ONEDNN_MAX_CPU_ISA', 'AVX2')
-    """
-    for name in ISA_CAP_VARIABLES:
-        value = os.environ.get(name, "").strip()
-        if value:
-            return name, value.upper()
-    return None
 
 
 def _isa_line() -> str:

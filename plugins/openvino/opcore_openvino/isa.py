@@ -16,35 +16,29 @@ True
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
+
+from opcore.isacap import ISA_CAP_VARIABLES, onednn_cap_below_avx512
 
 __all__ = ["CAP_VARIABLES", "isa_cap_reason"]
 
-CAP_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")  # oneDNN reads the first one set
-# cap values that keep oneDNN below AVX-512 (AVX512_*, AVX10_*, DEFAULT and ALL do not)
-_BELOW_AVX512 = frozenset({"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2"})
+CAP_VARIABLES = ISA_CAP_VARIABLES  # oneDNN reads the first one set (opcore.isacap)
 
 
 def isa_cap_reason(environ: Mapping[str, str] | None = None, flags: frozenset[str] | None = None) -> str | None:
     """Why openvino cannot run under the ISA cap set in ``environ`` (``os.environ`` by default) on a
     CPU with these ``/proc/cpuinfo`` ``flags`` (read when a cap is set and none are given), or None.
     """
-    environ = os.environ if environ is None else environ
-    for variable in CAP_VARIABLES:
-        value = environ.get(variable, "").strip().upper()
-        if value:
-            break
-    else:
-        return None
-    if value not in _BELOW_AVX512:
+    cap = onednn_cap_below_avx512(environ)
+    if cap is None:
         return None
     if flags is None:
-        from opcore.probes import cpu_info
+        from opcore import probes
 
-        flags = frozenset(name for name, present in cpu_info().isa or () if present)
+        flags = frozenset(name for name, present in probes.cpu_info().isa or () if present)
     if "avx512f" not in flags:
         return None  # an AVX2 CPU capped at its own level (or lower): nothing of OpenVINO's is above the cap
+    variable, value = cap
     return (
         f"{variable}={value} caps oneDNN below this CPU's AVX-512, and OpenVINO's CPU plugin, which reads it "
         "too, crashes the process under such a cap (a segmentation fault in MVN); unset "
