@@ -67,40 +67,72 @@ truth(PyObject *value)
     return result;
 }
 
+/* An Exception being raised, taken out of the error indicator, normalized, its traceback attached. */
+typedef struct {
+    PyObject *type, *error, *traceback;
+} Raised;
+
+/* 1 and the raised error in *raised where it is an Exception; 0, the error left raised, for any other
+ * BaseException (KeyboardInterrupt, SystemExit...: not caught by an `except Exception` either). */
+static int
+take_exception(Raised *raised)
+{
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        return 0;
+    PyErr_Fetch(&raised->type, &raised->error, &raised->traceback);
+    PyErr_NormalizeException(&raised->type, &raised->error, &raised->traceback);
+    if (raised->traceback != NULL)
+        PyException_SetTraceback(raised->error, raised->traceback);
+    return 1;
+}
+
+static void
+drop_exception(Raised *raised)
+{
+    Py_XDECREF(raised->type);
+    Py_XDECREF(raised->error);
+    Py_XDECREF(raised->traceback);
+}
+
+/* callable(*stack) with the raised error as the exception being handled, as inside `except Exception as
+ * error:` (a new error raised there chains to it); the handled exception is restored afterwards. Takes
+ * over the references in *raised. */
+static PyObject *
+call_handling(Raised *raised, PyObject *callable, PyObject *const *stack, size_t n)
+{
+    PyObject *error = raised->error;
+    PyObject *handled_type, *handled, *handled_traceback;
+    PyErr_GetExcInfo(&handled_type, &handled, &handled_traceback);
+    Py_INCREF(error);
+    PyErr_SetExcInfo(raised->type, error, raised->traceback); /* steals the type, the traceback and that reference */
+    PyObject *result = PyObject_Vectorcall(callable, stack, n, NULL);
+    PyErr_SetExcInfo(handled_type, handled, handled_traceback);
+    Py_DECREF(error);
+    return result;
+}
+
 /* The entry raised: run()'s `except Exception as error: return _recover_cached(key, op, args, {},
  * backend, error)`, with the error as the exception being handled while the recovery runs. */
 static PyObject *
 recover(FastRun *self, PyObject *key, PyObject *op, PyObject *const *call, Py_ssize_t n, PyObject *backend)
 {
-    if (!PyErr_ExceptionMatches(PyExc_Exception))
-        return NULL; /* KeyboardInterrupt, SystemExit...: not caught by run() either */
-    PyObject *type, *error, *traceback;
-    PyErr_Fetch(&type, &error, &traceback);
-    PyErr_NormalizeException(&type, &error, &traceback);
-    if (traceback != NULL)
-        PyException_SetTraceback(error, traceback);
+    Raised raised;
+    if (!take_exception(&raised))
+        return NULL;
     PyObject *args = PyTuple_New(n);
     PyObject *kwargs = PyDict_New();
     if (args == NULL || kwargs == NULL) {
         Py_XDECREF(args);
         Py_XDECREF(kwargs);
-        Py_XDECREF(type);
-        Py_XDECREF(error);
-        Py_XDECREF(traceback);
+        drop_exception(&raised);
         return NULL;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_INCREF(call[i]);
         PyTuple_SET_ITEM(args, i, call[i]);
     }
-    PyObject *handled_type, *handled, *handled_traceback;
-    PyErr_GetExcInfo(&handled_type, &handled, &handled_traceback);
-    Py_INCREF(error);
-    PyErr_SetExcInfo(type, error, traceback); /* steals type and traceback, and the reference just taken */
-    PyObject *result = PyObject_CallFunctionObjArgs(
-        self->recover, key, op, args, kwargs, backend, error, NULL);
-    PyErr_SetExcInfo(handled_type, handled, handled_traceback);
-    Py_DECREF(error);
+    PyObject *stack[] = {key, op, args, kwargs, backend, raised.error};
+    PyObject *result = call_handling(&raised, self->recover, stack, 6);
     Py_DECREF(args);
     Py_DECREF(kwargs);
     return result;
@@ -542,28 +574,18 @@ typedef struct {
     Py_ssize_t nargs; /* the free arguments the guard checks */
 } ResolvedBase;
 
+/* The kernel raised: the entry's `except Exception as error: return failed(error, *args)`. */
 static PyObject *
 resolved_failed(PyObject *failed, PyObject *const *args, Py_ssize_t n)
 {
-    if (!PyErr_ExceptionMatches(PyExc_Exception))
-        return NULL; /* KeyboardInterrupt, SystemExit...: not caught by the entry either */
-    PyObject *type, *error, *traceback;
-    PyErr_Fetch(&type, &error, &traceback);
-    PyErr_NormalizeException(&type, &error, &traceback);
-    if (traceback != NULL)
-        PyException_SetTraceback(error, traceback);
+    Raised raised;
+    if (!take_exception(&raised))
+        return NULL;
     PyObject *stack[MAX_ARGUMENTS + 1];
-    stack[0] = error;
+    stack[0] = raised.error;
     for (Py_ssize_t i = 0; i < n; i++)
         stack[i + 1] = args[i];
-    PyObject *handled_type, *handled, *handled_traceback;
-    PyErr_GetExcInfo(&handled_type, &handled, &handled_traceback);
-    Py_INCREF(error);
-    PyErr_SetExcInfo(type, error, traceback); /* steals type and traceback, and the reference just taken */
-    PyObject *result = PyObject_Vectorcall(failed, stack, (size_t)(n + 1), NULL);
-    PyErr_SetExcInfo(handled_type, handled, handled_traceback);
-    Py_DECREF(error);
-    return result;
+    return call_handling(&raised, failed, stack, (size_t)(n + 1));
 }
 
 /* The armed path: 1 the guard passed and the kernel ran (result or NULL in *out), 0 not taken. */
