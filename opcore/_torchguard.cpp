@@ -27,6 +27,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #ifndef TORCHGUARD_TORCH_VERSION
@@ -97,20 +98,19 @@ guard_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         PyErr_SetString(PyExc_TypeError, "Guard(*tensors) takes no keyword arguments");
         return nullptr;
     }
-    auto expected = new std::vector<Expected>();
+    auto expected = std::make_unique<std::vector<Expected>>();
     try {
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); i++) {
             PyObject *obj = PyTuple_GET_ITEM(args, i);
             if (!THPVariable_Check(obj)) {
-                PyErr_Format(PyExc_TypeError, "Guard: argument %zd is a %s, not a torch tensor", i, Py_TYPE(obj)->tp_name);
-                delete expected;
+                PyErr_Format(PyExc_TypeError, "Guard: argument %zd is a %s, not a torch tensor", i,
+                             Py_TYPE(obj)->tp_name);
                 return nullptr;
             }
             const at::Tensor &t = THPVariable_Unpack(obj);
             c10::TensorImpl *impl = t.unsafeGetTensorImpl();
             if (t.layout() != c10::kStrided || impl->has_symbolic_sizes_strides()) {
                 PyErr_Format(PyExc_ValueError, "Guard: argument %zd is not a strided tensor of concrete sizes", i);
-                delete expected;
                 return nullptr;
             }
             c10::IntArrayRef sizes = impl->sizes(), strides = impl->strides();
@@ -119,17 +119,14 @@ guard_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
                                          std::vector<int64_t>(strides.begin(), strides.end())});
         }
     } catch (const std::exception &error) {
-        delete expected;
         PyErr_Format(PyExc_ValueError, "Guard: %s", error.what());
         return nullptr;
     }
     Guard *self = reinterpret_cast<Guard *>(type->tp_alloc(type, 0));
-    if (self == nullptr) {
-        delete expected;
+    if (self == nullptr)
         return nullptr;
-    }
     self->vectorcall = guard_vectorcall;
-    self->expected = expected;
+    self->expected = expected.release();
     return reinterpret_cast<PyObject *>(self);
 }
 
@@ -212,38 +209,32 @@ watch_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         PyErr_SetString(PyExc_ValueError, "Watch: the five tuples must have one entry per tensor");
         return nullptr;
     }
-    auto watched = new std::vector<Watched>();
+    auto watched = std::make_unique<std::vector<Watched>>();
     try {
         for (Py_ssize_t i = 0; i < n; i++) {
             PyObject *holder = PyTuple_GET_ITEM(holders, i), *tensor = PyTuple_GET_ITEM(tensors, i);
             if (!PyDict_CheckExact(holder) || !THPVariable_Check(tensor)) {
                 PyErr_Format(PyExc_TypeError, "Watch: entry %zd is not a tensor held in a dict", i);
-                delete watched;
                 return nullptr;
             }
             int64_t version = PyLong_AsLongLong(PyTuple_GET_ITEM(versions, i));
             void *pointer = PyLong_AsVoidPtr(PyTuple_GET_ITEM(pointers, i));
-            if (PyErr_Occurred()) {
-                delete watched;
+            if (PyErr_Occurred())
                 return nullptr;
-            }
             watched->push_back(Watched{version, pointer});
         }
     } catch (const std::exception &error) {
-        delete watched;
         PyErr_Format(PyExc_ValueError, "Watch: %s", error.what());
         return nullptr;
     }
     Watch *self = reinterpret_cast<Watch *>(type->tp_alloc(type, 0));
-    if (self == nullptr) {
-        delete watched;
+    if (self == nullptr)
         return nullptr;
-    }
     self->vectorcall = watch_vectorcall;
     self->holders = Py_NewRef(holders);
     self->keys = Py_NewRef(keys);
     self->tensors = Py_NewRef(tensors);
-    self->watched = watched;
+    self->watched = watched.release();
     return reinterpret_cast<PyObject *>(self);
 }
 
@@ -293,8 +284,6 @@ PyInit__torchguard(void)
     GuardType.tp_dealloc = guard_dealloc;
     GuardType.tp_call = PyVectorcall_Call;
     GuardType.tp_vectorcall_offset = offsetof(Guard, vectorcall);
-    if (PyType_Ready(&GuardType) < 0)
-        return nullptr;
     WatchType.tp_name = "opcore._torchguard.Watch";
     WatchType.tp_doc = "Watch(holders, keys, tensors, versions, pointers)(): whether any watched tensor changed";
     WatchType.tp_basicsize = sizeof(Watch);
@@ -305,28 +294,16 @@ PyInit__torchguard(void)
     WatchType.tp_clear = watch_clear;
     WatchType.tp_call = PyVectorcall_Call;
     WatchType.tp_vectorcall_offset = offsetof(Watch, vectorcall);
-    if (PyType_Ready(&WatchType) < 0)
-        return nullptr;
     module_def.m_name = "opcore._torchguard";
     module_def.m_doc = "A compiled check of torch tensors against examples' signatures (opcore._guards).";
     module_def.m_size = -1;
     PyObject *module = PyModule_Create(&module_def);
     if (module == nullptr)
         return nullptr;
+    /* PyModule_AddType readies each type and adds it under the last part of its tp_name */
     if (PyModule_AddStringConstant(module, "TORCH_VERSION", TORCHGUARD_TORCH_VERSION) < 0 ||
-        PyModule_AddStringConstant(module, "SOURCE", TORCHGUARD_SOURCE) < 0) {
-        Py_DECREF(module);
-        return nullptr;
-    }
-    Py_INCREF(&GuardType);
-    if (PyModule_AddObject(module, "Guard", reinterpret_cast<PyObject *>(&GuardType)) < 0) {
-        Py_DECREF(&GuardType);
-        Py_DECREF(module);
-        return nullptr;
-    }
-    Py_INCREF(&WatchType);
-    if (PyModule_AddObject(module, "Watch", reinterpret_cast<PyObject *>(&WatchType)) < 0) {
-        Py_DECREF(&WatchType);
+        PyModule_AddStringConstant(module, "SOURCE", TORCHGUARD_SOURCE) < 0 ||
+        PyModule_AddType(module, &GuardType) < 0 || PyModule_AddType(module, &WatchType) < 0) {
         Py_DECREF(module);
         return nullptr;
     }
