@@ -58,9 +58,9 @@ def guard_in_use() -> str:
     >>> guard_in_use()                                                   # doctest: +SKIP
     'opcore._torchguard (compiled for torch 2.13.0+cpu)'
     """
-    guard = _compiled_guard()
-    if guard is not False:
-        return f"opcore._torchguard (compiled for torch {_module_attribute('TORCH_VERSION')})"
+    module = compiled_module()
+    if module is not None:
+        return f"opcore._torchguard (compiled for torch {module.TORCH_VERSION})"
     torch_guard = "torch's TensorGuards" if _torch_guards() is not False else "none: the Python key alone"
     return f"{torch_guard} ({_GUARD_REASON})"
 
@@ -108,12 +108,6 @@ def _load_compiled() -> tuple[Any, str]:
                 f"{_torchguard.SOURCE}, the file is {digest}): run `make` again to rebuild it"
             )
     return _torchguard.Guard, ""
-
-
-def _module_attribute(name: str) -> Any:
-    from opcore import _torchguard  # type: ignore[attr-defined,unused-ignore]
-
-    return getattr(_torchguard, name)
 
 
 def _torch_guards() -> Any:

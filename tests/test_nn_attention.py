@@ -15,10 +15,6 @@ import opcore.nn  # noqa: E402
 BACKENDS = ["cpu", "onnxruntime", "openvino"]
 
 
-def needs(backend: str) -> None:
-    needs_backend(backend)
-
-
 def eager(q, k, v, o, x, heads, kv_heads, causal):
     b, s, _ = x.shape
     query = q(x).view(b, s, heads, -1).transpose(1, 2)
@@ -32,7 +28,7 @@ def eager(q, k, v, o, x, heads, kv_heads, causal):
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("bias", [False, True])
 def test_matches_torch(backend, causal, bias):
-    needs(backend)
+    needs_backend(backend)
     torch.manual_seed(0)
     q, k, v, o = (torch.nn.Linear(64, 64, bias=bias) for _ in range(4))
     attention = opcore.nn.Attention.from_linears(q, k, v, o, heads=4, causal=causal, backend=backend)

@@ -19,10 +19,6 @@ BACKENDS = ["cpu", "onnxruntime", "openvino"]
 HIDDEN, HEADS, INTERMEDIATE = 64, 4, 160
 
 
-def needs(backend: str) -> None:
-    needs_backend(backend)
-
-
 # --- a LLaMA-style block from torch.nn pieces ---------------------------------------------------
 
 
@@ -87,7 +83,7 @@ def block(dtype=torch.float32) -> Block:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_transformer_block_converts_and_matches(backend):
-    needs(backend)
+    needs_backend(backend)
     original = block()
     converted, report = opcore.nn.convert(original, backend=backend, rules=RULES)
     assert [type(m).__name__ for m in converted.children()] == ["RMSNorm", "Attention", "RMSNorm", "GatedMLP"]
@@ -167,7 +163,7 @@ def test_a_model_that_is_itself_supported():
 
 
 def test_on_error_keep_leaves_the_module_and_says_why():
-    needs("onnxruntime")
+    needs_backend("onnxruntime")
     model = nn.Sequential(nn.Linear(8, 8), nn.ReLU()).to(torch.bfloat16)
     with pytest.raises(opcore.NoKernelError, match="bfloat16"):
         opcore.nn.convert(model, backend="onnxruntime")

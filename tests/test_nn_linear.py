@@ -26,10 +26,6 @@ ACTIVATIONS = {
 }
 
 
-def needs(backend: str) -> None:
-    needs_backend(backend)
-
-
 def close(actual, expected, dtype=torch.float32):
     tolerance = TOLERANCE[dtype]
     torch.testing.assert_close(actual, expected, rtol=tolerance, atol=tolerance)
@@ -48,7 +44,7 @@ def test_import_opcore_imports_neither_torch_nor_opcore_nn():
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("kind", list(ACTIVATIONS), ids=lambda k: k.__name__)
 def test_matches_torch_at_every_rank(backend, kind):
-    needs(backend)
+    needs_backend(backend)
     torch.manual_seed(0)
     layer = kind(48, 24, backend=backend)
     assert layer.backend == backend
@@ -63,7 +59,7 @@ def test_matches_torch_at_every_rank(backend, kind):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_gelu_tanh_and_no_bias(backend):
-    needs(backend)
+    needs_backend(backend)
     torch.manual_seed(0)
     layer = opcore.nn.LinearGELU(32, 16, bias=False, approximate="tanh", backend=backend)
     assert layer.bias is None and "approximate='tanh'" in repr(layer)
@@ -96,7 +92,7 @@ def test_extra_repr_names_backend_kernel_and_dtype():
 
 @pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
 def test_bfloat16_on_a_numpy_backend_is_refused_at_construction(backend):
-    needs(backend)
+    needs_backend(backend)
     with pytest.raises(opcore.NoKernelError) as caught:
         opcore.nn.LinearSiLU(64, 32, backend=backend, dtype=torch.bfloat16)
     message = str(caught.value)
@@ -106,7 +102,7 @@ def test_bfloat16_on_a_numpy_backend_is_refused_at_construction(backend):
 
 
 def test_a_list_falls_back_in_order_and_says_what_it_passed_over():
-    needs("onnxruntime")
+    needs_backend("onnxruntime")
     layer = opcore.nn.LinearSiLU(64, 32, backend=["onnxruntime", "cpu"], dtype=torch.bfloat16)
     assert layer.backend == "cpu"
     assert layer.bound.passed_over[0][0] == "onnxruntime"
@@ -123,7 +119,7 @@ def test_unknown_backend_names_are_reported_with_the_loaded_ones():
 
 
 def test_ranked_default_follows_prefer():
-    needs("openvino")
+    needs_backend("openvino")
     assert opcore.nn.Linear(64, 64).backend == "cpu"
     with opcore.prefer("openvino"):
         assert opcore.nn.Linear(64, 64).backend == "openvino"
@@ -160,7 +156,7 @@ def test_input_of_another_dtype_is_a_dtype_error():
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_empty_batch(backend):
-    needs(backend)
+    needs_backend(backend)
     layer = opcore.nn.Linear(8, 4, backend=backend)
     with torch.no_grad():
         assert layer(torch.ones(0, 8)).shape == (0, 4)

@@ -15,10 +15,6 @@ import opcore.nn  # noqa: E402
 BACKENDS = ["cpu", "onnxruntime", "openvino"]
 
 
-def needs(backend: str) -> None:
-    needs_backend(backend)
-
-
 def linears(hidden=64, intermediate=128, out=None):
     torch.manual_seed(0)
     return (
@@ -34,7 +30,7 @@ def eager(gate, up, down, x):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_matches_torch(backend):
-    needs(backend)
+    needs_backend(backend)
     gate, up, down = linears(out=48)
     mlp = opcore.nn.GatedMLP.from_linears(gate, up, down, names=("w1", "w3", "w2"), backend=backend)
     assert mlp.backend == backend and [r.op for r in mlp.bound.resolved] == ["gated_mlp"]

@@ -14,10 +14,6 @@ import opcore.nn  # noqa: E402
 BACKENDS = ["cpu", "onnxruntime", "openvino"]
 
 
-def needs(backend: str) -> None:
-    needs_backend(backend)
-
-
 def randomised(module):
     with torch.no_grad():
         for p in module.parameters():
@@ -39,7 +35,7 @@ def randomised(module):
     ids=["rms", "rms-eps-none", "rms-2d", "layer", "layer-no-bias", "layer-2d"],
 )
 def test_matches_torch_at_every_rank(backend, make):
-    needs(backend)
+    needs_backend(backend)
     torch.manual_seed(0)
     original = randomised(make())
     kind = opcore.nn.RMSNorm if isinstance(original, torch.nn.RMSNorm) else opcore.nn.LayerNorm
@@ -60,14 +56,14 @@ def test_bfloat16_on_cpu_and_refused_by_openvino():
     x = torch.randn(2, 7, 64, dtype=torch.bfloat16)
     with torch.no_grad():
         torch.testing.assert_close(ours(x), original(x), rtol=2e-2, atol=2e-2)
-    needs("openvino")
+    needs_backend("openvino")
     with pytest.raises(opcore.NoKernelError, match="openvino: rms_norm declined: bfloat16"):
         opcore.nn.RMSNorm.from_torch(original, backend="openvino")
 
 
 def test_without_parameters_matches_torch_on_every_backend():
     for backend in BACKENDS:
-        needs(backend)
+        needs_backend(backend)
         norm = opcore.nn.LayerNorm(16, elementwise_affine=False, backend=backend)
         assert list(norm.state_dict()) == [] and "backend=unbound" in repr(norm)
         x = torch.randn(3, 4, 16)

@@ -20,10 +20,6 @@ import opcore.nn  # noqa: E402
 BACKENDS = ["cpu", "onnxruntime", "openvino"]
 
 
-def needs(backend: str) -> None:
-    needs_backend(backend)
-
-
 def expected(layer, x):
     return F.silu(F.linear(x, layer.weight, layer.bias))
 
@@ -50,7 +46,7 @@ def test_state_dict_has_torch_keys_and_the_unpacked_values():
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_load_state_dict_re_prepares(backend):
-    needs(backend)
+    needs_backend(backend)
     torch.manual_seed(0)
     layer = opcore.nn.LinearSiLU(64, 32, backend=backend)
     x = torch.randn(4, 64)
@@ -64,7 +60,7 @@ def test_load_state_dict_re_prepares(backend):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_in_place_weight_change_is_seen_at_the_next_forward(backend):
-    needs(backend)
+    needs_backend(backend)
     torch.manual_seed(0)
     layer = opcore.nn.LinearSiLU(64, 32, backend=backend)
     x = torch.randn(4, 64)
@@ -103,7 +99,7 @@ def test_to_dtype_re_prepares_at_once():
 
 
 def test_to_a_dtype_the_backend_refuses_raises_there():
-    needs("onnxruntime")
+    needs_backend("onnxruntime")
     layer = opcore.nn.Linear(8, 4, backend="onnxruntime")
     with pytest.raises(opcore.NoKernelError, match="runs it for bfloat16 on cpu"):
         layer.to(torch.bfloat16)
@@ -122,7 +118,7 @@ def test_meta_device_binds_once_weights_are_loaded():
 
 @pytest.mark.parametrize("backend", ["cpu", "onnxruntime"])
 def test_deepcopy_and_pickle_bind_again(backend):
-    needs(backend)
+    needs_backend(backend)
     torch.manual_seed(0)
     layer = opcore.nn.LinearSiLU(1024, 64, backend=backend)  # packed oneDNN weights / an ORT session
     x = torch.randn(2, 1024)
@@ -137,7 +133,7 @@ def test_deepcopy_and_pickle_bind_again(backend):
 
 
 def test_a_copy_holds_unbound_calls_until_its_first_forward():
-    needs("cpu")
+    needs_backend("cpu")
     from opcore.nn.state import unbound
 
     layer = opcore.nn.Linear(16, 4, backend="cpu")
