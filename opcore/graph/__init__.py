@@ -2,6 +2,8 @@
 
 >>> plan = opcore.graph.capture(model, (x,))      # doctest: +SKIP
 >>> y = plan(x); print(plan.explain())            # doctest: +SKIP
+>>> lm = opcore.graph.capture_lm(causal_lm)       # doctest: +SKIP
+>>> tokens = lm.generate(ids, max_new_tokens=32)  # doctest: +SKIP
 
 The names below load on first use (PEP 562), as in ``opcore``: importing ``opcore.graph`` (or its
 ``partition`` module, which backends import) imports neither torch nor any runtime.
@@ -25,6 +27,9 @@ _EXPORTS = {
     "WeightsError": "opcore.graph.errors",
     "VerifyReport": "opcore.graph.verify",
     "capture": "opcore.graph.capturing",
+    "capture_lm": "opcore.graph.lm_capture",
+    "LanguageModel": "opcore.graph.generation",
+    "Session": "opcore.graph.generation",
     "load": "opcore.graph.files",
     "CompiledPartition": "opcore.graph.partition",
     "PartNode": "opcore.graph.partition",
@@ -38,17 +43,20 @@ _EXPORTS = {
 __all__ = [
     "CaptureError",
     "CompiledPartition",
+    "LanguageModel",
     "PartNode",
     "PartitionCompiler",
     "PartitionError",
     "PartitionSpec",
     "Plan",
     "PlanFileError",
+    "Session",
     "UncoveredError",
     "ValueRef",
     "VerifyReport",
     "WeightsError",
     "capture",
+    "capture_lm",
     "compilers",
     "load",
 ]

@@ -43,8 +43,11 @@ def summary(plan: Any) -> str:
         if ops and not partitions:
             text += " (" + ", ".join(ops[:_SHOWN_OPS]) + (", ..." if len(ops) > _SHOWN_OPS else "") + ")"
         parts.append(text)
-    sizes = len(plan.decisions) - total
+    writes = sum(1 for d in plan.decisions if d.backend == "python" and d.op.startswith("state."))
+    sizes = len(plan.decisions) - total - writes
     tail = f"; {sizes} size computation{'s' * (sizes != 1)}" if sizes else ""
+    if writes:  # opcore.graph.state: the KV cache written in place
+        tail += f"; {writes} state write{'s' * (writes != 1)}"
     text = ("; ".join(parts) or "no nodes") + tail
     if getattr(plan, "exported", None) is not None:  # the torch route of a captured plan
         return f"torch route: the exported program as one step (node by node it is {text})"

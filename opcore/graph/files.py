@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from opcore._version import __version__
 from opcore.errors import OpcoreError
 from opcore.graph.errors import PlanFileError
-from opcore.graph.ir import FACTORIES, SCALAR_OPS, Graph, Node, ValueInfo, ValueRef
+from opcore.graph.ir import FACTORIES, SCALAR_OPS, STATE_OPS, Graph, Node, ValueInfo, ValueRef
 from opcore.types import Device, DType, TensorMeta
 
 if TYPE_CHECKING:
@@ -196,6 +196,7 @@ def save(plan: Any, path: Any) -> pathlib.Path:
             "in_spec": graph.in_spec,
             "out_spec": graph.out_spec,
             "fixed_inputs": [[position, encode(value)] for position, value in graph.fixed_inputs],
+            "state": list(graph.state),
             "values": {name: _meta_json(info) for name, info in graph.values.items()},
             "nodes": [
                 {
@@ -230,17 +231,26 @@ def save(plan: Any, path: Any) -> pathlib.Path:
 # --- load -----------------------------------------------------------------------------------
 
 
-def load(path: Any) -> Any:
+def load(path: Any, *, shared: Mapping[str, Any] | None = None) -> Any:
     """The plan saved in folder ``path``, planned again for this process (kernels resolved, weights
-    prepared, partitions loaded from their files); works without the model's Python class.
+    prepared, partitions loaded from their files); works without the model's Python class. A folder
+    that ``LanguageModel.save`` wrote loads as that (opcore.graph.lm_files).
+
+    ``shared``: tensors already in memory by the model's own names (a state_dict's), used in place of
+    the file's copy where shape and dtype agree (a language model's two plans hold one copy).
 
     >>> plan = opcore.graph.load("llama.plan")        # doctest: +SKIP
     """
     import torch
     from safetensors.torch import load_file
 
+    from opcore.graph.lm_files import is_lm_folder
     from opcore.graph.plan import assemble
 
+    if is_lm_folder(path):
+        from opcore.graph.lm_files import load as load_lm
+
+        return load_lm(path)
     started = time.perf_counter()
     folder = pathlib.Path(path)
     document = _read(folder)
@@ -253,6 +263,10 @@ def load(path: Any) -> Any:
     if missing:
         raise PlanFileError(f"{WEIGHTS_FILE} lacks {', '.join(missing[:5])}", op=_LOAD)
     constants = {name: weights[name].to(device) for name in graph.constants}
+    for name in constants:
+        held = (shared or {}).get(graph.sources.get(name, ""))
+        if held is not None and held.shape == constants[name].shape and held.dtype == constants[name].dtype:
+            constants[name] = held
     notes = list(document.get("notes", ()))
     here = fingerprint(set(document["fingerprint"].get("backends", {})), device)
     changed = sorted(k for k in here if here[k] != document["fingerprint"].get(k))
@@ -329,6 +343,7 @@ def _graph(record: Mapping[str, Any]) -> Graph:
             in_spec=str(record.get("in_spec", "")),
             out_spec=str(record.get("out_spec", "")),
             sources=dict(record.get("sources", {})),
+            state=tuple(str(name) for name in record.get("state", [])),
         )
     except PlanFileError:
         raise
@@ -344,7 +359,7 @@ def _check_names(graph: Graph, kernels: Mapping[str, Any]) -> None:
     known = set(graph.values)
     for node in graph.nodes:
         if node.scalar:
-            if node.op not in SCALAR_OPS and node.op not in FACTORIES:
+            if node.op not in SCALAR_OPS and node.op not in FACTORIES and node.op not in STATE_OPS:
                 raise PlanFileError(
                     f"node {node.name!r} names the size computation {node.op!r}, which is not one of opcore's", op=_LOAD
                 )

@@ -22,7 +22,7 @@ from typing import Any
 from opcore.graph.partition import ValueRef
 from opcore.types import TensorMeta
 
-__all__ = ["FACTORIES", "SCALAR_OPS", "Graph", "Node", "ValueInfo", "ValueRef", "python_step", "refs_in", "substitute"]
+__all__ = ["FACTORIES", "SCALAR_OPS", "STATE_OPS", "Graph", "Node", "ValueInfo", "ValueRef", "python_step", "refs_in", "substitute"]
 
 # The run-time arithmetic on sizes that torch.export writes for dynamic dims. A closed table: a
 # saved plan names these by key, and nothing else is ever looked up from a file.
@@ -58,11 +58,30 @@ FACTORIES = frozenset(
 )  # fmt: skip
 
 
+def _index_copy_(state: Any, dim: int, index: Any, source: Any) -> Any:
+    return state.index_copy_(dim, index, source)
+
+
+def _copy_(state: Any, value: Any) -> Any:
+    return state.copy_(value)
+
+
+# Writes into a plan's state (opcore.graph.state: a KV cache the caller holds), in place. Closed
+# like SCALAR_OPS: a saved plan names them by key.
+STATE_OPS: Mapping[str, Callable[..., Any]] = {
+    "state.index_copy_": _index_copy_,  # (state, dim, index, source): rows written where index says
+    "state.copy_": _copy_,  # (state, value): the whole state taken from a value the graph computed
+}
+
+
 def python_step(op: str) -> Callable[..., Any]:
-    """The function of a node that runs in Python: a size computation, or a factory (its arguments
-    in ATen schema order). Only names in SCALAR_OPS or FACTORIES: nothing else is ever looked up."""
+    """The function of a node that runs in Python: a size computation, a write into the plan's state,
+    or a factory (its arguments in ATen schema order). Only names in SCALAR_OPS, STATE_OPS or
+    FACTORIES: nothing else is ever looked up."""
     if op in SCALAR_OPS:
         return SCALAR_OPS[op]
+    if op in STATE_OPS:
+        return STATE_OPS[op]
     if op not in FACTORIES:
         raise KeyError(op)
     import torch
@@ -141,6 +160,9 @@ class Graph:
     fixed_inputs: tuple[tuple[int, Any], ...] = ()
     # the constant names as the model's state_dict calls them ("layers.0.q.weight"), for explain
     sources: Mapping[str, str] = field(default_factory=dict)
+    # the inputs that are state (a KV cache): the caller passes the same tensors call after call and
+    # the graph's STATE_OPS nodes write them in place (opcore.graph.state); () for a pure function
+    state: tuple[str, ...] = ()
 
     def meta(self, name: str) -> TensorMeta:
         found = self.values[name].meta

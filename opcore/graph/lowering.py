@@ -45,18 +45,23 @@ _CAPTURE = "opcore.graph.capture"
 
 
 def lower(
-    program: Any, example_flat: list[Any], constants: dict[str, Any], device: Device
+    program: Any, example_flat: list[Any], constants: dict[str, Any], device: Device, *, state: bool = False
 ) -> tuple[Graph, dict[str, str]]:
     """The IR of an exported program (after ``run_decompositions``), and a note per node that did
     not map to its contract (why it runs as the ATen fallback).
 
     ``example_flat``: the user inputs, flattened; ``constants``: placeholder name -> tensor, to which
-    factories of static sizes (arange, zeros, ...) are added, folded.
+    factories of static sizes (arange, zeros, ...) are added, folded. state=True: the buffers the
+    program mutates (a KV cache) become state inputs after the user inputs (``Graph.state``; taken
+    out of ``constants``), written in place by the graph (opcore.graph.state); else a mutation is a
+    CaptureError.
     """
     import torch
 
     rt = runtime().ensure_loaded()
     signature = program.graph_signature
+    held = _state_placeholders(signature) if state else {}
+    state_inputs: list[str] = []
     user_inputs = list(signature.user_inputs)
     values: dict[str, ValueInfo] = {}
     concrete: dict[str, Any] = {}  # value name -> TensorMeta or a Python scalar (the example's)
@@ -87,6 +92,9 @@ def lower(
             if name in examples:
                 value = examples[name]
                 inputs.append(name)
+            elif name in held:
+                value = constants.pop(name)
+                state_inputs.append(name)
             elif name in constants:
                 value = constants[name]
                 constant_names.append(name)
@@ -116,24 +124,47 @@ def lower(
         else:
             raise CaptureError(f"node {name!r} is a {fx_node.op!r} node, which a plan cannot run", op=_CAPTURE)
 
-    user_outputs = [i for i, spec in enumerate(signature.output_specs) if spec.kind.name == "USER_OUTPUT"]
-    if len(user_outputs) != len(outputs):
+    kinds = [spec.kind.name for spec in signature.output_specs]
+    if any(kind != "USER_OUTPUT" for kind in kinds) and not (state and set(kinds) <= {"USER_OUTPUT", "BUFFER_MUTATION"}):
         mutated = [spec.target for spec in signature.output_specs if spec.kind.name != "USER_OUTPUT"]
         raise CaptureError(
             f"the model mutates state in forward() ({', '.join(map(str, mutated))}); a plan is a pure function",
             op=_CAPTURE,
-            fix="capture the model in eval() mode, without in-place updates of buffers",
+            fix="capture the model in eval() mode, without in-place updates of buffers; a decoder's KV cache: "
+            "opcore.graph.capture_lm, which holds it as the plan's state",
         )
+    if state:
+        from opcore.graph.state import write_state
+
+        place_of = {target: name for name, target in held.items()}
+        writes = [
+            (place_of[str(spec.target)], out)
+            for spec, out in zip(signature.output_specs, outputs)
+            if spec.kind.name == "BUFFER_MUTATION"
+        ]
+        nodes = write_state(nodes, values, writes)
+    outputs = tuple(out for kind, out in zip(kinds, outputs) if kind == "USER_OUTPUT")
     graph = Graph(
-        inputs=tuple(inputs),
+        inputs=(*inputs, *state_inputs),
         constants=tuple(constant_names),
         nodes=tuple(nodes),
         outputs=outputs,
         values=values,
         fixed_inputs=tuple(fixed),
         sources={spec.arg.name: str(spec.target) for spec in signature.input_specs if spec.target is not None},
+        state=tuple(state_inputs),
     )
     return graph, notes
+
+
+def _state_placeholders(signature: Any) -> dict[str, str]:
+    """Placeholder name -> buffer name, for every buffer the program mutates."""
+    mutated = {str(spec.target) for spec in signature.output_specs if spec.kind.name == "BUFFER_MUTATION"}
+    return {
+        spec.arg.name: str(spec.target)
+        for spec in signature.input_specs
+        if spec.kind.name == "BUFFER" and str(spec.target) in mutated
+    }
 
 
 def _user_input_specs(signature: Any) -> list[Any]:

@@ -382,7 +382,7 @@ def _measure_on(
         nothing: list[NodeCall | None] = [None] * len(graph.nodes)
         return build_program(graph, [record], nothing, constants, record.inputs, record.outputs, group)
 
-    def per_node(group: Sequence[int], inputs: Sequence[str], outputs: Sequence[str]) -> Program:
+    def per_node(group: Sequence[int], inputs: Sequence[str], outputs: Sequence[str]) -> Any:
         calls: list[NodeCall | None] = [None] * len(graph.nodes)
         for i in group:
             node = graph.nodes[i]
@@ -391,9 +391,38 @@ def _measure_on(
                 if node.scalar
                 else plan_node(graph, node, example, order=options.backends, allowed=allowed, fallback=True)
             )
-        return build_program(graph, list(group), calls, constants, inputs, outputs, group)
+        # sizes computed before the group (a sym_size of layer 0 read in layer 1) are no partition
+        # input (the partition has its sizes built in) but its nodes per node read them
+        sizes = outside_sizes(graph, group, inputs)
+        program = build_program(graph, list(group), calls, constants, [*inputs, *sizes], outputs, group)
+        return SizesFed(program, [values[name] for name in sizes]) if sizes else program
 
     return Measured(values, timer, alone, per_node), ""
+
+
+def outside_sizes(graph: Graph, group: Sequence[int], inputs: Sequence[str]) -> list[str]:
+    """The scalars (sizes computed at run time) that the nodes ``group`` read and neither compute nor
+    take among ``inputs``."""
+    produced = {o for i in group for o in graph.nodes[i].outputs}
+    given = set(inputs) | set(graph.constants) | produced
+    found: dict[str, None] = {}
+    for i in group:
+        for name in graph.nodes[i].refs():
+            if name not in given and graph.values[name].meta is None:
+                found[name] = None
+    return list(found)
+
+
+class SizesFed:
+    """A program run on its first inputs, the sizes it also reads appended as measured at capture."""
+
+    __slots__ = ("program", "sizes")
+
+    def __init__(self, program: Program, sizes: Sequence[Any]) -> None:
+        self.program, self.sizes = program, list(sizes)
+
+    def run(self, flat_inputs: Sequence[Any]) -> list[Any]:
+        return self.program.run([*flat_inputs, *self.sizes])
 
 
 def _first(error: Exception) -> str:

@@ -1,0 +1,123 @@
+"""What ``capture_lm`` exports: a decoder with its KV cache as buffers written in place.
+
+The protocol a model follows to be captured by ``opcore.graph.capture_lm``::
+
+    forward(input_ids, position_ids, cache_position, attention_mask) -> logits
+
+* ``input_ids``: int64 (batch, seq) — the tokens of this step (a prompt, or one token);
+* ``position_ids``: int64 (batch, seq) — each token's position in its own row (left padding
+  makes them differ between rows);
+* ``cache_position``: int64 (seq,) — the cache slots this step writes (the same for every row);
+* ``attention_mask``: int64 (batch, max_length) — 1 where a cache slot holds a token of the row,
+  0 for padding (slots after the step are masked by causality);
+* ``logits``: (batch, seq, vocab).
+
+The cache is the module's buffers, allocated once for (batch, max_length), which ``forward``
+updates in place (``buffer.index_copy_(dim, cache_position, new)``): torch.export lists them as
+mutated buffers, and the plan takes them as its state (opcore.graph.state). A plain module that
+follows this protocol (and has ``max_length`` and ``batch_size`` attributes) is captured as is;
+a transformers ``*ForCausalLM`` is wrapped in ``CachedDecoder``, a static cache of transformers'
+own layers whose update writes at ``cache_position``.
+
+>>> wrapped = CachedDecoder(model, batch_size=1, max_length=256)     # doctest: +SKIP
+>>> logits = wrapped(ids, positions, cache_position, mask)           # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opcore.errors import ArgumentError
+
+__all__ = ["CachedDecoder", "is_transformers_lm", "protocol_sizes"]
+
+_CAPTURE_LM = "opcore.graph.capture_lm"
+
+
+def is_transformers_lm(model: Any) -> bool:
+    """Whether ``model`` is a transformers model with a language-modelling head (generate-able)."""
+    config = getattr(model, "config", None)
+    return config is not None and hasattr(model, "generation_config") and hasattr(config, "get_text_config")
+
+
+def protocol_sizes(model: Any) -> tuple[int, int]:
+    """(batch_size, max_length) of a plain module following the protocol; an ArgumentError naming
+    what is missing otherwise."""
+    batch, length = getattr(model, "batch_size", None), getattr(model, "max_length", None)
+    if not isinstance(batch, int) or not isinstance(length, int):
+        raise ArgumentError(
+            op=_CAPTURE_LM,
+            arg="model",
+            expected="a transformers *ForCausalLM, or a module following opcore.graph.decoder's protocol "
+            "(forward(input_ids, position_ids, cache_position, attention_mask) -> logits, with int "
+            "attributes batch_size and max_length and its cache as buffers)",
+            found=f"{type(model).__name__} (batch_size={batch!r}, max_length={length!r})",
+            fix="pass a transformers causal LM, or give the module batch_size and max_length (docs/generate.md)",
+        )
+    return batch, length
+
+
+def _cache_layer_class() -> Any:
+    """A transformers StaticLayer whose update writes at the cache positions of the step (given by the
+    wrapper before each forward), not at a counter it keeps: nothing but the cache is mutated."""
+    from transformers.cache_utils import StaticLayer
+
+    class PositionedLayer(StaticLayer):  # type: ignore[misc]
+        at: Any = None
+
+        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+            self.keys.index_copy_(2, self.at, key_states)
+            self.values.index_copy_(2, self.at, value_states)
+            return self.keys, self.values
+
+    return PositionedLayer
+
+
+def _module_base() -> Any:
+    import torch
+
+    return torch.nn.Module
+
+
+class CachedDecoder(_module_base()):  # type: ignore[misc]
+    """A transformers causal LM with a static KV cache of ``batch_size`` x ``max_length`` as buffers,
+    called by the protocol above."""
+
+    def __init__(self, model: Any, batch_size: int, max_length: int) -> None:
+        super().__init__()
+        import torch
+        from transformers import StaticCache
+        from transformers.configuration_utils import get_head_shapes
+
+        self.model = model
+        self.batch_size, self.max_length = batch_size, max_length
+        config = model.config.get_text_config()
+        layer = _cache_layer_class()
+        self.cache = StaticCache(max_cache_len=max_length, config=config)
+        # sliding-window layers keep a rolling window whose update has control flow export cannot
+        # take; a full-length layer with the model's own sliding mask computes the same attention
+        self.cache.layers = [layer(max_length) for _ in self.cache.layers]
+        heads, head_dim = get_head_shapes(config)
+        device = next(model.parameters()).device
+        self.cache.early_initialization(batch_size, heads, head_dim, model.dtype, torch.device(device))
+        for i, cached in enumerate(self.cache.layers):
+            self.register_buffer(f"key_cache_{i}", cached.keys, persistent=False)
+            self.register_buffer(f"value_cache_{i}", cached.values, persistent=False)
+
+    def forward(self, input_ids: Any, position_ids: Any, cache_position: Any, attention_mask: Any) -> Any:
+        for i, cached in enumerate(self.cache.layers):
+            # read through the module every call: non-strict torch.export swaps the module's buffers
+            # for traced ones, and a layer holding the tensor itself would write an untracked copy
+            cached.keys, cached.values = getattr(self, f"key_cache_{i}"), getattr(self, f"value_cache_{i}")
+            cached.at = cache_position
+            # where the step's queries start: transformers' masks read it as the cache's length
+            cached.cumulative_length = cache_position[0]
+        out = self.model(
+            input_ids=input_ids,
+            position_ids=position_ids,
+            cache_position=cache_position,
+            attention_mask=attention_mask,
+            past_key_values=self.cache,
+            use_cache=True,
+        )
+        return out.logits if hasattr(out, "logits") else out[0]

@@ -1,0 +1,455 @@
+"""Generating text with a captured decoder: ``LanguageModel``, its sessions and the decode loop.
+
+A ``Session`` holds one conversation's state: the KV cache (allocated once, for the model's batch
+size and max length), which cache slots hold tokens of each row, and each row's next position. Its
+``prefill`` takes the prompt, its ``decode`` one token per row; both return the logits of the
+last position. ``LanguageModel.generate`` runs the loop over a session with transformers' options
+(greedy or sampling, eos per row, left padding, streaming).
+
+>>> lm = opcore.graph.capture_lm(model, max_length=128)                 # doctest: +SKIP
+>>> lm.generate(ids, max_new_tokens=16)                                 # doctest: +SKIP
+>>> chat = lm.session(); logits = chat.prefill(ids); logits = chat.decode(logits.argmax(-1))   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from opcore.errors import ArgumentError, ShapeError
+from opcore.graph.sampling import Choice
+
+__all__ = ["GenerationDefaults", "LanguageModel", "Session"]
+
+_GENERATE = "LanguageModel.generate"
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationDefaults:
+    """What the model's generation config says, used where ``generate`` is not told otherwise
+    (None: not set)."""
+
+    eos_token_ids: tuple[int, ...] = ()
+    pad_token_id: int | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    temperature: float | None = None
+
+    @classmethod
+    def of(cls, model: Any) -> GenerationDefaults:
+        config = getattr(model, "generation_config", None)
+        if config is None:
+            return cls()
+        eos = getattr(config, "eos_token_id", None)
+        return cls(
+            eos_token_ids=_ids(eos),
+            pad_token_id=getattr(config, "pad_token_id", None),
+            top_k=getattr(config, "top_k", None),
+            top_p=getattr(config, "top_p", None),
+            temperature=getattr(config, "temperature", None),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "eos_token_ids": list(self.eos_token_ids),
+            "pad_token_id": self.pad_token_id,
+            "top_k": self.top_k,
+            "top_p": self.top_p,
+            "temperature": self.temperature,
+        }
+
+    @classmethod
+    def from_json(cls, record: dict[str, Any]) -> GenerationDefaults:
+        return cls(
+            eos_token_ids=tuple(int(i) for i in record.get("eos_token_ids", ())),
+            pad_token_id=record.get("pad_token_id"),
+            top_k=record.get("top_k"),
+            top_p=record.get("top_p"),
+            temperature=record.get("temperature"),
+        )
+
+
+def _ids(value: Any) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, int):
+        return (value,)
+    return tuple(int(v) for v in value)
+
+
+class Session:
+    """One conversation: its own KV cache and positions. Sessions of one model never see each
+    other's state; ``reset()`` starts the conversation again (the cache is reused, not zeroed: what
+    a slot held before is masked until written again)."""
+
+    def __init__(self, lm: LanguageModel) -> None:
+        import torch
+
+        self.lm = lm
+        graph = lm.decode_plan.graph
+        device = str(lm.decode_plan.device)
+        self.state = [
+            torch.zeros(graph.meta(n).shape, dtype=graph.meta(n).dtype.to_torch(), device=device) for n in graph.state
+        ]
+        self.mask = torch.zeros(lm.batch_size, lm.max_length, dtype=torch.long, device=device)
+        self.positions = torch.zeros(lm.batch_size, dtype=torch.long, device=device)
+        self.length = 0  # cache slots used
+
+    def reset(self) -> None:
+        self.mask.zero_()
+        self.positions.zero_()
+        self.length = 0
+
+    def prefill(self, input_ids: Any, attention_mask: Any = None) -> Any:
+        """Write the prompt (batch, seq) into the cache after what it holds; the logits (batch,
+        vocab) of each row's last position. attention_mask (batch, seq): 0 for left padding."""
+        import torch
+
+        ids = self.lm._rows(input_ids, "input_ids")
+        length = ids.shape[1]
+        if length == 0:
+            raise ShapeError(
+                op="Session.prefill", arg="input_ids", expected="at least one token", found="shape " + str(tuple(ids.shape))
+            )
+        self.lm._room(self.length, length, 0)
+        if attention_mask is None:
+            given = torch.ones_like(ids)
+        else:
+            given = self.lm._rows(attention_mask, "attention_mask")
+            if given.shape != ids.shape:
+                raise ShapeError(
+                    op="Session.prefill",
+                    arg="attention_mask",
+                    expected=f"the shape of input_ids {tuple(ids.shape)}",
+                    found=str(tuple(given.shape)),
+                )
+        start = self.length
+        slots = torch.arange(start, start + length, device=ids.device)
+        self.mask[:, start : start + length] = given
+        # each row counts its own tokens: left padding shifts a row's positions, as transformers does
+        positions = self.positions[:, None] + given.cumsum(-1) - 1
+        positions = positions.masked_fill(given == 0, 1)
+        logits = self.lm._step(ids, positions, slots, self.mask, self.state)
+        self.positions += given.sum(-1)
+        self.length += length
+        return logits[:, -1]
+
+    def decode(self, tokens: Any) -> Any:
+        """Write one token per row (batch,) into the cache; the logits (batch, vocab)."""
+        ids = self.lm._rows(tokens.reshape(-1, 1) if hasattr(tokens, "reshape") else tokens, "tokens")
+        if ids.shape[1] != 1:
+            raise ShapeError(op="Session.decode", arg="tokens", expected="one token per row", found=str(tuple(ids.shape)))
+        self.lm._room(self.length, 1, 0)
+        at = self.length
+        self.mask[:, at] = 1
+        logits = self.lm._decode(ids, self.positions[:, None], at, self.mask, self.state)
+        self.positions += 1
+        self.length += 1
+        return logits[:, -1]
+
+
+class LanguageModel:
+    """A decoder captured for generation (``opcore.graph.capture_lm``): a prefill plan and a decode
+    plan sharing the model's weights, and a default session."""
+
+    def __init__(
+        self,
+        prefill_plan: Any,
+        decode_plan: Any,
+        *,
+        batch_size: int,
+        max_length: int,
+        defaults: GenerationDefaults | None = None,
+    ) -> None:
+        self.prefill_plan = prefill_plan  # None when max_length is 1
+        self.decode_plan = decode_plan
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.defaults = defaults or GenerationDefaults()
+        self.capture_seconds = 0.0
+        self.load_seconds = 0.0
+        self._positions: dict[int, Any] = {}
+        self._session: Session | None = None
+
+    # --- sessions and steps ------------------------------------------------------------------
+
+    def session(self) -> Session:
+        """A new conversation with its own cache.
+
+        >>> a, b = lm.session(), lm.session()            # doctest: +SKIP
+        """
+        return Session(self)
+
+    @property
+    def default_session(self) -> Session:
+        if self._session is None:
+            self._session = Session(self)
+        return self._session
+
+    def prefill(self, input_ids: Any, attention_mask: Any = None) -> Any:
+        """The default session's prefill (see Session.prefill)."""
+        return self.default_session.prefill(input_ids, attention_mask)
+
+    def decode(self, tokens: Any) -> Any:
+        """The default session's decode (see Session.decode)."""
+        return self.default_session.decode(tokens)
+
+    def reset(self) -> None:
+        """Start the default session again."""
+        self.default_session.reset()
+
+    def _rows(self, value: Any, arg: str) -> Any:
+        import torch
+
+        if not isinstance(value, torch.Tensor):
+            try:
+                value = torch.as_tensor(value)
+            except Exception as error:
+                raise ArgumentError(
+                    op=_GENERATE, arg=arg, expected="a tensor of token ids", found=type(value).__name__
+                ) from error
+        if value.dim() == 1:
+            value = value[None]
+        if value.dim() != 2 or value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
+            raise ArgumentError(
+                op=_GENERATE,
+                arg=arg,
+                expected="integer ids of shape (batch, seq)",
+                found=f"{value.dtype} of shape {tuple(value.shape)}",
+                fix="pass token ids (int64) as a (batch, seq) tensor",
+            )
+        if value.shape[0] != self.batch_size:
+            raise ShapeError(
+                op=_GENERATE,
+                arg=arg,
+                expected=f"{self.batch_size} row(s), the batch size captured",
+                found=f"{value.shape[0]} row(s)",
+                fix=f"capture_lm(..., batch_size={value.shape[0]}) (generate pads fewer rows itself)",
+            )
+        return value.to(device=str(self.decode_plan.device), dtype=torch.long)
+
+    def _room(self, used: int, prompt: int, new: int) -> None:
+        if used + prompt + new > self.max_length:
+            raise ShapeError(
+                op=_GENERATE,
+                arg="max_new_tokens",
+                expected=f"prompt + new tokens <= max_length {self.max_length}",
+                found=f"{used} in the cache + {prompt} prompt + {new} new = {used + prompt + new}",
+                fix=f"capture_lm(..., max_length={used + prompt + new}) or generate fewer tokens",
+            )
+
+    def _step(self, ids: Any, positions: Any, slots: Any, mask: Any, state: Sequence[Any]) -> Any:
+        import torch
+
+        if ids.shape[1] == 1:
+            return self._decode(ids, positions, int(slots[0]), mask, state)
+        with torch.no_grad():
+            return self.prefill_plan.program.run([ids, positions, slots, mask, *state])[0]
+
+    def _decode(self, ids: Any, positions: Any, at: int, mask: Any, state: Sequence[Any]) -> Any:
+        import torch
+
+        slot = self._positions.get(at)
+        if slot is None:
+            slot = self._positions[at] = torch.tensor([at], dtype=torch.long, device=ids.device)
+        with torch.no_grad():
+            return self.decode_plan.program.run([ids, positions, slot, mask, *state])[0]
+
+    # --- generate ------------------------------------------------------------------------------
+
+    def generate(
+        self,
+        input_ids: Any,
+        attention_mask: Any = None,
+        *,
+        max_new_tokens: int = 20,
+        min_new_tokens: int = 0,
+        do_sample: bool = False,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        repetition_penalty: float | None = None,
+        eos_token_id: int | Sequence[int] | None = None,
+        pad_token_id: int | None = None,
+        generator: Any = None,
+        streamer: Any = None,
+        session: Session | None = None,
+    ) -> Any:
+        """The prompt followed by up to ``max_new_tokens`` new tokens per row (batch, prompt + new),
+        as transformers' ``generate``: rows that reached an eos are filled with ``pad_token_id``,
+        and generation stops when every row has. ``streamer``: a callable receiving each step's
+        tokens (batch,), or a transformers streamer (``put``/``end``). ``session``: the
+        conversation to use (None: the default one, started again).
+
+        >>> out = lm.generate(ids, max_new_tokens=32, do_sample=True, top_p=0.9,
+        ...                   generator=torch.Generator().manual_seed(0))     # doctest: +SKIP
+        """
+        import torch
+
+        ids, mask, rows = self._pad_rows(input_ids, attention_mask)
+        produced: list[Any] = []
+        put = _stream_target(streamer, ids[:rows])
+        for tokens in self._tokens(
+            ids, mask, rows, max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p,
+            repetition_penalty, eos_token_id, pad_token_id, generator, session,
+        ):  # fmt: skip
+            produced.append(tokens)
+            if put is not None:
+                put(tokens)
+        if streamer is not None and hasattr(streamer, "end"):
+            streamer.end()
+        new = torch.stack(produced, 1) if produced else ids[:rows, :0]
+        return torch.cat([ids[:rows], new], 1)
+
+    def stream(self, input_ids: Any, attention_mask: Any = None, **options: Any) -> Iterator[Any]:
+        """The new tokens (batch,) step by step, as ``generate`` makes them (same options).
+
+        >>> for tokens in lm.stream(ids, max_new_tokens=8): print(tokens.tolist())   # doctest: +SKIP
+        """
+        ids, mask, rows = self._pad_rows(input_ids, attention_mask)
+        names = (
+            "max_new_tokens", "min_new_tokens", "do_sample", "temperature", "top_k", "top_p",
+            "repetition_penalty", "eos_token_id", "pad_token_id", "generator", "session",
+        )  # fmt: skip
+        unknown = sorted(set(options) - set(names))
+        if unknown:
+            raise ArgumentError(op="LanguageModel.stream", arg=unknown[0], expected=f"one of {', '.join(names)}", found=unknown[0])
+        defaults = {"max_new_tokens": 20, "min_new_tokens": 0, "do_sample": False}
+        values = [options.get(name, defaults.get(name)) for name in names]
+        return self._tokens(ids, mask, rows, *values)
+
+    def _pad_rows(self, input_ids: Any, attention_mask: Any) -> tuple[Any, Any, int]:
+        """Prompt and mask with as many rows as captured: fewer rows are padded with copies of the
+        first (their tokens are dropped); more is a ShapeError."""
+        import torch
+
+        ids = input_ids if isinstance(input_ids, torch.Tensor) else torch.as_tensor(input_ids)
+        if ids.dim() == 1:
+            ids = ids[None]
+        rows = ids.shape[0]
+        mask = attention_mask
+        if mask is not None and not isinstance(mask, torch.Tensor):
+            mask = torch.as_tensor(mask)
+        if mask is not None and mask.dim() == 1:
+            mask = mask[None]
+        if ids.dim() == 2 and 0 < rows < self.batch_size:
+            extra = self.batch_size - rows
+            ids = torch.cat([ids, ids[:1].expand(extra, -1)])
+            if mask is not None and mask.dim() == 2:
+                mask = torch.cat([mask, mask[:1].expand(extra, -1)])
+        return ids, mask, rows
+
+    def _tokens(
+        self,
+        ids: Any,
+        mask: Any,
+        rows: int,
+        max_new_tokens: int,
+        min_new_tokens: int,
+        do_sample: bool,
+        temperature: float | None,
+        top_k: int | None,
+        top_p: float | None,
+        repetition_penalty: float | None,
+        eos_token_id: Any,
+        pad_token_id: int | None,
+        generator: Any,
+        session: Session | None,
+    ) -> Iterator[Any]:
+        import torch
+
+        if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
+            raise ArgumentError(op=_GENERATE, arg="max_new_tokens", expected="an int >= 0", found=repr(max_new_tokens))
+        ids = self._rows(ids, "input_ids")
+        self._room(session.length if session is not None else 0, ids.shape[1], max_new_tokens)
+        eos = _ids(eos_token_id) if eos_token_id is not None else self.defaults.eos_token_ids
+        pad = pad_token_id if pad_token_id is not None else self.defaults.pad_token_id
+        if pad is None:
+            pad = eos[0] if eos else 0
+        sampled = dict(
+            temperature=temperature if temperature is not None else self.defaults.temperature,
+            top_k=top_k if top_k is not None else self.defaults.top_k,
+            top_p=top_p if top_p is not None else self.defaults.top_p,
+        )
+        choice = Choice(
+            do_sample=bool(do_sample), repetition_penalty=repetition_penalty, min_new_tokens=min_new_tokens,
+            eos_token_ids=eos, generator=generator, **(sampled if do_sample else {}),
+        )  # fmt: skip
+        return self._loop(ids, mask, rows, max_new_tokens, choice, eos, pad, session)
+
+    def _loop(
+        self,
+        ids: Any,
+        mask: Any,
+        rows: int,
+        max_new_tokens: int,
+        choice: Choice,
+        eos: tuple[int, ...],
+        pad: int,
+        session: Session | None,
+    ) -> Iterator[Any]:
+        import torch
+
+        chat = session if session is not None else self.default_session
+        if session is None:
+            chat.reset()
+        if max_new_tokens == 0:
+            return
+        logits = chat.prefill(ids, mask)
+        tokens = ids
+        unfinished = torch.ones(ids.shape[0], dtype=torch.bool, device=ids.device)
+        eos_ids = torch.tensor(eos, dtype=torch.long, device=ids.device) if eos else None
+        for step in range(max_new_tokens):
+            chosen = choice.next(logits, tokens, step)
+            chosen = torch.where(unfinished, chosen, torch.full_like(chosen, pad))
+            tokens = torch.cat([tokens, chosen[:, None]], 1)
+            yield chosen[:rows]
+            if eos_ids is not None:
+                unfinished &= ~torch.isin(chosen, eos_ids)
+                if not bool(unfinished[:rows].any()):
+                    return
+            if step + 1 < max_new_tokens:
+                logits = chat.decode(chosen)
+
+    # --- explain, save -------------------------------------------------------------------------
+
+    def explain(self, format: str = "text") -> str:
+        """Per phase (prefill, decode): what runs where, and the state each writes.
+
+        >>> print(lm.explain())          # doctest: +SKIP
+        """
+        from opcore.graph.lm_explain import render
+
+        return render(self, format)
+
+    def save(self, path: Any) -> Any:
+        """Write both plans and the generation settings to a folder (``opcore.graph.load`` reads it).
+
+        >>> lm.save("llama.lm"); again = opcore.graph.load("llama.lm")      # doctest: +SKIP
+        """
+        from opcore.graph.lm_files import save
+
+        return save(self, path)
+
+    def __repr__(self) -> str:
+        return f"<opcore.graph.LanguageModel batch_size={self.batch_size} max_length={self.max_length}>"
+
+
+def _stream_target(streamer: Any, prompt: Any) -> Callable[[Any], Any] | None:
+    """What receives each step's tokens: a transformers streamer's ``put`` (given the prompt first,
+    as transformers does), or the callable itself."""
+    if streamer is None:
+        return None
+    if hasattr(streamer, "put"):
+        streamer.put(prompt.cpu())
+        return lambda tokens: streamer.put(tokens.cpu())
+    if callable(streamer):
+        return streamer  # type: ignore[no-any-return]
+    raise ArgumentError(
+        op=_GENERATE,
+        arg="streamer",
+        expected="a callable taking each step's tokens, or an object with put() and end()",
+        found=type(streamer).__name__,
+    )
+

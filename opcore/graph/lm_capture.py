@@ -1,0 +1,189 @@
+"""``opcore.graph.capture_lm``: a decoder captured for generation, its KV cache as the plans' state.
+
+Two plans share the model's weights and one layout of state (the per-layer key and value caches,
+allocated for ``batch_size`` x ``max_length``):
+
+* **prefill** — the prompt, any length from 2 to ``max_length``: one torch.export with a dynamic
+  sequence dim, run on the torch route node by node (compute-bound GEMMs; the torch backend's
+  kernels with packed weights; no shape ever compiles anything);
+* **decode** — one token per row: a static graph, planned and measured as ``capture`` plans any model
+  (graph-runtime partitions where they beat their nodes, the guard against the torch route).
+
+Both write the cache in place (opcore.graph.state): a step never copies it.
+
+>>> lm = opcore.graph.capture_lm(model, max_length=256)                    # doctest: +SKIP
+>>> out = lm.generate(ids, max_new_tokens=32)                              # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from opcore.errors import ArgumentError
+from opcore.graph.errors import CaptureError
+from opcore.graph.measuring import Timer, interleaved
+from opcore.graph.plan import Plan, PlanOptions, assemble
+from opcore.types import Device
+
+__all__ = ["capture_lm"]
+
+_CAPTURE_LM = "opcore.graph.capture_lm"
+
+
+def capture_lm(
+    model: Any,
+    *,
+    max_length: int = 512,
+    batch_size: int = 1,
+    backends: Sequence[str] | None = None,
+    device: str | None = None,
+    measure: bool | Timer = True,
+    prefill_partitions: bool = False,
+) -> Any:
+    """Capture a decoder-only language model for generation: a ``LanguageModel`` with ``generate``,
+    step-level ``prefill``/``decode``, sessions, ``save`` and ``explain``.
+
+    model: a transformers ``*ForCausalLM`` (Llama, Mistral, Qwen2, Phi3, Gemma, GPT-2, OPT, ...), or a
+    module following opcore.graph.decoder's protocol; max_length: prompt plus new tokens, the cache's
+    length (allocated once); batch_size: the rows a step takes (fewer rows are padded to it);
+    backends / measure: as ``capture`` (for the decode plan); device: "cpu" (None: the model's);
+    prefill_partitions: plan the prefill graph onto graph runtimes too (else it runs on the torch
+    route, which serves every prompt length without compiling).
+
+    >>> lm = opcore.graph.capture_lm(LlamaForCausalLM(config).eval(), max_length=128)   # doctest: +SKIP
+    """
+    import torch
+
+    from opcore.graph.decoder import CachedDecoder, is_transformers_lm, protocol_sizes
+    from opcore.graph.generation import GenerationDefaults, LanguageModel
+
+    _check_sizes(max_length, batch_size)
+    started = time.perf_counter()
+    if is_transformers_lm(model):
+        module = CachedDecoder(model.eval(), batch_size, max_length)
+        defaults = GenerationDefaults.of(model)
+    else:
+        if not isinstance(model, torch.nn.Module):
+            raise ArgumentError(
+                op=_CAPTURE_LM,
+                arg="model",
+                expected="a transformers *ForCausalLM or a torch.nn.Module following the decoder protocol",
+                found=type(model).__name__,
+                fix="see docs/generate.md, 'Your own module'",
+            )
+        batch_size, max_length = protocol_sizes(model)
+        module = model.eval()
+        defaults = GenerationDefaults()
+    place = Device.parse(device) if device is not None else _device_of(module)
+    timer = None if measure is False else interleaved if measure is True else measure
+    with torch.no_grad():
+        decode = _plan_step(module, batch_size, max_length, 1, place, backends, timer, partitions=True)
+        prefill = None
+        if max_length >= 2:
+            prefill = _plan_step(
+                module, batch_size, max_length, min(8, max_length), place, backends, None, prefill_partitions
+            )
+    lm = LanguageModel(prefill, decode, batch_size=batch_size, max_length=max_length, defaults=defaults)
+    lm.capture_seconds = time.perf_counter() - started
+    return lm
+
+
+def _check_sizes(max_length: Any, batch_size: Any) -> None:
+    for name, value in (("max_length", max_length), ("batch_size", batch_size)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ArgumentError(
+                op=_CAPTURE_LM, arg=name, expected="an int >= 1", found=repr(value), fix=f"pass {name}=<int>"
+            )
+
+
+def _device_of(module: Any) -> Device:
+    for tensor in module.parameters():
+        return Device.parse(str(tensor.device))
+    return Device.parse("cpu")
+
+
+def step_examples(batch_size: int, max_length: int, length: int, device: Any) -> tuple[Any, ...]:
+    """The protocol's inputs for a step of ``length`` tokens at the start of the cache."""
+    import torch
+
+    ids = torch.zeros(batch_size, length, dtype=torch.long, device=device)
+    positions = torch.arange(length, device=device).expand(batch_size, length).contiguous()
+    cache_position = torch.arange(length, device=device)
+    mask = torch.zeros(batch_size, max_length, dtype=torch.long, device=device)
+    mask[:, :length] = 1
+    return ids, positions, cache_position, mask
+
+
+def _plan_step(
+    module: Any,
+    batch_size: int,
+    max_length: int,
+    length: int,
+    place: Device,
+    backends: Sequence[str] | None,
+    timer: Timer | None,
+    partitions: bool,
+) -> Plan:
+    """One step's plan: ``length`` 1 is the static decode step; more, the prefill with a dynamic
+    sequence dim (2 .. max_length)."""
+    from dataclasses import replace
+
+    from torch.export import Dim
+
+    from opcore.graph.capturing import _constants, export
+    from opcore.graph.lowering import lower
+    from opcore.graph.masks import drop_full_masks
+    from opcore.graph.rewrite import apply_rewrites
+
+    examples = step_examples(batch_size, max_length, length, str(place))
+    dynamic = None
+    if length > 1:
+        seq = Dim("seq", min=2, max=max_length)
+        dynamic = ({1: seq}, {1: seq}, {0: seq}, None)
+    started = time.perf_counter()
+    try:
+        program = export(module, examples, {}, dynamic)
+    except CaptureError as error:
+        raise CaptureError(
+            f"the {'decode' if length == 1 else 'prefill'} step could not be exported: {error.args[0]}",
+            op=_CAPTURE_LM,
+            fix="a transformers decoder-only *ForCausalLM or a module following the protocol in docs/generate.md",
+        ) from error
+    constants = _constants(program, place)
+    graph, notes = lower(program, list(examples), constants, place, state=True)
+    if not graph.state:
+        raise CaptureError(
+            f"{type(module).__name__} mutates no buffer: capture_lm needs the KV cache as buffers written in place",
+            op=_CAPTURE_LM,
+            fix="follow the protocol in docs/generate.md (the cache as buffers, index_copy_ at cache_position)",
+        )
+    from torch.utils import _pytree
+
+    graph = replace(graph, in_spec=_pytree.treespec_dumps(program.call_spec.in_spec), out_spec="")
+    graph, applied = apply_rewrites(graph)
+    graph, dropped = drop_full_masks(graph, constants)
+    if dropped:
+        applied.append(f"rewrite full attention mask dropped: {dropped} match{'es' * (dropped != 1)}")
+    captured = time.perf_counter()
+    options = PlanOptions(
+        backends=tuple(backends) if backends is not None else None,
+        device=str(place),
+        partitions=partitions and place.type.value == "cpu",
+        route="planned",
+    )
+    state = [example_state(graph, name) for name in graph.state]
+    plan = assemble(graph, constants, options, notes, examples=[*examples, *state], timer=timer)
+    plan.notes[:0] = applied
+    plan.timings.capture = captured - started
+    plan.timings.plan = time.perf_counter() - captured
+    return plan
+
+
+def example_state(graph: Any, name: str) -> Any:
+    """A zero tensor of the state input ``name``'s shape, dtype and device."""
+    import torch
+
+    meta = graph.meta(name)
+    return torch.zeros(meta.shape, dtype=meta.dtype.to_torch(), device=str(meta.device))

@@ -1,0 +1,75 @@
+"""``LanguageModel.explain()``: per phase, what runs where, and the state each phase writes.
+
+>>> print(lm.explain())        # doctest: +SKIP
+language model: batch 1, max_length 256, KV cache 4 buffers, 1.0 MB (allocated once per session)
+...
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from opcore.errors import ArgumentError
+
+__all__ = ["describe", "render"]
+
+
+def describe(lm: Any) -> dict[str, Any]:
+    """The JSON-able record: sizes, the state, and each phase's plan record (opcore.graph.explain)."""
+    from opcore.graph.explain import describe as plan_record
+    from opcore.graph.state import state_pairs
+
+    graph = lm.decode_plan.graph
+    state = []
+    for name in graph.state:
+        meta = graph.meta(name)
+        state.append(
+            {"name": name, "shape": list(meta.shape), "dtype": meta.dtype.value, "bytes": _bytes(meta)}
+        )
+    phases: dict[str, Any] = {}
+    for phase, plan in (("prefill", lm.prefill_plan), ("decode", lm.decode_plan)):
+        if plan is None:
+            continue
+        record = plan_record(plan)
+        record["state_writes"] = [
+            {"state": state_name, "node": node, "how": how} for state_name, node, how in state_pairs(plan.graph)
+        ]
+        phases[phase] = record
+    return {
+        "batch_size": lm.batch_size,
+        "max_length": lm.max_length,
+        "state": state,
+        "state_bytes": sum(item["bytes"] for item in state),
+        "capture_seconds": lm.capture_seconds,
+        "phases": phases,
+    }
+
+
+def render(lm: Any, format: str = "text") -> str:
+    if format not in ("text", "json"):
+        raise ArgumentError(op="LanguageModel.explain", arg="format", expected="'text' or 'json'", found=repr(format))
+    record = describe(lm)
+    if format == "json":
+        return json.dumps(record, indent=1, default=str)
+    lines = [
+        f"language model: batch {record['batch_size']}, max_length {record['max_length']}, KV cache "
+        f"{len(record['state'])} buffers, {record['state_bytes'] / 1e6:.1f} MB per session (allocated once)"
+    ]
+    for phase, plan in (("prefill", lm.prefill_plan), ("decode", lm.decode_plan)):
+        if plan is None:
+            continue
+        lines.append("")
+        lines.append(f"{phase}: {plan.summary()}")
+        for item in record["phases"][phase]["state_writes"]:
+            lines.append(f"  state {item['state']}: written by {item['node']} ({item['how']})")
+        for note in plan.notes:
+            lines.append(f"  note: {note}")
+    lines.append("")
+    lines.append("per node: lm.decode_plan.explain(), lm.prefill_plan.explain()")
+    return "\n".join(lines)
+
+
+def _bytes(meta: Any) -> int:
+    return math.prod(meta.shape) * meta.dtype.itemsize

@@ -1,0 +1,96 @@
+"""Choosing the next token from a step's logits, with transformers' semantics and order.
+
+transformers' ``generate`` applies, in this order: the repetition penalty (over every token of the
+row so far, prompt included), the minimum of new tokens (eos impossible until reached), then for
+sampling the temperature, top-k and top-p warpers; greedy takes the argmax of the processed scores,
+sampling draws from their softmax (``torch.multinomial``, with the caller's ``torch.Generator``).
+
+>>> import torch
+>>> choose = Choice(do_sample=False)
+>>> choose.next(torch.tensor([[0.1, 2.0, 0.3]]), torch.tensor([[0]]), new_tokens=0).tolist()
+[1]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from opcore.errors import ArgumentError
+
+__all__ = ["Choice"]
+
+_GENERATE = "LanguageModel.generate"
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """How the next token is chosen. temperature / top_k / top_p / repetition_penalty None: not
+    applied; eos_token_ids: the ids that end a row (suppressed until ``min_new_tokens``)."""
+
+    do_sample: bool = False
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    repetition_penalty: float | None = None
+    min_new_tokens: int = 0
+    eos_token_ids: tuple[int, ...] = ()
+    generator: Any = None  # a torch.Generator for sampling (None: torch's global one)
+
+    def __post_init__(self) -> None:
+        _positive("temperature", self.temperature, strict=True)
+        _positive("repetition_penalty", self.repetition_penalty, strict=True)
+        if self.top_k is not None and (not isinstance(self.top_k, int) or self.top_k < 0):
+            raise ArgumentError(op=_GENERATE, arg="top_k", expected="an int >= 0", found=repr(self.top_k))
+        if self.top_p is not None and not 0.0 < float(self.top_p) <= 1.0:
+            raise ArgumentError(op=_GENERATE, arg="top_p", expected="a float in (0, 1]", found=repr(self.top_p))
+        if not isinstance(self.min_new_tokens, int) or self.min_new_tokens < 0:
+            raise ArgumentError(
+                op=_GENERATE, arg="min_new_tokens", expected="an int >= 0", found=repr(self.min_new_tokens)
+            )
+
+    def scores(self, logits: Any, tokens: Any, new_tokens: int) -> Any:
+        """The processed scores (batch, vocab) of float32 ``logits`` for rows whose tokens so far are
+        ``tokens`` (batch, length), ``new_tokens`` of them generated."""
+        import torch
+
+        scores = logits.float()
+        if self.repetition_penalty is not None and self.repetition_penalty != 1.0:
+            seen = torch.gather(scores, 1, tokens)
+            seen = torch.where(seen < 0, seen * self.repetition_penalty, seen / self.repetition_penalty)
+            scores = scores.scatter(1, tokens, seen)
+        if new_tokens < self.min_new_tokens and self.eos_token_ids:
+            scores = scores.clone()
+            scores[:, list(self.eos_token_ids)] = -float("inf")
+        if not self.do_sample:
+            return scores
+        if self.temperature is not None and self.temperature != 1.0:
+            scores = scores / self.temperature
+        if self.top_k:
+            k = min(self.top_k, scores.shape[-1])
+            kth = torch.topk(scores, k)[0][..., -1, None]
+            scores = scores.masked_fill(scores < kth, -float("inf"))
+        if self.top_p is not None and self.top_p < 1.0:
+            ordered, order = torch.sort(scores, descending=False)
+            cumulative = ordered.softmax(dim=-1).cumsum(dim=-1)
+            drop = cumulative <= (1 - self.top_p)
+            drop[..., -1:] = False  # keep at least one token
+            scores = scores.masked_fill(drop.scatter(1, order, drop), -float("inf"))
+        return scores
+
+    def next(self, logits: Any, tokens: Any, new_tokens: int) -> Any:
+        """The next token of each row (batch,)."""
+        import torch
+
+        scores = self.scores(logits, tokens, new_tokens)
+        if not self.do_sample:
+            return scores.argmax(dim=-1)
+        probs = torch.softmax(scores, dim=-1)
+        return torch.multinomial(probs, num_samples=1, generator=self.generator).squeeze(1)
+
+
+def _positive(name: str, value: float | None, *, strict: bool) -> None:
+    if value is None:
+        return
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or (value <= 0 if strict else value < 0):
+        raise ArgumentError(op=_GENERATE, arg=name, expected="a number > 0", found=repr(value))
