@@ -10,7 +10,7 @@ The protocol a model follows to be captured by ``opcore.graph.capture_lm``::
 * ``cache_position``: int64 (seq,) — the cache slots this step writes (the same for every row);
 * ``attention_mask``: int64 (batch, max_length) — 1 where a cache slot holds a token of the row,
   0 for padding (slots after the step are masked by causality);
-* ``logits``: (batch, seq, vocab).
+* ``logits``: (batch, seq, vocab), or (batch, 1, vocab): the last position's (what generation reads).
 
 The cache is the module's buffers, allocated once for (batch, max_length), which ``forward``
 updates in place (``buffer.index_copy_(dim, cache_position, new)``): torch.export lists them as
@@ -25,6 +25,7 @@ own layers whose update writes at ``cache_position``.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from opcore.errors import ArgumentError
@@ -91,6 +92,7 @@ class CachedDecoder(_module_base()):  # type: ignore[misc]
 
         self.model = model
         self.batch_size, self.max_length = batch_size, max_length
+        self.keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         config = model.config.get_text_config()
         layer = _cache_layer_class()
         self.cache = StaticCache(max_cache_len=max_length, config=config)
@@ -112,6 +114,9 @@ class CachedDecoder(_module_base()):  # type: ignore[misc]
             cached.at = cache_position
             # where the step's queries start: transformers' masks read it as the cache's length
             cached.cumulative_length = cache_position[0]
+        # the last position's logits only (transformers' generate asks the same): a prompt's other
+        # positions would cost the lm_head's GEMM for nothing
+        keep = {"logits_to_keep": 1} if self.keeps_logits else {}
         out = self.model(
             input_ids=input_ids,
             position_ids=position_ids,
@@ -119,5 +124,6 @@ class CachedDecoder(_module_base()):  # type: ignore[misc]
             attention_mask=attention_mask,
             past_key_values=self.cache,
             use_cache=True,
+            **keep,
         )
         return out.logits if hasattr(out, "logits") else out[0]

@@ -197,6 +197,7 @@ def save(plan: Any, path: Any) -> pathlib.Path:
             "out_spec": graph.out_spec,
             "fixed_inputs": [[position, encode(value)] for position, value in graph.fixed_inputs],
             "state": list(graph.state),
+            "bounds": {name: list(interval) for name, interval in graph.bounds.items()},
             "values": {name: _meta_json(info) for name, info in graph.values.items()},
             "nodes": [
                 {
@@ -344,6 +345,7 @@ def _graph(record: Mapping[str, Any]) -> Graph:
             out_spec=str(record.get("out_spec", "")),
             sources=dict(record.get("sources", {})),
             state=tuple(str(name) for name in record.get("state", [])),
+            bounds={str(k): (int(v[0]), int(v[1])) for k, v in record.get("bounds", {}).items()},
         )
     except PlanFileError:
         raise

@@ -167,6 +167,9 @@ class LanguageModel:
         self.batch_size = batch_size
         self.max_length = max_length
         self.defaults = defaults or GenerationDefaults()
+        ids = decode_plan.graph.inputs[0]
+        # token ids a step may take: the graph's declared bounds (the embedding's rows)
+        self.vocab_size = decode_plan.graph.bounds[ids][1] + 1 if ids in decode_plan.graph.bounds else None
         self.capture_seconds = 0.0
         self.load_seconds = 0.0
         self._positions: dict[int, Any] = {}
@@ -227,7 +230,18 @@ class LanguageModel:
                 found=f"{value.shape[0]} row(s)",
                 fix=f"capture_lm(..., batch_size={value.shape[0]}) (generate pads fewer rows itself)",
             )
-        return value.to(device=str(self.decode_plan.device), dtype=torch.long)
+        value = value.to(device=str(self.decode_plan.device), dtype=torch.long)
+        if arg != "attention_mask" and self.vocab_size is not None and value.numel():
+            low, high = int(value.min()), int(value.max())
+            if low < 0 or high >= self.vocab_size:
+                raise ArgumentError(
+                    op=_GENERATE,
+                    arg=arg,
+                    expected=f"token ids in [0, {self.vocab_size}) (the model's vocabulary)",
+                    found=f"id {low if low < 0 else high}",
+                    fix="tokenize with the model's own tokenizer; pad with a valid id (pad_token_id) and mask it",
+                )
+        return value
 
     def _room(self, used: int, prompt: int, new: int) -> None:
         if used + prompt + new > self.max_length:

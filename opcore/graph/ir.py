@@ -163,6 +163,9 @@ class Graph:
     # the inputs that are state (a KV cache): the caller passes the same tensors call after call and
     # the graph's STATE_OPS nodes write them in place (opcore.graph.state); () for a pure function
     state: tuple[str, ...] = ()
+    # input name -> (lo, hi): the values a call may pass, checked by whoever declares them (capture_lm
+    # checks token ids against the vocabulary); opcore.graph.ranges starts its proofs from them
+    bounds: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
     def meta(self, name: str) -> TensorMeta:
         found = self.values[name].meta

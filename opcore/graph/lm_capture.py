@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from opcore.errors import ArgumentError
@@ -79,12 +80,11 @@ def capture_lm(
     place = Device.parse(device) if device is not None else _device_of(module)
     timer = None if measure is False else interleaved if measure is True else measure
     with torch.no_grad():
-        decode = _plan_step(module, batch_size, max_length, 1, place, backends, timer, partitions=True)
+        decode = _decode_plan(module, batch_size, max_length, place, backends, timer)
         prefill = None
         if max_length >= 2:
-            prefill = _plan_step(
-                module, batch_size, max_length, min(8, max_length), place, backends, None, prefill_partitions
-            )
+            lowered = _lower_step(module, batch_size, max_length, min(8, max_length), place)
+            prefill = _plan(lowered, place, backends, None, prefill_partitions)
     lm = LanguageModel(prefill, decode, batch_size=batch_size, max_length=max_length, defaults=defaults)
     lm.capture_seconds = time.perf_counter() - started
     return lm
@@ -104,6 +104,68 @@ def _device_of(module: Any) -> Device:
     return Device.parse("cpu")
 
 
+@dataclass(frozen=True, slots=True)
+class Lowered:
+    """One step exported and lowered: the graph (rewritten), its constants, the ATen-fallback notes
+    and the rewrite notes, the examples it was exported on, and the seconds that took."""
+
+    graph: Any
+    constants: dict[str, Any]
+    notes: dict[str, str]
+    applied: list[str]
+    examples: tuple[Any, ...]
+    seconds: float
+
+
+def _decode_plan(
+    module: Any,
+    batch_size: int,
+    max_length: int,
+    place: Device,
+    backends: Sequence[str] | None,
+    timer: Timer | None,
+) -> Plan:
+    """The decode step's plan. Without ``backends`` and with measuring, the ranked plan is timed
+    against plans on each graph runtime alone (with the torch backend for what it declines), on the
+    decode step's example, and the fastest runs: the graph runtimes' rank is a default, and a step
+    called once per token is where their fixed cost per call and their kernels for one row show (on a
+    2-core EPYC an OpenVINO infer of a tiny model costs ~90 us, ONNX Runtime's a few tens)."""
+    lowered = _lower_step(module, batch_size, max_length, 1, place)
+    ranked = _plan(lowered, place, backends, timer, partitions=True)
+    if backends is not None or timer is None or place.type.value != "cpu":
+        return ranked
+    from opcore.graph.partition import compilers
+    from opcore.graph.plan import torch_route
+
+    torch_backend = torch_route(ranked.options).backends or ("cpu",)
+    plans = {"ranked": ranked}
+    for name in sorted(compilers()):
+        try:
+            plans[name] = _plan(lowered, place, (name, *torch_backend), timer, partitions=True)
+        except Exception as error:  # a runtime that cannot take this model: the others still compete
+            ranked.notes.append(f"decode on {name} alone not measured: {type(error).__name__}: {error}")
+    feeds = {label: [*lowered.examples, *_states(plan)] for label, plan in plans.items()}
+    times = timer({label: _runner(plan, feeds[label]) for label, plan in plans.items()})
+    best = min(times, key=times.__getitem__)
+    story = ", ".join(f"{label} {times[label] * 1e6:.0f} us" for label in plans)
+    chosen = plans[best]
+    chosen.notes.insert(0, f"decode step measured at capture: {story}: runs {best}")
+    return chosen
+
+
+def _states(plan: Plan) -> list[Any]:
+    return [example_state(plan.graph, name) for name in plan.graph.state]
+
+
+def _runner(plan: Plan, feed: list[Any]) -> Any:
+    program = plan.program
+
+    def run() -> Any:
+        return program.run(feed)
+
+    return run
+
+
 def step_examples(batch_size: int, max_length: int, length: int, device: Any) -> tuple[Any, ...]:
     """The protocol's inputs for a step of ``length`` tokens at the start of the cache."""
     import torch
@@ -116,21 +178,11 @@ def step_examples(batch_size: int, max_length: int, length: int, device: Any) ->
     return ids, positions, cache_position, mask
 
 
-def _plan_step(
-    module: Any,
-    batch_size: int,
-    max_length: int,
-    length: int,
-    place: Device,
-    backends: Sequence[str] | None,
-    timer: Timer | None,
-    partitions: bool,
-) -> Plan:
-    """One step's plan: ``length`` 1 is the static decode step; more, the prefill with a dynamic
-    sequence dim (2 .. max_length)."""
-    from dataclasses import replace
-
+def _lower_step(module: Any, batch_size: int, max_length: int, length: int, place: Device) -> Lowered:
+    """One step exported and lowered: ``length`` 1 is the static decode step; more, the prefill with
+    a dynamic sequence dim (2 .. max_length)."""
     from torch.export import Dim
+    from torch.utils import _pytree
 
     from opcore.graph.capturing import _constants, export
     from opcore.graph.lowering import lower
@@ -159,26 +211,58 @@ def _plan_step(
             op=_CAPTURE_LM,
             fix="follow the protocol in docs/generate.md (the cache as buffers, index_copy_ at cache_position)",
         )
-    from torch.utils import _pytree
-
-    graph = replace(graph, in_spec=_pytree.treespec_dumps(program.call_spec.in_spec), out_spec="")
+    graph = replace(
+        graph,
+        in_spec=_pytree.treespec_dumps(program.call_spec.in_spec),
+        out_spec="",
+        bounds=input_bounds(graph, max_length),
+    )
     graph, applied = apply_rewrites(graph)
     graph, dropped = drop_full_masks(graph, constants)
     if dropped:
         applied.append(f"rewrite full attention mask dropped: {dropped} match{'es' * (dropped != 1)}")
-    captured = time.perf_counter()
+    return Lowered(graph, constants, notes, applied, examples, time.perf_counter() - started)
+
+
+def _plan(
+    lowered: Lowered, place: Device, backends: Sequence[str] | None, timer: Timer | None, partitions: bool
+) -> Plan:
+    started = time.perf_counter()
     options = PlanOptions(
         backends=tuple(backends) if backends is not None else None,
         device=str(place),
         partitions=partitions and place.type.value == "cpu",
         route="planned",
     )
+    graph = lowered.graph
     state = [example_state(graph, name) for name in graph.state]
-    plan = assemble(graph, constants, options, notes, examples=[*examples, *state], timer=timer)
-    plan.notes[:0] = applied
-    plan.timings.capture = captured - started
-    plan.timings.plan = time.perf_counter() - captured
+    plan = assemble(
+        graph, lowered.constants, options, lowered.notes, examples=[*lowered.examples, *state], timer=timer
+    )
+    plan.notes[:0] = lowered.applied
+    plan.timings.capture = lowered.seconds
+    plan.timings.plan = time.perf_counter() - started
     return plan
+
+
+def input_bounds(graph: Any, max_length: int) -> dict[str, tuple[int, int]]:
+    """What the protocol's inputs hold (a Session checks the token ids; it makes the rest): ids below
+    the vocabulary (the rows of the embedding tables reading them, else the logits' width), positions
+    and cache slots below max_length, a 0/1 mask. Graph runtimes that compute int64 narrower take the
+    position arithmetic on this proof (opcore.graph.ranges)."""
+    from opcore.graph.ir import ValueRef
+
+    ids, positions, slots, mask = graph.inputs[:4]
+    vocab = graph.meta(graph.outputs[0].name).shape[-1] if isinstance(graph.outputs[0], ValueRef) else None
+    for node in graph.nodes:
+        if node.op == "embedding" and ValueRef(ids) in node.args:
+            tables = [a for a in node.args if isinstance(a, ValueRef) and a.name in graph.constants]
+            rows = [graph.meta(t.name).shape[0] for t in tables if graph.meta(t.name).ndim == 2]
+            vocab = min([*rows, *([vocab] if vocab is not None else [])])
+    bounds = {positions: (0, max_length - 1), slots: (0, max_length - 1), mask: (0, 1)}
+    if vocab is not None:
+        bounds[ids] = (0, vocab - 1)
+    return bounds
 
 
 def example_state(graph: Any, name: str) -> Any:

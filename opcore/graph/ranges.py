@@ -254,12 +254,13 @@ def _fit(interval: Interval | None, dtype: DType) -> Interval | None:
 
 def value_ranges(graph: Graph, constants: Mapping[str, Any]) -> dict[str, Interval]:
     """For each bool or integer tensor of ``graph`` whose values are bounded more tightly than int64's
-    range: the interval proven for them. Constants are measured (min and max); inputs are unknown.
+    range: the interval proven for them. Constants are measured (min and max); inputs are unknown
+    unless the graph declares their bounds (``Graph.bounds``).
 
     >>> value_ranges(graph, constants)["cumsum"]  # doctest: +SKIP
     (0, 64)
     """
-    found: dict[str, Interval] = {}
+    found: dict[str, Interval] = dict(graph.bounds)  # what the plan's caller guarantees of its inputs
     for name in graph.constants:
         meta = graph.values[name].meta
         value = constants.get(name)

@@ -221,6 +221,57 @@ _SHIFTED_EXP = Pat(
     bind="e",
 )
 
+# grouped-query attention's repeat_kv: key/value heads repeated to the query heads before attention,
+# x[:, :, None].expand(b, kv, n, L, E).reshape(b, kv * n, L, E), often through a contiguous clone.
+# Attention with enable_gqa reads each key/value head for its run of query heads and copies nothing
+# (with a KV cache the copy is of the whole cache, every step).
+_VIEWS = ("aten._unsafe_view.default", "aten.view.default")
+
+
+def _repeated(name: str, clone: bool) -> Pat:
+    expanded = Pat(
+        ("aten.expand.default",),
+        {"self": Pat(("aten.unsqueeze.default",), {"self": Var(name), "dim": _is(2)}), "size": Var(f"{name}_expand")},
+    )
+    inner = Pat(("aten.clone.default",), {"self": expanded}) if clone else expanded
+    return Pat(_VIEWS, {"self": inner, "size": Var(f"{name}_size")})
+
+
+def _gqa_pattern(clone: bool) -> Pat:
+    return Pat(
+        ("aten.scaled_dot_product_attention.default",),
+        {
+            "query": Var("q"),
+            "key": _repeated("k", clone),
+            "value": _repeated("v", clone),
+            "attn_mask": Var("mask"),
+            "dropout_p": Var("dropout"),
+            "is_causal": Var("causal"),
+            "scale": Var("scale"),
+            "enable_gqa": _is(False),
+        },
+    )
+
+
+def _gqa(b: Mapping[str, Any], meta: Callable[[str], Any]) -> dict[str, Any] | None:
+    q = meta("q")
+    for name in ("k", "v"):
+        x = meta(name)
+        if x is None or x.ndim != 4 or q is None or q.ndim != 4:
+            return None
+        batch, heads, length, width = x.shape
+        expand = tuple(b[f"{name}_expand"])
+        size = tuple(b[f"{name}_size"])
+        if len(expand) != 5 or expand[:2] != (batch, heads) or expand[3:] != (length, width):
+            return None
+        if size != (batch, heads * expand[2], length, width) or size[1] != q.shape[1]:
+            return None
+    return {
+        "query": b["q"], "key": b["k"], "value": b["v"], "attn_mask": b["mask"], "dropout_p": b["dropout"],
+        "is_causal": b["causal"], "scale": b["scale"], "enable_gqa": True,
+    }  # fmt: skip
+
+
 # In order: a layer norm's centred value would also match rms_norm's pattern, so layer_norm goes first;
 # gated_mlp before linear_silu, which would take its gate projection.
 REWRITES: tuple[Rewrite, ...] = (
@@ -281,6 +332,8 @@ REWRITES: tuple[Rewrite, ...] = (
     _linear_act("relu"),
     _linear_act("silu"),
     _linear_act("gelu"),
+    Rewrite("grouped_query_attention", "scaled_dot_product_attention", _gqa_pattern(clone=True), _gqa),
+    Rewrite("grouped_query_attention_view", "scaled_dot_product_attention", _gqa_pattern(clone=False), _gqa),
 )
 
 
