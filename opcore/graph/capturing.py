@@ -78,7 +78,8 @@ def capture(
     args = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
     kwargs = dict(example_kwargs or {})
     place = Device.parse(device) if device is not None else _device_of(args, kwargs)
-    program = export(model, args, kwargs, dynamic_shapes)
+    with _NoCache(model) as uncached:
+        program = export(model, args, kwargs, dynamic_shapes)
     import torch
     from torch.utils import _pytree
 
@@ -122,6 +123,8 @@ def capture(
         )
     if route == "torch":
         applied.append("route: the torch route, as capture(route='torch') asked (the exported program as one step)")
+    if uncached:
+        applied.append(NO_CACHE_NOTE)
     if freeze:
         applied.append(FROZEN_NOTE)
     else:
@@ -131,6 +134,11 @@ def capture(
     plan.timings.plan = time.perf_counter() - captured
     return plan
 
+
+NO_CACHE_NOTE = (
+    "captured without the KV cache (config.use_cache=False while exporting): the plan returns no "
+    "past_key_values; to generate, use opcore.graph.capture_lm(model)"
+)
 
 FROZEN_NOTE = (
     "frozen weights: taken at capture and not compared per call (capture(freeze=True)); after an in-place "
@@ -186,9 +194,45 @@ def export(model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic
         raise CaptureError(
             f"torch.export could not capture {type(model).__name__}: {type(error).__name__}: {reason}",
             op=_CAPTURE,
-            fix="capture a part of the model that torch.export accepts (capture(..., submodule='path')), "
-            "or fix what the exporter names",
+            fix=_export_fix(str(error), args),
         ) from error
+
+
+def _export_fix(text: str, args: tuple[Any, ...]) -> str:
+    """The fix for an exporter's refusal: the known causes named, else the general advice."""
+    if "Cache" in text and ("output" in text or "pytree" in text.lower()):
+        return (
+            "call the model with use_cache=False (a KV cache is not a plan output), or capture it for "
+            "generation with opcore.graph.capture_lm(model), which holds the cache as the plan's state"
+        )
+    if "specialized it to be a constant (1)" in text or "specialized it to be a constant (0)" in text:
+        return (
+            "torch.export takes a size of 1 (or 0) in an example as that size for good: give the examples "
+            "at least 2 along each dynamic dim (e.g. a batch of 2), the plan then takes every size in its range"
+        )
+    return (
+        "capture a part of the model that torch.export accepts (capture(..., submodule='path')), "
+        "or fix what the exporter names"
+    )
+
+
+class _NoCache:
+    """Within the block, a transformers model's config asks for no KV cache (``use_cache=False``):
+    ``capture`` of a decoder with default arguments returns the logits, not a cache object a plan
+    cannot hold. Restored after."""
+
+    def __init__(self, model: Any) -> None:
+        config = getattr(model, "config", None)
+        self.config = config if getattr(config, "use_cache", False) is True else None
+
+    def __enter__(self) -> bool:
+        if self.config is not None:
+            self.config.use_cache = False
+        return self.config is not None
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.config is not None:
+            self.config.use_cache = True
 
 
 def _first_lines(text: str, limit: int = 6) -> str:
