@@ -31,12 +31,21 @@ Targets (issue 11): ranked plan >= 1.5x eager on the Llama decoder at batch 1 an
 a one-partition plan >= 0.95x the same engine used directly; load >= 5x faster than capture;
 max |diff| <= 1e-4. Issue 12: >= 95% of each model's nodes accepted by onnxruntime and openvino.
 
+On a GPU (``--device cuda``; scripts/gpu_check.sh runs it): the model and its input on the GPU, and
+the columns eager; "compile ro", ``torch.compile(mode="reduce-overhead")`` (Inductor with CUDA
+graphs); "cuda graph", the opcore cuda plan (``capture(device="cuda")``, replayed through one CUDA
+graph: opcore/graph/cuda.py); "cuda route", ``capture(device="cuda", route="torch")``, the exported
+program in one step, replayed too. Every call is timed to the end of its GPU work (synchronised),
+under inference mode; each column's first call (compile, capture) is printed apart. ``--skip``
+takes compile, plan (the cuda graph column) and route there. No usable GPU: exit status 2, with why.
+
     python bench/graph.py                          # every model, batch 1 and 8 (several minutes)
     python bench/graph.py --models llama --batches 1
     python bench/graph.py --skip compile,onnx      # leave out columns (compile: Inductor is slow to compile here)
     python bench/graph.py --skip compile,frozen    # without the frozen plan columns
     python bench/graph.py --models llama,gpt2 --skip compile,openvino,onnx,plans   # eager vs the torch route
     python bench/graph.py --targets-only --write docs/benchmarks.md   # regenerate the ATen-targets section
+    python bench/graph.py --device cuda --models llama,cnn --rounds 5   # on a GPU: CUDA graphs against eager, compile
 """
 
 from __future__ import annotations
@@ -325,7 +334,7 @@ class Result:
 
 
 def _diff(a: Any, b: torch.Tensor) -> float:
-    return float(numpy.max(numpy.abs(numpy.asarray(a, dtype=numpy.float64) - b.double().numpy())))
+    return float(numpy.max(numpy.abs(numpy.asarray(a, dtype=numpy.float64) - b.double().cpu().numpy())))
 
 
 def _timed(label: str, make: Callable[[], Any], result: Result) -> Any:
@@ -502,7 +511,7 @@ def save_and_load(plan: Any, folder: pathlib.Path, x: torch.Tensor, reference: t
 
 
 def _tensor(value: Any) -> Any:
-    return value.detach() if isinstance(value, torch.Tensor) else value
+    return value.detach().cpu() if isinstance(value, torch.Tensor) else value
 
 
 def coverage(plan: Any) -> str:
@@ -517,6 +526,76 @@ def coverage(plan: Any) -> str:
         )
         parts.append(f"{backend} {accepted}/{len(nodes)} ({100 * accepted / max(len(nodes), 1):.0f}%)")
     return ", ".join(parts)
+
+
+# --- on a GPU: --device cuda ---------------------------------------------------------------------
+
+# the --device cuda columns: eager on the GPU; torch.compile(mode="reduce-overhead") (Inductor, its
+# kernels replayed through CUDA graphs); the opcore cuda plan, capture(device="cuda"): every node on
+# the cuda backend, replayed through one CUDA graph (opcore/graph/cuda.py); and the torch route on
+# the GPU, capture(device="cuda", route="torch"): the exported program in one step, replayed too
+CUDA_COLUMNS = ("eager", "compile ro", "cuda graph", "cuda route")
+
+
+def no_gpu_reason() -> str | None:
+    """Why --device cuda cannot run here (the cuda backend's own reason), or None."""
+    try:
+        from opcore_cuda.system import is_available
+    except ImportError:
+        return "opcore-cuda is not installed (pip install 'opcore[cuda]')"
+    available = is_available()
+    if available is not True:
+        return str(available)
+    return None if torch.cuda.is_available() else "torch.cuda.is_available() is False"
+
+
+def _on_gpu(run: Callable[[], Any]) -> Callable[[], Any]:
+    """``run`` under inference mode, timed to the end of its GPU work (the timer sees the host only)."""
+
+    def synchronized() -> Any:
+        with torch.inference_mode():
+            out = run()
+        torch.cuda.synchronize()
+        return out
+
+    return synchronized
+
+
+def bench_model_cuda(case: ModelCase, batch: int, skip: set[str], rounds: int, fastest: bool = False) -> Result:
+    """The CUDA_COLUMNS of one model and batch. Each column's first call (Inductor's compile, a CUDA
+    graph's capture) is timed apart ("first call s"); the medians are of the calls after it."""
+    import opcore.graph
+
+    torch.manual_seed(0)
+    model = case.make().eval().cuda()
+    x = case.example(batch).cuda()
+    result = Result()
+    with torch.inference_mode():
+        reference = model(x)
+    runs: dict[str, Callable[[], Any]] = {"eager": partial(model, x)}
+    if "compile" not in skip:
+        runs["compile ro"] = partial(torch.compile(model, mode="reduce-overhead"), x)
+    if "plan" not in skip:
+        plan = _timed("cuda graph", lambda: opcore.graph.capture(model, (x,), device="cuda"), result)
+        if plan is not None:
+            runs["cuda graph"] = partial(plan, x)
+            result.extra["cuda graph runs"] = plan.summary()
+    if "route" not in skip:
+        route = _timed("cuda route", lambda: opcore.graph.capture(model, (x,), device="cuda", route="torch"), result)
+        if route is not None:
+            runs["cuda route"] = partial(route, x)
+    runs = {label: _on_gpu(run) for label, run in runs.items()}
+    for label, run in runs.items():
+        started = time.perf_counter()
+        try:
+            result.diffs[label] = _diff(_tensor(run()), reference)
+        except Exception as error:  # a column that builds but fails to run says so
+            result.notes[label] = _reason(error)
+            continue
+        result.extra[f"{label} first call s"] = f"{time.perf_counter() - started:.2f}"
+    runs = {label: run for label, run in runs.items() if label not in result.notes}
+    result.times = medians(runs, repeats=rounds, pick=min if fastest else statistics.median, warmup=1)
+    return result
 
 
 # --- ATen targets ------------------------------------------------------------------------------
@@ -594,11 +673,11 @@ def write_section(path: pathlib.Path, section: str) -> None:
 COLUMNS = ("eager", "compile", "ov direct", "ort direct", *PLANS, "route 1 step", "route per node")
 
 
-def report(case: ModelCase, batch: int, result: Result) -> str:
+def report(case: ModelCase, batch: int, result: Result, columns: tuple[str, ...] = COLUMNS) -> str:
     eager = result.times.get("eager")
     header = ("column", "ms", "vs eager", "max |diff|", "note")
     rows: list[tuple[str, ...]] = []
-    for label in COLUMNS:
+    for label in columns:
         if label in result.times:
             ms = result.times[label] * 1e3
             ratio = f"{eager / result.times[label]:.2f}x" if eager else "-"
@@ -646,8 +725,15 @@ def targets(case: ModelCase, batch: int, result: Result) -> list[str]:
     return found
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="cuda: on the GPU, eager against torch.compile(mode='reduce-overhead'), the opcore cuda plan's "
+        "CUDA graph replay and the torch route's (the CPU columns are left out)",
+    )
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
     parser.add_argument("--batches", default=",".join(map(str, BATCHES)))
     parser.add_argument(
@@ -663,7 +749,17 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=THREADS, help="torch threads (steadier at 1 on a busy machine)")
     parser.add_argument("--targets-only", action="store_true", help="print the exported ATen targets and stop")
     parser.add_argument("--write", type=pathlib.Path, help="with --targets-only: replace that section of this file")
-    options = parser.parse_args()
+    options = parser.parse_args(argv)
+    unknown = [name for name in options.models.split(",") if name and name not in MODELS]
+    if unknown:
+        parser.error(f"--models: unknown {', '.join(unknown)}; expected some of {', '.join(MODELS)}")
+    if options.targets_only and options.device != "cpu":
+        parser.error("--targets-only reads the exported graphs on the CPU: leave out --device cuda")
+    return options
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = parse_args(argv)
     torch.set_num_threads(options.threads)
     warnings.filterwarnings("ignore")
     cases = [MODELS[name] for name in options.models.split(",") if name]
@@ -672,17 +768,29 @@ def main() -> None:
         if options.write:
             write_section(options.write, section)
         print(section)
-        return
+        return 0
     skip = {s for s in options.skip.split(",") if s}
+    device = ""
+    if options.device == "cuda":
+        reason = no_gpu_reason()
+        if reason is not None:
+            print(f"bench/graph.py --device cuda: no usable GPU: {reason}", file=sys.stderr)
+            return 2
+        device = f"{torch.cuda.get_device_name()} (CUDA {torch.version.cuda}), "
     print(
-        f"torch {torch.__version__}, {options.threads} torch threads; "
+        f"{device}torch {torch.__version__}, {options.threads} torch threads; "
         f"{'the fastest' if options.fastest else 'medians'} of {options.rounds} interleaved rounds\n"
     )
     for case in cases:
         for batch in (int(b) for b in options.batches.split(",")):
-            result = bench_model(case, batch, skip, options.rounds, options.fastest)
-            print(report(case, batch, result), end="\n\n", flush=True)
+            if options.device == "cuda":
+                result = bench_model_cuda(case, batch, skip, options.rounds, options.fastest)
+                print(report(case, batch, result, CUDA_COLUMNS), end="\n\n", flush=True)
+            else:
+                result = bench_model(case, batch, skip, options.rounds, options.fastest)
+                print(report(case, batch, result), end="\n\n", flush=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
