@@ -26,7 +26,7 @@ own layers whose update writes at ``cache_position``.
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, cast
 
 from opcore.errors import ArgumentError
 
@@ -67,9 +67,10 @@ def _cache_layer_class() -> Any:
         at: Any = None
 
         def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
-            self.keys.index_copy_(2, self.at, key_states)
-            self.values.index_copy_(2, self.at, value_states)
-            return self.keys, self.values
+            keys, values = cast(Any, self.keys), cast(Any, self.values)  # allocated by early_initialization
+            keys.index_copy_(2, self.at, key_states)
+            values.index_copy_(2, self.at, value_states)
+            return keys, values
 
     return PositionedLayer
 
@@ -98,16 +99,17 @@ class CachedDecoder(_module_base()):  # type: ignore[misc]
         self.cache = StaticCache(max_cache_len=max_length, config=config)
         # sliding-window layers keep a rolling window whose update has control flow export cannot
         # take; a full-length layer with the model's own sliding mask computes the same attention
-        self.cache.layers = [layer(max_length) for _ in self.cache.layers]
+        self.layers: list[Any] = [layer(max_length) for _ in self.cache.layers]
+        self.cache.layers = self.layers
         heads, head_dim = get_head_shapes(config)
         device = next(model.parameters()).device
         self.cache.early_initialization(batch_size, heads, head_dim, model.dtype, torch.device(device))
-        for i, cached in enumerate(self.cache.layers):
+        for i, cached in enumerate(self.layers):
             self.register_buffer(f"key_cache_{i}", cached.keys, persistent=False)
             self.register_buffer(f"value_cache_{i}", cached.values, persistent=False)
 
     def forward(self, input_ids: Any, position_ids: Any, cache_position: Any, attention_mask: Any) -> Any:
-        for i, cached in enumerate(self.cache.layers):
+        for i, cached in enumerate(self.layers):
             # read through the module every call: non-strict torch.export swaps the module's buffers
             # for traced ones, and a layer holding the tensor itself would write an untracked copy
             cached.keys, cached.values = getattr(self, f"key_cache_{i}"), getattr(self, f"value_cache_{i}")

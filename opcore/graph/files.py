@@ -263,11 +263,7 @@ def load(path: Any, *, shared: Mapping[str, Any] | None = None) -> Any:
     missing = [name for name in graph.constants if name not in weights]
     if missing:
         raise PlanFileError(f"{WEIGHTS_FILE} lacks {', '.join(missing[:5])}", op=_LOAD)
-    constants = {name: weights[name].to(device) for name in graph.constants}
-    for name in constants:
-        held = (shared or {}).get(graph.sources.get(name, ""))
-        if held is not None and held.shape == constants[name].shape and held.dtype == constants[name].dtype:
-            constants[name] = held
+    constants = {name: _shared(weights[name].to(device), shared, graph.sources.get(name)) for name in graph.constants}
     notes = list(document.get("notes", ()))
     here = fingerprint(set(document["fingerprint"].get("backends", {})), device)
     changed = sorted(k for k in here if here[k] != document["fingerprint"].get(k))
@@ -289,6 +285,15 @@ def load(path: Any, *, shared: Mapping[str, Any] | None = None) -> Any:
     _compare_kernels(plan, document.get("kernels", {}))
     plan.timings.load = time.perf_counter() - started
     return plan
+
+
+def _shared(value: Any, shared: Mapping[str, Any] | None, source: str | None) -> Any:
+    """The tensor of the same model weight already in memory (``shared``, by state_dict name) where
+    its shape and dtype agree, else ``value``."""
+    held = (shared or {}).get(source or "")
+    if held is not None and held.shape == value.shape and held.dtype == value.dtype:
+        return held
+    return value
 
 
 def _plan_options(saved: Mapping[str, Any]) -> PlanOptions:

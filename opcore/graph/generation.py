@@ -110,7 +110,10 @@ class Session:
         length = ids.shape[1]
         if length == 0:
             raise ShapeError(
-                op="Session.prefill", arg="input_ids", expected="at least one token", found="shape " + str(tuple(ids.shape))
+                op="Session.prefill",
+                arg="input_ids",
+                expected="at least one token",
+                found="shape " + str(tuple(ids.shape)),
             )
         self.lm._room(self.length, length, 0)
         if attention_mask is None:
@@ -139,7 +142,9 @@ class Session:
         """Write one token per row (batch,) into the cache; the logits (batch, vocab)."""
         ids = self.lm._rows(tokens.reshape(-1, 1) if hasattr(tokens, "reshape") else tokens, "tokens")
         if ids.shape[1] != 1:
-            raise ShapeError(op="Session.decode", arg="tokens", expected="one token per row", found=str(tuple(ids.shape)))
+            raise ShapeError(
+                op="Session.decode", arg="tokens", expected="one token per row", found=str(tuple(ids.shape))
+            )
         self.lm._room(self.length, 1, 0)
         at = self.length
         self.mask[:, at] = 1
@@ -328,10 +333,12 @@ class LanguageModel:
         )  # fmt: skip
         unknown = sorted(set(options) - set(names))
         if unknown:
-            raise ArgumentError(op="LanguageModel.stream", arg=unknown[0], expected=f"one of {', '.join(names)}", found=unknown[0])
-        defaults = {"max_new_tokens": 20, "min_new_tokens": 0, "do_sample": False}
-        values = [options.get(name, defaults.get(name)) for name in names]
-        return self._tokens(ids, mask, rows, *values)
+            raise ArgumentError(
+                op="LanguageModel.stream", arg=unknown[0], expected=f"one of {', '.join(names)}", found=unknown[0]
+            )
+        defaults: dict[str, Any] = {"max_new_tokens": 20, "min_new_tokens": 0, "do_sample": False}
+        values: dict[str, Any] = {name: options.get(name, defaults.get(name)) for name in names}
+        return self._tokens(ids, mask, rows, **values)
 
     def _pad_rows(self, input_ids: Any, attention_mask: Any) -> tuple[Any, Any, int]:
         """Prompt and mask with as many rows as captured: fewer rows are padded with copies of the
@@ -371,7 +378,6 @@ class LanguageModel:
         generator: Any,
         session: Session | None,
     ) -> Iterator[Any]:
-        import torch
 
         if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
             raise ArgumentError(op=_GENERATE, arg="max_new_tokens", expected="an int >= 0", found=repr(max_new_tokens))
@@ -381,7 +387,7 @@ class LanguageModel:
         pad = pad_token_id if pad_token_id is not None else self.defaults.pad_token_id
         if pad is None:
             pad = eos[0] if eos else 0
-        sampled = dict(
+        sampled: dict[str, Any] = dict(
             temperature=temperature if temperature is not None else self.defaults.temperature,
             top_k=top_k if top_k is not None else self.defaults.top_k,
             top_p=top_p if top_p is not None else self.defaults.top_p,
@@ -466,4 +472,3 @@ def _stream_target(streamer: Any, prompt: Any) -> Callable[[Any], Any] | None:
         expected="a callable taking each step's tokens, or an object with put() and end()",
         found=type(streamer).__name__,
     )
-

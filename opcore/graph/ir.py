@@ -22,7 +22,18 @@ from typing import Any
 from opcore.graph.partition import ValueRef
 from opcore.types import TensorMeta
 
-__all__ = ["FACTORIES", "SCALAR_OPS", "STATE_OPS", "Graph", "Node", "ValueInfo", "ValueRef", "python_step", "refs_in", "substitute"]
+__all__ = [
+    "FACTORIES",
+    "SCALAR_OPS",
+    "STATE_OPS",
+    "Graph",
+    "Node",
+    "ValueInfo",
+    "ValueRef",
+    "python_step",
+    "refs_in",
+    "substitute",
+]
 
 # The run-time arithmetic on sizes that torch.export writes for dynamic dims. A closed table: a
 # saved plan names these by key, and nothing else is ever looked up from a file.

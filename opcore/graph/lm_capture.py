@@ -62,6 +62,7 @@ def capture_lm(
 
     _check_sizes(max_length, batch_size)
     started = time.perf_counter()
+    module: Any
     if is_transformers_lm(model):
         module = CachedDecoder(model.eval(), batch_size, max_length)
         defaults = GenerationDefaults.of(model)
@@ -236,9 +237,7 @@ def _plan(
     )
     graph = lowered.graph
     state = [example_state(graph, name) for name in graph.state]
-    plan = assemble(
-        graph, lowered.constants, options, lowered.notes, examples=[*lowered.examples, *state], timer=timer
-    )
+    plan = assemble(graph, lowered.constants, options, lowered.notes, examples=[*lowered.examples, *state], timer=timer)
     plan.notes[:0] = lowered.applied
     plan.timings.capture = lowered.seconds
     plan.timings.plan = time.perf_counter() - started

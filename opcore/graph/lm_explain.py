@@ -25,9 +25,7 @@ def describe(lm: Any) -> dict[str, Any]:
     state = []
     for name in graph.state:
         meta = graph.meta(name)
-        state.append(
-            {"name": name, "shape": list(meta.shape), "dtype": meta.dtype.value, "bytes": _bytes(meta)}
-        )
+        state.append({"name": name, "shape": list(meta.shape), "dtype": meta.dtype.value, "bytes": _bytes(meta)})
     phases: dict[str, Any] = {}
     for phase, plan in (("prefill", lm.prefill_plan), ("decode", lm.decode_plan)):
         if plan is None:

@@ -125,7 +125,9 @@ def lower(
             raise CaptureError(f"node {name!r} is a {fx_node.op!r} node, which a plan cannot run", op=_CAPTURE)
 
     kinds = [spec.kind.name for spec in signature.output_specs]
-    if any(kind != "USER_OUTPUT" for kind in kinds) and not (state and set(kinds) <= {"USER_OUTPUT", "BUFFER_MUTATION"}):
+    if any(kind != "USER_OUTPUT" for kind in kinds) and not (
+        state and set(kinds) <= {"USER_OUTPUT", "BUFFER_MUTATION"}
+    ):
         mutated = [spec.target for spec in signature.output_specs if spec.kind.name != "USER_OUTPUT"]
         raise CaptureError(
             f"the model mutates state in forward() ({', '.join(map(str, mutated))}); a plan is a pure function",

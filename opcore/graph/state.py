@@ -16,7 +16,8 @@ take them, so a partition reads the state as an input (OpenVINO and ONNX Runtime
 buffer without a copy) and never owns it.
 
 >>> from opcore.graph.ir import Node, ValueInfo, ValueRef
->>> n = Node("w", "aten.index_copy.default", "aten.index_copy.default", (ValueRef("k"), 2, ValueRef("p"), ValueRef("s")), ("w",))
+>>> args = (ValueRef("k"), 2, ValueRef("p"), ValueRef("s"))
+>>> n = Node("w", "aten.index_copy.default", "aten.index_copy.default", args, ("w",))
 >>> [node.op for node in write_state([n], {}, [("k", ValueRef("w"))])]
 ['state.index_copy_']
 """

@@ -1,0 +1,378 @@
+"""opcore.graph.capture_lm: greedy tokens and logits against transformers, batches, sessions, files.
+
+Every model is a small transformers decoder built from a config with random weights (nothing is
+downloaded); its lm_head is scaled so that greedy choices are well apart (random logits of ~1e-2
+spread would let 1e-6 of float noise flip a token, which says nothing about the runtime).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import opcore
+import opcore.graph
+from opcore.errors import ArgumentError, ShapeError
+from opcore.graph.errors import CaptureError
+
+transformers = pytest.importorskip("transformers", reason="the generation tests build transformers decoders")
+
+VOCAB = 500
+SMALL = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
+
+
+def _families() -> dict[str, tuple[type, type, dict]]:
+    t = transformers
+    return {
+        "llama": (t.LlamaConfig, t.LlamaForCausalLM, dict(SMALL, num_key_value_heads=2)),
+        "mistral": (t.MistralConfig, t.MistralForCausalLM, dict(SMALL, num_key_value_heads=2, sliding_window=16)),
+        "qwen2": (t.Qwen2Config, t.Qwen2ForCausalLM, dict(SMALL, num_key_value_heads=2)),
+        "phi3": (t.Phi3Config, t.Phi3ForCausalLM, dict(SMALL, pad_token_id=0, eos_token_id=2, bos_token_id=1)),
+        "gemma": (t.GemmaConfig, t.GemmaForCausalLM, dict(SMALL, num_key_value_heads=1, head_dim=16)),
+        "gpt2": (
+            t.GPT2Config,
+            t.GPT2LMHeadModel,
+            dict(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=128, bos_token_id=1, eos_token_id=2),
+        ),
+        "opt": (
+            t.OPTConfig,
+            t.OPTForCausalLM,
+            dict(
+                vocab_size=VOCAB, hidden_size=64, ffn_dim=128, num_hidden_layers=2, num_attention_heads=4,
+                max_position_embeddings=128, word_embed_proj_dim=64, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+            ),
+        ),
+    }  # fmt: skip
+
+
+def build(family: str, seed: int = 0) -> torch.nn.Module:
+    config_class, model_class, kwargs = _families()[family]
+    torch.manual_seed(seed)
+    model = model_class(config_class(**kwargs)).eval()
+    with torch.no_grad():
+        head = model.get_output_embeddings()
+        if model.config.tie_word_embeddings:
+            model.config.tie_word_embeddings = False
+            head.weight = torch.nn.Parameter(head.weight.detach().clone())
+        head.weight.mul_(8)
+    return model
+
+
+def prompt(rows: int = 1, length: int = 10, seed: int = 1) -> torch.Tensor:
+    return torch.randint(3, VOCAB, (rows, length), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.fixture(scope="module")
+def llama():
+    model = build("llama")
+    return model, opcore.graph.capture_lm(model, max_length=48, measure=False)
+
+
+@pytest.mark.parametrize("family", sorted(_families()))
+def test_greedy_tokens_equal_transformers_generate(family):
+    model = build(family)
+    lm = opcore.graph.capture_lm(model, max_length=48, measure=False)
+    ids = prompt()
+    want = model.generate(ids, max_new_tokens=20, do_sample=False, eos_token_id=None, pad_token_id=0)
+    got = lm.generate(ids, max_new_tokens=20, eos_token_id=[])
+    assert torch.equal(got, want), f"{family}: {got[0, 10:].tolist()} != {want[0, 10:].tolist()}"
+
+
+def test_each_step_logits_match_eager_with_its_own_cache(llama):
+    model, lm = llama
+    ids = prompt(length=7)
+    session = lm.session()
+    cache = transformers.DynamicCache(config=model.config)
+    with torch.no_grad():
+        want = model(ids, past_key_values=cache, use_cache=True).logits[:, -1]
+        got = session.prefill(ids)
+        assert (got - want).abs().max().item() <= 1e-4
+        token = want.argmax(-1)
+        for _ in range(12):
+            want = model(token[:, None], past_key_values=cache, use_cache=True).logits[:, -1]
+            got = session.decode(token)
+            assert (got - want).abs().max().item() <= 1e-4
+            token = want.argmax(-1)
+
+
+def test_the_decode_plan_writes_the_cache_in_place_and_explain_shows_it(llama):
+    _, lm = llama
+    text = lm.explain()
+    assert "KV cache 4 buffers" in text
+    assert text.count("rows written in place") == 8  # 4 state buffers, prefill and decode
+    record = lm.explain(format="json")
+    assert '"state_writes"' in record
+    assert "state write" in lm.decode_plan.summary()
+    session = lm.session()
+    pointers = [t.data_ptr() for t in session.state]
+    lm.generate(prompt(), max_new_tokens=5, session=session)
+    lm.generate(prompt(length=4), max_new_tokens=9, session=lm.session())
+    assert [t.data_ptr() for t in session.state] == pointers
+    assert any(t.abs().sum() > 0 for t in session.state)  # written where it lives
+
+
+def test_no_export_or_compile_after_capture_for_any_prompt_length(llama, monkeypatch):
+    _, lm = llama
+    from opcore.graph import capturing, partitioning
+
+    calls: list[str] = []
+    monkeypatch.setattr(capturing, "export", lambda *a, **k: calls.append("export"))
+    original = partitioning.place_partitions
+    monkeypatch.setattr(partitioning, "place_partitions", lambda *a, **k: calls.append("plan") or original(*a, **k))
+    for length in (1, 2, 3, 17, 40):
+        out = lm.generate(prompt(length=length), max_new_tokens=48 - length, eos_token_id=[])
+        assert out.shape == (1, 48)
+    assert calls == []
+
+
+def test_left_padded_batch_equals_each_row_alone():
+    model = build("llama")
+    lm = opcore.graph.capture_lm(model, max_length=40, batch_size=2, measure=False)
+    long, short = prompt(length=9, seed=3)[0], prompt(length=5, seed=4)[0]
+    ids = torch.stack([long, torch.cat([torch.zeros(4, dtype=torch.long), short])])
+    mask = torch.tensor([[1] * 9, [0] * 4 + [1] * 5])
+    both = lm.generate(ids, mask, max_new_tokens=12, eos_token_id=[])
+    alone_long = lm.generate(long[None], max_new_tokens=12, eos_token_id=[])  # fewer rows: padded by generate
+    alone_short = lm.generate(short[None], max_new_tokens=12, eos_token_id=[])
+    assert torch.equal(both[0, 9:], alone_long[0, 9:])
+    assert torch.equal(both[1, 9:], alone_short[0, 5:])
+    want = model.generate(
+        ids, attention_mask=mask, max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0
+    )
+    assert torch.equal(both, want)
+
+
+def test_each_row_stops_at_its_eos_and_is_padded_after():
+    model = build("llama")
+    lm = opcore.graph.capture_lm(model, max_length=40, batch_size=2, measure=False)
+    ids = torch.cat([prompt(length=6, seed=5), prompt(length=6, seed=6)])
+    free = lm.generate(ids, max_new_tokens=10, eos_token_id=[])
+    eos = int(free[0, 6 + 2])  # row 0's third new token: row 0 ends there
+    got = lm.generate(ids, max_new_tokens=10, eos_token_id=eos, pad_token_id=VOCAB - 1)
+    want = model.generate(ids, max_new_tokens=10, do_sample=False, eos_token_id=eos, pad_token_id=VOCAB - 1)
+    assert torch.equal(got, want)
+    assert got[0, 6 + 2] == eos and bool((got[0, 6 + 3 :] == VOCAB - 1).all())
+
+
+def test_min_new_tokens_holds_eos_back(llama):
+    _, lm = llama
+    ids = prompt()
+    first = int(lm.generate(ids, max_new_tokens=1, eos_token_id=[])[0, -1])
+    stopped = lm.generate(ids, max_new_tokens=8, eos_token_id=first)
+    assert stopped.shape[1] == ids.shape[1] + 1
+    held = lm.generate(ids, max_new_tokens=8, min_new_tokens=4, eos_token_id=first)
+    assert held.shape[1] >= ids.shape[1] + 4 and int(held[0, ids.shape[1]]) != first
+
+
+def test_seeded_sampling_is_reproducible_and_follows_the_options(llama):
+    _, lm = llama
+    ids = prompt()
+
+    def sample(seed: int, **options) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(seed)
+        return lm.generate(ids, max_new_tokens=16, do_sample=True, generator=generator, eos_token_id=[], **options)
+
+    assert torch.equal(sample(7, temperature=1.5), sample(7, temperature=1.5))
+    assert not torch.equal(sample(7, temperature=5.0), sample(8, temperature=5.0))
+    greedy = lm.generate(ids, max_new_tokens=16, eos_token_id=[])
+    assert torch.equal(sample(3, top_k=1), greedy)  # top-k 1 is greedy
+    penalised = lm.generate(ids, max_new_tokens=16, eos_token_id=[], repetition_penalty=50.0)
+    new = penalised[0, ids.shape[1] :].tolist()
+    assert len(set(new)) == len(new)  # a huge penalty never repeats a token
+
+
+def test_streamer_gets_every_token_as_made(llama):
+    _, lm = llama
+    ids = prompt()
+    seen: list[int] = []
+    out = lm.generate(ids, max_new_tokens=6, eos_token_id=[], streamer=lambda tokens: seen.append(int(tokens[0])))
+    assert seen == out[0, ids.shape[1] :].tolist()
+    assert [int(t[0]) for t in lm.stream(ids, max_new_tokens=6, eos_token_id=[])] == seen
+
+    class Streamer:
+        def __init__(self) -> None:
+            self.puts: list[list[int]] = []
+            self.ended = False
+
+        def put(self, value: torch.Tensor) -> None:
+            self.puts.append(value.reshape(-1).tolist())
+
+        def end(self) -> None:
+            self.ended = True
+
+    streamer = Streamer()
+    lm.generate(ids, max_new_tokens=6, eos_token_id=[], streamer=streamer)
+    assert streamer.puts[0] == ids[0].tolist() and [p[0] for p in streamer.puts[1:]] == seen and streamer.ended
+
+
+def test_sessions_interleaved_keep_their_own_state(llama):
+    _, lm = llama
+    a_ids, b_ids = prompt(seed=11), prompt(seed=12)
+    alone_a = lm.generate(a_ids, max_new_tokens=8, eos_token_id=[])
+    alone_b = lm.generate(b_ids, max_new_tokens=8, eos_token_id=[])
+    a, b = lm.session(), lm.session()
+    tokens_a, tokens_b = [a.prefill(a_ids).argmax(-1)], [b.prefill(b_ids).argmax(-1)]
+    for _ in range(7):
+        tokens_a.append(a.decode(tokens_a[-1]).argmax(-1))
+        tokens_b.append(b.decode(tokens_b[-1]).argmax(-1))
+    assert torch.cat(tokens_a).tolist() == alone_a[0, 10:].tolist()
+    assert torch.cat(tokens_b).tolist() == alone_b[0, 10:].tolist()
+    a.reset()
+    assert a.length == 0 and b.length == 17
+
+
+def test_a_session_continues_a_conversation(llama):
+    model, lm = llama
+    chat = lm.session()
+    first = lm.generate(prompt(length=6), max_new_tokens=4, eos_token_id=[], session=chat)
+    more = prompt(length=3, seed=9)
+    second = lm.generate(more, max_new_tokens=4, eos_token_id=[], session=chat)
+    whole = torch.cat([first, more], 1)
+    want = model.generate(whole, max_new_tokens=4, do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert torch.equal(second[0, 3:], want[0, whole.shape[1] :])
+
+
+def test_too_long_is_refused_before_any_work(llama):
+    _, lm = llama
+    session = lm.session()
+    with pytest.raises(ShapeError, match=r"max_length 48.*capture_lm\(\.\.\., max_length=50\)"):
+        lm.generate(prompt(length=10), max_new_tokens=40, session=session)
+    assert session.length == 0
+
+
+def test_bad_ids_are_refused_with_the_argument_named(llama):
+    _, lm = llama
+    with pytest.raises(ArgumentError, match=r"input_ids.*\[0, 500\).*found id 500"):
+        lm.generate(torch.tensor([[1, 2, VOCAB]]), max_new_tokens=2)
+    with pytest.raises(ArgumentError, match=r"found id -3"):
+        lm.generate(torch.tensor([[1, -3]]), max_new_tokens=2)
+    with pytest.raises(ArgumentError, match="integer ids"):
+        lm.generate(torch.rand(1, 4), max_new_tokens=2)
+    with pytest.raises(ShapeError, match=r"batch_size=3"):
+        lm.generate(prompt(rows=3), max_new_tokens=2)
+    with pytest.raises(ArgumentError, match="top_p"):
+        lm.generate(prompt(), max_new_tokens=2, do_sample=True, top_p=1.5)
+
+
+def test_saved_model_generates_the_same_in_a_fresh_process(llama, tmp_path):
+    _, lm = llama
+    ids = prompt()
+    want = lm.generate(ids, max_new_tokens=12, eos_token_id=[])
+    folder = lm.save(tmp_path / "llama.lm")
+    assert (folder / "lm.json").is_file() and (folder / "decode" / "plan.json").is_file()
+    torch.save({"ids": ids, "want": want}, tmp_path / "io.pt")
+    script = textwrap.dedent(
+        f"""
+        import sys, torch, opcore.graph
+        io = torch.load({str(tmp_path / "io.pt")!r})
+        lm = opcore.graph.load({str(folder)!r})
+        got = lm.generate(io["ids"], max_new_tokens=12, eos_token_id=[])
+        print(torch.equal(got, io["want"]), "transformers" in sys.modules)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "False"]
+
+
+def test_loaded_model_shares_one_copy_of_the_weights(llama, tmp_path):
+    _, lm = llama
+    again = opcore.graph.load(lm.save(tmp_path / "lm"))
+    decode, prefill = again.decode_plan, again.prefill_plan
+    by_source = {
+        decode.graph.sources[n]: decode.constants[n] for n in decode.graph.constants if n in decode.graph.sources
+    }
+    shared = [
+        prefill.constants[n] is by_source.get(prefill.graph.sources.get(n, ""))
+        for n in prefill.graph.constants
+        if n in prefill.graph.sources
+    ]
+    assert shared and all(shared)
+
+
+class TinyDecoder(torch.nn.Module):
+    """A one-layer decoder written to opcore.graph.decoder's protocol: its cache as buffers."""
+
+    def __init__(self, vocab: int = 50, width: int = 16, max_length: int = 24, batch_size: int = 1) -> None:
+        super().__init__()
+        self.max_length, self.batch_size = max_length, batch_size
+        self.embed = torch.nn.Embedding(vocab, width)
+        self.qkv = torch.nn.Linear(width, 3 * width)
+        self.head = torch.nn.Linear(width, vocab)
+        self.register_buffer("keys", torch.zeros(batch_size, max_length, width))
+        self.register_buffer("values", torch.zeros(batch_size, max_length, width))
+
+    def forward(self, input_ids, position_ids, cache_position, attention_mask):
+        q, k, v = self.qkv(self.embed(input_ids)).chunk(3, -1)
+        self.keys.index_copy_(1, cache_position, k)
+        self.values.index_copy_(1, cache_position, v)
+        slots = torch.arange(self.max_length)
+        allowed = (slots[None, :] <= cache_position[:, None])[None] & attention_mask[:, None, :].bool()
+        scores = (q @ self.keys.transpose(1, 2)).masked_fill(~allowed, float("-inf"))
+        return self.head(torch.softmax(scores, -1) @ self.values) * 4
+
+
+def test_a_module_following_the_protocol_is_captured_as_is():
+    torch.manual_seed(0)
+    model = TinyDecoder().eval()
+    lm = opcore.graph.capture_lm(model, measure=False)
+    ids = torch.tensor([[3, 7, 9, 1]])
+    with torch.no_grad():
+        mask = torch.zeros(1, 24, dtype=torch.long)
+        mask[:, :4] = 1
+        logits = model(ids, torch.arange(4)[None], torch.arange(4), mask)[:, -1]
+        want = []
+        for step in range(8):
+            token = logits.argmax(-1)
+            want.append(int(token))
+            at = 4 + step
+            mask[:, at] = 1
+            logits = model(token[:, None], torch.tensor([[at]]), torch.tensor([at]), mask)[:, -1]
+    assert lm.generate(ids, max_new_tokens=8)[0, 4:].tolist() == want
+
+
+def test_a_module_without_the_protocol_is_refused_with_the_fix():
+    with pytest.raises(ArgumentError, match="batch_size and max_length"):
+        opcore.graph.capture_lm(torch.nn.Linear(4, 4))
+    with pytest.raises(ArgumentError, match="max_length"):
+        opcore.graph.capture_lm(build("llama"), max_length=0)
+
+
+def test_capture_of_a_default_decoder_runs_without_its_cache():
+    model = build("llama")
+    ids = prompt(length=8)
+    plan = opcore.graph.capture(model, (ids,), measure=False)
+    assert any("capture_lm" in note for note in plan.notes)
+    assert model.config.use_cache is True  # given back as it was
+    out = plan(ids)
+    assert out.past_key_values is None
+    with torch.no_grad():
+        assert (out.logits - model(ids, use_cache=False).logits).abs().max().item() <= 1e-4
+
+
+def test_capture_with_a_cache_in_the_output_names_the_fix():
+    model = build("llama")
+    with pytest.raises(CaptureError, match=r"use_cache=False.*capture_lm"):
+        opcore.graph.capture(model, (prompt(length=8),), {"use_cache": True}, measure=False)
+
+
+def test_a_batch_of_one_with_a_dynamic_batch_dim_says_why():
+    from torch.export import Dim
+
+    with pytest.raises(CaptureError, match="at least 2 along each dynamic dim"):
+        opcore.graph.capture(torch.nn.Linear(8, 4), (torch.randn(1, 8),), dynamic_shapes=({0: Dim("batch")},))
+
+
+@pytest.mark.gpu
+def test_generation_on_cuda_equals_eager():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU visible")
+    model = build("llama").cuda()
+    lm = opcore.graph.capture_lm(model, max_length=48, device="cuda", measure=False)
+    ids = prompt().cuda()
+    want = model.generate(ids, max_new_tokens=16, do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert torch.equal(lm.generate(ids, max_new_tokens=16, eos_token_id=[]), want)
