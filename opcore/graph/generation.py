@@ -146,6 +146,11 @@ class Session:
                 op="Session.decode", arg="tokens", expected="one token per row", found=str(tuple(ids.shape))
             )
         self.lm._room(self.length, 1, 0)
+        return self.step(ids)
+
+    def step(self, ids: Any) -> Any:
+        """``decode`` without its checks, for the loop that made ``ids`` (batch, 1) itself: int64
+        tokens of the vocabulary, on the model's device, with room left in the cache."""
         at = self.length
         self.mask[:, at] = 1
         logits = self.lm._decode(ids, self.positions[:, None], at, self.mask, self.state)
@@ -417,20 +422,24 @@ class LanguageModel:
         if max_new_tokens == 0:
             return
         logits = chat.prefill(ids, mask)
-        tokens = ids
+        # every token so far, kept only where a choice reads them (the repetition penalty)
+        history = ids if choice.repetition_penalty not in (None, 1.0) else None
         unfinished = torch.ones(ids.shape[0], dtype=torch.bool, device=ids.device)
         eos_ids = torch.tensor(eos, dtype=torch.long, device=ids.device) if eos else None
+        padding = torch.full((ids.shape[0],), pad, dtype=torch.long, device=ids.device)
         for step in range(max_new_tokens):
-            chosen = choice.next(logits, tokens, step)
-            chosen = torch.where(unfinished, chosen, torch.full_like(chosen, pad))
-            tokens = torch.cat([tokens, chosen[:, None]], 1)
+            chosen = choice.next(logits, history, step)
+            if eos_ids is not None:
+                chosen = torch.where(unfinished, chosen, padding)
+            if history is not None:
+                history = torch.cat([history, chosen[:, None]], 1)
             yield chosen[:rows]
             if eos_ids is not None:
                 unfinished &= ~torch.isin(chosen, eos_ids)
                 if not bool(unfinished[:rows].any()):
                     return
             if step + 1 < max_new_tokens:
-                logits = chat.decode(chosen)
+                logits = chat.step(chosen[:, None])
 
     # --- explain, save -------------------------------------------------------------------------
 

@@ -51,11 +51,11 @@ class Choice:
 
     def scores(self, logits: Any, tokens: Any, new_tokens: int) -> Any:
         """The processed scores (batch, vocab) of float32 ``logits`` for rows whose tokens so far are
-        ``tokens`` (batch, length), ``new_tokens`` of them generated."""
+        ``tokens`` (batch, length; None where no option reads them), ``new_tokens`` of them generated."""
         import torch
 
         scores = logits.float()
-        if self.repetition_penalty is not None and self.repetition_penalty != 1.0:
+        if self.repetition_penalty is not None and self.repetition_penalty != 1.0 and tokens is not None:
             seen = torch.gather(scores, 1, tokens)
             seen = torch.where(seen < 0, seen * self.repetition_penalty, seen / self.repetition_penalty)
             scores = scores.scatter(1, tokens, seen)
