@@ -22,7 +22,10 @@ from typing import Any
 from opcore.graph.partition import ValueRef
 from opcore.types import TensorMeta
 
-__all__ = ["FACTORIES", "SCALAR_OPS", "Graph", "Node", "ValueInfo", "ValueRef", "python_step", "refs_in", "substitute"]
+__all__ = [
+    "FACTORIES", "SCALAR_OPS", "CallSignature", "Graph", "Node", "ValueInfo", "ValueRef", "python_step", "refs_in",
+    "substitute",
+]  # fmt: skip
 
 # The run-time arithmetic on sizes that torch.export writes for dynamic dims. A closed table: a
 # saved plan names these by key, and nothing else is ever looked up from a file.
@@ -125,6 +128,22 @@ class Node:
 
 
 @dataclass(frozen=True, slots=True)
+class CallSignature:
+    """What a call of the captured model must satisfy beyond each input's meta and ``dims`` (checked by
+    opcore.graph.inputs before a plan runs).
+
+    ``labels``: per graph input, in order, its name in the model's signature (``input_ids``,
+    ``pair[0]``); ``ranges``: per symbolic size (``s0``, or an expression of one such as ``2*s0``), the
+    range torch.export declared for it, ``[lo, hi]`` (hi None: no upper bound); ``guards``: torch.export's
+    guards on the input sizes, as it writes them (``L['x'].size()[0] > 4``).
+    """
+
+    labels: tuple[str, ...]
+    ranges: Mapping[str, tuple[int, int | None]] = field(default_factory=dict)
+    guards: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Graph:
     """A captured model. ``outputs``: the flat outputs (a ValueRef, or a constant such as None);
     ``out_spec`` / ``in_spec``: torch's pytree specs (as JSON) that rebuild the model's structures.
@@ -141,6 +160,9 @@ class Graph:
     fixed_inputs: tuple[tuple[int, Any], ...] = ()
     # the constant names as the model's state_dict calls them ("layers.0.q.weight"), for explain
     sources: Mapping[str, str] = field(default_factory=dict)
+    # the inputs' names in the model's signature, the ranges of their dynamic sizes and the exporter's
+    # guards on them; None: not recorded (a plan saved before they were), labels are the input names
+    signature: CallSignature | None = None
 
     def meta(self, name: str) -> TensorMeta:
         found = self.values[name].meta

@@ -16,6 +16,7 @@ from typing import Any
 from opcore.contracts import OpContract
 from opcore.errors import OpcoreError
 from opcore.graph.errors import CaptureError
+from opcore.graph.inputs import call_signature
 from opcore.graph.ir import (
     FACTORIES,
     SCALAR_OPS,
@@ -132,6 +133,7 @@ def lower(
         values=values,
         fixed_inputs=tuple(fixed),
         sources={spec.arg.name: str(spec.target) for spec in signature.input_specs if spec.target is not None},
+        signature=call_signature(program, [position for position, _ in fixed], len(example_flat)),
     )
     return graph, notes
 
