@@ -152,7 +152,8 @@ class InputCheck:
         for i, axis, dim in pending:  # a derived size (2*s0, s0 + 1): its symbol read where it stands alone
             self._derived(bound, flat, i, axis, dim)
         env = {name: size for name, (size, _) in bound.items()}
-        for expression, (low, high) in self.ranges.items():
+        # a symbol's own range first (what the caller declared with torch.export.Dim), then derived ones
+        for expression, (low, high) in sorted(self.ranges.items(), key=lambda item: not item[0].isidentifier()):
             try:
                 value = _evaluate(_parse(expression), env, None)
             except _Unreadable:
@@ -163,7 +164,8 @@ class InputCheck:
                 raise ShapeError(
                     op=_OP, arg=label,
                     expected=f"dim {axis} ({expression}) in {declared}, the range torch.export declared at capture",
-                    found=f"size {value} (shape {list(flat[self.labels.index(label)].shape)})",
+                    found=f"{expression} = {value}"
+                    + (f" (shape {list(flat[self.labels.index(label)].shape)})" if label in self.labels else ""),
                     fix=f"capture again with a range that holds {value}: dynamic_shapes with "
                     f"torch.export.Dim(..., min={min(low, value)}, max={max(high or value, value)}) for that dim",
                 )  # fmt: skip
@@ -328,13 +330,31 @@ _CALLS: Mapping[str, Callable[..., Any]] = {
 _PARSED: dict[str, ast.Expression] = {}
 
 
+_NODES = (
+    ast.Expression, ast.Constant, ast.Name, ast.Load, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.Subscript,
+    ast.Call, ast.Attribute, ast.USub, ast.UAdd, ast.Not, ast.And, ast.Or, *_BINARY, *_COMPARE,
+)  # fmt: skip
+
+
 def _parse(text: str) -> ast.Expression:
+    """The tree of a size expression or guard, where it holds only what ``_evaluate`` reads (names
+    are symbols or ``L``, calls are ``_CALLS`` or an input's ``.size()``/``.stride()``)."""
     tree = _PARSED.get(text)
     if tree is None:
         try:
             tree = ast.parse(text, mode="eval")
         except SyntaxError as error:
             raise _Unreadable(text) from error
+        for node in ast.walk(tree):
+            if not isinstance(node, _NODES):
+                raise _Unreadable(text)
+            if isinstance(node, ast.Attribute) and node.attr not in ("size", "stride"):
+                raise _Unreadable(text)
+            if isinstance(node, ast.Call) and not (
+                (isinstance(node.func, ast.Name) and node.func.id in _CALLS)
+                or (isinstance(node.func, ast.Attribute) and not node.args)
+            ):
+                raise _Unreadable(text)
         _PARSED[text] = tree
     return tree
 

@@ -42,6 +42,17 @@ Interval = tuple[int, int]
 Rule = Callable[..., "Interval | None"]
 
 
+class _Unknown:
+    """A value only known at run time, as rules get it: never an interval, and never taken for an absent
+    argument (``arange(0, s0)`` is not ``arange(0)``: ``None`` would read so)."""
+
+    def __repr__(self) -> str:
+        return "UNKNOWN"
+
+
+UNKNOWN = _Unknown()
+
+
 def dtype_range(dtype: DType) -> Interval | None:
     """The values a bool or integer dtype can hold; None for floating dtypes.
 
@@ -190,9 +201,15 @@ def _full(size: Any, fill_value: Any, dtype: str | None = None, device: str = "c
 
 
 def _arange(start: Any, end: Any = None, step: Any = 1, dtype: Any = None, device: str = "cpu") -> Interval | None:
-    # every value lies between start and end (end excluded, so the hull is conservative by one step);
-    # arange(n) counts from 0; a bound known only at run time leaves the result unknown
-    return _hull((0, 0), known(start)) if end is None else _hull(known(start), known(end))
+    # every value lies between start and end; with a positive integer step the end is excluded
+    # (start + k*step < end), else the hull is conservative by one step; arange(n) counts from 0; a
+    # bound known only at run time leaves the result unknown
+    if end is None:
+        return _hull((0, 0), known(start))
+    a, b, s = known(start), known(end), known(step)
+    if a is not None and b is not None and s is not None and s[0] >= 1:
+        return (a[0], max(a[0], b[1] - 1))
+    return _hull(a, b)
 
 
 # op -> its rule, called with the node's arguments in schema order (tensors as TensorMeta with bounds)
@@ -283,7 +300,7 @@ def value_ranges(
         info = graph.values[name]
         if info.meta is None:  # a size computed at run time: unknown, unless its range is known
             interval = scalars.get(name)
-            return None if interval is None else TensorMeta((), DType.INT64, bounds=interval)
+            return UNKNOWN if interval is None else TensorMeta((), DType.INT64, bounds=interval)
         meta = bounded(info.meta, found.get(name))
         if info.dynamic_axes:  # sizes that change per call: -1, which the size-reading rules refuse
             meta = replace(meta, shape=tuple(-1 if i in info.dynamic_axes else n for i, n in enumerate(meta.shape)))
