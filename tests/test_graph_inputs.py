@@ -197,3 +197,31 @@ def test_value_ranges_take_assumed_inputs_and_declared_sizes() -> None:
     ranges = value_ranges(graph, plan.constants, inputs={"ids": (0, 49)}, sizes={symbol: (2, 15)})
     assert ranges[arange] == (0, 14) and ranges["ids"] == (0, 49)
     assert not [name for name, why in index_bounds(graph, plan.constants).unchecked.items() if "places" in why]
+
+
+class Shifted(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = nn.Embedding(10, 8)
+        self.layers = nn.Sequential(*(nn.Sequential(nn.Linear(8, 8), nn.Tanh()) for _ in range(4)))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.layers(self.table(ids + 1))
+
+
+def test_a_saved_partition_holding_an_unproven_index_is_said_on_load(tmp_path, monkeypatch) -> None:
+    if "openvino" not in {r.name for r in opcore.backends() if r.ok}:
+        pytest.skip("openvino is not loaded here")
+    from opcore.graph import bounds
+
+    ids = torch.randint(0, 8, (2, 4))
+    monkeypatch.setattr(bounds, "index_bounds", lambda graph, constants: bounds.IndexProof())  # as before issue 31
+    old = opcore.graph.capture(Shifted().eval(), (ids,), backends=("openvino",), measure=False)
+    monkeypatch.undo()
+    assert any(d.op == "embedding" and d.partition for d in old.decisions), old.explain()
+    old.save(tmp_path / "p")
+    loaded = opcore.graph.load(tmp_path / "p")
+    assert any(note.startswith("indices not checked: embedding") for note in loaded.notes), loaded.notes
+    fresh = opcore.graph.capture(Shifted().eval(), (ids,), backends=("openvino",), measure=False)
+    assert not any(d.op == "embedding" and d.partition for d in fresh.decisions), fresh.explain()
+    assert not any(note.startswith("indices not checked") for note in fresh.notes)

@@ -441,6 +441,7 @@ def _assemble(
     example = example_tensors(graph, constants)
     proof = _proof(graph, constants, options)
     partitions: Sequence[Any] = ()
+    unchecked: Mapping[str, str] = {}
     claimed: Mapping[str, Decision] = {}
     refusals: Mapping[str, Any] = {}
     if options.partitions:
@@ -475,7 +476,14 @@ def _assemble(
     else:
         units = range(len(graph.nodes))
     program = build_program(graph, units, calls, constants, graph.inputs, graph.outputs)
-    return Plan(graph, decisions, program, constants, options, partitions)
+    plan = Plan(graph, decisions, program, constants, options, partitions)
+    inside = sorted(name for name in unchecked if name in claimed)  # a saved plan's partitions, as saved
+    if inside:
+        plan.notes.append(
+            f"indices not checked: {', '.join(inside)} run inside a saved partition, which does not check their "
+            "indices and no value range proves them (opcore.graph.bounds); capture the model again"
+        )
+    return plan
 
 
 def _proof(graph: Graph, constants: Mapping[str, Any], options: PlanOptions) -> ValueProof | None:
