@@ -388,7 +388,7 @@ def weights_watch(plan: Any, model: nn.Module, x: torch.Tensor, result: Result) 
 
 
 def input_checks(plan: Any, x: torch.Tensor, result: Result) -> None:
-    """What checking a call against the captured signature costs (opcore.graph.inputs): the whole check
+    """What checking a call against the captured signature costs (opcore.graph.signature): the whole check
     as a call runs it (the guard passing, then each index bound's aminmax), the index bounds alone,
     and the full signature check a call of new sizes or strides takes instead of the guard."""
     import timeit

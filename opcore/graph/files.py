@@ -351,7 +351,7 @@ def _signature_json(signature: CallSignature | None) -> dict[str, Any]:
 
 def _signature_from(record: Mapping[str, Any]) -> CallSignature | None:
     """The call signature of a graph record; None for a plan saved before it was recorded. Guards are
-    text that opcore.graph.inputs reads with its closed interpreter, never evaluated as code."""
+    text that opcore.graph.signature reads with its closed interpreter, never evaluated as code."""
     if "input_labels" not in record:
         return None
     labels = tuple(str(label) for label in record["input_labels"])

@@ -130,7 +130,7 @@ class Node:
 @dataclass(frozen=True, slots=True)
 class CallSignature:
     """What a call of the captured model must satisfy beyond each input's meta and ``dims`` (checked by
-    opcore.graph.inputs before a plan runs).
+    opcore.graph.signature before a plan runs).
 
     ``labels``: per graph input, in order, its name in the model's signature (``input_ids``,
     ``pair[0]``); ``ranges``: per symbolic size (``s0``, or an expression of one such as ``2*s0``), the

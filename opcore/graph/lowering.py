@@ -16,7 +16,6 @@ from typing import Any
 from opcore.contracts import OpContract
 from opcore.errors import OpcoreError
 from opcore.graph.errors import CaptureError
-from opcore.graph.inputs import call_signature
 from opcore.graph.ir import (
     FACTORIES,
     SCALAR_OPS,
@@ -30,6 +29,7 @@ from opcore.graph.ir import (
     substitute,
 )
 from opcore.graph.mapping import RULES, map_arguments
+from opcore.graph.signature import call_signature
 from opcore.runtime import runtime
 from opcore.types import Device, DType, TensorMeta
 

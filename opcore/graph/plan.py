@@ -21,7 +21,7 @@ from opcore.types import Device
 
 if TYPE_CHECKING:
     from opcore.graph.exported import ExportedStep
-    from opcore.graph.inputs import InputCheck
+    from opcore.graph.signature import InputCheck
     from opcore.torchkit.watch import TensorWatch
 
 __all__ = ["Plan", "PlanOptions", "assemble", "torch_route"]
@@ -90,7 +90,7 @@ class Plan:
         self._specs: tuple[Any, Any] | None = None
         self._plain: tuple[int, type] | None = None  # see _plain_call
         self._plain_out: int | None = None  # see _returns_plainly
-        self._inputs: InputCheck | None = None  # the call's checks (opcore.graph.inputs), made on first call
+        self._inputs: InputCheck | None = None  # the call's checks (opcore.graph.signature), made on first call
         self._replay: Any = None  # a CUDA graph replay (device="cuda", static shapes), made on first call
         # the exported program this plan runs as its one step (the torch route of a captured plan);
         # None: the program runs the decided steps (a loaded plan's torch route too, node by node)
@@ -129,10 +129,10 @@ class Plan:
 
     def flatten(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[Any]:
         """The runtime inputs in graph order, from the model's call arguments, checked against the
-        captured signature (opcore.graph.inputs: dtypes, devices, sizes, index bounds)."""
+        captured signature (opcore.graph.signature: dtypes, devices, sizes, index bounds)."""
         check = self._inputs
         if check is None:
-            from opcore.graph.inputs import InputCheck
+            from opcore.graph.signature import InputCheck
 
             check = self._inputs = InputCheck(self.graph, self.constants)
         count, tensor = self._plain_call()
@@ -149,7 +149,7 @@ class Plan:
         wanted = len(self.graph.inputs) + len(fixed)
         if len(flat) != wanted or (expected is not None and spec != expected):
             from opcore.errors import ArgumentError
-            from opcore.graph.inputs import describe_call
+            from opcore.graph.signature import describe_call
 
             raise ArgumentError(
                 op="Plan",

@@ -282,7 +282,7 @@ def value_ranges(
     ``inputs``: intervals assumed for graph inputs (what a check at the plan's entry makes true);
     ``sizes``: the range of each symbolic size (``s0``), which size computations (``sym_size`` and
     the arithmetic on it) then carry to the tensors built from them (an ``arange(s0)``). Planning
-    passes neither: a size's range is a promise of the caller's that opcore.graph.inputs checks.
+    passes neither: a size's range is a promise of the caller's that opcore.graph.signature checks.
 
     >>> value_ranges(graph, constants)["cumsum"]  # doctest: +SKIP
     (0, 64)

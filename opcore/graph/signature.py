@@ -1,4 +1,4 @@
-"""A plan's call checked against the captured signature before any step runs.
+"""The captured call signature: a plan's call checked against it before any step runs.
 
 A graph runtime given an input of another dtype, rank or size than its model was compiled for fails
 with its own words (``Exception from src/inference/src/cpp/infer_request.cpp:104``) or, worse,

@@ -1,4 +1,4 @@
-"""opcore.graph.inputs and opcore.graph.bounds: the call signature a capture records, the checks a
+"""opcore.graph.signature and opcore.graph.bounds: the call signature a capture records, the checks a
 plan makes before it runs (sizes derived from one symbol, the exporter's guards, a tampered
 plan.json's guards read and never executed), the fast guard, and which indices are proven, checked
 at the entry or left to their kernels. tests/adversarial/test_adv_plans.py has the plans end to end.
@@ -15,8 +15,8 @@ from torch import nn
 import opcore.graph
 from opcore.errors import ArgumentError, ShapeError
 from opcore.graph.bounds import index_bounds
-from opcore.graph.inputs import InputCheck, _evaluate, _parse, _Unreadable
 from opcore.graph.ranges import value_ranges
+from opcore.graph.signature import InputCheck, _evaluate, _parse, _Unreadable
 
 
 class Halves(nn.Module):
