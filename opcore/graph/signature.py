@@ -23,7 +23,7 @@ Guards and size expressions come from torch.export, or from a saved ``plan.json`
 a closed interpreter (integer arithmetic, comparisons, ``and``/``or``/``not``, ``Mod``, ``Max``,
 ``Min``, an input's ``.size()``), never by ``eval``.
 
->>> check = InputCheck.of(plan)                           # doctest: +SKIP
+>>> check = InputCheck(plan.graph, plan.constants)         # doctest: +SKIP
 >>> flat = check([ids])                                   # doctest: +SKIP
 """
 
@@ -71,10 +71,6 @@ class InputCheck:
         import torch
 
         self._aminmax = torch.aminmax
-
-    @classmethod
-    def of(cls, plan: Any) -> InputCheck:
-        return cls(plan.graph, plan.constants)
 
     def __call__(self, flat: list[Any]) -> list[Any]:
         guard = self._guard
