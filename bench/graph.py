@@ -25,7 +25,9 @@ whichever of them a full collection pass lands in ~0.3 s), coverage (nodes per b
 partitions), the share of nodes each graph runtime accepts,
 the exported ATen targets, and the cost of the weights watch: ``plan.watch.stale()`` per call
 (timeit minimum in a loop, and the median right after a run of the plan) and one refresh after an
-in-place update of one weight. The load average (``os.getloadavg``) is printed with each table.
+in-place update of one weight, and the cost of checking each call against the captured signature
+(``input checks``: per call, the guard alone, and the full check of a call of new sizes). The load
+average (``os.getloadavg``) is printed with each table.
 
 Targets (issue 11): ranked plan >= 1.5x eager on the Llama decoder at batch 1 and never below eager;
 a one-partition plan >= 0.95x the same engine used directly; load >= 5x faster than capture;
@@ -394,6 +396,28 @@ def weights_watch(plan: Any, model: nn.Module, x: torch.Tensor, result: Result) 
     )
 
 
+def input_checks(plan: Any, x: torch.Tensor, result: Result) -> None:
+    """What checking a call against the captured signature costs (opcore.graph.signature): the whole check
+    as a call runs it (the guard passing, then each index bound's aminmax), the index bounds alone,
+    and the full signature check a call of new sizes or strides takes instead of the guard."""
+    import timeit
+
+    plan(x)  # makes the check and arms its guard
+    check = plan._inputs
+    flat = [x]
+    per_call = min(timeit.repeat(lambda: check(flat), number=2000, repeat=7)) / 2000
+    full = min(timeit.repeat(lambda: check.full(flat), number=500, repeat=7)) / 500
+    armed = check._guard  # None where no guard takes the inputs: every call then runs the full check
+    guard_cost = (
+        float("nan") if armed is None else min(timeit.repeat(lambda: armed(*flat), number=2000, repeat=7)) / 2000
+    )
+    bounds = ", ".join(f"{plan.graph.inputs[b.position]} in [{b.low}, {b.high}]" for b in check.bounds) or "none"
+    result.extra["input checks"] = (
+        f"{per_call * 1e6:.1f} us per call (guard {guard_cost * 1e6:.2f} us, index bounds: {bounds}); "
+        f"the full signature check, for new sizes or strides, {full * 1e6:.1f} us"
+    )
+
+
 def _inference(run: Callable[[], Any]) -> Callable[[], Any]:
     def inference() -> Any:
         with torch.inference_mode():
@@ -457,6 +481,7 @@ def bench_model(case: ModelCase, batch: int, skip: set[str], rounds: int, fastes
                 except Exception as error:  # a plan that cannot be saved says why, the bench goes on
                     result.extra["save/load"] = _reason(error)
                 weights_watch(plan, model, x, result)
+                input_checks(plan, x, result)
     for label, run in runs.items():
         try:
             result.diffs[label] = _diff(_tensor(run()), reference)

@@ -50,8 +50,11 @@ def test_cuda_plan_runs_on_the_cuda_backend_and_replays(llama):
     torch.testing.assert_close(again, want, atol=1e-4, rtol=1e-4)
     other = torch.randn_like(x)
     torch.testing.assert_close(plan(other)[0], model(other)[0].detach(), atol=1e-4, rtol=1e-4)
-    with pytest.raises(opcore.ArgumentError, match="shapes of the first call"):
+    # another size of a static plan: refused by the call's check (opcore.graph.signature) before the replay
+    with pytest.raises(opcore.ShapeError, match=r"argument 'x' expected size 2 at dim 0.*dynamic_shapes"):
         plan(torch.randn(3, 8, 32, device="cuda"))
+    with pytest.raises(opcore.DeviceError, match="argument 'x' expected a tensor on cuda"):
+        plan(x.cpu())
 
 
 def test_dynamic_cuda_plan_does_not_replay(llama):

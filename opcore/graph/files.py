@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from opcore._version import __version__
 from opcore.errors import OpcoreError
 from opcore.graph.errors import PlanFileError
-from opcore.graph.ir import FACTORIES, SCALAR_OPS, STATE_OPS, Graph, Node, ValueInfo, ValueRef
+from opcore.graph.ir import FACTORIES, SCALAR_OPS, STATE_OPS, CallSignature, Graph, Node, ValueInfo, ValueRef
 from opcore.types import Device, DType, TensorMeta
 
 if TYPE_CHECKING:
@@ -198,6 +198,7 @@ def save(plan: Any, path: Any) -> pathlib.Path:
             "fixed_inputs": [[position, encode(value)] for position, value in graph.fixed_inputs],
             "state": list(graph.state),
             "bounds": {name: list(interval) for name, interval in graph.bounds.items()},
+            **_signature_json(graph.signature),
             "values": {name: _meta_json(info) for name, info in graph.values.items()},
             "nodes": [
                 {
@@ -351,11 +352,40 @@ def _graph(record: Mapping[str, Any]) -> Graph:
             sources=dict(record.get("sources", {})),
             state=tuple(str(name) for name in record.get("state", [])),
             bounds={str(k): (int(v[0]), int(v[1])) for k, v in record.get("bounds", {}).items()},
+            signature=_signature_from(record),
         )
     except PlanFileError:
         raise
     except (KeyError, TypeError, ValueError, OpcoreError) as error:
         raise PlanFileError(f"{PLAN_FILE} has a malformed graph: {type(error).__name__}: {error}", op=_LOAD) from error
+
+
+def _signature_json(signature: CallSignature | None) -> dict[str, Any]:
+    """The call signature's fields in the graph record (absent where none was recorded)."""
+    if signature is None:
+        return {}
+    return {
+        "input_labels": list(signature.labels),
+        "size_ranges": {name: [low, high] for name, (low, high) in signature.ranges.items()},
+        "size_guards": list(signature.guards),
+    }
+
+
+def _signature_from(record: Mapping[str, Any]) -> CallSignature | None:
+    """The call signature of a graph record; None for a plan saved before it was recorded. Guards are
+    text that opcore.graph.signature reads with its closed interpreter, never evaluated as code."""
+    if "input_labels" not in record:
+        return None
+    labels = tuple(str(label) for label in record["input_labels"])
+    if len(labels) != len(record["inputs"]):
+        raise PlanFileError(
+            f"{PLAN_FILE} names {len(labels)} input labels for {len(record['inputs'])} inputs", op=_LOAD
+        )
+    ranges = {
+        str(name): (int(low), None if high is None else int(high))
+        for name, (low, high) in dict(record.get("size_ranges", {})).items()
+    }
+    return CallSignature(labels, ranges, tuple(str(g) for g in record.get("size_guards", [])))
 
 
 def _check_names(graph: Graph, kernels: Mapping[str, Any]) -> None:

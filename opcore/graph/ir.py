@@ -26,6 +26,7 @@ __all__ = [
     "FACTORIES",
     "SCALAR_OPS",
     "STATE_OPS",
+    "CallSignature",
     "Graph",
     "Node",
     "ValueInfo",
@@ -155,6 +156,22 @@ class Node:
 
 
 @dataclass(frozen=True, slots=True)
+class CallSignature:
+    """What a call of the captured model must satisfy beyond each input's meta and ``dims`` (checked by
+    opcore.graph.signature before a plan runs).
+
+    ``labels``: per graph input, in order, its name in the model's signature (``input_ids``,
+    ``pair[0]``); ``ranges``: per symbolic size (``s0``, or an expression of one such as ``2*s0``), the
+    range torch.export declared for it, ``[lo, hi]`` (hi None: no upper bound); ``guards``: torch.export's
+    guards on the input sizes, as it writes them (``L['x'].size()[0] > 4``).
+    """
+
+    labels: tuple[str, ...]
+    ranges: Mapping[str, tuple[int, int | None]] = field(default_factory=dict)
+    guards: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Graph:
     """A captured model. ``outputs``: the flat outputs (a ValueRef, or a constant such as None);
     ``out_spec`` / ``in_spec``: torch's pytree specs (as JSON) that rebuild the model's structures.
@@ -177,6 +194,9 @@ class Graph:
     # input name -> (lo, hi): the values a call may pass, checked by whoever declares them (capture_lm
     # checks token ids against the vocabulary); opcore.graph.ranges starts its proofs from them
     bounds: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    # the inputs' names in the model's signature, the ranges of their dynamic sizes and the exporter's
+    # guards on them; None: not recorded (a plan saved before they were), labels are the input names
+    signature: CallSignature | None = None
 
     def meta(self, name: str) -> TensorMeta:
         found = self.values[name].meta

@@ -29,6 +29,7 @@ from opcore.graph.ir import (
     substitute,
 )
 from opcore.graph.mapping import RULES, map_arguments
+from opcore.graph.signature import call_signature
 from opcore.runtime import runtime
 from opcore.types import Device, DType, TensorMeta
 
@@ -155,8 +156,18 @@ def lower(
         fixed_inputs=tuple(fixed),
         sources={spec.arg.name: str(spec.target) for spec in signature.input_specs if spec.target is not None},
         state=tuple(state_inputs),
+        signature=_with_state(
+            call_signature(program, [position for position, _ in fixed], len(example_flat)), state_inputs
+        ),
     )
     return graph, notes
+
+
+def _with_state(signature: Any, state_inputs: list[str]) -> Any:
+    """The call signature with the state inputs labelled by their own names (they follow the user's)."""
+    from dataclasses import replace
+
+    return replace(signature, labels=(*signature.labels, *state_inputs)) if state_inputs else signature
 
 
 def _state_placeholders(signature: Any) -> dict[str, str]:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from opcore.errors import OpcoreError
+from opcore.errors import OpcoreError, Unsupported
 from opcore.graph.ir import Graph, Node, ValueRef, refs_in
 from opcore.graph.measuring import Measured
 from opcore.graph.partition import CompiledPartition, PartitionCompiler, PartitionSpec, PartNode, compilers
@@ -119,15 +119,23 @@ class PartitionRecord:
 
     def step(self, slot_of: Mapping[str, int]) -> Step:
         return Step(
-            _torch_call(self.compiled, len(self.spec.outputs)),
+            _torch_call(self.compiled, len(self.spec.outputs), self.where()),
             tuple(Slot(slot_of[n]) for n in self.spec.inputs),
             tuple(slot_of[n] for n in self.spec.outputs),
         )
 
+    def where(self) -> str:
+        """``partition p0 on openvino (nodes embedding .. layer_norm_4, 56 nodes)``, for its run's errors."""
+        first, last, count = (self.nodes[0], self.nodes[-1], len(self.nodes)) if self.nodes else ("", "", 0)
+        span = f"{first} .. {last}, " if count > 1 else f"{first}, " if count else ""
+        return f"partition {self.name} on {self.backend} (nodes {span}{count} nodes)"
 
-def _torch_call(compiled: CompiledPartition, outputs: int) -> Callable[..., Any]:
+
+def _torch_call(compiled: CompiledPartition, outputs: int, where: str = "a partition") -> Callable[..., Any]:
     """The compiled partition between torch tensors: numpy views in, tensors sharing the results out
-    (one tensor for a partition with one output, as a node's step stores it)."""
+    (one tensor for a partition with one output, as a node's step stores it). A runtime's failure is
+    raised as it was (Unsupported: the runtime declined), its message naming the partition, its
+    backend and its nodes, with the runtime's own text in full (``run_failure``)."""
     import torch
 
     from_numpy = torch.from_numpy
@@ -137,16 +145,35 @@ def _torch_call(compiled: CompiledPartition, outputs: int) -> Callable[..., Any]
     def as_array(t: Any) -> Any:
         return t.contiguous().numpy()
 
+    def run(tensors: tuple[Any, ...]) -> Any:
+        try:
+            return compiled(*(as_array(t) for t in tensors))
+        except Unsupported as error:
+            raise run_failure(where, error) from error
+
     def call(*tensors: Any) -> tuple[Any, ...]:
-        return tuple(from_numpy(a) for a in compiled(*(as_array(t) for t in tensors)))
+        return tuple(from_numpy(a) for a in run(tensors))
 
     if outputs != 1:
         return call
 
     def call_one(*tensors: Any) -> Any:
-        return from_numpy(compiled(*(as_array(t) for t in tensors))[0])
+        return from_numpy(run(tensors)[0])
 
     return call_one
+
+
+def run_failure(where: str, error: Unsupported) -> Unsupported:
+    """The error of a partition whose runtime failed while running: ``where`` (the partition, its backend
+    and node range), then the runtime's own exception in full (the backend's Unsupported cites only its
+    first line).
+
+    >>> str(run_failure("partition p0 on example (nodes a .. b, 2 nodes)", Unsupported("p0 failed: boom")))
+    'partition p0 on example (nodes a .. b, 2 nodes) failed while running: Unsupported: p0 failed: boom.'
+    """
+    cause = error.__cause__ or error
+    text = str(cause).strip() or type(cause).__name__
+    return Unsupported(f"{where} failed while running: {type(cause).__name__}: {text}")
 
 
 def graph_backends(options: Any) -> list[tuple[str, PartitionCompiler]]:
@@ -168,6 +195,7 @@ def place_partitions(
     saved: Mapping[str, Any] | None = None,
     measured: Measured | None = None,
     proof: ValueProof | None = None,
+    unchecked: Mapping[str, str] | None = None,
 ) -> tuple[list[PartitionRecord], dict[str, Decision], dict[str, tuple[Verdict, ...]]]:
     """Group, cost and compile the partitions; return them, the decision of every node they take,
     and for the nodes a compile failure or a measurement left out, that verdict (explain shows it).
@@ -177,6 +205,8 @@ def place_partitions(
     its nodes run per node and keep the faster (else the estimated cost rule, ``pays``, decides).
     ``proof``: the plan's value ranges (opcore.graph.ranges): a graph backend that computes int64
     narrower (its compiler's ``int64_as``) may take the nodes whose values are proven to fit.
+    ``unchecked``: node name -> why its indices are not proven in range (opcore.graph.bounds); such a
+    node stays out of partitions, which do not check indices, and runs on its kernel, which does.
     """
     if options.device != "cpu" and not options.device.startswith("cpu"):
         return [], {}, {}  # graph runtimes take host arrays; a cuda plan runs on the cuda backend's kernels
@@ -189,11 +219,18 @@ def place_partitions(
     }
     records: list[PartitionRecord] = []
     claimed: dict[str, Decision] = {}
+    unchecked = unchecked or {}
     for backend, compiler in graph_backends(options):
+        # nodes whose indices no range proves: their kernels check them, a partition would not
+        unsafe = {
+            name: f"its indices are not proven in range and a partition does not check them ({why})"
+            for name, why in unchecked.items()
+            if _accepts(graph, graph.nodes[_position(graph, name)], backend, compiler, verdicts)
+        }
         refused: dict[str, str] = {}
         slow: dict[str, str] = {}  # nodes of partitions measured slower than their nodes per node
         while True:
-            taken = claimed.keys() | refused.keys() | slow.keys()
+            taken = claimed.keys() | refused.keys() | slow.keys() | unsafe.keys()
             accepted = [
                 i
                 for i, node in enumerate(graph.nodes)
@@ -238,7 +275,7 @@ def place_partitions(
             for record in records:
                 if record.backend == backend:
                     record.note += "; left out after a compile failure: " + ", ".join(sorted(refused))
-        for name, reason in (*refused.items(), *slow.items()):
+        for name, reason in (*refused.items(), *slow.items(), *unsafe.items()):
             verdicts[name] = (*verdicts[name], Verdict(backend, "declined", reason, f"{backend} partition"))
     refusals = {
         name: tuple(v for v in rows if v.kernel.endswith(" partition"))
@@ -246,6 +283,10 @@ def place_partitions(
         if name not in claimed and any(v.kernel.endswith(" partition") for v in rows)
     }
     return records, claimed, refusals
+
+
+def _position(graph: Graph, name: str) -> int:
+    return next(i for i, node in enumerate(graph.nodes) if node.name == name)
 
 
 def _claimed(node: Node, record: PartitionRecord, verdicts: tuple[Verdict, ...]) -> Decision:

@@ -21,6 +21,7 @@ from opcore.types import Device
 
 if TYPE_CHECKING:
     from opcore.graph.exported import ExportedStep
+    from opcore.graph.signature import InputCheck
     from opcore.torchkit.watch import TensorWatch
 
 __all__ = ["Plan", "PlanOptions", "assemble", "torch_route"]
@@ -89,6 +90,7 @@ class Plan:
         self._specs: tuple[Any, Any] | None = None
         self._plain: tuple[int, type] | None = None  # see _plain_call
         self._plain_out: int | None = None  # see _returns_plainly
+        self._inputs: InputCheck | None = None  # the call's checks (opcore.graph.signature), made on first call
         self._replay: Any = None  # a CUDA graph replay (device="cuda", static shapes), made on first call
         # the exported program this plan runs as its one step (the torch route of a captured plan);
         # None: the program runs the decided steps (a loaded plan's torch route too, node by node)
@@ -126,10 +128,19 @@ class Plan:
         return self._plain
 
     def flatten(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[Any]:
-        """The runtime inputs in graph order, from the model's call arguments."""
+        """The runtime inputs in graph order, from the model's call arguments, checked against the
+        captured signature (opcore.graph.signature: dtypes, devices, sizes, index bounds)."""
+        check = self._inputs
+        if check is None:
+            from opcore.graph.signature import InputCheck
+
+            check = self._inputs = InputCheck(self.graph, self.constants)
         count, tensor = self._plain_call()
         if len(args) == count and not kwargs and all(isinstance(a, tensor) for a in args):
-            return list(args)  # a tensor is a pytree leaf: the walk below would give the same list
+            return check(list(args))  # a tensor is a pytree leaf: the walk below would give the same list
+        return check(self._flat(args, kwargs))
+
+    def _flat(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[Any]:
         from torch.utils import _pytree
 
         flat, spec = _pytree.tree_flatten((tuple(args), dict(kwargs)))
@@ -138,11 +149,12 @@ class Plan:
         wanted = len(self.graph.inputs) + len(fixed)
         if len(flat) != wanted or (expected is not None and spec != expected):
             from opcore.errors import ArgumentError
+            from opcore.graph.signature import describe_call
 
             raise ArgumentError(
                 op="Plan",
                 arg="inputs",
-                expected=f"the structure the model was captured with ({wanted} values: {expected})",
+                expected=f"the structure the model was captured with: {describe_call(self.graph)} ({wanted} values)",
                 found=f"{len(flat)} values: {spec}",
                 fix="call the plan as the model was called at capture time",
             )
@@ -458,12 +470,17 @@ def _assemble(
     example = example_tensors(graph, constants)
     proof = _proof(graph, constants, options)
     partitions: Sequence[Any] = ()
+    unchecked: Mapping[str, str] = {}
     claimed: Mapping[str, Decision] = {}
     refusals: Mapping[str, Any] = {}
     if options.partitions:
+        from opcore.graph.bounds import index_bounds
         from opcore.graph.partitioning import place_partitions
 
-        partitions, claimed, refusals = place_partitions(graph, constants, options, example, saved, measured, proof)
+        unchecked = index_bounds(graph, constants).unchecked
+        partitions, claimed, refusals = place_partitions(
+            graph, constants, options, example, saved, measured, proof, unchecked
+        )
     calls: list[NodeCall | None] = []
     for node in graph.nodes:
         if node.name in claimed:
@@ -488,7 +505,14 @@ def _assemble(
     else:
         units = range(len(graph.nodes))
     program = build_program(graph, units, calls, constants, graph.inputs, graph.outputs)
-    return Plan(graph, decisions, program, constants, options, partitions)
+    plan = Plan(graph, decisions, program, constants, options, partitions)
+    inside = sorted(name for name in unchecked if name in claimed)  # a saved plan's partitions, as saved
+    if inside:
+        plan.notes.append(
+            f"indices not checked: {', '.join(inside)} run inside a saved partition, which does not check their "
+            "indices and no value range proves them (opcore.graph.bounds); capture the model again"
+        )
+    return plan
 
 
 def _proof(graph: Graph, constants: Mapping[str, Any], options: PlanOptions) -> ValueProof | None:

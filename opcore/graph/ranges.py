@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy
 
-from opcore.graph.ir import Graph, Node, refs_in, substitute
+from opcore.graph.ir import Graph, Node, ValueRef, refs_in, substitute
 from opcore.types import DType, TensorMeta
 
 __all__ = [
@@ -40,6 +40,17 @@ __all__ = [
 
 Interval = tuple[int, int]
 Rule = Callable[..., "Interval | None"]
+
+
+class _Unknown:
+    """A value only known at run time, as rules get it: never an interval, and never taken for an absent
+    argument (``arange(0, s0)`` is not ``arange(0)``: ``None`` would read so)."""
+
+    def __repr__(self) -> str:
+        return "UNKNOWN"
+
+
+UNKNOWN = _Unknown()
 
 
 def dtype_range(dtype: DType) -> Interval | None:
@@ -190,9 +201,15 @@ def _full(size: Any, fill_value: Any, dtype: str | None = None, device: str = "c
 
 
 def _arange(start: Any, end: Any = None, step: Any = 1, dtype: Any = None, device: str = "cpu") -> Interval | None:
-    # every value lies between start and end (end excluded, so the hull is conservative by one step);
-    # arange(n) counts from 0; a bound known only at run time leaves the result unknown
-    return _hull((0, 0), known(start)) if end is None else _hull(known(start), known(end))
+    # every value lies between start and end; with a positive integer step the end is excluded
+    # (start + k*step < end), else the hull is conservative by one step; arange(n) counts from 0; a
+    # bound known only at run time leaves the result unknown
+    if end is None:
+        return _hull((0, 0), known(start))
+    a, b, s = known(start), known(end), known(step)
+    if a is not None and b is not None and s is not None and s[0] >= 1:
+        return (a[0], max(a[0], b[1] - 1))
+    return _hull(a, b)
 
 
 # op -> its rule, called with the node's arguments in schema order (tensors as TensorMeta with bounds)
@@ -252,15 +269,28 @@ def _fit(interval: Interval | None, dtype: DType) -> Interval | None:
     return interval if interval is not None and _within(interval, own) else own
 
 
-def value_ranges(graph: Graph, constants: Mapping[str, Any]) -> dict[str, Interval]:
+def value_ranges(
+    graph: Graph,
+    constants: Mapping[str, Any],
+    *,
+    inputs: Mapping[str, Interval] | None = None,
+    sizes: Mapping[str, Interval] | None = None,
+) -> dict[str, Interval]:
     """For each bool or integer tensor of ``graph`` whose values are bounded more tightly than int64's
     range: the interval proven for them. Constants are measured (min and max); inputs are unknown
     unless the graph declares their bounds (``Graph.bounds``).
 
+    ``inputs``: intervals assumed for graph inputs (what a check at the plan's entry makes true);
+    ``sizes``: the range of each symbolic size (``s0``), which size computations (``sym_size`` and
+    the arithmetic on it) then carry to the tensors built from them (an ``arange(s0)``). Planning
+    passes neither: a size's range is a promise of the caller's that opcore.graph.signature checks.
+
     >>> value_ranges(graph, constants)["cumsum"]  # doctest: +SKIP
     (0, 64)
     """
-    found: dict[str, Interval] = dict(graph.bounds)  # what the plan's caller guarantees of its inputs
+    # what the plan's caller guarantees of its inputs (Graph.bounds), and what an entry check assumes
+    found: dict[str, Interval] = {**graph.bounds, **(inputs or {})}
+    scalars: dict[str, Interval] = {}  # size computations' results (with ``sizes`` only)
     for name in graph.constants:
         meta = graph.values[name].meta
         value = constants.get(name)
@@ -270,8 +300,9 @@ def value_ranges(graph: Graph, constants: Mapping[str, Any]) -> dict[str, Interv
 
     def lookup(name: str) -> Any:
         info = graph.values[name]
-        if info.meta is None:
-            return None  # a size computed at run time: unknown
+        if info.meta is None:  # a size computed at run time: unknown, unless its range is known
+            interval = scalars.get(name)
+            return UNKNOWN if interval is None else TensorMeta((), DType.INT64, bounds=interval)
         meta = bounded(info.meta, found.get(name))
         if info.dynamic_axes:  # sizes that change per call: -1, which the size-reading rules refuse
             meta = replace(meta, shape=tuple(-1 if i in info.dynamic_axes else n for i, n in enumerate(meta.shape)))
@@ -279,6 +310,10 @@ def value_ranges(graph: Graph, constants: Mapping[str, Any]) -> dict[str, Interv
 
     for node in graph.nodes:
         if node.scalar:
+            if sizes is not None:
+                interval = _size_range(graph, node, sizes, lookup)
+                if interval is not None:
+                    scalars.update(dict.fromkeys(node.outputs, interval))
             continue
         interval = result_range(node.op, substitute(node.args, lookup))
         for output in node.outputs:
@@ -289,6 +324,21 @@ def value_ranges(graph: Graph, constants: Mapping[str, Any]) -> dict[str, Interv
             if fitted is not None and fitted != dtype_range(DType.INT64):
                 found[output] = fitted
     return found
+
+
+def _size_range(
+    graph: Graph, node: Node, sizes: Mapping[str, Interval], lookup: Callable[[str], Any]
+) -> Interval | None:
+    """The range of a size computation's result: a symbolic size's declared range, a static size
+    itself, the arithmetic rules (add, sub, mul, neg) on those; None for anything else."""
+    if node.op == "sym_size":
+        x, dim = node.args
+        dims = graph.values[x.name].dims if isinstance(x, ValueRef) else ()
+        size = dims[dim] if isinstance(dim, int) and -len(dims) <= dim < len(dims) else None
+        return (size, size) if isinstance(size, int) else sizes.get(size) if isinstance(size, str) else None
+    if node.op in ("add", "sub", "mul", "neg"):
+        return result_range(node.op, substitute(node.args, lookup))
+    return None
 
 
 def bounded(meta: TensorMeta, interval: Interval | None) -> TensorMeta:
