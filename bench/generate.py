@@ -17,23 +17,27 @@ runners-up are relative to float error, are the same with it or without it; only
 Each model runs at every --threads (torch.set_num_threads) and --batches: a prompt of --prompt random
 tokens per row (no padding), then --new tokens, greedy, with ``min_new_tokens`` = --new so that no
 row stops early. Each column's first call is untimed (it pays for capture or compile; the compile
-column makes a second, warm one too); then --rounds calls of every column take turns in a new order each round. Per call
-the host notes when each new token reaches it (a transformers streamer's ``put``; opcore's
-``stream``, each step's tokens copied to the host): time to first token (TTFT) is from the call to
-the first new token (tokenised prompt in, prefill and the first choice), decode tokens/s is
-batch x (--new - 1) tokens over the time from the first new token to the last.
+column makes a second, warm one too); then --rounds calls of every column take turns, in a new
+order each round: the table gives their median and, for decode, their min-max. Per call the host
+notes when each new token reaches it (a transformers streamer's ``put``; opcore's ``stream``, each
+step's tokens copied to the host): time to first token (TTFT) is from the call to the first new
+token (the prefill and the first choice), decode tokens/s is batch x (--new - 1) tokens over the
+time from the first new token to the last.
 
 Columns (CPU):
   eager dynamic / eager static: ``model.generate`` with the default dynamic cache and with
-    ``cache_implementation="static"`` ("x eager" ratios are against the better of the two for that
-    figure);
+    ``cache_implementation="static"`` (the "TTFT x eager" and "decode x eager" ratios are against
+    the better of the two for that figure);
   compile: ``model.forward = torch.compile(model.forward, fullgraph=True)`` (mode "default" on the CPU,
     "reduce-overhead" on a GPU) and a static cache; its compile time is its first call minus a warm
     one; where it fails, the reason (``--skip compile``: Inductor compiles for minutes here);
   optimum-intel: with ``--optimum``, OVModelForCausalLM (OpenVINO) in its own virtualenv under
     build/optimum-intel (torch==2.13.0 pinned and constraints.txt, one install attempt of at most
     INSTALL_S seconds; its verdict is cached in build/optimum-intel/verdict.json: delete it to try
-    again). Where it cannot be installed or imported, the table gives why;
+    again). Where it cannot be installed or imported, the table gives why. optimum-intel 2.2.0 asks
+    for transformers<5.6 (this project's environment has 5.23), torchvision (whose wheels do not load
+    with the CPU build of torch), nncf and openvino-tokenizers; the one attempt on the 2-core build
+    machine (2026-11-27) did not finish within 180 s, so no figures for it were taken there;
   opcore: ``opcore.graph.capture_lm(model, max_length=prompt + new, batch_size=batch)`` (captured for
     each thread count and batch: its decode plan is measured at capture), capture time as "build s";
   bandwidth ceiling: the decode rate memory bandwidth allows. The bytes one decode step must read are
@@ -46,17 +50,20 @@ Columns (CPU):
 
 Other columns: "build s" (capture, or compile time), "peak MB" (the process's peak resident set,
 VmHWM, over the column's build and first call, reset before them through /proc/self/clear_refs:
-it includes the model itself), "tokens" (= where the greedy tokens equal eager dynamic's, else the
-first step that differs), and the 1-minute load average after each group of rows. After each table:
-the process's peak RSS over the model (VmHWM, read from /proc/self/status), the bytes per step,
-"tokens identical: yes/no" (opcore's tokens against eager's at every thread count and batch), and
-the targets at batch 1, met or MISSED (not asserted): decode >= 2.5x eager (small), >= 1.5x eager
-(135m), >= 0.9 of the bandwidth ceiling (0.5b); TTFT <= 0.7x eager; decode >= compile's; capture
-<= 1/3 of compile time.
+it includes the model itself; optimum-intel's is its worker process's own), "tokens" (= where the
+greedy tokens equal eager dynamic's, else the first step that differs), and the 1-minute load
+average after each group of rows (the bytes per step and the bandwidth are in the ceiling row's
+note). After each table: the process's peak RSS over
+the model (VmHWM, read from /proc/self/status), "tokens identical: yes/no" (opcore's tokens against
+eager's at every thread count and batch), and the targets at batch 1, met or MISSED (not asserted):
+decode >= 2.5x eager (small), >= 1.5x eager (135m), >= 0.9 of the bandwidth ceiling (0.5b); TTFT
+<= 0.7x eager; decode >= compile's; capture <= 1/3 of compile time.
 
-Threads: torch's pool is set to --threads; opcore's graph-runtime partitions (ONNX Runtime,
-OpenVINO) run at their runtimes' defaults, the machine's cores, and their pools stop spinning when a
-run returns (opcore's session options), so the two never spin on the same cores at once. The
+Threads: torch's pool is set to --threads (and the bandwidth is read at it). opcore's graph-runtime
+partitions (ONNX Runtime, OpenVINO) run at their runtimes' defaults, the machine's cores: at
+--threads 1 a plan's partitions may use both cores where eager's torch uses one. opcore's ONNX
+Runtime sessions stop spinning when a run returns (opcore's session options), so their pool does not
+hold the cores while torch runs. The columns run one after another, never two at once; the
 optimum-intel worker is a separate process, given INFERENCE_NUM_THREADS = --threads, while this one
 waits.
 
@@ -429,7 +436,8 @@ def optimum_python(folder: pathlib.Path = OPTIMUM_DIR, limit_s: float = INSTALL_
             "-m",
             "pip",
             "install",
-            "--quiet",
+            "--progress-bar",
+            "off",
             TORCH_PIN,
             "optimum-intel[openvino]",
             "-c",
@@ -447,8 +455,11 @@ def optimum_python(folder: pathlib.Path = OPTIMUM_DIR, limit_s: float = INSTALL_
             break
         try:
             done = subprocess.run(step, check=False, capture_output=True, text=True, timeout=left)
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired as expired:
+            partial = expired.stdout or b""  # what it printed before it was stopped (bytes, even with text=True)
+            text = partial.decode(errors="replace") if isinstance(partial, bytes) else partial
             why = f"install time-boxed to {limit_s:.0f} s: {' '.join(step[1:4])} did not finish"
+            why += f" (its last line: {_last_error(text)})" if text.strip() else ""
             break
         if done.returncode != 0:
             name = "import" if step[1] == "-c" else "pip install" if "pip" in step else "venv"
@@ -607,7 +618,8 @@ def bench_group(
     rounds(columns, options.rounds)
     bandwidth = state["bandwidth"][threads]
     step = decode_bytes(weight_bytes_read(model), shape, batch, length)
-    state["peak"] = max(state.get("peak", 0.0), peak_rss_mb() or 0.0)
+    in_process = [c.peak_mb or 0.0 for c in columns if c.label != "optimum-intel"]  # the worker's is its own
+    state["peak"] = max(state.get("peak", 0.0), peak_rss_mb() or 0.0, *in_process)
     del lm
     gc.collect()
     return Group(
@@ -766,7 +778,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--models", help=f"comma-separated, of {', '.join(SHAPES)} (default: all; {','.join(CUDA_MODELS)} on cuda)"
     )
     parser.add_argument("--batches", help=f"comma-separated (default {','.join(map(str, BATCHES))}; 1 on cuda)")
-    parser.add_argument("--threads", default=",".join(map(str, THREADS)), help="torch thread counts, comma-separated")
+    parser.add_argument(
+        "--threads", help=f"torch thread counts, comma-separated (default {','.join(map(str, THREADS))}; 1 on cuda)"
+    )
     parser.add_argument("--prompt", type=int, default=PROMPT, help="prompt tokens per row (>= 2)")
     parser.add_argument("--new", type=int, default=NEW, help="new tokens per row (>= 2)")
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="timed generate calls per column (median, min-max)")
@@ -785,7 +799,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--models: unknown {', '.join(unknown) or '(none)'}; expected some of {', '.join(SHAPES)}")
     default_batches = ",".join(map(str, CUDA_BATCHES if cuda else BATCHES))
     options.batches = _ints(options.batches or default_batches, "--batches", parser)
-    options.threads = _ints(options.threads, "--threads", parser)
+    options.threads = _ints(options.threads or ("1" if cuda else ",".join(map(str, THREADS))), "--threads", parser)
     options.skip = {s for s in options.skip.split(",") if s}
     wrong = sorted(options.skip - set(SKIPPABLE))
     if wrong:
@@ -846,6 +860,8 @@ def main(argv: list[str] | None = None) -> int:
         if options.optimum:
             state["optimum"] = optimum_python()
         reset_peak_rss()
+        if device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
         with _quiet_transformers():
             model = shape.build(options.prompt + options.new, device)
             params = sum(p.numel() for p in model.parameters())

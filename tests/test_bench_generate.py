@@ -34,7 +34,7 @@ def test_the_defaults_are_the_issues_runs(bench):
 
 def test_cuda_defaults_to_the_small_models_at_batch_1(bench):
     options = bench.parse_args(["--device", "cuda"])
-    assert (options.models, options.batches) == (("small", "135m"), (1,))
+    assert (options.models, options.batches, options.threads) == (("small", "135m"), (1,), (1,))
 
 
 def test_options_are_parsed(bench):
