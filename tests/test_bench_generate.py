@@ -120,3 +120,27 @@ def test_the_first_differing_step(bench):
     assert bench.first_difference(reference.clone(), reference, 2) == "="
     assert bench.first_difference(torch.tensor([[1, 2, 3, 4, 6]]), reference, 2) == "step 2"
     assert bench.first_difference(None, reference, 2) == "-"
+
+
+def _column(bench, label, ttft, decode, build_s=None):
+    column = bench.Column(label, build_s=build_s)
+    column.samples = [bench.Sample(ttft, decode, torch.zeros(1, 1), 0.0)]
+    return column
+
+
+def test_the_targets_are_judged_against_the_better_eager_and_compile(bench):
+    columns = [
+        _column(bench, "eager dynamic", 0.100, 100.0),
+        _column(bench, "eager static", 0.080, 90.0),
+        _column(bench, "compile", 0.090, 200.0, build_s=60.0),
+        _column(bench, "opcore", 0.050, 260.0, build_s=30.0),
+    ]
+    group = bench.Group(1, 1, columns, ceiling=400.0, step_bytes=1, bandwidth=1.0, load=0.0)
+    found = bench.targets(bench.SHAPES["small"], group)
+    assert found == [
+        "decode 2.60x eager >= 2.5 met",
+        "TTFT 0.62x eager <= 0.7 met",  # against eager static's 80 ms, the better TTFT
+        "decode 1.30x compile's >= 1 met",
+        "capture 30.0 s = 0.50 of compile's 60.0 s <= 1/3 MISSED",
+    ]
+    assert bench.targets(bench.SHAPES["0.5b"], group)[0] == "decode 0.65 of the bandwidth ceiling >= 0.9 MISSED"
