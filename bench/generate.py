@@ -1,0 +1,880 @@
+"""Text generation: eager transformers ``generate``, torch.compile, optimum-intel and opcore's
+``capture_lm``, each against this machine's memory-bandwidth ceiling.
+
+Models (random weights, fp32, built from configs: nothing is downloaded), Llama-style decoders at
+three sizes: "small" (LlamaForCausalLM, 2 layers, hidden 512, 8 heads, intermediate 1376, vocabulary
+4096, untied lm_head: bench/graph.py's Llama), "135m" (a SmolLM2-135M shape: LlamaConfig hidden 576,
+30 layers, 9 heads, 3 kv heads, intermediate 1536, vocabulary 49152, tied embeddings) and "0.5b" (a
+Qwen2-0.5B shape: Qwen2Config hidden 896, 24 layers, 14 heads, 2 kv heads, intermediate 4864,
+vocabulary 151936, tied embeddings). The logits are scaled by LOGIT_SCALE (16), so that they spread
+over tens of units as a trained model's do (random initialisation gives a standard deviation of ~0.5):
+an untied lm_head's weight is multiplied by it; with tied embeddings the table is the input
+embedding too, so the final RMSNorm's gain is multiplied instead — the logits, ``lm_head(norm(h))``,
+are linear in both, so that is the same model as a scaled untied copy, without a second table in
+memory. (A positive scale leaves every argmax where it was: greedy tokens, and how close their
+runners-up are relative to float error, are the same with it or without it; only sampling would see it.)
+
+Each model runs at every --threads (torch.set_num_threads) and --batches: a prompt of --prompt random
+tokens per row (no padding), then --new tokens, greedy, with ``min_new_tokens`` = --new so that no
+row stops early. Each column's first call is untimed (it pays for capture or compile; the compile
+column makes a second, warm one too); then --rounds calls of every column take turns, in a new
+order each round: the table gives their median and, for decode, their min-max. Per call the host
+notes when each new token reaches it (a transformers streamer's ``put``; opcore's ``stream``, each
+step's tokens copied to the host): time to first token (TTFT) is from the call to the first new
+token (the prefill and the first choice), decode tokens/s is batch x (--new - 1) tokens over the
+time from the first new token to the last.
+
+Columns (CPU):
+  eager dynamic / eager static: ``model.generate`` with the default dynamic cache and with
+    ``cache_implementation="static"`` (the "TTFT x eager" and "decode x eager" ratios are against
+    the better of the two for that figure);
+  compile: ``model.forward = torch.compile(model.forward, fullgraph=True)`` (mode "default" on the CPU,
+    "reduce-overhead" on a GPU) and a static cache; its compile time is its first call minus a warm
+    one; where it fails, the reason (``--skip compile``: Inductor compiles for minutes here);
+  optimum-intel: with ``--optimum``, OVModelForCausalLM (OpenVINO) in its own virtualenv under
+    build/optimum-intel (torch==2.13.0 pinned and constraints.txt, one install attempt of at most
+    INSTALL_S seconds; its verdict is cached in build/optimum-intel/verdict.json: delete it to try
+    again). Where it cannot be installed or imported, the table gives why. optimum-intel 2.2.0 asks
+    for transformers<5.6 (this project's environment has 5.23), torchvision (whose wheels do not load
+    with the CPU build of torch), nncf and openvino-tokenizers; the one attempt on the 2-core build
+    machine (2026-11-27) did not finish within 180 s, so no figures for it were taken there;
+  opcore: ``opcore.graph.capture_lm(model, max_length=prompt + new, batch_size=batch)`` (captured for
+    each thread count and batch: its decode plan is measured at capture), capture time as "build s";
+  bandwidth ceiling: the decode rate memory bandwidth allows. The bytes one decode step must read are
+    every weight but the input embedding table (one row of it is read; with tied embeddings the
+    table is counted once, as the lm_head), plus the KV cache at its full length, prompt + new (what
+    a static cache's attention reads every step): 2 x layers x batch x kv_heads x head_dim x length x
+    4 bytes. The read bandwidth is measured at the same thread count, a torch ``sum`` over a
+    BANDWIDTH_MB MB buffer (far larger than the caches), best of 5. Ceiling = batch x bandwidth /
+    bytes per step; "of ceiling" is each decode figure over it.
+
+Other columns: "build s" (capture, or compile time), "peak MB" (the process's peak resident set,
+VmHWM, over the column's build and first call, reset before them through /proc/self/clear_refs:
+it includes the model itself; optimum-intel's is its worker process's own), "tokens" (= where the
+greedy tokens equal eager dynamic's, else the first step that differs), and the 1-minute load
+average after each group of rows (the bytes per step and the bandwidth are in the ceiling row's
+note). After each table: the process's peak RSS over
+the model (VmHWM, read from /proc/self/status), "tokens identical: yes/no" (opcore's tokens against
+eager's at every thread count and batch), and the targets at batch 1, met or MISSED (not asserted):
+decode >= 2.5x eager (small), >= 1.5x eager (135m), >= 0.9 of the bandwidth ceiling (0.5b); TTFT
+<= 0.7x eager; decode >= compile's; capture <= 1/3 of compile time.
+
+Threads: torch's pool is set to --threads (and the bandwidth is read at it). opcore's graph-runtime
+partitions (ONNX Runtime, OpenVINO) run at their runtimes' defaults, the machine's cores: at
+--threads 1 a plan's partitions may use both cores where eager's torch uses one. opcore's ONNX
+Runtime sessions stop spinning when a run returns (opcore's session options), so their pool does not
+hold the cores while torch runs. The columns run one after another, never two at once; the
+optimum-intel worker is a separate process, given INFERENCE_NUM_THREADS = --threads, while this one
+waits.
+
+On a GPU (``--device cuda``; scripts/gpu_check.sh runs it with 120 s): models small,135m and batch 1
+by default; eager, compile (mode="reduce-overhead") and ``capture_lm(..., device="cuda")``, every
+token synchronised to the host; the bandwidth is the GPU's, and ``torch.cuda.max_memory_allocated``
+is printed with the RSS. No usable GPU: exit status 2, with why.
+
+    python bench/generate.py                                # every model, batch 1 and 4, 1 and 2 threads
+    python bench/generate.py --models small --batches 1 --threads 1 --rounds 3   # about a minute
+    python bench/generate.py --models 135m --batches 1 --skip compile
+    python bench/generate.py --models small --optimum       # optimum-intel too, where it installs
+    python bench/generate.py --device cuda                  # on a GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import os
+import pathlib
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _timing import table
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PROMPT, NEW, ROUNDS = 128, 128, 3
+BATCHES, THREADS = (1, 4), (1, 2)
+CUDA_MODELS, CUDA_BATCHES = ("small", "135m"), (1,)
+LOGIT_SCALE = 16.0
+BANDWIDTH_MB = 512
+SKIPPABLE = ("static", "compile", "opcore")
+OPTIMUM_DIR = ROOT / "build" / "optimum-intel"
+INSTALL_S = 180
+TORCH_PIN = "torch==2.13.0"
+
+
+# --- the models ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A decoder's shape: what its transformers config is built from."""
+
+    name: str
+    title: str
+    family: str  # "llama" or "qwen2"
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    intermediate: int
+    vocab: int
+    tied: bool
+    rope_theta: float = 10000.0
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    def config(self, max_length: int) -> Any:
+        import transformers
+
+        kind = transformers.Qwen2Config if self.family == "qwen2" else transformers.LlamaConfig
+        return kind(
+            vocab_size=self.vocab,
+            hidden_size=self.hidden,
+            intermediate_size=self.intermediate,
+            num_hidden_layers=self.layers,
+            num_attention_heads=self.heads,
+            num_key_value_heads=self.kv_heads,
+            max_position_embeddings=max(max_length, 512),
+            tie_word_embeddings=self.tied,
+            rope_parameters={"rope_type": "default", "rope_theta": self.rope_theta},
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=0,
+        )
+
+    def build(self, max_length: int, device: str = "cpu") -> Any:
+        """The model, random weights (seed 0, initialised on the CPU), fp32, eval mode, its logits scaled
+        (scale_logits); device "meta": the shapes alone (tests count its bytes)."""
+        import transformers
+
+        torch.manual_seed(0)
+        config = self.config(max_length)
+        kind = transformers.Qwen2ForCausalLM if self.family == "qwen2" else transformers.LlamaForCausalLM
+        with torch.device("meta" if device == "meta" else "cpu"):  # meta: shapes only, no memory
+            model = kind(config).eval()
+        scale_logits(model, LOGIT_SCALE)
+        return model if device == "meta" else model.to(device)
+
+
+SHAPES = {
+    "small": Shape("small", "small Llama (2 layers, hidden 512)", "llama", 512, 2, 8, 8, 1376, 4096, False),
+    "135m": Shape("135m", "SmolLM2-135M shape (LlamaConfig)", "llama", 576, 30, 9, 3, 1536, 49152, True, 100000.0),
+    "0.5b": Shape("0.5b", "Qwen2-0.5B shape (Qwen2Config)", "qwen2", 896, 24, 14, 2, 4864, 151936, True, 1000000.0),
+}
+
+
+def tied(model: Any) -> bool:
+    """Whether the lm_head reads the input embedding's table."""
+    head, embedding = model.get_output_embeddings(), model.get_input_embeddings()
+    return head is not None and head.weight is embedding.weight
+
+
+def scale_logits(model: Any, scale: float) -> None:
+    """Multiply the logits by ``scale``: an untied lm_head's weight, else (tied: the table is also the
+    input embedding) the final norm's gain, which the lm_head reads — the same logits either way."""
+    with torch.no_grad():
+        if tied(model):
+            model.model.norm.weight.mul_(scale)
+        else:
+            model.get_output_embeddings().weight.mul_(scale)
+
+
+# --- bytes per decode step and the bandwidth ceiling ----------------------------------------------
+
+
+def weight_bytes_read(model: Any) -> int:
+    """The bytes of the weights one decode step reads: every parameter (a tensor shared by two
+    modules counted once) but the input embedding table, of which a step reads one row per token;
+    with tied embeddings the table is the lm_head's, read whole, and counted once as that."""
+    seen: dict[int, int] = {}
+    for parameter in model.parameters():  # parameters() yields a shared tensor once
+        seen[id(parameter)] = parameter.numel() * parameter.element_size()
+    total = sum(seen.values())
+    if not tied(model):
+        table = model.get_input_embeddings().weight
+        total -= table.numel() * table.element_size()
+    return total
+
+
+def kv_cache_bytes(layers: int, batch: int, kv_heads: int, head_dim: int, length: int, dtype_bytes: int = 4) -> int:
+    """Keys and values of every layer, ``length`` positions of each row."""
+    return 2 * layers * batch * kv_heads * head_dim * length * dtype_bytes
+
+
+def decode_bytes(weights: int, shape: Shape, batch: int, length: int, dtype_bytes: int = 4) -> int:
+    """What one decode step must read: the weights (weight_bytes_read) and the KV cache at ``length``."""
+    return weights + kv_cache_bytes(shape.layers, batch, shape.kv_heads, shape.head_dim, length, dtype_bytes)
+
+
+def ceiling_tokens_per_s(step_bytes: int, bandwidth: float, batch: int) -> float:
+    """Decode tokens/s (all rows) that reading ``step_bytes`` per step at ``bandwidth`` B/s allows."""
+    return batch * bandwidth / step_bytes
+
+
+def read_bandwidth(device: str, megabytes: int = BANDWIDTH_MB, repeats: int = 5) -> float:
+    """Bytes/s a torch ``sum`` reads from a buffer far larger than the caches (best of ``repeats``),
+    at torch's current thread count."""
+    buffer = torch.ones(megabytes * (1 << 20) // 4, dtype=torch.float32, device=device)
+    best = float("inf")
+    for _ in range(repeats + 1):  # the first call pays for page faults and the pool's start
+        _sync(device)
+        started = time.perf_counter()
+        buffer.sum()
+        _sync(device)
+        best = min(best, time.perf_counter() - started)
+    nbytes = buffer.numel() * 4
+    del buffer
+    return nbytes / best
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+# --- memory --------------------------------------------------------------------------------------
+
+
+def _status_kb(key: str) -> int | None:
+    try:
+        for line in pathlib.Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def peak_rss_mb() -> float | None:
+    """The process's peak resident set (VmHWM) in MB, None where /proc has none."""
+    kb = _status_kb("VmHWM")
+    return None if kb is None else kb / 1024
+
+
+def reset_peak_rss() -> bool:
+    """Start VmHWM again from the current resident set (Linux: "5" to /proc/self/clear_refs)."""
+    try:
+        pathlib.Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+# --- one generate call, timed ---------------------------------------------------------------------
+
+
+@dataclass
+class Sample:
+    ttft: float  # s
+    decode: float  # tokens/s, all rows
+    tokens: torch.Tensor  # (batch, prompt + new)
+    total: float  # s, the whole call
+
+
+class Clock:
+    """A transformers streamer noting when each new token reaches the host (``put`` is first given
+    the prompt, which is not a new token)."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.prompt_seen = False
+
+    def put(self, value: Any) -> None:
+        if not self.prompt_seen:
+            self.prompt_seen = True
+            return
+        self.times.append(time.perf_counter())
+
+    def end(self) -> None:
+        pass
+
+
+def sample_of(started: float, times: list[float], tokens: torch.Tensor, new: int) -> Sample:
+    if len(times) != new:
+        raise RuntimeError(f"{len(times)} new tokens streamed, {new} asked")
+    decode = tokens.shape[0] * (new - 1) / (times[-1] - times[0])
+    return Sample(times[0] - started, decode, tokens.cpu(), times[-1] - started)
+
+
+def hf_generate(model: Any, ids: torch.Tensor, new: int, cache: str | None) -> Sample:
+    """transformers' generate, greedy, all ``new`` tokens (min_new_tokens), transformers' own
+    compile of the static-cache step turned off (it would compile on a GPU: the compile column does)."""
+    clock = Clock()
+    started = time.perf_counter()
+    out = model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=new,
+        min_new_tokens=new,
+        do_sample=False,
+        cache_implementation=cache,
+        disable_compile=True,
+        streamer=clock,
+        pad_token_id=0,
+    )
+    return sample_of(started, clock.times, out, new)
+
+
+def compiled_generate(model: Any, compiled: Any, ids: torch.Tensor, new: int) -> Sample:
+    """``hf_generate`` with a static cache while ``model.forward`` is the compiled one."""
+    model.forward = compiled
+    try:
+        return hf_generate(model, ids, new, "static")
+    finally:
+        del model.forward  # the class's forward again, for the eager columns
+
+
+def opcore_generate(lm: Any, ids: torch.Tensor, new: int) -> Sample:
+    times, produced = [], []
+    started = time.perf_counter()
+    for tokens in lm.stream(ids, torch.ones_like(ids), max_new_tokens=new, min_new_tokens=new):
+        produced.append(tokens.cpu())  # on the host, as a streamer's tokens are (a GPU synchronises)
+        times.append(time.perf_counter())
+    return sample_of(started, times, torch.cat([ids.cpu(), torch.stack(produced, 1)], 1), new)
+
+
+# --- columns ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Column:
+    label: str
+    run: Callable[[], Sample] | None = None
+    samples: list[Sample] = field(default_factory=list)
+    build_s: float | None = None
+    peak_mb: float | None = None
+    tokens: torch.Tensor | None = None
+    note: str = ""
+
+    def median(self, what: str) -> float | None:
+        values = [getattr(s, what) for s in self.samples]
+        return statistics.median(values) if values else None
+
+
+def reason(error: BaseException) -> str:
+    """The first line of an error, short enough for a table note."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    return f"{type(error).__name__}: {(lines[0] if lines else '')[:160]}"
+
+
+def first_calls(column: Column, build: Callable[[], Callable[[], Sample]], kind: str = "") -> None:
+    """Build the column, then its first call (not a sample); the peak RSS over them. kind "capture":
+    the build is timed as "build s"; "compile": a second, warm call too, and build s = the first
+    call's time - the warm one's; "": nothing is built (eager)."""
+    reset_peak_rss()
+    try:
+        started = time.perf_counter()
+        run = build()
+        built = time.perf_counter() - started
+        first = run()
+        warm = run() if kind == "compile" else first
+    except Exception as error:
+        column.note = reason(error)
+        return
+    column.run, column.tokens = run, warm.tokens
+    column.build_s = {"compile": max(first.total - warm.total, 0.0), "capture": built}.get(kind)
+    column.peak_mb = peak_rss_mb()
+
+
+def rounds(columns: list[Column], count: int) -> None:
+    """``count`` timed calls of every column that built, in a new order each round."""
+    ready = [c for c in columns if c.run is not None]
+    shuffle = random.Random(0).shuffle
+    for _ in range(count):
+        shuffle(ready)
+        for column in ready:
+            assert column.run is not None
+            try:
+                column.samples.append(column.run())
+            except Exception as error:  # a column that fails later says so; the others go on
+                column.note, column.run = reason(error), None
+                ready = [c for c in ready if c.run is not None]
+                break
+
+
+# --- optimum-intel, in its own virtualenv ---------------------------------------------------------
+
+
+def _last_error(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    errors = [
+        line for line in lines if line.startswith(("ERROR", "ModuleNotFoundError", "ImportError", "RuntimeError"))
+    ]
+    return ((errors or lines or ["no output"])[-1])[:240]
+
+
+def optimum_python(folder: pathlib.Path = OPTIMUM_DIR, limit_s: float = INSTALL_S) -> tuple[str | None, str]:
+    """(the python of a virtualenv where ``optimum.intel.OVModelForCausalLM`` imports, or None; why
+    not). One attempt (venv, pip install with torch pinned and constraints.txt, an import), at most
+    ``limit_s`` seconds; the verdict is cached in ``folder``/verdict.json."""
+    verdict_file = folder / "verdict.json"
+    if verdict_file.exists():
+        verdict = json.loads(verdict_file.read_text())
+        return verdict.get("python"), verdict["reason"]
+    venv = folder / "venv"
+    python = venv / "bin" / "python"
+    deadline = time.monotonic() + limit_s
+    steps = [
+        [sys.executable, "-m", "venv", "--clear", str(venv)],
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "--progress-bar",
+            "off",
+            TORCH_PIN,
+            "optimum-intel[openvino]",
+            "-c",
+            str(ROOT / "constraints.txt"),
+        ],
+        [str(python), "-c", "from optimum.intel import OVModelForCausalLM"],
+    ]
+    found: str | None = None
+    why = ""
+    folder.mkdir(parents=True, exist_ok=True)
+    for step in steps:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            why = f"install time-boxed to {limit_s:.0f} s: ran out before {' '.join(step[2:4])}"
+            break
+        try:
+            done = subprocess.run(step, check=False, capture_output=True, text=True, timeout=left)
+        except subprocess.TimeoutExpired as expired:
+            partial = expired.stdout or b""  # what it printed before it was stopped (bytes, even with text=True)
+            text = partial.decode(errors="replace") if isinstance(partial, bytes) else partial
+            why = f"install time-boxed to {limit_s:.0f} s: {' '.join(step[1:4])} did not finish"
+            why += f" (its last line: {_last_error(text)})" if text.strip() else ""
+            break
+        if done.returncode != 0:
+            name = "import" if step[1] == "-c" else "pip install" if "pip" in step else "venv"
+            why = f"{name} failed: {_last_error(done.stderr + done.stdout)}"
+            break
+    else:
+        found, why = str(python), "installed"
+    verdict_file.write_text(
+        json.dumps({"python": found, "reason": why, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())})
+    )
+    return found, why
+
+
+def optimum_column(
+    python: str, model: Any, shape: Shape, batch: int, threads: int, options: argparse.Namespace
+) -> Column:
+    """OVModelForCausalLM in the virtualenv's own process (this one waits): the model saved to a
+    temporary folder, exported there, its first two calls and --rounds timed calls."""
+    column = Column("optimum-intel")
+    with tempfile.TemporaryDirectory() as folder:
+        model.save_pretrained(folder)
+        command = [python, __file__, "--optimum-worker", folder, "--batches", str(batch), "--threads", str(threads)]
+        command += ["--prompt", str(options.prompt), "--new", str(options.new), "--rounds", str(options.rounds)]
+        try:
+            done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=1800)
+        except subprocess.TimeoutExpired:
+            column.note = "the worker ran over 30 minutes"
+            return column
+    if done.returncode != 0:
+        column.note = f"worker failed: {_last_error(done.stderr)}"
+        return column
+    record = json.loads(done.stdout.strip().splitlines()[-1])
+    column.samples = [
+        Sample(t, d, torch.tensor(record["tokens"]), 0.0) for t, d in zip(record["ttft"], record["decode"])
+    ]
+    column.tokens, column.build_s, column.peak_mb = torch.tensor(record["tokens"]), record["build_s"], record["peak_mb"]
+    return column
+
+
+def optimum_worker(options: argparse.Namespace) -> int:
+    """Run in optimum-intel's virtualenv: one JSON line of TTFTs, decode rates, the warm call's tokens."""
+    from optimum.intel import OVModelForCausalLM  # type: ignore[import-not-found]
+
+    threads, batch = int(options.threads), int(options.batches)
+    torch.set_num_threads(threads)
+    started = time.perf_counter()
+    config = {"INFERENCE_NUM_THREADS": str(threads), "INFERENCE_PRECISION_HINT": "f32"}
+    model = OVModelForCausalLM.from_pretrained(options.optimum_worker, export=True, ov_config=config)
+    build_s = time.perf_counter() - started
+    vocab = model.config.vocab_size
+    ids = prompt_ids(vocab, batch, options.prompt)
+    model.generate(ids, max_new_tokens=2, min_new_tokens=2, do_sample=False, pad_token_id=0)
+    samples = [hf_ov_generate(model, ids, options.new) for _ in range(options.rounds + 1)]
+    record = {
+        "ttft": [s.ttft for s in samples[1:]],
+        "decode": [s.decode for s in samples[1:]],
+        "tokens": samples[0].tokens.tolist(),
+        "build_s": build_s,
+        "peak_mb": peak_rss_mb(),
+    }
+    print(json.dumps(record))
+    return 0
+
+
+def hf_ov_generate(model: Any, ids: torch.Tensor, new: int) -> Sample:
+    clock = Clock()
+    started = time.perf_counter()
+    out = model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=new,
+        min_new_tokens=new,
+        do_sample=False,
+        streamer=clock,
+        pad_token_id=0,
+    )
+    return sample_of(started, clock.times, out, new)
+
+
+# --- one model ------------------------------------------------------------------------------------
+
+
+def prompt_ids(vocab: int, batch: int, prompt: int) -> torch.Tensor:
+    return torch.randint(3, vocab, (batch, prompt), generator=torch.Generator().manual_seed(batch))
+
+
+@dataclass
+class Group:
+    """The rows of one thread count and batch."""
+
+    threads: int
+    batch: int
+    columns: list[Column]
+    ceiling: float
+    step_bytes: int
+    bandwidth: float
+    load: float
+
+
+def no_gpu_reason() -> str | None:
+    """Why --device cuda cannot run here (the cuda backend's own reason), or None."""
+    try:
+        from opcore_cuda.system import is_available
+    except ImportError:
+        return "opcore-cuda is not installed (pip install 'opcore[cuda]')"
+    available = is_available()
+    if available is not True:
+        return str(available)
+    return None if torch.cuda.is_available() else "torch.cuda.is_available() is False"
+
+
+def bench_group(
+    model: Any, shape: Shape, batch: int, threads: int, options: argparse.Namespace, state: dict[str, Any]
+) -> Group:
+    """Every column of one model at one thread count and batch. ``state`` keeps what outlives a
+    group: the compiled forward, the bandwidth per thread count, optimum's verdict."""
+    import opcore.graph
+
+    device, new, skip = options.device, options.new, options.skip
+    length = options.prompt + new
+    torch.set_num_threads(threads)
+    ids = prompt_ids(shape.vocab, batch, options.prompt).to(device)
+    columns = [Column("eager dynamic")]
+    first_calls(columns[0], lambda: lambda: hf_generate(model, ids, new, None))
+    if "static" not in skip:
+        columns.append(Column("eager static"))
+        first_calls(columns[-1], lambda: lambda: hf_generate(model, ids, new, "static"))
+    if "compile" not in skip:
+        columns.append(Column("compile"))
+        if "compiled" not in state:
+            mode = "reduce-overhead" if device == "cuda" else "default"
+            state["compiled"] = torch.compile(model.forward, mode=mode, fullgraph=True)
+        compiled = state["compiled"]
+        first_calls(columns[-1], lambda: lambda: compiled_generate(model, compiled, ids, new), "compile")
+    if options.optimum and device == "cpu":
+        python, why = state["optimum"]
+        if python is None:
+            columns.append(Column("optimum-intel", note=f"not run: {why}"))
+        else:
+            reset_peak_rss()
+            columns.append(optimum_column(python, model, shape, batch, threads, options))
+    lm = None
+    if "opcore" not in skip:
+        columns.append(Column("opcore"))
+
+        def capture() -> Callable[[], Sample]:
+            nonlocal lm
+            gc.collect()
+            lm = opcore.graph.capture_lm(model, max_length=length, batch_size=batch, device=device)
+            return lambda: opcore_generate(lm, ids, new)
+
+        first_calls(columns[-1], capture, "capture")
+        if lm is not None:
+            columns[-1].build_s = lm.capture_seconds
+            columns[-1].note = lm.decode_plan.summary()
+    rounds(columns, options.rounds)
+    bandwidth = state["bandwidth"][threads]
+    step = decode_bytes(weight_bytes_read(model), shape, batch, length)
+    in_process = [c.peak_mb or 0.0 for c in columns if c.label != "optimum-intel"]  # the worker's is its own
+    state["peak"] = max(state.get("peak", 0.0), peak_rss_mb() or 0.0, *in_process)
+    del lm
+    gc.collect()
+    return Group(
+        threads, batch, columns, ceiling_tokens_per_s(step, bandwidth, batch), step, bandwidth, os.getloadavg()[0]
+    )
+
+
+# --- the table and the targets ----------------------------------------------------------------------
+
+
+def _best(columns: list[Column], what: str, pick: Callable[..., float]) -> float | None:
+    values = [v for c in columns if c.label.startswith("eager") for v in [c.median(what)] if v is not None]
+    return pick(values) if values else None
+
+
+def first_difference(tokens: torch.Tensor | None, reference: torch.Tensor | None, prompt: int) -> str:
+    """'=' where the tokens equal the reference's, else 'step N' (the first new token that differs)."""
+    if tokens is None or reference is None:
+        return "-"
+    if tokens.shape == reference.shape and torch.equal(tokens, reference):
+        return "="
+    if tokens.shape != reference.shape:
+        return f"shape {tuple(tokens.shape)}"
+    differs = (tokens != reference).any(0).nonzero()
+    return f"step {int(differs[0]) - prompt}"
+
+
+def rows_of(group: Group, prompt: int) -> list[tuple[str, ...]]:
+    eager_decode = _best(group.columns, "decode", max)
+    eager_ttft = _best(group.columns, "ttft", min)
+    reference = group.columns[0].tokens
+    rows: list[tuple[str, ...]] = []
+    lead = (str(group.threads), str(group.batch))
+    rows.append(
+        ("bandwidth ceiling", *lead, "-", "-", f"{group.ceiling:.1f}", "-", "-", "1.00", "-", "-", "-",
+         f"{group.step_bytes / 1e6:.1f} MB a step at {group.bandwidth / 1e9:.1f} GB/s")
+    )  # fmt: skip
+    for column in group.columns:
+        ttft, decode = column.median("ttft"), column.median("decode")
+        if ttft is None or decode is None:
+            rows.append((column.label, *lead, *["-"] * 9, column.note))
+            continue
+        spread = [s.decode for s in column.samples]
+        rows.append(
+            (
+                column.label,
+                *lead,
+                f"{ttft * 1e3:.1f}",
+                f"{ttft / eager_ttft:.2f}x" if eager_ttft else "-",
+                f"{decode:.1f}",
+                f"{min(spread):.1f}-{max(spread):.1f}",
+                f"{decode / eager_decode:.2f}x" if eager_decode else "-",
+                f"{decode / group.ceiling:.2f}",
+                "-" if column.build_s is None else f"{column.build_s:.1f}",
+                "-" if column.peak_mb is None else f"{column.peak_mb:.0f}",
+                first_difference(column.tokens, reference, prompt),
+                column.note,
+            )
+        )
+    rows.append((f"(load {group.load:.2f})", *[""] * 12))
+    return rows
+
+
+HEADER = (
+    "column", "threads", "batch", "TTFT ms", "TTFT x eager", "decode tok/s", "min-max", "decode x eager",
+    "of ceiling", "build s", "peak MB", "tokens", "note",
+)  # fmt: skip
+
+
+def targets(shape: Shape, group: Group) -> list[str]:
+    """The issue's targets that a batch-1 group can judge, each "met" or "MISSED"."""
+    found: list[str] = []
+    by = {c.label: c for c in group.columns}
+    opcore = by.get("opcore")
+    if opcore is None or opcore.median("decode") is None:
+        return ["opcore did not run: " + (opcore.note if opcore else "skipped")]
+    decode, ttft = opcore.median("decode") or 0.0, opcore.median("ttft") or 0.0
+
+    def judge(text: str, ok: bool) -> None:
+        found.append(f"{text} {'met' if ok else 'MISSED'}")
+
+    eager_decode, eager_ttft = _best(group.columns, "decode", max), _best(group.columns, "ttft", min)
+    floors = {"small": 2.5, "135m": 1.5}
+    if shape.name in floors and eager_decode:
+        judge(
+            f"decode {decode / eager_decode:.2f}x eager >= {floors[shape.name]}",
+            decode / eager_decode >= floors[shape.name],
+        )
+    if shape.name == "0.5b":
+        judge(f"decode {decode / group.ceiling:.2f} of the bandwidth ceiling >= 0.9", decode / group.ceiling >= 0.9)
+    if eager_ttft:
+        judge(f"TTFT {ttft / eager_ttft:.2f}x eager <= 0.7", ttft / eager_ttft <= 0.7)
+    compiled = by.get("compile")
+    if compiled is not None and compiled.median("decode") is not None:
+        judge(
+            f"decode {decode / (compiled.median('decode') or 1):.2f}x compile's >= 1",
+            decode >= (compiled.median("decode") or 0),
+        )
+        if compiled.build_s and opcore.build_s is not None:
+            share = opcore.build_s / compiled.build_s
+            judge(
+                f"capture {opcore.build_s:.1f} s = {share:.2f} of compile's {compiled.build_s:.1f} s <= 1/3",
+                share <= 1 / 3,
+            )
+    elif compiled is not None:
+        found.append(f"compile targets not judged ({compiled.note})")
+    return found
+
+
+def report(shape: Shape, groups: list[Group], params: int, state: dict[str, Any], options: argparse.Namespace) -> str:
+    load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
+    title = (
+        f"### {shape.name}: {shape.title}, {params / 1e6:.1f}M parameters, fp32, prompt {options.prompt} + "
+        f"{options.new} new, {options.device} (load average {load} after the runs)"
+    )
+    rows = [row for group in groups for row in rows_of(group, options.prompt)]
+    lines = [title, "", table(HEADER, rows), ""]
+    peak = state.get("peak")
+    lines.append(
+        f"process peak RSS over this model (VmHWM): {peak:.0f} MB" if peak else "peak RSS: no /proc/self/status here"
+    )
+    if options.device == "cuda":
+        lines.append(f"GPU memory: torch.cuda.max_memory_allocated {torch.cuda.max_memory_allocated() / 2**20:.0f} MiB")
+    opcore = [(g, c) for g in groups for c in g.columns if c.label == "opcore" and c.tokens is not None]
+    if opcore:
+        same = all(first_difference(c.tokens, g.columns[0].tokens, options.prompt) == "=" for g, c in opcore)
+        lines.append(f"tokens identical (opcore vs eager, greedy): {'yes' if same else 'no'}")
+    for group in groups:
+        if group.batch == 1:
+            lines.append(
+                f"targets (batch 1, {group.threads} thread{'s' * (group.threads != 1)}): "
+                + "; ".join(targets(shape, group))
+            )
+    return "\n".join(lines)
+
+
+# --- main ---------------------------------------------------------------------------------------
+
+
+def _ints(text: str, name: str, parser: argparse.ArgumentParser) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        parser.error(f"{name}: expected comma-separated integers, got {text!r}")
+    if not values or min(values) < 1:
+        parser.error(f"{name}: expected integers >= 1, got {text!r}")
+    return values
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument(
+        "--device", choices=("cpu", "cuda"), default="cpu", help="cuda: on the GPU (eager, compile, opcore)"
+    )
+    parser.add_argument(
+        "--models", help=f"comma-separated, of {', '.join(SHAPES)} (default: all; {','.join(CUDA_MODELS)} on cuda)"
+    )
+    parser.add_argument("--batches", help=f"comma-separated (default {','.join(map(str, BATCHES))}; 1 on cuda)")
+    parser.add_argument(
+        "--threads", help=f"torch thread counts, comma-separated (default {','.join(map(str, THREADS))}; 1 on cuda)"
+    )
+    parser.add_argument("--prompt", type=int, default=PROMPT, help="prompt tokens per row (>= 2)")
+    parser.add_argument("--new", type=int, default=NEW, help="new tokens per row (>= 2)")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="timed generate calls per column (median, min-max)")
+    parser.add_argument("--skip", default="", help=f"columns to leave out: {', '.join(SKIPPABLE)}")
+    parser.add_argument(
+        "--optimum", action="store_true", help="optimum-intel's OVModelForCausalLM too, in a virtualenv under build/"
+    )
+    parser.add_argument("--optimum-worker", help=argparse.SUPPRESS)  # a saved model's folder: run in that venv
+    options = parser.parse_args(argv)
+    if options.optimum_worker:
+        return options
+    cuda = options.device == "cuda"
+    options.models = tuple(m for m in (options.models or ",".join(CUDA_MODELS if cuda else SHAPES)).split(",") if m)
+    unknown = [name for name in options.models if name not in SHAPES]
+    if unknown or not options.models:
+        parser.error(f"--models: unknown {', '.join(unknown) or '(none)'}; expected some of {', '.join(SHAPES)}")
+    default_batches = ",".join(map(str, CUDA_BATCHES if cuda else BATCHES))
+    options.batches = _ints(options.batches or default_batches, "--batches", parser)
+    options.threads = _ints(options.threads or ("1" if cuda else ",".join(map(str, THREADS))), "--threads", parser)
+    options.skip = {s for s in options.skip.split(",") if s}
+    wrong = sorted(options.skip - set(SKIPPABLE))
+    if wrong:
+        parser.error(f"--skip: unknown {', '.join(wrong)}; expected some of {', '.join(SKIPPABLE)}")
+    for name in ("prompt", "new"):
+        if getattr(options, name) < 2:
+            parser.error(f"--{name}: expected >= 2, got {getattr(options, name)}")
+    if options.rounds < 1:
+        parser.error(f"--rounds: expected >= 1, got {options.rounds}")
+    if options.optimum and cuda:
+        parser.error("--optimum runs OpenVINO on the CPU: leave out --device cuda")
+    return options
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    import transformers
+
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            yield
+        finally:
+            transformers.logging.set_verbosity(verbosity)
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = parse_args(argv)
+    if options.optimum_worker:
+        return optimum_worker(options)
+    if options.device == "cuda":
+        why = no_gpu_reason()
+        if why is not None:
+            print(f"bench/generate.py --device cuda: no usable GPU: {why}", file=sys.stderr)
+            return 2
+    import transformers
+
+    device = options.device
+    name = (
+        f"{torch.cuda.get_device_name()} (CUDA {torch.version.cuda})" if device == "cuda" else f"{os.cpu_count()} CPUs"
+    )
+    bandwidth: dict[int, float] = {}
+    for threads in options.threads:
+        torch.set_num_threads(threads)
+        bandwidth[threads] = read_bandwidth(device)
+    reads = ", ".join(f"{t} thread{'s' * (t != 1)} {b / 1e9:.1f} GB/s" for t, b in bandwidth.items())
+    print(
+        f"{name}, torch {torch.__version__}, transformers {transformers.__version__}; medians of {options.rounds} "
+        f"generate calls per column; read bandwidth ({BANDWIDTH_MB} MB torch sum, best of 5): {reads}\n",
+        flush=True,
+    )
+    gc.collect()
+    for model_name in options.models:
+        shape = SHAPES[model_name]
+        state: dict[str, Any] = {"bandwidth": bandwidth}
+        if options.optimum:
+            state["optimum"] = optimum_python()
+        reset_peak_rss()
+        if device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        with _quiet_transformers():
+            model = shape.build(options.prompt + options.new, device)
+            params = sum(p.numel() for p in model.parameters())
+            groups = [
+                bench_group(model, shape, batch, threads, options, state)
+                for threads in options.threads
+                for batch in options.batches
+            ]
+        print(report(shape, groups, params, state, options), end="\n\n", flush=True)
+        del model, groups, state
+        gc.collect()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""bench/generate.py's arguments and its bandwidth arithmetic (the benchmark itself runs by hand)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+_BENCH_GENERATE = Path(__file__).resolve().parent.parent / "bench" / "generate.py"
+
+
+@pytest.fixture(scope="module")
+def bench() -> Any:
+    spec = importlib.util.spec_from_file_location("bench_generate", _BENCH_GENERATE)
+    assert spec is not None and spec.loader is not None, _BENCH_GENERATE
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_defaults_are_the_issues_runs(bench):
+    options = bench.parse_args([])
+    assert options.device == "cpu"
+    assert options.models == ("small", "135m", "0.5b")
+    assert (options.batches, options.threads) == ((1, 4), (1, 2))
+    assert (options.prompt, options.new, options.skip, options.optimum) == (128, 128, set(), False)
+
+
+def test_cuda_defaults_to_the_small_models_at_batch_1(bench):
+    options = bench.parse_args(["--device", "cuda"])
+    assert (options.models, options.batches, options.threads) == (("small", "135m"), (1,), (1,))
+
+
+def test_options_are_parsed(bench):
+    argv = ["--models", "small", "--batches", "1", "--threads", "1", "--rounds", "2", "--skip", "compile,static"]
+    options = bench.parse_args([*argv, "--prompt", "16", "--new", "8"])
+    assert (options.models, options.batches, options.threads, options.rounds) == (("small",), (1,), (1,), 2)
+    assert (options.skip, options.prompt, options.new) == ({"compile", "static"}, 16, 8)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--models", "small,7b"], "--models: unknown 7b; expected some of small, 135m, 0.5b"),
+        (["--batches", "1,four"], "--batches: expected comma-separated integers"),
+        (["--threads", "0"], "--threads: expected integers >= 1"),
+        (["--skip", "eager"], "--skip: unknown eager"),
+        (["--new", "1"], "--new: expected >= 2"),
+        (["--device", "cuda", "--optimum"], "--optimum runs OpenVINO on the CPU"),
+    ],
+)
+def test_bad_arguments_are_refused_with_the_fix(bench, capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_info:
+        bench.parse_args(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_device_cuda_without_a_gpu_exits_2_with_the_reason(bench, capsys, monkeypatch):
+    monkeypatch.setattr(bench, "no_gpu_reason", lambda: "no CUDA build of torch")
+    assert bench.main(["--device", "cuda"]) == 2
+    assert "no usable GPU: no CUDA build of torch" in capsys.readouterr().err
+
+
+def test_the_kv_cache_bytes(bench):
+    # 0.5b at batch 1, 256 positions: 2 (keys, values) x 24 layers x 2 kv heads x 64 x 256 x 4 bytes
+    assert bench.kv_cache_bytes(24, 1, 2, 64, 256) == 2 * 24 * 2 * 64 * 256 * 4 == 6_291_456
+    assert bench.kv_cache_bytes(24, 4, 2, 64, 256) == 4 * 6_291_456
+    assert bench.kv_cache_bytes(24, 1, 2, 64, 256, dtype_bytes=2) == 6_291_456 // 2
+
+
+def test_tied_embeddings_count_the_table_once_as_the_lm_head(bench):
+    shape = bench.SHAPES["0.5b"]
+    model = shape.build(256, "meta")
+    assert bench.tied(model)
+    params = sum(p.numel() for p in model.parameters())
+    assert params == 494_032_768  # Qwen2-0.5B's count
+    assert bench.weight_bytes_read(model) == 4 * params
+    assert bench.decode_bytes(4 * params, shape, 1, 256) == 4 * params + 6_291_456
+
+
+def test_an_untied_input_embedding_is_not_counted(bench):
+    model = bench.SHAPES["small"].build(256, "meta")
+    assert not bench.tied(model)
+    params = sum(p.numel() for p in model.parameters())
+    assert bench.weight_bytes_read(model) == 4 * (params - 4096 * 512)
+
+
+def test_the_135m_shape(bench):
+    model = bench.SHAPES["135m"].build(256, "meta")
+    assert bench.tied(model)
+    assert sum(p.numel() for p in model.parameters()) == 134_515_008  # SmolLM2-135M's count
+
+
+def test_the_ceiling_is_bandwidth_over_bytes_per_step_for_every_row(bench):
+    assert bench.ceiling_tokens_per_s(2 * 10**9, 20e9, 1) == pytest.approx(10.0)
+    assert bench.ceiling_tokens_per_s(2 * 10**9, 20e9, 4) == pytest.approx(40.0)
+
+
+def test_scaled_logits_are_the_same_model_times_the_scale(bench):
+    import transformers
+
+    shape = bench.Shape("tiny", "tiny", "llama", 16, 1, 2, 1, 32, 64, True)
+    torch.manual_seed(0)
+    plain = transformers.LlamaForCausalLM(shape.config(32)).eval()
+    scaled = shape.build(32)
+    ids = torch.tensor([[3, 5, 7, 9]])
+    with torch.no_grad():
+        assert torch.allclose(scaled(ids).logits, bench.LOGIT_SCALE * plain(ids).logits, rtol=1e-5, atol=1e-6)
+
+
+def test_the_first_differing_step(bench):
+    reference = torch.tensor([[1, 2, 3, 4, 5]])
+    assert bench.first_difference(reference.clone(), reference, 2) == "="
+    assert bench.first_difference(torch.tensor([[1, 2, 3, 4, 6]]), reference, 2) == "step 2"
+    assert bench.first_difference(None, reference, 2) == "-"
+
+
+def _column(bench, label, ttft, decode, build_s=None):
+    column = bench.Column(label, build_s=build_s)
+    column.samples = [bench.Sample(ttft, decode, torch.zeros(1, 1), 0.0)]
+    return column
+
+
+def test_the_targets_are_judged_against_the_better_eager_and_compile(bench):
+    columns = [
+        _column(bench, "eager dynamic", 0.100, 100.0),
+        _column(bench, "eager static", 0.080, 90.0),
+        _column(bench, "compile", 0.090, 200.0, build_s=60.0),
+        _column(bench, "opcore", 0.050, 260.0, build_s=30.0),
+    ]
+    group = bench.Group(1, 1, columns, ceiling=400.0, step_bytes=1, bandwidth=1.0, load=0.0)
+    found = bench.targets(bench.SHAPES["small"], group)
+    assert found == [
+        "decode 2.60x eager >= 2.5 met",
+        "TTFT 0.62x eager <= 0.7 met",  # against eager static's 80 ms, the better TTFT
+        "decode 1.30x compile's >= 1 met",
+        "capture 30.0 s = 0.50 of compile's 60.0 s <= 1/3 MISSED",
+    ]
+    assert bench.targets(bench.SHAPES["0.5b"], group)[0] == "decode 0.65 of the bandwidth ceiling >= 0.9 MISSED"
