@@ -406,7 +406,13 @@ class _Match:
 
 
 def apply_rewrites(graph: Graph, rewrites: tuple[Rewrite, ...] = REWRITES) -> tuple[Graph, list[str]]:
-    """The graph with every rewrite applied where it matches; and one note per rewrite applied."""
+    """The graph with every rewrite applied where it matches; and one note per rewrite applied.
+
+    Each rewrite in turn takes every match over the whole graph (an earlier rewrite has the first
+    claim on the nodes); the sequence repeats while a pass changed something, since one fused node
+    can complete another's pattern. The graph's maps (producers, readers) are made once per change,
+    not per node tried: a 30-layer decoder (1,080 nodes, ~150 matches) took 12 minutes here the
+    other way."""
     registry = runtime().ensure_loaded().registry
     counts: dict[str, int] = {}
     changed = True
@@ -415,20 +421,37 @@ def apply_rewrites(graph: Graph, rewrites: tuple[Rewrite, ...] = REWRITES) -> tu
         for rewrite in rewrites:
             if rewrite.op not in registry.contracts:
                 continue
-            for index in range(len(graph.nodes)):
-                replaced = _try(graph, rewrite, index)
-                if replaced is not None:
-                    graph = replaced
-                    counts[rewrite.name] = counts.get(rewrite.name, 0) + 1
-                    changed = True
-                    break
-            if changed:
-                break
+            maps = _Maps.of(graph)
+            index = 0
+            while index < len(graph.nodes):
+                replaced = _try(graph, rewrite, index, maps)
+                if replaced is None:
+                    index += 1
+                    continue
+                graph, gone = replaced
+                counts[rewrite.name] = counts.get(rewrite.name, 0) + 1
+                changed = True
+                maps = _Maps.of(graph)
+                index = index - gone + 1  # the matched nodes all come before their root
     graph, copies = elide_copies(graph)
     if copies:
         counts["elide clone"] = copies
     notes = [f"rewrite {name}: {n} match{'es' * (n != 1)}" for name, n in counts.items()]
     return graph, notes
+
+
+@dataclass(frozen=True, slots=True)
+class _Maps:
+    """A graph's producers (value -> node index), readers (value -> node indices) and outputs."""
+
+    producer: Mapping[str, int]
+    users: Mapping[str, list[int]]
+    outputs: frozenset[str]
+
+    @classmethod
+    def of(cls, graph: Graph) -> _Maps:
+        producer = {o: i for i, node in enumerate(graph.nodes) for o in node.outputs}
+        return cls(producer, graph.users(), frozenset(graph.output_names()))
 
 
 # copies a functional graph does not need: torch.export keeps eval-mode dropout as a clone, which
@@ -471,15 +494,16 @@ def elide_copies(graph: Graph) -> tuple[Graph, int]:
     return replace(graph, nodes=tuple(kept), outputs=outputs, values=values), len(renamed)
 
 
-def _try(graph: Graph, rewrite: Rewrite, index: int) -> Graph | None:
-    producer = {o: i for i, node in enumerate(graph.nodes) for o in node.outputs}
-    match = _Match(graph, producer)
+def _try(graph: Graph, rewrite: Rewrite, index: int, maps: _Maps) -> tuple[Graph, int] | None:
+    """The graph with ``rewrite`` applied at node ``index`` and how many nodes went, or None."""
+    if graph.nodes[index].target not in rewrite.pattern.targets:
+        return None
+    match = _Match(graph, maps.producer)
     if not match.node(rewrite.pattern, index):
         return None
     root = graph.nodes[index]
     inside = set(match.nodes)
-    users = graph.users()
-    outputs = graph.output_names()
+    users, outputs = maps.users, maps.outputs
     for i in inside - {index}:
         name = graph.nodes[i].outputs[0]
         if name in outputs or any(u not in inside for u in users.get(name, ())):
@@ -509,4 +533,4 @@ def _try(graph: Graph, rewrite: Rewrite, index: int) -> Graph | None:
     nodes = [fused if i == index else node for i, node in enumerate(graph.nodes) if i == index or i not in inside]
     gone = {graph.nodes[i].outputs[0] for i in inside - {index}}
     values = {name: info for name, info in graph.values.items() if name not in gone}
-    return replace(graph, nodes=tuple(nodes), values=values)
+    return replace(graph, nodes=tuple(nodes), values=values), len(inside) - 1
