@@ -59,13 +59,13 @@ eager's at every thread count and batch), and the targets at batch 1, met or MIS
 decode >= 2.5x eager (small), >= 1.5x eager (135m), >= 0.9 of the bandwidth ceiling (0.5b); TTFT
 <= 0.7x eager; decode >= compile's; capture <= 1/3 of compile time.
 
-Threads: torch's pool is set to --threads (and the bandwidth is read at it). opcore's graph-runtime
-partitions (ONNX Runtime, OpenVINO) run at their runtimes' defaults, the machine's cores: at
---threads 1 a plan's partitions may use both cores where eager's torch uses one. opcore's ONNX
-Runtime sessions stop spinning when a run returns (opcore's session options), so their pool does not
-hold the cores while torch runs. The columns run one after another, never two at once; the
-optimum-intel worker is a separate process, given INFERENCE_NUM_THREADS = --threads, while this one
-waits.
+Threads: torch's pool is set to --threads (and the bandwidth is read at it), and so are opcore's
+graph-runtime partitions (``OPCORE_RUNTIME_THREADS`` = --threads while the plan is captured: ONNX
+Runtime's intra-op threads, OpenVINO's INFERENCE_NUM_THREADS), so eager and opcore have the same cores.
+opcore's ONNX Runtime sessions stop spinning when a run returns (opcore's session options), so their
+pool does not hold the cores while torch runs. The columns run one after another, never two at once;
+the optimum-intel worker is a separate process, given INFERENCE_NUM_THREADS = --threads, while this
+one waits.
 
 On a GPU (``--device cuda``; scripts/gpu_check.sh runs it with 120 s): models small,135m and batch 1
 by default; eager, compile (mode="reduce-overhead") and ``capture_lm(..., device="cuda")``, every
@@ -608,6 +608,8 @@ def bench_group(
         def capture() -> Callable[[], Sample]:
             nonlocal lm
             gc.collect()
+            # the graph runtimes' sessions opened by this capture share torch's budget of cores
+            os.environ["OPCORE_RUNTIME_THREADS"] = str(threads)
             lm = opcore.graph.capture_lm(model, max_length=length, batch_size=batch, device=device)
             return lambda: opcore_generate(lm, ids, new)
 

@@ -17,11 +17,14 @@ from typing import Any
 from opcore.errors import ArgumentError
 from opcore.records import record
 
-__all__ = ["ContextPolicy", "ENV_VARS", "Settings", "UNSET", "context_policy", "pure_python", "settings_from"]
+__all__ = [
+    "ContextPolicy", "ENV_VARS", "Settings", "UNSET", "context_policy", "pure_python", "runtime_threads",
+    "settings_from",
+]  # fmt: skip
 
 ENV_VARS = (
     "OPCORE_AUTOLOAD", "OPCORE_BACKENDS", "OPCORE_CHECK", "OPCORE_DISABLE", "OPCORE_LOAD_CACHE", "OPCORE_PROBE_TIMEOUT",
-    "OPCORE_PURE_PYTHON", "OPCORE_STRICT", "OPCORE_TUNE",
+    "OPCORE_PURE_PYTHON", "OPCORE_RUNTIME_THREADS", "OPCORE_STRICT", "OPCORE_TUNE",
 )  # fmt: skip
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -116,6 +119,19 @@ def pure_python(environ: Mapping[str, str]) -> bool:
     """
     text = environ.get("OPCORE_PURE_PYTHON", "")
     return bool(text.strip()) and _flag("OPCORE_PURE_PYTHON", text)
+
+
+def runtime_threads(environ: Mapping[str, str]) -> int | None:
+    """``OPCORE_RUNTIME_THREADS=N``: the intra-op threads of the graph runtimes' sessions and compiled
+    models opened from then on (ONNX Runtime's ``intra_op_num_threads``, OpenVINO's
+    ``INFERENCE_NUM_THREADS``), so that they and torch (``torch.set_num_threads``) can share one budget
+    of cores; unset, empty or invalid: each runtime's default (the machine's cores).
+
+    >>> runtime_threads({"OPCORE_RUNTIME_THREADS": "2"}), runtime_threads({})
+    (2, None)
+    """
+    text = environ.get("OPCORE_RUNTIME_THREADS", "").strip()
+    return int(text) if text.isdigit() and int(text) > 0 else None
 
 
 def settings_from(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> Settings:

@@ -28,6 +28,7 @@ from onnx import ModelProto, helper
 
 from opcore.errors import Unsupported
 from opcore.onemodel.op import ATTRIBUTE, OPERAND, TENSOR, TENSORS, OneModelOp, first_line
+from opcore.settings import runtime_threads
 from opcore_onnxruntime.cache import SESSIONS
 from opcore_onnxruntime.graph import Graph, Value
 
@@ -83,6 +84,9 @@ def session_options() -> onnxruntime.SessionOptions:
     options.log_severity_level = 4
     if not keeps_spinning():
         options.add_session_config_entry("session.force_spinning_stop", "1")
+    threads = runtime_threads(os.environ)
+    if threads is not None:  # OPCORE_RUNTIME_THREADS: one budget of cores with torch's
+        options.intra_op_num_threads = threads
     return options
 
 

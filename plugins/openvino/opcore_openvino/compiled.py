@@ -26,6 +26,7 @@ import openvino
 from opcore.errors import Unsupported
 from opcore.lru import capacity_from_env
 from opcore.onemodel.op import ATTRIBUTE, OPERAND, TENSOR, TENSORS, OneModelOp, first_line
+from opcore.settings import runtime_threads
 from opcore_openvino.cache import MODELS
 from opcore_openvino.graph import Graph
 
@@ -33,6 +34,7 @@ __all__ = [
     "ATTRIBUTE",
     "CONFIG",
     "DEVICE",
+    "compile_config",
     "OPERAND",
     "TENSOR",
     "TENSORS",
@@ -57,6 +59,14 @@ ONEDNN_CACHE_CAPACITY = "64"
 # The CPU plugin's default precision hint is bf16 on CPUs with AMX/AVX512-BF16: float32 models
 # would silently lose precision (1e-2 at 32x4096x4096). float16 models run in float32 too.
 CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "CPU_RUNTIME_CACHE_CAPACITY": str(RUNTIME_CACHE_CAPACITY)}
+
+
+def compile_config() -> dict[str, str]:
+    """CONFIG, with ``INFERENCE_NUM_THREADS`` where ``OPCORE_RUNTIME_THREADS`` sets a thread budget."""
+    threads = runtime_threads(os.environ)
+    return CONFIG if threads is None else {**CONFIG, "INFERENCE_NUM_THREADS": str(threads)}
+
+
 DEVICE = "CPU"
 
 _Tensor = openvino.Tensor
@@ -101,7 +111,7 @@ class Compiled:
         outputs = output if isinstance(output, tuple) else (output,)
         self._count = len(outputs) if isinstance(output, tuple) else 0
         try:
-            self.compiled = core().compile_model(graph.model(*outputs), DEVICE, CONFIG)
+            self.compiled = core().compile_model(graph.model(*outputs), DEVICE, compile_config())
         except Exception as error:
             raise Unsupported(f"openvino could not compile the {graph.name} model: {first_line(error)}") from error
         self._keep = tuple(graph.keep)  # memory the shared constants read

@@ -28,7 +28,7 @@ from opcore.graph.partition import PartitionError, PartitionSpec
 from opcore.onemodel.op import first_line
 from opcore.onemodel.partition import chain_nodes, compile_or_locate
 from opcore_openvino import __version__
-from opcore_openvino.compiled import CONFIG, DEVICE, core, feed
+from opcore_openvino.compiled import CONFIG, DEVICE, compile_config, core, feed
 from opcore_openvino.graph import Graph, Node
 
 __all__ = ["BACKEND", "FORMAT", "OvPartition", "compile_partition", "load_partition"]
@@ -60,7 +60,7 @@ class OvPartition:
         self.source = source  # the IR files it was read from ((): built here)
         self._keep = keep  # the arrays its shared Constants read
         try:
-            self.compiled = core().compile_model(model, DEVICE, CONFIG)
+            self.compiled = core().compile_model(model, DEVICE, compile_config())
         except Exception as error:
             raise PartitionError(name, BACKEND, first_line(error)) from error
         self._count = len(self.compiled.outputs)
