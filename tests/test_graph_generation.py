@@ -115,8 +115,15 @@ def test_the_decode_plan_writes_the_cache_in_place_and_explain_shows_it(llama):
     assert any(t.abs().sum() > 0 for t in session.state)  # written where it lives
 
 
-def test_no_export_or_compile_after_capture_for_any_prompt_length(llama, monkeypatch):
-    _, lm = llama
+@pytest.fixture(scope="module")
+def llama_partitioned_prefill():
+    model = build("llama")
+    return model, opcore.graph.capture_lm(model, max_length=48, measure=False, prefill_partitions=True)
+
+
+@pytest.mark.parametrize("which", ["llama", "llama_partitioned_prefill"])
+def test_no_export_or_compile_after_capture_for_any_prompt_length(which, request, monkeypatch):
+    _, lm = request.getfixturevalue(which)
     from opcore.graph import capturing, partitioning
 
     calls: list[str] = []
@@ -376,3 +383,28 @@ def test_generation_on_cuda_equals_eager():
     ids = prompt().cuda()
     want = model.generate(ids, max_new_tokens=16, do_sample=False, eos_token_id=None, pad_token_id=0)
     assert torch.equal(lm.generate(ids, max_new_tokens=16, eos_token_id=[]), want)
+
+
+def _rss_mb() -> float:
+    import pathlib
+
+    for line in pathlib.Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    pytest.skip("no /proc/self/status here to read the resident set from")
+
+
+def test_resident_memory_holds_over_many_calls_and_prompt_lengths():
+    import gc
+
+    model = build("llama")
+    lm = opcore.graph.capture_lm(model, max_length=48)  # measured: the prefill may run on partitions
+    lengths = list(range(2, 42, 2))  # 20 distinct prompt lengths
+    for length in lengths:  # warm-up: every length once
+        lm.generate(prompt(length=length), max_new_tokens=4, eos_token_id=[])
+    gc.collect()
+    before = _rss_mb()
+    for call in range(100):
+        lm.generate(prompt(length=lengths[call % 20], seed=call), max_new_tokens=4, eos_token_id=[])
+    gc.collect()
+    assert _rss_mb() - before <= 20
