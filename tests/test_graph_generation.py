@@ -261,6 +261,8 @@ def test_bad_ids_are_refused_with_the_argument_named(llama):
         lm.generate(torch.rand(1, 4), max_new_tokens=2)
     with pytest.raises(ShapeError, match=r"batch_size=3"):
         lm.generate(prompt(rows=3), max_new_tokens=2)
+    with pytest.raises(ArgumentError, match=r"attention_mask.*0 \(padding\) or 1"):
+        lm.generate(prompt(length=3), torch.tensor([[1, 2, 1]]), max_new_tokens=2)
     with pytest.raises(ArgumentError, match="top_p"):
         lm.generate(prompt(), max_new_tokens=2, do_sample=True, top_p=1.5)
 

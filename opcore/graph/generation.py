@@ -127,6 +127,14 @@ class Session:
                     expected=f"the shape of input_ids {tuple(ids.shape)}",
                     found=str(tuple(given.shape)),
                 )
+            if bool(((given != 0) & (given != 1)).any()):
+                raise ArgumentError(
+                    op="Session.prefill",
+                    arg="attention_mask",
+                    expected="0 (padding) or 1 (a token) in every place",
+                    found=f"values {sorted(set(given.unique().tolist()) - {0, 1})[:4]}",
+                    fix="pass the tokenizer's attention_mask (1 for tokens, 0 for padding)",
+                )
         start = self.length
         slots = torch.arange(start, start + length, device=ids.device)
         self.mask[:, start : start + length] = given
