@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
+from _gpu import no_gpu_reason
 from _timing import table
 
 LINEAR_SHAPES = [(1, 4096, 4096), (32, 4096, 4096), (512, 4096, 4096), (4096, 4096, 11008)]
@@ -35,20 +36,6 @@ LINEAR_DTYPES = ["float16", "bfloat16", "float32"]
 # (batch, heads, sequence, head dim)
 ATTENTION_SHAPES = [(8, 16, 1024, 64), (1, 32, 4096, 128)]
 ATTENTION_DTYPES = ["float16", "bfloat16"]
-
-
-def no_gpu_reason() -> str | None:
-    """Why nothing can be measured here, or None (checked without importing torch first)."""
-    try:
-        from opcore_cuda.system import is_available
-    except ImportError:
-        return "opcore-cuda is not installed (pip install 'opcore[cuda]')"
-    available = is_available()
-    if available is not True:
-        return str(available)
-    import torch
-
-    return None if torch.cuda.is_available() else "torch.cuda.is_available() is False"
 
 
 def median_us(fn: Callable[[], object], min_run_time: float) -> float:

@@ -101,6 +101,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
+from _gpu import no_gpu_reason
 from _timing import table
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -557,18 +558,6 @@ class Group:
     step_bytes: int
     bandwidth: float
     load: float
-
-
-def no_gpu_reason() -> str | None:
-    """Why --device cuda cannot run here (the cuda backend's own reason), or None."""
-    try:
-        from opcore_cuda.system import is_available
-    except ImportError:
-        return "opcore-cuda is not installed (pip install 'opcore[cuda]')"
-    available = is_available()
-    if available is not True:
-        return str(available)
-    return None if torch.cuda.is_available() else "torch.cuda.is_available() is False"
 
 
 def bench_group(

@@ -74,6 +74,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(__file__))
+from _gpu import no_gpu_reason
 from _timing import medians, table
 
 VOCAB, HIDDEN, LAYERS, HEADS, SEQUENCE = 4096, 512, 2, 8, 64
@@ -560,18 +561,6 @@ def coverage(plan: Any) -> str:
 # the cuda backend, replayed through one CUDA graph (opcore/graph/cuda.py); and the torch route on
 # the GPU, capture(device="cuda", route="torch"): the exported program in one step, replayed too
 CUDA_COLUMNS = ("eager", "compile ro", "cuda graph", "cuda route")
-
-
-def no_gpu_reason() -> str | None:
-    """Why --device cuda cannot run here (the cuda backend's own reason), or None."""
-    try:
-        from opcore_cuda.system import is_available
-    except ImportError:
-        return "opcore-cuda is not installed (pip install 'opcore[cuda]')"
-    available = is_available()
-    if available is not True:
-        return str(available)
-    return None if torch.cuda.is_available() else "torch.cuda.is_available() is False"
 
 
 def _on_gpu(run: Callable[[], Any]) -> Callable[[], Any]:
