@@ -20,13 +20,16 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opcore.errors import ArgumentError
 from opcore.graph.errors import CaptureError
 from opcore.graph.measuring import Timer, interleaved
 from opcore.graph.plan import Plan, PlanOptions, assemble
 from opcore.types import Device
+
+if TYPE_CHECKING:
+    from opcore.graph.generation import LanguageModel
 
 __all__ = ["capture_lm"]
 
@@ -42,13 +45,14 @@ def capture_lm(
     device: str | None = None,
     measure: bool | Timer = True,
     prefill_partitions: bool | None = None,
-) -> Any:
+) -> LanguageModel:
     """Capture a decoder-only language model for generation: a ``LanguageModel`` with ``generate``,
     step-level ``prefill``/``decode``, sessions, ``save`` and ``explain``.
 
     model: a transformers ``*ForCausalLM`` (Llama, Mistral, Qwen2, Phi3, Gemma, GPT-2, OPT, ...), or a
-    module following opcore.graph.decoder's protocol; max_length: prompt plus new tokens, the cache's
-    length (allocated once); batch_size: the rows a step takes (fewer rows are padded to it);
+    module following opcore.graph.decoder's protocol (its own ``batch_size`` and ``max_length``
+    attributes are the sizes then); max_length: prompt plus new tokens, the cache's length (allocated
+    once); batch_size: the rows a step takes (fewer rows are padded to it);
     backends / measure: as ``capture`` (for the decode plan); device: "cpu" (None: the model's);
     prefill_partitions: True plans the prefill onto the graph runtimes too, False keeps it on the
     torch route (which serves every prompt length without a runtime preparing a new shape); None:
