@@ -90,6 +90,7 @@ def capture_and_generate() -> None:
     torch.manual_seed(0)
     threads = 1
     torch.set_num_threads(threads)
+    os.environ["OPCORE_RUNTIME_THREADS"] = str(threads)  # the graph runtimes get the same core as torch
     config = LlamaConfig(
         vocab_size=2000, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2,
@@ -110,7 +111,7 @@ def capture_and_generate() -> None:
     started = time.perf_counter()
     lm = opcore.graph.capture_lm(model, max_length=256)
     print(f"captured in {time.perf_counter() - started:.1f} s; decode: {lm.decode_plan.summary()}")
-    print(f"torch threads {threads}, load {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    print(f"torch and runtime threads {threads}, load {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     timings: dict[str, float] = {}
     outputs: dict[str, Any] = {}
     for label, call in (
