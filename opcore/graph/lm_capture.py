@@ -43,9 +43,8 @@ def capture_lm(
     batch_size: int = 1,
     backends: Sequence[str] | None = None,
     device: str | None = None,
-    measure: bool | Timer = True,
+    measure: bool | Timer | None = None,
     prefill_partitions: bool | None = None,
-    compare_runtimes: bool | None = None,
 ) -> LanguageModel:
     """Capture a decoder-only language model for generation: a ``LanguageModel`` with ``generate``,
     step-level ``prefill``/``decode``, sessions, ``save`` and ``explain``.
@@ -54,15 +53,16 @@ def capture_lm(
     module following opcore.graph.decoder's protocol (its own ``batch_size`` and ``max_length``
     attributes are the sizes then); max_length: prompt plus new tokens, the cache's length (allocated
     once); batch_size: the rows a step takes (fewer rows are padded to it);
-    backends / measure: as ``capture`` (for the decode plan); device: "cpu" (None: the model's);
+    backends: as ``capture``'s; device: "cpu" (None: the model's);
     prefill_partitions: True plans the prefill onto the graph runtimes too, False keeps it on the
     torch route (which serves every prompt length without a runtime preparing a new shape); None:
     both are timed on a prompt of min(128, max_length) tokens at capture and the faster runs.
-    compare_runtimes: time the decode step on each graph runtime alone against the ranked plan and
-    keep the fastest (each candidate holds its runtime's copy of the weights while it is timed);
-    None: where the model's weights are at most COMPARE_BYTES (256 MB), so that capture's memory
-    stays within about twice the weights for larger models (a 0.5B fp32 model: 174 s and 9.2 GB
-    compared, 53 s and 3.5 GB not, for the same decode speed here).
+    measure: as ``capture``'s, and the decode step is also timed on each graph runtime alone against
+    the ranked plan (the fastest runs; each candidate holds its runtime's copy of the weights while
+    it is timed); None: True up to MEASURE_BYTES (1 GiB) of weights, False above. Measured, a 135M
+    fp32 decoder captured in 96 s and decoded 1.37x eager; a 0.5B one took 142 to 174 s and 5.6 to
+    6.5 GB over its 2 GB of weights, and its guard once picked a slower route (4.6 to 6.0 tok/s); by
+    the estimated rule the 0.5B took 53 s and 3.5 GB and decoded at 8.4 tok/s (docs/benchmarks.md).
 
     >>> lm = opcore.graph.capture_lm(LlamaForCausalLM(config).eval(), max_length=128)   # doctest: +SKIP
     """
@@ -90,10 +90,11 @@ def capture_lm(
         module = model.eval()
         defaults = GenerationDefaults()
     place = Device.parse(device) if device is not None else _device_of(module)
+    if measure is None:
+        measure = _weight_bytes(module) <= MEASURE_BYTES
     timer = None if measure is False else interleaved if measure is True else measure
     with torch.no_grad():
-        compare = compare_runtimes if compare_runtimes is not None else _weight_bytes(module) <= COMPARE_BYTES
-        decode = _decode_plan(module, batch_size, max_length, place, backends, timer, compare)
+        decode = _decode_plan(module, batch_size, max_length, place, backends, timer)
         prefill = None
         if max_length >= 2:
             prefill = _prefill_plan(module, batch_size, max_length, place, backends, timer, prefill_partitions)
@@ -102,8 +103,8 @@ def capture_lm(
     return lm
 
 
-# compare_runtimes=None compares the graph runtimes at capture up to this many bytes of weights
-COMPARE_BYTES = 256 * 2**20
+# measure=None measures at capture up to this many bytes of weights (the estimated rule above)
+MEASURE_BYTES = 2**30
 
 
 def _weight_bytes(module: Any) -> int:
@@ -150,7 +151,6 @@ def _decode_plan(
     place: Device,
     backends: Sequence[str] | None,
     timer: Timer | None,
-    compare: bool = True,
 ) -> Plan:
     """The decode step's plan. Without ``backends`` and with measuring, the ranked plan (measured as
     ``capture`` measures) is timed against a plan on each graph runtime alone (with the torch backend
@@ -163,7 +163,7 @@ def _decode_plan(
 
     lowered = _lower_step(module, batch_size, max_length, 1, place)
     best = _plan(lowered, place, backends, timer, partitions=True)
-    if backends is not None or timer is None or place.type.value != "cpu" or not compare:
+    if backends is not None or timer is None or place.type.value != "cpu":
         return best
     from opcore.graph.partition import compilers
     from opcore.graph.plan import torch_route
