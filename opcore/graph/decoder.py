@@ -28,6 +28,8 @@ from __future__ import annotations
 import inspect
 from typing import Any, cast
 
+import torch
+
 from opcore.errors import ArgumentError
 
 __all__ = ["CachedDecoder", "is_transformers_lm", "protocol_sizes"]
@@ -75,19 +77,12 @@ def _cache_layer_class() -> Any:
     return PositionedLayer
 
 
-def _module_base() -> Any:
-    import torch
-
-    return torch.nn.Module
-
-
-class CachedDecoder(_module_base()):  # type: ignore[misc]
+class CachedDecoder(torch.nn.Module):
     """A transformers causal LM with a static KV cache of ``batch_size`` x ``max_length`` as buffers,
     called by the protocol above."""
 
     def __init__(self, model: Any, batch_size: int, max_length: int) -> None:
         super().__init__()
-        import torch
         from transformers import StaticCache
         from transformers.configuration_utils import get_head_shapes
 

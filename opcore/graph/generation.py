@@ -19,6 +19,7 @@ from typing import Any
 
 from opcore.errors import ArgumentError, ShapeError
 from opcore.graph.sampling import Choice
+from opcore.graph.state import new_state
 
 __all__ = ["GenerationDefaults", "LanguageModel", "Session"]
 
@@ -89,9 +90,7 @@ class Session:
         self.lm = lm
         graph = lm.decode_plan.graph
         device = str(lm.decode_plan.device)
-        self.state = [
-            torch.zeros(graph.meta(n).shape, dtype=graph.meta(n).dtype.to_torch(), device=device) for n in graph.state
-        ]
+        self.state = new_state(graph, device)
         self.mask = torch.zeros(lm.batch_size, lm.max_length, dtype=torch.long, device=device)
         self.positions = torch.zeros(lm.batch_size, dtype=torch.long, device=device)
         self.length = 0  # cache slots used
@@ -334,24 +333,32 @@ class LanguageModel:
         new = torch.stack(produced, 1) if produced else ids[:rows, :0]
         return torch.cat([ids[:rows], new], 1)
 
-    def stream(self, input_ids: Any, attention_mask: Any = None, **options: Any) -> Iterator[Any]:
-        """The new tokens (batch,) step by step, as ``generate`` makes them (same options).
+    def stream(
+        self,
+        input_ids: Any,
+        attention_mask: Any = None,
+        *,
+        max_new_tokens: int = 20,
+        min_new_tokens: int = 0,
+        do_sample: bool = False,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        repetition_penalty: float | None = None,
+        eos_token_id: int | Sequence[int] | None = None,
+        pad_token_id: int | None = None,
+        generator: Any = None,
+        session: Session | None = None,
+    ) -> Iterator[Any]:
+        """The new tokens (batch,) step by step, as ``generate`` makes them (its options, but streamer).
 
         >>> for tokens in lm.stream(ids, max_new_tokens=8): print(tokens.tolist())   # doctest: +SKIP
         """
         ids, mask, rows = self._pad_rows(input_ids, attention_mask)
-        names = (
-            "max_new_tokens", "min_new_tokens", "do_sample", "temperature", "top_k", "top_p",
-            "repetition_penalty", "eos_token_id", "pad_token_id", "generator", "session",
+        return self._tokens(
+            ids, mask, rows, max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p,
+            repetition_penalty, eos_token_id, pad_token_id, generator, session,
         )  # fmt: skip
-        unknown = sorted(set(options) - set(names))
-        if unknown:
-            raise ArgumentError(
-                op="LanguageModel.stream", arg=unknown[0], expected=f"one of {', '.join(names)}", found=unknown[0]
-            )
-        defaults: dict[str, Any] = {"max_new_tokens": 20, "min_new_tokens": 0, "do_sample": False}
-        values: dict[str, Any] = {name: options.get(name, defaults.get(name)) for name in names}
-        return self._tokens(ids, mask, rows, **values)
 
     def _pad_rows(self, input_ids: Any, attention_mask: Any) -> tuple[Any, Any, int]:
         """Prompt and mask with as many rows as captured: fewer rows are padded with copies of the

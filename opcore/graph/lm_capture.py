@@ -26,6 +26,7 @@ from opcore.errors import ArgumentError
 from opcore.graph.errors import CaptureError
 from opcore.graph.measuring import Timer, interleaved
 from opcore.graph.plan import Plan, PlanOptions, assemble
+from opcore.graph.state import new_state
 from opcore.types import Device
 
 if TYPE_CHECKING:
@@ -223,12 +224,8 @@ def _prefill_plan(
     return chosen
 
 
-def _states(plan: Plan) -> list[Any]:
-    return [example_state(plan.graph, name) for name in plan.graph.state]
-
-
 def _runner(plan: Plan, lowered: Lowered) -> Any:
-    program, feed = plan.program, [*lowered.examples, *_states(plan)]
+    program, feed = plan.program, [*lowered.examples, *new_state(plan.graph)]
 
     def run() -> Any:
         return program.run(feed)
@@ -305,8 +302,9 @@ def _plan(
         route="planned",
     )
     graph = lowered.graph
-    state = [example_state(graph, name) for name in graph.state]
-    plan = assemble(graph, lowered.constants, options, lowered.notes, examples=[*lowered.examples, *state], timer=timer)
+    plan = assemble(
+        graph, lowered.constants, options, lowered.notes, examples=[*lowered.examples, *new_state(graph)], timer=timer
+    )
     plan.notes[:0] = lowered.applied
     plan.timings.capture = lowered.seconds
     plan.timings.plan = time.perf_counter() - started
@@ -331,11 +329,3 @@ def input_bounds(graph: Any, max_length: int) -> dict[str, tuple[int, int]]:
     if vocab is not None:
         bounds[ids] = (0, vocab - 1)
     return bounds
-
-
-def example_state(graph: Any, name: str) -> Any:
-    """A zero tensor of the state input ``name``'s shape, dtype and device."""
-    import torch
-
-    meta = graph.meta(name)
-    return torch.zeros(meta.shape, dtype=meta.dtype.to_torch(), device=str(meta.device))

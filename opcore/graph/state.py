@@ -31,7 +31,7 @@ from typing import Any
 from opcore.graph.errors import CaptureError
 from opcore.graph.ir import Node, ValueInfo, ValueRef
 
-__all__ = ["IN_PLACE", "state_pairs", "write_state"]
+__all__ = ["IN_PLACE", "new_state", "state_pairs", "write_state"]
 
 # the functional ops whose in-place form writes rows of the state (ATen argument order: state first)
 IN_PLACE = {"aten.index_copy.default": "state.index_copy_"}
@@ -77,3 +77,16 @@ def state_pairs(graph: Any) -> list[tuple[str, str, str]]:
             how = "rows written in place" if node.op == "state.index_copy_" else "copied after the step"
             pairs.append((first.name if isinstance(first, ValueRef) else str(first), node.name, how))
     return pairs
+
+
+def new_state(graph: Any, device: str | None = None) -> list[Any]:
+    """Zero tensors for every state input of ``graph`` (its shape and dtype; on ``device``, None: the
+    one its metas name): one session's cache, or the examples a plan is measured on."""
+    import torch
+
+    state = []
+    for name in graph.state:
+        meta = graph.meta(name)
+        place = device if device is not None else str(meta.device)
+        state.append(torch.zeros(meta.shape, dtype=meta.dtype.to_torch(), device=place))
+    return state
