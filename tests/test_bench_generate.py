@@ -2,26 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
+from bench_modules import load_bench
 
 torch = pytest.importorskip("torch")
-
-_BENCH_GENERATE = Path(__file__).resolve().parent.parent / "bench" / "generate.py"
 
 
 @pytest.fixture(scope="module")
 def bench() -> Any:
-    spec = importlib.util.spec_from_file_location("bench_generate", _BENCH_GENERATE)
-    assert spec is not None and spec.loader is not None, _BENCH_GENERATE
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("generate")
 
 
 def test_the_defaults_are_the_issues_runs(bench):
