@@ -194,11 +194,11 @@ def export(model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic
         raise CaptureError(
             f"torch.export could not capture {type(model).__name__}: {type(error).__name__}: {reason}",
             op=_CAPTURE,
-            fix=_export_fix(str(error), args),
+            fix=_export_fix(str(error)),
         ) from error
 
 
-def _export_fix(text: str, args: tuple[Any, ...]) -> str:
+def _export_fix(text: str) -> str:
     """The fix for an exporter's refusal: the known causes named, else the general advice."""
     if "Cache" in text and ("output" in text or "pytree" in text.lower()):
         return (
