@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opcore.graph.ir import Graph, Node, ValueRef
-from opcore.graph.ranges import Interval, dtype_range, value_ranges
+from opcore.graph.ranges import declared_sizes, dtype_range, value_ranges
 
 __all__ = ["EntryBound", "IndexProof", "index_bounds", "index_uses"]
 
@@ -68,6 +68,7 @@ class _Use:
     low: int
     high: int
     what: str  # "the index of embedding (p_embeddings_weight, 99 rows)"
+    symbol: str | None = None  # the indexed dim's symbolic size ("s0") where it is dynamic
 
 
 def index_uses(graph: Graph) -> Iterator[_Use]:
@@ -93,7 +94,7 @@ def index_uses(graph: Graph) -> Iterator[_Use]:
                     size = _smallest_size(graph, x, d)
                     what = f"indices[{d}] of {node.name} (dim {d} of {x.name}, size {size})"
                     low, high = (0, -1) if size is None else (-size, size - 1)
-                    yield _Use(node, ref.name, low, high, what)
+                    yield _Use(node, ref.name, low, high, what, _dim_symbol(graph, x, d))
 
 
 def _smallest_size(graph: Graph, ref: Any, dim: int) -> int | None:
@@ -114,7 +115,7 @@ def index_bounds(graph: Graph, constants: Mapping[str, Any]) -> IndexProof:
     uses = list(index_uses(graph))
     if not uses:
         return IndexProof()
-    sizes = _size_ranges(graph)
+    sizes = declared_sizes(graph)
     producer = {o: node for node in graph.nodes for o in node.outputs}
     position = {name: i for i, name in enumerate(graph.inputs)}
     wanted: dict[str, list[_Use]] = {}  # graph input -> the uses it reaches through views
@@ -127,6 +128,8 @@ def index_bounds(graph: Graph, constants: Mapping[str, Any]) -> IndexProof:
     unchecked: dict[str, str] = {}
     for use in uses:
         found = ranges.get(use.index)
+        if use.symbol is not None and _below(graph, use.index, producer) == use.symbol:
+            continue  # positions 0 .. s0 - 1 into a dim of size s0: in range whatever s0 is
         if use.high < use.low:
             unchecked[use.node.name] = f"{use.what}: the size is only known at run time"
         elif found is None:
@@ -140,6 +143,51 @@ def index_bounds(graph: Graph, constants: Mapping[str, Any]) -> IndexProof:
         for name, (low, high) in bounds.items()
     )
     return IndexProof(entry, unchecked)
+
+
+def _dim_symbol(graph: Graph, ref: Any, dim: int) -> str | None:
+    info = graph.values.get(ref.name) if isinstance(ref, ValueRef) else None
+    if info is None or info.meta is None or not info.dims or not -len(info.dims) <= dim < len(info.dims):
+        return None
+    size = info.dims[dim]
+    return size if isinstance(size, str) else None
+
+
+# ops whose result holds some of the values of their first argument (and no others)
+_SUBSETS = _VIEWS | {"slice", "select"}
+
+
+def _below(graph: Graph, name: str, producer: Mapping[str, Node]) -> str | None:
+    """The symbol ``s`` of a size computed at run time such that ``name`` holds positions 0 .. s - 1
+    (an ``arange(s)``, through views, slices and an added 0), else None: what an index into a dim of
+    size ``s`` needs, which intervals alone cannot show when ``s`` varies per call."""
+    while True:
+        node = producer.get(name)
+        if node is None or not node.args:
+            return None
+        first = node.args[0]
+        if node.op == "arange":
+            start, end, step = (*node.args[:3], None, None)[:3]
+            if end is None and step in (None, 1):
+                return _scalar_symbol(graph, start)
+            if start == 0 and step in (None, 1):
+                return _scalar_symbol(graph, end)
+            return None
+        if node.op == "add" and len(node.args) >= 2 and node.args[1] == 0 and node.args[2:] in ((), (1,)):
+            pass  # x + 0
+        elif node.op not in _SUBSETS:
+            return None
+        if not isinstance(first, ValueRef):
+            return None
+        name = first.name
+
+
+def _scalar_symbol(graph: Graph, value: Any) -> str | None:
+    info = graph.values.get(value.name) if isinstance(value, ValueRef) else None
+    if info is None or info.meta is not None or not info.dims:
+        return None
+    symbol = info.dims[0]
+    return symbol if isinstance(symbol, str) else None
 
 
 def _viewed_input(graph: Graph, name: str, producer: Mapping[str, Node], position: Mapping[str, int]) -> str | None:
@@ -161,11 +209,3 @@ def _widens(graph: Graph, source: str, result: str) -> bool:
         return False
     inner, outer = dtype_range(a.dtype), dtype_range(b.dtype)
     return inner is not None and outer is not None and outer[0] <= inner[0] and inner[1] <= outer[1]
-
-
-def _size_ranges(graph: Graph) -> dict[str, Interval]:
-    """The declared range of each symbolic size with an upper bound (the captured signature's)."""
-    signature = graph.signature
-    if signature is None:
-        return {}
-    return {name: (low, high) for name, (low, high) in signature.ranges.items() if high is not None}

@@ -118,7 +118,8 @@ class ValueInfo:
     """One value of the graph. meta None: a Python scalar (a size computed at run time).
 
     ``meta`` holds the example's concrete sizes; ``dims`` the same sizes with a symbol (a str such as
-    ``"s0"``) where the dimension is dynamic.
+    ``"s0"``) where the dimension is dynamic. A scalar's ``dims`` is its symbolic value (``("s0",)``,
+    ``("2*s0",)``) where the exporter recorded one, else empty.
     """
 
     name: str
@@ -129,6 +130,8 @@ class ValueInfo:
 
     @property
     def dynamic_axes(self) -> frozenset[int]:
+        if self.meta is None:
+            return frozenset()
         return frozenset(i for i, d in enumerate(self.dims) if isinstance(d, str))
 
 

@@ -296,7 +296,10 @@ def _scalar_node(
     name = fx_node.name
     args = tuple(_raw(arg, env) for arg in fx_node.args)
     example = _shape_op(op)(*substitute(args, concrete.__getitem__))
-    values[name] = ValueInfo(name, None, (), example)
+    # a size's symbolic value ("s0", "2*s0") where the exporter recorded one: rewrites compare it
+    # with the dims of tensors
+    symbol = _symbol(fx_node.meta["val"]) if _is_symint(fx_node.meta.get("val")) else None
+    values[name] = ValueInfo(name, None, (symbol,) if isinstance(symbol, str) else (), example)
     concrete[name] = example
     env[name] = ValueRef(name)
     nodes.append(Node(name, op, "python" if op not in ("sym_size", "sym_numel") else f"aten.{op}", args, (name,), True))
@@ -465,6 +468,12 @@ def _dims_of(val: Any, shape: tuple[int, ...]) -> tuple[int | str, ...]:
     if val is None or not hasattr(val, "shape") or len(val.shape) != len(shape):
         return tuple(shape)
     return tuple(d if isinstance(d, str) else s for d, s in zip((_symbol(v) for v in val.shape), shape))
+
+
+def _is_symint(value: Any) -> bool:
+    import torch
+
+    return isinstance(value, torch.SymInt)
 
 
 def _symbol(size: Any) -> int | str:

@@ -26,8 +26,9 @@ from opcore.graph.partition import CompiledPartition, PartitionCompiler, Partiti
 from opcore.graph.planner import PARTITION_ONLY, Decision, Verdict, selection_verdicts
 from opcore.graph.ranges import ValueProof
 from opcore.graph.runner import Slot, Step
+from opcore.types import DType, TensorMeta
 
-__all__ = ["Cost", "PartitionRecord", "order_units", "pays", "place_partitions"]
+__all__ = ["SIZE", "Cost", "PartitionRecord", "order_units", "pays", "place_partitions", "takes_sizes"]
 
 # Ops that only move or view data: cheap per node in torch, so they count for less when deciding
 # whether a partition pays, and they never split one (they join a neighbouring partition).
@@ -136,6 +137,7 @@ def _torch_call(compiled: CompiledPartition, outputs: int, where: str = "a parti
     (one tensor for a partition with one output, as a node's step stores it). A runtime's failure is
     raised as it was (Unsupported: the runtime declined), its message naming the partition, its
     backend and its nodes, with the runtime's own text in full (``run_failure``)."""
+    import numpy
     import torch
 
     from_numpy = torch.from_numpy
@@ -143,6 +145,8 @@ def _torch_call(compiled: CompiledPartition, outputs: int, where: str = "a parti
     # contiguous() is the tensor itself where it already is; numpy.ascontiguousarray would turn a
     # 0-D value (a scalar the graph computed) into shape (1,), which a runtime's model refuses
     def as_array(t: Any) -> Any:
+        if type(t) is int:  # a size computed at run time (a 0-D int64 input)
+            return numpy.asarray(t, dtype=numpy.int64)
         return t.contiguous().numpy()
 
     def run(tensors: tuple[Any, ...]) -> Any:
@@ -241,7 +245,7 @@ def place_partitions(
             made: list[tuple[list[int], PartitionRecord]] = []
             for group in groups:
                 nodes = [graph.nodes[i] for i in group]
-                spec = make_spec(graph, group, f"p{len(records) + len(made)}", constants)
+                spec = make_spec(graph, group, f"p{len(records) + len(made)}", constants, compiler)
                 small = large_enough(nodes)
                 ok, why = pays(nodes, len(spec.inputs) + len(spec.outputs)) if measured is None else (small is None, "")
                 if not ok:
@@ -310,20 +314,29 @@ def _accepts(
         v.backend == backend and v.status in ("chosen", "fallback", PARTITION_ONLY) for v in verdicts[node.name]
     ):
         return False
-    return part_args(graph, node) is not None and all(
+    return part_args(graph, node, takes_sizes(compiler, node.op)) is not None and all(
         (meta := graph.values[o].meta) is not None and meta.dtype.value != "bfloat16" for o in node.outputs
     )
 
 
-def part_args(graph: Graph, node: Node) -> tuple[Any, ...] | None:
-    """The node's arguments for a PartNode: sizes computed at run time are not allowed, except a
-    reshape's one dynamic size, which becomes -1 (the same shape, inferred by the runtime)."""
+def takes_sizes(compiler: Any, op: str) -> bool:
+    """Whether ``compiler`` builds ``op`` with sizes computed at run time among its arguments (its
+    optional ``takes_sizes(op)``; a compiler without it never gets them)."""
+    check = getattr(compiler, "takes_sizes", None)
+    return bool(check(op)) if check is not None else False
+
+
+def part_args(graph: Graph, node: Node, sizes: bool = False) -> tuple[Any, ...] | None:
+    """The node's arguments for a PartNode. Sizes computed at run time (a dynamic dim's size and the
+    arithmetic on it) stay references where the compiler takes them for this op (``sizes``): the
+    partition gets them as 0-D int64 inputs. Otherwise they are not allowed, except a reshape's one
+    dynamic size, which becomes -1 (the same shape, inferred by the runtime)."""
     args = list(node.args)
     for i, value in enumerate(args):
-        sizes = [r for r in refs_in(value) if graph.values[r.name].meta is None]
-        if not sizes:
+        found = [r for r in refs_in(value) if graph.values[r.name].meta is None]
+        if not found or sizes:
             continue
-        if node.op == "reshape" and len(sizes) == 1 and isinstance(value, tuple) and -1 not in value:
+        if node.op == "reshape" and len(found) == 1 and isinstance(value, tuple) and -1 not in value:
             args[i] = tuple(-1 if isinstance(v, ValueRef) else v for v in value)
         else:
             return None
@@ -403,8 +416,11 @@ def _acyclic(members: int, ancestors: Sequence[int]) -> bool:
     return True
 
 
-def make_spec(graph: Graph, group: Sequence[int], name: str, constants: Mapping[str, Any]) -> PartitionSpec:
-    """The PartitionSpec of the nodes ``group`` (indices, topological order)."""
+def make_spec(
+    graph: Graph, group: Sequence[int], name: str, constants: Mapping[str, Any], compiler: Any = None
+) -> PartitionSpec:
+    """The PartitionSpec of the nodes ``group`` (indices, topological order), for ``compiler`` (the
+    sizes it takes: ``takes_sizes``; a size computed at run time is an input of meta ``SIZE``)."""
     nodes = [graph.nodes[i] for i in group]
     inside = {o for node in nodes for o in node.outputs}
     users = graph.users()
@@ -414,7 +430,7 @@ def make_spec(graph: Graph, group: Sequence[int], name: str, constants: Mapping[
     used_constants: list[str] = []
     part_nodes = []
     for node in nodes:
-        args = part_args(graph, node)
+        args = part_args(graph, node, takes_sizes(compiler, node.op))
         if args is None:
             raise ValueError(f"node {node.name} reads sizes computed at run time")
         part_nodes.append(PartNode(node.op, args, node.outputs))
@@ -431,7 +447,7 @@ def make_spec(graph: Graph, group: Sequence[int], name: str, constants: Mapping[
         for o in node.outputs
         if o in graph_outputs or any(u not in members for u in users.get(o, ()))
     )
-    metas = {n: graph.meta(n) for n in (*inputs, *used_constants, *inside)}
+    metas = {n: _meta(graph, n) for n in (*inputs, *used_constants, *inside)}
     dynamic = {n: graph.values[n].dynamic_axes for n in inputs if graph.values[n].dynamic_axes}
     return PartitionSpec(
         name=name,
@@ -442,6 +458,15 @@ def make_spec(graph: Graph, group: Sequence[int], name: str, constants: Mapping[
         metas=metas,
         dynamic=dynamic,
     )
+
+
+# the meta of a size computed at run time, as a partition's input: a 0-D int64 array fed per call
+SIZE = TensorMeta((), DType.INT64)
+
+
+def _meta(graph: Graph, name: str) -> TensorMeta:
+    found = graph.values[name].meta
+    return SIZE if found is None else found
 
 
 def _host_array(tensor: Any) -> Any:
@@ -522,7 +547,7 @@ def _restore(
     claimed: dict[str, Decision] = {}
     for name, (backend, node_names, bring_back, note) in saved.items():
         group = [index[n] for n in node_names]
-        spec = make_spec(graph, group, name, constants)
+        spec = make_spec(graph, group, name, constants, compilers().get(backend))
         compiled = bring_back(spec)
         record = PartitionRecord(name, backend, tuple(node_names), spec, compiled, note)
         records.append(record)

@@ -15,7 +15,7 @@ from opcore.graph.errors import UncoveredError
 from opcore.graph.ir import Graph, Node, ValueRef
 from opcore.graph.measuring import Measured, Timer
 from opcore.graph.planner import Decision, NodeCall, example_tensors, plan_node, scalar_call
-from opcore.graph.ranges import ValueProof, value_ranges
+from opcore.graph.ranges import ValueProof, declared_sizes, value_ranges
 from opcore.graph.runner import Program, Step, slot_template
 from opcore.types import Device
 
@@ -528,7 +528,9 @@ def _proof(graph: Graph, constants: Mapping[str, Any], options: PlanOptions) -> 
         for name, compiler in compilers().items()
         if (found := getattr(compiler, "int64_as", None)) is not None
     }
-    return ValueProof(value_ranges(graph, constants), narrowing) if narrowing else None
+    if not narrowing:
+        return None
+    return ValueProof(value_ranges(graph, constants, sizes=declared_sizes(graph)), narrowing)
 
 
 def _uncovered(uncovered: list[tuple[Node, NodeCall]], options: PlanOptions, strict_context: bool) -> UncoveredError:

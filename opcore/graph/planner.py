@@ -195,6 +195,7 @@ def _select_shown(
     names = contract.schema.names
     kept: set[int] = set()
     policy = context_policy.get()
+    full = _creation_shown(full, names, narrow)
     while True:
         metas = tuple(
             value if i in kept else _shown(value, given, ranges, narrow)
@@ -207,6 +208,17 @@ def _select_shown(
             if where is None or where in kept:
                 raise
             kept.add(where)
+
+
+def _creation_shown(full: tuple[Any, ...], names: Sequence[str], narrow: DType) -> tuple[Any, ...]:
+    """A creation op's arguments (no tensor among them: an ``arange(s0)`` of a dynamic size) with its
+    int64 result shown as ``narrow``: asked only once the plan proved its values fit ``narrow``."""
+    if "dtype" not in names or any(is_tensor(v) for v in full):
+        return full
+    at = names.index("dtype")
+    if at >= len(full) or full[at] not in (None, "int64", DType.INT64):
+        return full
+    return (*full[:at], narrow.value, *full[at + 1 :])
 
 
 def _shown(value: Any, given: Any, ranges: Mapping[str, Interval], narrow: DType) -> Any:

@@ -34,8 +34,8 @@ from opcore.graph.ir import Graph, Node, ValueRef, refs_in, substitute
 from opcore.types import DType, TensorMeta
 
 __all__ = [
-    "NO_INT64", "RULES", "Interval", "ValueProof", "bounded", "dtype_range", "known", "narrowing_refused",
-    "node_narrowing", "result_range", "shown", "value_ranges",
+    "NO_INT64", "RULES", "Interval", "ValueProof", "bounded", "declared_sizes", "dtype_range", "known",
+    "narrowing_refused", "node_narrowing", "result_range", "shown", "value_ranges",
 ]  # fmt: skip
 
 Interval = tuple[int, int]
@@ -148,12 +148,15 @@ def _cumsum(x: TensorMeta, dim: int, dtype: str | None = None) -> Interval | Non
 
 def _sum(x: TensorMeta, dim: Any = None, keepdim: bool = False) -> Interval | None:
     dims = range(x.ndim) if not dim else dim
-    return _sum_of(x, math.prod(x.shape[d] for d in dims) if x.ndim else 1)
+    counts = [x.shape[d] for d in dims]
+    return _sum_of(x, -1 if any(c < 0 for c in counts) else math.prod(counts) if x.ndim else 1)
 
 
 def _argmax(x: TensorMeta, dim: int | None = None, keepdim: bool = False) -> Interval | None:
+    if any(size < 0 for size in x.shape):  # an unknown size: so is the count (two -1 would multiply to 1)
+        return None
     n = x.numel if dim is None else x.shape[dim] if x.ndim else 1
-    return None if n < 0 else (0, max(n - 1, 0))
+    return (0, max(n - 1, 0))
 
 
 def _cast(x: Any, dtype: str) -> Interval | None:
@@ -282,8 +285,9 @@ def value_ranges(
 
     ``inputs``: intervals assumed for graph inputs (what a check at the plan's entry makes true);
     ``sizes``: the range of each symbolic size (``s0``), which size computations (``sym_size`` and
-    the arithmetic on it) then carry to the tensors built from them (an ``arange(s0)``). Planning
-    passes neither: a size's range is a promise of the caller's that opcore.graph.signature checks.
+    the arithmetic on it) then carry to the tensors built from them (an ``arange(s0)``): a size's
+    declared range (``declared_sizes``) is a promise of the caller's that opcore.graph.signature
+    checks on every call.
 
     >>> value_ranges(graph, constants)["cumsum"]  # doctest: +SKIP
     (0, 64)
@@ -304,8 +308,8 @@ def value_ranges(
             interval = scalars.get(name)
             return UNKNOWN if interval is None else TensorMeta((), DType.INT64, bounds=interval)
         meta = bounded(info.meta, found.get(name))
-        if info.dynamic_axes:  # sizes that change per call: -1, which the size-reading rules refuse
-            meta = replace(meta, shape=tuple(-1 if i in info.dynamic_axes else n for i, n in enumerate(meta.shape)))
+        if info.dynamic_axes:  # sizes that change per call: their declared largest, else -1 (refused)
+            meta = replace(meta, shape=tuple(_largest(d, sizes) for d in info.dims))
         return meta
 
     for node in graph.nodes:
@@ -324,6 +328,24 @@ def value_ranges(
             if fitted is not None and fitted != dtype_range(DType.INT64):
                 found[output] = fitted
     return found
+
+
+def declared_sizes(graph: Graph) -> dict[str, Interval]:
+    """The declared range of each symbolic size with an upper bound (the captured signature's: the
+    ``torch.export.Dim`` ranges, which a plan's entry checks hold every call to)."""
+    signature = graph.signature
+    if signature is None:
+        return {}
+    return {name: (low, high) for name, (low, high) in signature.ranges.items() if high is not None}
+
+
+def _largest(dim: int | str, sizes: Mapping[str, Interval] | None) -> int:
+    """A dim's size as the size-reading rules (a sum's count, an argmax's range) see it: a static size,
+    a dynamic one's declared largest (the counts they take grow with it), else -1 (unknown)."""
+    if isinstance(dim, int):
+        return dim
+    declared = sizes.get(dim) if sizes is not None else None
+    return declared[1] if declared is not None else -1
 
 
 def _size_range(

@@ -48,12 +48,12 @@ class Pat:
 @dataclass(frozen=True, slots=True)
 class Rewrite:
     """pattern -> op. build(bindings, meta) returns the op's keyword arguments, or None to leave
-    the match alone; ``meta(name)`` gives a bound value's TensorMeta."""
+    the match alone; ``meta(name)`` gives a bound value's TensorMeta (``_Metas``: also its dims)."""
 
     name: str
     op: str
     pattern: Pat
-    build: Callable[[Mapping[str, Any], Callable[[str], Any]], dict[str, Any] | None]
+    build: Callable[[Mapping[str, Any], Any], dict[str, Any] | None]
 
 
 def _is(value: Any) -> Callable[[Any], bool]:
@@ -253,18 +253,22 @@ def _gqa_pattern(clone: bool) -> Pat:
     )
 
 
-def _gqa(b: Mapping[str, Any], meta: Callable[[str], Any]) -> dict[str, Any] | None:
-    q = meta("q")
+def _gqa(b: Mapping[str, Any], meta: Any) -> dict[str, Any] | None:
+    # sizes compared symbolically: a dynamic batch or length is the same symbol ("s0") in x's dims
+    # and in the expand's and view's size arguments (sizes computed at run time)
+    q = meta.dims("q")
     for name in ("k", "v"):
-        x = meta(name)
-        if x is None or x.ndim != 4 or q is None or q.ndim != 4:
+        x = meta.dims(name)
+        if x is None or len(x) != 4 or q is None or len(q) != 4:
             return None
-        batch, heads, length, width = x.shape
-        expand = tuple(b[f"{name}_expand"])
-        size = tuple(b[f"{name}_size"])
+        batch, heads, length, width = x
+        expand = tuple(meta.size(v) for v in b[f"{name}_expand"])
+        size = tuple(meta.size(v) for v in b[f"{name}_size"])
         if len(expand) != 5 or expand[:2] != (batch, heads) or expand[3:] != (length, width):
             return None
-        if size != (batch, heads * expand[2], length, width) or size[1] != q.shape[1]:
+        if not isinstance(expand[2], int) or not isinstance(heads, int) or len(size) != 4:
+            return None
+        if size != (batch, heads * expand[2], length, width) or size[1] != q[1]:
             return None
     return {
         "query": b["q"], "key": b["k"], "value": b["v"], "attn_mask": b["mask"], "dropout_p": b["dropout"],
@@ -440,6 +444,36 @@ def apply_rewrites(graph: Graph, rewrites: tuple[Rewrite, ...] = REWRITES) -> tu
     return graph, notes
 
 
+class _Metas:
+    """What a rewrite's build reads of its bindings: ``metas(name)`` a bound tensor's TensorMeta (None
+    for anything else); ``metas.dims(name)`` its sizes with dynamic ones as their symbols ("s0"), and
+    ``metas.size(value)`` a size argument as the same: an int, or a computed size's symbol."""
+
+    __slots__ = ("bindings", "graph")
+
+    def __init__(self, graph: Graph, bindings: Mapping[str, Any]) -> None:
+        self.graph, self.bindings = graph, bindings
+
+    def __call__(self, name: str) -> Any:
+        value = self.bindings[name]
+        if not isinstance(value, ValueRef):
+            return None
+        return self.graph.values[value.name].meta
+
+    def dims(self, name: str) -> tuple[int | str, ...] | None:
+        value = self.bindings[name]
+        info = self.graph.values.get(value.name) if isinstance(value, ValueRef) else None
+        if info is None or info.meta is None:
+            return None
+        return info.dims or tuple(info.meta.shape)
+
+    def size(self, value: Any) -> int | str | None:
+        if isinstance(value, int):
+            return value
+        info = self.graph.values.get(value.name) if isinstance(value, ValueRef) else None
+        return info.dims[0] if info is not None and info.meta is None and info.dims else None
+
+
 @dataclass(frozen=True, slots=True)
 class _Maps:
     """A graph's producers (value -> node index), readers (value -> node indices) and outputs."""
@@ -510,11 +544,7 @@ def _try(graph: Graph, rewrite: Rewrite, index: int, maps: _Maps) -> tuple[Graph
             return None  # something outside the match reads an inner value: keep the nodes
     bindings = match.bindings
 
-    def meta(name: str) -> Any:
-        value = bindings[name]
-        return graph.meta(value.name) if isinstance(value, ValueRef) else None
-
-    built = rewrite.build(bindings, meta)
+    built = rewrite.build(bindings, _Metas(graph, bindings))
     if built is None:
         return None
     contract = runtime().registry.contract(rewrite.op)

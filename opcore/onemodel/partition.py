@@ -51,16 +51,25 @@ class GraphPartitionCompiler:
     Both are imported on the first compile or load, never at plugin load. ``int64_as``: the dtype
     the runtime computes int64 in ("int32" for OpenVINO's CPU plugin; None: int64 itself): a plan
     shows its checkers the int64 values it proves to fit that dtype as that dtype (opcore.graph.ranges).
+    ``sized``: the ops whose builders take sizes computed at run time (a dynamic dim's size, as a 0-D
+    int64 graph value) where the contract has an int: a plan gives them to the partition as inputs
+    instead of leaving the node outside (``takes_sizes``).
     """
 
-    __slots__ = ("_chains", "_implementation", "backend", "int64_as", "kernels")
+    __slots__ = ("_chains", "_implementation", "backend", "int64_as", "kernels", "sized")
 
     def __init__(
-        self, backend: str, kernels: Mapping[str, str], implementation: str, int64_as: str | None = None
+        self,
+        backend: str,
+        kernels: Mapping[str, str],
+        implementation: str,
+        int64_as: str | None = None,
+        sized: frozenset[str] = frozenset(),
     ) -> None:
         self.backend = backend
         self.kernels = kernels
         self.int64_as = int64_as
+        self.sized = sized
         self._implementation = implementation
         self._chains: dict[str, Chain] = {}
 
@@ -69,6 +78,9 @@ class GraphPartitionCompiler:
 
     def supports(self, op: str) -> bool:
         return op in self.kernels
+
+    def takes_sizes(self, op: str) -> bool:
+        return op in self.sized
 
     def chain_of(self, op: str) -> Chain:
         """The builder that writes ``op``'s nodes into a graph (its kernel's ``chain``)."""

@@ -170,6 +170,18 @@ class Graph:
         """A 1-D int64 constant (axes, shapes, perms given as inputs)."""
         return self.const(numpy.asarray(list(values), dtype=numpy.int64))
 
+    def shape_of(self, values: Sequence[int | Value]) -> Value:
+        """A 1-D int64 shape from ints and 0-D values (sizes computed at run time, fed as inputs)."""
+        if all(isinstance(v, int) for v in values):
+            return self.ints(values)  # type: ignore[arg-type]
+        pieces = [
+            self.ints([v])
+            if isinstance(v, int)
+            else self.op("Reshape", self.cast(v, numpy.dtype(numpy.int64)), self.ints([1]), rank=1)
+            for v in values
+        ]
+        return self.op("Concat", *pieces, axis=0, rank=1) if len(pieces) > 1 else pieces[0]
+
     def internalize(self) -> None:
         """Copy the external initializers' data into the model (for runtimes that cannot share it)."""
         for index, tensor in enumerate(self.initializers):

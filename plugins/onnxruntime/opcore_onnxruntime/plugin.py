@@ -78,10 +78,17 @@ def opcore_partition_compiler() -> PartitionCompiler:
     return _partition_compiler()
 
 
+# the ops whose partition builders take sizes computed at run time (0-D values) for their ints
+SIZED = frozenset({"reshape", "expand", "slice", "arange"})
+
+
 @functools.cache
 def _partition_compiler() -> PartitionCompiler:
     from opcore.onemodel.partition import GraphPartitionCompiler
 
     return GraphPartitionCompiler(
-        "onnxruntime", kernel_targets("opcore_onnxruntime.kernels", KERNELS), "opcore_onnxruntime.partition"
+        "onnxruntime",
+        kernel_targets("opcore_onnxruntime.kernels", KERNELS),
+        "opcore_onnxruntime.partition",
+        sized=SIZED,
     )

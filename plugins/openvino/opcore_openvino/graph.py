@@ -104,6 +104,18 @@ class Graph:
     def ints(self, values: Sequence[int]) -> Node:
         return ops.constant(numpy.asarray(list(values), dtype=numpy.int64))
 
+    def shape_of(self, values: Sequence[int | Node]) -> Node:
+        """A 1-D int64 shape from ints and 0-D nodes (sizes computed at run time, fed as inputs)."""
+        if all(isinstance(v, int) for v in values):
+            return self.ints(values)  # type: ignore[arg-type]
+        pieces = [
+            self.ints([v])
+            if isinstance(v, int)
+            else ops.reshape(self.cast(v, numpy.dtype(numpy.int64)), self.ints([1]), False)
+            for v in values
+        ]
+        return ops.concat(pieces, 0) if len(pieces) > 1 else pieces[0]
+
     def cast(self, node: Node, dtype: numpy.dtype | str) -> Node:
         dtype = numpy.dtype(dtype)
         if dtype_of(node) == dtype:

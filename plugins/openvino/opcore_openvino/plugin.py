@@ -83,11 +83,19 @@ def opcore_partition_compiler() -> PartitionCompiler:
     return _partition_compiler()
 
 
+# the ops whose partition builders take sizes computed at run time (0-D values) for their ints
+SIZED = frozenset({"reshape", "expand", "slice", "arange"})
+
+
 @functools.cache
 def _partition_compiler() -> PartitionCompiler:
     from opcore.onemodel.partition import GraphPartitionCompiler
 
     # the CPU plugin computes int64 in int32: plans show it the int64 values they prove to fit
     return GraphPartitionCompiler(
-        "openvino", kernel_targets("opcore_openvino.kernels", KERNELS), "opcore_openvino.partition", int64_as="int32"
+        "openvino",
+        kernel_targets("opcore_openvino.kernels", KERNELS),
+        "opcore_openvino.partition",
+        int64_as="int32",
+        sized=SIZED,
     )

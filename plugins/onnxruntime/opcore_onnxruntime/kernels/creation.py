@@ -74,3 +74,20 @@ zeros = onnx_kernel("zeros", build_zeros)
 ones = onnx_kernel("ones", build_ones)
 full = onnx_kernel("full", build_full)
 arange = onnx_kernel("arange", build_arange)
+
+
+def chain_arange(g: Graph, start: Any, end: Any, step: Any, dtype: str | None, device: str) -> Value:
+    """arange in a partition: its bounds may be sizes computed at run time (0-D int64 values): Range
+    over them in int64 (in float64 for a floating dtype), then cast."""
+    if not any(isinstance(v, Value) for v in (start, end, step)):
+        return build_arange(g, start, end, step, dtype, device)
+    if end is None:
+        start, end = 0, start
+    # a size is an int: the dtype is what the contract gives for ints in its place
+    target = arange_dtype(*(1 if isinstance(v, Value) else v for v in (start, end, step)), dtype)
+    compute = numpy.dtype(numpy.float64) if target.is_floating else I64
+    bounds = [g.cast(v, compute) if isinstance(v, Value) else g.const(v, compute) for v in (start, end, step)]
+    return g.cast(g.op("Range", *bounds, rank=1), target.to_numpy())
+
+
+arange.chain = chain_arange  # type: ignore[attr-defined]

@@ -70,15 +70,7 @@ def reshape(x: numpy.ndarray, shape: tuple[int, ...]) -> numpy.ndarray:
 def chain_reshape(g: Graph, x: Value, shape: tuple[int | Value, ...]) -> Value:
     """reshape in a partition: the target shape is a constant, or sizes computed in the graph (a
     dynamic axis's size given as a 0-D value) joined with the constant ones."""
-    if all(isinstance(size, int) for size in shape):
-        return build_reshape(g, x, g.ints(shape))  # type: ignore[arg-type]
-    pieces = [
-        g.ints([size])
-        if isinstance(size, int)
-        else g.op("Reshape", g.cast(size, numpy.dtype(numpy.int64)), g.ints([1]), rank=1)
-        for size in shape
-    ]
-    return build_reshape(g, x, g.op("Concat", *pieces, axis=0, rank=1))
+    return build_reshape(g, x, g.shape_of(shape))
 
 
 reshape.chain = chain_reshape  # type: ignore[attr-defined]
@@ -177,3 +169,23 @@ transpose, permute, reshape, unsqueeze, squeeze, flatten, expand, slice, select 
         ("select", select),
     )
 )
+
+
+def chain_expand(g: Graph, x: Value, size: tuple[int | Value, ...]) -> Value:
+    """expand in a partition: sizes computed at run time (0-D values) among the constant ones."""
+    if all(isinstance(s, int) for s in size):
+        return build_expand(g, x, size)  # type: ignore[arg-type]
+    return g.op("Expand", x, g.shape_of([1 if s == -1 else s for s in size]), rank=len(size))
+
+
+def chain_slice(g: Graph, x: Value, dim: int, start: int | Value | None, end: int | Value | None, step: int) -> Value:
+    """slice in a partition: its bounds may be sizes computed at run time (0-D values)."""
+    if not isinstance(start, Value) and not isinstance(end, Value):
+        return build_slice(g, x, dim, start, end, step)
+    first = g.shape_of([0 if start is None else start])
+    last = g.shape_of([_INT64_MAX if end is None else end])
+    return g.op("Slice", x, first, last, g.ints([dim % (x.rank or 1)]), g.ints([step]))
+
+
+expand.chain = chain_expand  # type: ignore[attr-defined]
+slice.chain = chain_slice  # type: ignore[attr-defined]

@@ -73,3 +73,25 @@ zeros = ov_kernel("zeros", build_zeros)
 ones = ov_kernel("ones", build_ones)
 full = ov_kernel("full", build_full)
 arange = ov_kernel("arange", build_arange)
+
+
+def chain_arange(g: Graph, start: Any, end: Any, step: Any, dtype: str | None, device: str) -> Node:
+    """arange in a partition: its bounds may be sizes computed at run time (0-D int64 nodes): Range
+    over them in int32 (the plan proved its values fit: the CPU plugin computes int64 in int32; in
+    float32 for a floating dtype), then converted."""
+    if all(_number(v) or v is None for v in (start, end, step)):
+        return build_arange(g, start, end, step, dtype, device)
+    if end is None:
+        start, end = 0, start
+    target = arange_dtype(*(v if _number(v) else 1 for v in (start, end, step)), dtype)
+    compute = numpy.dtype(numpy.float32) if target.is_floating else numpy.dtype(numpy.int32)
+    bounds = [ops.constant(numpy.asarray(v, compute)) if _number(v) else g.cast(v, compute) for v in (start, end, step)]
+    kind = "f32" if target.is_floating else "i32"
+    return ops.convert(ops.range(*bounds, output_type=kind), target.to_numpy())
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float, bool, numpy.number))
+
+
+arange.chain = chain_arange  # type: ignore[attr-defined]

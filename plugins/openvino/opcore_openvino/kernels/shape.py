@@ -75,15 +75,7 @@ def reshape(x: numpy.ndarray, shape: tuple[int, ...]) -> numpy.ndarray:
 def chain_reshape(g: Graph, x: Node, shape: tuple[int | Node, ...]) -> Node:
     """reshape in a partition: the target shape is a constant, or sizes computed in the graph (a
     dynamic axis's size given as a 0-D value) joined with the constant ones."""
-    if all(isinstance(size, int) for size in shape):
-        return build_reshape(g, x, g.ints(shape), len(shape))  # type: ignore[arg-type]
-    pieces = [
-        g.ints([size])
-        if isinstance(size, int)
-        else ops.reshape(g.cast(size, numpy.dtype(numpy.int64)), g.ints([1]), False)
-        for size in shape
-    ]
-    return build_reshape(g, x, ops.concat(pieces, 0), len(shape))
+    return build_reshape(g, x, g.shape_of(shape), len(shape))
 
 
 reshape.chain = chain_reshape  # type: ignore[attr-defined]
@@ -190,3 +182,29 @@ transpose, permute, reshape, unsqueeze, squeeze, flatten, expand, slice, select 
         ("select", select),
     )
 )
+
+
+def chain_expand(g: Graph, x: Node, size: tuple[int | Node, ...]) -> Node:
+    """expand in a partition: sizes computed at run time (0-D nodes) among the constant ones (-1
+    keeps x's size, read from its shape as build_expand does)."""
+    if all(isinstance(s, int) for s in size):
+        return build_expand(g, x, size)  # type: ignore[arg-type]
+    lead = len(size) - rank_of(x)
+    parts = [
+        g.dims(x, i - lead, i - lead + 1) if isinstance(s, int) and s == -1 else g.shape_of([s])
+        for i, s in enumerate(size)
+    ]
+    return ops.broadcast(x, ops.concat(parts, 0) if len(parts) > 1 else parts[0])
+
+
+def chain_slice(g: Graph, x: Node, dim: int, start: int | Node | None, end: int | Node | None, step: int) -> Node:
+    """slice in a partition: its bounds may be sizes computed at run time (0-D nodes)."""
+    if all(v is None or isinstance(v, int) for v in (start, end)):
+        return build_slice(g, x, dim, start, end, step)  # type: ignore[arg-type]
+    first = g.shape_of([0 if start is None else start])
+    last = g.shape_of([_INT64_MAX if end is None else end])
+    return ops.slice(x, first, last, g.ints([step]), g.ints([dim % max(rank_of(x), 1)]))
+
+
+expand.chain = chain_expand  # type: ignore[attr-defined]
+slice.chain = chain_slice  # type: ignore[attr-defined]

@@ -1,0 +1,154 @@
+"""Dynamic dims inside partitions: sizes computed at run time as partition inputs, the declared Dim
+ranges as value bounds, symbolic comparisons in rewrites and index proofs (issue 25, item 2).
+
+Each on the real runtimes: the onnxruntime and openvino compilers build reshape, expand, slice and
+arange from 0-D size inputs; plans with a dynamic dim keep in partitions what only the dynamic size
+kept out before, and still run every length as eager does.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy
+import pytest
+import torch
+from torch import nn
+from torch.export import Dim
+
+import opcore.graph
+from opcore.graph.partition import PartitionSpec, PartNode, ValueRef, compilers
+from opcore.graph.partitioning import SIZE, takes_sizes
+from opcore.graph.ranges import result_range
+from opcore.types import DType, TensorMeta
+
+F32, I64 = DType.FLOAT32, DType.INT64
+
+
+def _sized_spec() -> PartitionSpec:
+    """n -> (arange(n), expand(x, (n, -1))[1:n], reshape(x, (n * 0 + 1, 3))): every sized builder."""
+    metas = {
+        "n": SIZE,
+        "x": TensorMeta((1, 3), F32),
+        "r": TensorMeta((5,), I64),
+        "e": TensorMeta((5, 3), F32),
+        "s": TensorMeta((4, 3), F32),
+        "v": TensorMeta((3, 1), F32),
+    }
+    nodes = (
+        PartNode("arange", (ValueRef("n"), None, 1, None, "cpu"), ("r",)),
+        PartNode("expand", (ValueRef("x"), (ValueRef("n"), -1)), ("e",)),
+        PartNode("slice", (ValueRef("e"), 0, 1, ValueRef("n"), 1), ("s",)),
+        PartNode("reshape", (ValueRef("x"), (3, 1)), ("v",)),
+    )
+    return PartitionSpec("p", nodes, ("n", "x"), {}, ("r", "s", "v"), metas)
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
+def test_a_partition_takes_sizes_computed_at_run_time_as_inputs(backend: str) -> None:
+    compiler = compilers()[backend]
+    assert all(takes_sizes(compiler, op) for op in ("reshape", "expand", "slice", "arange"))
+    assert not takes_sizes(compiler, "linear")
+    part = compiler.compile(_sized_spec())
+    x = numpy.arange(3, dtype=numpy.float32).reshape(1, 3)
+    for n in (5, 9):
+        r, s, v = part(numpy.asarray(n, dtype=numpy.int64), x)
+        numpy.testing.assert_array_equal(r, numpy.arange(n))
+        numpy.testing.assert_array_equal(s, numpy.broadcast_to(x, (n, 3))[1:n])
+        assert v.shape == (3, 1)
+
+
+def test_a_compiler_without_takes_sizes_never_gets_them() -> None:
+    class Plain:
+        def supports(self, op: str) -> bool:
+            return True
+
+    assert not takes_sizes(Plain(), "reshape")
+
+
+class RunningCount(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * (x > 0).cumsum(-1).float()
+
+
+def _nodes(plan) -> list[dict]:
+    return json.loads(plan.explain(format="json"))["nodes"]
+
+
+def _verdict(plan, name: str, backend: str = "openvino") -> dict:
+    record = next(d for d in _nodes(plan) if d["name"] == name)
+    return next(c for c in record["candidates"] if c["backend"] == backend)
+
+
+def test_a_declared_dim_range_bounds_a_running_sum_for_openvino() -> None:
+    """max=64: the running sum fits int32 whatever the length (max=2**40 stays declined:
+    tests/test_graph_ranges.py)."""
+    x = torch.randn(2, 16, generator=torch.Generator().manual_seed(5))
+    plan = opcore.graph.capture(
+        RunningCount().eval(), (x,), dynamic_shapes=({1: Dim("n", min=2, max=64)},), measure=False
+    )
+    assert _verdict(plan, "cumsum")["status"] in ("partition", "partition only")
+    longer = torch.randn(2, 40, generator=torch.Generator().manual_seed(6))
+    torch.testing.assert_close(plan(longer), RunningCount()(longer), rtol=0, atol=0)
+
+
+class Positions(nn.Module):
+    """Reads x at positions arange(x.size(1)) along dim 1 (a mask builder's pattern), or, with
+    ``other``, along dim 1 of a second input whose size is another symbol."""
+
+    def __init__(self, other: bool = False) -> None:
+        super().__init__()
+        self.other = other
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        where = torch.arange(x.shape[1])
+        target = y if self.other else x
+        return (target[:, where] * 2.0).sum(-1) + x.sum(-1)
+
+
+@pytest.mark.parametrize("other", [False, True])
+def test_an_index_by_arange_of_the_dims_own_size_is_proven(other: bool) -> None:
+    x = torch.randn(2, 8, generator=torch.Generator().manual_seed(1))
+    y = torch.randn(2, 12, generator=torch.Generator().manual_seed(2))
+    shapes = ({1: Dim("n", min=2, max=64)}, {1: Dim("m", min=2, max=64)})
+    model = Positions(other).eval()
+    plan = opcore.graph.capture(model, (x, y), dynamic_shapes=shapes, measure=False)
+    index = next(d for d in _nodes(plan) if d["op"] == "index")
+    if other:  # positions 0 .. n-1 into a dim of size m: nothing proves them, the kernel checks
+        assert index["partition"] is None, index
+    else:
+        assert index["partition"] is not None, index
+    for n, m in ((5, 9), (30, 40)):
+        a, b = torch.randn(2, n), torch.randn(2, m)
+        torch.testing.assert_close(plan(a, b), model(a, b))
+
+
+def test_argmax_over_two_dynamic_dims_has_no_range() -> None:
+    # two unknown sizes (-1 each) multiply to 1: the count must stay unknown
+    assert result_range("argmax", (TensorMeta((-1, -1), F32), None, False)) is None
+
+
+def test_a_dynamic_decoder_is_one_partition_with_its_attention_fused() -> None:
+    transformers = pytest.importorskip("transformers", reason="the decoder is a transformers model")
+    config = transformers.LlamaConfig(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        use_cache=False,
+    )
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    ids = torch.randint(3, 256, (2, 16), generator=torch.Generator().manual_seed(0))
+    shapes = ({0: Dim("batch", min=1, max=8), 1: Dim("seq", min=2, max=64)},)
+    plan = opcore.graph.capture(model, (ids,), dynamic_shapes=shapes, measure=False)
+    assert any("grouped_query_attention" in note for note in plan.notes), plan.notes
+    assert len(plan.partitions) == 1, plan.explain()
+    for batch, length in ((1, 5), (3, 40)):
+        other = torch.randint(3, 256, (batch, length), generator=torch.Generator().manual_seed(length))
+        with torch.no_grad():
+            want = model(other).logits
+        assert (plan(other).logits - want).abs().max().item() <= 1e-4
