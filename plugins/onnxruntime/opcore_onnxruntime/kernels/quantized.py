@@ -1,0 +1,133 @@
+"""Weight-only quantized linear as ``com.microsoft.MatMulNBits``.
+
+The contract's layout is MatMulNBits' own: the codes (N, K * bits / 8) are reshaped to (N, blocks,
+block * bits / 8), the scales and zero points (N, groups) flattened (repeated over the blocks of a
+group when a group is not a power of two, opcore.onemodel.quantized.nbits_block); zero points go in
+as uint8 for 8 bits (one a byte, as MatMulNBits packs them) and as floats for 4 bits (MatMulNBits
+computes ``(code - zero) * scale`` with them, no nibble packing needed; it refuses float zero points
+for 8 bits); no
+zero point: MatMulNBits' default middle code (128 or 8), the contract's symmetric codes. The bias
+is added after. float16 runs in float32 inside the graph.
+
+``accuracy_level`` (``ACCURACY_LEVEL``, ``OPCORE_ORT_WQ_ACCURACY`` 0-4, default 4): 4 lets the CPU
+kernel quantize x per block to int8 and multiply in integers (as onnxruntime-genai's CPU models do):
+1x4096 @ 4096x4096 int8, 1 thread, 0.8-1.5 ms against 120-260 ms at levels 0/1 (no packed kernel
+for 8 bits there) and 2.5 ms for float32 F.linear (bench/quant.py). Its cost is x's rounding to 8
+bits per block (relative ~2**-8 of the block's largest |x|), which the kit's tolerance for
+``linear_wq`` covers; set 0 for float x.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy
+
+from opcore.errors import ArgumentError
+from opcore.onemodel.quantized import WQ_NAMES, nbits_block
+from opcore.opset.quantized import group_of
+from opcore_onnxruntime.graph import Graph, Value
+from opcore_onnxruntime.kernels._common import F32, finish
+from opcore_onnxruntime.session import ATTRIBUTE, TENSOR, onnx_kernel
+
+__all__ = ["ACCURACY_ENV", "ACCURACY_LEVEL", "accuracy_level", "build_linear_wq", "linear_wq"]
+
+ACCURACY_ENV = "OPCORE_ORT_WQ_ACCURACY"
+ACCURACY_LEVEL = 4
+
+
+def accuracy_level() -> int:
+    """``OPCORE_ORT_WQ_ACCURACY`` (0-4) or 4; anything else is an ArgumentError naming the variable."""
+    text = os.environ.get(ACCURACY_ENV, "").strip()
+    if not text:
+        return ACCURACY_LEVEL
+    if text not in ("0", "1", "2", "3", "4"):
+        raise ArgumentError(
+            op="linear_wq",
+            arg=ACCURACY_ENV,
+            expected="MatMulNBits' accuracy_level 0-4 (0: unset, 1: float32, 4: int8 activations)",
+            found=repr(text),
+            fix=f"unset {ACCURACY_ENV} for the default ({ACCURACY_LEVEL})",
+        )
+    return int(text)
+
+
+def _per_block(g: Graph, values: Value, repeat: int, dtype: numpy.dtype = F32) -> Value:
+    """(N, groups) -> (N * groups * repeat,) as ``dtype``, each group's value repeated over its blocks."""
+    flat = g.cast(values, dtype)
+    if repeat > 1:
+        flat = g.op("Unsqueeze", flat, g.ints([2]), rank=3)
+        flat = g.op("Expand", flat, g.op("Concat", g.shape(values), g.ints([repeat]), axis=0, rank=1), rank=3)
+    return g.op("Reshape", flat, g.ints([-1]), rank=1)
+
+
+def build_linear_wq(
+    g: Graph,
+    x: Value,
+    qweight: Value,
+    scale: Value,
+    zero: Value | None,
+    b: Value | None,
+    bits: int,
+    group_size: int,
+    in_features: int,
+    out_features: int,
+) -> Value:
+    group = group_of(group_size, in_features)
+    block = nbits_block(group)
+    if block is None or in_features == 0:
+        raise ValueError(f"MatMulNBits needs blocks of a power of two >= 16; a group of {group} has none")
+    repeat = group // block
+    codes = g.op("Reshape", qweight, g.ints([out_features, in_features // block, block * bits // 8]), rank=3)
+    inputs = [g.cast(x, F32), codes, _per_block(g, scale, repeat)]
+    if zero is not None:
+        # 8 bits: uint8 zero points (one a byte, as the contract's); 4 bits: floats, not nibble-packed
+        inputs.append(_per_block(g, zero, repeat, zero.dtype if bits == 8 else F32))
+    out = g.op(
+        "MatMulNBits",
+        *inputs,
+        domain="com.microsoft",
+        K=in_features,
+        N=out_features,
+        bits=bits,
+        block_size=block,
+        accuracy_level=accuracy_level(),
+    )
+    if b is not None:
+        out = g.op("Add", out, g.cast(b, F32))
+    return finish(g, out, x.dtype)
+
+
+_inner = onnx_kernel("linear_wq", build_linear_wq, names=WQ_NAMES, roles=(TENSOR,) * 5 + (ATTRIBUTE,) * 4)
+
+
+def linear_wq(
+    x: numpy.ndarray,
+    qweight: numpy.ndarray,
+    scale: numpy.ndarray,
+    zero: numpy.ndarray | None,
+    b: numpy.ndarray | None,
+    bits: int,
+    group_size: int,
+) -> Any:
+    """One session per (dtypes, ranks, bits, group, K, N): MatMulNBits takes K and N as attributes."""
+    return _inner(x, qweight, scale, zero, b, bits, group_size, x.shape[-1], qweight.shape[0])
+
+
+def _prepare(args: tuple[Any, ...], constants: frozenset[str]) -> Any:
+    return _inner.prepare((*args, args[0].shape[-1], args[1].shape[0]), constants)
+
+
+def _chain(
+    g: Graph, x: Value, qweight: Value, scale: Value, zero: Value | None, b: Value | None, bits: int, group_size: int
+) -> Value:
+    """In a partition: K and N from the codes' static sizes (a constant, or an input of fixed size)."""
+    rows, width = g.size(qweight, 0), g.size(qweight, 1)
+    if rows is None or width is None:
+        raise ValueError("MatMulNBits needs the static shape of the quantized weight")
+    return build_linear_wq(g, x, qweight, scale, zero, b, bits, group_size, width * 8 // bits, rows)
+
+
+linear_wq.prepare = _prepare  # type: ignore[attr-defined]
+linear_wq.chain = _chain  # type: ignore[attr-defined]
