@@ -79,6 +79,12 @@ def _codes(qweight: Tensor, bits: int) -> Tensor:
     return codes
 
 
+def _rows(x: Tensor) -> Tensor:
+    """x as the 2-D row-major (M, K) the weight-only kernels require (a copy only where it is not)."""
+    rows = x.reshape(-1, x.shape[-1])
+    return rows if rows.is_contiguous() else rows.contiguous()
+
+
 def _int8pack(
     qweight: Tensor, scale: Tensor, zero: Tensor | None, b: Tensor | None, dtype: torch.dtype
 ) -> Callable[[Tensor], Tensor]:
@@ -89,7 +95,9 @@ def _int8pack(
     n = signed.shape[0]
 
     def run(x: Tensor) -> Tensor:
-        rows = x.reshape(-1, x.shape[-1])
+        rows = _rows(x)
+        if not rows.shape[0]:
+            return x.new_empty((*x.shape[:-1], n))
         out = mm(rows, signed, scales)
         if shift is not None:
             out = torch.addmm(out, rows.sum(-1, keepdim=True), shift.unsqueeze(0))
@@ -116,7 +124,9 @@ def _int4pack(
         mm = torch.ops.aten._weight_int4pack_mm
 
     def run(x: Tensor) -> Tensor:
-        rows = x.reshape(-1, x.shape[-1])
+        rows = _rows(x)
+        if not rows.shape[0]:
+            return x.new_empty((*x.shape[:-1], n))
         out = mm(rows, packed, group, scale_and_zeros)
         if b is not None:
             out = out.add_(b)
