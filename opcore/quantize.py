@@ -117,11 +117,9 @@ class QuantizedWeight:
         """(qweight, scale, zero): the op's weight arguments in schema order."""
         return self.qweight, self.scale, self.zero
 
-    def dequantize(self, dtype: numpy.dtype | str = numpy.float32) -> numpy.ndarray:
+    def dequantize(self, dtype: numpy.dtype | str = "float32") -> numpy.ndarray:
         """The float weight (N, K) as a numpy array (float32 by default)."""
-        return dequantize(
-            _host(self.qweight), _host(self.scale), _host(self.zero), self.bits, self.group_size, dtype
-        )
+        return dequantize(_host(self.qweight), _host(self.scale), _host(self.zero), self.bits, self.group_size, dtype)
 
     def linear(self, x: Any, b: Any = None, **options: Any) -> Any:
         """``opcore.run("linear_wq", x, ...)`` with this weight (``options``: ``backend=``).
@@ -132,7 +130,9 @@ class QuantizedWeight:
         """
         import opcore
 
-        return opcore.run(OP, x, self.qweight, self.scale, self.zero, b, **self.attrs, **options)
+        return opcore.run(
+            OP, x, self.qweight, self.scale, self.zero, b, bits=self.bits, group_size=self.group_size, **options
+        )
 
     def resolve(self, x: Any, b: Any = None, **options: Any) -> Any:
         """``opcore.resolve`` of ``linear_wq`` with this weight (and ``b``) as constants: the chosen
@@ -145,9 +145,8 @@ class QuantizedWeight:
         import opcore
 
         names = ("qweight", "scale") + (("zero",) if self.zero is not None else ()) + (("b",) if b is not None else ())
-        return opcore.resolve(
-            OP, x, self.qweight, self.scale, self.zero, b, constants=names, **self.attrs, **options
-        )
+        attrs: dict[str, Any] = {**self.attrs, **options}
+        return opcore.resolve(OP, x, self.qweight, self.scale, self.zero, b, constants=names, **attrs)
 
 
 def _nbytes(array: Any) -> int:
@@ -185,9 +184,7 @@ def default_group_size(bits: int, in_features: int) -> int:
     )
 
 
-def quantize_weight(
-    w: Any, *, bits: int = 8, group_size: int | None = None, symmetric: bool = True
-) -> QuantizedWeight:
+def quantize_weight(w: Any, *, bits: int = 8, group_size: int | None = None, symmetric: bool = True) -> QuantizedWeight:
     """Round-to-nearest codes of a float weight (out_features, in_features), numpy or torch.
 
     Symmetric: ``scale = max|w| / (2**(bits-1) - 1)`` per group, codes ``round(w / scale) + 2**(bits-1)``
@@ -230,7 +227,7 @@ def quantize_weight(
     qweight = codes.reshape(n, k)
     if bits == 4:
         qweight = pack_int4(qweight)
-    arrays = (qweight, scale.reshape(n, groups), None if zero is None else zero.reshape(n, groups))
+    arrays: tuple[Any, ...] = (qweight, scale.reshape(n, groups), None if zero is None else zero.reshape(n, groups))
     if as_torch:
         import torch
 
@@ -250,7 +247,9 @@ def _round_to_nearest(
         scale = (largest / (middle - 1)).astype(scale_dtype)
         zero_f = numpy.full_like(largest, float(middle))
     else:
-        low = numpy.minimum(blocks.min(axis=-1, keepdims=True), 0.0) if not empty else numpy.zeros((*blocks.shape[:2], 1))
+        low = (
+            numpy.minimum(blocks.min(axis=-1, keepdims=True), 0.0) if not empty else numpy.zeros((*blocks.shape[:2], 1))
+        )
         high = numpy.maximum(blocks.max(axis=-1, keepdims=True), 0.0) if not empty else low
         scale = ((high - low) / top).astype(scale_dtype)
         exact = scale.astype(_F64)

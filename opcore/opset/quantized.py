@@ -60,7 +60,9 @@ def linear_wq_meta(
         )
     k = x.shape[-1]
     if group_size != -1 and group_size <= 0:
-        raise ArgumentError(arg="group_size", expected="-1 (per output channel) or a positive group", found=repr(group_size))
+        raise ArgumentError(
+            arg="group_size", expected="-1 (per output channel) or a positive group", found=repr(group_size)
+        )
     group = group_of(group_size, k)
     if group and k % group:
         raise ShapeError(
@@ -99,7 +101,9 @@ def linear_wq_meta(
     if zero is not None:
         check_dtype("zero", zero, _UINT8, fix="pass zero points as uint8 codes, one per byte")
         if zero.shape != groups:
-            raise ShapeError(arg="zero", expected=f"shape {shape_text(groups)}, as 'scale'", found=shape_text(zero.shape))
+            raise ShapeError(
+                arg="zero", expected=f"shape {shape_text(groups)}, as 'scale'", found=shape_text(zero.shape)
+            )
     if b is not None:
         if b.shape != (n,):
             raise ShapeError(arg="b", expected=f"shape ({n},)", found=f"shape {shape_text(b.shape)}")

@@ -19,7 +19,14 @@ from opcore.kernels import Costly
 from opcore.types import DType, Layout, TensorMeta
 from opcore_cpu.system import onednn_bfloat16_reason
 
-__all__ = ["MAX_WQ_FLOAT32_WEIGHT", "MIN_WORK", "conv_checker", "gated_mlp_checker", "linear_checker", "linear_wq_checker"]
+__all__ = [
+    "MAX_WQ_FLOAT32_WEIGHT",
+    "MIN_WORK",
+    "conv_checker",
+    "gated_mlp_checker",
+    "linear_checker",
+    "linear_wq_checker",
+]
 
 # Smallest M*K*N at which oneDNN's fused linear (dense weight, as opcore.run calls it) stops losing
 # to ATen's relu_(linear(x, w, b)) on this machine kind (2 vCPU AMD EPYC, AVX-512 BF16, no AMX;

@@ -30,7 +30,15 @@ if TYPE_CHECKING:
     from opcore.kernels import Checker
     from opcore.registry import Registrar
 
-__all__ = ["ONEDNN_LABEL", "ONEDNN_PRIORITY", "WQ_LABEL", "WQ_PRIORITY", "opcore_backend", "opcore_register_contracts", "opcore_register_kernels"]
+__all__ = [
+    "ONEDNN_LABEL",
+    "ONEDNN_PRIORITY",
+    "WQ_LABEL",
+    "WQ_PRIORITY",
+    "opcore_backend",
+    "opcore_register_contracts",
+    "opcore_register_kernels",
+]
 
 ONEDNN_LABEL = "onednn"
 ONEDNN_PRIORITY = 10  # above this backend's plain ATen kernels

@@ -71,7 +71,7 @@ def _linear_wq(x: TensorMeta, qweight: TensorMeta, *rest: Any) -> bool | str:
     from opcore.onemodel.quantized import nbits_block
     from opcore.opset.quantized import group_of
 
-    bits, group_size = rest[-2], rest[-1]
+    group_size = rest[-1]
     k = x.shape[-1]
     if k == 0 or 0 in x.shape:
         return "MatMulNBits takes no empty x or weight"

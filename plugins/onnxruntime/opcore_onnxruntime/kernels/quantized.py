@@ -9,7 +9,8 @@ for 8 bits); no
 zero point: MatMulNBits' default middle code (128 or 8), the contract's symmetric codes. The bias
 is added after. float16 runs in float32 inside the graph.
 
-``accuracy_level`` (``ACCURACY_LEVEL``, ``OPCORE_ORT_WQ_ACCURACY`` 0-4, default 4): 4 lets the CPU
+``accuracy_level`` (``OPCORE_ORT_WQ_ACCURACY`` 0-4 when the kernel is first imported, default
+``ACCURACY_LEVEL`` = 4): 4 lets the CPU
 kernel quantize x per block to int8 and multiply in integers (as onnxruntime-genai's CPU models do):
 1x4096 @ 4096x4096 int8, 1 thread, 0.8-1.5 ms against 120-260 ms at levels 0/1 (no packed kernel
 for 8 bits there) and 2.5 ms for float32 F.linear (bench/quant.py). Its cost is x's rounding to 8
@@ -31,7 +32,7 @@ from opcore_onnxruntime.graph import Graph, Value
 from opcore_onnxruntime.kernels._common import F32, finish
 from opcore_onnxruntime.session import ATTRIBUTE, TENSOR, onnx_kernel
 
-__all__ = ["ACCURACY_ENV", "ACCURACY_LEVEL", "accuracy_level", "build_linear_wq", "linear_wq"]
+__all__ = ["ACCURACY", "ACCURACY_ENV", "ACCURACY_LEVEL", "accuracy_level", "build_linear_wq", "linear_wq"]
 
 ACCURACY_ENV = "OPCORE_ORT_WQ_ACCURACY"
 ACCURACY_LEVEL = 4
@@ -51,6 +52,10 @@ def accuracy_level() -> int:
             fix=f"unset {ACCURACY_ENV} for the default ({ACCURACY_LEVEL})",
         )
     return int(text)
+
+
+# read once, when the kernel module is first imported (the sessions it builds are cached per signature)
+ACCURACY = accuracy_level()
 
 
 def _per_block(g: Graph, values: Value, repeat: int, dtype: numpy.dtype = F32) -> Value:
@@ -92,7 +97,7 @@ def build_linear_wq(
         N=out_features,
         bits=bits,
         block_size=block,
-        accuracy_level=accuracy_level(),
+        accuracy_level=ACCURACY,
     )
     if b is not None:
         out = g.op("Add", out, g.cast(b, F32))

@@ -34,8 +34,8 @@ def _codes(g: Graph, qweight: Node, bits: int, n: int, groups: int, group: int) 
         tensor.data[:] = data.reshape(tensor.data.shape)
         return ops.constant(tensor)
     if bits == 4:
-        low = ops15.bitwise_and(qweight, g.const(15, numpy.uint8))
-        high = ops15.bitwise_right_shift(qweight, g.const(4, numpy.uint8))
+        low = ops15.bitwise_and(qweight, g.const(15, "uint8"))
+        high = ops15.bitwise_right_shift(qweight, g.const(4, "uint8"))
         pairs = ops.concat([ops.unsqueeze(low, g.ints([2])), ops.unsqueeze(high, g.ints([2]))], 2)
         qweight = pairs
     return ops.reshape(qweight, g.ints([n, groups, group]), False)
