@@ -69,7 +69,7 @@ def dequantize(
     """The float weight (N, K) of the codes: ``(code - zero) * scale`` per group (numpy arrays in).
 
     >>> qw = quantize_weight(numpy.eye(2, 32, dtype="float32"))
-    >>> dequantize(qw.qweight, qw.scale, qw.zero, 8, -1)[0, :2].tolist()
+    >>> dequantize(qw.qweight, qw.scale, qw.zero, 8, -1)[0, :2].round(6).tolist()
     [1.0, 0.0]
     """
     codes = codes_of(numpy.asarray(qweight), bits).astype(_F64)
@@ -195,7 +195,7 @@ def quantize_weight(w: Any, *, bits: int = 8, group_size: int | None = None, sym
 
     >>> qw = quantize_weight(numpy.array([[-1.0, 0.0, 0.5, 1.0]]), symmetric=False)
     >>> qw.qweight.tolist(), qw.zero.tolist()
-    ([[0, 128, 191, 255]], [[128]])
+    ([[0, 128, 192, 255]], [[128]])
     """
     if bits not in BITS:
         raise ArgumentError(op="quantize_weight", arg="bits", expected="4 or 8", found=repr(bits))

@@ -12,8 +12,8 @@ weight-only formats, then one ATen call per run.
 ``prepare_linear_wq`` packs at ``opcore.resolve`` (constants qweight, scale, zero, b); the plain
 kernel packs on every call (the same code: a single ``opcore.run`` is for checks, not speed).
 
->>> import numpy, opcore                                                     # doctest: +SKIP
->>> qw = opcore.quantize.quantize_weight(torch.randn(32, 64))
+>>> from opcore.quantize import quantize_weight
+>>> qw = quantize_weight(torch.randn(32, 64))
 >>> linear_wq(torch.randn(2, 64), *qw.tensors(), None, 8, -1).shape
 torch.Size([2, 32])
 """

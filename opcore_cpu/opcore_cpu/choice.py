@@ -169,7 +169,7 @@ def linear_wq_checker(
     """Every input; a large weight with float32 / float64 x is Costly (measured, see above).
 
     >>> x, q, s = TensorMeta((1, 4096), DType.FLOAT32), TensorMeta((4096, 4096), DType.UINT8), None
-    >>> linear_wq_checker(x, q, s, None, None, 8, -1)[:30]
+    >>> linear_wq_checker(x, q, s, None, None, 8, -1)[:31]
     'N*K = 16777216 > 65536 (float32'
     """
     if x.dtype in (DType.FLOAT32, DType.FLOAT64):
