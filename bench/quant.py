@@ -66,8 +66,12 @@ def _torchao(weight: Any, x: Any, bits: int) -> tuple[Callable[[], object] | Non
     import torch
 
     try:
-        import torchao
-        from torchao.quantization import Int4WeightOnlyConfig, Int8WeightOnlyConfig, quantize_
+        import torchao  # type: ignore[import-untyped]
+        from torchao.quantization import (  # type: ignore[import-untyped]
+            Int4WeightOnlyConfig,
+            Int8WeightOnlyConfig,
+            quantize_,
+        )
     except Exception as error:  # not installed, or built for another torch
         return None, f"torchao not usable: {type(error).__name__}: {str(error)[:120]}", None
     linear = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, dtype=x.dtype)
@@ -89,6 +93,10 @@ def _torchao(weight: Any, x: Any, bits: int) -> tuple[Callable[[], object] | Non
             return linear(x)
 
     return run, f"torchao {torchao.__version__}", out
+
+
+def _call(fn: Callable[[Any], object], x: Any) -> Callable[[], object]:
+    return lambda: fn(x)
 
 
 def rows_for(m: int, kn: int) -> tuple[list[Row], list[str]]:
@@ -120,13 +128,13 @@ def rows_for(m: int, kn: int) -> tuple[list[Row], list[str]]:
         # the cpu kernel itself (its checker sends large float32 weights elsewhere: see opcore_cpu.choice)
         for dtype_name, example in (("float32", x), ("bfloat16", bf_x)):
             packed = prepare_linear_wq((example, *args[1:]), constants)
-            rows.append(Row(f"cpu {label} {dtype_name} (torch kernel)", lambda p=packed, e=example: p(e),
+            rows.append(Row(f"cpu {label} {dtype_name} (torch kernel)", _call(packed, example),
                             _error(packed(example), want), bytes=qw.nbytes))  # fmt: skip
         numpy_qw = quantize_weight(weight.numpy(), bits=bits, group_size=group)
         for backend in ("onnxruntime", "openvino"):
             try:
                 resolved = numpy_qw.resolve(x_np, backend=backend)
-                rows.append(Row(f"{backend} {label}", lambda r=resolved: r(x_np), _error(resolved(x_np), want),
+                rows.append(Row(f"{backend} {label}", _call(resolved, x_np), _error(resolved(x_np), want),
                                 bytes=qw.nbytes))  # fmt: skip
             except opcore.OpcoreError as error:
                 notes.append(f"{backend} {label}: {str(error).splitlines()[0][:160]}")
@@ -154,7 +162,7 @@ def report(m: int, kn: int, rows: list[Row]) -> str:
         error = "-" if row.error is None else f"{row.error:.1e}"
         weight = "-" if row.bytes is None else f"{row.bytes / 2**20:.1f}"
         lines.append((row.name, f"{row.seconds * 1e6:.0f}", f"{ratio:.2f}x", error, weight))
-    header = ("M={} K=N={}".format(m, kn), "median us", "vs fp32 eager", "rel error", "weight MiB")
+    header = (f"M={m} K=N={kn}", "median us", "vs fp32 eager", "rel error", "weight MiB")
     return table(header, lines)
 
 
@@ -165,9 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     import onnxruntime
     import openvino
     import torch
+    from _timing import medians
 
     import opcore
-    from _timing import medians
 
     torch.set_num_threads(options.threads)
     load = os.getloadavg()
@@ -186,8 +194,10 @@ def main(argv: list[str] | None = None) -> int:
         for note in notes:
             print(f"  not measured: {note}")
         if m == 1:
-            base = next(r.seconds for r in rows if r.name == "eager F.linear float32")
-            int8 = [(base / r.seconds, r.name) for r in rows if "int8" in r.name and "torchao" not in r.name]
+            base = next(r.seconds or 0.0 for r in rows if r.name == "eager F.linear float32")
+            int8 = [
+                (base / r.seconds, r.name) for r in rows if r.seconds and "int8" in r.name and "torchao" not in r.name
+            ]
             best_int8_m1 = max(int8) if int8 else None
     if best_int8_m1 is not None:
         ratio, name = best_int8_m1

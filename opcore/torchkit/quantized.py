@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from opcore.opset.quantized import group_of
-from opcore.torchkit.prepared import free_positions, with_free_args
+from opcore.torchkit.freeargs import free_positions, with_free_args
 
 __all__ = ["INT4_GROUPS", "linear_wq", "packing_of", "prepare_linear_wq"]
 
@@ -73,10 +73,7 @@ def _codes(qweight: Tensor, bits: int) -> Tensor:
     """The (N, K) uint8 codes of the packed qweight."""
     if bits == 8:
         return qweight
-    codes = torch.empty((qweight.shape[0], qweight.shape[1] * 2), dtype=torch.uint8, device=qweight.device)
-    codes[:, 0::2] = qweight & 15
-    codes[:, 1::2] = qweight >> 4
-    return codes
+    return torch.stack((qweight & 15, qweight >> 4), dim=-1).reshape(qweight.shape[0], qweight.shape[1] * 2)
 
 
 def _rows(x: Tensor) -> Tensor:

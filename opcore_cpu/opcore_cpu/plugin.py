@@ -8,7 +8,8 @@ Three layers of kernels, highest priority first:
 - ``cpu/onednn`` (+10): oneDNN linear and fused linear + activation, gated_mlp and conv2d + activation, with
   ``prepare`` packing constant weights; their checkers send small problems to the next layer.
 - ``cpu/aten``: the shared device-generic torch kernels (``opcore.torchkit.kernels``), every op.
-- ``cpu/weight-only``: ``linear_wq`` through torch's int8/int4 weight-only kernels, packed once by ``prepare``.
+  ``linear_wq`` among them: torch's int8/int4 weight-only kernels, packed once by ``prepare``
+  (opcore.torchkit.quantized), large float32 weights declined as Costly (opcore_cpu.choice).
 - ``aten.*`` ops: the shared ATen fallback (``opcore.torchkit.aten``), any ``torch.ops.aten`` op.
 
 >>> opcore_backend().priority
@@ -33,8 +34,6 @@ if TYPE_CHECKING:
 __all__ = [
     "ONEDNN_LABEL",
     "ONEDNN_PRIORITY",
-    "WQ_LABEL",
-    "WQ_PRIORITY",
     "opcore_backend",
     "opcore_register_contracts",
     "opcore_register_kernels",
@@ -42,8 +41,6 @@ __all__ = [
 
 ONEDNN_LABEL = "onednn"
 ONEDNN_PRIORITY = 10  # above this backend's plain ATen kernels
-WQ_LABEL = "weight-only"  # linear_wq through torch's int8/int4 weight-only kernels (opcore.torchkit.quantized)
-WQ_PRIORITY = 0
 
 # op -> (kernel, prepare, checker) of the oneDNN fused kernels
 _ONEDNN: dict[str, tuple[str, str, Checker]] = {
@@ -87,7 +84,7 @@ def opcore_register_kernels(registrar: Registrar) -> None:
     from opcore.torchkit.registration import register_aten_fallback, register_torch_kernels
 
     known = registrar.contracts
-    register_torch_kernels(registrar, DeviceType.CPU, CPU_DIFFERENCES)
+    register_torch_kernels(registrar, DeviceType.CPU, CPU_DIFFERENCES, checkers={"linear_wq": choice.linear_wq_checker})
     for op, (kernel, prepare, checker) in _ONEDNN.items():
         if op not in known:
             continue
@@ -100,16 +97,5 @@ def opcore_register_kernels(registrar: Registrar) -> None:
             checker=checker,
             prepare=prepare,
             label=ONEDNN_LABEL,
-        )
-    if "linear_wq" in known:
-        registrar.add_kernel(
-            "linear_wq",
-            "opcore.torchkit.quantized:linear_wq",
-            dtypes=("float32", "bfloat16", "float16", "float64"),
-            array_kind=ArrayKind.TORCH,
-            priority=WQ_PRIORITY,
-            checker=choice.linear_wq_checker,
-            prepare="opcore.torchkit.quantized:prepare_linear_wq",
-            label=WQ_LABEL,
         )
     register_aten_fallback(registrar, DeviceType.CPU)

@@ -103,17 +103,4 @@ def opcore_register_kernels(registrar: Registrar) -> None:
             live_constants=True,  # its prepare keeps w.t() (a view) and b: read in place
             label=CUBLASLT_LABEL,
         )
-    if "linear_wq" in known:
-        # torch's CUDA weight-only kernels (int8pack; int4pack for bfloat16), packed once by prepare;
-        # other formats run on the weight dequantized once (opcore.torchkit.quantized). Unverified
-        # on a GPU when written (no GPU on the machine): tests/test_cuda_gpu.py checks it where one is.
-        registrar.add_kernel(
-            "linear_wq",
-            "opcore.torchkit.quantized:linear_wq",
-            dtypes=("float32", "bfloat16", "float16", "float64"),
-            device_type=DeviceType.CUDA,
-            array_kind=ArrayKind.TORCH,
-            prepare="opcore.torchkit.quantized:prepare_linear_wq",
-            label="weight-only",
-        )
     register_aten_fallback(registrar, DeviceType.CUDA)

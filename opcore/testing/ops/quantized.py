@@ -58,6 +58,12 @@ def linear_wq_samples() -> Iterable[Sample]:
         q4, scale4, zero4 = _weights(s, (16, 64), 4, 32, False)
         s.add(f"{dtype}-int4-no-bias", x, q4, scale4, zero4, None, bits=4, group_size=32)
     q, scale, zero = _weights(s, (16, 64), 8, -1, False)
+    for layout in ("transposed", "strided"):
+        s.add(f"x-{layout}", s.tensor((4, 64), low=-1, high=1, layout=layout), q, scale, zero, None,
+              bits=8, group_size=-1)  # fmt: skip
+    # large x: ONNX Runtime's rounding of x to 8 bits grows with it (|x| / 254 a term)
+    s.add("x-large", s.tensor((2, 64), low=-300, high=300), q, scale, zero, None, bits=8, group_size=-1,
+          tolerance=Tolerance(1e-2, 40.0))  # fmt: skip
     s.add("x-1d", s.tensor((64,), low=-1, high=1), q, scale, zero, None, bits=8, group_size=-1)
     s.add("x-empty-batch", s.tensor((0, 64)), q, scale, zero, s.tensor((16,)), bits=8, group_size=-1)
     # special values: a weight whose groups are all zero (scale 0), the extreme codes, explicit scales of 0
