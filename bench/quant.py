@@ -25,6 +25,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(__file__))
 
 TARGET = 3.0  # M=1 int8 against eager float32
+INT4_FORMATS = ("tile_packed_to_4d", "plain", "plain_int32")  # torchao's int4 packing formats, tried in turn
 
 
 @dataclass
@@ -74,19 +75,28 @@ def _torchao(weight: Any, x: Any, bits: int) -> tuple[Callable[[], object] | Non
         )
     except Exception as error:  # not installed, or built for another torch
         return None, f"torchao not usable: {type(error).__name__}: {str(error)[:120]}", None
-    linear = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, dtype=x.dtype)
-    with torch.no_grad():
-        linear.weight.copy_(weight.to(x.dtype))
-    try:
-        if bits == 8:
-            config: Any = Int8WeightOnlyConfig()
-        else:
-            config = Int4WeightOnlyConfig(group_size=128, int4_packing_format="opaque")
-        quantize_(linear, config)
+    # torchao 0.18 has no CPU int4 format of its own ("opaque" is gone): each is tried, every refusal said
+    configs = (
+        [("", Int8WeightOnlyConfig())]
+        if bits == 8
+        else [(f" {fmt}", Int4WeightOnlyConfig(group_size=128, int4_packing_format=fmt)) for fmt in INT4_FORMATS]
+    )
+    refusals = []
+    for fmt, config in configs:
+        candidate = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, dtype=x.dtype)
         with torch.no_grad():
-            out = linear(x)
-    except Exception as error:
-        return None, f"torchao {torchao.__version__} {type(error).__name__}: {str(error).splitlines()[0][:120]}", None
+            candidate.weight.copy_(weight.to(x.dtype))
+        try:
+            quantize_(candidate, config)
+            with torch.no_grad():
+                out = candidate(x)
+        except Exception as error:
+            refusals.append(f"{fmt.strip() or 'int8'}: {type(error).__name__}: {str(error).splitlines()[0][:90]}")
+            continue
+        linear = candidate
+        break
+    else:
+        return None, f"torchao {torchao.__version__} " + "; ".join(refusals), None
 
     def run() -> object:
         with torch.no_grad():
