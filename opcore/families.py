@@ -27,4 +27,5 @@ FAMILIES: tuple[str, ...] = (
     "selection",
     "creation",
     "pooling",
+    "quantized",
 )

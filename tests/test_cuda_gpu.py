@@ -84,6 +84,30 @@ def test_linear_relu_and_tanh_gelu_epilogues_on_cuda():
         assert batched.shape == (4, 16, 128) and batched.device == x.device
 
 
+def test_weight_only_int8_and_int4_resolve_on_cuda_match_the_reference():
+    # torch's CUDA int8pack / int4pack (bfloat16, K a multiple of 1024) and the dequantized route
+    import torch
+
+    from opcore.quantize import quantize_weight
+    from opcore.torchkit.quantized import packing_of
+
+    for bits, group, dtype, expected_form in (
+        (8, -1, torch.bfloat16, "int8pack"),
+        (8, -1, torch.float32, "int8pack"),
+        (4, 128, torch.bfloat16, "int4pack"),
+        (4, 128, torch.float32, "dequantized"),
+    ):
+        qw = quantize_weight(torch.randn(256, 1024) / 8, bits=bits, group_size=group, symmetric=False)
+        assert packing_of(dtype, "cuda", 256, 1024, bits, group) == expected_form
+        on_gpu = type(qw)(*(t.cuda() if t is not None else None for t in qw.tensors()), bits, group)
+        x = torch.randn(3, 1024, dtype=dtype)
+        want = torch.from_numpy(opcore.run("linear_wq", x.float().numpy(), *qw.tensors(), None, **qw.attrs,
+                                           backend="reference"))  # fmt: skip
+        got = on_gpu.resolve(x.cuda(), backend="cuda")(x.cuda())
+        assert got.device.type == "cuda" and got.dtype == dtype
+        torch.testing.assert_close(got.float().cpu(), want, rtol=5e-2, atol=0.2)
+
+
 def test_epilogue_gelu_on_cuda_is_the_tanh_approximation():
     import torch
     import torch.nn.functional as F

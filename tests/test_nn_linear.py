@@ -168,3 +168,24 @@ def test_bad_options_are_argument_errors():
         opcore.nn.Linear(8, 4, grad="maybe")
     with pytest.raises(opcore.ArgumentError, match="'example_rows' expected a positive int"):
         opcore.nn.Linear(8, 4, example_rows=0)
+
+
+@pytest.mark.parametrize("weights", ["int8", "int4"])
+def test_linear_with_quantized_weights_runs_linear_wq_close_to_the_float_layer(weights):
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(256, 64)
+    fast = opcore.nn.Linear.from_torch(layer, weights=weights, backend="cpu")
+    x = torch.randn(2, 5, 256)
+    with torch.no_grad():
+        got, want = fast(x), layer(x)
+    assert fast.bound.resolved[0].op == "linear_wq" and "weights=" + weights in repr(fast)
+    # round to nearest: int8 steps of max|w| / 127 per row, int4 of max|w| / 7 per group of 128
+    assert (got - want).abs().max() < (0.02 if weights == "int8" else 0.3)
+    assert fast.state_dict().keys() == layer.state_dict().keys()
+
+
+def test_quantized_weights_are_refused_on_fused_layers_and_unknown_names():
+    with pytest.raises(opcore.ArgumentError, match="fused linear"):
+        opcore.nn.LinearReLU(8, 8, weights="int8")
+    with pytest.raises(opcore.ArgumentError, match="None, 'int8' or 'int4'"):
+        opcore.nn.Linear(8, 8, weights="int2")

@@ -59,6 +59,7 @@ SAMPLES: dict[str, Callable[[Factory], tuple[Any, ...]]] = {
     "linear_silu": lambda t: (t((2, 3)), t((4, 3)), t((4,))),
     "linear_gelu": lambda t: (t((2, 3)), t((4, 3)), None, "none"),
     "gated_mlp": lambda t: (t((2, 3)), t((5, 3)), t((5, 3)), t((4, 5))),
+    "linear_wq": lambda t: (t((2, 64)), t((4, 32), DType.UINT8), t((4, 2), DType.FLOAT32), None, None, 4, 32),
     "softmax": lambda t: (t((2, 3)), 1),
     "log_softmax": lambda t: (t((2, 3)), 0),
     "layer_norm": lambda t: (t((2, 3)), (3,), t((3,)), t((3,)), 1e-5),

@@ -19,10 +19,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from opcore.errors import ArgumentError
 from opcore.nn.binding import Bound, Fused, Single, Step
 from opcore.nn.state import DEFAULT_EXAMPLE_ROWS, PreparedModule, init_linear, share, torch_dtype, unbound
 
-__all__ = ["Linear", "LinearGELU", "LinearReLU", "LinearSiLU", "linear_step"]
+__all__ = ["WEIGHTS", "Linear", "LinearGELU", "LinearReLU", "LinearSiLU", "linear_step", "quantized_step"]
+
+# Linear(weights=...): the code width of each option (opcore.quantize, op linear_wq)
+WEIGHTS: dict[str | None, int] = {None: 0, "int8": 8, "int4": 4}
 
 Tensor = torch.Tensor
 
@@ -42,6 +46,17 @@ def linear_step(
     return Fused(single, (Single("linear", single.args, constants), after), _chain)
 
 
+def quantized_step(x: Tensor, weight: Tensor, bias: Tensor | None, bits: int, group_size: int | None) -> Step:
+    """The step resolving ``linear_wq`` with the weight quantized (round to nearest, symmetric) as constants."""
+    from opcore.quantize import quantize_weight
+
+    qw = quantize_weight(weight.detach(), bits=bits, group_size=group_size)
+    q, scale = qw.qweight.to(weight.device), qw.scale.to(weight.device)
+    constants = ("qweight", "scale") + (("b",) if bias is not None else ())
+    args = (x, q, scale, None, None if bias is None else bias.detach())
+    return Single("linear_wq", args, constants, qw.attrs)
+
+
 def _chain(first: Callable[[Tensor], Tensor], then: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
     return lambda x: then(first(x))
 
@@ -53,6 +68,9 @@ class Linear(PreparedModule):
     values for the same seed). ``backend``: None (ranked default), a name, or names in preference
     order. ``grad``: "autograd" (the torch.nn.functional path when a gradient is needed) or "raise".
     ``example_rows``: the rows of the example input the kernel is chosen and packed for.
+    ``weights``: None, or "int8" / "int4": the forward runs ``linear_wq`` on the weight quantized
+    at bind (opcore.quantize, symmetric; ``group_size`` None: per channel for int8, 128 for int4);
+    the float parameter stays the module's state (state_dict, gradients through F.linear).
 
     >>> layer = opcore.nn.Linear(1024, 1024, backend="cpu", dtype=torch.bfloat16)   # doctest: +SKIP
     >>> with torch.no_grad(): y = layer(torch.randn(4, 128, 1024, dtype=torch.bfloat16))   # doctest: +SKIP
@@ -73,8 +91,22 @@ class Linear(PreparedModule):
         device: Any = None,
         grad: str = "autograd",
         example_rows: int = DEFAULT_EXAMPLE_ROWS,
+        weights: str | None = None,
+        group_size: int | None = None,
     ) -> None:
         super().__init__(backend, grad, example_rows)
+        what = f"opcore.nn.{type(self).__name__}"
+        if weights not in WEIGHTS:
+            raise ArgumentError(op=what, arg="weights", expected="None, 'int8' or 'int4'", found=repr(weights))
+        if weights is not None and self.activation is not None:
+            raise ArgumentError(
+                op=what,
+                arg="weights",
+                expected="None: the fused linear + activation ops have no quantized kernel",
+                found=repr(weights),
+                fix="use opcore.nn.Linear(weights=...) followed by the activation",
+            )
+        self.weights, self.group_size = weights, group_size
         kinds = {"dtype": torch_dtype(dtype), "device": device}
         self.in_features = in_features
         self.out_features = out_features
@@ -118,6 +150,8 @@ class Linear(PreparedModule):
 
     def _steps(self, dtype: torch.dtype, device: torch.device) -> list[Step]:
         x = torch.zeros(self.example_rows, self.in_features, dtype=dtype, device=device)
+        if self.weights is not None:
+            return [quantized_step(x, self.weight, self.bias, WEIGHTS[self.weights], self.group_size)]
         return [linear_step(self.op, x, self.weight, self.bias, self.activation, **self._attrs())]
 
     def _attrs(self) -> dict[str, Any]:
@@ -140,8 +174,10 @@ class Linear(PreparedModule):
         return F.linear(x, self.weight, self.bias)
 
     def extra_repr(self) -> str:
+        quantized = "" if self.weights is None else f"weights={self.weights}, "
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+            + quantized
             + self._common_repr()
         )
 

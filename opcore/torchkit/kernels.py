@@ -30,6 +30,7 @@ from opcore.errors import ArgumentError
 from opcore.opset.indexing import check_index_range
 from opcore.torchkit.conv import conv1d, conv2d
 from opcore.torchkit.creation import arange, full, full_like, ones, ones_like, zeros, zeros_like
+from opcore.torchkit.quantized import linear_wq
 from opcore.types import DType
 
 __all__ = [
@@ -78,6 +79,7 @@ __all__ = [
     "linear_gelu",
     "linear_relu",
     "linear_silu",
+    "linear_wq",
     "log_softmax",
     "logical_and",
     "logical_not",

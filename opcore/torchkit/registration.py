@@ -19,7 +19,7 @@ from opcore.types import ArrayKind, DeviceType, DType
 
 if TYPE_CHECKING:
     from opcore.contracts import OpContract
-    from opcore.kernels import Kernel
+    from opcore.kernels import Checker, Kernel
     from opcore.registry import Registrar
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "FALLBACK_LABEL",
     "FALLBACK_PRIORITY",
     "KERNEL_MODULE",
+    "LIVE_CONSTANTS",
     "PREPARES",
     "aten_namespace",
     "builtin_fallback_checker",
@@ -40,8 +41,11 @@ __all__ = [
 KERNEL_MODULE = "opcore.torchkit.kernels"
 # ops whose shared kernel can prepare constant weights (opcore.torchkit.prepared)
 PREPARES = {
-    op: f"opcore.torchkit.prepared:prepare_{op}" for op in ("linear", "linear_relu", "linear_silu", "linear_gelu")
+    **{op: f"opcore.torchkit.prepared:prepare_{op}" for op in ("linear", "linear_relu", "linear_silu", "linear_gelu")},
+    "linear_wq": "opcore.torchkit.quantized:prepare_linear_wq",  # packs into torch's int8/int4 formats
 }
+# ops whose prepare binds the constants as they are (views of them): read in place, not watched
+LIVE_CONSTANTS = frozenset({"linear", "linear_relu", "linear_silu", "linear_gelu"})
 ATEN_LABEL = "aten"  # the plain torch kernels: one ATen call (or a few) per op
 FALLBACK_LABEL = "aten-fallback"  # a built-in op run as torch.ops.aten.<op> by name (as aten.* ops are)
 FALLBACK_PRIORITY = -10  # below every own kernel of the backend
@@ -72,6 +76,7 @@ def register_torch_kernels(
     differences: Mapping[str, Iterable[DType | str]] | None = None,
     overrides: Mapping[str, str] | None = None,
     ops: Iterable[str] | None = None,
+    checkers: Mapping[str, Checker] | None = None,
 ) -> list[Kernel]:
     """Register ``opcore.torchkit.kernels.<op>`` on ``device_type`` for each op the registrar knows
     (built-in or a plugin's contract) that the shared kernels implement, with the dtypes of
@@ -84,6 +89,8 @@ def register_torch_kernels(
     ``overrides`` (op -> ``"module:qualname"``) names the kernel to register instead of the shared
     one, still labelled "aten", where torch on this device needs more than the shared code (CUDA
     does not raise on an integer division by zero or an embedding index out of range).
+    ``checkers`` (op -> checker) gives a shared kernel the device's own checker (the cpu backend's
+    measured float32 limit of torch's weight-only kernels).
 
     >>> register_torch_kernels(registrar, "cpu", {"relu": ["float32"]})               # doctest: +SKIP
     """
@@ -102,7 +109,8 @@ def register_torch_kernels(
             device_type=device,
             array_kind=ArrayKind.TORCH,
             prepare=PREPARES.get(op),
-            live_constants=op in PREPARES,  # its prepare keeps w.t() (a view) and b: read in place
+            live_constants=op in LIVE_CONSTANTS,  # its prepare keeps w.t() (a view) and b: read in place
+            checker=(checkers or {}).get(op),
             label=ATEN_LABEL,
         )
         for op, dtypes in dtypes_by_op.items()

@@ -19,7 +19,14 @@ from opcore.kernels import Costly
 from opcore.types import DType, Layout, TensorMeta
 from opcore_cpu.system import onednn_bfloat16_reason
 
-__all__ = ["MIN_WORK", "conv_checker", "gated_mlp_checker", "linear_checker"]
+__all__ = [
+    "MAX_WQ_FLOAT32_WEIGHT",
+    "MIN_WORK",
+    "conv_checker",
+    "gated_mlp_checker",
+    "linear_checker",
+    "linear_wq_checker",
+]
 
 # Smallest M*K*N at which oneDNN's fused linear (dense weight, as opcore.run calls it) stops losing
 # to ATen's relu_(linear(x, w, b)) on this machine kind (2 vCPU AMD EPYC, AVX-512 BF16, no AMX;
@@ -139,4 +146,37 @@ def conv_checker(
     least = MIN_CONV_WORK[x.dtype]
     if work < least:
         return Costly(f"N*OC*OH*OW*IC/groups*KH*KW = {work} < {least} ({x.dtype}): {FIXED_COST_NOTE}")
+    return True
+
+
+# The largest weight (N*K) that the torch weight-only kernel takes with float32 or float64 x by
+# default: torch 2.13's CPU _weight_int8pack_mm and _weight_int4pack_mm_for_cpu are vectorized for
+# bfloat16 only; with float32 x (1x4096 @ 4096x4096, 1 thread, load ~3) they took 28 ms and 34 ms
+# against 2.5 ms for F.linear on the float weight (bench/quant.py), so a large float32 weight goes
+# to the graph runtimes' decompressing kernels.
+MAX_WQ_FLOAT32_WEIGHT = 1 << 16
+
+
+def linear_wq_checker(
+    x: TensorMeta,
+    qweight: TensorMeta,
+    scale: TensorMeta,
+    zero: TensorMeta | None,
+    b: TensorMeta | None,
+    bits: int,
+    group_size: int,
+) -> bool | str:
+    """Every input; a large weight with float32 / float64 x is Costly (measured, see above).
+
+    >>> x, q, s = TensorMeta((1, 4096), DType.FLOAT32), TensorMeta((4096, 4096), DType.UINT8), None
+    >>> linear_wq_checker(x, q, s, None, None, 8, -1)[:31]
+    'N*K = 16777216 > 65536 (float32'
+    """
+    if x.dtype in (DType.FLOAT32, DType.FLOAT64):
+        weight = qweight.shape[0] * qweight.shape[1] * 8 // bits
+        if weight > MAX_WQ_FLOAT32_WEIGHT:
+            return Costly(
+                f"N*K = {weight} > {MAX_WQ_FLOAT32_WEIGHT} ({x.dtype}): torch's weight-only CPU kernels are "
+                "vectorized for bfloat16 only (float32 measured 10x slower than F.linear here)"
+            )
     return True

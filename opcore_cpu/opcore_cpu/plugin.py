@@ -8,6 +8,8 @@ Three layers of kernels, highest priority first:
 - ``cpu/onednn`` (+10): oneDNN linear and fused linear + activation, gated_mlp and conv2d + activation, with
   ``prepare`` packing constant weights; their checkers send small problems to the next layer.
 - ``cpu/aten``: the shared device-generic torch kernels (``opcore.torchkit.kernels``), every op.
+  ``linear_wq`` among them: torch's int8/int4 weight-only kernels, packed once by ``prepare``
+  (opcore.torchkit.quantized), large float32 weights declined as Costly (opcore_cpu.choice).
 - ``aten.*`` ops: the shared ATen fallback (``opcore.torchkit.aten``), any ``torch.ops.aten`` op.
 
 >>> opcore_backend().priority
@@ -29,7 +31,13 @@ if TYPE_CHECKING:
     from opcore.kernels import Checker
     from opcore.registry import Registrar
 
-__all__ = ["ONEDNN_LABEL", "ONEDNN_PRIORITY", "opcore_backend", "opcore_register_contracts", "opcore_register_kernels"]
+__all__ = [
+    "ONEDNN_LABEL",
+    "ONEDNN_PRIORITY",
+    "opcore_backend",
+    "opcore_register_contracts",
+    "opcore_register_kernels",
+]
 
 ONEDNN_LABEL = "onednn"
 ONEDNN_PRIORITY = 10  # above this backend's plain ATen kernels
@@ -76,7 +84,7 @@ def opcore_register_kernels(registrar: Registrar) -> None:
     from opcore.torchkit.registration import register_aten_fallback, register_torch_kernels
 
     known = registrar.contracts
-    register_torch_kernels(registrar, DeviceType.CPU, CPU_DIFFERENCES)
+    register_torch_kernels(registrar, DeviceType.CPU, CPU_DIFFERENCES, checkers={"linear_wq": choice.linear_wq_checker})
     for op, (kernel, prepare, checker) in _ONEDNN.items():
         if op not in known:
             continue

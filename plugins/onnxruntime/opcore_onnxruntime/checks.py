@@ -61,6 +61,26 @@ def _avg_pool_dtype(dtype: DType) -> str | None:
     return None
 
 
+def _wq_dtype(dtype: DType) -> str | None:
+    if dtype is DType.FLOAT64:
+        return "ONNX Runtime's MatMulNBits has float32 and float16 kernels only, found float64"
+    return None
+
+
+def _linear_wq(x: TensorMeta, qweight: TensorMeta, *rest: Any) -> bool | str:
+    from opcore.onemodel.quantized import nbits_block
+    from opcore.opset.quantized import group_of
+
+    group_size = rest[-1]
+    k = x.shape[-1]
+    if k == 0 or 0 in x.shape:
+        return "MatMulNBits takes no empty x or weight"
+    group = group_of(group_size, k)
+    if nbits_block(group) is None:
+        return f"MatMulNBits' blocks are powers of two >= 16: a group of {group} inputs is made of none"
+    return True
+
+
 def _pad_dtype(dtype: DType) -> str | None:
     return "ONNX Runtime has no int16 Pad kernel" if dtype is DType.INT16 else None
 
@@ -72,6 +92,7 @@ _KEYED: dict[str, Callable[[DType], str | None]] = {
     "max_pool2d": _max_pool_dtype,
     "avg_pool2d": _avg_pool_dtype,
     "pad": _pad_dtype,
+    "linear_wq": _wq_dtype,
 }
 
 
@@ -138,6 +159,7 @@ _SPECIFIC: dict[str, Checker] = {
     "scaled_dot_product_attention": _sdpa,
     "gelu": _gelu_float64,
     "linear_gelu": _linear_gelu,
+    "linear_wq": _linear_wq,
 }
 
 

@@ -113,6 +113,8 @@ class Graph:
     # value name -> its static sizes (None where dynamic), where known: a partition's inputs and
     # annotated node outputs (the builders of list results need the size of the dim they cut)
     sizes: dict[str, tuple[int | None, ...]] = field(default_factory=dict)
+    # operator domains other than ONNX's own that nodes use (com.microsoft: MatMulNBits), version 1
+    domains: set[str] = field(default_factory=set)
     _count: int = 0
 
     def _fresh(self, prefix: str) -> str:
@@ -157,6 +159,7 @@ class Graph:
             self.externals[name] = array
         else:
             self.initializers.append(numpy_helper.from_array(array, name))
+        self.sizes[name] = array.shape
         return Value(name, array.dtype, array.ndim)
 
     def const(self, array: Any, dtype: numpy.dtype | str | None = None) -> Value:
@@ -207,6 +210,8 @@ class Graph:
         first = next(v for v in inputs if v is not None)
         inputs = _without_trailing_none(inputs)  # onnxruntime crashes on a trailing empty input name
         name = self._fresh("t")
+        if domain:
+            self.domains.add(domain)
         self.nodes.append(
             helper.make_node(
                 op_type,
@@ -268,7 +273,10 @@ class Graph:
         graph = helper.make_graph(self.nodes, self.name, inputs, results, initializer=self.initializers)
         return helper.make_model(
             graph,
-            opset_imports=[helper.make_opsetid("", self.opset)],
+            opset_imports=[
+                helper.make_opsetid("", self.opset),
+                *(helper.make_opsetid(domain, 1) for domain in sorted(self.domains)),
+            ],
             ir_version=self.ir_version,
             producer_name="opcore-onnxruntime",
         )

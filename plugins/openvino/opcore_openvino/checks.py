@@ -223,7 +223,14 @@ def _adaptive_avg_pool2d(x: TensorMeta, output_size: tuple[int, ...]) -> bool | 
     return True
 
 
+def _linear_wq(x: TensorMeta, *rest: Any) -> bool | str:
+    if 0 in x.shape:
+        return "an empty x or weight: the decompression's reshape has nothing to take"
+    return True
+
+
 _SPECIFIC: dict[str, Checker] = {
+    "linear_wq": _linear_wq,
     "zeros_like": _like,
     "ones_like": _like,
     "full_like": _like,

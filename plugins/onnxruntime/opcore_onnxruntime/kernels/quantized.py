@@ -1,0 +1,152 @@
+"""Weight-only quantized linear as ``com.microsoft.MatMulNBits``.
+
+The contract's layout is MatMulNBits' own: the codes (N, K * bits / 8) are reshaped to (N, blocks,
+block * bits / 8), the scales and zero points (N, groups) flattened (repeated over the blocks of a
+group when a group is not a power of two, opcore.onemodel.quantized.nbits_block); zero points go in
+as uint8, one a byte for 8 bits and packed two a byte for 4 bits (in the graph, folded for constant
+ones: float zero points would send MatMulNBits to a path ~500x slower); no
+zero point: MatMulNBits' default middle code (128 or 8), the contract's symmetric codes. The bias
+is added after. float16 runs in float32 inside the graph.
+
+``accuracy_level`` (``OPCORE_ORT_WQ_ACCURACY`` 0-4 when the kernel is first imported, default
+``ACCURACY_LEVEL`` = 4): 4 lets the CPU
+kernel quantize x per block to int8 and multiply in integers (as onnxruntime-genai's CPU models do):
+1x4096 @ 4096x4096 int8, 1 thread, 0.8-1.5 ms against 120-260 ms at levels 0/1 (no packed kernel
+for 8 bits there) and 2.5 ms for float32 F.linear (bench/quant.py). Its cost is x's rounding to 8
+bits per block (relative ~2**-8 of the block's largest |x|), which the kit's tolerance for
+``linear_wq`` covers; set 0 for float x.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy
+
+from opcore.errors import ArgumentError
+from opcore.onemodel.quantized import WQ_NAMES, nbits_block
+from opcore.opset.quantized import group_of
+from opcore_onnxruntime.graph import Graph, Value
+from opcore_onnxruntime.kernels._common import F32, I32, finish
+from opcore_onnxruntime.session import ATTRIBUTE, TENSOR, onnx_kernel
+
+__all__ = ["ACCURACY", "ACCURACY_ENV", "ACCURACY_LEVEL", "accuracy_level", "build_linear_wq", "linear_wq"]
+
+ACCURACY_ENV = "OPCORE_ORT_WQ_ACCURACY"
+ACCURACY_LEVEL = 4
+
+
+def accuracy_level() -> int:
+    """``OPCORE_ORT_WQ_ACCURACY`` (0-4) or 4; anything else is an ArgumentError naming the variable."""
+    text = os.environ.get(ACCURACY_ENV, "").strip()
+    if not text:
+        return ACCURACY_LEVEL
+    if text not in ("0", "1", "2", "3", "4"):
+        raise ArgumentError(
+            op="linear_wq",
+            arg=ACCURACY_ENV,
+            expected="MatMulNBits' accuracy_level 0-4 (0: unset, 1: float32, 4: int8 activations)",
+            found=repr(text),
+            fix=f"unset {ACCURACY_ENV} for the default ({ACCURACY_LEVEL})",
+        )
+    return int(text)
+
+
+# read once, when the kernel module is first imported (the sessions it builds are cached per signature)
+ACCURACY = accuracy_level()
+
+
+def _per_block(g: Graph, values: Value, repeat: int, dtype: numpy.dtype = F32) -> Value:
+    """(N, groups) -> (N * groups * repeat,) as ``dtype``, each group's value repeated over its blocks."""
+    flat = g.cast(values, dtype)
+    if repeat > 1:
+        flat = g.op("Unsqueeze", flat, g.ints([2]), rank=3)
+        flat = g.op("Expand", flat, g.op("Concat", g.shape(values), g.ints([repeat]), axis=0, rank=1), rank=3)
+    return g.op("Reshape", flat, g.ints([-1]), rank=1)
+
+
+def _nibbles(g: Graph, zeros: Value, rows: int, blocks: int) -> Value:
+    """4-bit zero points (N * blocks,) uint8, one a byte, packed two a byte per row as MatMulNBits
+    wants them (row-padded to whole bytes, the even block in the low nibble). Float zero points would
+    do without packing, but send MatMulNBits to its slow path (418 ms against 0.77 ms measured at
+    1x4096x4096); for constant zero points ONNX Runtime folds these nodes into an initializer."""
+    wide = g.op("Reshape", g.cast(zeros, I32), g.ints([rows, blocks]), rank=2)
+    if blocks % 2:
+        wide = g.op("Pad", wide, g.ints([0, 0, 0, 1]), rank=2)
+    pairs = g.op("Reshape", wide, g.ints([rows, (blocks + 1) // 2, 2]), rank=3)
+    low = g.op("Slice", pairs, g.ints([0]), g.ints([1]), g.ints([2]), rank=3)
+    high = g.op("Slice", pairs, g.ints([1]), g.ints([2]), g.ints([2]), rank=3)
+    packed = g.op("Add", low, g.op("Mul", high, g.const(numpy.asarray(16, dtype=I32))))
+    return g.op("Reshape", g.cast(packed, numpy.dtype(numpy.uint8)), g.ints([-1]), rank=1)
+
+
+def build_linear_wq(
+    g: Graph,
+    x: Value,
+    qweight: Value,
+    scale: Value,
+    zero: Value | None,
+    b: Value | None,
+    bits: int,
+    group_size: int,
+    in_features: int,
+    out_features: int,
+) -> Value:
+    group = group_of(group_size, in_features)
+    block = nbits_block(group)
+    if block is None or in_features == 0:
+        raise ValueError(f"MatMulNBits needs blocks of a power of two >= 16; a group of {group} has none")
+    repeat = group // block
+    codes = g.op("Reshape", qweight, g.ints([out_features, in_features // block, block * bits // 8]), rank=3)
+    inputs = [g.cast(x, F32), codes, _per_block(g, scale, repeat)]
+    if zero is not None:
+        zeros = _per_block(g, zero, repeat, zero.dtype)
+        inputs.append(zeros if bits == 8 else _nibbles(g, zeros, out_features, in_features // block))
+    out = g.op(
+        "MatMulNBits",
+        *inputs,
+        domain="com.microsoft",
+        K=in_features,
+        N=out_features,
+        bits=bits,
+        block_size=block,
+        accuracy_level=ACCURACY,
+    )
+    if b is not None:
+        out = g.op("Add", out, g.cast(b, F32))
+    return finish(g, out, x.dtype)
+
+
+_inner = onnx_kernel("linear_wq", build_linear_wq, names=WQ_NAMES, roles=(TENSOR,) * 5 + (ATTRIBUTE,) * 4)
+
+
+def linear_wq(
+    x: numpy.ndarray,
+    qweight: numpy.ndarray,
+    scale: numpy.ndarray,
+    zero: numpy.ndarray | None,
+    b: numpy.ndarray | None,
+    bits: int,
+    group_size: int,
+) -> Any:
+    """One session per (dtypes, ranks, bits, group, K, N): MatMulNBits takes K and N as attributes."""
+    return _inner(x, qweight, scale, zero, b, bits, group_size, x.shape[-1], qweight.shape[0])
+
+
+def _prepare(args: tuple[Any, ...], constants: frozenset[str]) -> Any:
+    return _inner.prepare((*args, args[0].shape[-1], args[1].shape[0]), constants)
+
+
+def _chain(
+    g: Graph, x: Value, qweight: Value, scale: Value, zero: Value | None, b: Value | None, bits: int, group_size: int
+) -> Value:
+    """In a partition: K and N from the codes' static sizes (a constant, or an input of fixed size)."""
+    rows, width = g.size(qweight, 0), g.size(qweight, 1)
+    if rows is None or width is None:
+        raise ValueError("MatMulNBits needs the static shape of the quantized weight")
+    return build_linear_wq(g, x, qweight, scale, zero, b, bits, group_size, width * 8 // bits, rows)
+
+
+linear_wq.prepare = _prepare  # type: ignore[attr-defined]
+linear_wq.chain = _chain  # type: ignore[attr-defined]

@@ -1,0 +1,106 @@
+"""Weight-only quantized linear as OpenVINO's weight decompression: the codes as a u8 / u4
+Constant (N, groups, group), Convert to x's type, Subtract the zero point, Multiply by the scale,
+Reshape to (N, K), MatMul with transpose_b. The CPU plugin compiles that pattern into one
+FullyConnected that reads the compressed weight (docs/quantized.md); the model keeps 1 or 0.5 bytes
+a weight.
+
+A constant qweight (``opcore.resolve``'s, a partition's) becomes the u8 / u4 Constant itself (its
+packed bytes are OpenVINO's u4 order: the even index in the low nibble); a fed one is unpacked in
+the graph (bitwise and / shift), which is correct but not compressed. Symmetric codes subtract the
+middle code (128 or 8) as a constant. The model is keyed on K and N (the decompression's reshape).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy
+import openvino
+import openvino.opset15 as ops15
+
+from opcore.onemodel.quantized import WQ_NAMES
+from opcore.opset.quantized import group_of
+from opcore_openvino.compiled import ATTRIBUTE, TENSOR, ov_kernel
+from opcore_openvino.graph import Graph, Node, dtype_of, ops, ov_type
+
+__all__ = ["build_linear_wq", "linear_wq"]
+
+
+def _codes(g: Graph, qweight: Node, bits: int, n: int, groups: int, group: int) -> Node:
+    """The codes as a (N, groups, group) node of u8 / u4 (a constant) or u8 (unpacked in the graph)."""
+    if qweight.get_type_name() == "Constant":
+        data = numpy.ascontiguousarray(qweight.get_data(), dtype=numpy.uint8)
+        tensor = openvino.Tensor(openvino.Type.u8 if bits == 8 else openvino.Type.u4, [n, groups, group])
+        tensor.data[:] = data.reshape(tensor.data.shape)
+        return ops.constant(tensor)
+    if bits == 4:
+        low = ops15.bitwise_and(qweight, g.const(15, "uint8"))
+        high = ops15.bitwise_right_shift(qweight, g.const(4, "uint8"))
+        pairs = ops.concat([ops.unsqueeze(low, g.ints([2])), ops.unsqueeze(high, g.ints([2]))], 2)
+        qweight = pairs
+    return ops.reshape(qweight, g.ints([n, groups, group]), False)
+
+
+def build_linear_wq(
+    g: Graph,
+    x: Node,
+    qweight: Node,
+    scale: Node,
+    zero: Node | None,
+    b: Node | None,
+    bits: int,
+    group_size: int,
+    in_features: int,
+    out_features: int,
+) -> Node:
+    group = group_of(group_size, in_features)
+    if not in_features:
+        raise ValueError("an empty weight has nothing to decompress")
+    n, groups = out_features, in_features // group
+    dtype = dtype_of(x)
+    kind = ov_type(dtype)
+    weight = ops.convert(_codes(g, qweight, bits, n, groups, group), kind)
+    if zero is None:
+        weight = ops.subtract(weight, g.const(1 << (bits - 1), dtype))
+    else:
+        weight = ops.subtract(weight, ops.reshape(ops.convert(zero, kind), g.ints([n, groups, 1]), False))
+    scales = scale if dtype_of(scale) == dtype else ops.convert(scale, kind)
+    weight = ops.multiply(weight, ops.reshape(scales, g.ints([n, groups, 1]), False))
+    weight = ops.reshape(weight, g.ints([n, in_features]), False)
+    out = ops.matmul(x, weight, False, True)
+    return ops.add(out, b) if b is not None else out
+
+
+_inner = ov_kernel("linear_wq", build_linear_wq, names=WQ_NAMES, roles=(TENSOR,) * 5 + (ATTRIBUTE,) * 4)
+
+
+def linear_wq(
+    x: numpy.ndarray,
+    qweight: numpy.ndarray,
+    scale: numpy.ndarray,
+    zero: numpy.ndarray | None,
+    b: numpy.ndarray | None,
+    bits: int,
+    group_size: int,
+) -> Any:
+    """One compiled model per (dtypes, ranks, bits, group, K, N)."""
+    return _inner(x, qweight, scale, zero, b, bits, group_size, x.shape[-1], qweight.shape[0])
+
+
+def _prepare(args: tuple[Any, ...], constants: frozenset[str]) -> Any:
+    return _inner.prepare((*args, args[0].shape[-1], args[1].shape[0]), constants)
+
+
+def _chain(
+    g: Graph, x: Node, qweight: Node, scale: Node, zero: Node | None, b: Node | None, bits: int, group_size: int
+) -> Node:
+    """In a partition: K and N from the codes' static shape (a constant, or an input of fixed size)."""
+    shape = qweight.get_output_partial_shape(0)
+    if shape.is_dynamic:
+        raise ValueError(f"the decompression needs the static shape of the quantized weight, found {shape}")
+    rows, width = shape.to_shape()
+    return build_linear_wq(g, x, qweight, scale, zero, b, bits, group_size, width * 8 // bits, rows)
+
+
+linear_wq.prepare = _prepare  # type: ignore[attr-defined]
+linear_wq.chain = _chain  # type: ignore[attr-defined]
