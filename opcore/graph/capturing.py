@@ -16,6 +16,7 @@ from opcore.errors import ArgumentError
 from opcore.graph.errors import CaptureError
 from opcore.graph.measuring import Timer, interleaved
 from opcore.graph.plan import Plan, PlanOptions, assemble
+from opcore.graph.quantizing import WeightSpec
 from opcore.types import Device
 
 __all__ = ["capture", "decompositions", "export"]
@@ -38,6 +39,9 @@ def capture(
     measure: bool | Timer = True,
     route: str | None = None,
     freeze: bool = False,
+    weights: str | None = None,
+    group_size: int | None = None,
+    exclude: Sequence[str] = (),
 ) -> Plan:
     """Capture ``model`` (an nn.Module) on ``example_inputs`` and plan it across the backends.
 
@@ -52,6 +56,13 @@ def capture(
     ``{label: call} -> {label: seconds}``: that timer; route: None (the guard decides, when
     measuring) or "torch": run the torch route, the exported program as one step (nothing is
     planned onto other backends or measured).
+
+    weights: None (as the model has them), "int8" or "int4": each linear with a constant weight runs
+    ``linear_wq`` on that weight's codes (opcore.graph.quantizing, docs/quantized.md): int8 per output
+    channel, int4 in groups of ``group_size`` (None: 128), the logits' linear at int8; ``exclude``:
+    fnmatch patterns of state_dict names kept float ("lm_head.weight", "*.mlp.*"). A quantized plan
+    is measured against its own nodes run per node (not the float model's torch route) and takes its
+    weights at capture (as freeze=True).
 
     After capture, the plan watches the model's parameters and buffers: a call after one changed
     (in place, ``load_state_dict``, assigned) prepares the plan again first (``Plan.refresh``).
@@ -92,6 +103,20 @@ def capture(
         out_spec=_pytree.treespec_dumps(program.call_spec.out_spec),
     )
     applied: list[str] = []
+    said: list[str] = []
+    quantized = WeightSpec.parse(weights, group_size, exclude)
+    if quantized is not None and route == "torch":
+        raise ArgumentError(
+            op=_CAPTURE,
+            arg="route",
+            expected="None with weights=... (the torch route runs the exported float program)",
+            found="'torch'",
+            fix="drop route='torch' to run the quantized plan, or drop weights= to run the float model",
+        )
+    if quantized is not None:
+        from opcore.graph.quantizing import quantize_linears
+
+        graph, said = quantize_linears(graph, constants, quantized)
     if rewrites:
         from opcore.graph.rewrite import apply_rewrites
 
@@ -118,14 +143,16 @@ def capture(
     from opcore.graph.weights import watch_of
 
     with torch.no_grad():
-        plan = assemble(
-            graph, constants, options, notes, examples=examples, timer=timer, exported=ExportedStep.of(program, graph)
-        )
+        # a quantized graph is not the exported (float) program: no torch route of it to run or time
+        exported = None if quantized is not None else ExportedStep.of(program, graph)
+        plan = assemble(graph, constants, options, notes, examples=examples, timer=timer, exported=exported)
     if route == "torch":
         applied.append("route: the torch route, as capture(route='torch') asked (the exported program as one step)")
     if uncached:
         applied.append(NO_CACHE_NOTE)
-    if freeze:
+    if quantized is not None:
+        applied.extend([*said, QUANTIZED_NOTE])
+    elif freeze:
         applied.append(FROZEN_NOTE)
     else:
         plan.watch = watch_of(model, program, graph)
@@ -138,6 +165,11 @@ def capture(
 NO_CACHE_NOTE = (
     "captured without the KV cache (config.use_cache=False while exporting): the plan returns no "
     "past_key_values; to generate, use opcore.graph.capture_lm(model)"
+)
+
+QUANTIZED_NOTE = (
+    "quantized weights: taken and quantized at capture, not compared per call; after changing the "
+    "model's weights, capture it again"
 )
 
 FROZEN_NOTE = (

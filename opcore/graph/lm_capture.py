@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from opcore.errors import ArgumentError
 from opcore.graph.errors import CaptureError
 from opcore.graph.measuring import Timer, interleaved
 from opcore.graph.plan import Plan, PlanOptions, assemble
+from opcore.graph.quantizing import WeightSpec
 from opcore.graph.state import new_state
 from opcore.types import Device
 
@@ -46,6 +47,9 @@ def capture_lm(
     device: str | None = None,
     measure: bool | Timer | None = None,
     prefill_partitions: bool | None = None,
+    weights: str | None = None,
+    group_size: int | None = None,
+    exclude: Sequence[str] = (),
 ) -> LanguageModel:
     """Capture a decoder-only language model for generation: a ``LanguageModel`` with ``generate``,
     step-level ``prefill``/``decode``, sessions, ``save`` and ``explain``.
@@ -65,6 +69,9 @@ def capture_lm(
     6.5 GB over its 2 GB of weights, and its guard once picked a slower route (4.6 to 6.0 tok/s); by
     the estimated rule the 0.5B took 53 s and 3.5 GB and decoded at 8.4 tok/s (docs/benchmarks.md).
 
+    weights, group_size, exclude: as ``capture``'s (int8 / int4 weight-only linears, the logits' at
+    int8; docs/quantized.md): prefill and decode share the quantized constants.
+
     >>> lm = opcore.graph.capture_lm(LlamaForCausalLM(config).eval(), max_length=128)   # doctest: +SKIP
     """
     import torch
@@ -73,6 +80,7 @@ def capture_lm(
     from opcore.graph.generation import GenerationDefaults, LanguageModel
 
     _check_sizes(max_length, batch_size)
+    quantized = WeightSpec.parse(weights, group_size, exclude, op=_CAPTURE_LM)
     started = time.perf_counter()
     module: Any
     if is_transformers_lm(model):
@@ -94,11 +102,14 @@ def capture_lm(
     if measure is None:
         measure = _weight_bytes(module) <= MEASURE_BYTES
     timer = None if measure is False else interleaved if measure is True else measure
+    weighing = Weighing(quantized) if quantized is not None else None
     with torch.no_grad():
-        decode = _decode_plan(module, batch_size, max_length, place, backends, timer)
+        decode = _decode_plan(module, batch_size, max_length, place, backends, timer, weighing)
         prefill = None
         if max_length >= 2:
-            prefill = _prefill_plan(module, batch_size, max_length, place, backends, timer, prefill_partitions)
+            prefill = _prefill_plan(
+                module, batch_size, max_length, place, backends, timer, prefill_partitions, weighing
+            )
     lm = LanguageModel(prefill, decode, batch_size=batch_size, max_length=max_length, defaults=defaults)
     lm.capture_seconds = time.perf_counter() - started
     return lm
@@ -133,6 +144,14 @@ def _device_of(module: Any) -> Device:
 
 
 @dataclass(frozen=True, slots=True)
+class Weighing:
+    """``weights=`` of capture_lm: the spec, and the quantized weights prefill and decode share."""
+
+    spec: WeightSpec
+    cache: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class Lowered:
     """One step exported and lowered: the graph (rewritten), its constants, the ATen-fallback notes
     and the rewrite notes, the examples it was exported on, and the seconds that took."""
@@ -152,6 +171,7 @@ def _decode_plan(
     place: Device,
     backends: Sequence[str] | None,
     timer: Timer | None,
+    weighing: Weighing | None = None,
 ) -> Plan:
     """The decode step's plan. Without ``backends`` and with measuring, the ranked plan (measured as
     ``capture`` measures) is timed against a plan on each graph runtime alone (with the torch backend
@@ -162,7 +182,7 @@ def _decode_plan(
     next is built, so at most two hold their runtimes' copies of the weights at once."""
     import gc
 
-    lowered = _lower_step(module, batch_size, max_length, 1, place)
+    lowered = _lower_step(module, batch_size, max_length, 1, place, weighing)
     best = _plan(lowered, place, backends, timer, partitions=True)
     if backends is not None or timer is None or place.type.value != "cpu":
         return best
@@ -195,6 +215,7 @@ def _prefill_plan(
     backends: Sequence[str] | None,
     timer: Timer | None,
     partitions: bool | None,
+    weighing: Weighing | None = None,
 ) -> Plan:
     """The prefill's plan: on the torch route, or with graph-runtime partitions (kept by the estimated
     cost rule; their shapes are dynamic), or (``partitions`` None, measuring, on the host) the faster
@@ -203,7 +224,7 @@ def _prefill_plan(
     560 ms for 128 tokens), on a small model the partitions' calls can cost more than they save."""
     import gc
 
-    lowered = _lower_step(module, batch_size, max_length, min(8, max_length), place)
+    lowered = _lower_step(module, batch_size, max_length, min(8, max_length), place, weighing)
     if partitions is not None or timer is None or place.type.value != "cpu":
         return _plan(lowered, place, backends, None, bool(partitions))
     route = _plan(lowered, place, backends, None, False)
@@ -245,15 +266,18 @@ def step_examples(batch_size: int, max_length: int, length: int, device: Any) ->
     return ids, positions, cache_position, mask
 
 
-def _lower_step(module: Any, batch_size: int, max_length: int, length: int, place: Device) -> Lowered:
+def _lower_step(
+    module: Any, batch_size: int, max_length: int, length: int, place: Device, weighing: Weighing | None = None
+) -> Lowered:
     """One step exported and lowered: ``length`` 1 is the static decode step; more, the prefill with
-    a dynamic sequence dim (2 .. max_length)."""
+    a dynamic sequence dim (2 .. max_length); ``weighing``: its linears quantized."""
     from torch.export import Dim
     from torch.utils import _pytree
 
     from opcore.graph.capturing import _constants, export
     from opcore.graph.lowering import lower
     from opcore.graph.masks import drop_full_masks
+    from opcore.graph.quantizing import quantize_linears
     from opcore.graph.rewrite import apply_rewrites
 
     examples = step_examples(batch_size, max_length, length, str(place))
@@ -284,7 +308,11 @@ def _lower_step(module: Any, batch_size: int, max_length: int, length: int, plac
         out_spec="",
         bounds=input_bounds(graph, max_length),
     )
+    said: list[str] = []
+    if weighing is not None:
+        graph, said = quantize_linears(graph, constants, weighing.spec, weighing.cache)
     graph, applied = apply_rewrites(graph)
+    applied[:0] = said
     graph, dropped = drop_full_masks(graph, constants)
     if dropped:
         applied.append(f"rewrite full attention mask dropped: {dropped} match{'es' * (dropped != 1)}")
