@@ -48,7 +48,7 @@ def full_like_meta(x: TensorMeta, fill_value: bool | int | float, dtype: str | N
 
 
 ZEROS_LIKE = define_op(
-    "zeros_like(Tensor x, *, str? dtype=None) -> Tensor",
+    "zeros_like(Tensor x, *, ScalarType? dtype=None) -> Tensor",
     meta=like_meta,
     dtypes=ALL_DTYPES,
     family="creation",
@@ -56,7 +56,7 @@ ZEROS_LIKE = define_op(
     tags=("creation",),
 )
 ONES_LIKE = define_op(
-    "ones_like(Tensor x, *, str? dtype=None) -> Tensor",
+    "ones_like(Tensor x, *, ScalarType? dtype=None) -> Tensor",
     meta=like_meta,
     dtypes=ALL_DTYPES,
     family="creation",
@@ -64,7 +64,7 @@ ONES_LIKE = define_op(
     tags=("creation",),
 )
 FULL_LIKE = define_op(
-    "full_like(Tensor x, Scalar fill_value, *, str? dtype=None) -> Tensor",
+    "full_like(Tensor x, Scalar fill_value, *, ScalarType? dtype=None) -> Tensor",
     meta=full_like_meta,
     dtypes=ALL_DTYPES,
     family="creation",
@@ -185,7 +185,7 @@ def arange_meta(
 
 _DEVICE_DOC = " on device (default 'cpu')"
 ZEROS = define_op(
-    'zeros(int[] size, *, str? dtype=None, str device="cpu") -> Tensor',
+    'zeros(int[] size, *, ScalarType? dtype=None, Device device="cpu") -> Tensor',
     meta=sized_meta,
     dtypes=ALL_DTYPES,
     family="creation",
@@ -194,7 +194,7 @@ ZEROS = define_op(
     dtype_arg="dtype",
 )
 ONES = define_op(
-    'ones(int[] size, *, str? dtype=None, str device="cpu") -> Tensor',
+    'ones(int[] size, *, ScalarType? dtype=None, Device device="cpu") -> Tensor',
     meta=sized_meta,
     dtypes=ALL_DTYPES,
     family="creation",
@@ -203,7 +203,7 @@ ONES = define_op(
     dtype_arg="dtype",
 )
 FULL = define_op(
-    'full(int[] size, Scalar fill_value, *, str? dtype=None, str device="cpu") -> Tensor',
+    'full(int[] size, Scalar fill_value, *, ScalarType? dtype=None, Device device="cpu") -> Tensor',
     meta=full_meta,
     dtypes=ALL_DTYPES,
     family="creation",
@@ -213,7 +213,7 @@ FULL = define_op(
     dtype_arg="dtype",
 )
 ARANGE = define_op(
-    'arange(Scalar start, Scalar? end=None, Scalar step=1, *, str? dtype=None, str device="cpu") -> Tensor',
+    'arange(Scalar start, Scalar? end=None, Scalar step=1, *, ScalarType? dtype=None, Device device="cpu") -> Tensor',
     meta=arange_meta,
     dtypes=NUMERIC,
     family="creation",
