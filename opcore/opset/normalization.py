@@ -18,11 +18,36 @@ __all__ = ["BATCH_NORM", "CONTRACTS", "GROUP_NORM", "LAYER_NORM", "LOG_SOFTMAX",
 _REDUCED = frozenset({DType.FLOAT16, DType.BFLOAT16})
 
 
-def softmax_meta(x: TensorMeta, dim: int) -> TensorMeta:
-    """Same shape and dtype; floating dtypes and a dim within range."""
-    check_floating("x", x)
+def softmax_meta(x: TensorMeta, dim: int, dtype: str | None = None) -> TensorMeta:
+    """Same shape; x's dtype, floating only, or (torch's ``dtype=``) x cast to the floating ``dtype``
+    first, from any dtype; a dim within range."""
+    if dtype is None:
+        check_floating("x", x)
+        out = x.dtype
+    else:
+        out = DType.parse(dtype)
+        if out not in FLOATING:
+            raise DTypeError(
+                arg="dtype",
+                expected="a floating dtype (x is cast to it first)",
+                found=out.value,
+                fix="pass dtype=torch.float32 (or leave it out for x's own floating dtype)",
+            )
     normalize_dim("dim", dim, x.ndim)
-    return TensorMeta(x.shape, x.dtype, x.device)
+    return TensorMeta(x.shape, out, x.device)
+
+
+def _cast_first(op: str):
+    """softmax(x, dim, dtype) of an x no kernel takes (an integer x with a floating dtype): the cast,
+    then the op, each dispatched."""
+
+    def decomposition(x: object, dim: int, dtype: str | None) -> object:
+        import opcore
+
+        return opcore.run(op, x if dtype is None else opcore.run("cast", x, dtype), dim)
+
+    decomposition.__name__ = decomposition.__qualname__ = f"{op}_cast_first"
+    return decomposition
 
 
 def _check_normalized_shape(x: TensorMeta, normalized_shape: tuple[int, ...]) -> None:
@@ -177,19 +202,22 @@ def batch_norm_meta(
 
 
 SOFTMAX = define_op(
-    "softmax(Tensor x, int dim) -> Tensor",
+    "softmax(Tensor x, int dim, ScalarType? dtype=None) -> Tensor",
     meta=softmax_meta,
+    decomposition=_cast_first("softmax"),
     dtypes=FLOATING,
     family="normalization",
-    doc="exp(x) / sum(exp(x)) along dim, floating dtypes only; mirrors torch.softmax.",
+    doc="exp(x) / sum(exp(x)) along dim, floating dtypes only (dtype: x cast to it first); mirrors torch.softmax.",
     tags=("reduction", "normalization"),
 )
 LOG_SOFTMAX = define_op(
-    "log_softmax(Tensor x, int dim) -> Tensor",
+    "log_softmax(Tensor x, int dim, ScalarType? dtype=None) -> Tensor",
     meta=softmax_meta,
+    decomposition=_cast_first("log_softmax"),
     dtypes=FLOATING,
     family="normalization",
-    doc="log(softmax(x, dim)) computed stably, floating dtypes only; mirrors torch.log_softmax.",
+    doc="log(softmax(x, dim)) computed stably, floating dtypes only (dtype: x cast to it first); "
+    "mirrors torch.log_softmax.",
     tags=("reduction", "normalization"),
 )
 LAYER_NORM = define_op(

@@ -296,8 +296,18 @@ def gated_mlp(x: Tensor, w_gate: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor
 # --- normalization -----------------------------------------------------------------------------
 
 
-softmax = torch.softmax  # softmax(x, dim): the contract's arguments, in its order
-log_softmax = torch.log_softmax
+def softmax(x: Tensor, dim: int, dtype: str | None) -> Tensor:
+    """torch.softmax, x cast to dtype first (dtype None: torch.softmax itself, see specialize)."""
+    return torch.softmax(x, dim, dtype=None if dtype is None else DType.parse(dtype).to_torch())
+
+
+def log_softmax(x: Tensor, dim: int, dtype: str | None) -> Tensor:
+    return torch.log_softmax(x, dim, dtype=None if dtype is None else DType.parse(dtype).to_torch())
+
+
+# without a dtype the kernel is torch's own binding: softmax(x, dim, None), the contract's arguments in its order
+softmax.specialize = lambda x, dim, dtype: torch.softmax if dtype is None else None  # type: ignore[attr-defined]
+log_softmax.specialize = lambda x, dim, dtype: torch.log_softmax if dtype is None else None  # type: ignore[attr-defined]
 # layer_norm(x, normalized_shape, weight, bias, eps): what F.layer_norm calls after its Python checks;
 # it keeps float32 parameters of a float16/bfloat16 input (the contract allows them)
 layer_norm = torch.layer_norm

@@ -164,6 +164,11 @@ def _cumsum(x: TensorMeta, dim: int, dtype: str | None) -> bool | str:
     return _result(out, "the running sum")
 
 
+def _softmax(x: TensorMeta, dim: int, dtype: str | None = None) -> bool | str:
+    """softmax(x, dim, dtype=...): x is cast to dtype first, which must be one the CPU plugin computes in."""
+    return True if dtype is None else _result(DType.parse(dtype), "the result")
+
+
 def _where(condition: TensorMeta, x: Any, other: Any) -> bool | str:
     verdict = _int_operands(x, other)
     return verdict if verdict is not True else _result(result_type(x, other), "the result")
@@ -232,6 +237,8 @@ _SPECIFIC: dict[str, Checker] = {
     "cast": _cast,
     "sum": _sum,
     "cumsum": _cumsum,
+    "softmax": _softmax,
+    "log_softmax": _softmax,
     "where": _where,
     "masked_fill": _masked_fill,
     "clamp": _clamp,
