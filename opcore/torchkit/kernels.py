@@ -421,9 +421,9 @@ def index(x: Tensor, indices: tuple[Tensor | None, ...]) -> Tensor:
         raise
 
 
-def split(x: Tensor, split_size: int, dim: int) -> tuple[Tensor, ...]:
-    """Views of split_size along dim."""
-    return tuple(torch.split(x, split_size, dim))
+def split(x: Tensor, split_size: int | tuple[int, ...], dim: int) -> tuple[Tensor, ...]:
+    """Views of split_size along dim (or of a list's sizes)."""
+    return tuple(torch.split(x, list(split_size) if isinstance(split_size, tuple) else split_size, dim))
 
 
 def split_with_sizes(x: Tensor, split_sizes: tuple[int, ...], dim: int) -> tuple[Tensor, ...]:
@@ -437,7 +437,7 @@ def chunk(x: Tensor, chunks: int, dim: int) -> tuple[Tensor, ...]:
 
 
 def pad(x: Tensor, pad: tuple[int, ...], mode: str, value: Any) -> Tensor:
-    """torch.nn.functional.pad in constant mode (the only mode the contract takes)."""
+    """torch.nn.functional.pad (every mode the contract takes: constant, reflect, replicate, circular)."""
     return F.pad(x, pad, mode, value)
 
 

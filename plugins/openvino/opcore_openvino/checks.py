@@ -169,6 +169,10 @@ def _softmax(x: TensorMeta, dim: int, dtype: str | None = None) -> bool | str:
     return True if dtype is None else _result(DType.parse(dtype), "the result")
 
 
+def _pad(x: TensorMeta, pad: tuple[int, ...], mode: str, value: Any) -> bool | str:
+    return "OpenVINO's Pad has no circular mode" if mode == "circular" else True
+
+
 def _where(condition: TensorMeta, x: Any, other: Any) -> bool | str:
     verdict = _int_operands(x, other)
     return verdict if verdict is not True else _result(result_type(x, other), "the result")
@@ -238,6 +242,7 @@ _SPECIFIC: dict[str, Checker] = {
     "sum": _sum,
     "cumsum": _cumsum,
     "softmax": _softmax,
+    "pad": _pad,
     "log_softmax": _softmax,
     "where": _where,
     "masked_fill": _masked_fill,
