@@ -1,6 +1,6 @@
 """gather (GatherElements), index (GatherND), split, split_with_sizes and chunk (one Slice per
-piece) and pad (Pad: constant, reflect, replicate; circular declined), for every dtype but the 64-bit ones (the CPU plugin narrows
-them to 32 bits).
+piece) and pad (Pad: constant, reflect, replicate; circular declined), for every dtype but the 64-bit
+ones (the CPU plugin narrows them to 32 bits).
 
 gather is declined where index is smaller than x on a dim other than dim (checks.py); gather and
 index check their indices before the run: GatherElements wraps negative ones where torch refuses
