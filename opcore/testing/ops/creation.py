@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+import numpy
+
 from opcore.errors import ArgumentError, DTypeError, ShapeError
 from opcore.testing.builders import SampleSet, shape_id, z
 from opcore.testing.records import ErrorInput, OpEntry, Sample
@@ -26,6 +28,7 @@ def like_samples(op: str) -> Iterable[Sample]:
         s.add(dtype, s.tensor((3, 4), dtype), *fill)
         if dtype != "bfloat16":
             s.add(f"float32-to-{dtype}", s.tensor((2, 3)), *fill, dtype=dtype)
+    s.add("float32-to-numpy-int16", s.tensor((2, 3)), *fill, dtype=numpy.int16)
     s.add("bfloat16-to-float32", s.tensor((2, 3), "bfloat16"), *fill, dtype="float32")
     for shape in ((), (0,), (2, 0, 3), (7,), (1, 2, 3, 4)):
         s.add(f"shape-{shape_id(shape)}", s.tensor(shape), *fill)
@@ -72,6 +75,10 @@ def sized_samples(op: str) -> Iterable[Sample]:
     s.add("list-size", [2, 3], *fill)
     for dtype in DTYPES:
         s.add(dtype, (2, 3), *fill, dtype=dtype)
+    # a dtype as numpy writes it, and a DType (torch.float64 in the OpInfo test): the contract binds each to its name
+    s.add("numpy-dtype", (2, 3), *fill, dtype=numpy.dtype("int32"))
+    s.add("numpy-type", (2, 3), *fill, dtype=numpy.float64)
+    s.add("opcore-dtype", (2, 3), *fill, dtype=DType.INT8)
     if op == "full":
         for value in (True, -3, 2.5, math.inf, math.nan, 2**62):  # inferred: bool, int64, float32
             s.add(f"inferred-{value!r}", (2, 3), value)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+import numpy
+
 from opcore.errors import ArgumentError, DTypeError, ShapeError
 from opcore.testing.builders import SampleSet, shape_id, tensor_of, z
 from opcore.testing.records import ErrorInput, OpEntry, Sample, errors_by_op
@@ -39,6 +41,10 @@ def softmax_samples(op: str) -> Iterable[Sample]:
     s.add("small", s.tensor((3, 7), low=-1e-4, high=1e-4), -1)
     for dtype in ("float32", "float64", "float16"):
         s.add(f"{dtype}-special", tensor_of(_SPECIAL_ROWS, dtype), -1)
+    # torch's dtype=: x cast first (numpy's dtype objects and names alike; torch.float32 in the OpInfo test)
+    s.add("float16-dtype-float32", s.tensor((3, 7), "float16"), -1, dtype="float32")
+    s.add("float32-dtype-numpy-float64", s.tensor((3, 7)), 0, dtype=numpy.float64)
+    s.add("int64-dtype-float32", s.tensor((3, 7), "int64"), -1, dtype=numpy.dtype("float32"))
     return s
 
 
