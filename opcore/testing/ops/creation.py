@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 import numpy
 
-from opcore.errors import ArgumentError, DTypeError, ShapeError
+from opcore.errors import ArgumentError, DeviceError, DTypeError, ShapeError
 from opcore.testing.builders import SampleSet, shape_id, z
 from opcore.testing.records import ErrorInput, OpEntry, Sample
 from opcore.types import DType
@@ -46,10 +46,13 @@ def like_samples(op: str) -> Iterable[Sample]:
 def _errors(op: str) -> list[ErrorInput]:
     bad_dtype = ErrorInput("dtype", (z(2), *((1,) if op == "full_like" else ())), ArgumentError, "dtype", "one of ",
                            {"dtype": "float8"}, torch_rejects=False)  # fmt: skip
+    other_device = ErrorInput("device", (z(2), *((1,) if op == "full_like" else ())), DeviceError, "device",
+                              "None or x's device", {"device": "cuda:0"}, torch_rejects=False)  # fmt: skip
     if op != "full_like":
-        return [bad_dtype]
+        return [bad_dtype, other_device]
     return [
         bad_dtype,
+        other_device,
         ErrorInput("int8-overflow", (z(2), 300), ArgumentError, "fill_value", "converts to int8 without overflow",
                    {"dtype": "int8"}),
         ErrorInput("int-inf", (z(2, dtype="int32"), math.inf), ArgumentError, "fill_value",

@@ -111,7 +111,7 @@ def _pow(x: TensorMeta, exponent: Any) -> bool | str:
 
 
 def _like(x: TensorMeta, *rest: Any) -> bool | str:
-    return _target(rest[-1])
+    return _target(rest[-2])  # (fill_value,) dtype, device (x's own: the contract checked it)
 
 
 def _avg_pool2d(x: TensorMeta, *rest: Any) -> bool | str:

@@ -189,7 +189,8 @@ def _clamp(x: TensorMeta, min: Any, max: Any) -> bool | str:
 
 
 def _like(x: TensorMeta, *rest: Any) -> bool | str:
-    return True if rest[-1] is None else _result(DType.parse(rest[-1]), "the result")
+    dtype = rest[-2]  # (fill_value,) dtype, device (x's own: the contract checked it)
+    return True if dtype is None else _result(DType.parse(dtype), "the result")
 
 
 def _arange(start: Any, end: Any, step: Any, dtype: str | None, device: str) -> bool | str:
