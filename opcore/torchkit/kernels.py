@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 from opcore.errors import ArgumentError
 from opcore.opset.indexing import check_index_range
+from opcore.opset.pooling import adaptive_output_size
 from opcore.torchkit.conv import conv1d, conv2d
 from opcore.torchkit.creation import arange, full, full_like, ones, ones_like, zeros, zeros_like
 from opcore.types import DType
@@ -469,8 +470,12 @@ def max_pool2d(
     padding: tuple[int, ...],
     dilation: tuple[int, ...],
     ceil_mode: bool,
-) -> Tensor:
-    """torch.max_pool2d (stride None: the kernel size, which torch spells as an empty list)."""
+    return_indices: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """torch.max_pool2d (stride None: the kernel size, which torch spells as an empty list);
+    return_indices: torch's max_pool2d_with_indices (the values and where each was)."""
+    if return_indices:
+        return torch._C._nn.max_pool2d_with_indices(x, kernel_size, stride or (), padding, dilation, ceil_mode)
     return torch.max_pool2d(x, kernel_size, stride or (), padding, dilation, ceil_mode)
 
 
@@ -489,9 +494,9 @@ def avg_pool2d(
     )
 
 
-def adaptive_avg_pool2d(x: Tensor, output_size: tuple[int, ...]) -> Tensor:
-    """torch.nn.functional.adaptive_avg_pool2d's binding."""
-    return torch._C._nn.adaptive_avg_pool2d(x, output_size)
+def adaptive_avg_pool2d(x: Tensor, output_size: tuple[int | None, ...]) -> Tensor:
+    """torch.nn.functional.adaptive_avg_pool2d's binding (None: that input size, resolved as the contract does)."""
+    return torch._C._nn.adaptive_avg_pool2d(x, adaptive_output_size(tuple(x.shape), output_size))
 
 
 # --- fused ops that torch runs as two calls ------------------------------------------------------

@@ -114,6 +114,15 @@ def _like(x: TensorMeta, *rest: Any) -> bool | str:
     return _target(rest[-2])  # (fill_value,) dtype, device (x's own: the contract checked it)
 
 
+def _max_pool2d(x: TensorMeta, *rest: Any) -> bool | str:
+    if rest[-1]:  # return_indices
+        return (
+            "ONNX Runtime's MaxPool indices are not mapped to torch's (h * W + w per plane) here: return_indices=True "
+            "is left to other backends"
+        )
+    return True
+
+
 def _avg_pool2d(x: TensorMeta, *rest: Any) -> bool | str:
     if rest[-1] is not None:
         return "ONNX's AveragePool has no divisor_override"
@@ -135,6 +144,7 @@ _SPECIFIC: dict[str, Checker] = {
     "cast": _cast,
     "cumsum": _cumsum,
     "avg_pool2d": _avg_pool2d,
+    "max_pool2d": _max_pool2d,
     "scaled_dot_product_attention": _sdpa,
     "gelu": _gelu_float64,
     "linear_gelu": _linear_gelu,

@@ -173,6 +173,15 @@ def _pad(x: TensorMeta, pad: tuple[int, ...], mode: str, value: Any) -> bool | s
     return "OpenVINO's Pad has no circular mode" if mode == "circular" else True
 
 
+def _max_pool2d(x: TensorMeta, *rest: Any) -> bool | str:
+    if rest[-1]:  # return_indices
+        return (
+            "OpenVINO's MaxPool indices are not mapped to torch's (h * W + w per plane) here: return_indices=True "
+            "is left to other backends"
+        )
+    return True
+
+
 def _where(condition: TensorMeta, x: Any, other: Any) -> bool | str:
     verdict = _int_operands(x, other)
     return verdict if verdict is not True else _result(result_type(x, other), "the result")
@@ -244,6 +253,7 @@ _SPECIFIC: dict[str, Checker] = {
     "cumsum": _cumsum,
     "softmax": _softmax,
     "pad": _pad,
+    "max_pool2d": _max_pool2d,
     "log_softmax": _softmax,
     "where": _where,
     "masked_fill": _masked_fill,
