@@ -1,9 +1,10 @@
 """Reference kernels for the indexing ops: gather and index (copies), split, split_with_sizes and
-chunk (views, as torch's), pad (a copy, constant mode)."""
+chunk (views, as torch's), pad (a copy; constant, reflect, replicate and circular modes)."""
 
 from __future__ import annotations
 
 import itertools
+from typing import Literal
 
 import numpy
 
@@ -65,7 +66,11 @@ def chunk(x: numpy.ndarray, chunks: int, dim: int) -> tuple[numpy.ndarray, ...]:
     return _cut(x, dim, chunk_sizes(x.shape[dim % x.ndim], chunks))
 
 
-_NUMPY_MODES = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+_NUMPY_MODES: dict[str, Literal["reflect", "edge", "wrap"]] = {
+    "reflect": "reflect",
+    "replicate": "edge",
+    "circular": "wrap",
+}
 
 
 def pad(x: numpy.ndarray, pad: tuple[int, ...], mode: str, value: bool | int | float | None) -> numpy.ndarray:

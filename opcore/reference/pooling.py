@@ -31,8 +31,19 @@ def max_pool2d(
     """The max of each dilated window; padding (and the overhang of a ceil_mode window) never wins.
     NaN in a window gives NaN, as torch. return_indices: and where each was (_max_indices)."""
     if return_indices:
-        values = max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode)
+        values = _max_values(x, kernel_size, stride, padding, dilation, ceil_mode)
         return values, _max_indices(x, kernel_size, stride or kernel_size, padding, dilation, values.shape[-2:])
+    return _max_values(x, kernel_size, stride, padding, dilation, ceil_mode)
+
+
+def _max_values(
+    x: numpy.ndarray,
+    kernel_size: tuple[int, ...],
+    stride: tuple[int, ...] | None,
+    padding: tuple[int, ...],
+    dilation: tuple[int, ...],
+    ceil_mode: bool,
+) -> numpy.ndarray:
     a = _batched(x)
     steps = stride or kernel_size
     sizes = [pooled_size(n, k, s, p, d, ceil_mode) for n, k, s, p, d in

@@ -129,6 +129,19 @@ def _avg_pool2d(x: TensorMeta, *rest: Any) -> bool | str:
     return True
 
 
+def _pad(x: TensorMeta, pad: tuple[int, ...], mode: str, value: Any) -> bool | str:
+    """ONNX Runtime's reflect, edge and wrap Pad fail on an empty x and on a dim its negative pads cut
+    to nothing before the other side grows it (torch reads the uncut dim there)."""
+    if mode == "constant":
+        return True
+    if 0 in x.shape:
+        return f"ONNX Runtime's Pad fails on an empty x in mode {mode!r}"
+    for i in range(len(pad) // 2):
+        if x.shape[x.ndim - 1 - i] + min(pad[2 * i], 0) + min(pad[2 * i + 1], 0) <= 0:
+            return f"ONNX Runtime's Pad in mode {mode!r} fails where negative pads cut a dim to nothing"
+    return True
+
+
 def _group_norm(x: TensorMeta, *rest: Any) -> bool | str:
     if 0 in x.shape:
         return "an empty x: the (N, groups, -1) view of group_norm is ambiguous to ONNX Runtime's Reshape"
@@ -145,6 +158,7 @@ _SPECIFIC: dict[str, Checker] = {
     "cumsum": _cumsum,
     "avg_pool2d": _avg_pool2d,
     "max_pool2d": _max_pool2d,
+    "pad": _pad,
     "scaled_dot_product_attention": _sdpa,
     "gelu": _gelu_float64,
     "linear_gelu": _linear_gelu,

@@ -92,7 +92,7 @@ def build_adaptive_avg_pool2d(g: Graph, x: Node, output_size: tuple[int | None, 
 
     def sizes(a: Node) -> Node:
         if None not in output_size:
-            return g.ints(output_size)
+            return g.ints([int(out) for out in output_size if out is not None])
         parts = [g.dims(a, 2 + i, 3 + i) if out is None else g.ints([out]) for i, out in enumerate(output_size)]
         return ops.concat(parts, 0)
 
