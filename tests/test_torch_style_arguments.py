@@ -103,8 +103,8 @@ def test_numpy_kernels_decline_tensors_beyond_numpy_dims() -> None:
     assert opcore.run("relu", torch.zeros([1] * 65)).ndim == 65  # a torch kernel takes it
 
 
-def test_softmax_of_an_integer_x_with_a_dtype_is_cast_first() -> None:
-    ints = torch.arange(6).reshape(2, 3)
-    torch.testing.assert_close(opcore.run("softmax", ints, -1, dtype=torch.float32),
-                               torch.softmax(ints, -1, dtype=torch.float32))  # fmt: skip
-    assert math.isclose(float(opcore.run("softmax", ints, -1, torch.float64).sum()), 2.0)
+def test_softmax_dtype_casts_a_floating_x_and_refuses_an_integer_one_with_the_fix() -> None:
+    torch.testing.assert_close(opcore.run("softmax", half, -1, torch.float64), torch.softmax(half, -1, dtype=f64))
+    with pytest.raises(DTypeError, match="argument 'x' expected dtype in"):
+        opcore.run("softmax", torch.arange(6).reshape(2, 3), -1, dtype=torch.float32)
+    assert math.isclose(float(opcore.run("softmax", x, -1, numpy.float64).sum()), 2 * 3 * 6)

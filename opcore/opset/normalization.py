@@ -20,9 +20,10 @@ _REDUCED = frozenset({DType.FLOAT16, DType.BFLOAT16})
 
 def softmax_meta(x: TensorMeta, dim: int, dtype: str | None = None) -> TensorMeta:
     """Same shape; x's dtype, floating only, or (torch's ``dtype=``) x cast to the floating ``dtype``
-    first, from any dtype; a dim within range."""
+    first; a dim within range. An integer x is refused even with a dtype (torch casts it): the
+    kernels are the floating ones, so the cast is the caller's, with its fix in the message."""
+    check_floating("x", x)
     if dtype is None:
-        check_floating("x", x)
         out = x.dtype
     else:
         out = DType.parse(dtype)
@@ -35,19 +36,6 @@ def softmax_meta(x: TensorMeta, dim: int, dtype: str | None = None) -> TensorMet
             )
     normalize_dim("dim", dim, x.ndim)
     return TensorMeta(x.shape, out, x.device)
-
-
-def _cast_first(op: str):
-    """softmax(x, dim, dtype) of an x no kernel takes (an integer x with a floating dtype): the cast,
-    then the op, each dispatched."""
-
-    def decomposition(x: object, dim: int, dtype: str | None) -> object:
-        import opcore
-
-        return opcore.run(op, x if dtype is None else opcore.run("cast", x, dtype), dim)
-
-    decomposition.__name__ = decomposition.__qualname__ = f"{op}_cast_first"
-    return decomposition
 
 
 def _check_normalized_shape(x: TensorMeta, normalized_shape: tuple[int, ...]) -> None:
@@ -204,7 +192,6 @@ def batch_norm_meta(
 SOFTMAX = define_op(
     "softmax(Tensor x, int dim, ScalarType? dtype=None) -> Tensor",
     meta=softmax_meta,
-    decomposition=_cast_first("softmax"),
     dtypes=FLOATING,
     family="normalization",
     doc="exp(x) / sum(exp(x)) along dim, floating dtypes only (dtype: x cast to it first); mirrors torch.softmax.",
@@ -213,7 +200,6 @@ SOFTMAX = define_op(
 LOG_SOFTMAX = define_op(
     "log_softmax(Tensor x, int dim, ScalarType? dtype=None) -> Tensor",
     meta=softmax_meta,
-    decomposition=_cast_first("log_softmax"),
     dtypes=FLOATING,
     family="normalization",
     doc="log(softmax(x, dim)) computed stably, floating dtypes only (dtype: x cast to it first); "

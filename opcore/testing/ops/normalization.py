@@ -44,7 +44,7 @@ def softmax_samples(op: str) -> Iterable[Sample]:
     # torch's dtype=: x cast first (numpy's dtype objects and names alike; torch.float32 in the OpInfo test)
     s.add("float16-dtype-float32", s.tensor((3, 7), "float16"), -1, dtype="float32")
     s.add("float32-dtype-numpy-float64", s.tensor((3, 7)), 0, dtype=numpy.float64)
-    s.add("int64-dtype-float32", s.tensor((3, 7), "int64"), -1, dtype=numpy.dtype("float32"))
+    s.add("float64-dtype-float32", s.tensor((3, 7), "float64"), -1, dtype=numpy.dtype("float32"))
     return s
 
 
@@ -161,6 +161,8 @@ def _error_inputs() -> dict[str, list[ErrorInput]]:
             ErrorInput("dim", (z(2, 3), 2), ShapeError, "dim", rf"{dim} \[-2, 1\]"),
             ErrorInput("dim-negative", (z(2, 3), -3), ShapeError, "dim", rf"{dim} \[-2, 1\]"),
             ErrorInput("0d-dim", (z(), 1), ShapeError, "dim", rf"{dim} \[-1, 0\] for a 0-D tensor"),
+            ErrorInput("dtype-int", (z(2, 3), 0), DTypeError, "dtype", "a floating dtype", {"dtype": i64}),
+            ErrorInput("int-with-dtype", (z(2, dtype=i64), 0), DTypeError, "x", "found int64", {"dtype": "float32"}),
         ],
         "log_softmax": [
             ErrorInput("int", (z(2, dtype=i32), 0), DTypeError, "x", "found int32"),
