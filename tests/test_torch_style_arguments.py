@@ -113,3 +113,14 @@ def test_softmax_dtype_casts_a_floating_x_and_refuses_an_integer_one_with_the_fi
     with pytest.raises(DTypeError, match="argument 'x' expected dtype in"):
         opcore.run("softmax", torch.arange(6).reshape(2, 3), -1, dtype=torch.float32)
     assert math.isclose(float(opcore.run("softmax", x, -1, numpy.float64).sum()), 2 * 3 * 6)
+
+
+def test_a_torch_dtype_argument_takes_the_cached_path() -> None:
+    """dtype=torch.float32 is part of the signature's key once seen, not bound again on every call."""
+    from opcore import dispatch
+
+    opcore.run("softmax", x, -1, dtype=torch.float32)
+    opcore.run("softmax", x, -1, dtype=torch.float32)
+    key = dispatch._positional_key("softmax", None, None, (x, -1, torch.float32))
+    assert key is not None and key in dispatch._POSITIONAL
+    assert opcore.run("softmax", x, -1, dtype=torch.float64).dtype == torch.float64  # another dtype, another key
