@@ -110,6 +110,7 @@ def run_slow(op: str, args: tuple[Any, ...], kwargs: dict[str, Any], backend: st
         if moved is not None:  # cached under the positional call's key (run() moves them the same way)
             args, kwargs = moved, {}
     bound = bind(contract, op, args, kwargs)
+    dispatch.note_constant_types((*args, *kwargs.values()))
     policy = context_policy.get()
     canonical = (op, policy, backend, *_bound_key(bound))
     plan = _BOUND.get(canonical)

@@ -41,7 +41,7 @@ class OpContract:
     # arguments (the caller's arrays) and runs the parts through opcore.run.
     decomposition: Callable[..., Any] | None = None
     # None: the first tensor argument's dtype picks the kernel; else this argument's. An op without
-    # a tensor argument (a creation op) names its ``str?`` dtype attribute here; its meta function
+    # a tensor argument (a creation op) names its ``ScalarType?`` dtype attribute here; its meta function
     # reads that attribute (None: the op's default, as torch's) and its device attribute, and the
     # output meta's dtype and device pick the kernel.
     dtype_arg: str | None = None
@@ -95,7 +95,7 @@ def define_op(
 
     ``dtypes``: what the op accepts for the argument whose dtype picks the kernel (the first
     tensor, or ``dtype_arg``); ``family``: its module under ``opcore.opset`` for a built-in op.
-    An op without a tensor argument (``zeros(int[] size, *, str? dtype=None, str device="cpu")``)
+    An op without a tensor argument (``zeros(int[] size, *, ScalarType? dtype=None, Device device="cpu")``)
     names its dtype attribute as ``dtype_arg``; its meta function returns the output with the
     dtype and device those attributes ask for (``DType.parse``, ``Device.parse``; None: the op's
     default), and that dtype and device pick the kernel. Its result comes back as a numpy array
@@ -106,14 +106,15 @@ def define_op(
         raise ArgumentError(op="define_op", arg="dtype_arg", expected=f"one of {parsed.names}", found=repr(dtype_arg))
     if not parsed.tensor_positions:
         dtype_type = None if dtype_arg is None else parsed.arguments[parsed.names.index(dtype_arg)].type
-        if dtype_type is None or dtype_type.base is not BaseType.STR or dtype_type.is_list:
+        if dtype_type is None or dtype_type.base not in (BaseType.DTYPE, BaseType.STR) or dtype_type.is_list:
             raise ArgumentError(
                 f"schema {schema!r} has no tensor argument",
                 op="define_op",
                 arg="dtype_arg",
-                expected="the name of a str dtype attribute (say dtype_arg='dtype'), for an op without a tensor",
+                expected="the name of a ScalarType (or str) dtype attribute (say dtype_arg='dtype'), for an op "
+                "without a tensor",
                 found=repr(dtype_arg),
-                fix="take a Tensor, or name the str? dtype attribute that picks the kernel",
+                fix="take a Tensor, or name the ScalarType? dtype attribute that picks the kernel",
             )
     accepted = frozenset(DType.parse(d) for d in dtypes)
     if not accepted:

@@ -46,7 +46,23 @@ __all__ = ["MAX_CACHED", "PURE_PYTHON_REASON", "clear_caches", "compiled", "run"
 MAX_CACHED = 8192  # signatures; past this the caches start over (bounds memory for varying shapes)
 
 _ndarray = numpy.ndarray
-_PLAIN = frozenset({int, float, bool, str, type(None)})
+# the types of plain values a key holds as they are (hashable, compared by value, immutable); torch's
+# dtype and device and numpy's dtypes join when first seen (note_constant_types): a torch user's
+# dtype=torch.float32 then takes the cached path instead of binding on every call
+_PLAIN: set[type] = {int, float, bool, str, type(None)}
+
+
+def note_constant_types(values: Any) -> None:
+    """Let the keys hold torch.dtype, torch.device and numpy.dtype values as they are (the slow path
+    calls it with a call's values; the core never imports torch for it)."""
+    for value in values:
+        t = type(value)
+        if t in _PLAIN:
+            continue
+        if (t.__module__ == "torch" and t.__name__ in ("dtype", "device")) or isinstance(value, numpy.dtype):
+            _PLAIN.add(t)
+
+
 _TORCH_TYPES: set[type] = set()  # torch.Tensor and subclasses (Parameter), added as they are seen
 _KEYWORD: dict[tuple[Any, ...] | None, Callable[..., Any]] = {}  # calls with keywords holding tensors
 _INLINE: dict[tuple[Any, ...], Callable[..., Any]] = {}  # run()'s inline keys (numpy arrays, torch tensors)

@@ -29,6 +29,7 @@ __all__ = [
     "check_choice",
     "check_dtype",
     "check_floating",
+    "check_max_rank",
     "check_min_rank",
     "check_positive",
     "check_rank",
@@ -83,6 +84,17 @@ def check_min_rank(arg: str, meta: TensorMeta, minimum: int, *, what: str | None
             arg=arg,
             expected=what or f"a tensor with at least {minimum} dimension{plural}",
             found=f"a {meta.ndim}-D tensor of shape {shape_text(meta.shape)}",
+        )
+
+
+def check_max_rank(arg: str, meta: TensorMeta, maximum: int = 64, *, why: str = "torch's reductions") -> None:
+    """At most ``maximum`` dims: torch's reductions and numpy stop at 64 (a 65-dim torch tensor exists)."""
+    if meta.ndim > maximum:
+        raise ShapeError(
+            arg=arg,
+            expected=f"a tensor of at most {maximum} dimensions ({why} take no more)",
+            found=f"a {meta.ndim}-D tensor",
+            fix="merge dims with reshape first",
         )
 
 

@@ -7,8 +7,12 @@ A schema reads like PyTorch's::
 
 Types: ``Tensor``, ``Tensor?``, ``Tensor[]``, ``Tensor?[]``, ``Tensor|Scalar`` (a tensor
 or a Python number, as ``torch.add(x, 2)`` allows), ``int``, ``int[]``, ``int[N]``
-(a single int is repeated N times), ``float``, ``bool``, ``str``, ``Scalar``; any type
-may end in ``?`` (None allowed). A union ``A|B`` takes a value of either type, tried in order
+(a single int, or a one-element list, is repeated N times, as torch's pooling and convolution
+sizes), ``int?[N]`` (None elements allowed), ``float``, ``bool``, ``str``, ``Scalar``,
+``ScalarType`` (a dtype given as torch writes it, ``torch.float32``, or as a numpy dtype, an
+opcore ``DType`` or a name; bound as its name, ``"float32"``) and ``Device`` (``"cuda:0"``,
+``torch.device``, opcore's ``Device``; bound as its text); any type may end in ``?`` (None allowed).
+A union ``A|B`` takes a value of either type, tried in order
 (``int[2]|str padding=0``, as conv2d's ``padding=1``, ``(1, 2)`` or ``"same"``). Arguments after
 ``*`` are keyword-only.
 
@@ -31,7 +35,7 @@ import numpy
 
 from opcore.errors import ArgumentError
 from opcore.records import record
-from opcore.types import TensorMeta, is_tensor
+from opcore.types import Device, DType, TensorMeta, is_tensor
 
 __all__ = ["Argument", "ArgType", "BaseType", "NO_DEFAULT", "Schema", "parse_schema"]
 
@@ -54,6 +58,10 @@ class BaseType(str, Enum):
     BOOL = "bool"
     STR = "str"
     SCALAR = "Scalar"
+    # a dtype in any form a user passes (torch.float32, numpy.float32, "fp32", DType): bound as its name
+    DTYPE = "ScalarType"
+    # a device in any form (torch.device("cpu"), "cuda:0", opcore's Device): bound as its text
+    DEVICE = "Device"
 
 
 @record
@@ -430,6 +438,29 @@ def _check_str(op: str, arg: str, value: Any) -> Any:
     raise _fail(op, arg, "a str", value)
 
 
+def _check_dtype_name(op: str, arg: str, value: Any) -> Any:
+    """A dtype as its name: torch's ``torch.float32``, numpy's ``numpy.float32`` or ``numpy.dtype``,
+    opcore's ``DType`` or a name (``"float32"``, ``"fp16"``); every backend then sees the same string."""
+    if isinstance(value, bool) or value is None:
+        raise _fail(op, arg, "a dtype (torch.float32, numpy.float32, 'float32' or opcore.DType)", value)
+    try:
+        return DType.parse(value).value
+    except ArgumentError as error:
+        error.op, error.arg = op, arg
+        raise
+
+
+def _check_device_name(op: str, arg: str, value: Any) -> Any:
+    """A device as its text (``"cpu"``, ``"cuda:0"``): a str, a ``torch.device`` or opcore's ``Device``."""
+    if not isinstance(value, (str, Device)) and type(value).__name__ != "device":
+        raise _fail(op, arg, "a device ('cpu', 'cuda:0', torch.device or opcore.Device)", value)
+    try:
+        return str(Device.parse(value))
+    except ArgumentError as error:
+        error.op, error.arg = op, arg
+        raise
+
+
 _ELEMENT_CHECKS: dict[BaseType, Callable[[str, str, Any], Any]] = {
     BaseType.TENSOR: _check_tensor,
     BaseType.TENSOR_OR_SCALAR: _check_tensor_or_scalar,
@@ -438,6 +469,8 @@ _ELEMENT_CHECKS: dict[BaseType, Callable[[str, str, Any], Any]] = {
     BaseType.BOOL: _check_bool,
     BaseType.STR: _check_str,
     BaseType.SCALAR: _check_scalar,
+    BaseType.DTYPE: _check_dtype_name,
+    BaseType.DEVICE: _check_device_name,
 }
 
 
@@ -499,6 +532,9 @@ def _list_checker(arg_type: ArgType, element: Callable[[str, str, Any], Any]) ->
     length = arg_type.list_len
     element_optional = arg_type.element_optional
     described = f"a list of {length or 'any number of'} {arg_type.base.value}" + ("?" if element_optional else "")
+    # int[N] repeats one int or a one-element list N times; int?[N] (None for "as the input") does not
+    # (torch's adaptive pools take exactly N sizes)
+    repeats = arg_type.base is BaseType.INT and not element_optional
 
     def check_list(op: str, arg: str, value: Any) -> Any:
         if arg_type.base is BaseType.INT and not isinstance(value, (list, tuple)):
@@ -514,6 +550,8 @@ def _list_checker(arg_type: ArgType, element: Callable[[str, str, Any], Any]) ->
             None if (element_optional and item is None) else element(op, f"{arg}[{i}]", item)
             for i, item in enumerate(value)
         )
+        if length is not None and len(items) == 1 and length > 1 and repeats:
+            return items * length  # torch's pooling and convolution sizes: [2] is (2, 2)
         if length is not None and len(items) != length:
             raise ArgumentError(op=op, arg=arg, expected=f"{length} values", found=f"{len(items)}: {value!r}")
         return items

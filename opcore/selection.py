@@ -26,7 +26,10 @@ from opcore.types import ArrayKind, Device, DeviceType, DType, TensorMeta, array
 if TYPE_CHECKING:
     from opcore.tuning.table import Entry, Measurement
 
-__all__ = ["Candidate", "CandidateStatus", "Selection", "check_kernel", "select", "transfer_target"]
+__all__ = ["NUMPY_MAX_RANK", "Candidate", "CandidateStatus", "Selection", "check_kernel", "select", "transfer_target"]
+
+# numpy's NPY_MAXDIMS: a torch tensor of more dims cannot reach a numpy kernel (torch allows more)
+NUMPY_MAX_RANK = 64
 
 
 class CandidateStatus(str, Enum):
@@ -106,6 +109,16 @@ class Selection:
         # when there is none to use although a file exists, why (a stale file, another thread count).
         self.measured: Entry | None = None
         self.tuning_note = ""
+
+    @property
+    def max_rank(self) -> int:
+        """The most dims of any input or output (a numpy kernel cannot take more than numpy holds)."""
+        ranks = [m.ndim for m in self.outputs]
+        for value in self.meta_args:
+            for item in value if isinstance(value, tuple) else (value,):
+                if isinstance(item, TensorMeta):
+                    ranks.append(item.ndim)
+        return max(ranks, default=0)
 
     def __repr__(self) -> str:
         chosen = self.accepted[0].title if self.accepted else None
@@ -400,6 +413,8 @@ def check_kernel(kernel: Kernel, s: Selection) -> Literal[True] | str:
     """The kernel's checker on this selection's metas: True, or why it declines (a ``Costly`` reason when
     only a speed constant stands in the way); a checker that raises declines with a warning.
     """
+    if kernel.array_kind is ArrayKind.NUMPY and s.max_rank > NUMPY_MAX_RANK:
+        return f"a numpy kernel: numpy holds at most {NUMPY_MAX_RANK} dims, an input or output has {s.max_rank}"
     if kernel.checker is None:
         return True
     try:

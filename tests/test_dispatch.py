@@ -363,9 +363,9 @@ def counting_kernels(calls: list) -> dict:
         calls.append(("relu", x.stride()))
         return torch.relu(x)
 
-    def softmax(x, dim):
+    def softmax(x, dim, dtype):
         calls.append(("softmax", dim))
-        return torch.softmax(x, dim)
+        return torch.softmax(x, dim, dtype=dtype)
 
     def linear(x, w, b):
         calls.append(("linear", b is None))

@@ -183,6 +183,8 @@ def test_explain_summary_and_json(llama):
     first = text.splitlines()[0]
     assert first.startswith("cpu ") and "nodes" in first
     assert "cumprod" in text
+    unloaded = [line for line in text.splitlines() if line.startswith("not loaded: ")]
+    assert len(unloaded) <= 1 and (not unloaded or text.splitlines()[-1] == unloaded[0])  # one line, at the end
     record = json.loads(plan.explain(format="json"))
     assert record["summary"] == first
     assert len(record["nodes"]) == len(plan.graph.nodes)

@@ -16,9 +16,11 @@ __all__ = ["describe", "render", "summary"]
 
 _SHOWN_OPS = 4
 # statuses explain's text does not repeat per node: accepted ones, and backends that did not load
-# (said once at the top); the JSON keeps every verdict
+# (said once, in the last line); the JSON keeps every verdict
 _NOT_REJECTED = ("chosen", "fallback", "partition")
 _NOT_LOADED = ("unavailable", "failed", "disabled")
+# the notes that say how fast the plan measured at capture (opcore.graph.plan's guard), shown second
+_SPEED_NOTES = ("guard: ", "not measured")
 
 
 def summary(plan: Any) -> str:
@@ -98,17 +100,15 @@ def render(plan: Any, format: str = "text") -> str:
         return json.dumps(record, indent=2)
     if format != "text":
         raise ArgumentError(op="Plan.explain", arg="format", expected="'text' or 'json'", found=repr(format))
+    # what runs where, then the speed measured at capture (the guard's notes), then the rest; the
+    # backends that did not load are one line at the end, not the first lines
     lines = [record["summary"]]
-    absent = {
-        c["backend"]: f"{c['status']}: {c['reason']}" if c["reason"] else c["status"]
-        for node in record["nodes"]
-        for c in node["candidates"]
-        if c["status"] in _NOT_LOADED
-    }
-    for backend, why in sorted(absent.items()):
-        lines.append(f"  {backend}: {why}")
+    speed = [note for note in record["notes"] if note.startswith(_SPEED_NOTES)]
+    for note in speed:
+        lines.append(f"  speed at capture: {note.removeprefix('guard: ')}")
     for note in record["notes"]:
-        lines.append(f"  note: {note}")
+        if note not in speed:
+            lines.append(f"  note: {note}")
     for partition in record["partitions"]:
         lines.append(
             f"  partition {partition['name']} on {partition['backend']}: {partition['nodes']} nodes, "
@@ -130,6 +130,14 @@ def render(plan: Any, format: str = "text") -> str:
             title = candidate["kernel"] or candidate["backend"]
             reason = f": {candidate['reason']}" if candidate["reason"] else ""
             lines.append(f"  {'':<{width}}    {title}: {candidate['status']}{reason}")
+    absent = {
+        c["backend"]: f"{c['status']}: {c['reason']}" if c["reason"] else c["status"]
+        for node in record["nodes"]
+        for c in node["candidates"]
+        if c["status"] in _NOT_LOADED
+    }
+    if absent:
+        lines.append("not loaded: " + "; ".join(f"{backend} ({why})" for backend, why in sorted(absent.items())))
     return "\n".join(lines)
 
 

@@ -265,9 +265,9 @@ RULES: Mapping[str, Rule] = {
         enable_gqa="enable_gqa",
     ),
     # normalization
-    "aten.softmax.int": _rule("softmax", _no_dtype, x="self", dim="dim"),
+    "aten.softmax.int": _rule("softmax", x="self", dim="dim", dtype=Convert("dtype", _dtype_name)),
     "aten._softmax.default": _rule("softmax", _not_half_to_float, x="self", dim="dim"),
-    "aten.log_softmax.int": _rule("log_softmax", _no_dtype, x="self", dim="dim"),
+    "aten.log_softmax.int": _rule("log_softmax", x="self", dim="dim", dtype=Convert("dtype", _dtype_name)),
     "aten._log_softmax.default": _rule("log_softmax", _not_half_to_float, x="self", dim="dim"),
     "aten.layer_norm.default": _rule(
         "layer_norm", x="input", normalized_shape="normalized_shape", weight="weight", bias="bias", eps="eps"

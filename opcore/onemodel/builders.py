@@ -19,7 +19,7 @@ from opcore.errors import ArgumentError
 from opcore.meta import promote_types, result_type
 from opcore.onemodel.op import Scalar
 from opcore.opset import BUILTIN_CONTRACTS
-from opcore.opset.indexing import check_index_range, chunk_sizes, split_sizes
+from opcore.opset.indexing import check_index_range, chunk_sizes, split_pieces, split_sizes
 from opcore.opset.shape import is_skipped_in_cat
 from opcore.types import DType, TensorMeta
 
@@ -175,13 +175,15 @@ def split_kernels(
             raise ValueError(f"the number of pieces depends on the size of dim {dim}, which is dynamic here")
         return size
 
-    def split(x: numpy.ndarray, split_size: int, dim: int) -> Any:
-        return split_with_sizes(x, tuple(split_sizes(x.shape[dim % x.ndim], split_size)), dim)
+    def split(x: numpy.ndarray, split_size: int | tuple[int, ...], dim: int) -> Any:
+        return split_with_sizes(x, tuple(split_pieces(x.shape[dim % x.ndim], split_size)), dim)
 
     def chunk(x: numpy.ndarray, chunks: int, dim: int) -> Any:
         return split_with_sizes(x, tuple(chunk_sizes(x.shape[dim % x.ndim], chunks)), dim)
 
-    def chain_split(graph: Any, x: Any, split_size: int, dim: int) -> Any:
+    def chain_split(graph: Any, x: Any, split_size: int | tuple[int, ...], dim: int) -> Any:
+        if isinstance(split_size, tuple):  # the sizes are given: no static size needed
+            return build_split_with_sizes(graph, x, split_size, dim)
         return build_split_with_sizes(graph, x, tuple(split_sizes(static(graph, x, dim), split_size)), dim)
 
     def chain_chunk(graph: Any, x: Any, chunks: int, dim: int) -> Any:

@@ -2,7 +2,7 @@
 zeros, ones, full and arange take none (their ``dtype`` and ``device`` attributes pick the kernel).
 
 >>> from opcore.types import TensorMeta, DType
->>> FULL_LIKE.meta(TensorMeta((2, 3), DType.FLOAT32), 7, "int8").dtype
+>>> FULL_LIKE.meta(TensorMeta((2, 3), DType.FLOAT32), 7, "int8", None).dtype
 <DType.INT8: 'int8'>
 >>> ARANGE.meta(1, 2.5, 0.5, None, "cpu").shape, ARANGE.meta(1, 2.5, 0.5, None, "cpu").dtype
 ((3,), <DType.FLOAT32: 'float32'>)
@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from opcore.contracts import OpContract, define_op
-from opcore.errors import ArgumentError, DTypeError, ShapeError
+from opcore.errors import ArgumentError, DeviceError, DTypeError, ShapeError
 from opcore.meta import ALL_DTYPES, INTEGRAL, NUMERIC, shape_text
 from opcore.opset.elementwise import check_fits
 from opcore.types import Device, DType, TensorMeta
@@ -35,20 +35,34 @@ __all__ = [
 DEFAULT_FLOAT = DType.FLOAT32  # torch's default dtype (torch.get_default_dtype() unchanged)
 
 
-def like_meta(x: TensorMeta, dtype: str | None) -> TensorMeta:
-    """x's shape and device; dtype if given, else x's."""
+def _check_same_device(x: TensorMeta, device: str | None) -> None:
+    """torch's ``device=`` of a ``*_like`` op: None or x's own device (another one is a copy to make)."""
+    if device is not None and Device.parse(device) != x.device:
+        raise DeviceError(
+            arg="device",
+            expected=f"None or x's device ({x.device})",
+            found=device,
+            fix=f"create it on {device} with zeros/ones/full(x.shape, device={device!r}), or move x there first",
+        )
+
+
+def like_meta(x: TensorMeta, dtype: str | None, device: str | None = None) -> TensorMeta:
+    """x's shape and device (``device``, torch's argument, may only name x's); dtype if given, else x's."""
+    _check_same_device(x, device)
     return TensorMeta(x.shape, x.dtype if dtype is None else DType.parse(dtype), x.device)
 
 
-def full_like_meta(x: TensorMeta, fill_value: bool | int | float, dtype: str | None) -> TensorMeta:
+def full_like_meta(
+    x: TensorMeta, fill_value: bool | int | float, dtype: str | None, device: str | None = None
+) -> TensorMeta:
     """As zeros_like; fill_value must convert to the result dtype without overflow (floats truncate into integers)."""
-    out = like_meta(x, dtype)
+    out = like_meta(x, dtype, device)
     check_fits("fill_value", fill_value, out.dtype)
     return out
 
 
 ZEROS_LIKE = define_op(
-    "zeros_like(Tensor x, *, str? dtype=None) -> Tensor",
+    "zeros_like(Tensor x, *, ScalarType? dtype=None, Device? device=None) -> Tensor",
     meta=like_meta,
     dtypes=ALL_DTYPES,
     family="creation",
@@ -56,7 +70,7 @@ ZEROS_LIKE = define_op(
     tags=("creation",),
 )
 ONES_LIKE = define_op(
-    "ones_like(Tensor x, *, str? dtype=None) -> Tensor",
+    "ones_like(Tensor x, *, ScalarType? dtype=None, Device? device=None) -> Tensor",
     meta=like_meta,
     dtypes=ALL_DTYPES,
     family="creation",
@@ -64,7 +78,7 @@ ONES_LIKE = define_op(
     tags=("creation",),
 )
 FULL_LIKE = define_op(
-    "full_like(Tensor x, Scalar fill_value, *, str? dtype=None) -> Tensor",
+    "full_like(Tensor x, Scalar fill_value, *, ScalarType? dtype=None, Device? device=None) -> Tensor",
     meta=full_like_meta,
     dtypes=ALL_DTYPES,
     family="creation",
@@ -185,7 +199,7 @@ def arange_meta(
 
 _DEVICE_DOC = " on device (default 'cpu')"
 ZEROS = define_op(
-    'zeros(int[] size, *, str? dtype=None, str device="cpu") -> Tensor',
+    'zeros(int[] size, *, ScalarType? dtype=None, Device device="cpu") -> Tensor',
     meta=sized_meta,
     dtypes=ALL_DTYPES,
     family="creation",
@@ -194,7 +208,7 @@ ZEROS = define_op(
     dtype_arg="dtype",
 )
 ONES = define_op(
-    'ones(int[] size, *, str? dtype=None, str device="cpu") -> Tensor',
+    'ones(int[] size, *, ScalarType? dtype=None, Device device="cpu") -> Tensor',
     meta=sized_meta,
     dtypes=ALL_DTYPES,
     family="creation",
@@ -203,7 +217,7 @@ ONES = define_op(
     dtype_arg="dtype",
 )
 FULL = define_op(
-    'full(int[] size, Scalar fill_value, *, str? dtype=None, str device="cpu") -> Tensor',
+    'full(int[] size, Scalar fill_value, *, ScalarType? dtype=None, Device device="cpu") -> Tensor',
     meta=full_meta,
     dtypes=ALL_DTYPES,
     family="creation",
@@ -213,7 +227,7 @@ FULL = define_op(
     dtype_arg="dtype",
 )
 ARANGE = define_op(
-    'arange(Scalar start, Scalar? end=None, Scalar step=1, *, str? dtype=None, str device="cpu") -> Tensor',
+    'arange(Scalar start, Scalar? end=None, Scalar step=1, *, ScalarType? dtype=None, Device device="cpu") -> Tensor',
     meta=arange_meta,
     dtypes=NUMERIC,
     family="creation",

@@ -510,7 +510,7 @@ POW = define_op(
     tags=("elementwise", "binary"),
 )
 CAST = define_op(
-    "cast(Tensor x, str dtype) -> Tensor",
+    "cast(Tensor x, ScalarType dtype) -> Tensor",
     meta=cast_meta,
     dtypes=ALL_DTYPES,
     family="elementwise",

@@ -19,10 +19,12 @@ __all__ = [
     "GATHER",
     "INDEX",
     "PAD",
+    "PAD_MODES",
     "SPLIT",
     "SPLIT_WITH_SIZES",
     "check_index_range",
     "chunk_sizes",
+    "split_pieces",
     "split_sizes",
 ]
 
@@ -59,7 +61,7 @@ def check_index_range(arg: str, low: int, high: int, size: int, *, negative: boo
 
 def gather_meta(x: TensorMeta, dim: int, index: TensorMeta) -> TensorMeta:
     """index's shape, x's dtype; index as many dims as x, no larger than x except along dim."""
-    _check_index_dtype("index", index, frozenset({DType.INT64}))
+    _check_index_dtype("index", index, INDEX_DTYPES)
     axis = normalize_dim("dim", dim, x.ndim)
     if max(index.ndim, 1) != max(x.ndim, 1):
         raise ShapeError(
@@ -155,8 +157,20 @@ def chunk_sizes(size: int, chunks: int) -> list[int]:
     return split_sizes(size, -(-size // chunks))
 
 
-def split_meta(x: TensorMeta, split_size: int, dim: int) -> tuple[TensorMeta, ...]:
-    """Pieces of split_size along dim, the last one smaller."""
+def split_pieces(size: int, split_size: int | tuple[int, ...]) -> list[int]:
+    """The sizes of split's pieces of a dim of ``size``: split_size each (an int), or the list given
+    (torch.split with a list of sizes is split_with_sizes).
+
+    >>> split_pieces(5, 2), split_pieces(5, (1, 4))
+    ([2, 2, 1], [1, 4])
+    """
+    return list(split_size) if isinstance(split_size, tuple) else split_sizes(size, split_size)
+
+
+def split_meta(x: TensorMeta, split_size: int | tuple[int, ...], dim: int) -> tuple[TensorMeta, ...]:
+    """Pieces of split_size along dim, the last one smaller; a list of sizes as split_with_sizes."""
+    if isinstance(split_size, tuple):
+        return split_with_sizes_meta(x, split_size, dim)
     axis = _check_splittable(x, dim)
     size = x.shape[axis]
     if split_size < 0 or (split_size == 0 and size != 0):
@@ -191,10 +205,52 @@ def chunk_meta(x: TensorMeta, chunks: int, dim: int) -> tuple[TensorMeta, ...]:
     return _pieces(x, axis, chunk_sizes(x.shape[axis], chunks))
 
 
+PAD_MODES = ("constant", "reflect", "replicate", "circular")
+
+
+def _check_pad_mode(x: TensorMeta, pad: tuple[int, ...], mode: str, value: bool | int | float | None) -> None:
+    """torch's rules for reflect, replicate and circular: no fill value; 1-3 padded dims of a 2-D to
+    5-D x (an optional batch dim before the channels); non-empty dims but the batch; reflect pads below
+    the dim's size, circular ones at most its size; no bool for reflect and replicate."""
+    if value not in (None, 0):
+        raise ArgumentError(arg="value", expected=f"no fill value for mode={mode!r}", found=repr(value),
+                            fix="leave value out (it is only for mode='constant')")  # fmt: skip
+    padded = len(pad) // 2
+    if len(pad) not in (2, 4, 6) or x.ndim not in (padded + 1, padded + 2):
+        raise ShapeError(
+            arg="pad",
+            expected=f"for mode={mode!r}: 2 pads for a 2-D or 3-D x, 4 for 3-D or 4-D, 6 for 4-D or 5-D",
+            found=f"{len(pad)} pads for a {x.ndim}-D x",
+            fix="pad the last 1-3 dims of a (batch,) channels, ... input, or use mode='constant'",
+        )
+    if mode in ("reflect", "replicate") and x.dtype is DType.BOOL:
+        raise DTypeError(arg="x", expected=f"a numeric dtype for mode={mode!r}", found="bool",
+                         fix="convert x to uint8 first")  # fmt: skip
+    checked = x.shape[1:] if x.ndim == padded + 2 else x.shape
+    if 0 in checked:
+        raise ShapeError(arg="x", expected=f"non-empty dims (but a batch dim) for mode={mode!r}",
+                         found=f"shape {shape_text(x.shape)}")  # fmt: skip
+    for i in range(padded):
+        d = x.ndim - 1 - i
+        size, before, after = x.shape[d], pad[2 * i], pad[2 * i + 1]
+        if mode == "reflect" and (before >= size or after >= size):
+            raise ArgumentError(arg="pad", expected=f"reflect pads below the size of dim {d} ({size})",
+                                found=str(list(pad)))  # fmt: skip
+        if mode == "circular" and (before > size or after > size):
+            raise ArgumentError(arg="pad", expected=f"circular pads at most the size of dim {d} ({size}): "
+                                "no wrapping around more than once", found=str(list(pad)))  # fmt: skip
+        if size + before + after < 1:
+            raise ShapeError(arg="pad", expected=f"pads leaving dim {d} (size {size}) a size >= 1 for mode={mode!r}",
+                             found=str(list(pad)))  # fmt: skip
+
+
 def pad_meta(x: TensorMeta, pad: tuple[int, ...], mode: str, value: bool | int | float | None) -> TensorMeta:
     """x grown (or, for negative pads, cut) at both ends of its last len(pad) / 2 dims, the last
-    dim first: pad = (left, right, top, bottom, ...)."""
-    check_choice("mode", mode, ("constant",))
+    dim first: pad = (left, right, top, bottom, ...); filled with value (constant), x's mirror image
+    without its edge (reflect), its edge (replicate) or its other end (circular)."""
+    check_choice("mode", mode, PAD_MODES)
+    if mode != "constant" and len(pad) % 2 == 0:
+        _check_pad_mode(x, pad, mode, value)
     if len(pad) % 2:
         raise ArgumentError(arg="pad", expected="an even number of pads (a before and an after per dim)",
                             found=f"{len(pad)}: {list(pad)}")  # fmt: skip
@@ -234,11 +290,11 @@ INDEX = define_op(
     tags=("indexing",),
 )
 SPLIT = define_op(
-    "split(Tensor x, int split_size, int dim=0) -> Tensor[]",
+    "split(Tensor x, int|int[] split_size, int dim=0) -> Tensor[]",
     meta=split_meta,
     dtypes=ALL_DTYPES,
     family="indexing",
-    doc="x cut along dim into pieces of split_size (the last smaller); mirrors torch.split with an int.",
+    doc="x cut along dim into pieces of split_size (the last smaller), or of the sizes of a list; mirrors torch.split.",
     tags=("shape", "view"),
 )
 SPLIT_WITH_SIZES = define_op(
@@ -262,8 +318,9 @@ PAD = define_op(
     meta=pad_meta,
     dtypes=ALL_DTYPES,
     family="indexing",
-    doc="x padded with value (default 0) at both ends of its last dims, last dim first; negative pads cut; "
-    "mirrors torch.nn.functional.pad in constant mode.",
+    doc="x padded at both ends of its last dims, last dim first, with value (default 0; mode 'constant'), "
+    "its mirror image ('reflect'), its edge ('replicate') or its other end ('circular'); negative pads cut; "
+    "mirrors torch.nn.functional.pad.",
     tags=("shape",),
 )
 

@@ -18,11 +18,24 @@ __all__ = ["BATCH_NORM", "CONTRACTS", "GROUP_NORM", "LAYER_NORM", "LOG_SOFTMAX",
 _REDUCED = frozenset({DType.FLOAT16, DType.BFLOAT16})
 
 
-def softmax_meta(x: TensorMeta, dim: int) -> TensorMeta:
-    """Same shape and dtype; floating dtypes and a dim within range."""
+def softmax_meta(x: TensorMeta, dim: int, dtype: str | None = None) -> TensorMeta:
+    """Same shape; x's dtype, floating only, or (torch's ``dtype=``) x cast to the floating ``dtype``
+    first; a dim within range. An integer x is refused even with a dtype (torch casts it): the
+    kernels are the floating ones, so the cast is the caller's, with its fix in the message."""
     check_floating("x", x)
+    if dtype is None:
+        out = x.dtype
+    else:
+        out = DType.parse(dtype)
+        if out not in FLOATING:
+            raise DTypeError(
+                arg="dtype",
+                expected="a floating dtype (x is cast to it first)",
+                found=out.value,
+                fix="pass dtype=torch.float32 (or leave it out for x's own floating dtype)",
+            )
     normalize_dim("dim", dim, x.ndim)
-    return TensorMeta(x.shape, x.dtype, x.device)
+    return TensorMeta(x.shape, out, x.device)
 
 
 def _check_normalized_shape(x: TensorMeta, normalized_shape: tuple[int, ...]) -> None:
@@ -177,19 +190,20 @@ def batch_norm_meta(
 
 
 SOFTMAX = define_op(
-    "softmax(Tensor x, int dim) -> Tensor",
+    "softmax(Tensor x, int dim, ScalarType? dtype=None) -> Tensor",
     meta=softmax_meta,
     dtypes=FLOATING,
     family="normalization",
-    doc="exp(x) / sum(exp(x)) along dim, floating dtypes only; mirrors torch.softmax.",
+    doc="exp(x) / sum(exp(x)) along dim, floating dtypes only (dtype: x cast to it first); mirrors torch.softmax.",
     tags=("reduction", "normalization"),
 )
 LOG_SOFTMAX = define_op(
-    "log_softmax(Tensor x, int dim) -> Tensor",
+    "log_softmax(Tensor x, int dim, ScalarType? dtype=None) -> Tensor",
     meta=softmax_meta,
     dtypes=FLOATING,
     family="normalization",
-    doc="log(softmax(x, dim)) computed stably, floating dtypes only; mirrors torch.log_softmax.",
+    doc="log(softmax(x, dim)) computed stably, floating dtypes only (dtype: x cast to it first); "
+    "mirrors torch.log_softmax.",
     tags=("reduction", "normalization"),
 )
 LAYER_NORM = define_op(

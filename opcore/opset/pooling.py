@@ -1,7 +1,7 @@
 """Pooling contracts: max_pool2d, avg_pool2d, adaptive_avg_pool2d over (N, C, H, W) or (C, H, W).
 
 >>> from opcore.types import TensorMeta, DType
->>> MAX_POOL2D.meta(TensorMeta((1, 2, 7, 7), DType.FLOAT32), (3, 3), (2, 2), (1, 1), (1, 1), True).shape
+>>> MAX_POOL2D.meta(TensorMeta((1, 2, 7, 7), DType.FLOAT32), (3, 3), (2, 2), (1, 1), (1, 1), True, False).shape
 (1, 2, 4, 4)
 """
 
@@ -12,7 +12,15 @@ from opcore.errors import ArgumentError, ShapeError
 from opcore.meta import FLOATING, NUMERIC, check_dtype, check_floating, check_positive, check_rank, shape_text
 from opcore.types import DType, TensorMeta
 
-__all__ = ["ADAPTIVE_AVG_POOL2D", "AVG_POOL2D", "CONTRACTS", "MAX_POOL2D", "adaptive_bounds", "pooled_size"]
+__all__ = [
+    "ADAPTIVE_AVG_POOL2D",
+    "AVG_POOL2D",
+    "CONTRACTS",
+    "MAX_POOL2D",
+    "adaptive_bounds",
+    "adaptive_output_size",
+    "pooled_size",
+]
 
 _INPUT = "a 3-D (C, H, W) or 4-D (N, C, H, W) input"
 
@@ -96,11 +104,16 @@ def max_pool2d_meta(
     padding: tuple[int, ...],
     dilation: tuple[int, ...],
     ceil_mode: bool,
-) -> TensorMeta:
+    return_indices: bool = False,
+) -> TensorMeta | tuple[TensorMeta, TensorMeta]:
     """torch's pool2d_shape_check: positive kernel, stride and dilation, padding at most half the
-    kernel, at least one window; integer and floating dtypes."""
+    kernel, at least one window; integer and floating dtypes. return_indices: also the int64 index
+    of each max within its (H, W) plane, h * W + w (torch's)."""
     check_dtype("x", x, NUMERIC, fix="convert a bool tensor to uint8 first")
-    return _pool_meta("max_pool2d", x, kernel_size, stride, padding, dilation, ceil_mode)
+    out = _pool_meta("max_pool2d", x, kernel_size, stride, padding, dilation, ceil_mode)
+    if return_indices:
+        return out, TensorMeta(out.shape, DType.INT64, x.device)
+    return out
 
 
 def avg_pool2d_meta(
@@ -119,24 +132,35 @@ def avg_pool2d_meta(
     return _pool_meta("avg_pool2d", x, kernel_size, stride, padding, (1, 1), ceil_mode)
 
 
-def adaptive_avg_pool2d_meta(x: TensorMeta, output_size: tuple[int, ...]) -> TensorMeta:
-    """(N, C) kept (either may be empty), (H, W) -> output_size; floating dtypes."""
+def adaptive_output_size(input_size: tuple[int, ...], output_size: tuple[int | None, ...]) -> tuple[int, ...]:
+    """adaptive pooling's (H, W) out: output_size with None as the input's own size (torch's
+    ``output_size=(None, 7)``). Every backend's kernel resolves it with this.
+
+    >>> adaptive_output_size((5, 9), (None, 3))
+    (5, 3)
+    """
+    return tuple(size if out is None else out for size, out in zip(input_size[-2:], output_size))
+
+
+def adaptive_avg_pool2d_meta(x: TensorMeta, output_size: tuple[int | None, ...]) -> TensorMeta:
+    """(N, C) kept (either may be empty), (H, W) -> output_size (None: that input size); floating dtypes."""
     check_rank("x", x, (3, 4), what=_INPUT)
     if 0 in x.shape[-2:]:
         raise ShapeError(arg="x", expected=f"{_INPUT} with non-zero H and W", found=f"shape {shape_text(x.shape)}")
     check_floating("x", x)
-    check_positive("output_size", output_size, allow_zero=True)
-    return TensorMeta((*x.shape[:-2], *output_size), x.dtype, x.device)
+    resolved = adaptive_output_size(x.shape, output_size)
+    check_positive("output_size", resolved, allow_zero=True)
+    return TensorMeta((*x.shape[:-2], *resolved), x.dtype, x.device)
 
 
 MAX_POOL2D = define_op(
     "max_pool2d(Tensor x, int[2] kernel_size, int[2]? stride=None, int[2] padding=0, int[2] dilation=1, "
-    "bool ceil_mode=False) -> Tensor",
+    "bool ceil_mode=False, bool return_indices=False) -> Tensor",
     meta=max_pool2d_meta,
     dtypes=NUMERIC,
     family="pooling",
     doc="The largest value of each (dilated) window, padding never chosen (stride None: kernel_size); "
-    "mirrors torch.nn.functional.max_pool2d.",
+    "return_indices: and where each was (h * W + w, int64); mirrors torch.nn.functional.max_pool2d.",
     tags=("pooling", "reduction"),
 )
 AVG_POOL2D = define_op(
@@ -150,11 +174,12 @@ AVG_POOL2D = define_op(
     tags=("pooling", "reduction"),
 )
 ADAPTIVE_AVG_POOL2D = define_op(
-    "adaptive_avg_pool2d(Tensor x, int[2] output_size) -> Tensor",
+    "adaptive_avg_pool2d(Tensor x, int?[2] output_size) -> Tensor",
     meta=adaptive_avg_pool2d_meta,
     dtypes=FLOATING,
     family="pooling",
-    doc="The mean over output_size windows spread evenly over (H, W); mirrors torch.nn.functional.adaptive_avg_pool2d.",
+    doc="The mean over output_size windows spread evenly over (H, W) (None: that input size); "
+    "mirrors torch.nn.functional.adaptive_avg_pool2d.",
     tags=("pooling", "reduction"),
 )
 

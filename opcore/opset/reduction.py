@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from opcore.contracts import OpContract, define_op
 from opcore.errors import ArgumentError, ShapeError
-from opcore.meta import ALL_DTYPES, FLOATING, check_dtype, normalize_dim, shape_text
+from opcore.meta import ALL_DTYPES, FLOATING, check_dtype, check_max_rank, normalize_dim, shape_text
 from opcore.types import DType, TensorMeta
 
 __all__ = ["AMAX", "AMIN", "ARGMAX", "CONTRACTS", "CUMSUM", "MEAN", "SUM", "reduced_axes", "sum_dtype"]
@@ -24,6 +24,7 @@ def reduced_axes(x: TensorMeta, dim: tuple[int, ...] | None) -> tuple[int, ...]:
     >>> reduced_axes(TensorMeta((2, 3), DType.FLOAT32), (-1,))
     (1,)
     """
+    check_max_rank("x", x)
     if not dim:
         return tuple(range(x.ndim))
     axes = tuple(normalize_dim("dim", d, x.ndim) for d in dim)
@@ -84,6 +85,7 @@ def argmax_meta(x: TensorMeta, dim: int | None, keepdim: bool) -> TensorMeta:
     """int64 indices of the first largest value along dim (None: of the flattened x, keepdim
     giving all-1 dims); NaN counts as largest; no bool, no empty reduced dim."""
     check_dtype("x", x, ALL_DTYPES - {DType.BOOL}, fix="convert a bool x to uint8 first, as torch.argmax asks")
+    check_max_rank("x", x)
     axes = tuple(range(x.ndim)) if dim is None else (normalize_dim("dim", dim, x.ndim),) if x.ndim else ()
     _check_nonempty(x, axes, "argmax")
     return _reduced(x, axes, keepdim, DType.INT64)
@@ -137,7 +139,7 @@ ARGMAX = define_op(
     tags=("reduction",),
 )
 CUMSUM = define_op(
-    "cumsum(Tensor x, int dim, *, str? dtype=None) -> Tensor",
+    "cumsum(Tensor x, int dim, *, ScalarType? dtype=None) -> Tensor",
     meta=cumsum_meta,
     dtypes=ALL_DTYPES,
     family="reduction",

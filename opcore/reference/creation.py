@@ -36,17 +36,17 @@ def _filled(shape: tuple[int, ...], fill_value: Any, out: numpy.dtype) -> numpy.
     return finish(filled, out)
 
 
-def full_like(x: numpy.ndarray, fill_value: Any, dtype: str | None) -> numpy.ndarray:
+def full_like(x: numpy.ndarray, fill_value: Any, dtype: str | None, device: str | None = None) -> numpy.ndarray:
     """fill_value in x's shape (converted as ``_filled`` says)."""
     return _filled(x.shape, fill_value, _dtype(x, dtype))
 
 
-def zeros_like(x: numpy.ndarray, dtype: str | None) -> numpy.ndarray:
+def zeros_like(x: numpy.ndarray, dtype: str | None, device: str | None = None) -> numpy.ndarray:
     """Zeros of x's shape."""
     return full_like(x, 0, dtype)
 
 
-def ones_like(x: numpy.ndarray, dtype: str | None) -> numpy.ndarray:
+def ones_like(x: numpy.ndarray, dtype: str | None, device: str | None = None) -> numpy.ndarray:
     """Ones of x's shape."""
     return full_like(x, 1, dtype)
 

@@ -1,13 +1,14 @@
 """Reference kernels for the indexing ops: gather and index (copies), split, split_with_sizes and
-chunk (views, as torch's), pad (a copy, constant mode)."""
+chunk (views, as torch's), pad (a copy; constant, reflect, replicate and circular modes)."""
 
 from __future__ import annotations
 
 import itertools
+from typing import Literal
 
 import numpy
 
-from opcore.opset.indexing import check_index_range, chunk_sizes, split_sizes
+from opcore.opset.indexing import check_index_range, chunk_sizes, split_pieces
 
 __all__ = ["chunk", "gather", "index", "pad", "split", "split_with_sizes"]
 
@@ -50,9 +51,9 @@ def _cut(x: numpy.ndarray, dim: int, sizes: list[int]) -> tuple[numpy.ndarray, .
     return tuple(pieces)
 
 
-def split(x: numpy.ndarray, split_size: int, dim: int) -> tuple[numpy.ndarray, ...]:
-    """Views of split_size along dim, the last smaller."""
-    return _cut(x, dim, split_sizes(x.shape[dim % x.ndim], split_size))
+def split(x: numpy.ndarray, split_size: int | tuple[int, ...], dim: int) -> tuple[numpy.ndarray, ...]:
+    """Views of split_size along dim, the last smaller (or of a list's sizes)."""
+    return _cut(x, dim, split_pieces(x.shape[dim % x.ndim], split_size))
 
 
 def split_with_sizes(x: numpy.ndarray, split_sizes: tuple[int, ...], dim: int) -> tuple[numpy.ndarray, ...]:
@@ -65,17 +66,39 @@ def chunk(x: numpy.ndarray, chunks: int, dim: int) -> tuple[numpy.ndarray, ...]:
     return _cut(x, dim, chunk_sizes(x.shape[dim % x.ndim], chunks))
 
 
+_NUMPY_MODES: dict[str, Literal["reflect", "edge", "wrap"]] = {
+    "reflect": "reflect",
+    "replicate": "edge",
+    "circular": "wrap",
+}
+
+
 def pad(x: numpy.ndarray, pad: tuple[int, ...], mode: str, value: bool | int | float | None) -> numpy.ndarray:
-    """x padded with value (cast to x's dtype as torch does) at both ends of its last dims, last
-    dim first; negative pads cut."""
+    """x padded with value (cast to x's dtype as torch does), or in reflect, replicate or circular
+    mode, at both ends of its last dims, last dim first; negative pads cut (after the growth: torch
+    reads a padded element where the pads say, which is the same)."""
+    return _padded(x, pad, mode, value)
+
+
+def _padded(x: numpy.ndarray, pad: tuple[int, ...], mode: str, value: bool | int | float | None) -> numpy.ndarray:
     if not pad:  # numpy.pad refuses an empty list of widths (a 0-D x)
         return x.copy()
-    widths = [(0, 0)] * x.ndim
     pairs = {x.ndim - 1 - i: (pad[2 * i], pad[2 * i + 1]) for i in range(len(pad) // 2)}
+    if mode == "circular" and any(min(p) < 0 for p in pairs.values()):
+        # torch cuts first and wraps the cut tensor (the other modes read the uncut one)
+        cut = [slice(None)] * x.ndim
+        for d, (before, after) in pairs.items():
+            cut[d] = slice(-min(before, 0), x.shape[d] + min(after, 0))
+        positive = tuple(max(v, 0) for v in pad)
+        return _padded(numpy.ascontiguousarray(x[tuple(cut)]), positive, mode, value)
+    widths = [(0, 0)] * x.ndim
     for d, (before, after) in pairs.items():
         widths[d] = (max(before, 0), max(after, 0))
-    fill = numpy.array(0 if value is None else value).astype(x.dtype)
-    grown = numpy.pad(x, widths, mode="constant", constant_values=fill)
+    if mode == "constant":
+        fill = numpy.array(0 if value is None else value).astype(x.dtype)
+        grown = numpy.pad(x, widths, mode="constant", constant_values=fill)
+    else:  # torch's reflect, replicate and circular are numpy's reflect, edge and wrap
+        grown = numpy.pad(x, widths, mode=_NUMPY_MODES[mode])
     # then the negative pads cut the grown tensor: -before off the start, -after off the end
     cut = [slice(None)] * x.ndim
     for d, (before, after) in pairs.items():

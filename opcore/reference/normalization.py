@@ -16,8 +16,14 @@ def _shifted(x: numpy.ndarray, dim: int) -> tuple[numpy.ndarray, int]:
     return a - a.max(axis=axis, keepdims=True), axis
 
 
-def softmax(x: numpy.ndarray, dim: int) -> numpy.ndarray:
-    """exp(x) / sum(exp(x)) along dim."""
+def _cast_first(x: numpy.ndarray, dtype: str | None) -> numpy.ndarray:
+    """x in the contract's ``dtype`` (torch casts before it computes), as it is for None."""
+    return x if dtype is None else x.astype(numpy.dtype(dtype), copy=False)
+
+
+def softmax(x: numpy.ndarray, dim: int, dtype: str | None = None) -> numpy.ndarray:
+    """exp(x) / sum(exp(x)) along dim (x cast to dtype first)."""
+    x = _cast_first(x, dtype)
     if x.size == 0:
         return numpy.empty(x.shape, x.dtype)
     with quiet():
@@ -26,8 +32,9 @@ def softmax(x: numpy.ndarray, dim: int) -> numpy.ndarray:
         return finish((e / e.sum(axis=axis, keepdims=True)).reshape(x.shape), x.dtype)
 
 
-def log_softmax(x: numpy.ndarray, dim: int) -> numpy.ndarray:
-    """x - log(sum(exp(x))) along dim."""
+def log_softmax(x: numpy.ndarray, dim: int, dtype: str | None = None) -> numpy.ndarray:
+    """x - log(sum(exp(x))) along dim (x cast to dtype first)."""
+    x = _cast_first(x, dtype)
     if x.size == 0:
         return numpy.empty(x.shape, x.dtype)
     with quiet():

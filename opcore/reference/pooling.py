@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy
 
-from opcore.opset.pooling import adaptive_bounds, pooled_size
+from opcore.opset.pooling import adaptive_bounds, adaptive_output_size, pooled_size
 from opcore.reference._common import F64, I64, finish, quiet
 
 __all__ = ["adaptive_avg_pool2d", "avg_pool2d", "max_pool2d"]
@@ -26,9 +26,24 @@ def max_pool2d(
     padding: tuple[int, ...],
     dilation: tuple[int, ...],
     ceil_mode: bool,
-) -> numpy.ndarray:
+    return_indices: bool = False,
+) -> numpy.ndarray | tuple[numpy.ndarray, numpy.ndarray]:
     """The max of each dilated window; padding (and the overhang of a ceil_mode window) never wins.
-    NaN in a window gives NaN, as torch."""
+    NaN in a window gives NaN, as torch. return_indices: and where each was (_max_indices)."""
+    if return_indices:
+        values = _max_values(x, kernel_size, stride, padding, dilation, ceil_mode)
+        return values, _max_indices(x, kernel_size, stride or kernel_size, padding, dilation, values.shape[-2:])
+    return _max_values(x, kernel_size, stride, padding, dilation, ceil_mode)
+
+
+def _max_values(
+    x: numpy.ndarray,
+    kernel_size: tuple[int, ...],
+    stride: tuple[int, ...] | None,
+    padding: tuple[int, ...],
+    dilation: tuple[int, ...],
+    ceil_mode: bool,
+) -> numpy.ndarray:
     a = _batched(x)
     steps = stride or kernel_size
     sizes = [pooled_size(n, k, s, p, d, ceil_mode) for n, k, s, p, d in
@@ -45,6 +60,38 @@ def max_pool2d(
         for j in range(sizes[1]):
             window = grown[:, :, i * sh : i * sh + dh * (kh - 1) + 1 : dh, j * sw : j * sw + dw * (kw - 1) + 1 : dw]
             out[:, :, i, j] = window.max(axis=(2, 3)) if window.size else _lowest(a.dtype)
+    return out[0] if x.ndim == 3 else out
+
+
+def _max_indices(
+    x: numpy.ndarray,
+    kernel_size: tuple[int, ...],
+    steps: tuple[int, ...],
+    padding: tuple[int, ...],
+    dilation: tuple[int, ...],
+    sizes: tuple[int, ...],
+) -> numpy.ndarray:
+    """torch's index of each window's max within its (H, W) plane, h * W + w: the window's first
+    input element to start with, then each later one that is larger, or NaN (torch's CPU scan)."""
+    a = _batched(x)
+    (h, w), (kh, kw), (sh, sw), (dh, dw), (ph, pw) = a.shape[-2:], kernel_size, steps, dilation, padding
+    out = numpy.zeros((*a.shape[:2], *sizes), I64)
+    with quiet():
+        for i in range(sizes[0]):
+            rows = [r for r in range(i * sh - ph, i * sh - ph + dh * (kh - 1) + 1, dh) if 0 <= r < h]
+            for j in range(sizes[1]):
+                columns = [c for c in range(j * sw - pw, j * sw - pw + dw * (kw - 1) + 1, dw) if 0 <= c < w]
+                if not rows or not columns:
+                    continue
+                best = numpy.full(a.shape[:2], _lowest(a.dtype), a.dtype)
+                where = numpy.full(a.shape[:2], rows[0] * w + columns[0], I64)
+                for r in rows:
+                    for c in columns:
+                        value = a[:, :, r, c]
+                        better = (value > best) | (numpy.isnan(value) if a.dtype.kind == "f" else False)
+                        best = numpy.where(better, value, best)
+                        where = numpy.where(better, r * w + c, where)
+                out[:, :, i, j] = where
     return out[0] if x.ndim == 3 else out
 
 
@@ -89,8 +136,9 @@ def avg_pool2d(
     return result[0] if x.ndim == 3 else result
 
 
-def adaptive_avg_pool2d(x: numpy.ndarray, output_size: tuple[int, ...]) -> numpy.ndarray:
+def adaptive_avg_pool2d(x: numpy.ndarray, output_size: tuple[int | None, ...]) -> numpy.ndarray:
     """The mean of each adaptive window (see opcore.opset.pooling.adaptive_bounds)."""
+    output_size = adaptive_output_size(x.shape, output_size)
     a = _batched(x)
     rows, columns = adaptive_bounds(a.shape[-2], output_size[0]), adaptive_bounds(a.shape[-1], output_size[1])
     out = numpy.zeros((*a.shape[:2], *output_size), F64)

@@ -26,16 +26,16 @@ def _torch_dtype(dtype: str | None) -> Any:
     return None if dtype is None else DType.parse(dtype).to_torch()
 
 
-def zeros_like(x: Tensor, dtype: str | None) -> Tensor:
+def zeros_like(x: Tensor, dtype: str | None, device: str | None = None) -> Tensor:
     """torch.zeros_like, contiguous (torch keeps x's strides; the contract says nothing of them)."""
     return torch.zeros(x.shape, dtype=_torch_dtype(dtype) or x.dtype, device=x.device)
 
 
-def ones_like(x: Tensor, dtype: str | None) -> Tensor:
+def ones_like(x: Tensor, dtype: str | None, device: str | None = None) -> Tensor:
     return torch.ones(x.shape, dtype=_torch_dtype(dtype) or x.dtype, device=x.device)
 
 
-def full_like(x: Tensor, fill_value: Any, dtype: str | None) -> Tensor:
+def full_like(x: Tensor, fill_value: Any, dtype: str | None, device: str | None = None) -> Tensor:
     return torch.full(x.shape, fill_value, dtype=_torch_dtype(dtype) or x.dtype, device=x.device)
 
 

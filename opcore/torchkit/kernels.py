@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 from opcore.errors import ArgumentError
 from opcore.opset.indexing import check_index_range
+from opcore.opset.pooling import adaptive_output_size
 from opcore.torchkit.conv import conv1d, conv2d
 from opcore.torchkit.creation import arange, full, full_like, ones, ones_like, zeros, zeros_like
 from opcore.torchkit.quantized import linear_wq
@@ -298,8 +299,18 @@ def gated_mlp(x: Tensor, w_gate: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor
 # --- normalization -----------------------------------------------------------------------------
 
 
-softmax = torch.softmax  # softmax(x, dim): the contract's arguments, in its order
-log_softmax = torch.log_softmax
+def softmax(x: Tensor, dim: int, dtype: str | None) -> Tensor:
+    """torch.softmax, x cast to dtype first (dtype None: torch.softmax itself, see specialize)."""
+    return torch.softmax(x, dim, dtype=None if dtype is None else DType.parse(dtype).to_torch())
+
+
+def log_softmax(x: Tensor, dim: int, dtype: str | None) -> Tensor:
+    return torch.log_softmax(x, dim, dtype=None if dtype is None else DType.parse(dtype).to_torch())
+
+
+# without a dtype the kernel is torch's own binding: softmax(x, dim, None), the contract's arguments in its order
+softmax.specialize = lambda x, dim, dtype: torch.softmax if dtype is None else None  # type: ignore[attr-defined]
+log_softmax.specialize = lambda x, dim, dtype: torch.log_softmax if dtype is None else None  # type: ignore[attr-defined]
 # layer_norm(x, normalized_shape, weight, bias, eps): what F.layer_norm calls after its Python checks;
 # it keeps float32 parameters of a float16/bfloat16 input (the contract allows them)
 layer_norm = torch.layer_norm
@@ -413,9 +424,9 @@ def index(x: Tensor, indices: tuple[Tensor | None, ...]) -> Tensor:
         raise
 
 
-def split(x: Tensor, split_size: int, dim: int) -> tuple[Tensor, ...]:
-    """Views of split_size along dim."""
-    return tuple(torch.split(x, split_size, dim))
+def split(x: Tensor, split_size: int | tuple[int, ...], dim: int) -> tuple[Tensor, ...]:
+    """Views of split_size along dim (or of a list's sizes)."""
+    return tuple(torch.split(x, list(split_size) if isinstance(split_size, tuple) else split_size, dim))
 
 
 def split_with_sizes(x: Tensor, split_sizes: tuple[int, ...], dim: int) -> tuple[Tensor, ...]:
@@ -429,7 +440,7 @@ def chunk(x: Tensor, chunks: int, dim: int) -> tuple[Tensor, ...]:
 
 
 def pad(x: Tensor, pad: tuple[int, ...], mode: str, value: Any) -> Tensor:
-    """torch.nn.functional.pad in constant mode (the only mode the contract takes)."""
+    """torch.nn.functional.pad (every mode the contract takes: constant, reflect, replicate, circular)."""
     return F.pad(x, pad, mode, value)
 
 
@@ -461,8 +472,12 @@ def max_pool2d(
     padding: tuple[int, ...],
     dilation: tuple[int, ...],
     ceil_mode: bool,
-) -> Tensor:
-    """torch.max_pool2d (stride None: the kernel size, which torch spells as an empty list)."""
+    return_indices: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """torch.max_pool2d (stride None: the kernel size, which torch spells as an empty list);
+    return_indices: torch's max_pool2d_with_indices (the values and where each was)."""
+    if return_indices:
+        return torch._C._nn.max_pool2d_with_indices(x, kernel_size, stride or (), padding, dilation, ceil_mode)
     return torch.max_pool2d(x, kernel_size, stride or (), padding, dilation, ceil_mode)
 
 
@@ -481,9 +496,9 @@ def avg_pool2d(
     )
 
 
-def adaptive_avg_pool2d(x: Tensor, output_size: tuple[int, ...]) -> Tensor:
-    """torch.nn.functional.adaptive_avg_pool2d's binding."""
-    return torch._C._nn.adaptive_avg_pool2d(x, output_size)
+def adaptive_avg_pool2d(x: Tensor, output_size: tuple[int | None, ...]) -> Tensor:
+    """torch.nn.functional.adaptive_avg_pool2d's binding (None: that input size, resolved as the contract does)."""
+    return torch._C._nn.adaptive_avg_pool2d(x, adaptive_output_size(tuple(x.shape), output_size))
 
 
 # --- fused ops that torch runs as two calls ------------------------------------------------------

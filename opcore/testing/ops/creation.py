@@ -8,7 +8,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from opcore.errors import ArgumentError, DTypeError, ShapeError
+import numpy
+
+from opcore.errors import ArgumentError, DeviceError, DTypeError, ShapeError
 from opcore.testing.builders import SampleSet, shape_id, z
 from opcore.testing.records import ErrorInput, OpEntry, Sample
 from opcore.types import DType
@@ -26,6 +28,7 @@ def like_samples(op: str) -> Iterable[Sample]:
         s.add(dtype, s.tensor((3, 4), dtype), *fill)
         if dtype != "bfloat16":
             s.add(f"float32-to-{dtype}", s.tensor((2, 3)), *fill, dtype=dtype)
+    s.add("float32-to-numpy-int16", s.tensor((2, 3)), *fill, dtype=numpy.int16)
     s.add("bfloat16-to-float32", s.tensor((2, 3), "bfloat16"), *fill, dtype="float32")
     for shape in ((), (0,), (2, 0, 3), (7,), (1, 2, 3, 4)):
         s.add(f"shape-{shape_id(shape)}", s.tensor(shape), *fill)
@@ -43,10 +46,13 @@ def like_samples(op: str) -> Iterable[Sample]:
 def _errors(op: str) -> list[ErrorInput]:
     bad_dtype = ErrorInput("dtype", (z(2), *((1,) if op == "full_like" else ())), ArgumentError, "dtype", "one of ",
                            {"dtype": "float8"}, torch_rejects=False)  # fmt: skip
+    other_device = ErrorInput("device", (z(2), *((1,) if op == "full_like" else ())), DeviceError, "device",
+                              "None or x's device", {"device": "cuda:0"}, torch_rejects=False)  # fmt: skip
     if op != "full_like":
-        return [bad_dtype]
+        return [bad_dtype, other_device]
     return [
         bad_dtype,
+        other_device,
         ErrorInput("int8-overflow", (z(2), 300), ArgumentError, "fill_value", "converts to int8 without overflow",
                    {"dtype": "int8"}),
         ErrorInput("int-inf", (z(2, dtype="int32"), math.inf), ArgumentError, "fill_value",
@@ -72,6 +78,10 @@ def sized_samples(op: str) -> Iterable[Sample]:
     s.add("list-size", [2, 3], *fill)
     for dtype in DTYPES:
         s.add(dtype, (2, 3), *fill, dtype=dtype)
+    # a dtype as numpy writes it, and a DType (torch.float64 in the OpInfo test): the contract binds each to its name
+    s.add("numpy-dtype", (2, 3), *fill, dtype=numpy.dtype("int32"))
+    s.add("numpy-type", (2, 3), *fill, dtype=numpy.float64)
+    s.add("opcore-dtype", (2, 3), *fill, dtype=DType.INT8)
     if op == "full":
         for value in (True, -3, 2.5, math.inf, math.nan, 2**62):  # inferred: bool, int64, float32
             s.add(f"inferred-{value!r}", (2, 3), value)

@@ -43,6 +43,7 @@ def gather_samples() -> Iterable[Sample]:
     s.add("large", s.tensor((3, 4), low=-1e4, high=1e4), 1, _indices(s, (3, 5), 4))
     s.add("index-transposed", s.tensor((3, 4)), 1, tensor_of(s.rng.integers(0, 4, size=(3, 5)), "int64",
                                                               layout="transposed"))  # fmt: skip
+    s.add("index-int32", s.tensor((3, 4)), 1, tensor_of(s.rng.integers(0, 4, size=(3, 5)), "int32"))
     return s
 
 
@@ -88,6 +89,9 @@ def split_samples() -> Iterable[Sample]:
         s.add(dtype, s.tensor((2, 5, 3), dtype), 2, 1)
     for layout in LAYOUTS:
         s.add(layout, s.tensor((2, 5, 3), layout=layout), 2, 1)
+    # torch.split(x, [sizes], dim): a list of sizes
+    s.add("sizes-list", s.tensor((5, 2)), [2, 3])
+    s.add("sizes-tuple-dim1", s.tensor((2, 7)), (1, 0, 6), 1)
     return s
 
 
@@ -138,6 +142,12 @@ def pad_samples() -> Iterable[Sample]:
         s.add(dtype, s.tensor((2, 3, 4), dtype), (1, 2, 1, 0), "constant", True if dtype == "bool" else 1)
     for layout in LAYOUTS:
         s.add(layout, s.tensor((2, 3, 4), layout=layout), (1, 1, -1, 1), "constant", 0.5)
+    # torch's other modes (torch.nn.functional.pad(x, pad, mode=...)): 1-3 padded dims after (N,) C
+    for mode in ("reflect", "replicate", "circular"):
+        for shape, pads in (((1, 2, 5), (2, 1)), ((2, 5), (-1, 3)), ((1, 2, 4, 5), (1, 2, 3, 0)),
+                            ((2, 3, 4, 5, 3), (1, 1, 2, 2, 0, 1)), ((2, 4, 5), (2, -1))):  # fmt: skip
+            s.add(f"{mode}-{shape_id(shape)}-{'_'.join(map(str, pads))}", s.tensor(shape), pads, mode)
+        s.add(f"{mode}-int32", s.tensor((1, 2, 5), "int32"), (1, 2), mode=mode)
     return s
 
 
@@ -147,7 +157,7 @@ def _error_inputs() -> dict[str, list[ErrorInput]]:
     return {
         "gather": [
             ErrorInput("dim", (z(2, 3), 2, i64), ShapeError, "dim", dim),
-            ErrorInput("index-dtype", (z(2, 3), 0, z(2, 2, dtype="int32")), DTypeError, "index", "int64"),
+            ErrorInput("index-dtype", (z(2, 3), 0, z(2, 2, dtype="int16")), DTypeError, "index", "int64"),
             ErrorInput("index-rank", (z(2, 3), 0, z(2, dtype="int64")), ShapeError, "index", "a 2-D index"),
             ErrorInput("index-size", (z(2, 3), 0, z(2, 4, dtype="int64")), ShapeError, "index", "size <= 3 at dim 1"),
             ErrorInput("index-range", (z(2, 3), 0, tensor_of([[0, 2]], "int64")), ArgumentError, "index",
@@ -187,7 +197,11 @@ def _error_inputs() -> dict[str, list[ErrorInput]]:
         "pad": [
             ErrorInput("odd", (z(2, 3), (1,)), ArgumentError, "pad", "an even number of pads"),
             ErrorInput("too-many", (z(3), (1, 1, 1, 1)), ShapeError, "pad", "at most 2 pads"),
-            ErrorInput("mode", (z(2, 3), (1, 1), "reflect"), ArgumentError, "mode", "'constant'"),
+            ErrorInput("mode", (z(2, 3), (1, 1), "wrap"), ArgumentError, "mode", "'constant', 'reflect'"),
+            ErrorInput("reflect-value", (z(1, 2, 3), (1, 1), "reflect", 1.0), ArgumentError, "value", "no fill value"),
+            ErrorInput("reflect-too-far", (z(1, 2, 3), (3, 0), "reflect"), ArgumentError, "pad", "below the size"),
+            ErrorInput("circular-twice", (z(1, 2, 3), (4, 0), "circular"), ArgumentError, "pad", "more than once"),
+            ErrorInput("mode-rank", (z(1, 2, 3, 4), (1, 1), "replicate"), ShapeError, "pad", "2 pads for a 2-D or"),
             ErrorInput("negative-size", (z(2, 3), (-2, -2)), ShapeError, "pad", "a size >= 0"),
         ],
     }  # fmt: skip

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+import numpy
+
 from opcore.errors import ArgumentError, DTypeError, ShapeError
 from opcore.testing.builders import SampleSet, shape_id, tensor_of, z
 from opcore.testing.records import ErrorInput, OpEntry, Sample, errors_by_op
@@ -39,6 +41,10 @@ def softmax_samples(op: str) -> Iterable[Sample]:
     s.add("small", s.tensor((3, 7), low=-1e-4, high=1e-4), -1)
     for dtype in ("float32", "float64", "float16"):
         s.add(f"{dtype}-special", tensor_of(_SPECIAL_ROWS, dtype), -1)
+    # torch's dtype=: x cast first (numpy's dtype objects and names alike; torch.float32 in the OpInfo test)
+    s.add("float16-dtype-float32", s.tensor((3, 7), "float16"), -1, dtype="float32")
+    s.add("float32-dtype-numpy-float64", s.tensor((3, 7)), 0, dtype=numpy.float64)
+    s.add("float64-dtype-float32", s.tensor((3, 7), "float64"), -1, dtype=numpy.dtype("float32"))
     return s
 
 
@@ -155,6 +161,8 @@ def _error_inputs() -> dict[str, list[ErrorInput]]:
             ErrorInput("dim", (z(2, 3), 2), ShapeError, "dim", rf"{dim} \[-2, 1\]"),
             ErrorInput("dim-negative", (z(2, 3), -3), ShapeError, "dim", rf"{dim} \[-2, 1\]"),
             ErrorInput("0d-dim", (z(), 1), ShapeError, "dim", rf"{dim} \[-1, 0\] for a 0-D tensor"),
+            ErrorInput("dtype-int", (z(2, 3), 0), DTypeError, "dtype", "a floating dtype", {"dtype": i64}),
+            ErrorInput("int-with-dtype", (z(2, dtype=i64), 0), DTypeError, "x", "found int64", {"dtype": "float32"}),
         ],
         "log_softmax": [
             ErrorInput("int", (z(2, dtype=i32), 0), DTypeError, "x", "found int32"),

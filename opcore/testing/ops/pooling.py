@@ -54,6 +54,13 @@ def max_pool2d_samples() -> Iterable[Sample]:
     s.add("nan", tensor_of([[[[1.0, math.nan], [3.0, 2.0]]]], "float32"), 2, note="NaN wins, as torch")
     s.add("inf", tensor_of([[[[-math.inf, -math.inf], [-math.inf, -math.inf]]]], "float32"), 2, None, 0)
     s.add("large", s.tensor((1, 2, 5, 5), low=-1e4, high=1e4), 2, 1)
+    # torch's forms: one-element lists for the sizes, return_indices=True (where each max was, h * W + w)
+    s.add("one-element-lists", s.tensor((1, 2, 7, 7)), [3], [2], [1])
+    s.add("return-indices", s.tensor((2, 3, 7, 6)), 3, 2, 1, return_indices=True)
+    s.add("return-indices-dilated-ceil", s.tensor((3, 7, 7)), (2, 3), (1, 2), 1, 2, True, True)
+    s.add("return-indices-nan", tensor_of([[[[1.0, math.nan], [3.0, math.nan]]]], "float32"), 2, return_indices=True)
+    s.add("return-indices-int32", s.tensor((1, 2, 6, 6), "int32", low=-3, high=3), 3, 2, 1, return_indices=True,
+          note="ties: the first in the window, as torch")  # fmt: skip
     return s
 
 
@@ -77,6 +84,7 @@ def avg_pool2d_samples() -> Iterable[Sample]:
     s.add("keywords", s.tensor((1, 2, 6, 6)), kernel_size=3, stride=2, padding=1, ceil_mode=True,
           count_include_pad=False, divisor_override=None)  # fmt: skip
     s.add("large", s.tensor((1, 2, 5, 5), low=-1e4, high=1e4), 2, 1)
+    s.add("one-element-padding", s.tensor((1, 2, 6, 6)), [3], [2], [1])
     return s
 
 
@@ -91,6 +99,9 @@ def adaptive_avg_pool2d_samples() -> Iterable[Sample]:
     for layout in LAYOUTS:
         s.add(layout, s.tensor((2, 3, 6, 7), layout=layout), (2, 3))
     s.add("large", s.tensor((1, 2, 5, 5), low=-1e4, high=1e4), (2, 2))
+    # None: that input size (torch's output_size=(None, 3))
+    s.add("none-height", s.tensor((2, 3, 6, 5)), (None, 3))
+    s.add("none-both", s.tensor((3, 6, 5)), [None, None])
     return s
 
 

@@ -132,12 +132,34 @@ def _pow(x: TensorMeta, exponent: Any) -> bool | str:
 
 
 def _like(x: TensorMeta, *rest: Any) -> bool | str:
-    return _target(rest[-1])
+    return _target(rest[-2])  # (fill_value,) dtype, device (x's own: the contract checked it)
+
+
+def _max_pool2d(x: TensorMeta, *rest: Any) -> bool | str:
+    if rest[-1]:  # return_indices
+        return (
+            "ONNX Runtime's MaxPool indices are not mapped to torch's (h * W + w per plane) here: return_indices=True "
+            "is left to other backends"
+        )
+    return True
 
 
 def _avg_pool2d(x: TensorMeta, *rest: Any) -> bool | str:
     if rest[-1] is not None:
         return "ONNX's AveragePool has no divisor_override"
+    return True
+
+
+def _pad(x: TensorMeta, pad: tuple[int, ...], mode: str, value: Any) -> bool | str:
+    """ONNX Runtime's reflect, edge and wrap Pad fail on an empty x and on a dim its negative pads cut
+    to nothing before the other side grows it (torch reads the uncut dim there)."""
+    if mode == "constant":
+        return True
+    if 0 in x.shape:
+        return f"ONNX Runtime's Pad fails on an empty x in mode {mode!r}"
+    for i in range(len(pad) // 2):
+        if x.shape[x.ndim - 1 - i] + min(pad[2 * i], 0) + min(pad[2 * i + 1], 0) <= 0:
+            return f"ONNX Runtime's Pad in mode {mode!r} fails where negative pads cut a dim to nothing"
     return True
 
 
@@ -156,6 +178,8 @@ _SPECIFIC: dict[str, Checker] = {
     "cast": _cast,
     "cumsum": _cumsum,
     "avg_pool2d": _avg_pool2d,
+    "max_pool2d": _max_pool2d,
+    "pad": _pad,
     "scaled_dot_product_attention": _sdpa,
     "gelu": _gelu_float64,
     "linear_gelu": _linear_gelu,

@@ -164,6 +164,28 @@ def _cumsum(x: TensorMeta, dim: int, dtype: str | None) -> bool | str:
     return _result(out, "the running sum")
 
 
+def _softmax(x: TensorMeta, dim: int, dtype: str | None = None) -> bool | str:
+    """softmax(x, dim, dtype=...): x is cast to dtype first, which must be one the CPU plugin computes in."""
+    return True if dtype is None else _result(DType.parse(dtype), "the result")
+
+
+def _pad(x: TensorMeta, pad: tuple[int, ...], mode: str, value: Any) -> bool | str:
+    if mode == "circular":
+        return "OpenVINO's Pad has no circular mode"
+    if mode != "constant" and 0 in x.shape:
+        return f"OpenVINO's CPU plugin fails on an empty x in Pad mode {mode!r}"
+    return True
+
+
+def _max_pool2d(x: TensorMeta, *rest: Any) -> bool | str:
+    if rest[-1]:  # return_indices
+        return (
+            "OpenVINO's MaxPool indices are not mapped to torch's (h * W + w per plane) here: return_indices=True "
+            "is left to other backends"
+        )
+    return True
+
+
 def _where(condition: TensorMeta, x: Any, other: Any) -> bool | str:
     verdict = _int_operands(x, other)
     return verdict if verdict is not True else _result(result_type(x, other), "the result")
@@ -180,7 +202,8 @@ def _clamp(x: TensorMeta, min: Any, max: Any) -> bool | str:
 
 
 def _like(x: TensorMeta, *rest: Any) -> bool | str:
-    return True if rest[-1] is None else _result(DType.parse(rest[-1]), "the result")
+    dtype = rest[-2]  # (fill_value,) dtype, device (x's own: the contract checked it)
+    return True if dtype is None else _result(DType.parse(dtype), "the result")
 
 
 def _arange(start: Any, end: Any, step: Any, dtype: str | None, device: str) -> bool | str:
@@ -239,6 +262,10 @@ _SPECIFIC: dict[str, Checker] = {
     "cast": _cast,
     "sum": _sum,
     "cumsum": _cumsum,
+    "softmax": _softmax,
+    "pad": _pad,
+    "max_pool2d": _max_pool2d,
+    "log_softmax": _softmax,
     "where": _where,
     "masked_fill": _masked_fill,
     "clamp": _clamp,

@@ -24,17 +24,17 @@ def filled(value: Any, dtype: numpy.dtype) -> numpy.ndarray:
     return numpy.asarray(value).astype(dtype)
 
 
-def build_full_like(g: Graph, x: Value, fill_value: Any, dtype: str | None) -> Value:
+def build_full_like(g: Graph, x: Value, fill_value: Any, dtype: str | None, device: str | None = None) -> Value:
     out = x.dtype if dtype is None else DType.parse(dtype).to_numpy()
     shape = g.op("Shape", x, dtype=I64, rank=1)
     return g.op("Expand", g.const(filled(fill_value, out)), shape, rank=x.rank)
 
 
-def build_zeros_like(g: Graph, x: Value, dtype: str | None) -> Value:
+def build_zeros_like(g: Graph, x: Value, dtype: str | None, device: str | None = None) -> Value:
     return build_full_like(g, x, 0, dtype)
 
 
-def build_ones_like(g: Graph, x: Value, dtype: str | None) -> Value:
+def build_ones_like(g: Graph, x: Value, dtype: str | None, device: str | None = None) -> Value:
     return build_full_like(g, x, 1, dtype)
 
 

@@ -1,5 +1,5 @@
 """gather (GatherElements), index (GatherND), split, split_with_sizes and chunk (one Slice per
-piece) and pad (Pad, constant mode), every dtype.
+piece) and pad (Pad: constant, reflect, replicate, circular), every dtype.
 
 gather and index check their indices before the run: GatherElements wraps negative ones where
 torch refuses them, and GatherND fails on indices out of range.
@@ -37,8 +37,13 @@ def build_pad(g: Graph, x: Value, pad: tuple[int, ...], mode: str, value: bool |
     begins, ends = [0] * rank, [0] * rank
     for i in range(len(pad) // 2):  # torch lists the last dim first; ONNX wants all begins, then all ends
         begins[rank - 1 - i], ends[rank - 1 - i] = pad[2 * i], pad[2 * i + 1]
+    if mode != "constant":  # ONNX Pad's reflect, edge and wrap (opset 19) are torch's modes
+        return g.op("Pad", x, g.ints(begins + ends), mode=_ONNX_MODES[mode])
     fill = g.const(numpy.array(0 if value is None else value).astype(x.dtype))
     return g.op("Pad", x, g.ints(begins + ends), fill, mode="constant")
+
+
+_ONNX_MODES = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}
 
 
 def build_index(g: Graph, x: Value, indices: tuple[Value | None, ...]) -> Value:

@@ -16,7 +16,9 @@ __all__ = ["batch_norm", "group_norm", "layer_norm", "log_softmax", "rms_norm", 
 
 
 def _softmax(node: str):
-    def build(g: Graph, x: Value, dim: int) -> Value:
+    def build(g: Graph, x: Value, dim: int, dtype: str | None = None) -> Value:
+        if dtype is not None:  # torch's dtype=: x cast to it first
+            x = g.cast(x, numpy.dtype(dtype))
         compute = compute_float(x.dtype)
         a = g.cast(x, compute)
         if x.rank == 0:  # ONNX wants at least one dimension: softmax of a scalar over a (1,) view

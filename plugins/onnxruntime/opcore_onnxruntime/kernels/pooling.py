@@ -14,7 +14,7 @@ from typing import Any
 import numpy
 
 from opcore.onemodel.op import ATTRIBUTE, TENSOR
-from opcore.opset.pooling import adaptive_bounds
+from opcore.opset.pooling import adaptive_bounds, adaptive_output_size
 from opcore_onnxruntime.graph import Graph, Value
 from opcore_onnxruntime.kernels._common import F64, compute_float, finish
 from opcore_onnxruntime.session import onnx_kernel
@@ -44,6 +44,7 @@ def build_max_pool2d(
     padding: tuple[int, ...],
     dilation: tuple[int, ...],
     ceil_mode: bool,
+    return_indices: bool = False,  # True is declined by the checker (checks.py)
 ) -> Value:
     compute = x.dtype if x.dtype in _MAX_POOL_DTYPES else compute_float(x.dtype) if x.dtype.kind == "f" else F64
     steps, pads = list(stride or kernel_size), [*padding, *padding]
@@ -98,17 +99,18 @@ _adaptive = onnx_kernel("adaptive_avg_pool2d", build_adaptive_avg_pool2d, names=
                         roles=(TENSOR, ATTRIBUTE, ATTRIBUTE))  # fmt: skip
 
 
-def adaptive_avg_pool2d(x: numpy.ndarray, output_size: tuple[int, ...]) -> Any:
-    """One model per input (H, W): the window follows from it."""
-    return _adaptive(x, output_size, x.shape[-2:])
+def adaptive_avg_pool2d(x: numpy.ndarray, output_size: tuple[int | None, ...]) -> Any:
+    """One model per input (H, W): the window follows from it (None in output_size: that input size)."""
+    return _adaptive(x, adaptive_output_size(x.shape, output_size), x.shape[-2:])
 
 
-def chain_adaptive_avg_pool2d(g: Graph, x: Value, output_size: tuple[int, ...]) -> Value:
+def chain_adaptive_avg_pool2d(g: Graph, x: Value, output_size: tuple[int | None, ...]) -> Value:
     """In a partition: (H, W) must be static there (the window follows from it)."""
     sizes = tuple(g.size(x, axis % (x.rank or 1)) for axis in (-2, -1))
     if tuple(output_size) != (1, 1) and None in sizes:
         raise ValueError("adaptive_avg_pool2d's window follows from (H, W), which is dynamic here")
-    return build_adaptive_avg_pool2d(g, x, output_size, sizes)  # type: ignore[arg-type]
+    resolved = adaptive_output_size(sizes, output_size)  # type: ignore[arg-type]
+    return build_adaptive_avg_pool2d(g, x, resolved, sizes)  # type: ignore[arg-type]
 
 
 adaptive_avg_pool2d.chain = chain_adaptive_avg_pool2d  # type: ignore[attr-defined]

@@ -24,16 +24,16 @@ def filled(value: Any, dtype: numpy.dtype) -> numpy.ndarray:
     return numpy.asarray(value).astype(dtype)
 
 
-def build_full_like(g: Graph, x: Node, fill_value: Any, dtype: str | None) -> Node:
+def build_full_like(g: Graph, x: Node, fill_value: Any, dtype: str | None, device: str | None = None) -> Node:
     out = dtype_of(x) if dtype is None else DType.parse(dtype).to_numpy()
     return ops.broadcast(ops.constant(filled(fill_value, out)), ops.shape_of(x))
 
 
-def build_zeros_like(g: Graph, x: Node, dtype: str | None) -> Node:
+def build_zeros_like(g: Graph, x: Node, dtype: str | None, device: str | None = None) -> Node:
     return build_full_like(g, x, 0, dtype)
 
 
-def build_ones_like(g: Graph, x: Node, dtype: str | None) -> Node:
+def build_ones_like(g: Graph, x: Node, dtype: str | None, device: str | None = None) -> Node:
     return build_full_like(g, x, 1, dtype)
 
 

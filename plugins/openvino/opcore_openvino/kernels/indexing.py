@@ -1,6 +1,6 @@
 """gather (GatherElements), index (GatherND), split, split_with_sizes and chunk (one Slice per
-piece) and pad (Pad, constant mode), for every dtype but the 64-bit ones (the CPU plugin narrows
-them to 32 bits).
+piece) and pad (Pad: constant, reflect, replicate; circular declined), for every dtype but the 64-bit
+ones (the CPU plugin narrows them to 32 bits).
 
 gather is declined where index is smaller than x on a dim other than dim (checks.py); gather and
 index check their indices before the run: GatherElements wraps negative ones where torch refuses
@@ -37,8 +37,13 @@ def build_pad(g: Graph, x: Node, pad: tuple[int, ...], mode: str, value: bool | 
     begins, ends = [0] * rank, [0] * rank
     for i in range(len(pad) // 2):  # torch lists the last dim first
         begins[rank - 1 - i], ends[rank - 1 - i] = pad[2 * i], pad[2 * i + 1]
+    if mode != "constant":  # OpenVINO's reflect and edge are torch's reflect and replicate (circular declined)
+        return ops.pad(x, g.ints(begins), g.ints(ends), _OV_MODES[mode])
     fill = ops.constant(numpy.array(0 if value is None else value).astype(dtype_of(x)))
     return ops.pad(x, g.ints(begins), g.ints(ends), "constant", fill)
+
+
+_OV_MODES = {"reflect": "reflect", "replicate": "edge"}
 
 
 def build_index(g: Graph, x: Node, indices: tuple[Node | None, ...]) -> Node:

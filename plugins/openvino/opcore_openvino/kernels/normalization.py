@@ -15,7 +15,9 @@ __all__ = ["batch_norm", "group_norm", "layer_norm", "log_softmax", "rms_norm", 
 
 
 def _softmax(function: Any) -> Any:
-    def build(g: Graph, x: Node, dim: int) -> Node:
+    def build(g: Graph, x: Node, dim: int, dtype: str | None = None) -> Node:
+        if dtype is not None:  # torch's dtype=: x cast to it first (the checker leaves float64 to others)
+            x = g.cast(x, numpy.dtype(dtype))
         if rank_of(x) == 0:  # softmax of a scalar over a (1,) view
             return ops.squeeze(function(ops.unsqueeze(x, g.ints([0])), 0), g.ints([0]))
         out = function(x, dim)

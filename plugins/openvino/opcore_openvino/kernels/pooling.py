@@ -48,6 +48,7 @@ def build_max_pool2d(
     padding: tuple[int, ...],
     dilation: tuple[int, ...],
     ceil_mode: bool,
+    return_indices: bool = False,  # True is declined by the checker (checks.py)
 ) -> Node:
     def max_of(a: Node) -> Node:
         pooled = ops14.max_pool(a, list(stride or kernel_size), list(dilation), list(padding), list(padding),
@@ -86,8 +87,16 @@ def build_avg_pool2d(
     return _pooled(g, x, lambda a: ops14.avg_pool(a, steps, pads, pads, kernel, exclude, _rounding(ceil_mode)))
 
 
-def build_adaptive_avg_pool2d(g: Graph, x: Node, output_size: tuple[int, ...]) -> Node:
-    return _pooled(g, x, lambda a: ops8.adaptive_avg_pool(a, g.ints(output_size)))
+def build_adaptive_avg_pool2d(g: Graph, x: Node, output_size: tuple[int | None, ...]) -> Node:
+    """None in output_size: that input size, read from x's shape (static or not)."""
+
+    def sizes(a: Node) -> Node:
+        if None not in output_size:
+            return g.ints([int(out) for out in output_size if out is not None])
+        parts = [g.dims(a, 2 + i, 3 + i) if out is None else g.ints([out]) for i, out in enumerate(output_size)]
+        return ops.concat(parts, 0)
+
+    return _pooled(g, x, lambda a: ops8.adaptive_avg_pool(a, sizes(a)))
 
 
 # the CPU plugin fails pooling an empty batch: an empty result is made from the contract's meta
