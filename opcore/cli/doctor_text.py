@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from opcore.cli.doctor import DoctorReport, PluginInfo
 from opcore.cli.render import Style, format_seconds, table
+from opcore.plugins import disable_name
 from opcore.reports import PluginStatus
 
 __all__ = ["render_text"]
@@ -62,7 +63,7 @@ def _plugin_lines(info: PluginInfo, style: Style, verbose: bool) -> list[str]:
         if own_fix:
             rows.append(("to fix", own_fix))
         remove = f"pip uninstall {report.distribution}" if report.distribution else "remove the plugin"
-        skip = report.name.split(" ")[0]
+        skip = disable_name(report)
         rows.append(("or", f"{remove}, or set OPCORE_DISABLE={skip} to skip it"))
         if report.traceback and not verbose:
             rows.append(("traceback", style.dim("run `opcore doctor --verbose` to see it")))

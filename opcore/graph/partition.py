@@ -146,12 +146,23 @@ class PartitionError(Unsupported):
     'softmax(): partition p0 on openvino: node 3 (softmax) failed: no rule.'
     """
 
-    def __init__(self, partition: str, backend: str, reason: str, *, node: int | None = None, op: str | None = None):
+    def __init__(
+        self,
+        partition: str,
+        backend: str,
+        reason: str,
+        *,
+        node: int | None = None,
+        op: str | None = None,
+        headline: str | None = None,
+        fix: str | None = None,
+    ):
+        # headline: the whole message where the failure is not a compile's (a run, a load); fix: the remedy
         where = f"node {node} ({op}) failed: " if node is not None else "could not compile: "
         super().__init__(
-            f"partition {partition} on {backend}: {where}{reason}",
+            headline if headline is not None else f"partition {partition} on {backend}: {where}{reason}",
             op=op,
-            fix="the plan keeps these nodes out of the partition (see plan.explain())",
+            fix=fix or "the plan keeps these nodes out of the partition (see plan.explain())",
         )
         self.partition = partition
         self.backend = backend
