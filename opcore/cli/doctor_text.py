@@ -51,6 +51,13 @@ def _plugin_lines(info: PluginInfo, style: Style, verbose: bool) -> list[str]:
         rows.append(("kernels", f"{report.kernel_count}{contracts} · loaded in {format_seconds(report.load_time_s)}"))
     elif report.load_time_s > 0:
         rows.append(("load time", format_seconds(report.load_time_s)))
+    compiler = info.compiler
+    if compiler is not None:
+        if compiler.loads:
+            shown = ", ".join(compiler.ops[:6]) + (f", ... ({len(compiler.ops)} ops)" if len(compiler.ops) > 6 else "")
+            rows.append(("partition compiler", f"loads · claims {shown or 'no registered op'}"))
+        else:
+            rows.append(("partition compiler", style.warn(f"does not load: {compiler.error}")))
     if report.status is PluginStatus.UNAVAILABLE and spec is not None and spec.install_hint:
         rows.append(("to enable", spec.install_hint))
     if info.describe is not None:

@@ -295,3 +295,50 @@ def test_the_other_graph_runtimes_take_over(monkeypatch: pytest.MonkeyPatch) -> 
     finally:
         STATE["mode"] = None
         partition_guard._warned.clear()
+
+
+# --- saved plans in a process that lacks what made them ------------------------------------------
+
+
+def test_a_plan_whose_backend_is_missing_names_it_and_its_distribution(vendor: None, tmp_path: Path) -> None:
+    ranked, pinned = _capture("run"), _capture("pinned")
+    ranked.save(tmp_path / "ranked")
+    pinned.save(tmp_path / "pinned")
+    opcore.unregister_plugin(BACKEND)
+    loaded = opcore.graph.load(tmp_path / "ranked")  # the vendor's nodes are chosen again here
+    torch.testing.assert_close(loaded(X), EXPECTED)
+    assert any(f"no {BACKEND!r} partition compiler here" in note for note in loaded.notes), loaded.notes
+    with pytest.raises(opcore.graph.PlanFileError, match=f"needs backend {BACKEND!r}.*not installed here"):
+        opcore.graph.load(tmp_path / "pinned")
+
+
+def test_a_saved_transformers_plan_runs_where_transformers_is_not_imported(tmp_path: Path) -> None:
+    """A plan of a transformers model returns a ModelOutput; loaded in a process that cannot import
+    transformers (blocked in sys.modules), it returns the same fields as opcore.graph.PlainOutput."""
+    import subprocess
+    import sys
+
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(
+        vocab_size=99, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+        max_position_embeddings=16,
+    )  # fmt: skip
+    model = transformers.BertModel(config).eval()
+    ids = torch.randint(0, 99, (1, 8))
+    plan = opcore.graph.capture(model, (ids,), backends=["cpu"], measure=False)
+    plan.save(tmp_path / "bert")
+    torch.save({"ids": ids, "out": model(ids).last_hidden_state}, tmp_path / "io.pt")
+    code = (
+        "import sys; sys.modules['transformers'] = None\n"
+        "import torch, opcore.graph\n"
+        f"io = torch.load({str(tmp_path / 'io.pt')!r})\n"
+        f"plan = opcore.graph.load({str(tmp_path / 'bert')!r})\n"
+        "out = plan(io['ids'])\n"
+        "torch.testing.assert_close(out.last_hidden_state, io['out'], rtol=1e-4, atol=1e-4)\n"
+        "assert out[0] is out['last_hidden_state'] and type(out).__name__ == 'PlainOutput'\n"
+        "assert sys.modules['transformers'] is None\n"
+        "print([n for n in plan.notes if 'PlainOutput' in n][0])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "BaseModelOutputWithPoolingAndCrossAttentions, which is not importable here" in done.stdout

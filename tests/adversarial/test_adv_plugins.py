@@ -313,3 +313,41 @@ def test_the_doctor_exit_status_says_whether_calls_will_fail(case: str) -> None:
         assert "'bogus', which no installed plugin or distribution provides" in result.out
     if status == 1 and "STRICT" not in case:
         assert "calls will fail" in result.out or "every call fails" in result.out
+
+
+def test_explain_never_names_a_broken_kernel(install) -> None:
+    install(
+        "advref",
+        _spec("advref")
+        + _relu_kernels("registrar.add_kernel('relu', 'opcore.reference.linear:linear', dtypes=['float32'])"),
+    )
+    told = opcore.explain("relu", X)
+    assert told.backend != "advref", str(told)
+    row = next(c for c in told.candidates if c.backend == "advref")
+    assert row.status.value == "failed" and "cannot take 1 positional arguments" in row.reason
+
+
+COMPILER_HOOK = """
+@opcore.hookimpl
+def opcore_partition_compiler():
+    raise RuntimeError("no accelerator board")
+"""
+
+
+def test_the_doctor_lists_partition_compilers_and_fails_on_a_broken_one(install, tmp_path: Path) -> None:
+    install("advgraph", _spec("advgraph") + _relu_kernels() + COMPILER_HOOK)
+    env = {"PYTHONPATH": f"{tmp_path}{':' + sys.path[0]}", "OPCORE_DISABLE": "cpu,cuda,onnxruntime,openvino"}
+    result = run_cli("doctor", "--quick", env=env)
+    assert result.status == 1, result.out[-2000:]
+    assert (
+        "partition compiler  does not load: opcore_partition_compiler() raised RuntimeError: no accelerator board"
+        in (result.out)
+    )
+    import json
+
+    document = json.loads(run_cli("doctor", "--quick", "--json", env=env).out)
+    rows = {p["name"]: p["partition_compiler"] for p in document["plugins"]}
+    assert rows["advgraph"] == {"ops": [], "loads": False, "error": rows["advgraph"]["error"]}
+    assert "no accelerator board" in rows["advgraph"]["error"]
+    if "example" in rows and rows["example"] is not None:  # the example vendor, where installed
+        assert rows["example"]["loads"] and {"silu", "example.swiglu"} <= set(rows["example"]["ops"])
