@@ -339,6 +339,30 @@ def test_a_saved_transformers_plan_runs_where_transformers_is_not_imported(tmp_p
         "assert sys.modules['transformers'] is None\n"
         "print([n for n in plan.notes if 'PlainOutput' in n][0])\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "BaseModelOutputWithPoolingAndCrossAttentions, which is not importable here" in done.stdout
+
+
+# --- the conformance kit for partition compilers, on this repository's compilers ---------------------
+
+KIT_OPS = ("relu", "add", "linear", "softmax", "layer_norm", "gelu", "clamp", "silu", "example.swiglu")
+
+
+@pytest.mark.parametrize("backend", ["example", "onnxruntime", "openvino"])
+def test_the_kit_passes_on_the_in_repo_compilers(backend: str) -> None:
+    """A few ops' samples as one-node and chained partitions, compiled, run, saved and loaded, and the
+    partition error cases (the whole kit: pytest --pyargs opcore.testing --opcore-backend NAME)."""
+    from opcore.graph.partition import compilers
+    from opcore.testing import Status
+    from opcore.testing.partitions import PARTITION_ERRORS, check_partition, check_partition_error, partition_cases
+
+    if backend not in compilers():
+        pytest.skip(f"{backend} has no partition compiler here")
+    tally: dict[str, int] = {}
+    for case in partition_cases(backend, KIT_OPS, samples=3):
+        status = check_partition(case).status  # a ConformanceError fails the test with the case
+        tally[status.value] = tally.get(status.value, 0) + 1
+    assert tally.get("passed", 0) >= 5, tally
+    for kind in PARTITION_ERRORS:
+        assert check_partition_error(backend, kind).status is Status.PASSED, kind

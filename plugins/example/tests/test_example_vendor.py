@@ -36,6 +36,21 @@ def test_swiglu_conforms(sample):
     assert outcome.status is Status.PASSED
 
 
+@pytest.mark.parametrize("sample", samples_of(entry("clamp")), ids=lambda s: s.id)
+def test_clamp_conforms(sample):
+    outcome = check_sample(BACKEND, entry("clamp"), sample)
+    if outcome.status is Status.DECLINED:
+        # float32/float64 with number (or absent) bounds: tensor bounds and other dtypes are declined
+        from opcore.testing.records import TensorInput
+
+        bounds = (*sample.args[1:], *sample.kwargs.values())
+        tensor_bound = any(isinstance(a, TensorInput) for a in bounds)
+        dtypes = {t.dtype.value for t in sample.tensors()}
+        assert tensor_bound or dtypes - {"float32", "float64"}, outcome.reason
+        pytest.skip(outcome.reason)
+    assert outcome.status is Status.PASSED, outcome.reason
+
+
 @pytest.mark.parametrize("case", error_inputs_of(entry("example.swiglu")), ids=lambda c: c.id)
 def test_swiglu_errors(case):
     assert check_error(BACKEND, entry("example.swiglu"), case).status is Status.PASSED

@@ -132,7 +132,21 @@ def compile_partition(spec: PartitionSpec, chain_of: Callable[[str], Any]) -> On
     return compile_or_locate(spec, lambda part: _compile(part, chain_of), BACKEND)  # type: ignore[no-any-return]
 
 
+def _refuse_empty(spec: PartitionSpec) -> None:
+    """Values of a static size 0 are refused: some of ONNX Runtime's kernels fail on them at run time
+    (LayerNormalization over a 0-size axis, 1.2x; found by the kit's partition cases); the one-op
+    kernels take them (their results come from the contract's meta where the model cannot run)."""
+    for index, node in enumerate(spec.nodes):
+        for name in (*node.refs(), *node.outputs):
+            meta = spec.metas.get(name)
+            if meta is not None and 0 in meta.shape:
+                raise PartitionError(
+                    spec.name, BACKEND, f"value {name!r} is empty (shape {meta.shape})", node=index, op=node.op
+                )
+
+
 def _compile(spec: PartitionSpec, chain_of: Callable[[str], Any]) -> OnnxPartition:
+    _refuse_empty(spec)
     opset, ir_version = target_opset()
     graph = Graph(spec.name, opset, ir_version)
     outputs = _results(graph, spec, chain_nodes(graph, spec, chain_of, BACKEND))
