@@ -10,7 +10,10 @@ per call and the copies at its boundary); it is compiled now, at plan time, and 
 can measure (``measuring.Measured``: at capture, on the example inputs) the estimate gives way to a
 time: the compiled partition is kept only where it runs faster than its nodes run per node. A compile failure
 takes the failing node out (found by the compiler, or by compiling prefixes) and groups the rest
-again, with the reason recorded on the node; nothing falls back silently at run time.
+again, with the reason recorded on the node. A compiler that fails otherwise (any other exception,
+no answer in time) or a partition that fails or breaks its spec is isolated as a kernel is
+(opcore.graph.partition_guard): declined with one warning, or a PartitionError where the plan is
+strict or pinned to the backend. Every group not kept says why on its nodes (explain).
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ PARTITION_ERRORS = ("declined node", "empty tensor", "dynamic axis")
 UNCLAIMED_OP = "opcore.testing.no_such_op"
 # samples per op in the pytest run (the first ones: each op's dtypes come first); a vendor's own
 # tests may take every one (partition_cases(backend, samples=None))
-SAMPLES_PER_OP = 6
+SAMPLES_PER_OP = 3
 
 
 @dataclass(frozen=True)

@@ -82,3 +82,13 @@ def test_silu_outranks_backends_below_250_and_declines_non_contiguous_inputs():
 def test_the_backend_reports_itself():
     report = next(r for r in opcore.backends() if r.name == BACKEND)
     assert report.ok and report.backend.priority == 150 and report.contract_count == 1
+
+
+def test_the_partition_compiler_passes_the_kit():
+    """Every sample of every op the example's compiler claims, as one-node and chained partitions
+    (opcore.testing.partitions: compiled, run, compared, saved, loaded), and the error cases."""
+    from opcore.testing.partitions import PARTITION_ERRORS, check_partition, check_partition_error, partition_cases
+
+    statuses = [check_partition(case).status for case in partition_cases(BACKEND, samples=None)]
+    assert statuses.count(Status.PASSED) >= 20, statuses
+    assert all(check_partition_error(BACKEND, kind).status is Status.PASSED for kind in PARTITION_ERRORS)
