@@ -261,7 +261,15 @@ def place_partitions(
                         break
                     record = record_of(graph, spec, backend, [n.name for n in nodes], compiled, why)
                     if measured is not None:
-                        faster, why = _timed(measured, record, group)
+                        try:
+                            faster, why = _timed(measured, record, group)
+                        except CompilerCrash as crash:  # this partition failed on the examples: it alone
+                            if raises_for(options, backend):
+                                raise
+                            warn_partition(backend, "at capture", crash.reason, "its nodes run on kernels")
+                            reason = f"{backend} partition of {len(nodes)} nodes failed on the example inputs"
+                            slow.update((n.name, f"{reason}: {crash.reason}") for n in nodes)
+                            continue
                         record.note = why
                         if not faster:
                             reason = f"{backend} partition of {len(nodes)} nodes not kept: {why}"
