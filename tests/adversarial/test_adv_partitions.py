@@ -369,3 +369,21 @@ def test_the_kit_passes_on_the_in_repo_compilers(backend: str) -> None:
     assert tally.get("passed", 0) >= 5, tally
     for kind in PARTITION_ERRORS:
         assert check_partition_error(backend, kind).status is Status.PASSED, kind
+
+
+class Short(torch.nn.Module):
+    def forward(self, x: Any) -> Any:
+        return torch.sigmoid(torch.tanh(torch.relu(x)))
+
+
+def test_explain_says_why_for_every_decision_of_a_pinned_plan(vendor: None) -> None:
+    """Not measured (pinned), a group the estimated cost rule left out (3 nodes), and verdicts only
+    of the backends in play."""
+    plan = opcore.graph.capture(Short(), (X,), backends=[BACKEND, "reference"])
+    text = plan.explain()
+    assert f"not measured: pinned backends ({BACKEND}, reference)" in text, text
+    assert f"{BACKEND} group of 3 nodes not kept: estimated cost: saves ~24 us" in text, text
+    import json
+
+    shown = {c["backend"] for node in json.loads(plan.explain("json"))["nodes"] for c in node["candidates"]}
+    assert shown <= {BACKEND, "reference"}, shown
