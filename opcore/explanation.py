@@ -75,14 +75,14 @@ def _describe(value: Any) -> str:
 
 def explanation_of(selection: Selection) -> Explanation:
     contract = selection.contract
+    candidates, working = _loadable(selection)
     chosen = None
-    if selection.accepted:
-        chosen = selection.accepted[0].title
+    if working:
+        chosen = working[0].title
     elif selection.decompose:
         chosen = "decomposition"
     order = ", ".join(selection.order) + f" (from {selection.order_source})" if selection.order else "by priority"
     error = str(selection.error) if isinstance(selection.error, OpcoreError) else None
-    candidates = tuple(selection.candidates)
     if chosen == "decomposition":
         where = f", each pinned to {selection.pin!r}" if selection.pin else ""
         candidates += (Candidate("decomposition", CandidateStatus.CHOSEN, f"built from other ops{where}"),)
@@ -98,6 +98,38 @@ def explanation_of(selection: Selection) -> Explanation:
         error=error,
         ranking=_ranking(selection),
     )
+
+
+def _loadable(selection: Selection) -> tuple[tuple[Candidate, ...], list[Any]]:
+    """The candidates, with every accepted kernel given as "module:qualname" imported and checked
+    against its schema (as ``opcore doctor --deep`` does): one that cannot be is shown as failed,
+    with the reason, and the next accepted one is named as the one that runs, as a call falls back."""
+    from dataclasses import replace
+
+    from opcore.errors import PluginError
+    from opcore.registry import load_kernel_callable
+
+    broken: dict[str, str] = {}
+    for kernel in selection.accepted:
+        if isinstance(kernel.fn, str):
+            try:
+                load_kernel_callable(kernel, selection.contract)
+            except PluginError as error:
+                broken[kernel.title] = (error.message or str(error)).split(": ", 1)[-1]
+    if not broken:
+        return tuple(selection.candidates), list(selection.accepted)
+    working = [k for k in selection.accepted if k.title not in broken]
+    first = working[0].title if working else None
+    rows = []
+    for candidate in selection.candidates:
+        if candidate.title in broken:
+            why = f"broken (opcore doctor --deep): {broken[candidate.title]}"
+            rows.append(replace(candidate, status=CandidateStatus.FAILED, reason=why))
+        elif candidate.title == first:
+            rows.append(replace(candidate, status=CandidateStatus.CHOSEN))
+        else:
+            rows.append(candidate)
+    return tuple(rows), working
 
 
 def _ranking(selection: Selection) -> str:

@@ -95,10 +95,16 @@ class PluginLoader:
         eps, self.discovery = discovery.discover(settings.load_cache)
         claims: dict[str, list[discovery.Discovered]] = {}
         for ep in eps:
-            if settings.autoload and not settings.disabled(ep.name, ep.distribution):
+            if settings.autoload and not settings.disabled(ep.name, ep.distribution) and not _squatting(ep):
                 claims.setdefault(ep.name, []).append(ep)
         for ep in eps:
             dist_name, dist_version = ep.distribution, ep.version
+            if settings.autoload and not settings.disabled(ep.name, dist_name) and _squatting(ep):
+                reason, fix = _reserved_reason(ep)
+                taken = ep.name in self.reports or ep.name in claims
+                key = f"{ep.name} [{dist_name or ep.value}]" if taken else None
+                self._fail_early(ep.name, dist_name, dist_version, ep.value, 0.0, reason, "", key=key, fix=fix)
+                continue
             if not settings.autoload or settings.disabled(ep.name, dist_name):
                 reason = _disabled_reason(settings)
                 # the plain name stays free for the distribution that is enabled under it, if any
@@ -376,11 +382,61 @@ class PluginLoader:
                 report.name,
                 f" ({report.distribution} {report.distribution_version})" if report.distribution else "",
                 report.reason.rstrip("."),
-                report.name.split(" ")[0],
+                disable_name(report),
             )
 
 
 _MISSING: Any = object()
+
+# Backend names of opcore's own distributions: another distribution's entry point under one of them is
+# refused (the genuine backend loads as if it were not there), never left to knock the real one out.
+RESERVED: dict[str, str] = {
+    "reference": "opcore",
+    "cpu": "opcore-cpu",
+    "cuda": "opcore-cuda",
+    "onnxruntime": "opcore-onnxruntime",
+    "openvino": "opcore-openvino",
+    "example": "opcore-example-vendor",
+}
+EXAMPLE_MODULE = "opcore_example_vendor"
+
+
+def disable_name(report: PluginReport) -> str:
+    """What OPCORE_DISABLE takes to turn off this report's plugin alone: its distribution where another
+    plugin shares the name (a reserved name, two claimants), else the backend's name."""
+    base = report.name.split(" ")[0]
+    shared = " [" in report.name or (base in RESERVED and _normalized(report.distribution or "") != RESERVED[base])
+    return report.distribution if shared and report.distribution else base
+
+
+def _normalized(distribution: str) -> str:
+    return re.sub(r"[-_.]+", "-", distribution).lower()
+
+
+def _squatting(ep: discovery.Discovered) -> bool:
+    """Whether ``ep`` claims a reserved backend name from a distribution it is not reserved for."""
+    owner = RESERVED.get(ep.name)
+    return owner is not None and ep.distribution is not None and _normalized(ep.distribution) != owner
+
+
+def _reserved_reason(ep: discovery.Discovered) -> tuple[str, str]:
+    """The report's reason and fix for an entry point squatting a reserved name."""
+    owner = RESERVED[ep.name]
+    dist = f"{ep.distribution} {ep.version or ''}".strip()
+    if ep.name == "example" and ep.value.split(".")[0].split(":")[0] == EXAMPLE_MODULE:
+        return (
+            f"distribution {dist} installs the entry point 'example = {ep.value}', the example plugin's own, "
+            f"copied and not renamed (the name 'example' belongs to {owner})",
+            "rename the entry point, the package opcore_example_vendor and BackendSpec.name after your backend "
+            "(docs/plugins.md, 'Copy the example')",
+        )
+    return (
+        f"the backend name {ep.name!r} is reserved for opcore's distribution {owner}; distribution {dist} "
+        f"(entry point {ep.name} = {ep.value}) claims it and is not loaded",
+        f"name the backend after your distribution (its entry point and BackendSpec.name, e.g. "
+        f"{_normalized(ep.distribution or ep.name).replace('-', '_')!r}); OPCORE_DISABLE={ep.distribution} "
+        f"silences this and leaves {owner}'s {ep.name!r} alone",
+    )
 
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")

@@ -23,8 +23,9 @@ __all__ = [
 ]  # fmt: skip
 
 ENV_VARS = (
-    "OPCORE_AUTOLOAD", "OPCORE_BACKENDS", "OPCORE_CHECK", "OPCORE_DISABLE", "OPCORE_LOAD_CACHE", "OPCORE_PROBE_TIMEOUT",
-    "OPCORE_PURE_PYTHON", "OPCORE_RUNTIME_THREADS", "OPCORE_STRICT", "OPCORE_TUNE",
+    "OPCORE_AUTOLOAD", "OPCORE_BACKENDS", "OPCORE_CHECK", "OPCORE_COMPILE_TIMEOUT", "OPCORE_DISABLE",
+    "OPCORE_LOAD_CACHE", "OPCORE_PROBE_TIMEOUT", "OPCORE_PURE_PYTHON", "OPCORE_RUNTIME_THREADS", "OPCORE_STRICT",
+    "OPCORE_TUNE",
 )  # fmt: skip
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -60,6 +61,8 @@ class Settings:
     check: bool = False
     # seconds a backend's is_available() may take at load time; None: the loader's default (2 s)
     probe_timeout: float | None = None
+    # seconds a partition compiler's compile()/load() may take; None: opcore.graph.partition_guard's default
+    compile_timeout: float | None = None
     # False: the installed plugins' entry points are scanned on every load, not read from plugins.json
     # (opcore.discovery); OPCORE_LOAD_CACHE=0
     load_cache: bool = True
@@ -150,6 +153,9 @@ def settings_from(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> S
     if environ.get("OPCORE_PROBE_TIMEOUT", "").strip():
         values["probe_timeout"] = _seconds("OPCORE_PROBE_TIMEOUT", environ["OPCORE_PROBE_TIMEOUT"].strip())
         sources["probe_timeout"] = "OPCORE_PROBE_TIMEOUT"
+    if environ.get("OPCORE_COMPILE_TIMEOUT", "").strip():
+        values["compile_timeout"] = _seconds("OPCORE_COMPILE_TIMEOUT", environ["OPCORE_COMPILE_TIMEOUT"].strip())
+        sources["compile_timeout"] = "OPCORE_COMPILE_TIMEOUT"
     for key, value in overrides.items():
         if value is UNSET:
             continue

@@ -29,6 +29,7 @@ TOP_LEVEL_KEYS = {
 PLUGIN_KEYS = {
     "name", "status", "reason", "traceback", "distribution", "distribution_version", "entry_point",
     "backend", "kernel_count", "contract_count", "load_time_s", "describe", "describe_error", "describe_time_s",
+    "partition_compiler",
 }  # fmt: skip
 
 

@@ -6,6 +6,7 @@ import json
 import pathlib
 import subprocess
 import sys
+from typing import Any
 
 import numpy
 import pytest
@@ -87,3 +88,29 @@ def test_a_tampered_file_naming_an_unknown_op_is_refused(example, tmp_path: path
     steps.write_text(json.dumps(document))
     with pytest.raises(PartitionError, match="names unknown ops"):
         example.load(tmp_path, record, spec)
+
+
+def test_attributes_and_none_arguments_compile_save_and_load(example, tmp_path: pathlib.Path) -> None:
+    """clamp(x, min=None, max=2.0): the example holds a node's attributes and absent arguments in its
+    steps, and its files keep them (a copy of the example works for real ops)."""
+    torch = pytest.importorskip("torch")
+    import opcore.graph
+
+    class Clamps(torch.nn.Module):  # type: ignore[name-defined]
+        def forward(self, x: Any) -> Any:
+            h = torch.nn.functional.silu(torch.clamp(x, min=-1.0))
+            h = torch.nn.functional.silu(torch.clamp(h, max=2.0))
+            return torch.nn.functional.silu(torch.clamp(h, min=-0.5, max=0.5))
+
+    x = torch.linspace(-4, 4, 24).reshape(4, 6)
+    plan = opcore.graph.capture(Clamps(), (x,), backends=["example", "cpu"], measure=False)
+    assert [p.backend for p in plan.partitions] == ["example"], plan.explain()
+    ops = [(op, args[1:]) for op, args, _ in plan.partitions[0].compiled.steps if op == "clamp"]
+    assert ops == [("clamp", (-1.0, None)), ("clamp", (None, 2.0)), ("clamp", (-0.5, 0.5))]
+    torch.testing.assert_close(plan(x), Clamps()(x))
+    plan.save(tmp_path / "plan")
+    steps = json.loads((tmp_path / "plan" / "p0.json").read_text())["steps"]
+    assert steps[0]["args"] == [{"ref": steps[0]["args"][0]["ref"]}, -1.0, None]
+    again = opcore.graph.load(tmp_path / "plan")
+    assert [p.backend for p in again.partitions] == ["example"] and not any("failed" in n for n in again.notes)
+    torch.testing.assert_close(again(x), Clamps()(x))

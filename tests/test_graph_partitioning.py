@@ -234,7 +234,13 @@ def test_a_partition_gets_zero_dim_values_as_zero_dim_contiguous_arrays() -> Non
             seen.extend(arrays)
             return arrays
 
-    call = partitioning._torch_call(Echo(), 2)  # type: ignore[arg-type]
+    from opcore.graph.partition_guard import partition_call
+    from opcore.types import DType, TensorMeta
+
+    metas = {"a": TensorMeta((), DType.FLOAT32), "b": TensorMeta((3, 4), DType.FLOAT32)}
+    spec = PartitionSpec("p0", (), ("a", "b"), {}, ("a", "b"), metas)
+    record = partitioning.PartitionRecord("p0", "reference", (), spec, Echo(), dims=((), (3, 4)))  # type: ignore[arg-type]
+    call = partition_call(record)
     out = call(torch.tensor(3.0), torch.randn(4, 3).t())
     assert [a.shape for a in seen] == [(), (3, 4)]  # numpy.ascontiguousarray would make the first (1,)
     assert seen[1].flags.c_contiguous and [o.shape for o in out] == [torch.Size([]), torch.Size([3, 4])]

@@ -24,12 +24,27 @@ from opcore.probes import CpuInfo, GpuProbe, LibraryInfo, cpu_info, gpu_probe, l
 from opcore.reports import PluginReport, PluginStatus
 from opcore.settings import ENV_VARS, Settings
 
-__all__ = ["SCHEMA_VERSION", "DoctorReport", "Hint", "LoadingInfo", "PluginInfo", "TuningInfo", "collect", "to_json"]
+__all__ = [
+    "SCHEMA_VERSION", "CompilerInfo", "DoctorReport", "Hint", "LoadingInfo", "PluginInfo", "TuningInfo", "collect",
+    "to_json",
+]  # fmt: skip
+
+_OFF = "OPCORE_DISABLE="
 
 # Bumped only when a key of the JSON form changes meaning or disappears (adding keys is allowed).
 SCHEMA_VERSION = 1
 # A backend's describe() that has not answered by then is reported as hung, and the doctor goes on.
 DESCRIBE_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class CompilerInfo:
+    """A loaded backend's partition compiler: the ops it claims (``supports``) among the registered
+    contracts, and whether its hook gave one (``error``: why not)."""
+
+    ops: tuple[str, ...]
+    loads: bool
+    error: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +58,8 @@ class PluginInfo:
     describe: tuple[tuple[str, str], ...] | None = None
     describe_error: str = ""
     describe_time_s: float | None = None
+    # its partition compiler (opcore.graph): None: the backend has none (or is not loaded)
+    compiler: CompilerInfo | None = None
 
     @property
     def name(self) -> str:
@@ -307,6 +324,7 @@ def collect(describe: bool = True, timeout_s: float = DESCRIBE_TIMEOUT_S, deep: 
     settings_error: str | None = None
     plugins: tuple[PluginInfo, ...] = ()
     kernel_problems: list[tuple[str, str]] = []
+    kernel_notes: list[Hint] = []
     try:
         rt = runtime().ensure_loaded()
         settings = rt.settings
@@ -319,17 +337,41 @@ def collect(describe: bool = True, timeout_s: float = DESCRIBE_TIMEOUT_S, deep: 
             plugins = tuple(_describe(r, timeout_s) for r in reports)
         else:
             plugins = tuple(PluginInfo(r) for r in reports)
-        plugins = tuple(sorted(plugins, key=_plugin_order))
+        plugins = tuple(sorted(_with_compilers(plugins, rt), key=_plugin_order))
         if deep:
             from opcore.registry import reference_problems
 
             kernel_problems = reference_problems(rt.registry)
+        else:
+            unchecked = sum(isinstance(k.fn, str) for kernels in rt.registry.kernels.values() for k in kernels)
+            if unchecked:
+                kernel_notes.append(
+                    Hint(
+                        "info",
+                        f"{unchecked} kernels are named as 'module:qualname' and not imported here: their "
+                        "signatures are checked against their ops at their first call",
+                        "`opcore doctor --deep` imports and checks every one now",
+                    )
+                )
     gpu = gpu_probe()
     tuning = _tuning(rt) if settings_error is None else None
     loading = _loading(rt) if settings_error is None else None
-    hints = _hints(plugins, settings, environment, gpu) + tuple(
-        Hint("error", f"backend {backend!r}: {problem}", f"report it to the plugin's authors; OPCORE_DISABLE={backend}")
-        for backend, problem in kernel_problems
+    hints = (
+        _hints(plugins, settings, environment, gpu)
+        + tuple(
+            Hint("error", f"backend {backend!r}: {problem}", f"report it to the plugin's authors; {_OFF}{backend}")
+            for backend, problem in kernel_problems
+        )
+        + tuple(
+            Hint(
+                "error",
+                f"backend {p.name!r}: its partition compiler does not load: {p.compiler.error}",
+                f"report it to the plugin's authors; its nodes run on its kernels meanwhile, or {_OFF}{p.name}",
+            )
+            for p in plugins
+            if p.compiler is not None and not p.compiler.loads
+        )
+        + tuple(kernel_notes)
     )
     return DoctorReport(
         opcore_version=__version__,
@@ -354,6 +396,39 @@ def collect(describe: bool = True, timeout_s: float = DESCRIBE_TIMEOUT_S, deep: 
         tuning=tuning,
         loading=loading,
     )
+
+
+def _with_compilers(plugins: tuple[PluginInfo, ...], rt: Any) -> tuple[PluginInfo, ...]:
+    """Each loaded plugin with its partition compiler's row (the hook is called: cheap, it imports no
+    runtime in opcore's backends; ``supports`` is asked for every registered op)."""
+    from dataclasses import replace
+
+    from opcore.graph.partition import compiler_reports
+
+    try:
+        reports = {r.backend: r for r in compiler_reports()}
+    except Exception as error:  # the doctor reports, never fails
+        failure = f"{type(error).__name__}: {error}"
+        loaded = set(rt.loader.objects)
+        return tuple(replace(p, compiler=CompilerInfo((), False, failure)) if p.name in loaded else p for p in plugins)
+    ops = sorted(rt.registry.contracts)
+    found = []
+    for info in plugins:
+        report = reports.get(info.name)
+        if report is None:
+            found.append(info)
+            continue
+        if report.compiler is None:
+            found.append(replace(info, compiler=CompilerInfo((), False, report.reason)))
+            continue
+        try:
+            claimed = tuple(op for op in ops if report.compiler.supports(op))
+        except Exception as error:
+            failure = f"supports() raised {type(error).__name__}: {error}"
+            found.append(replace(info, compiler=CompilerInfo((), False, failure)))
+            continue
+        found.append(replace(info, compiler=CompilerInfo(claimed, True)))
+    return tuple(found)
 
 
 def _loading(rt: Any) -> LoadingInfo | None:
@@ -414,6 +489,10 @@ def _plugin_json(info: PluginInfo) -> dict[str, Any]:
         "describe": None if info.describe is None else dict(info.describe),
         "describe_error": info.describe_error,
         "describe_time_s": info.describe_time_s,
+        # null: the backend has no partition compiler (or is not loaded)
+        "partition_compiler": None
+        if info.compiler is None
+        else {"ops": list(info.compiler.ops), "loads": info.compiler.loads, "error": info.compiler.error},
     }
 
 

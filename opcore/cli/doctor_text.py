@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from opcore.cli.doctor import DoctorReport, PluginInfo
 from opcore.cli.render import Style, format_seconds, table
+from opcore.plugins import disable_name
 from opcore.reports import PluginStatus
 
 __all__ = ["render_text"]
@@ -50,6 +51,13 @@ def _plugin_lines(info: PluginInfo, style: Style, verbose: bool) -> list[str]:
         rows.append(("kernels", f"{report.kernel_count}{contracts} · loaded in {format_seconds(report.load_time_s)}"))
     elif report.load_time_s > 0:
         rows.append(("load time", format_seconds(report.load_time_s)))
+    compiler = info.compiler
+    if compiler is not None:
+        if compiler.loads:
+            shown = ", ".join(compiler.ops[:6]) + (f", ... ({len(compiler.ops)} ops)" if len(compiler.ops) > 6 else "")
+            rows.append(("partition compiler", f"loads · claims {shown or 'no registered op'}"))
+        else:
+            rows.append(("partition compiler", style.warn(f"does not load: {compiler.error}")))
     if report.status is PluginStatus.UNAVAILABLE and spec is not None and spec.install_hint:
         rows.append(("to enable", spec.install_hint))
     if info.describe is not None:
@@ -62,7 +70,7 @@ def _plugin_lines(info: PluginInfo, style: Style, verbose: bool) -> list[str]:
         if own_fix:
             rows.append(("to fix", own_fix))
         remove = f"pip uninstall {report.distribution}" if report.distribution else "remove the plugin"
-        skip = report.name.split(" ")[0]
+        skip = disable_name(report)
         rows.append(("or", f"{remove}, or set OPCORE_DISABLE={skip} to skip it"))
         if report.traceback and not verbose:
             rows.append(("traceback", style.dim("run `opcore doctor --verbose` to see it")))

@@ -38,6 +38,7 @@ _EXPORTS = {
     "PartitionSpec": "opcore.graph.partition",
     "ValueRef": "opcore.graph.partition",
     "compilers": "opcore.graph.partition",
+    "PlainOutput": "opcore.graph.trees",
 }
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "PartitionCompiler",
     "PartitionError",
     "PartitionSpec",
+    "PlainOutput",
     "Plan",
     "PlanFileError",
     "Session",

@@ -61,7 +61,10 @@ def describe(plan: Any) -> dict[str, Any]:
     verdict."""
     values = plan.graph.values
     nodes = []
+    pinned = set(plan.options.backends) if plan.options.backends is not None else None
     for node, decision in zip(plan.graph.nodes, plan.decisions):
+        # a plan pinned to backends=: the verdicts of those (and of what runs the node), not of the rest
+        shown = [v for v in decision.verdicts if pinned is None or v.backend in pinned or v.backend == decision.backend]
         nodes.append(
             {
                 "name": node.name,
@@ -74,8 +77,7 @@ def describe(plan: Any) -> dict[str, Any]:
                 "outputs": {o: _meta_text(values[o]) for o in node.outputs},
                 "note": decision.note,
                 "candidates": [
-                    {"backend": v.backend, "kernel": v.kernel, "status": v.status, "reason": v.reason}
-                    for v in decision.verdicts
+                    {"backend": v.backend, "kernel": v.kernel, "status": v.status, "reason": v.reason} for v in shown
                 ],
             }
         )

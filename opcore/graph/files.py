@@ -20,12 +20,14 @@ import pathlib
 import platform
 import time
 from collections.abc import Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from opcore._version import __version__
 from opcore.errors import OpcoreError
 from opcore.graph.errors import PlanFileError
 from opcore.graph.ir import FACTORIES, SCALAR_OPS, STATE_OPS, CallSignature, Graph, Node, ValueInfo, ValueRef
+from opcore.graph.trees import portable_spec
 from opcore.types import Device, DType, TensorMeta
 
 if TYPE_CHECKING:
@@ -168,9 +170,14 @@ def save(plan: Any, path: Any) -> pathlib.Path:
         stored.add(storage)
     save_file(weights, str(folder / WEIGHTS_FILE))
     partitions = []
+    notes = list(plan.notes)
     for record in plan.partitions:
-        saved = record.compiled.save(folder)
-        json.dumps(saved)  # the compiler's record must be JSON
+        saved = _save_partition(plan, record, folder)
+        if saved is None:
+            notes.append(
+                f"partition {record.name}: its {record.backend} files could not be saved; its nodes run on kernels"
+            )
+            continue
         partitions.append({**record.describe(), "record": saved})
     document = {
         "format": FORMAT,
@@ -224,10 +231,46 @@ def save(plan: Any, path: Any) -> pathlib.Path:
             for d in plan.decisions
         },
         "partitions": partitions,
-        "notes": list(plan.notes),
+        "notes": notes,
+        # backend -> "distribution version", for the error or note of a process that lacks one
+        "distributions": _distributions({d.backend for d in plan.decisions}),
     }
     (folder / PLAN_FILE).write_text(json.dumps(document, indent=1))
     return folder
+
+
+def _distributions(backends: set[str]) -> dict[str, str]:
+    from opcore.runtime import runtime
+
+    reports = runtime().ensure_loaded().loader.reports
+    found = {}
+    for name in sorted(backends):
+        report = reports.get(name)
+        if report is not None and report.distribution:
+            found[name] = f"{report.distribution} {report.distribution_version or ''}".strip()
+    return found
+
+
+def _save_partition(plan: Any, record: Any, folder: pathlib.Path) -> dict[str, Any] | None:
+    """The JSON record of ``record``'s files, written by its compiled partition's ``save``; None where the
+    backend's save failed (a CompilerCrash where that may not pass: strict, or the backend pinned)."""
+    from opcore.graph.partition_guard import CompilerCrash, guarded, raises_for, warn_partition
+
+    try:
+        saved = guarded(record.backend, record.name, "save", partial(record.compiled.save, folder))
+        try:
+            json.dumps(saved)
+        except (TypeError, ValueError) as error:
+            reason = f"its save() returned a record that is not JSON: {error}"
+            raise CompilerCrash(record.name, record.backend, reason) from error
+        if not isinstance(saved, dict):
+            raise CompilerCrash(record.name, record.backend, f"its save() returned {type(saved).__name__}, not a dict")
+    except OpcoreError as error:
+        if raises_for(plan.options, record.backend):
+            raise
+        warn_partition(record.backend, "saving", getattr(error, "reason", error), "the plan is saved without it")
+        return None
+    return saved
 
 
 # --- load -----------------------------------------------------------------------------------
@@ -256,16 +299,19 @@ def load(path: Any, *, shared: Mapping[str, Any] | None = None) -> Any:
     started = time.perf_counter()
     folder = pathlib.Path(path)
     document = _read(folder)
+    trees: list[str] = []
+    for key in ("in_spec", "out_spec"):  # structures named by packages that may not be imported here
+        document["graph"][key] = portable_spec(str(document["graph"].get(key, "")), trees)
     graph = _graph(document["graph"])
-    _check_names(graph, document.get("kernels", {}))
     options = _plan_options(document["options"])
+    _check_names(graph, document.get("kernels", {}), document.get("distributions", {}), options, trees)
     device = options.device
     weights = load_file(str(folder / WEIGHTS_FILE), device=device if not device.startswith("cuda") else "cpu")
     missing = [name for name in graph.constants if name not in weights]
     if missing:
         raise PlanFileError(f"{WEIGHTS_FILE} lacks {', '.join(missing[:5])}", op=_LOAD)
     constants = {name: _shared(weights[name].to(device), shared, graph.sources.get(name)) for name in graph.constants}
-    notes = list(document.get("notes", ()))
+    notes = list(document.get("notes", ())) + trees
     here = fingerprint(set(document["fingerprint"].get("backends", {})), device)
     changed = sorted(k for k in here if here[k] != document["fingerprint"].get(k))
     if changed:
@@ -274,7 +320,7 @@ def load(path: Any, *, shared: Mapping[str, Any] | None = None) -> Any:
             + ", ".join(changed)
             + "): partitions recompiled from their portable files, kernels chosen again"
         )
-    saved = _partitions(document.get("partitions", []), folder, notes)
+    saved = _partitions(document.get("partitions", []), folder, notes, options, document.get("distributions", {}))
     with torch.no_grad():
         plan = assemble(graph, constants, options, saved=saved if options.partitions else None)
     if options.route == "torch":
@@ -388,13 +434,25 @@ def _signature_from(record: Mapping[str, Any]) -> CallSignature | None:
     return CallSignature(labels, ranges, tuple(str(g) for g in record.get("size_guards", [])))
 
 
-def _check_names(graph: Graph, kernels: Mapping[str, Any]) -> None:
-    """Every op, size computation and kernel the file names must be one this process registered."""
+def _check_names(
+    graph: Graph, kernels: Mapping[str, Any], distributions: Mapping[str, Any], options: Any, notes: list[str]
+) -> None:
+    """Every op, size computation and kernel the file names must be one this process registered. A
+    node whose kernel's backend is not loaded here is chosen again (a note says so), unless the plan is
+    pinned to that backend: then, as for an op only that backend defines, the error names the backend
+    and the distribution to install."""
     from opcore.runtime import runtime
 
-    registry = runtime().ensure_loaded().registry
+    rt = runtime().ensure_loaded()
+    registry = rt.registry
     known = set(graph.values)
+    pinned = set(options.backends or ())
+    missing: dict[str, list[str]] = {}
+    for backend in sorted(pinned - set(registry.backends)):
+        raise _missing_backend(backend, distributions, "the plan was captured with backends= naming it")
     for node in graph.nodes:
+        kernel = kernels.get(node.name) or {}
+        backend = str(kernel.get("backend") or "")
         if node.scalar:
             if node.op not in SCALAR_OPS and node.op not in FACTORIES and node.op not in STATE_OPS:
                 raise PlanFileError(
@@ -404,14 +462,19 @@ def _check_names(graph: Graph, kernels: Mapping[str, Any]) -> None:
             try:
                 registry.contract(node.op)
             except OpcoreError as error:
+                if backend and backend not in registry.backends:
+                    why = f"node {node.name!r} runs its op {node.op!r}"
+                    raise _missing_backend(backend, distributions, why) from error
                 raise PlanFileError(
                     f"node {node.name!r} names op {node.op!r}, which is not registered here: {error}", op=_LOAD
                 ) from error
         for name in node.refs():
             if name not in known:
                 raise PlanFileError(f"node {node.name!r} reads {name!r}, which the graph does not define", op=_LOAD)
-        kernel = kernels.get(node.name) or {}
         source = kernel.get("source") or ""
+        if source and backend and backend not in registry.backends:
+            missing.setdefault(backend, []).append(node.name)
+            continue
         if source and source not in {k.source for k in registry.kernels_of(node.op)}:
             raise PlanFileError(
                 f"node {node.name!r} names kernel {source!r}, which is not a registered kernel of {node.op}",
@@ -419,9 +482,41 @@ def _check_names(graph: Graph, kernels: Mapping[str, Any]) -> None:
                 fix="a plan file only refers to kernels installed plugins register; this file was edited or comes "
                 "from another installation",
             )
+    for backend, names in sorted(missing.items()):
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        notes.append(
+            f"backend {backend!r} ({_distribution_of(backend, distributions)}) ran {len(names)} node(s) when saved "
+            f"({shown}) and is not loaded here: their kernels are chosen again"
+        )
 
 
-def _partitions(records: list[Any], folder: pathlib.Path, notes: list[str]) -> dict[str, Any]:
+def _distribution_of(backend: str, distributions: Mapping[str, Any]) -> str:
+    found = distributions.get(backend)
+    return f"distribution {found}" if found else "the distribution that provides it"
+
+
+def _missing_backend(backend: str, distributions: Mapping[str, Any], why: str) -> PlanFileError:
+    """The error of a plan that needs a backend not loaded here, naming it and its distribution."""
+    from opcore.runtime import runtime
+
+    report = runtime().ensure_loaded().loader.reports.get(backend)
+    state = (
+        f"it is {report.status.value} here ({report.reason})"
+        if report is not None and report.reason
+        else (f"it is {report.status.value} here" if report is not None else "it is not installed here")
+    )
+    found = str(distributions.get(backend) or "").split(" ")[0]
+    install = f"pip install {found}" if found else f"install the distribution that provides backend {backend!r}"
+    return PlanFileError(
+        f"the plan needs backend {backend!r} ({_distribution_of(backend, distributions)}): {why}, and {state}",
+        op=_LOAD,
+        fix=f"{install} (then `opcore doctor` lists it), or capture the model again with the backends installed here",
+    )
+
+
+def _partitions(
+    records: list[Any], folder: pathlib.Path, notes: list[str], options: Any, distributions: Mapping[str, Any]
+) -> dict[str, Any]:
     """name -> (backend, node names, bring_back(spec), note) for each saved partition whose compiler is here."""
     from opcore.graph import partitioning
 
@@ -436,24 +531,56 @@ def _partitions(records: list[Any], folder: pathlib.Path, notes: list[str]) -> d
                 raise PlanFileError(f"partition {name} names file {file!r} outside its folder", op=_LOAD)
         compiler = found.get(backend)
         if compiler is None:
-            notes.append(f"partition {name}: no {backend!r} partition compiler here; its nodes run on kernels")
+            notes.append(
+                f"partition {name}: no {backend!r} partition compiler here "
+                f"({_distribution_of(backend, distributions)}); its nodes run on kernels"
+            )
             continue
         saved[name] = (
             backend,
             tuple(record["node_names"]),
-            _bring_back(compiler, folder, record["record"], name, notes),
+            _bring_back(compiler, folder, record["record"], name, notes, options),
             record.get("note", ""),
         )
     return saved
 
 
-def _bring_back(compiler: Any, folder: pathlib.Path, record: Mapping[str, Any], name: str, notes: list[str]) -> Any:
+def _bring_back(
+    compiler: Any, folder: pathlib.Path, record: Mapping[str, Any], name: str, notes: list[str], options: Any
+) -> Any:
+    """bring_back(spec): the partition loaded from its files, else compiled again from the plan; None
+    where the backend's compiler fails at both (its nodes then run on kernels), after one warning. A
+    failure that may not pass (strict, or the backend pinned) raises the CompilerCrash."""
+    from opcore.graph.partition_guard import CompilerCrash, compile_timeout, guarded, raises_for, warn_partition
+
+    backend = compiler.backend
+
+    def declined(error: OpcoreError) -> None:
+        if isinstance(error, CompilerCrash) and raises_for(options, backend):
+            raise error
+        reason = getattr(error, "reason", None) or str(error)
+        if isinstance(error, CompilerCrash):
+            warn_partition(backend, "at load", reason, "its nodes run on kernels")
+        notes.append(
+            f"partition {name}: {backend} could neither load nor compile it ({reason}); its nodes run on kernels"
+        )
+
     def bring_back(spec: Any) -> Any:
+        timeout = compile_timeout()
         try:
-            return compiler.load(folder, record, spec)
+            return guarded(backend, name, "load", partial(compiler.load, folder, record, spec), timeout)
         except OpcoreError as error:
-            notes.append(f"partition {name}: loading its files failed ({error}); compiled again from the plan")
-            return compiler.compile(spec)
+            if isinstance(error, CompilerCrash) and raises_for(options, backend):
+                raise
+            reason = getattr(error, "reason", None) or str(error)
+            if isinstance(error, CompilerCrash):
+                warn_partition(backend, "at load", reason, "the partition is compiled again from the plan")
+            notes.append(f"partition {name}: loading its files failed ({reason}); compiled again from the plan")
+        try:
+            return guarded(backend, name, "compile", partial(compiler.compile, spec), timeout)
+        except OpcoreError as error:
+            declined(error)
+            return None
 
     return bring_back
 

@@ -36,11 +36,13 @@ from opcore.types import TensorMeta
 __all__ = [
     "HOOK",
     "CompiledPartition",
+    "CompilerReport",
     "PartNode",
     "PartitionCompiler",
     "PartitionError",
     "PartitionSpec",
     "ValueRef",
+    "compiler_reports",
     "compilers",
 ]
 
@@ -146,12 +148,23 @@ class PartitionError(Unsupported):
     'softmax(): partition p0 on openvino: node 3 (softmax) failed: no rule.'
     """
 
-    def __init__(self, partition: str, backend: str, reason: str, *, node: int | None = None, op: str | None = None):
+    def __init__(
+        self,
+        partition: str,
+        backend: str,
+        reason: str,
+        *,
+        node: int | None = None,
+        op: str | None = None,
+        headline: str | None = None,
+        fix: str | None = None,
+    ):
+        # headline: the whole message where the failure is not a compile's (a run, a load); fix: the remedy
         where = f"node {node} ({op}) failed: " if node is not None else "could not compile: "
         super().__init__(
-            f"partition {partition} on {backend}: {where}{reason}",
+            headline if headline is not None else f"partition {partition} on {backend}: {where}{reason}",
             op=op,
-            fix="the plan keeps these nodes out of the partition (see plan.explain())",
+            fix=fix or "the plan keeps these nodes out of the partition (see plan.explain())",
         )
         self.partition = partition
         self.backend = backend
@@ -194,24 +207,29 @@ class PartitionCompiler(Protocol):
         """The partition ``save`` wrote to ``folder`` (``record`` is what save returned)."""
 
 
-def compilers() -> Mapping[str, PartitionCompiler]:
-    """Every loaded backend's partition compiler, by backend name.
+@dataclass(frozen=True, slots=True)
+class CompilerReport:
+    """One loaded backend's answer to ``opcore_partition_compiler``: its compiler, or why there is none
+    (``reason`` empty and compiler None: the backend has no partition compiler)."""
 
-    A hook that raises or returns something else than a PartitionCompiler for its own backend is
-    logged and left out: the plan then runs that backend's nodes one kernel at a time.
+    backend: str
+    compiler: PartitionCompiler | None
+    reason: str = ""
 
-    >>> sorted(compilers())  # doctest: +SKIP
-    ['example', 'onnxruntime', 'openvino']
-    """
+
+def compiler_reports() -> list[CompilerReport]:
+    """Every loaded backend that implements the hook, with its compiler or why it gave none (the hook
+    raised, or returned something else than a PartitionCompiler for its own backend): logged once."""
     from opcore.runtime import runtime
 
     loader = runtime().ensure_loaded().loader
-    found: dict[str, PartitionCompiler] = {}
+    found: list[CompilerReport] = []
     for backend in sorted(loader.objects):
         try:
             compiler = loader.call_hook(backend, HOOK)
         except Exception as error:
             logger.warning("opcore: %s's %s() failed: %s: %s", backend, HOOK, type(error).__name__, error)
+            found.append(CompilerReport(backend, None, f"{HOOK}() raised {type(error).__name__}: {error}"))
             continue
         if compiler is None:
             continue
@@ -223,6 +241,20 @@ def compilers() -> Mapping[str, PartitionCompiler]:
                 compiler,
                 backend,
             )
+            reason = f"{HOOK}() returned {compiler!r}, not a PartitionCompiler with backend {backend!r}"
+            found.append(CompilerReport(backend, None, reason))
             continue
-        found[backend] = compiler
+        found.append(CompilerReport(backend, compiler))
     return found
+
+
+def compilers() -> Mapping[str, PartitionCompiler]:
+    """Every loaded backend's partition compiler, by backend name.
+
+    A hook that raises or returns something else than a PartitionCompiler for its own backend is
+    logged and left out: the plan then runs that backend's nodes one kernel at a time.
+
+    >>> sorted(compilers())  # doctest: +SKIP
+    ['example', 'onnxruntime', 'openvino']
+    """
+    return {r.backend: r.compiler for r in compiler_reports() if r.compiler is not None}

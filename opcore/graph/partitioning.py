@@ -10,19 +10,24 @@ per call and the copies at its boundary); it is compiled now, at plan time, and 
 can measure (``measuring.Measured``: at capture, on the example inputs) the estimate gives way to a
 time: the compiled partition is kept only where it runs faster than its nodes run per node. A compile failure
 takes the failing node out (found by the compiler, or by compiling prefixes) and groups the rest
-again, with the reason recorded on the node; nothing falls back silently at run time.
+again, with the reason recorded on the node. A compiler that fails otherwise (any other exception,
+no answer in time) or a partition that fails or breaks its spec is isolated as a kernel is
+(opcore.graph.partition_guard): declined with one warning, or a PartitionError where the plan is
+strict or pinned to the backend. Every group not kept says why on its nodes (explain).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from opcore.errors import OpcoreError, Unsupported
 from opcore.graph.ir import Graph, Node, ValueRef, refs_in
 from opcore.graph.measuring import Measured
 from opcore.graph.partition import CompiledPartition, PartitionCompiler, PartitionSpec, PartNode, compilers
+from opcore.graph.partition_guard import CompilerCrash, compile_timeout, guarded, raises_for, warn_partition
 from opcore.graph.planner import PARTITION_ONLY, Decision, Verdict, selection_verdicts
 from opcore.graph.ranges import ValueProof
 from opcore.graph.runner import Slot, Step
@@ -96,6 +101,15 @@ class PartitionRecord:
     compiled: CompiledPartition
     note: str = ""  # the cost rule's verdict, and any node a compile failure took out
     saved_record: dict[str, Any] = field(default_factory=dict)
+    # per output, its sizes (None: symbolic), for the check of the outputs (partition_guard.output_problem)
+    dims: tuple[tuple[int | None, ...], ...] = ()
+    # the partition's nodes run per node (made when the compiled partition fails while running);
+    # None: no per-node route was attached (a failure raises)
+    fallback: Callable[[], Callable[..., Any]] | None = None
+    # sizes computed at run time outside the partition that its nodes per node read (fed to the step)
+    sizes: tuple[str, ...] = ()
+    # a failure while running raises (strict, fallback=False, or backends= names this backend)
+    raises: bool = False
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -119,9 +133,12 @@ class PartitionRecord:
         }
 
     def step(self, slot_of: Mapping[str, int]) -> Step:
+        """The plan's step: the compiled partition, checked and guarded (opcore.graph.partition_guard)."""
+        from opcore.graph.partition_guard import partition_call
+
         return Step(
-            _torch_call(self.compiled, len(self.spec.outputs), self.where()),
-            tuple(Slot(slot_of[n]) for n in self.spec.inputs),
+            partition_call(self),
+            tuple(Slot(slot_of[n]) for n in (*self.spec.inputs, *self.sizes)),
             tuple(slot_of[n] for n in self.spec.outputs),
         )
 
@@ -132,39 +149,14 @@ class PartitionRecord:
         return f"partition {self.name} on {self.backend} (nodes {span}{count} nodes)"
 
 
-def _torch_call(compiled: CompiledPartition, outputs: int, where: str = "a partition") -> Callable[..., Any]:
-    """The compiled partition between torch tensors: numpy views in, tensors sharing the results out
-    (one tensor for a partition with one output, as a node's step stores it). A runtime's failure is
-    raised as it was (Unsupported: the runtime declined), its message naming the partition, its
-    backend and its nodes, with the runtime's own text in full (``run_failure``)."""
-    import numpy
-    import torch
+def record_of(
+    graph: Graph, spec: PartitionSpec, backend: str, nodes: Sequence[str], compiled: CompiledPartition, note: str
+) -> PartitionRecord:
+    """A PartitionRecord with the sizes its outputs must have (the graph's dims, symbols as None)."""
+    from opcore.graph.partition_guard import output_dims
 
-    from_numpy = torch.from_numpy
-
-    # contiguous() is the tensor itself where it already is; numpy.ascontiguousarray would turn a
-    # 0-D value (a scalar the graph computed) into shape (1,), which a runtime's model refuses
-    def as_array(t: Any) -> Any:
-        if type(t) is int:  # a size computed at run time (a 0-D int64 input)
-            return numpy.asarray(t, dtype=numpy.int64)
-        return t.contiguous().numpy()
-
-    def run(tensors: tuple[Any, ...]) -> Any:
-        try:
-            return compiled(*(as_array(t) for t in tensors))
-        except Unsupported as error:
-            raise run_failure(where, error) from error
-
-    def call(*tensors: Any) -> tuple[Any, ...]:
-        return tuple(from_numpy(a) for a in run(tensors))
-
-    if outputs != 1:
-        return call
-
-    def call_one(*tensors: Any) -> Any:
-        return from_numpy(run(tensors)[0])
-
-    return call_one
+    dims = output_dims(spec, lambda name: graph.values[name].dims or graph.meta(name).shape)
+    return PartitionRecord(spec.name, backend, tuple(nodes), spec, compiled, note, dims=dims)
 
 
 def run_failure(where: str, error: Unsupported) -> Unsupported:
@@ -224,6 +216,7 @@ def place_partitions(
     records: list[PartitionRecord] = []
     claimed: dict[str, Decision] = {}
     unchecked = unchecked or {}
+    timeout = compile_timeout()
     for backend, compiler in graph_backends(options):
         # nodes whose indices no range proves: their kernels check them, a partition would not
         unsafe = {
@@ -233,6 +226,8 @@ def place_partitions(
         }
         refused: dict[str, str] = {}
         slow: dict[str, str] = {}  # nodes of partitions measured slower than their nodes per node
+        unpaid: dict[str, str] = {}  # nodes of groups the estimated cost rule (or their size) left out
+        broken: dict[str, str] = {}  # every node the backend accepts, after its compiler crashed
         while True:
             taken = claimed.keys() | refused.keys() | slow.keys() | unsafe.keys()
             accepted = [
@@ -243,29 +238,53 @@ def place_partitions(
             groups = group_acyclic(graph, accepted)
             failed = False
             made: list[tuple[list[int], PartitionRecord]] = []
-            for group in groups:
-                nodes = [graph.nodes[i] for i in group]
-                spec = make_spec(graph, group, f"p{len(records) + len(made)}", constants, compiler)
-                small = large_enough(nodes)
-                ok, why = pays(nodes, len(spec.inputs) + len(spec.outputs)) if measured is None else (small is None, "")
-                if not ok:
-                    continue
-                try:
-                    compiled = compiler.compile(spec)
-                except OpcoreError as error:
-                    bad = _failing_node(compiler, spec, error)
-                    refused[nodes[bad].name] = f"{backend} could not compile it in a partition: {_reason(error)}"
-                    failed = True
-                    break
-                record = PartitionRecord(spec.name, backend, tuple(n.name for n in nodes), spec, compiled, why)
-                if measured is not None:
-                    faster, why = measured.partition(record, group)
-                    record.note = why
-                    if not faster:
-                        reason = f"{backend} partition of {len(nodes)} nodes not kept: {why}"
-                        slow.update((n.name, reason) for n in nodes)
+            unpaid.clear()
+            try:
+                for group in groups:
+                    nodes = [graph.nodes[i] for i in group]
+                    spec = make_spec(graph, group, f"p{len(records) + len(made)}", constants, compiler)
+                    small = large_enough(nodes)
+                    boundary = len(spec.inputs) + len(spec.outputs)
+                    ok, why = pays(nodes, boundary) if measured is None else (small is None, small or "")
+                    if not ok:
+                        reason = f"{backend} group of {len(nodes)} node{'s' * (len(nodes) != 1)} not kept: "
+                        reason += f"estimated cost: {why}" if measured is None else str(why)
+                        unpaid.update((n.name, reason) for n in nodes)
                         continue
-                made.append((group, record))
+                    try:
+                        compiled = guarded(backend, spec.name, "compile", partial(compiler.compile, spec), timeout)
+                    except CompilerCrash:
+                        raise
+                    except OpcoreError as error:
+                        bad = _failing_node(compiler, spec, error, timeout)
+                        refused[nodes[bad].name] = f"{backend} could not compile it in a partition: {_reason(error)}"
+                        failed = True
+                        break
+                    record = record_of(graph, spec, backend, [n.name for n in nodes], compiled, why)
+                    if measured is not None:
+                        try:
+                            faster, why = _timed(measured, record, group)
+                        except CompilerCrash as crash:  # this partition failed on the examples: it alone
+                            if raises_for(options, backend):
+                                raise
+                            warn_partition(backend, "at capture", crash.reason, "its nodes run on kernels")
+                            reason = f"{backend} partition of {len(nodes)} nodes failed on the example inputs"
+                            slow.update((n.name, f"{reason}: {crash.reason}") for n in nodes)
+                            continue
+                        record.note = why
+                        if not faster:
+                            reason = f"{backend} partition of {len(nodes)} nodes not kept: {why}"
+                            slow.update((n.name, reason) for n in nodes)
+                            continue
+                    made.append((group, record))
+            except CompilerCrash as crash:
+                if raises_for(options, backend):
+                    raise
+                warn_partition(backend, "at capture", crash.reason, "its nodes run on kernels")
+                reason = f"{backend}'s partition compiler failed, no partition of it is used: {crash.reason}"
+                broken = {graph.nodes[i].name: reason for i in accepted}
+                made, refused, slow, unpaid = [], {}, {}, {}
+                break
             if not failed:
                 break
         for group, record in made:
@@ -279,7 +298,10 @@ def place_partitions(
             for record in records:
                 if record.backend == backend:
                     record.note += "; left out after a compile failure: " + ", ".join(sorted(refused))
-        for name, reason in (*refused.items(), *slow.items(), *unsafe.items()):
+        rows = (*refused.items(), *slow.items(), *unsafe.items(), *unpaid.items(), *broken.items())
+        for name, reason in rows:
+            if name in claimed:
+                continue
             verdicts[name] = (*verdicts[name], Verdict(backend, "declined", reason, f"{backend} partition"))
     refusals = {
         name: tuple(v for v in rows if v.kernel.endswith(" partition"))
@@ -478,7 +500,13 @@ def _reason(error: Exception) -> str:
     return str(reason if reason else error).split(" Fix: ")[0]
 
 
-def _failing_node(compiler: PartitionCompiler, spec: PartitionSpec, error: Exception) -> int:
+def _timed(measured: Measured, record: PartitionRecord, group: Sequence[int]) -> tuple[bool, str]:
+    """``measured.partition``, its first run of the compiled partition checked (partition_guard): a
+    partition that fails or breaks its spec on the example inputs raises CompilerCrash."""
+    return measured.partition(record, group)  # record.fallback is None yet: a failure raises
+
+
+def _failing_node(compiler: PartitionCompiler, spec: PartitionSpec, error: Exception, timeout: float | None) -> int:
     """The index of the node that broke the compile: the compiler's word, else the shortest prefix
     that fails (bisected: log2(n) compiles)."""
     node = getattr(error, "node", None)
@@ -487,9 +515,12 @@ def _failing_node(compiler: PartitionCompiler, spec: PartitionSpec, error: Excep
     good, bad = 0, len(spec.nodes)  # prefix of `good` nodes compiles; of `bad` nodes fails
     while bad - good > 1:
         middle = (good + bad) // 2
+        part = spec.prefix(middle)
         try:
-            compiler.compile(spec.prefix(middle))
+            guarded(compiler.backend, part.name, "compile", partial(compiler.compile, part), timeout)
             good = middle
+        except CompilerCrash:
+            raise
         except OpcoreError:
             bad = middle
     return bad - 1
@@ -549,7 +580,9 @@ def _restore(
         group = [index[n] for n in node_names]
         spec = make_spec(graph, group, name, constants, compilers().get(backend))
         compiled = bring_back(spec)
-        record = PartitionRecord(name, backend, tuple(node_names), spec, compiled, note)
+        if compiled is None:  # its compiler failed to load and to compile it: its nodes run on kernels
+            continue
+        record = record_of(graph, spec, backend, node_names, compiled, note)
         records.append(record)
         for i in group:
             node = graph.nodes[i]

@@ -305,6 +305,8 @@ def assemble(
         if measured is None:
             route = None
             told.append(f"not measured, the estimated cost rule decided: {why}")
+    elif examples is not None and timer is not None and options.partitions and saved is None:
+        told.append(f"not measured: {_unguarded_why(options)}; the estimated cost rule kept or left out partitions")
     plan = _assemble(graph, constants, options, notes, saved, measured)
     plan.notes[:0] = told
     if measured is None or route is None:
@@ -357,15 +359,22 @@ def _guarded(options: PlanOptions) -> bool:
     return host and allowed and options.fallback and not _strict()
 
 
+def _unguarded_why(options: PlanOptions) -> str:
+    """Why ``_guarded`` said no, for the plan's note."""
+    if not (options.device == "cpu" or options.device.startswith("cpu")):
+        return f"a plan on {options.device} (graph runtimes take host arrays)"
+    if options.backends is not None and "cpu" not in options.backends:
+        return f"pinned backends ({', '.join(options.backends)}): the plan keeps what was asked for"
+    if not options.fallback:
+        return "fallback=False: the plan keeps what was asked for"
+    return "opcore.strict(): the plan keeps what was asked for"
+
+
 def _strict() -> bool:
     """Whether opcore.strict() (or OPCORE_STRICT) is in force: every node must run where it was asked to."""
-    from opcore.runtime import runtime
-    from opcore.settings import context_policy
+    from opcore.graph.partition_guard import strict_in_force
 
-    policy = context_policy.get()
-    if policy is not None and policy.strict is not None:
-        return policy.strict
-    return bool(runtime().ensure_loaded().settings.strict)
+    return strict_in_force()
 
 
 def _measure_on(
@@ -386,7 +395,6 @@ def _measure_on(
         return None, f"the torch route failed on the example inputs ({type(error).__name__}: {_first(error)})"
     values = {name: slots[i] for name, i in route.program.slot_of.items()}
     example = example_tensors(graph, constants)
-    allowed = frozenset(options.backends) if options.backends else None
     index = {node.name: i for i, node in enumerate(graph.nodes)}
 
     def alone(record: PartitionRecord) -> Program:
@@ -395,21 +403,59 @@ def _measure_on(
         return build_program(graph, [record], nothing, constants, record.inputs, record.outputs, group)
 
     def per_node(group: Sequence[int], inputs: Sequence[str], outputs: Sequence[str]) -> Any:
-        calls: list[NodeCall | None] = [None] * len(graph.nodes)
-        for i in group:
-            node = graph.nodes[i]
-            calls[i] = (
-                scalar_call(node)
-                if node.scalar
-                else plan_node(graph, node, example, order=options.backends, allowed=allowed, fallback=True)
-            )
-        # sizes computed before the group (a sym_size of layer 0 read in layer 1) are no partition
-        # input (the partition has its sizes built in) but its nodes per node read them
-        sizes = outside_sizes(graph, group, inputs)
-        program = build_program(graph, list(group), calls, constants, [*inputs, *sizes], outputs, group)
+        program, sizes = nodes_program(graph, group, constants, options, example, inputs, outputs)
         return SizesFed(program, [values[name] for name in sizes]) if sizes else program
 
     return Measured(values, timer, alone, per_node), ""
+
+
+def nodes_program(
+    graph: Graph,
+    group: Sequence[int],
+    constants: Mapping[str, Any],
+    options: PlanOptions,
+    example: Any,
+    inputs: Sequence[str],
+    outputs: Sequence[str],
+) -> tuple[Program, list[str]]:
+    """The nodes ``group`` run per node on their ranked kernels, from ``inputs`` then the sizes they
+    read besides (returned second: computed before the group, a sym_size of layer 0 read in layer 1,
+    which a partition has built in) to ``outputs``."""
+    allowed = frozenset(options.backends) if options.backends else None
+    calls: list[NodeCall | None] = [None] * len(graph.nodes)
+    for i in group:
+        node = graph.nodes[i]
+        calls[i] = (
+            scalar_call(node)
+            if node.scalar
+            else plan_node(graph, node, example, order=options.backends, allowed=allowed, fallback=True)
+        )
+    sizes = outside_sizes(graph, group, inputs)
+    return build_program(graph, list(group), calls, constants, [*inputs, *sizes], outputs, group), sizes
+
+
+def _per_node_route(graph: Graph, record: Any, constants: Mapping[str, Any], options: PlanOptions, example: Any) -> Any:
+    """Attach to partition ``record`` the per-node route of its nodes (made when first needed: its
+    compiled partition failed while running) and whether such a failure raises instead."""
+    from opcore.graph.partition_guard import raises_for
+
+    index = {node.name: i for i, node in enumerate(graph.nodes)}
+    group = [index[name] for name in record.nodes]
+    record.sizes = tuple(outside_sizes(graph, group, record.inputs))
+    record.raises = raises_for(options, record.backend)
+
+    def fallback() -> Any:
+        program, _ = nodes_program(graph, group, constants, options, example, record.inputs, record.outputs)
+        single = len(record.outputs) == 1
+
+        def run(*tensors: Any) -> Any:
+            found = program.run(list(tensors))
+            return found[0] if single else tuple(found)
+
+        return run
+
+    record.fallback = fallback
+    return record
 
 
 def outside_sizes(graph: Graph, group: Sequence[int], inputs: Sequence[str]) -> list[str]:
@@ -481,6 +527,8 @@ def _assemble(
         partitions, claimed, refusals = place_partitions(
             graph, constants, options, example, saved, measured, proof, unchecked
         )
+    for record in partitions:
+        _per_node_route(graph, record, constants, options, example)
     calls: list[NodeCall | None] = []
     for node in graph.nodes:
         if node.name in claimed:

@@ -23,11 +23,14 @@ if TYPE_CHECKING:
     from opcore.testing.coverage import Coverage
     from opcore.testing.records import ErrorInput, OpEntry, Sample
 
-__all__ = ["BackendCase", "ErrorCase", "SampleCase"]
+__all__ = ["BackendCase", "ErrorCase", "PartitionErrorCase", "SampleCase"]
 
 OPTION = "--opcore-backend"
 ALL = "all"
-_FIXTURES = ("opcore_sample_case", "opcore_error_case", "opcore_backend_case")
+_FIXTURES = (
+    "opcore_sample_case", "opcore_error_case", "opcore_backend_case", "opcore_partition_case",
+    "opcore_partition_error_case",
+)  # fmt: skip
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -146,6 +149,34 @@ class _KitSession:
                     if case.raised_by == "meta" or covered:
                         yield ErrorCase(backend, entry, case)
 
+    def partition_cases(self) -> Iterator[Any]:
+        """Graphs for each backend's partition compiler (opcore.testing.partitions); none without one."""
+        from opcore.testing.partitions import partition_cases
+
+        for backend in self.run:
+            yield from partition_cases(backend)
+
+    def partition_error_cases(self) -> Iterator[Any]:
+        from opcore.graph.partition import compilers
+        from opcore.testing.partitions import PARTITION_ERRORS
+
+        found = compilers()
+        for backend in self.run:
+            if backend in found:
+                yield from (PartitionErrorCase(backend, kind) for kind in PARTITION_ERRORS)
+
+
+@dataclass(frozen=True)
+class PartitionErrorCase:
+    """A partition-specific case (opcore.testing.partitions.PARTITION_ERRORS) on one backend's compiler."""
+
+    backend: str
+    kind: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.backend}-{self.kind.replace(' ', '-')}"
+
 
 _SESSION = pytest.StashKey[_KitSession]()
 
@@ -171,11 +202,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     session = kit_session(metafunc.config)
     session.used = True
     for name in wanted:
-        cases: list[Any] = list(
-            {"opcore_sample_case": session.sample_cases, "opcore_error_case": session.error_cases}.get(
-                name, lambda: session.cases
-            )()
-        )
+        makers = {
+            "opcore_sample_case": session.sample_cases,
+            "opcore_error_case": session.error_cases,
+            "opcore_partition_case": session.partition_cases,
+            "opcore_partition_error_case": session.partition_error_cases,
+        }
+        cases: list[Any] = list(makers.get(name, lambda: session.cases)())
         metafunc.parametrize(name, cases, ids=[case.id for case in cases])
 
 

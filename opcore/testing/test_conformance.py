@@ -1,6 +1,7 @@
 """The conformance tests: what ``pytest --pyargs opcore.testing --opcore-backend NAME`` collects.
 
-Each sample and error input of every op the backend claims becomes one test; ops the backend
+Each sample and error input of every op the backend claims becomes one test, and where the
+backend has a partition compiler, graphs of those ops compiled by it (test_partition); ops the backend
 has no kernel for are listed as not covered in the coverage lines, and samples it declines are
 skipped with the reason, so nothing passes silently.
 """
@@ -58,6 +59,33 @@ def test_error_input(opcore_error_case, opcore_coverage) -> None:
     if failure:
         pytest.fail(failure, pytrace=False)
     opcore_coverage.record(case.backend, "error", case.entry.op, outcome)
+    if outcome.status is not Status.PASSED:
+        pytest.skip(f"{outcome.status}: {outcome.reason}")
+
+
+def test_partition(opcore_partition_case) -> None:
+    """A backend's partition compiler compiles the op (alone, and between two other nodes) from the
+    kit's samples, runs it as the reference does, saves it and loads it back (opcore.testing.partitions)."""
+    from opcore.testing.partitions import check_partition
+
+    try:
+        outcome = check_partition(opcore_partition_case)
+    except ConformanceError as error:
+        pytest.fail(str(error), pytrace=False)
+    if outcome.status is not Status.PASSED:
+        pytest.skip(f"{outcome.status}: {outcome.reason}")
+
+
+def test_partition_error(opcore_partition_error_case) -> None:
+    """A node the compiler does not claim is refused with a PartitionError naming it; an empty tensor
+    and a dynamic axis work or are refused with a PartitionError."""
+    from opcore.testing.partitions import check_partition_error
+
+    case = opcore_partition_error_case
+    try:
+        outcome = check_partition_error(case.backend, case.kind)
+    except ConformanceError as error:
+        pytest.fail(str(error), pytrace=False)
     if outcome.status is not Status.PASSED:
         pytest.skip(f"{outcome.status}: {outcome.reason}")
 

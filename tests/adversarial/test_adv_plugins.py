@@ -207,21 +207,52 @@ def test_the_deep_doctor_finds_bad_string_kernels(install, tmp_path: Path) -> No
 
 
 def test_a_name_claimed_by_two_distributions_serves_neither(install) -> None:
-    install(
-        "cpu",
-        _spec("cpu")
-        + _relu_kernels("registrar.add_kernel('relu', lambda x: numpy.full_like(x, 7.0), dtypes=['float32'])"),
-        dist="aaa-fake-cpu",
-    )
+    sevens = "registrar.add_kernel('relu', lambda x: numpy.full_like(x, 7.0), dtypes=['float32'])"
+    install("advtwin", _spec("advtwin") + _relu_kernels(sevens), dist="aaa-twin-one")
+    install("advtwin", _spec("advtwin") + _relu_kernels(), dist="bbb-twin-two")
     found = {r.name: r for r in opcore.backends()}
-    assert found["cpu"].status is PluginStatus.FAILED and "claimed by 2 distributions" in found["cpu"].reason
-    other = next(r for n, r in found.items() if n.startswith("cpu ["))
-    assert other.status is PluginStatus.FAILED and "aaa-fake-cpu" in found["cpu"].reason + other.reason
-    with pytest.raises(opcore.PluginError, match="'cpu'"):
-        opcore.run("relu", X, backend="cpu")
+    assert found["advtwin"].status is PluginStatus.FAILED and "claimed by 2 distributions" in found["advtwin"].reason
+    other = next(r for n, r in found.items() if n.startswith("advtwin ["))
+    assert other.status is PluginStatus.FAILED and "aaa-twin-one" in found["advtwin"].reason + other.reason
+    with pytest.raises(opcore.PluginError, match="'advtwin'"):
+        opcore.run("relu", X, backend="advtwin")
     numpy.testing.assert_array_equal(opcore.run("relu", X), RELU)  # never the impostor's sevens
     with opcore.strict():
         numpy.testing.assert_array_equal(opcore.run("relu", X), RELU)
+
+
+@pytest.mark.parametrize("name", ["cpu", "reference", "onnxruntime"])
+def test_a_reserved_name_is_refused_to_another_distribution(install, name: str) -> None:
+    """A vendor's backend calling itself cpu (or reference, ...) is refused, naming both distributions
+    and the fix; opcore's own backend of that name goes on serving, and default calls never reach the impostor."""
+    sevens = "registrar.add_kernel('relu', lambda x: numpy.full_like(x, 7.0), dtypes=['float32'])"
+    install(name, _spec(name) + _relu_kernels(sevens), dist="aaa-fake-vendor")
+    found = {r.name: r for r in opcore.backends()}
+    impostor = next(r for r in found.values() if r.distribution == "aaa-fake-vendor")
+    assert impostor.status is PluginStatus.FAILED
+    owner = {"cpu": "opcore-cpu", "reference": "opcore", "onnxruntime": "opcore-onnxruntime"}[name]
+    assert f"reserved for opcore's distribution {owner}" in impostor.reason
+    assert "aaa-fake-vendor 1.0" in impostor.reason and "OPCORE_DISABLE=aaa-fake-vendor" in impostor.reason
+    if name in found and found[name].distribution is not None and found[name].distribution != "aaa-fake-vendor":
+        assert found[name].status in (PluginStatus.LOADED, PluginStatus.UNAVAILABLE), found[name]
+    numpy.testing.assert_array_equal(opcore.run("relu", X), RELU)  # never the impostor's sevens
+    if found.get("reference") is not None and found["reference"].status is PluginStatus.LOADED:
+        numpy.testing.assert_array_equal(opcore.run("relu", X, backend="reference"), RELU)
+
+
+def test_a_copied_example_left_unrenamed_is_named_as_such(install, tmp_path: Path) -> None:
+    install("example", _spec("example") + _relu_kernels(), dist="acme-accel")
+    found = {r.name: r for r in opcore.backends()}
+    copy = next(r for r in found.values() if r.distribution == "acme-accel")
+    assert copy.status is PluginStatus.FAILED and "reserved" in copy.reason  # its module is its own: a reserved name
+    info = next(tmp_path.glob("acme_accel-*.dist-info"))
+    (info / "entry_points.txt").write_text("[opcore.backends]\nexample = opcore_example_vendor.plugin\n")
+    importlib.invalidate_caches()
+    opcore.reload_plugins()
+    found = {r.name: r for r in opcore.backends()}
+    copy = next(r for r in found.values() if r.distribution == "acme-accel")
+    assert "the example plugin's own, copied and not renamed" in copy.reason, copy.reason
+    assert "rename the entry point" in copy.reason
 
 
 def test_the_user_chooses_by_disabling_a_distribution(install, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -282,3 +313,41 @@ def test_the_doctor_exit_status_says_whether_calls_will_fail(case: str) -> None:
         assert "'bogus', which no installed plugin or distribution provides" in result.out
     if status == 1 and "STRICT" not in case:
         assert "calls will fail" in result.out or "every call fails" in result.out
+
+
+def test_explain_never_names_a_broken_kernel(install) -> None:
+    install(
+        "advref",
+        _spec("advref")
+        + _relu_kernels("registrar.add_kernel('relu', 'opcore.reference.linear:linear', dtypes=['float32'])"),
+    )
+    told = opcore.explain("relu", X)
+    assert told.backend != "advref", str(told)
+    row = next(c for c in told.candidates if c.backend == "advref")
+    assert row.status.value == "failed" and "cannot take 1 positional arguments" in row.reason
+
+
+COMPILER_HOOK = """
+@opcore.hookimpl
+def opcore_partition_compiler():
+    raise RuntimeError("no accelerator board")
+"""
+
+
+def test_the_doctor_lists_partition_compilers_and_fails_on_a_broken_one(install, tmp_path: Path) -> None:
+    install("advgraph", _spec("advgraph") + _relu_kernels() + COMPILER_HOOK)
+    env = {"PYTHONPATH": f"{tmp_path}{':' + sys.path[0]}", "OPCORE_DISABLE": "cpu,cuda,onnxruntime,openvino"}
+    result = run_cli("doctor", "--quick", env=env)
+    assert result.status == 1, result.out[-2000:]
+    assert (
+        "partition compiler  does not load: opcore_partition_compiler() raised RuntimeError: no accelerator board"
+        in (result.out)
+    )
+    import json
+
+    document = json.loads(run_cli("doctor", "--quick", "--json", env=env).out)
+    rows = {p["name"]: p["partition_compiler"] for p in document["plugins"]}
+    assert rows["advgraph"] == {"ops": [], "loads": False, "error": rows["advgraph"]["error"]}
+    assert "no accelerator board" in rows["advgraph"]["error"]
+    if "example" in rows and rows["example"] is not None:  # the example vendor, where installed
+        assert rows["example"]["loads"] and {"silu", "example.swiglu"} <= set(rows["example"]["ops"])

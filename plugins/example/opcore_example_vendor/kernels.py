@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy
 
-__all__ = ["silu", "swiglu"]
+__all__ = ["clamp", "silu", "swiglu"]
 
 
 def silu(x: numpy.ndarray) -> numpy.ndarray:
@@ -24,3 +24,15 @@ def swiglu(x: numpy.ndarray, gate: numpy.ndarray) -> numpy.ndarray:
     with numpy.errstate(all="ignore"):
         out = x.astype(compute, copy=False) * (g / (1.0 + numpy.exp(-g)))
     return numpy.asarray(out).astype(x.dtype, copy=False)
+
+
+def clamp(x: numpy.ndarray, min: float | None, max: float | None) -> numpy.ndarray:
+    """min(max(x, min), max) for Python-number bounds (the checker declines tensor ones); None: no bound.
+    NaN stays NaN, and min > max gives max, as torch.clamp."""
+    out = x
+    with numpy.errstate(all="ignore"):
+        if min is not None:
+            out = numpy.maximum(out, numpy.asarray(min, dtype=x.dtype))
+        if max is not None:
+            out = numpy.minimum(out, numpy.asarray(max, dtype=x.dtype))
+    return numpy.asarray(out, dtype=x.dtype)

@@ -40,6 +40,15 @@ def contiguous_only(x: TensorMeta) -> bool | str:
     return True if x.is_contiguous else "example's silu takes contiguous inputs only"
 
 
+def scalar_bounds(x: TensorMeta, min: object, max: object) -> bool | str:
+    """Accept bounds that are Python numbers or None (an attribute of the node, in a partition)."""
+    if isinstance(min, TensorMeta) or isinstance(max, TensorMeta):
+        return "example's clamp takes number bounds only"
+    if isinstance(min, complex) or isinstance(max, complex):
+        return "example's clamp takes real bounds only"
+    return True
+
+
 @opcore.hookimpl
 def opcore_backend() -> BackendSpec:
     return BackendSpec(
@@ -72,11 +81,15 @@ def opcore_register_kernels(registrar: Registrar) -> None:
     registrar.add_kernel(
         "example.swiglu", "opcore_example_vendor.kernels:swiglu", dtypes=["float16", "float32", "float64"]
     )
+    # an op with attributes and optional (None) arguments: clamp(x, min=None, max=None)
+    registrar.add_kernel(
+        "clamp", "opcore_example_vendor.kernels:clamp", dtypes=["float32", "float64"], checker=scalar_bounds
+    )
 
 
 @opcore.hookimpl
 def opcore_partition_compiler() -> PartitionCompiler:
-    """Runs of captured silu / example.swiglu nodes as one partition (optional: a backend without
+    """Runs of captured silu / example.swiglu / clamp nodes as one partition (optional: a backend without
     this hook still runs every node its kernels accept, one at a time)."""
     from opcore_example_vendor.partition import ExampleCompiler
 

@@ -36,6 +36,21 @@ def test_swiglu_conforms(sample):
     assert outcome.status is Status.PASSED
 
 
+@pytest.mark.parametrize("sample", samples_of(entry("clamp")), ids=lambda s: s.id)
+def test_clamp_conforms(sample):
+    outcome = check_sample(BACKEND, entry("clamp"), sample)
+    if outcome.status is Status.DECLINED:
+        # float32/float64 with number (or absent) bounds: tensor bounds and other dtypes are declined
+        from opcore.testing.records import TensorInput
+
+        bounds = (*sample.args[1:], *sample.kwargs.values())
+        tensor_bound = any(isinstance(a, TensorInput) for a in bounds)
+        dtypes = {t.dtype.value for t in sample.tensors()}
+        assert tensor_bound or dtypes - {"float32", "float64"}, outcome.reason
+        pytest.skip(outcome.reason)
+    assert outcome.status is Status.PASSED, outcome.reason
+
+
 @pytest.mark.parametrize("case", error_inputs_of(entry("example.swiglu")), ids=lambda c: c.id)
 def test_swiglu_errors(case):
     assert check_error(BACKEND, entry("example.swiglu"), case).status is Status.PASSED
@@ -67,3 +82,13 @@ def test_silu_outranks_backends_below_250_and_declines_non_contiguous_inputs():
 def test_the_backend_reports_itself():
     report = next(r for r in opcore.backends() if r.name == BACKEND)
     assert report.ok and report.backend.priority == 150 and report.contract_count == 1
+
+
+def test_the_partition_compiler_passes_the_kit():
+    """Every sample of every op the example's compiler claims, as one-node and chained partitions
+    (opcore.testing.partitions: compiled, run, compared, saved, loaded), and the error cases."""
+    from opcore.testing.partitions import PARTITION_ERRORS, check_partition, check_partition_error, partition_cases
+
+    statuses = [check_partition(case).status for case in partition_cases(BACKEND, samples=None)]
+    assert statuses.count(Status.PASSED) >= 20, statuses
+    assert all(check_partition_error(BACKEND, kind).status is Status.PASSED for kind in PARTITION_ERRORS)

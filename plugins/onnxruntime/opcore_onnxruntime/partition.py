@@ -132,7 +132,27 @@ def compile_partition(spec: PartitionSpec, chain_of: Callable[[str], Any]) -> On
     return compile_or_locate(spec, lambda part: _compile(part, chain_of), BACKEND)  # type: ignore[no-any-return]
 
 
+# ops whose ONNX Runtime kernels fail at run time on an empty input that the model compiles with
+# (LayerNormalization and RMSNormalization over a 0-size axis; found by the kit's partition cases)
+EMPTY_FAILS = frozenset({"layer_norm", "rms_norm"})
+
+
+def _refuse_empty(spec: PartitionSpec) -> None:
+    """A node of EMPTY_FAILS reading a value of a static size 0 is refused; its one-op kernel takes it
+    (the result comes from the contract's meta where the model cannot run)."""
+    for index, node in enumerate(spec.nodes):
+        if node.op not in EMPTY_FAILS:
+            continue
+        for name in node.refs():
+            meta = spec.metas.get(name)
+            if meta is not None and 0 in meta.shape:
+                raise PartitionError(
+                    spec.name, BACKEND, f"value {name!r} is empty (shape {meta.shape})", node=index, op=node.op
+                )
+
+
 def _compile(spec: PartitionSpec, chain_of: Callable[[str], Any]) -> OnnxPartition:
+    _refuse_empty(spec)
     opset, ir_version = target_opset()
     graph = Graph(spec.name, opset, ir_version)
     outputs = _results(graph, spec, chain_nodes(graph, spec, chain_of, BACKEND))
