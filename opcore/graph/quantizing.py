@@ -144,7 +144,7 @@ def quantize_linears(
     notes = [
         f"weights {spec.describe()}: {counts['int4']} linear(s) int4, {counts['int8']} int8"
         + (" (the logits' linear kept at int8, as NNCF does)" if logits and spec.bits == 4 else "")
-        + (f"; float: {', '.join(kept[:6])}{' ...' if len(kept) > 6 else ''}" if kept else "")
+        + (f"; {len(kept)} kept float (exclude={list(spec.exclude)} or not a 2-D float weight)" if kept else "")
     ]
     return quantized, notes
 
