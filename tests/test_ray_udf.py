@@ -53,6 +53,7 @@ def ragged(rows: list[numpy.ndarray]) -> numpy.ndarray:
 
 def test_numpy_batches_give_what_the_plan_gives_in_process(plans):
     x = features(7)
+    x.setflags(write=False)  # as Ray's zero-copy batches come
     predict = PlanPredictor(plans / "mlp", threads=1)
     out = predict({"id": numpy.arange(7), "input": x, "note": numpy.array(list("abcdefg"))})
     want = opcore.graph.load(plans / "mlp")(torch.from_numpy(x)).numpy()
@@ -82,7 +83,9 @@ def test_a_static_batch_plan_runs_any_number_of_rows_padded(plans):
     x = features(6)  # captured with 4 rows: 4, then 2 padded to 4
     out = PlanPredictor(plans / "static", threads=1)({"id": numpy.arange(6), "input": x})
     plan = opcore.graph.load(plans / "static")
-    want = numpy.concatenate([plan(torch.from_numpy(x[:4])).numpy(), plan(torch.from_numpy(x[[4, 5, 5, 5]]))[:2].numpy()])
+    want = numpy.concatenate(
+        [plan(torch.from_numpy(x[:4])).numpy(), plan(torch.from_numpy(x[[4, 5, 5, 5]]))[:2].numpy()]
+    )
     numpy.testing.assert_allclose(out["output"], want, rtol=1e-6, atol=1e-6)
 
 
@@ -161,7 +164,9 @@ def test_generation_gives_each_prompt_what_generate_gives_it_alone(plans):
 
 def test_a_prompt_too_long_for_the_cache_fails_naming_its_row(plans):
     too_long = [*prompts()[:2], numpy.arange(20, dtype=numpy.int64)]
-    with pytest.raises(RowError, match=r"row id 2: 20 prompt tokens \+ max_new_tokens 6 exceed the captured max_length 24"):
+    with pytest.raises(
+        RowError, match=r"row id 2: 20 prompt tokens \+ max_new_tokens 6 exceed the captured max_length 24"
+    ):
         GenerationPredictor(plans / "tiny.lm", threads=1, max_new_tokens=6)(
             {"id": numpy.arange(3), "input_ids": ragged(too_long)}
         )

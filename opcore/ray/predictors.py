@@ -190,9 +190,7 @@ class PlanPredictor(_Rows):
         return self._finish(batch, self.inputs, outputs, errors)
 
     def _prepare(self, values: list[Any], row_id: Any) -> tuple[list[Any] | None, str | None]:
-        """The row's inputs as tensors of the captured dtypes, or why the row cannot run."""
-        import torch
-
+        """The row's inputs, or why the row cannot run (another rank, size or kind of dtype than captured)."""
         tensors = []
         for name, info, value in zip(self.inputs, self.infos, values):
             if info.meta is None:
@@ -211,7 +209,7 @@ class PlanPredictor(_Rows):
                     f"row id {row_id!r}: column {name!r} expected a row of shape {expected} ({info.meta.dtype.value}, "
                     f"as captured), found shape {list(found)} ({value.dtype})"
                 )
-            tensors.append(torch.as_tensor(numpy.ascontiguousarray(value)).to(dtype))
+            tensors.append(value)  # stacked per call: one copy, writable (Ray's batches may be read-only)
         return tensors, None
 
     def _run(self, chunk: list[int], rows: list[list[Any] | None], results: list[list[Any] | None]) -> None:
@@ -224,7 +222,11 @@ class PlanPredictor(_Rows):
         args = []
         for position, info in enumerate(self.infos):
             values = [rows[i][position] for i in padded]  # type: ignore[index]
-            args.append(torch.stack(values).to(plan.options.device) if info.meta is not None else values[0])
+            if info.meta is None:
+                args.append(values[0])
+            else:
+                stacked = torch.from_numpy(numpy.stack(values))
+                args.append(stacked.to(device=plan.options.device, dtype=info.meta.dtype.to_torch()))
         flat = _pytree.tree_leaves(plan(*args))
         for number, out in enumerate(flat):
             if not isinstance(out, torch.Tensor) or out.dim() == 0 or out.shape[0] != len(padded):
@@ -344,7 +346,7 @@ class GenerationPredictor(_Rows):
         ids = torch.full((len(chunk), longest), self.pad, dtype=torch.long)
         mask = torch.zeros((len(chunk), longest), dtype=torch.long)
         for row, index in enumerate(chunk):
-            prompt = torch.as_tensor(numpy.asarray(prompts[index], dtype=numpy.int64))
+            prompt = torch.tensor(prompts[index], dtype=torch.long)  # a copy: Ray's batches may be read-only
             ids[row, longest - len(prompt) :] = prompt
             mask[row, longest - len(prompt) :] = 1
         out = self.loaded.generate(ids, mask, max_new_tokens=self.max_new_tokens, **self.options)
