@@ -5,8 +5,8 @@ against the same UDF in this process, at the same threads.
 
 Rows:
   warm throughput: rows/s of one actor (batches sent as one object-store ref, two calls in flight, as
-    Ray Data keeps an actor busy) against PlanPredictor called in this process, median of --rounds
-    rounds of --calls calls each. Target: actor >= 0.9x in-process.
+    Ray Data keeps an actor busy) against PlanPredictor called in this process, medians of --rounds
+    rounds of --calls calls each, the two taking turns. Target: actor >= 0.9x in-process.
   cold start: an actor from ``.remote()`` to ready (its worker's imports and the plan's load)
     against a fresh Python's ``import torch, opcore.graph`` plus ``opcore.graph.load`` (median of 3).
     Target: actor <= 2x in-process.
@@ -114,20 +114,32 @@ def batch_of(rows: int, width: int) -> dict[str, numpy.ndarray]:
     return {"id": numpy.arange(rows), "input": x}
 
 
-def in_process_seconds(path: pathlib.Path, batch: dict[str, Any], threads: int, calls: int, rounds: int) -> float:
-    """Median seconds per call of PlanPredictor in this process, at ``threads``."""
+def in_process_round(predict: Any, batch: dict[str, Any], calls: int) -> float:
+    """Seconds per call of ``calls`` calls of the UDF in this process."""
+    started = time.perf_counter()
+    for _ in range(calls):
+        predict(batch)
+    return (time.perf_counter() - started) / calls
+
+
+def warm_seconds(path: pathlib.Path, batch: dict[str, Any], options: argparse.Namespace) -> tuple[float, float]:
+    """Median seconds per call in this process and in one actor, at the same threads; their rounds
+    interleaved, so that the machine's drift (a shared machine) hits both alike."""
+    import ray
+
     from opcore.ray import PlanPredictor
 
-    predict = PlanPredictor(path, threads=threads, metadata=False)
-    for _ in range(3):
-        predict(batch)
-    per_round = []
-    for _ in range(rounds):
-        started = time.perf_counter()
-        for _ in range(calls):
-            predict(batch)
-        per_round.append((time.perf_counter() - started) / calls)
-    return statistics.median(per_round)
+    predict = PlanPredictor(path, threads=options.threads, metadata=False)
+    actor = actor_class().options(num_cpus=options.threads).remote(path, threads=options.threads, metadata=False)
+    batch_ref = ray.put(batch)
+    in_process_round(predict, batch, 3)
+    drive([actor], batch_ref, 3)
+    here, away = [], []
+    for _ in range(options.rounds):
+        here.append(in_process_round(predict, batch, options.calls))
+        away.append(drive([actor], batch_ref, options.calls) / options.calls)
+    ray.kill(actor)
+    return statistics.median(here), statistics.median(away)
 
 
 def actor_class() -> Any:
@@ -162,12 +174,6 @@ def drive(actors: list[Any], batch_ref: Any, calls: int, in_flight: int = 2) -> 
             owner[actor.run.remote(batch_ref)] = actor
             left[actor] -= 1
     return time.perf_counter() - started
-
-
-def actor_seconds(actor: Any, batch_ref: Any, calls: int, rounds: int) -> float:
-    """Median seconds per call of one actor (median of ``rounds`` rounds of ``calls`` calls)."""
-    drive([actor], batch_ref, 3)
-    return statistics.median(drive([actor], batch_ref, calls) / calls for _ in range(rounds))
 
 
 def cold_start_actor(path: pathlib.Path, threads: int) -> float:
@@ -226,7 +232,7 @@ def scaling(path: pathlib.Path, batch: dict[str, Any], options: argparse.Namespa
             bandwidth = read_bandwidth("cpu", 512)
             calls_per_s = row.actors * options.calls / wall
             scale += f"; {calls_per_s * weights / bandwidth:.2f} of {bandwidth / 1e9:.1f} GB/s"
-        rows.append((label, f"{rows_per_s:,.0f} rows/s", f"{wall / options.calls * 1e3:.1f} ms/call", scale))
+        rows.append((label, f"{rows_per_s:,.0f}", f"{wall / options.calls * 1e3:.1f} ms", scale))
     return rows
 
 
@@ -243,10 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cold_in = statistics.median(cold_load_in_process(path, options.threads) for _ in range(3))
         cold_actor = statistics.median(cold_start_actor(path, options.threads) for _ in range(3))
-        here = in_process_seconds(path, batch, options.threads, options.calls, options.rounds)
-        actor = actor_class().options(num_cpus=options.threads).remote(path, threads=options.threads, metadata=False)
-        away = actor_seconds(actor, ray.put(batch), options.calls, options.rounds)
-        ray.kill(actor)
+        here, away = warm_seconds(path, batch, options)
         print(
             f"bench/on_ray.py: model {options.model} ({model_parameters(options.model) / 1e6:.1f}M parameters), "
             f"batch {options.batch} rows, {options.threads} thread(s) (torch {torch.get_num_threads()} here), "
@@ -262,21 +265,21 @@ def main(argv: list[str] | None = None) -> int:
                         "warm throughput (rows/s)",
                         f"{options.batch / here:,.0f}",
                         f"{options.batch / away:,.0f}",
-                        f"{warm:.2f}x",
+                        f"{warm:.3f}x",
                         f">= {TARGET_WARM}x: {'met' if warm >= TARGET_WARM else 'NOT met'}",
                     ),
                     (
                         "cold start (import + load, s)",
                         f"{cold_in:.2f}",
                         f"{cold_actor:.2f}",
-                        f"{cold:.2f}x",
+                        f"{cold:.3f}x",
                         f"<= {TARGET_COLD}x: {'met' if cold <= TARGET_COLD else 'NOT met'}",
                     ),
                 ],
             )
         )
         print()
-        print(table(("scaling", "rows/s", "per call", "vs one actor"), scaling(path, batch, options)))
+        print(table(("scaling", "rows/s (all actors)", "wall / calls", "vs one actor"), scaling(path, batch, options)))
     finally:
         ray.shutdown()
     return 0

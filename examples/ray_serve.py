@@ -35,7 +35,9 @@ def serve_demo(lm_source: Any, *, replicas: int = 1, max_new_tokens: int = 8, po
     streamed = []
     for prompt in PROMPTS:
         tokens = []
-        for token in handle.options(stream=True).stream.remote(prompt, max_new_tokens=max_new_tokens):
+        # stream=True: a DeploymentResponseGenerator, iterated as the replica yields
+        responses: Any = handle.options(stream=True).stream.remote(prompt, max_new_tokens=max_new_tokens)
+        for token in responses:
             tokens.append(token)  # each as the replica makes it
         print(f"  handle: {prompt} -> {tokens}")
         streamed.append(tokens)
