@@ -53,9 +53,10 @@ def ragged(rows: list[numpy.ndarray]) -> numpy.ndarray:
 
 def test_numpy_batches_give_what_the_plan_gives_in_process(plans):
     x = features(7)
-    x.setflags(write=False)  # as Ray's zero-copy batches come
+    frozen = x.copy()
+    frozen.setflags(write=False)  # as Ray's zero-copy batches come: torch warns on them (an error here)
     predict = PlanPredictor(plans / "mlp", threads=1)
-    out = predict({"id": numpy.arange(7), "input": x, "note": numpy.array(list("abcdefg"))})
+    out = predict({"id": numpy.arange(7), "input": frozen, "note": numpy.array(list("abcdefg"))})
     want = opcore.graph.load(plans / "mlp")(torch.from_numpy(x)).numpy()
     assert set(out) == {"id", "note", "output", "opcore_actor", "opcore_load_id", "opcore_fingerprint_changes",
                         "opcore_threads"}  # fmt: skip
