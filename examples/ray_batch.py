@@ -101,7 +101,7 @@ def demo(plan_source: Any, lm_source: Any) -> tuple[list[dict], list[dict]]:
     for actor, (changes, threads) in actors.items():
         fingerprint = f"differs: {changes} (partitions recompiled)" if changes else "as saved"
         print(f"  {actor}: {threads} thread(s), fingerprint {fingerprint}")
-    print("  row 0:", numpy.round(out[0]["output"], 4).tolist())
+    print("  row 0:", [round(float(v), 4) for v in out[0]["output"]])
 
     started = time.perf_counter()
     generated = run_generation(lm_source)
