@@ -202,3 +202,50 @@ def test_the_core_never_imports_ray(plans):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_a_stored_plan_is_written_out_once_per_node_and_loads(plans, tmp_path, monkeypatch):
+    from opcore.ray.sources import PlanInStore, resolve
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    folder = plans / "mlp"
+    files = {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    stored = PlanInStore(files, "mlp.plan", "0" * 64)  # on a worker, files is what ray.get gives
+    written = resolve(stored, "PlanPredictor")
+    assert written == tmp_path / "opcore-ray" / ("0" * 64) / "mlp.plan"
+    assert resolve(stored, "PlanPredictor") == written  # the second actor of the node finds it
+    x = features(2)
+    out = PlanPredictor(stored, threads=1)({"id": numpy.arange(2), "input": x})
+    numpy.testing.assert_allclose(out["output"], opcore.graph.load(folder)(torch.from_numpy(x)).numpy(), rtol=1e-6)
+
+
+def test_a_stored_plan_naming_a_file_outside_its_folder_is_refused(tmp_path, monkeypatch):
+    from opcore.ray.sources import PlanInStore, resolve
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    with pytest.raises(PlanFileError, match=r"names the file '../escape' outside its folder"):
+        resolve(PlanInStore({"../escape": b""}, "bad.plan", "1" * 64), "PlanPredictor")
+    assert not (tmp_path / "opcore-ray" / "escape").exists()
+    with pytest.raises(PlanFileError, match="the plan source is a int"):
+        resolve(3, "PlanPredictor")
+
+
+def test_the_server_answers_a_bad_http_request_with_400(plans):
+    import asyncio
+
+    from starlette.requests import Request
+
+    server = GenerationServer(plans / "tiny.lm", threads=1)
+
+    def request(body: bytes) -> Request:
+        async def receive() -> dict:
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        return Request({"type": "http", "method": "POST", "headers": [], "path": "/"}, receive)
+
+    bad = asyncio.run(server(request(b'{"max_new_tokens": 4}')))
+    assert bad.status_code == 400 and b"input_ids" in bad.body
+    unknown = asyncio.run(server(request(b'{"input_ids": [3, 7], "streamer": 1}')))
+    assert unknown.status_code == 400 and b"streamer" in unknown.body
+    good = asyncio.run(server(request(b'{"input_ids": [3, 7, 9, 1], "max_new_tokens": 3}')))
+    assert good.status_code == 200 and good.media_type == "text/plain"

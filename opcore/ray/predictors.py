@@ -16,7 +16,7 @@ none: docs/scale.md) and ``opcore_threads`` (torch's and the runtimes' threads i
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy
@@ -70,7 +70,34 @@ class _Rows:
                 fix="name the batch's columns with inputs=(...) / prompt_column=...",
             )
 
-    def _finish(self, batch: Any, drop: Sequence[str], outputs: dict[str, list[Any]], errors: list[str | None]) -> Any:
+    def _each_chunk(
+        self, good: list[int], size: int, run: Callable[[list[int]], None], ids: list[Any], errors: list[str | None]
+    ) -> dict[int, BaseException]:
+        """``run`` over the rows ``good``, ``size`` at a time; a chunk that raises runs again row by row,
+        so that each failing row gets its own error, named by its id, and the others their results.
+        Returns each failed row's exception (the cause a RowError is raised from)."""
+        causes: dict[int, BaseException] = {}
+        for chunk in _chunks(good, size):
+            try:
+                run(chunk)
+            except Exception:
+                for index in chunk:
+                    try:
+                        run([index])
+                    except Exception as error:
+                        kind = "" if isinstance(error, OpcoreError) else f"{type(error).__name__}: "
+                        errors[index] = f"row id {ids[index]!r}: {kind}{error}"
+                        causes[index] = error
+        return causes
+
+    def _finish(
+        self,
+        batch: Any,
+        drop: Sequence[str],
+        outputs: dict[str, list[Any]],
+        errors: list[str | None],
+        causes: dict[int, BaseException],
+    ) -> Any:
         """The output batch, or the first failed row's RowError where on_error is 'raise'."""
         failed = [message for message in errors if message is not None]
         if failed and self.on_error == "raise":
@@ -82,7 +109,7 @@ class _Rows:
                 "{'on_error': 'record'}) to keep the job going and mark the row in opcore_error",
             )
             error.row_id = self._ids(batch)[index]
-            raise error
+            raise error from causes.get(index)
         count = length_of(batch)
         add: dict[str, Any] = dict(outputs)
         if self.metadata:
@@ -176,18 +203,14 @@ class PlanPredictor(_Rows):
             errors[index] = problem
         results: list[list[Any] | None] = [None] * count
         good = [i for i in range(count) if errors[i] is None]
+
+        def run(chunk: list[int]) -> None:
+            self._run(chunk, rows, results)
+
         with torch.no_grad():
-            for chunk in _chunks(good, self.rows_per_call or max(1, len(good))):
-                try:
-                    self._run(chunk, rows, results)
-                except OpcoreError:
-                    for index in chunk:  # the failing rows, each by its id; the others run
-                        try:
-                            self._run([index], rows, results)
-                        except OpcoreError as error:
-                            errors[index] = f"row id {ids[index]!r}: {error}"
+            causes = self._each_chunk(good, self.rows_per_call or max(1, len(good)), run, ids, errors)
         outputs = self._columns(results, errors)
-        return self._finish(batch, self.inputs, outputs, errors)
+        return self._finish(batch, self.inputs, outputs, errors, causes)
 
     def _prepare(self, values: list[Any], row_id: Any) -> tuple[list[Any] | None, str | None]:
         """The row's inputs, or why the row cannot run (another rank, size or kind of dtype than captured)."""
@@ -326,18 +349,12 @@ class GenerationPredictor(_Rows):
         results: list[Any] = [None] * len(prompts)
         good = [i for i in range(len(prompts)) if errors[i] is None]
         with torch.no_grad():
-            for chunk in _chunks(good, lm.batch_size):
-                try:
-                    self._generate(chunk, prompts, results)
-                except OpcoreError:
-                    for index in chunk:
-                        try:
-                            self._generate([index], prompts, results)
-                        except OpcoreError as error:
-                            errors[index] = f"row id {ids[index]!r}: {error}"
+            causes = self._each_chunk(
+                good, lm.batch_size, lambda chunk: self._generate(chunk, prompts, results), ids, errors
+            )
         width = max((len(r) for r in results if r is not None), default=0)
         tokens = [r if r is not None else numpy.full(width, self.pad, numpy.int64) for r in results]
-        return self._finish(batch, (), {self.output_column: tokens}, errors)
+        return self._finish(batch, (), {self.output_column: tokens}, errors, causes)
 
     def _generate(self, chunk: list[int], prompts: list[Any], results: list[Any]) -> None:
         import torch
