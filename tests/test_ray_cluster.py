@@ -117,7 +117,8 @@ class DiesOnce(PlanPredictor):
 
 
 def test_an_actor_killed_mid_job_is_restarted_and_every_row_comes_once(cluster, batch_example, plans, tmp_path):
-    # and on a plan whose fingerprint says another machine saved it: the worker recompiles and says so
+    # and on a plan whose fingerprint says another machine saved it (the worker recompiles and says
+    # so), sent through the object store, with num_cpus=2 as the actor's threads
     copy = shutil.copytree(plans[0], tmp_path / "elsewhere.plan")
     document = json.loads((copy / "plan.json").read_text())
     document["fingerprint"]["cpu_isa"] = "another machine's ISA"
@@ -131,7 +132,7 @@ def test_an_actor_killed_mid_job_is_restarted_and_every_row_comes_once(cluster, 
             fn_constructor_args=(put_plan(copy),),
             fn_constructor_kwargs={"marker": str(marker), "victim": 20},
             compute=ray.data.ActorPoolStrategy(size=1),
-            num_cpus=1,
+            num_cpus=2,  # the actor's threads: 2
             batch_size=8,
             batch_format="numpy",
         )  # Ray Data's actor pool: max_restarts=-1, max_task_retries=-1 unless told otherwise
@@ -151,6 +152,7 @@ def test_an_actor_killed_mid_job_is_restarted_and_every_row_comes_once(cluster, 
     # loaded the plan again; the batch that died is retried there, not returned twice
     assert marker.read_text() in loads and len(loads) == 2 and all(len(ids) == 1 for ids in loads.values())
     assert {row["opcore_fingerprint_changes"] for row in out} == {"cpu_isa"}
+    assert {int(row["opcore_threads"]) for row in out} == {2}
 
 
 def test_a_missing_plan_folder_fails_the_job_at_actor_start_naming_it(cluster, batch_example, tmp_path):
