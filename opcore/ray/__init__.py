@@ -2,8 +2,9 @@
 plan, a Ray Serve deployment that streams generated tokens, plan files by path or through the
 object store. Only this package imports ray; ``import opcore`` and ``opcore.graph`` never do.
 
->>> ds.map_batches(PlanPredictor, fn_constructor_args=("model.plan",), concurrency=2, num_cpus=1)  # doctest: +SKIP
->>> serve.run(generation_app("llama.lm", num_replicas=2))                                         # doctest: +SKIP
+>>> ds.map_batches(PlanPredictor, fn_constructor_args=("model.plan",),
+...                compute=ray.data.ActorPoolStrategy(size=2), num_cpus=1)   # doctest: +SKIP
+>>> serve.run(generation_app("llama.lm", num_replicas=2))                     # doctest: +SKIP
 
 docs/scale.md: the patterns, what Ray guarantees and what not, fingerprints across nodes.
 """

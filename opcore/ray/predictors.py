@@ -2,9 +2,10 @@
 generating plan (LanguageModel.save).
 
 >>> ds.map_batches(PlanPredictor, fn_constructor_args=("model.plan",),
-...                concurrency=2, num_cpus=2, batch_size=64)             # doctest: +SKIP
+...                compute=ActorPoolStrategy(size=2), num_cpus=2, batch_size=64)  # doctest: +SKIP
 >>> ds.map_batches(GenerationPredictor, fn_constructor_args=("llama.lm",),
-...                fn_constructor_kwargs={"max_new_tokens": 16}, concurrency=2, num_cpus=2)  # doctest: +SKIP
+...                fn_constructor_kwargs={"max_new_tokens": 16},
+...                compute=ActorPoolStrategy(size=2), num_cpus=2)  # doctest: +SKIP
 
 Each output row keeps the batch's other columns (the row id among them), the plan's outputs, and
 where ``metadata`` (default): ``opcore_actor`` (host:pid), ``opcore_load_id`` (one per load: an

@@ -2,7 +2,7 @@
 or the object store (``put_plan``: the folder's files as one object, written out once per node).
 
 >>> source = put_plan("llama.plan")                  # doctest: +SKIP
->>> ds.map_batches(PlanPredictor, fn_constructor_args=(source,), concurrency=4)   # doctest: +SKIP
+>>> ds.map_batches(PlanPredictor, fn_constructor_args=(source,), num_cpus=2)   # doctest: +SKIP
 """
 
 from __future__ import annotations
