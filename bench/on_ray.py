@@ -241,11 +241,15 @@ def scaling(path: pathlib.Path, batch: dict[str, Any], options: argparse.Namespa
 
 def main(argv: list[str] | None = None) -> int:
     options = parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="opcore-bench-ray-") as scratch:
+        return report(options.plan or save_model(options.model, pathlib.Path(scratch)), options)
+
+
+def report(path: pathlib.Path, options: argparse.Namespace) -> int:
+    """The tables, for the plan at ``path``, on a local cluster of the machine's cores."""
     import ray
     import torch
 
-    folder = pathlib.Path(tempfile.mkdtemp(prefix="opcore-bench-ray-"))
-    path = options.plan or save_model(options.model, folder)
     width = MODELS[options.model][0]
     batch = batch_of(options.batch, width)
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
@@ -291,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         print(table(("scaling", "rows/s (all actors)", "wall / calls", "vs one actor"), scaling(path, batch, options)))
     finally:
         ray.shutdown()
+
     return 0
 
 

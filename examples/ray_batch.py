@@ -116,18 +116,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plans", type=pathlib.Path, default=None, help="where the plans are (saved there if not)")
     parser.add_argument("--store", action="store_true", help="send the plan files through the object store")
     options = parser.parse_args(argv)
-    folder = options.plans or pathlib.Path(tempfile.mkdtemp(prefix="opcore-ray-"))
-    plan_path, lm_path = save_plans(folder)
+    with tempfile.TemporaryDirectory(prefix="opcore-ray-") as scratch:
+        plan_path, lm_path = save_plans(options.plans or pathlib.Path(scratch))
+        run(plan_path, lm_path, store=options.store)
+    return 0
+
+
+def run(plan_path: pathlib.Path, lm_path: pathlib.Path, *, store: bool) -> None:
     # RAY_ADDRESS set (a cluster's head): join it; otherwise a local cluster of 2 CPUs
     if os.environ.get("RAY_ADDRESS"):
         ray.init()
     else:
         ray.init(num_cpus=2, object_store_memory=200 * 1024**2, include_dashboard=False)
-    if options.store:
+    if store:
         demo(put_plan(plan_path), put_plan(lm_path))
     else:
         demo(str(plan_path), str(lm_path))
-    return 0
 
 
 if __name__ == "__main__":

@@ -59,16 +59,21 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     from ray_batch import save_plans  # the same plans as examples/ray_batch.py
 
-    _, lm_path = save_plans(options.plans or pathlib.Path(tempfile.mkdtemp(prefix="opcore-ray-")))
+    with tempfile.TemporaryDirectory(prefix="opcore-ray-") as scratch:
+        _, lm_path = save_plans(options.plans or pathlib.Path(scratch))
+        run(lm_path, store=options.store, replicas=options.replicas)
+    return 0
+
+
+def run(lm_path: pathlib.Path, *, store: bool, replicas: int) -> None:
     if os.environ.get("RAY_ADDRESS"):
         ray.init()
     else:
         ray.init(num_cpus=2, object_store_memory=200 * 1024**2, include_dashboard=False)
     try:
-        serve_demo(put_plan(lm_path) if options.store else str(lm_path), replicas=options.replicas)
+        serve_demo(put_plan(lm_path) if store else str(lm_path), replicas=replicas)
     finally:
         serve.shutdown()
-    return 0
 
 
 if __name__ == "__main__":
