@@ -44,15 +44,18 @@ def load_example(name: str) -> Any:
 
 
 @pytest.fixture(scope="module")
-def cluster(plans):  # the plans captured first: the cluster's wall time is the cluster's
+def cluster(plans, tmp_path_factory):  # the plans captured first: the cluster's wall time is the cluster's
     started = time.perf_counter()
-    # the workers import this checkout's opcore, as the test does
+    environ = {
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),  # this checkout's opcore
+        "TMPDIR": str(tmp_path_factory.mktemp("workers-tmp")),  # where put_plan's files are written out
+    }
     ray.init(
         num_cpus=2,
         object_store_memory=200 * 1024**2,
         include_dashboard=False,
         log_to_driver=False,
-        runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}},
+        runtime_env={"env_vars": environ},
     )
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # DiesOnce below, without tests/ on the path
     yield
