@@ -132,6 +132,8 @@ def test_fingerprint_mismatch_is_said(saved, tmp_path):
     plan = opcore.graph.load(_tampered(folder, tmp_path, edit))
     note = next(n for n in plan.notes if n.startswith("fingerprint differs"))
     assert "cpu_isa" in note and "libraries" in note and "recompiled" in note
+    assert plan.fingerprint_changes == ("cpu_isa", "libraries")  # what opcore.ray reports per row
+    assert opcore.graph.load(folder).fingerprint_changes == ()
     assert (plan(x)[0] - model(x)[0]).abs().max().item() <= 1e-5
 
 

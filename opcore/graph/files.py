@@ -33,7 +33,7 @@ from opcore.types import Device, DType, TensorMeta
 if TYPE_CHECKING:
     from opcore.graph.plan import PlanOptions
 
-__all__ = ["SCHEMA_VERSION", "fingerprint", "load", "save"]
+__all__ = ["SCHEMA_VERSION", "fingerprint", "fingerprint_changes", "load", "save"]
 
 SCHEMA_VERSION = 1
 FORMAT = "opcore.graph.plan"
@@ -149,6 +149,16 @@ def fingerprint(backends: set[str], device: str) -> dict[str, Any]:
         "cpu_isa": isa,
         "gpu": gpu,
     }
+
+
+def fingerprint_changes(saved: Mapping[str, Any], device: str) -> list[str]:
+    """The fields of a saved fingerprint in which this process differs (sorted; [] when none do).
+
+    >>> fingerprint_changes(fingerprint(set(), "cpu"), "cpu")
+    []
+    """
+    here = fingerprint(set(saved.get("backends", {})), device)
+    return sorted(k for k in here if here[k] != saved.get(k))
 
 
 # --- save -----------------------------------------------------------------------------------
@@ -312,8 +322,7 @@ def load(path: Any, *, shared: Mapping[str, Any] | None = None) -> Any:
         raise PlanFileError(f"{WEIGHTS_FILE} lacks {', '.join(missing[:5])}", op=_LOAD)
     constants = {name: _shared(weights[name].to(device), shared, graph.sources.get(name)) for name in graph.constants}
     notes = list(document.get("notes", ())) + trees
-    here = fingerprint(set(document["fingerprint"].get("backends", {})), device)
-    changed = sorted(k for k in here if here[k] != document["fingerprint"].get(k))
+    changed = fingerprint_changes(document["fingerprint"], device)
     if changed:
         notes.append(
             "fingerprint differs from the saving machine's ("
@@ -329,6 +338,7 @@ def load(path: Any, *, shared: Mapping[str, Any] | None = None) -> Any:
             "(plan.json holds opcore's nodes; nothing is unpickled)"
         )
     plan.notes = notes + plan.notes
+    plan.fingerprint_changes = tuple(changed)
     _compare_kernels(plan, document.get("kernels", {}))
     plan.timings.load = time.perf_counter() - started
     return plan

@@ -87,6 +87,10 @@ class Plan:
         self.partitions = tuple(partitions)
         self.notes = list(notes)  # plan-level events: rewrites applied, recompiles after load, ...
         self.timings = Timings()
+        # a loaded plan: the fingerprint fields (opcore.graph.files.fingerprint) in which this process
+        # differs from the saving one, its partitions compiled again from their portable files; () when
+        # none differ, or the plan was captured here
+        self.fingerprint_changes: tuple[str, ...] = ()
         self._specs: tuple[Any, Any] | None = None
         self._plain: tuple[int, type] | None = None  # see _plain_call
         self._plain_out: int | None = None  # see _returns_plainly

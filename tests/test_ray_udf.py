@@ -1,0 +1,251 @@
+"""opcore.ray's UDFs and server called in this process (no cluster: Ray Data calls the same
+objects in its actors; tests/test_ray_cluster.py runs them on one): batch formats in and out,
+outputs as in-process, failing rows named by id, a missing plan folder, a changed fingerprint."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy
+import pytest
+
+pytest.importorskip("ray", reason="opcore.ray needs Ray: pip install 'opcore[ray]' (requirements-dev.txt has it)")
+pandas = pytest.importorskip("pandas", reason="Ray Data's pandas batches need pandas (ray[data])")
+pyarrow = pytest.importorskip("pyarrow", reason="Ray Data's arrow batches need pyarrow (ray[data])")
+torch = pytest.importorskip("torch")
+
+from ray.data.extensions import ArrowTensorArray, TensorArray  # noqa: E402
+from test_graph_generation import TinyDecoder  # noqa: E402
+
+import opcore.graph  # noqa: E402
+from opcore.errors import ArgumentError  # noqa: E402
+from opcore.graph.errors import PlanFileError  # noqa: E402
+from opcore.ray import GenerationPredictor, GenerationServer, PlanPredictor, RowError  # noqa: E402
+
+# Ray's own deprecations (its DataContext reads deprecated settings when first made): not opcore's
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray")
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory):
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("ray-plans")
+    mlp = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4)).eval()
+    batch = torch.export.Dim("batch")
+    opcore.graph.capture(mlp, (torch.randn(4, 16),), dynamic_shapes=({0: batch},), measure=False).save(folder / "mlp")
+    opcore.graph.capture(mlp, (torch.randn(4, 16),), measure=False).save(folder / "static")  # 4 rows a call
+    opcore.graph.capture_lm(TinyDecoder(batch_size=2).eval(), measure=False).save(folder / "tiny.lm")
+    return folder
+
+
+def features(rows: int) -> numpy.ndarray:
+    return numpy.random.default_rng(0).standard_normal((rows, 16)).astype(numpy.float32)
+
+
+def ragged(rows: list[numpy.ndarray]) -> numpy.ndarray:
+    out = numpy.empty(len(rows), dtype=object)
+    out[:] = rows
+    return out
+
+
+def test_numpy_batches_give_what_the_plan_gives_in_process(plans):
+    x = features(7)
+    frozen = x.copy()
+    frozen.setflags(write=False)  # as Ray's zero-copy batches come: torch warns on them (an error here)
+    predict = PlanPredictor(plans / "mlp", threads=1)
+    out = predict({"id": numpy.arange(7), "input": frozen, "note": numpy.array(list("abcdefg"))})
+    want = opcore.graph.load(plans / "mlp")(torch.from_numpy(x)).numpy()
+    assert set(out) == {"id", "note", "output", "opcore_actor", "opcore_load_id", "opcore_fingerprint_changes",
+                        "opcore_threads"}  # fmt: skip
+    numpy.testing.assert_allclose(out["output"], want, rtol=1e-6, atol=1e-6)
+    assert out["note"].tolist() == list("abcdefg") and out["id"].tolist() == list(range(7))
+    assert set(out["opcore_fingerprint_changes"]) == {""} and set(out["opcore_threads"]) == {1}
+    assert predict.load_record.threads == 1 and torch.get_num_threads() == 1
+
+
+@pytest.mark.parametrize("kind", ["pandas", "pyarrow"])
+def test_pandas_and_arrow_batches_come_back_in_their_format(plans, kind):
+    x = features(5)
+    if kind == "pandas":
+        batch = pandas.DataFrame({"id": numpy.arange(5), "input": TensorArray(x)})
+    else:
+        batch = pyarrow.table({"id": numpy.arange(5), "input": ArrowTensorArray.from_numpy(x)})
+    out = PlanPredictor(plans / "mlp", threads=1)(batch)
+    got = out["output"].to_numpy() if kind == "pandas" else out.column("output").combine_chunks().to_numpy()
+    assert type(out) is type(batch)
+    want = opcore.graph.load(plans / "mlp")(torch.from_numpy(x)).numpy()
+    numpy.testing.assert_allclose(numpy.stack(list(got)), want, rtol=1e-6, atol=1e-6)
+
+
+def test_a_static_batch_plan_runs_any_number_of_rows_padded(plans):
+    x = features(6)  # captured with 4 rows: 4, then 2 padded to 4
+    out = PlanPredictor(plans / "static", threads=1)({"id": numpy.arange(6), "input": x})
+    plan = opcore.graph.load(plans / "static")
+    want = numpy.concatenate(
+        [plan(torch.from_numpy(x[:4])).numpy(), plan(torch.from_numpy(x[[4, 5, 5, 5]]))[:2].numpy()]
+    )
+    numpy.testing.assert_allclose(out["output"], want, rtol=1e-6, atol=1e-6)
+
+
+def test_a_bad_row_fails_naming_its_id(plans):
+    rows = list(features(4))
+    rows[2] = numpy.zeros(15, numpy.float32)
+    with pytest.raises(RowError, match=r"row id 12: column 'input' expected a row of shape \[16\]") as caught:
+        PlanPredictor(plans / "mlp", threads=1)({"id": numpy.arange(10, 14), "input": ragged(rows)})
+    assert caught.value.row_id == 12 and "on_error" in str(caught.value)
+
+
+def test_on_error_record_keeps_the_other_rows(plans):
+    rows = list(features(4))
+    rows[1] = rows[1].astype(numpy.int64)  # an integer row for a float32 input
+    out = PlanPredictor(plans / "mlp", threads=1, on_error="record")({"id": numpy.arange(4), "input": ragged(rows)})
+    assert [bool(e) for e in out["opcore_error"]] == [False, True, False, False]
+    assert "row id 1" in out["opcore_error"][1] and "int64" in out["opcore_error"][1]
+    good = numpy.stack([rows[0], rows[2], rows[3]])
+    want = opcore.graph.load(plans / "mlp")(torch.from_numpy(good)).numpy()
+    numpy.testing.assert_allclose(out["output"][[0, 2, 3]], want, rtol=1e-6, atol=1e-6)
+    assert not out["output"][1].any()
+
+
+def test_a_missing_plan_folder_fails_at_start_naming_it(tmp_path):
+    with pytest.raises(PlanFileError, match=r"the plan folder '.*nowhere.plan' does not exist on node .*put_plan"):
+        PlanPredictor(tmp_path / "nowhere.plan")
+
+
+@pytest.mark.parametrize(
+    ("udf", "kwargs", "message"),
+    [
+        ("mlp", {"on_error": "skip"}, "argument 'on_error' expected 'raise'"),
+        ("mlp", {"inputs": ("a", "b")}, "argument 'inputs' expected 1 column names"),
+        ("tiny.lm", {}, "run it with opcore.ray.GenerationPredictor"),
+    ],
+)
+def test_wrong_options_are_refused_at_start(plans, udf, kwargs, message):
+    with pytest.raises(ArgumentError, match=message):
+        PlanPredictor(plans / udf, threads=1, **kwargs)
+
+
+def test_a_batch_without_the_input_column_names_the_columns(plans):
+    with pytest.raises(ArgumentError, match=r"expected the columns input, found columns id, x \(no input\)"):
+        PlanPredictor(plans / "mlp", threads=1)({"id": numpy.arange(2), "x": features(2)})
+
+
+def test_a_changed_fingerprint_is_reported_and_the_rows_still_run(plans, tmp_path):
+    copy = shutil.copytree(plans / "mlp", tmp_path / "elsewhere.plan")
+    document = json.loads((copy / "plan.json").read_text())
+    document["fingerprint"]["cpu_isa"] = "another machine's ISA"
+    (copy / "plan.json").write_text(json.dumps(document))
+    predict = PlanPredictor(copy, threads=1)
+    assert predict.load_record.fingerprint_changes == ("cpu_isa",)
+    assert any("partitions recompiled" in note for note in predict.load_record.notes)
+    x = features(3)
+    out = predict({"id": numpy.arange(3), "input": x})
+    assert set(out["opcore_fingerprint_changes"]) == {"cpu_isa"}
+    want = opcore.graph.load(plans / "mlp")(torch.from_numpy(x)).numpy()
+    numpy.testing.assert_allclose(out["output"], want, rtol=1e-6, atol=1e-6)
+
+
+def prompts() -> list[numpy.ndarray]:
+    return [numpy.array(p, numpy.int64) for p in ([3, 7, 9, 1], [5, 2], [8, 8, 8, 4, 11], [1, 30, 2])]
+
+
+def test_generation_gives_each_prompt_what_generate_gives_it_alone(plans):
+    out = GenerationPredictor(plans / "tiny.lm", threads=1, max_new_tokens=6)(
+        {"id": numpy.arange(4), "input_ids": ragged(prompts())}
+    )
+    lm = opcore.graph.load(plans / "tiny.lm")
+    for row, prompt in enumerate(prompts()):
+        alone = lm.generate(torch.from_numpy(prompt)[None], max_new_tokens=6)[0, len(prompt) :]
+        assert out["tokens"][row].tolist() == alone.tolist(), row
+        assert out["input_ids"][row].tolist() == prompt.tolist()
+
+
+def test_a_prompt_too_long_for_the_cache_fails_naming_its_row(plans):
+    too_long = [*prompts()[:2], numpy.arange(20, dtype=numpy.int64)]
+    with pytest.raises(
+        RowError, match=r"row id 2: 20 prompt tokens \+ max_new_tokens 6 exceed the captured max_length 24"
+    ):
+        GenerationPredictor(plans / "tiny.lm", threads=1, max_new_tokens=6)(
+            {"id": numpy.arange(3), "input_ids": ragged(too_long)}
+        )
+
+
+def test_an_id_outside_the_vocabulary_is_the_rows_error_and_the_others_run(plans):
+    rows = [*prompts()[:2], numpy.array([3, 999], numpy.int64)]
+    out = GenerationPredictor(plans / "tiny.lm", threads=1, max_new_tokens=4, on_error="record")(
+        {"id": numpy.arange(3), "input_ids": ragged(rows)}
+    )
+    assert out["opcore_error"][2].startswith("row id 2: ") and "999" in out["opcore_error"][2]
+    assert [bool(e) for e in out["opcore_error"][:2]] == [False, False]
+
+
+def test_the_server_streams_what_generate_gives(plans):
+    server = GenerationServer(plans / "tiny.lm", threads=1, max_new_tokens=5)
+    prompt = [3, 7, 9, 1]
+    want = opcore.graph.load(plans / "tiny.lm").generate(torch.tensor([prompt]), max_new_tokens=5)[0, 4:].tolist()
+    assert list(server.stream(prompt)) == want
+    assert server.generate(prompt, max_new_tokens=3) == want[:3]
+    with pytest.raises(ArgumentError, match="argument 'session' expected one of generate's options"):
+        server.generate(prompt, session=None)
+    assert server.info()["fingerprint_changes"] == []
+
+
+def test_the_core_never_imports_ray(plans):
+    script = (
+        "import sys, torch, opcore, opcore.graph; "
+        f"opcore.graph.load({str(plans / 'mlp')!r})(torch.zeros(2, 16)); "
+        "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_a_stored_plan_is_written_out_once_per_node_and_loads(plans, tmp_path, monkeypatch):
+    from opcore.ray.sources import PlanInStore, resolve
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    folder = plans / "mlp"
+    files = {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    stored = PlanInStore(files, "mlp.plan", "0" * 64)  # on a worker, files is what ray.get gives
+    written = resolve(stored, "PlanPredictor")
+    assert written == tmp_path / "opcore-ray" / ("0" * 64) / "mlp.plan"
+    assert resolve(stored, "PlanPredictor") == written  # the second actor of the node finds it
+    x = features(2)
+    out = PlanPredictor(stored, threads=1)({"id": numpy.arange(2), "input": x})
+    numpy.testing.assert_allclose(out["output"], opcore.graph.load(folder)(torch.from_numpy(x)).numpy(), rtol=1e-6)
+
+
+def test_a_stored_plan_naming_a_file_outside_its_folder_is_refused(tmp_path, monkeypatch):
+    from opcore.ray.sources import PlanInStore, resolve
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    with pytest.raises(PlanFileError, match=r"names the file '../escape' outside its folder"):
+        resolve(PlanInStore({"../escape": b""}, "bad.plan", "1" * 64), "PlanPredictor")
+    assert not (tmp_path / "opcore-ray" / "escape").exists()
+    with pytest.raises(PlanFileError, match="the plan source is a int"):
+        resolve(3, "PlanPredictor")
+
+
+def test_the_server_answers_a_bad_http_request_with_400(plans):
+    import asyncio
+
+    from starlette.requests import Request
+
+    server = GenerationServer(plans / "tiny.lm", threads=1)
+
+    def request(body: bytes) -> Request:
+        async def receive() -> dict:
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        return Request({"type": "http", "method": "POST", "headers": [], "path": "/"}, receive)
+
+    bad = asyncio.run(server(request(b'{"max_new_tokens": 4}')))
+    assert bad.status_code == 400 and b"input_ids" in bad.body
+    unknown = asyncio.run(server(request(b'{"input_ids": [3, 7], "streamer": 1}')))
+    assert unknown.status_code == 400 and b"streamer" in unknown.body
+    good = asyncio.run(server(request(b'{"input_ids": [3, 7, 9, 1], "max_new_tokens": 3}')))
+    assert good.status_code == 200 and good.media_type == "text/plain"
