@@ -67,8 +67,8 @@ def _torchao(weight: Any, x: Any, bits: int) -> tuple[Callable[[], object] | Non
     import torch
 
     try:
-        import torchao  # type: ignore[import-untyped]
-        from torchao.quantization import (  # type: ignore[import-untyped]
+        import torchao  # type: ignore[import-untyped,import-not-found,unused-ignore]
+        from torchao.quantization import (  # type: ignore[import-untyped,import-not-found,unused-ignore]
             Int4WeightOnlyConfig,
             Int8WeightOnlyConfig,
             quantize_,

@@ -111,7 +111,7 @@ def quantize_linears(
             qw = quantize_weight(tensor.detach().float().cpu(), bits=bits, group_size=group, symmetric=spec.symmetric)
             made = cache[key] = qw
         device = tensor.device
-        names = []
+        names: list[ValueRef | None] = []
         for suffix, array in (("qweight", made.qweight), ("scale", made.scale.to(tensor.dtype)), ("zero", made.zero)):
             if array is None:
                 names.append(None)

@@ -84,7 +84,8 @@ def chain_arange(g: Graph, start: Any, end: Any, step: Any, dtype: str | None, d
     if end is None:
         start, end = 0, start
     # a size is an int: the dtype is what the contract gives for ints in its place
-    target = arange_dtype(*(1 if isinstance(v, Value) else v for v in (start, end, step)), dtype)
+    first, last, stride = (1 if isinstance(v, Value) else v for v in (start, end, step))
+    target = arange_dtype(first, last, stride, dtype)
     compute = numpy.dtype(numpy.float64) if target.is_floating else I64
     bounds = [g.cast(v, compute) if isinstance(v, Value) else g.const(v, compute) for v in (start, end, step)]
     return g.cast(g.op("Range", *bounds, rank=1), target.to_numpy())

@@ -83,7 +83,8 @@ def chain_arange(g: Graph, start: Any, end: Any, step: Any, dtype: str | None, d
         return build_arange(g, start, end, step, dtype, device)
     if end is None:
         start, end = 0, start
-    target = arange_dtype(*(v if _number(v) else 1 for v in (start, end, step)), dtype)
+    first, last, stride = (v if _number(v) else 1 for v in (start, end, step))
+    target = arange_dtype(first, last, stride, dtype)
     compute = numpy.dtype(numpy.float32) if target.is_floating else numpy.dtype(numpy.int32)
     bounds = [ops.constant(numpy.asarray(v, compute)) if _number(v) else g.cast(v, compute) for v in (start, end, step)]
     kind = "f32" if target.is_floating else "i32"
