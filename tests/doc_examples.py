@@ -8,11 +8,13 @@
   - in a block (any info string) whose lines start with `$ opcore `, each such command with the
     output shown below it, which must exit 0 and print what is shown, compared line by line in
     order (the shown lines must appear in the output in that order; more lines may be printed;
-    a line `...` stands for any lines). Measured values are not compared: numbers (with their
-    units), ratios (`2.1x slower`, `fastest`) and paths match any of their kind. Everything else,
-    split into the columns a run of two spaces separates, must be equal.
-    `<!-- output: labels -->` before a block compares only each line's first column (its label)
-    and indentation: for output whose values depend on the machine (`opcore doctor`'s ISA, CPU).
+    a line `...` stands for any lines, `...` in a line for any text). Measured values are not
+    compared: numbers (with their units), ratios (`2.1x slower`, `fastest`) and paths match any
+    of their kind. Everything else, split into the columns a run of two spaces separates, must be
+    equal. `<!-- output: labels -->` before a block compares only each line's first column (its
+    label) and indentation: for output whose values depend on the machine (`opcore doctor`'s ISA,
+    CPU); `<!-- output: any order -->` drops the order (rows sorted by a measurement); both may
+    be given, `<!-- output: labels, any order -->`.
 * `<!-- skip: next "reason" -->` skips the next block with that reason, and
   `<!-- skip: next if(not cuda, reason="needs a CUDA GPU") -->` where no GPU is visible (`cuda`
   is true where torch sees one). A skip without a reason is an error.
@@ -44,7 +46,7 @@ COMMAND_TIMEOUT_S = 300
 # a measured value: a number (a version, a time with its unit, a ratio), a path, a timing verdict
 _MEASURED = re.compile(
     r"(?<![\w/])(?:/[^\s,;)]+"  # a path
-    r"|\d+x (?:slower|faster)|fastest"  # a ratio to the fastest
+    r"|\d[\d.]*x (?:slower|faster)|fastest"  # a ratio to the fastest
     r"|[-+]?\d[\d.,_]*(?:e[-+]?\d+)?(?:[-+]\w+)?(?:\s?(?:µs|us|ns|ms|s|x|%|B|KB|MB|GB|KiB|MiB|GiB|tok/s))?)(?![\w])"
 )
 _COLUMNS = re.compile(r"\s{2,}")
