@@ -7,7 +7,8 @@ contract's dtypes and of dtypes it does not take, ranks 0-4, sizes 0-4, contiguo
 every-other, reversed and stride-0 layouts, special values; ints, floats, strings, lists) and
 from the conformance kit's valid samples with one argument replaced by a bad value, so that
 calls get past the contract into the kernels. A failing call shrinks to a small one, printed as
-``Falsifying example: ...`` with each array's dtype, shape and strides.
+``Draw 1 (call): opcore.run(...)`` with each array's dtype, shape and strides (and the failing
+backend in a note under the error).
 
 Run by test_adv_fuzz.py in a child pytest (a crash such as SIGFPE kills the child, not the
 test run). ``HYPOTHESIS_PROFILE``: ``ci`` (the default: derandomized, in make test's budget) or
