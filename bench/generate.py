@@ -67,6 +67,14 @@ pool does not hold the cores while torch runs. The columns run one after another
 the optimum-intel worker is a separate process, given INFERENCE_NUM_THREADS = --threads, while this
 one waits.
 
+Quantized weights (``--weights int8,int4``, issue 27): an "opcore int8" / "opcore int4" column each,
+``capture_lm(model, ..., weights=...)`` (every linear weight-only quantized, the logits' linear at int8;
+docs/quantized.md); its note gives its own bandwidth ceiling (the decode plan's weights as stored, plus
+the KV cache, over the measured bandwidth) and the fraction of it reached, the weights' resident
+bytes (the plans' constants, each storage once) against fp32's, and the saved folder's size.
+``--accuracy 512``: before the table, the quantized forward pass's logits against fp32's over one
+prompt of 512 random tokens: max relative error, top-1 agreement, KL(fp32 || quantized).
+
 On a GPU (``--device cuda``; scripts/gpu_check.sh runs it with 120 s): models small,135m and batch 1
 by default; eager, compile (mode="reduce-overhead") and ``capture_lm(..., device="cuda")``, every
 token synchronised to the host; the bandwidth is the GPU's, and ``torch.cuda.max_memory_allocated``
@@ -77,6 +85,7 @@ is printed with the RSS. No usable GPU: exit status 2, with why.
     python bench/generate.py --models 135m --batches 1 --skip compile
     python bench/generate.py --models small --optimum       # optimum-intel too, where it installs
     python bench/generate.py --device cuda                  # on a GPU
+    python bench/generate.py --models 0.5b --batches 1 --threads 1 --skip compile --weights int8,int4 --accuracy 512
 """
 
 from __future__ import annotations
@@ -94,7 +103,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -606,7 +615,13 @@ def bench_group(
         if lm is not None:
             columns[-1].build_s = lm.capture_seconds
             columns[-1].note = lm.decode_plan.summary()
+    for weights in options.weights if device == "cpu" else ():
+        columns.append(quantized_column(model, shape, ids, new, length, batch, threads, weights, state))
     rounds(columns, options.rounds)
+    for column in columns:
+        if column.label.startswith("opcore int") and column.median("decode") and column.note.startswith("own"):
+            own = float(column.note.split("ceiling ")[1].split(" ")[0])
+            column.note += f": {column.median('decode') / own:.2f} of it"
     bandwidth = state["bandwidth"][threads]
     step = decode_bytes(weight_bytes_read(model), shape, batch, length)
     in_process = [c.peak_mb or 0.0 for c in columns if c.label != "optimum-intel"]  # the worker's is its own
@@ -615,6 +630,84 @@ def bench_group(
     gc.collect()
     return Group(
         threads, batch, columns, ceiling_tokens_per_s(step, bandwidth, batch), step, bandwidth, os.getloadavg()[0]
+    )
+
+
+# --- quantized weights (issue 27) -------------------------------------------------------------------
+
+
+def _unique_bytes(tensors: Iterable[Any]) -> int:
+    seen: dict[int, int] = {}
+    for t in tensors:
+        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    return sum(seen.values())
+
+
+def folder_bytes(folder: pathlib.Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+
+def quantized_column(
+    model: Any, shape: Shape, ids: Any, new: int, length: int, batch: int, threads: int, weights: str, state: dict
+) -> Column:
+    """opcore with ``capture_lm(weights=...)``: the column, its note the weights' resident bytes (the
+    plans' constants, each storage once), the saved folder's size and its own bandwidth ceiling (the
+    quantized bytes a step reads)."""
+    import tempfile
+
+    import opcore.graph
+
+    column = Column(f"opcore {weights}")
+    made: dict[str, Any] = {}
+
+    def capture() -> Callable[[], Sample]:
+        gc.collect()
+        os.environ["OPCORE_RUNTIME_THREADS"] = str(threads)
+        made["lm"] = opcore.graph.capture_lm(model, max_length=length, batch_size=batch, weights=weights)
+        return lambda: opcore_generate(made["lm"], ids, new)
+
+    first_calls(column, capture, "capture")
+    lm = made.get("lm")
+    if lm is None:
+        return column
+    column.build_s = lm.capture_seconds
+    plans = (lm.decode_plan, lm.prefill_plan)
+    resident = _unique_bytes(t for plan in plans if plan is not None for t in plan.constants.values())
+    with tempfile.TemporaryDirectory() as folder:
+        lm.save(pathlib.Path(folder) / "lm")
+        saved = folder_bytes(pathlib.Path(folder) / "lm")
+    decode_weights = _unique_bytes(lm.decode_plan.constants.values())
+    embedding = shape.vocab * shape.hidden * 4 if not shape.tied else 0  # one row read of an untied table
+    step = decode_bytes(decode_weights - embedding, shape, batch, length)
+    ceiling = ceiling_tokens_per_s(step, state["bandwidth"][threads], batch)
+    fp32 = state.setdefault("fp32 bytes", _unique_bytes([*model.parameters(), *model.buffers()]))
+    column.note = (
+        f"own ceiling {ceiling:.1f} tok/s ({step / 1e6:.0f} MB a step); weights resident {resident / 1e6:.0f} MB "
+        f"({resident / fp32:.2f}x fp32), saved {saved / 1e6:.0f} MB"
+    )
+    return column
+
+
+def accuracy(model: Any, shape: Shape, weights: str, positions: int) -> str:
+    """The quantized plan's logits against the fp32 model's over one prompt of ``positions`` random
+    tokens (capture(weights=...) of the forward pass: every position's logits): max relative error
+    (over the logits' scale), top-1 agreement, mean KL(fp32 || quantized) in nats."""
+    import opcore.graph
+
+    ids = prompt_ids(shape.vocab, 1, positions)
+    with torch.no_grad():
+        want = model(ids, use_cache=False).logits.double()
+        plan = opcore.graph.capture(model, (ids,), {"use_cache": False}, weights=weights, measure=False)
+        got = plan(ids, use_cache=False).logits.double()
+    error = float((got - want).abs().max() / want.abs().max())
+    agree = float((got.argmax(-1) == want.argmax(-1)).double().mean())
+    kl = float(torch.nn.functional.kl_div(got.log_softmax(-1), want.log_softmax(-1), log_target=True, reduction="none")
+               .sum(-1).mean())  # fmt: skip
+    del plan
+    gc.collect()
+    return (
+        f"{weights}: max rel. logits error {error:.2e}, top-1 agreement {agree:.4f} over {positions} positions, "
+        f"KL {kl:.2e} nats"
     )
 
 
@@ -779,6 +872,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--optimum", action="store_true", help="optimum-intel's OVModelForCausalLM too, in a virtualenv under build/"
     )
+    parser.add_argument(
+        "--weights", default="", help="quantized opcore columns, comma-separated: int8, int4 (capture_lm(weights=...))"
+    )
+    parser.add_argument(
+        "--accuracy", type=int, default=0, help="with --weights: logits against fp32 over this many positions (512)"
+    )
     parser.add_argument("--optimum-worker", help=argparse.SUPPRESS)  # a saved model's folder: run in that venv
     options = parser.parse_args(argv)
     if options.optimum_worker:
@@ -792,6 +891,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     options.batches = _ints(options.batches or default_batches, "--batches", parser)
     options.threads = _ints(options.threads or ("1" if cuda else ",".join(map(str, THREADS))), "--threads", parser)
     options.skip = {s for s in options.skip.split(",") if s}
+    options.weights = tuple(w for w in options.weights.split(",") if w)
+    if set(options.weights) - {"int8", "int4"}:
+        parser.error(f"--weights: expected int8 and/or int4, got {','.join(options.weights)}")
     wrong = sorted(options.skip - set(SKIPPABLE))
     if wrong:
         parser.error(f"--skip: unknown {', '.join(wrong)}; expected some of {', '.join(SKIPPABLE)}")
@@ -861,6 +963,8 @@ def main(argv: list[str] | None = None) -> int:
                 for threads in options.threads
                 for batch in options.batches
             ]
+            for weights in options.weights if options.accuracy else ():
+                print(f"accuracy against fp32, {shape.name}: {accuracy(model, shape, weights, options.accuracy)}")
         print(report(shape, groups, params, state, options), end="\n\n", flush=True)
         del model, groups, state
         gc.collect()
