@@ -47,16 +47,18 @@ class ZooCase:
 
     def dynamic_shapes(self, max_length: int = 64) -> dict[str, dict[int, Any]]:
         """torch.export's dynamic_shapes for these inputs (by name): batch 1..16, a sequence 2..max_length,
-        audio samples 400..400 x max_length."""
+        audio samples a multiple of 20 (the feature encoder's strides, 5 x 2 x 2) from 400."""
         from torch.export import Dim
 
         made: dict[str, Any] = {}
 
         def dim(label: str) -> Any:
             if label not in made:
-                bounds = {"batch": (1, 16), "samples": (400, 400 * max_length)}
-                low, high = bounds.get(label, (2, max_length))
-                made[label] = Dim(label, min=low, max=high)
+                if label == "samples":  # the convolution front end takes multiples of its total stride
+                    made[label] = 20 * Dim("_samples", min=20, max=20 * max_length)
+                else:
+                    low, high = (1, 16) if label == "batch" else (2, max_length)
+                    made[label] = Dim(label, min=low, max=high)
             return made[label]
 
         return {name: {axis: dim(label) for axis, label in axes.items()} for name, axes in self.dims.items()}
@@ -197,7 +199,7 @@ def _wav2vec2(size: str) -> Any:
 
 
 def _wav2vec2_inputs(batch: int, length: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    return (torch.randn(batch, 400 * length // 16 + 400, generator=_gen(4)),), {}
+    return (torch.randn(batch, 20 * (20 + 2 * length), generator=_gen(4)),), {}
 
 
 def _clip(size: str) -> Any:

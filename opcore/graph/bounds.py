@@ -159,8 +159,9 @@ _SUBSETS = _VIEWS | {"slice", "select"}
 
 def _below(graph: Graph, name: str, producer: Mapping[str, Node]) -> str | None:
     """The symbol ``s`` of a size computed at run time such that ``name`` holds positions 0 .. s - 1
-    (an ``arange(s)``, through views, slices and an added 0), else None: what an index into a dim of
-    size ``s`` needs, which intervals alone cannot show when ``s`` varies per call."""
+    (an ``arange(s)``, an ``argmax`` along a dim of size s, through views, slices and an added 0),
+    else None: what an index into a dim of size ``s`` needs, which intervals alone cannot show when
+    ``s`` varies per call."""
     while True:
         node = producer.get(name)
         if node is None or not node.args:
@@ -173,6 +174,13 @@ def _below(graph: Graph, name: str, producer: Mapping[str, Node]) -> str | None:
             if start == 0 and step in (None, 1):
                 return _scalar_symbol(graph, end)
             return None
+        if (
+            node.op == "argmax"
+            and len(node.args) >= 2
+            and isinstance(first, ValueRef)
+            and isinstance(node.args[1], int)
+        ):
+            return _dim_symbol(graph, first, node.args[1])  # positions along that dim: 0 .. its size - 1
         if node.op == "add" and len(node.args) >= 2 and node.args[1] == 0 and node.args[2:] in ((), (1,)):
             pass  # x + 0
         elif node.op not in _SUBSETS:

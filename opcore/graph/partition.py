@@ -102,6 +102,22 @@ class PartitionSpec:
     outputs: tuple[str, ...]
     metas: Mapping[str, TensorMeta]
     dynamic: Mapping[str, frozenset[int]] = field(default_factory=dict)
+    # every value's sizes (node outputs too) with None where the size changes per call; absent: the
+    # metas' sizes, static (what a builder that must know a size, a split's pieces, reads)
+    sizes: Mapping[str, tuple[int | None, ...]] = field(default_factory=dict)
+
+    def value_dims(self, name: str) -> tuple[int | None, ...]:
+        """The sizes of any value of the partition with None where they change per call.
+
+        >>> from opcore.types import DType
+        >>> m = TensorMeta((8, 4), DType.FLOAT32)
+        >>> PartitionSpec("p", (), (), {}, (), {"y": m}, sizes={"y": (None, 4)}).value_dims("y")
+        (None, 4)
+        """
+        found = self.sizes.get(name)
+        if found is not None:
+            return tuple(found)
+        return self.input_dims(name) if name in self.dynamic else tuple(self.metas[name].shape)
 
     def input_dims(self, name: str) -> tuple[int | None, ...]:
         """The sizes of input ``name`` with None for its dynamic axes (what a model's input declares).
@@ -137,6 +153,7 @@ class PartitionSpec:
             outputs=outputs,
             metas=self.metas,
             dynamic={name: axes for name, axes in self.dynamic.items() if name in used},
+            sizes=self.sizes,
         )
 
 

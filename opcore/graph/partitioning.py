@@ -479,11 +479,16 @@ def make_spec(
         outputs=outputs,
         metas=metas,
         dynamic=dynamic,
+        sizes={n: _dims(graph, n) for n in inside if graph.values[n].dynamic_axes},
     )
 
 
 # the meta of a size computed at run time, as a partition's input: a 0-D int64 array fed per call
 SIZE = TensorMeta((), DType.INT64)
+
+
+def _dims(graph: Graph, name: str) -> tuple[int | None, ...]:
+    return tuple(d if isinstance(d, int) else None for d in graph.values[name].dims)
 
 
 def _meta(graph: Graph, name: str) -> TensorMeta:

@@ -35,7 +35,7 @@ from opcore.types import DType, TensorMeta
 
 __all__ = [
     "NO_INT64", "RULES", "Interval", "ValueProof", "bounded", "declared_sizes", "dtype_range", "known",
-    "narrowing_refused", "node_narrowing", "result_range", "shown", "value_ranges",
+    "expression_range", "narrowing_refused", "node_narrowing", "result_range", "shown", "value_ranges",
 ]  # fmt: skip
 
 Interval = tuple[int, int]
@@ -348,6 +348,49 @@ def _largest(dim: int | str, sizes: Mapping[str, Interval] | None) -> int:
     return declared[1] if declared is not None else -1
 
 
+def expression_range(expression: str, sizes: Mapping[str, Interval]) -> Interval | None:
+    """The range of a symbolic size: a symbol's declared range, or an expression of one symbol that
+    only adds, multiplies by positive integers and floor-divides by them ("s0 - 1", "20*s1",
+    "(s0 - 1)//2 + 1": a convolution's output length), evaluated at the symbol's two ends (such
+    an expression never decreases as the symbol grows); None for anything else.
+
+    >>> expression_range("s0 - 1", {"s0": (2, 64)}), expression_range("(s0 - 1)//2", {"s0": (3, 9)})
+    ((1, 63), (1, 4))
+    """
+    found = sizes.get(expression)
+    if found is not None:
+        return found
+    import sympy
+
+    try:
+        parsed = sympy.sympify(expression, locals={"FloorDiv": lambda a, b: sympy.floor(a / b)})
+    except (sympy.SympifyError, TypeError, SyntaxError):
+        return None
+    symbols = list(parsed.free_symbols)
+    if len(symbols) != 1 or str(symbols[0]) not in sizes or not _monotone(parsed):
+        return None
+    low, high = sizes[str(symbols[0])]
+    ends = [parsed.subs(symbols[0], end) for end in (low, high)]
+    if not all(end.is_integer for end in ends):
+        return None
+    return int(ends[0]), int(ends[1])
+
+
+def _monotone(expression: Any) -> bool:
+    """Whether ``expression`` is built of symbols and integers by +, x by positive numbers and floor."""
+    import sympy
+
+    if expression.is_Symbol or expression.is_Number:  # a constant term shifts, never turns
+        return True
+    if expression.is_Add or expression.func is sympy.floor:
+        return all(_monotone(a) for a in expression.args)
+    if expression.is_Mul:
+        numbers = [a for a in expression.args if a.is_Number]
+        others = [a for a in expression.args if not a.is_Number]
+        return len(others) == 1 and all(n > 0 for n in numbers) and _monotone(others[0])
+    return False
+
+
 def _size_range(
     graph: Graph, node: Node, sizes: Mapping[str, Interval], lookup: Callable[[str], Any]
 ) -> Interval | None:
@@ -357,7 +400,9 @@ def _size_range(
         x, dim = node.args
         dims = graph.values[x.name].dims if isinstance(x, ValueRef) else ()
         size = dims[dim] if isinstance(dim, int) and -len(dims) <= dim < len(dims) else None
-        return (size, size) if isinstance(size, int) else sizes.get(size) if isinstance(size, str) else None
+        if isinstance(size, int):
+            return (size, size)
+        return expression_range(size, sizes) if isinstance(size, str) else None
     if node.op in ("add", "sub", "mul", "neg"):
         return result_range(node.op, substitute(node.args, lookup))
     return None

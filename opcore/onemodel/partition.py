@@ -111,7 +111,8 @@ def chain_nodes(graph: Any, spec: PartitionSpec, chain_of: Callable[[str], Chain
 
     Inputs become graph inputs with the spec's static sizes (None where an axis is dynamic), and
     constants become weights. A node whose builder fails raises a PartitionError naming it. Where
-    the graph has ``annotate(value, meta)``, each node's outputs pass through it (a builder that
+    the graph has ``annotate(value, meta, dims)``, each node's outputs pass through it (``dims``: its
+    sizes, None where they change per call: ``spec.value_dims``; a builder that
     tracks ranks learns those it could not infer).
     ``graph.tag`` (where the graph has one) is set to ``"n<index>."`` while a node is written, so a
     runtime's message about a node can be traced back.
@@ -142,7 +143,10 @@ def chain_nodes(graph: Any, spec: PartitionSpec, chain_of: Callable[[str], Chain
                 op=node.op,
             )
         if annotate is not None:
-            results = [annotate(v, spec.metas[n]) if n in spec.metas else v for v, n in zip(results, node.outputs)]
+            results = [
+                annotate(v, spec.metas[n], spec.value_dims(n)) if n in spec.metas else v
+                for v, n in zip(results, node.outputs)
+            ]
         values.update(zip(node.outputs, results))
     if hasattr(graph, "tag"):
         graph.tag = ""

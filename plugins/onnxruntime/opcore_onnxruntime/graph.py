@@ -238,10 +238,11 @@ class Graph:
 
     # -- the model -------------------------------------------------------------------------------
 
-    def annotate(self, value: Value, meta: TensorMeta) -> Value:
+    def annotate(self, value: Value, meta: TensorMeta, dims: Sequence[int | None] | None = None) -> Value:
         """``value`` with the rank of its meta (a partition's node outputs: builders track ranks
-        only as far as their own op needs, the meta is exact)."""
-        self.sizes.setdefault(value.name, meta.shape)
+        only as far as their own op needs, the meta is exact); ``dims``: its sizes with None where
+        they change per call (else the meta's sizes are taken as static)."""
+        self.sizes.setdefault(value.name, tuple(dims) if dims is not None else meta.shape)
         return value if value.rank == meta.ndim else Value(value.name, value.dtype, meta.ndim)
 
     def size(self, value: Value, axis: int) -> int | None:

@@ -58,6 +58,11 @@ def dtype_of(node: Node) -> numpy.dtype:
     return _NUMPY_TYPES[str(node.get_output_element_type(0))]
 
 
+def _output_key(node: Node) -> tuple[str, int]:
+    owner = node.get_node() if hasattr(node, "get_node") else node
+    return owner.get_friendly_name(), node.get_index() if hasattr(node, "get_index") else 0
+
+
 def rank_of(node: Node) -> int:
     return node.get_output_partial_shape(0).rank.get_length()
 
@@ -70,6 +75,23 @@ class Graph:
     scalar_feeds: list[tuple[int, numpy.dtype]] = field(default_factory=list)
     # arrays whose memory shared Constants read (kept alive with the compiled model)
     keep: list[numpy.ndarray] = field(default_factory=list)
+    # a partition's node outputs -> their sizes (None where they change per call): what OpenVINO's
+    # shape inference may not know (a reshape to a shape fed at run time), a split's builder needs
+    known: dict[tuple[str, int], tuple[int | None, ...]] = field(default_factory=dict)
+
+    def annotate(self, node: Node, meta: Any, dims: Sequence[int | None] | None = None) -> Node:
+        """Record a partition node output's sizes (``dims``; None: the meta's, static)."""
+        self.known.setdefault(_output_key(node), tuple(dims) if dims is not None else tuple(meta.shape))
+        return node
+
+    def size(self, node: Node, axis: int) -> int | None:
+        """The static size of ``node`` at ``axis``: OpenVINO's shape inference, else the recorded one."""
+        rank = rank_of(node)
+        found = node.get_output_partial_shape(0)[axis % max(rank, 1)]
+        if found.is_static:
+            return int(found.get_length())
+        recorded = self.known.get(_output_key(node))
+        return recorded[axis % max(rank, 1)] if recorded is not None and len(recorded) == rank else None
 
     def input(self, dtype: numpy.dtype, rank: int, dims: Sequence[int | None] | None = None) -> Node:
         """A parameter of ``rank`` dynamic dimensions, or of sizes ``dims`` (None: dynamic)."""

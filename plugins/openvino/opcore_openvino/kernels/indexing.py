@@ -73,8 +73,7 @@ def build_split_with_sizes(g: Graph, x: Node, split_sizes: tuple[int, ...], dim:
 
 
 def _static_size(g: Graph, x: Node, dim: int) -> int | None:
-    size = x.get_output_partial_shape(0)[dim % max(rank_of(x), 1)]
-    return size.get_length() if size.is_static else None
+    return g.size(x, dim)
 
 
 gather = ov_kernel("gather", build_gather, check=check_gather)
