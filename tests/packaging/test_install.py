@@ -162,7 +162,7 @@ def test_the_example_plugin_appears_wins_dispatch_and_disappears(venv: Path, whe
     _pip(venv, "install", "-c", CONSTRAINTS, "pytest")
     kit = _run(venv / "bin" / "python", "-m", "pytest", "--pyargs", "opcore.testing", "--opcore-backend", "example",
                "-q", "-p", "no:cacheprovider", cwd=venv.parent)  # fmt: skip
-    coverage = r"^example +ops 2/\d+ covered · samples \d+ passed, 0 failed"
+    coverage = r"^example +ops 3/\d+ covered · samples \d+ passed, 0 failed"  # swiglu, silu, clamp
     assert re.search(coverage, kit.stdout, re.M), kit.stdout[-3000:]
 
     _pip(venv, "uninstall", "-y", "opcore-example-vendor")
