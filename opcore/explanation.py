@@ -101,9 +101,11 @@ def explanation_of(selection: Selection) -> Explanation:
 
 
 def _loadable(selection: Selection) -> tuple[tuple[Candidate, ...], list[Any]]:
-    """The candidates, with every accepted kernel given as "module:qualname" imported and checked
-    against its schema (as ``opcore doctor --deep`` does): one that cannot be is shown as failed,
-    with the reason, and the next accepted one is named as the one that runs, as a call falls back."""
+    """The candidates, with the accepted kernels given as "module:qualname" imported and checked
+    against its schema (as ``opcore doctor --deep`` does) in order until one loads: one that cannot
+    be is shown as failed, with the reason, and the next accepted one is named as the one that runs,
+    as a call falls back. The kernels after the first that loads are not imported (their runtimes,
+    torch or openvino for a numpy call on onnxruntime, stay unimported)."""
     from dataclasses import replace
 
     from opcore.errors import PluginError
@@ -116,6 +118,8 @@ def _loadable(selection: Selection) -> tuple[tuple[Candidate, ...], list[Any]]:
                 load_kernel_callable(kernel, selection.contract)
             except PluginError as error:
                 broken[kernel.title] = (error.message or str(error)).split(": ", 1)[-1]
+                continue
+        break  # the first accepted kernel that loads is the one that runs
     if not broken:
         return tuple(selection.candidates), list(selection.accepted)
     working = [k for k in selection.accepted if k.title not in broken]
