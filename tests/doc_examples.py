@@ -198,6 +198,18 @@ def _cuda_visible() -> bool:
 _SAVED: list[tuple[str, dict[str, str], tempfile.TemporaryDirectory[str]]] = []
 
 
+def _fresh_threads() -> int:
+    """torch's thread count as a fresh process has it (what a page's `opcore` commands run with),
+    read when the pages are collected, before any test could change it."""
+    import torch
+
+    return int(torch.get_num_threads())
+
+
+_THREADS = _fresh_threads()
+_THREADS_SAVED: list[int] = []
+
+
 def setup_page(namespace: dict[str, Any]) -> None:
     """Each page: a fresh folder as the working directory, no OPCORE_* variable, a cache of its own."""
     folder = tempfile.TemporaryDirectory(prefix="opcore-docs-")
@@ -206,12 +218,21 @@ def setup_page(namespace: dict[str, Any]) -> None:
         del os.environ[name]
     os.environ["XDG_CACHE_HOME"] = str(Path(folder.name) / "cache")
     os.chdir(folder.name)
+    # a test before the page may have changed torch's threads (a bench, a Ray actor run in-process):
+    # the page runs with a fresh process's, as its shell commands do (the tuning file records them)
+    import torch
+
+    _THREADS_SAVED.append(torch.get_num_threads())
+    torch.set_num_threads(_THREADS)
     _reset_opcore()
     namespace["cuda"] = _cuda_visible()
 
 
 def teardown_page(namespace: dict[str, Any]) -> None:
     cwd, environ, folder = _SAVED.pop()
+    import torch
+
+    torch.set_num_threads(_THREADS_SAVED.pop())
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(environ)

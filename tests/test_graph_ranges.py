@@ -251,8 +251,8 @@ def test_a_running_sum_over_a_dim_that_changes_size_is_not_bounded(dynamic: bool
     cumsum = _openvino_verdicts(plan)["cumsum"]
     if dynamic:
         assert cumsum["status"] == "declined" and "running sum would be int64" in cumsum["reason"]
-    else:
-        assert cumsum["status"] in ("partition", "partition only"), cumsum
+    else:  # proven: taken, or a group the cost rule did not keep (not a narrowing decline)
+        assert cumsum["status"] in ("partition", "partition only") or "estimated cost" in cumsum["reason"], cumsum
     longer = torch.randn(2, 40, generator=torch.Generator().manual_seed(6)) if dynamic else x
     torch.testing.assert_close(plan(longer), RunningCount()(longer), rtol=0, atol=0)
 
