@@ -619,9 +619,10 @@ def bench_group(
         columns.append(quantized_column(model, shape, ids, new, length, batch, threads, weights, state))
     rounds(columns, options.rounds)
     for column in columns:
-        if column.label.startswith("opcore int") and column.median("decode") and column.note.startswith("own"):
+        decode = column.median("decode")
+        if column.label.startswith("opcore int") and decode and column.note.startswith("own"):
             own = float(column.note.split("ceiling ")[1].split(" ")[0])
-            column.note += f": {column.median('decode') / own:.2f} of it"
+            column.note += f": {decode / own:.2f} of it"
     bandwidth = state["bandwidth"][threads]
     step = decode_bytes(weight_bytes_read(model), shape, batch, length)
     in_process = [c.peak_mb or 0.0 for c in columns if c.label != "optimum-intel"]  # the worker's is its own

@@ -360,7 +360,7 @@ def expression_range(expression: str, sizes: Mapping[str, Interval]) -> Interval
     found = sizes.get(expression)
     if found is not None:
         return found
-    import sympy
+    import sympy  # type: ignore[import-untyped]
 
     try:
         parsed = sympy.sympify(expression, locals={"FloorDiv": lambda a, b: sympy.floor(a / b)})
@@ -378,7 +378,7 @@ def expression_range(expression: str, sizes: Mapping[str, Interval]) -> Interval
 
 def _monotone(expression: Any) -> bool:
     """Whether ``expression`` is built of symbols and integers by +, x by positive numbers and floor."""
-    import sympy
+    import sympy  # type: ignore[import-untyped]
 
     if expression.is_Symbol or expression.is_Number:  # a constant term shifts, never turns
         return True
