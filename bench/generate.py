@@ -370,6 +370,7 @@ class Column:
     peak_mb: float | None = None
     tokens: torch.Tensor | None = None
     note: str = ""
+    ceiling: float | None = None  # a quantized column's own bandwidth ceiling, tokens/s
 
     def median(self, what: str) -> float | None:
         values = [getattr(s, what) for s in self.samples]
@@ -620,9 +621,8 @@ def bench_group(
     rounds(columns, options.rounds)
     for column in columns:
         decode = column.median("decode")
-        if column.label.startswith("opcore int") and decode and column.note.startswith("own"):
-            own = float(column.note.split("ceiling ")[1].split(" ")[0])
-            column.note += f": {decode / own:.2f} of it"
+        if decode and column.ceiling:
+            column.note += f": {decode / column.ceiling:.2f} of it"
     bandwidth = state["bandwidth"][threads]
     step = decode_bytes(weight_bytes_read(model), shape, batch, length)
     in_process = [c.peak_mb or 0.0 for c in columns if c.label != "optimum-intel"]  # the worker's is its own
@@ -682,6 +682,7 @@ def quantized_column(
     step = decode_bytes(decode_weights - embedding, shape, batch, length)
     ceiling = ceiling_tokens_per_s(step, state["bandwidth"][threads], batch)
     fp32 = state.setdefault("fp32 bytes", _unique_bytes([*model.parameters(), *model.buffers()]))
+    column.ceiling = ceiling
     column.note = (
         f"own ceiling {ceiling:.1f} tok/s ({step / 1e6:.0f} MB a step); weights resident {resident / 1e6:.0f} MB "
         f"({resident / fp32:.2f}x fp32), saved {saved / 1e6:.0f} MB"

@@ -192,10 +192,7 @@ def _below(graph: Graph, name: str, producer: Mapping[str, Node]) -> str | None:
 
 def _scalar_symbol(graph: Graph, value: Any) -> str | None:
     info = graph.values.get(value.name) if isinstance(value, ValueRef) else None
-    if info is None or info.meta is not None or not info.dims:
-        return None
-    symbol = info.dims[0]
-    return symbol if isinstance(symbol, str) else None
+    return None if info is None else info.symbol
 
 
 def _viewed_input(graph: Graph, name: str, producer: Mapping[str, Node], position: Mapping[str, int]) -> str | None:

@@ -129,6 +129,14 @@ class ValueInfo:
     example: Any = None
 
     @property
+    def symbol(self) -> str | None:
+        """A scalar's symbolic value ("s0", "2*s0") where the exporter recorded one, else None."""
+        if self.meta is not None or not self.dims:
+            return None
+        found = self.dims[0]
+        return found if isinstance(found, str) else None
+
+    @property
     def dynamic_axes(self) -> frozenset[int]:
         if self.meta is None:
             return frozenset()

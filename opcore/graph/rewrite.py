@@ -471,7 +471,7 @@ class _Metas:
         if isinstance(value, int):
             return value
         info = self.graph.values.get(value.name) if isinstance(value, ValueRef) else None
-        return info.dims[0] if info is not None and info.meta is None and info.dims else None
+        return None if info is None else info.symbol
 
 
 @dataclass(frozen=True, slots=True)
