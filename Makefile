@@ -2,7 +2,7 @@
 #   optional compiled parts (setup.py) are built in place where a compiler is: opcore._fastrun (C), then,
 #   with the core built again against the installed torch, opcore._torchguard (C++, torch's headers);
 #   without a compiler pip warns and opcore stays pure Python.
-# make test: the same setup, then ruff, mypy, the whole test suite (where a C++ compiler is, a missing
+# make test: the same setup, then ruff, mypy, import-linter's contracts (pyproject.toml), the whole test suite (where a C++ compiler is, a missing
 #   opcore._torchguard fails it: EXPECT_TORCHGUARD), the cpu and nn tests with oneDNN capped at AVX2, and
 #   the conformance kit (what CI runs).
 # make test-oldest: the backend tests and the kit with the oldest onnxruntime, onnx and openvino the
@@ -33,6 +33,7 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 	EXPECT_TORCHGUARD=$(if $(shell command -v c++ 2>/dev/null),1,0) $(BIN)/python -m pytest
 	$(MAKE) test-avx2
 	$(MAKE) conformance
