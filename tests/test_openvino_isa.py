@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 from opcore_openvino import isa, plugin
 
-from opcore import probes
+from opcore import extend, probes
 
 AVX512 = frozenset({"avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq"})
 AVX2 = frozenset({"avx", "avx2", "fma"})
@@ -57,10 +57,11 @@ def test_is_available_reports_the_cap(monkeypatch):
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "avx2")
     info = probes.cpu_info()
     every_flag = tuple((flag, True) for flag in probes.ISA_FLAGS)
-    monkeypatch.setattr(probes, "cpu_info", lambda: dataclasses.replace(info, isa=every_flag))
+    # the plugin reads cpu_info through opcore.extend, the plugin API
+    monkeypatch.setattr(extend, "cpu_info", lambda: dataclasses.replace(info, isa=every_flag))
     reason = plugin.is_available()
     assert isinstance(reason, str) and reason.startswith("ONEDNN_MAX_CPU_ISA=AVX2 caps oneDNN"), reason
-    monkeypatch.setattr(probes, "cpu_info", lambda: dataclasses.replace(info, isa=(("avx2", True), ("avx512f", False))))
+    monkeypatch.setattr(extend, "cpu_info", lambda: dataclasses.replace(info, isa=(("avx2", True), ("avx512f", False))))
     assert plugin.is_available() is True
 
 

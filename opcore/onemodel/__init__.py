@@ -16,4 +16,20 @@ Import from its modules, one job each (a plugin module loads only the small ``pl
 >>> from opcore.onemodel.cache import ModelCache
 >>> ModelCache("demo models", "OPCORE_DEMO_CACHE_SIZE", 8).size()
 8
+
+Versioning: ``API_VERSION`` counts incompatible changes to the builder API a backend uses (the
+names ``opcore.extend`` re-exports from these modules, and the methods a ``OneModelOp`` subclass
+supplies: ``new_graph``, ``output``, ``compile``): a removed or renamed function, argument or
+method, or a changed meaning bumps it; additions do not. ``opcore.extend.ONEMODEL_API_VERSION``
+is the same number.
+
+>>> import opcore.onemodel
+>>> opcore.onemodel.API_VERSION >= 1
+True
 """
+
+from __future__ import annotations
+
+__all__ = ["API_VERSION"]
+
+API_VERSION = 1

@@ -15,8 +15,7 @@ and this module imports no torch, because the plugin hands these functions to th
 
 from __future__ import annotations
 
-from opcore.kernels import Costly
-from opcore.types import DType, Layout, TensorMeta
+from opcore.extend import Costly, DType, Layout, TensorMeta
 from opcore_cpu.system import onednn_bfloat16_reason
 
 __all__ = [

@@ -13,10 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from opcore.contracts import OpContract, define_op
-from opcore.meta import FLOATING, NUMERIC, check_floating
-from opcore.opset.nn import conv2d_meta
-from opcore.types import TensorMeta
+from opcore.extend import FLOATING, NUMERIC, OpContract, TensorMeta, check_floating, conv2d_meta, define_op
 
 __all__ = ["CONTRACTS", "CONV2D_RELU", "CONV2D_SILU"]
 
@@ -41,15 +38,15 @@ def conv2d_float_meta(
 
 
 def conv2d_relu_decomposition(*args: Any) -> Any:
-    import opcore
+    from opcore.extend import run
 
-    return opcore.run("relu", opcore.run("conv2d", *args))
+    return run("relu", run("conv2d", *args))
 
 
 def conv2d_silu_decomposition(*args: Any) -> Any:
-    import opcore
+    from opcore.extend import run
 
-    return opcore.run("silu", opcore.run("conv2d", *args))
+    return run("silu", run("conv2d", *args))
 
 
 CONV2D_RELU = define_op(

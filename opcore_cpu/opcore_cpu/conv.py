@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from opcore.torchkit.prepared import free_positions, with_free_args
+from opcore.extend import free_positions, with_free_args
 
 __all__ = ["conv2d_relu", "conv2d_silu", "prepare_conv2d_relu", "prepare_conv2d_silu"]
 

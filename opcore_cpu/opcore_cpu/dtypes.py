@@ -14,10 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from opcore.meta import FLOATING
-from opcore.opset import BUILTIN_CONTRACTS
-from opcore.torchkit.registration import torch_dtypes
-from opcore.types import DType
+from opcore.extend import BUILTIN_CONTRACTS, FLOATING, DType, torch_dtypes
 from opcore_cpu.contracts import CONTRACTS
 
 __all__ = ["CPU_DIFFERENCES", "CPU_DTYPES", "FLOATING", "ONEDNN_DTYPES"]

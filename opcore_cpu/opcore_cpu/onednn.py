@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from opcore.torchkit.prepared import batch_rows, free_positions, with_free_args
+from opcore.extend import batch_rows, free_positions, with_free_args
 
 __all__ = [
     "float32_packing",

@@ -20,16 +20,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import opcore
-from opcore.backend import DEFAULT_PRIORITIES, BackendSpec
-from opcore.types import ArrayKind, DeviceType
+from opcore.extend import DEFAULT_PRIORITIES, ArrayKind, BackendSpec, DeviceType, hookimpl
 from opcore_cpu import __version__, choice, system
 from opcore_cpu.contracts import CONTRACTS
 from opcore_cpu.dtypes import CPU_DIFFERENCES, ONEDNN_DTYPES
 
 if TYPE_CHECKING:
-    from opcore.kernels import Checker
-    from opcore.registry import Registrar
+    from opcore.extend import Checker, Registrar
 
 __all__ = [
     "ONEDNN_LABEL",
@@ -54,7 +51,7 @@ _ONEDNN: dict[str, tuple[str, str, Checker]] = {
 }
 
 
-@opcore.hookimpl
+@hookimpl
 def opcore_backend() -> BackendSpec:
     """PyTorch on CPU: cheap to announce (no torch import until a kernel runs)."""
     return BackendSpec(
@@ -69,7 +66,7 @@ def opcore_backend() -> BackendSpec:
     )
 
 
-@opcore.hookimpl
+@hookimpl
 def opcore_register_contracts(registrar: Registrar) -> None:
     """conv2d_relu and conv2d_silu, unless the core (or another plugin) already defines them."""
     known = registrar.contracts
@@ -78,10 +75,10 @@ def opcore_register_contracts(registrar: Registrar) -> None:
             registrar.add_contract(contract)
 
 
-@opcore.hookimpl
+@hookimpl
 def opcore_register_kernels(registrar: Registrar) -> None:
     """The shared torch kernels, the oneDNN fused kernels on top, and the ATen fallback."""
-    from opcore.torchkit.registration import register_aten_fallback, register_torch_kernels
+    from opcore.extend import register_aten_fallback, register_torch_kernels
 
     known = registrar.contracts
     register_torch_kernels(registrar, DeviceType.CPU, CPU_DIFFERENCES, checkers={"linear_wq": choice.linear_wq_checker})

@@ -19,8 +19,7 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from opcore import distmeta
-from opcore.isacap import BELOW_AVX512, ISA_CAP_VARIABLES, onednn_cap_below_avx512, onednn_isa_cap
+from opcore.extend import BELOW_AVX512, ISA_CAP_VARIABLES, distribution_version, onednn_cap_below_avx512, onednn_isa_cap
 
 __all__ = [
     "BELOW_AVX512",
@@ -44,7 +43,7 @@ BFLOAT16_NO_AVX512 = "this CPU has no AVX-512 (oneDNN's bfloat16 kernels need AV
 
 
 def _torch_version() -> str | None:
-    return distmeta.version("torch")  # the METADATA header only: no email parsing of torch's long METADATA
+    return distribution_version("torch")  # the METADATA header only: no email parsing of torch's long METADATA
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:

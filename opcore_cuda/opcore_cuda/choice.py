@@ -25,7 +25,7 @@ True
 
 from __future__ import annotations
 
-from opcore.types import Layout, TensorMeta
+from opcore.extend import Layout, TensorMeta
 
 __all__ = ["gelu_epilogue_checker", "relu_epilogue_checker"]
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from opcore.torchkit.prepared import free_positions, with_free_args
+from opcore.extend import free_positions, with_free_args
 
 __all__ = ["linear_gelu", "linear_relu", "prepare_linear_gelu", "prepare_linear_relu"]
 

@@ -15,10 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from opcore.meta import FLOATING
-from opcore.opset import BUILTIN_CONTRACTS
-from opcore.torchkit.registration import torch_dtypes
-from opcore.types import DType
+from opcore.extend import BUILTIN_CONTRACTS, FLOATING, DType, torch_dtypes
 
 __all__ = ["CUBLASLT_DTYPES", "CUDA_DIFFERENCES", "CUDA_DTYPES", "FLOATING"]
 

@@ -24,8 +24,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from opcore.errors import ArgumentError
-from opcore.torchkit import kernels as shared
+from opcore.extend import ArgumentError
+from opcore.extend import torch_kernels as shared
 
 __all__ = ["div", "embedding", "layer_norm"]
 

@@ -24,13 +24,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import opcore
-from opcore.backend import DEFAULT_PRIORITIES, BackendSpec
-from opcore.types import ArrayKind, DeviceType
+from opcore.extend import DEFAULT_PRIORITIES, ArrayKind, BackendSpec, DeviceType, hookimpl
 from opcore_cuda import __version__, system
 
 if TYPE_CHECKING:
-    from opcore.registry import Registrar
+    from opcore.extend import Registrar
 
 __all__ = ["CUBLASLT_LABEL", "CUBLASLT_PRIORITY", "CUDA_OVERRIDES", "opcore_backend", "opcore_register_kernels"]
 
@@ -56,7 +54,7 @@ _CUBLASLT: dict[str, tuple[str, str, str]] = {
 }
 
 
-@opcore.hookimpl
+@hookimpl
 def opcore_backend() -> BackendSpec:
     """PyTorch on CUDA: cheap to announce (no torch import until a kernel runs)."""
     return BackendSpec(
@@ -71,10 +69,10 @@ def opcore_backend() -> BackendSpec:
     )
 
 
-@opcore.hookimpl
+@hookimpl
 def opcore_register_kernels(registrar: Registrar) -> None:
     """The shared torch kernels for CUDA, the cuBLASLt epilogue kernels on top, and the ATen fallback."""
-    from opcore.torchkit.registration import register_aten_fallback, register_torch_kernels
+    from opcore.extend import register_aten_fallback, register_torch_kernels
 
     # imported here, not with the module: without a usable GPU nothing registers, and the first
     # opcore.run need not derive the CUDA dtype tables (issue 15)

@@ -27,8 +27,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from opcore import distmeta
-from opcore.records import record
+from opcore.extend import distribution_version, record
 
 __all__ = [
     "MIN_DRIVER",
@@ -82,7 +81,7 @@ class Facts:
 
 
 def _torch_version() -> str | None:
-    return distmeta.version("torch")  # the METADATA header only: no email parsing of torch's long METADATA
+    return distribution_version("torch")  # the METADATA header only: no email parsing of torch's long METADATA
 
 
 def torch_build(folders: list[str], version: str | None) -> tuple[str | None, str | None]:

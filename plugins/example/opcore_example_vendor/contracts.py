@@ -3,7 +3,7 @@
 Every input check lives in the meta function, which runs before any kernel, so every backend
 (and the decomposition) raises the same error for the same bad input.
 
->>> from opcore.types import DType, TensorMeta
+>>> from opcore.extend import DType, TensorMeta
 >>> SWIGLU.meta(TensorMeta((4, 1, 3), DType.FLOAT32), TensorMeta((2, 1), DType.FLOAT32)).shape
 (4, 2, 3)
 """
@@ -12,9 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from opcore import define_op
-from opcore.meta import broadcast_shapes, check_floating, check_same_dtype
-from opcore.types import TensorMeta
+from opcore.extend import TensorMeta, broadcast_shapes, check_floating, check_same_dtype, define_op
 
 __all__ = ["SWIGLU", "swiglu_decomposition", "swiglu_meta"]
 
@@ -29,9 +27,9 @@ def swiglu_meta(x: TensorMeta, gate: TensorMeta) -> TensorMeta:
 
 def swiglu_decomposition(x: Any, gate: Any) -> Any:
     """x * silu(gate), each part dispatched: any backend with mul and silu runs the op."""
-    import opcore
+    from opcore.extend import run
 
-    return opcore.run("mul", x, opcore.run("silu", gate))
+    return run("mul", x, run("silu", gate))
 
 
 SWIGLU = define_op(

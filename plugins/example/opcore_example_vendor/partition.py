@@ -6,8 +6,8 @@ hook (see plugin.py); a plan then hands it runs of captured nodes that its kerne
 the portable files are ``<name>.json`` (the steps, attributes and None arguments included) and
 ``<name>.npz`` (the constants, no pickle).
 
->>> from opcore.graph.partition import PartitionSpec, PartNode, ValueRef
->>> from opcore.types import DType, TensorMeta
+>>> from opcore.extend import PartitionSpec, PartNode, ValueRef
+>>> from opcore.extend import DType, TensorMeta
 >>> m = TensorMeta((3,), DType.FLOAT32)
 >>> spec = PartitionSpec("p0", (PartNode("silu", (ValueRef("x"),), ("y",)),), ("x",), {}, ("y",), {"x": m, "y": m})
 >>> ExampleCompiler().compile(spec)(numpy.zeros(3, "float32"))
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy
 
-from opcore.graph.partition import PartitionError, PartitionSpec, ValueRef
+from opcore.extend import PartitionError, PartitionSpec, ValueRef
 from opcore_example_vendor import __version__, kernels
 
 __all__ = ["BACKEND", "OPS", "ExampleCompiler", "ExamplePartition"]

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import opcore
-from opcore import BackendSpec, DeviceType, TensorMeta
+from opcore.extend import API_VERSION, BackendSpec, DeviceType, TensorMeta, hookimpl
 from opcore_example_vendor import __version__
 from opcore_example_vendor.contracts import SWIGLU
 
 if TYPE_CHECKING:
-    from opcore.graph.partition import PartitionCompiler
-    from opcore.registry import Registrar
+    from opcore.extend import PartitionCompiler, Registrar
 
 __all__ = [
     "PRIORITY",
@@ -49,14 +47,14 @@ def scalar_bounds(x: TensorMeta, min: object, max: object) -> bool | str:
     return True
 
 
-@opcore.hookimpl
+@hookimpl
 def opcore_backend() -> BackendSpec:
     return BackendSpec(
         name="example",
         version=__version__,
         priority=PRIORITY,
         device_types=(DeviceType.CPU,),
-        api_version=opcore.API_VERSION,
+        api_version=API_VERSION,
         is_available=None,  # numpy is always there; a real plugin checks its runtime cheaply here
         describe=lambda: {"kernels": "numpy"},
         description="example third-party backend (numpy)",
@@ -64,12 +62,12 @@ def opcore_backend() -> BackendSpec:
     )
 
 
-@opcore.hookimpl
+@hookimpl
 def opcore_register_contracts(registrar: Registrar) -> None:
     registrar.add_contract(SWIGLU)
 
 
-@opcore.hookimpl
+@hookimpl
 def opcore_register_kernels(registrar: Registrar) -> None:
     registrar.add_kernel(
         "silu",
@@ -87,7 +85,7 @@ def opcore_register_kernels(registrar: Registrar) -> None:
     )
 
 
-@opcore.hookimpl
+@hookimpl
 def opcore_partition_compiler() -> PartitionCompiler:
     """Runs of captured silu / example.swiglu / clamp nodes as one partition (optional: a backend without
     this hook still runs every node its kernels accept, one at a time)."""

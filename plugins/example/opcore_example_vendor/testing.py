@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from opcore.errors import DTypeError, ShapeError
-from opcore.testing import ErrorInput, OpEntry, Sample, SampleSet, shape_id, tensor_of, z
+from opcore.extend import DTypeError, ErrorInput, OpEntry, Sample, SampleSet, ShapeError, shape_id, tensor_of, z
 
 __all__ = ["entries", "swiglu_errors", "swiglu_samples"]
 

@@ -10,7 +10,7 @@ Its size comes from ``OPCORE_ORT_CACHE_SIZE`` (default 128) when first used, or 
 
 from __future__ import annotations
 
-from opcore.onemodel.cache import ModelCache
+from opcore.extend import ModelCache
 
 __all__ = ["DEFAULT_CACHE_SIZE", "ENV_VAR", "SESSIONS", "cache_size", "cache_stats", "sessions", "set_cache_size"]
 

@@ -3,7 +3,7 @@
 They see TensorMeta and attribute values only (their answers are cached per signature), and
 import nothing heavy: this module is loaded with the plugin.
 
->>> from opcore.types import TensorMeta, DType
+>>> from opcore.extend import TensorMeta, DType
 >>> checker_for("conv2d")(TensorMeta((1, 2, 4, 4), DType.FLOAT64), TensorMeta((3, 2, 3, 3), DType.FLOAT64),
 ...                       None, (1, 1), (0, 0), (1, 1), 1)
 "ONNX Runtime's CPU Conv has float32 and float16 kernels only, found float64"
@@ -14,9 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from opcore.meta import result_type
-from opcore.onemodel.plugin import dtype_checker
-from opcore.types import DType, TensorMeta
+from opcore.extend import DType, TensorMeta, dtype_checker, result_type
 
 __all__ = ["BFLOAT16_REASON", "checker_for"]
 
@@ -68,8 +66,7 @@ def _wq_dtype(dtype: DType) -> str | None:
 
 
 def _linear_wq(x: TensorMeta, qweight: TensorMeta, *rest: Any) -> bool | str:
-    from opcore.onemodel.quantized import nbits_block
-    from opcore.opset.quantized import group_of
+    from opcore.extend import group_of, nbits_block
 
     group_size = rest[-1]
     k = x.shape[-1]

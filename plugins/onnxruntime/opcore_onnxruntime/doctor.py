@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from opcore.onemodel.plugin import probe
+from opcore.extend import probe
 from opcore_onnxruntime.cache import SESSIONS
 
 __all__ = ["describe"]

@@ -22,9 +22,7 @@ import numpy
 from numpy.typing import DTypeLike
 from onnx import ModelProto, TensorProto, helper, numpy_helper
 
-from opcore.errors import PluginError
-from opcore.onemodel.op import Scalar
-from opcore.types import TensorMeta
+from opcore.extend import PluginError, Scalar, TensorMeta
 
 __all__ = ["EXTERNAL_BYTES", "Graph", "Scalar", "Value", "onnx_type"]
 

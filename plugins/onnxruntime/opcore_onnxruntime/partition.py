@@ -23,10 +23,7 @@ import onnx
 import onnxruntime
 from onnx import ModelProto, TensorProto, numpy_helper
 
-from opcore.errors import Unsupported
-from opcore.graph.partition import PartitionError, PartitionSpec
-from opcore.onemodel.op import first_line
-from opcore.onemodel.partition import chain_nodes, compile_or_locate
+from opcore.extend import PartitionError, PartitionSpec, Unsupported, chain_nodes, compile_or_locate, first_line
 from opcore_onnxruntime import __version__
 from opcore_onnxruntime.graph import Graph, Value
 from opcore_onnxruntime.session import open_session, session_options, target_opset

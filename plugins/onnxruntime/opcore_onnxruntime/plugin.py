@@ -14,16 +14,20 @@ import functools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from opcore.backend import BackendSpec
-from opcore.hookspecs import hookimpl
-from opcore.onemodel.plugin import kernel_layout, kernel_targets, register_kernels, runtime_available
-from opcore.types import DeviceType
+from opcore.extend import (
+    BackendSpec,
+    DeviceType,
+    hookimpl,
+    kernel_layout,
+    kernel_targets,
+    register_kernels,
+    runtime_available,
+)
 from opcore_onnxruntime import __version__
 from opcore_onnxruntime.checks import checker_for
 
 if TYPE_CHECKING:
-    from opcore.graph.partition import PartitionCompiler
-    from opcore.registry import Registrar
+    from opcore.extend import PartitionCompiler, Registrar
 
 __all__ = ["KERNELS", "MIN_ONNXRUNTIME", "opcore_backend", "opcore_partition_compiler", "opcore_register_kernels"]
 
@@ -84,7 +88,7 @@ SIZED = frozenset({"reshape", "expand", "slice", "arange"})
 
 @functools.cache
 def _partition_compiler() -> PartitionCompiler:
-    from opcore.onemodel.partition import GraphPartitionCompiler
+    from opcore.extend import GraphPartitionCompiler
 
     return GraphPartitionCompiler(
         "onnxruntime",

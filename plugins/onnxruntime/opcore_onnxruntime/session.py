@@ -26,9 +26,7 @@ import numpy
 import onnxruntime
 from onnx import ModelProto, helper
 
-from opcore.errors import Unsupported
-from opcore.onemodel.op import ATTRIBUTE, OPERAND, TENSOR, TENSORS, OneModelOp, first_line
-from opcore.settings import runtime_threads
+from opcore.extend import ATTRIBUTE, OPERAND, TENSOR, TENSORS, OneModelOp, Unsupported, first_line, runtime_threads
 from opcore_onnxruntime.cache import SESSIONS
 from opcore_onnxruntime.graph import Graph, Value
 

@@ -10,7 +10,7 @@ Its size comes from ``OPCORE_OPENVINO_CACHE_SIZE`` (default 64) when first used,
 
 from __future__ import annotations
 
-from opcore.onemodel.cache import ModelCache
+from opcore.extend import ModelCache
 
 __all__ = ["DEFAULT_CACHE_SIZE", "ENV_VAR", "MODELS", "cache_size", "cache_stats", "compiled_models", "set_cache_size"]
 

@@ -5,7 +5,7 @@ and computes integer matrix products, Relu and division in float32: results that
 from PyTorch's are declined here rather than returned. Checkers see TensorMeta and attribute
 values only (their answers are cached per signature) and import nothing heavy.
 
->>> from opcore.types import TensorMeta, DType
+>>> from opcore.extend import TensorMeta, DType
 >>> checker_for("relu")(TensorMeta((2,), DType.FLOAT64))
 "OpenVINO's CPU plugin computes float64 in float32 (use float32, or another backend for float64)"
 """
@@ -18,11 +18,7 @@ from typing import Any
 
 import numpy
 
-from opcore.meta import result_type
-from opcore.onemodel.plugin import dtype_checker, tensor_metas
-from opcore.opset.creation import arange_meta
-from opcore.opset.pooling import pooled_size
-from opcore.types import DType, TensorMeta
+from opcore.extend import DType, TensorMeta, arange_meta, dtype_checker, pooled_size, result_type, tensor_metas
 
 __all__ = ["BFLOAT16_REASON", "checker_for"]
 
@@ -306,7 +302,7 @@ def _proven(op: str) -> Checker | None:
     def check(*args: Any) -> bool | str:
         if not any(m.bounds is not None for m in tensor_metas(args)):
             return specific(*args)
-        from opcore.graph.ranges import narrowing_refused  # only plans set bounds
+        from opcore.extend import narrowing_refused
 
         if narrowing_refused(op, args, DType.INT32, skip) is not None:
             return specific(*args)

@@ -23,10 +23,17 @@ from typing import Any
 import numpy
 import openvino
 
-from opcore.errors import Unsupported
-from opcore.lru import capacity_from_env
-from opcore.onemodel.op import ATTRIBUTE, OPERAND, TENSOR, TENSORS, OneModelOp, first_line
-from opcore.settings import runtime_threads
+from opcore.extend import (
+    ATTRIBUTE,
+    OPERAND,
+    TENSOR,
+    TENSORS,
+    OneModelOp,
+    Unsupported,
+    capacity_from_env,
+    first_line,
+    runtime_threads,
+)
 from opcore_openvino.cache import MODELS
 from opcore_openvino.graph import Graph
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy
 import openvino
 
-from opcore.quantize import QuantizedWeight, pack_int4
+from opcore.extend import QuantizedWeight, pack_int4
 
 __all__ = ["read_compressed_weights", "weight_of_matmul"]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from opcore.onemodel.plugin import probe
+from opcore.extend import probe
 from opcore_openvino.cache import MODELS
 
 __all__ = ["describe"]

@@ -21,7 +21,7 @@ import numpy
 import openvino
 import openvino.opset13 as ops
 
-from opcore.onemodel.op import Scalar
+from opcore.extend import Scalar
 
 __all__ = ["Graph", "Node", "Scalar", "dtype_of", "ops", "ov_type", "rank_of"]
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from opcore.isacap import ISA_CAP_VARIABLES, onednn_cap_below_avx512
+from opcore.extend import ISA_CAP_VARIABLES, onednn_cap_below_avx512
 
 __all__ = ["CAP_VARIABLES", "isa_cap_reason"]
 
@@ -33,9 +33,9 @@ def isa_cap_reason(environ: Mapping[str, str] | None = None, flags: frozenset[st
     if cap is None:
         return None
     if flags is None:
-        from opcore import probes
+        from opcore.extend import cpu_info
 
-        flags = frozenset(name for name, present in probes.cpu_info().isa or () if present)
+        flags = frozenset(name for name, present in cpu_info().isa or () if present)
     if "avx512f" not in flags:
         return None  # an AVX2 CPU capped at its own level (or lower): nothing of OpenVINO's is above the cap
     variable, value = cap

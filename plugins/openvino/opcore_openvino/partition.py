@@ -23,10 +23,7 @@ from typing import Any
 import numpy
 import openvino
 
-from opcore.errors import Unsupported
-from opcore.graph.partition import PartitionError, PartitionSpec
-from opcore.onemodel.op import first_line
-from opcore.onemodel.partition import chain_nodes, compile_or_locate
+from opcore.extend import PartitionError, PartitionSpec, Unsupported, chain_nodes, compile_or_locate, first_line
 from opcore_openvino import __version__
 from opcore_openvino.compiled import CONFIG, DEVICE, compile_config, core, feed
 from opcore_openvino.graph import Graph, Node

@@ -14,16 +14,20 @@ import functools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from opcore.backend import BackendSpec
-from opcore.hookspecs import hookimpl
-from opcore.onemodel.plugin import kernel_layout, kernel_targets, register_kernels, runtime_available
-from opcore.types import DeviceType
+from opcore.extend import (
+    BackendSpec,
+    DeviceType,
+    hookimpl,
+    kernel_layout,
+    kernel_targets,
+    register_kernels,
+    runtime_available,
+)
 from opcore_openvino import __version__
 from opcore_openvino.checks import checker_for
 
 if TYPE_CHECKING:
-    from opcore.graph.partition import PartitionCompiler
-    from opcore.registry import Registrar
+    from opcore.extend import PartitionCompiler, Registrar
 
 __all__ = ["KERNELS", "MIN_OPENVINO", "opcore_backend", "opcore_partition_compiler", "opcore_register_kernels"]
 
@@ -39,7 +43,7 @@ def is_available() -> bool | str:
     it (opcore_openvino.isa); never imports it. Invalid cache-size settings raise here (ArgumentError
     naming the variable), so the plugin fails at load time.
     """
-    from opcore.lru import capacity_from_env
+    from opcore.extend import capacity_from_env
     from opcore_openvino.cache import MODELS
     from opcore_openvino.isa import isa_cap_reason
 
@@ -89,7 +93,7 @@ SIZED = frozenset({"reshape", "expand", "slice", "arange"})
 
 @functools.cache
 def _partition_compiler() -> PartitionCompiler:
-    from opcore.onemodel.partition import GraphPartitionCompiler
+    from opcore.extend import GraphPartitionCompiler
 
     # the CPU plugin computes int64 in int32: plans show it the int64 values they prove to fit
     return GraphPartitionCompiler(

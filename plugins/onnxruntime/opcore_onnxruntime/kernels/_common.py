@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy
 
-from opcore.onemodel.builders import result_dtype
+from opcore.extend import result_dtype
 from opcore_onnxruntime.graph import Graph, Scalar, Value, onnx_type
 
 __all__ = [

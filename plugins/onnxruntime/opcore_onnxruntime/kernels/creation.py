@@ -8,8 +8,7 @@ from typing import Any
 
 import numpy
 
-from opcore.opset.creation import DEFAULT_FLOAT, arange_bounds, arange_dtype, arange_length, fill_dtype
-from opcore.types import DType
+from opcore.extend import DEFAULT_FLOAT, DType, arange_bounds, arange_dtype, arange_length, fill_dtype
 from opcore_onnxruntime.graph import Graph, Value
 from opcore_onnxruntime.kernels._common import I64
 from opcore_onnxruntime.session import onnx_kernel

@@ -7,8 +7,7 @@ from typing import Any
 
 import numpy
 
-from opcore.errors import ArgumentError, Unsupported
-from opcore.types import DType
+from opcore.extend import ArgumentError, DType, Unsupported
 from opcore_onnxruntime.graph import Graph, Scalar, Value
 from opcore_onnxruntime.kernels._common import (
     BOOL,

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy
 
-from opcore.onemodel.builders import check_gather_indices as check_gather
-from opcore.onemodel.builders import check_index_indices as check_index
-from opcore.onemodel.builders import index_layout, piece_bounds, split_kernels, view_kernel
+from opcore.extend import check_gather_indices as check_gather
+from opcore.extend import check_index_indices as check_index
+from opcore.extend import index_layout, piece_bounds, split_kernels, view_kernel
 from opcore_onnxruntime.graph import Graph, Value
 from opcore_onnxruntime.session import onnx_kernel
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy
 
-from opcore.onemodel.builders import check_embedding_indices as check_embedding
-from opcore.opset.nn import Padding
+from opcore.extend import Padding
+from opcore.extend import check_embedding_indices as check_embedding
 from opcore_onnxruntime.graph import Graph, Value
 from opcore_onnxruntime.kernels._common import BOOL, compute_float, finish
 from opcore_onnxruntime.session import onnx_kernel

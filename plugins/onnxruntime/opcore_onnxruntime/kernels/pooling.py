@@ -13,8 +13,7 @@ from typing import Any
 
 import numpy
 
-from opcore.onemodel.op import ATTRIBUTE, TENSOR
-from opcore.opset.pooling import adaptive_bounds, adaptive_output_size
+from opcore.extend import ATTRIBUTE, TENSOR, adaptive_bounds, adaptive_output_size
 from opcore_onnxruntime.graph import Graph, Value
 from opcore_onnxruntime.kernels._common import F64, compute_float, finish
 from opcore_onnxruntime.session import onnx_kernel

@@ -24,9 +24,7 @@ from typing import Any
 
 import numpy
 
-from opcore.errors import ArgumentError
-from opcore.onemodel.quantized import WQ_NAMES, nbits_block
-from opcore.opset.quantized import group_of
+from opcore.extend import WQ_NAMES, ArgumentError, group_of, nbits_block
 from opcore_onnxruntime.graph import Graph, Value
 from opcore_onnxruntime.kernels._common import F32, I32, finish
 from opcore_onnxruntime.session import ATTRIBUTE, TENSOR, onnx_kernel

@@ -7,8 +7,7 @@ from typing import Any
 
 import numpy
 
-from opcore.errors import Unsupported
-from opcore.types import DType
+from opcore.extend import DType, Unsupported
 from opcore_onnxruntime.graph import Graph, Value
 from opcore_onnxruntime.kernels._common import BOOL, F16, F32, I32, I64, compute_float, finish, to_compute
 from opcore_onnxruntime.session import onnx_kernel

@@ -7,7 +7,7 @@ import builtins
 
 import numpy
 
-from opcore.onemodel.builders import results_dtype
+from opcore.extend import results_dtype
 from opcore_onnxruntime.graph import Graph, Scalar, Value
 from opcore_onnxruntime.kernels._common import BOOL, I64, finish, operand, to_compute
 from opcore_onnxruntime.session import onnx_kernel

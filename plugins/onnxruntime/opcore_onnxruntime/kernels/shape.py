@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy
 
-from opcore.onemodel.builders import cat_through, promoted, transpose_perm, view_kernel
+from opcore.extend import cat_through, promoted, transpose_perm, view_kernel
 from opcore_onnxruntime.graph import Graph, Value
 from opcore_onnxruntime.session import ATTRIBUTE, TENSOR, TENSORS, onnx_kernel
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy
 
-from opcore.onemodel.builders import result_dtype
+from opcore.extend import result_dtype
 from opcore_openvino.graph import Graph, Node, Scalar, dtype_of, rank_of
 
 __all__ = ["BOOL", "F16", "F32", "I32", "binary_result", "finish", "operand", "to_compute"]

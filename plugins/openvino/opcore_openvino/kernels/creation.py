@@ -9,8 +9,7 @@ from typing import Any
 
 import numpy
 
-from opcore.opset.creation import arange_bounds, arange_dtype, arange_length, full_meta
-from opcore.types import DType
+from opcore.extend import DType, arange_bounds, arange_dtype, arange_length, full_meta
 from opcore_openvino.compiled import ov_kernel
 from opcore_openvino.graph import Graph, Node, dtype_of, ops
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy
 
-from opcore.types import DType
+from opcore.extend import DType
 from opcore_openvino.compiled import ov_kernel
 from opcore_openvino.graph import Graph, Node, Scalar, dtype_of, ops
 from opcore_openvino.kernels._common import BOOL, F32, I32, binary_result, finish, operand, to_compute

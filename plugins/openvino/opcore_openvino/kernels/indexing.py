@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy
 
-from opcore.onemodel.builders import check_gather_indices as check_gather
-from opcore.onemodel.builders import check_index_indices as check_index
-from opcore.onemodel.builders import index_layout, piece_bounds, split_kernels, view_kernel
+from opcore.extend import check_gather_indices as check_gather
+from opcore.extend import check_index_indices as check_index
+from opcore.extend import index_layout, piece_bounds, split_kernels, view_kernel
 from opcore_openvino.compiled import ov_kernel
 from opcore_openvino.graph import Graph, Node, dtype_of, ops, rank_of
 

@@ -9,8 +9,8 @@ from typing import Any
 import numpy
 import openvino
 
-from opcore.onemodel.builders import check_embedding_indices as check_embedding
-from opcore.opset.nn import Padding, conv_pads
+from opcore.extend import Padding, conv_pads
+from opcore.extend import check_embedding_indices as check_embedding
 from opcore_openvino.compiled import ATTRIBUTE, TENSOR, ov_kernel
 from opcore_openvino.graph import Graph, Node, dtype_of, ops, rank_of
 from opcore_openvino.kernels._common import BOOL

@@ -18,8 +18,7 @@ import numpy
 import openvino
 import openvino.opset15 as ops15
 
-from opcore.onemodel.quantized import WQ_NAMES
-from opcore.opset.quantized import group_of
+from opcore.extend import WQ_NAMES, group_of
 from opcore_openvino.compiled import ATTRIBUTE, TENSOR, ov_kernel
 from opcore_openvino.graph import Graph, Node, dtype_of, ops, ov_type
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy
 
-from opcore.onemodel.builders import results_dtype
+from opcore.extend import results_dtype
 from opcore_openvino.compiled import ov_kernel
 from opcore_openvino.graph import Graph, Node, Scalar, dtype_of, ops, rank_of
 from opcore_openvino.kernels._common import finish, operand, to_compute

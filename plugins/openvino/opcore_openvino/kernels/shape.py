@@ -14,9 +14,7 @@ from __future__ import annotations
 import numpy
 import openvino
 
-from opcore.errors import Unsupported
-from opcore.onemodel.builders import cat_through, promoted, transpose_perm, view_kernel
-from opcore.opset.shape import squeezed_shape
+from opcore.extend import Unsupported, cat_through, promoted, squeezed_shape, transpose_perm, view_kernel
 from opcore_openvino.compiled import ATTRIBUTE, TENSOR, TENSORS, ov_kernel
 from opcore_openvino.graph import Graph, Node, dtype_of, ops, rank_of
 
