@@ -21,8 +21,9 @@ Kernels live here rather than in one backend so that neither torch backend impor
 each adds its device-specific kernels on top (oneDNN on CPU, cuBLASLt epilogues on CUDA).
 
 Versioning: ``API_VERSION`` counts incompatible changes to the names above (a removed or
-renamed function or argument, a changed meaning); additions do not bump it. A backend that needs
-a given surface checks it at load time:
+renamed function or argument, a changed meaning); additions do not bump it. Backends import these
+names through ``opcore.extend``, the plugin API, where this number is ``TORCHKIT_API_VERSION``. A
+backend that needs a given surface checks it at load time:
 
 >>> import opcore.torchkit
 >>> opcore.torchkit.API_VERSION >= 1
