@@ -72,12 +72,12 @@ class _Use:
 
 
 def index_uses(graph: Graph) -> Iterator[_Use]:
-    """Every index tensor an ``embedding``, ``gather`` or ``index`` node reads, with the range its
+    """Every index tensor an ``embedding`` (``embedding_wq``), ``gather`` or ``index`` node reads, with the range its
     values must lie in; an index into a dynamic dim counts on the dim's smallest size (``sizes``)."""
     for node in graph.nodes:
         if node.scalar:
             continue
-        if node.op == "embedding" and isinstance(node.args[0], ValueRef):
+        if node.op in ("embedding", "embedding_wq") and isinstance(node.args[0], ValueRef):
             rows = _smallest_size(graph, node.args[1], 0)
             if rows is not None:
                 what = f"the index of {node.name} (embedding table {node.args[1].name}, {rows} rows)"

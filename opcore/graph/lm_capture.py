@@ -148,7 +148,7 @@ class Weighing:
     """``weights=`` of capture_lm: the spec, and the quantized weights prefill and decode share."""
 
     spec: WeightSpec
-    cache: dict[str, Any] = field(default_factory=dict)
+    cache: dict[Any, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,7 +349,7 @@ def input_bounds(graph: Any, max_length: int) -> dict[str, tuple[int, int]]:
     ids, positions, slots, mask = graph.inputs[:4]
     vocab = graph.meta(graph.outputs[0].name).shape[-1] if isinstance(graph.outputs[0], ValueRef) else None
     for node in graph.nodes:
-        if node.op == "embedding" and ValueRef(ids) in node.args:
+        if node.op in ("embedding", "embedding_wq") and ValueRef(ids) in node.args:
             tables = [a for a in node.args if isinstance(a, ValueRef) and a.name in graph.constants]
             rows = [graph.meta(t.name).shape[0] for t in tables if graph.meta(t.name).ndim == 2]
             vocab = min([*rows, *([vocab] if vocab is not None else [])])

@@ -147,9 +147,12 @@ def lower(
         ]
         nodes = write_state(nodes, values, writes)
     outputs = tuple(out for kind, out in zip(kinds, outputs) if kind == "USER_OUTPUT")
+    # a constant no node reads: tied weights (an lm_head and its token table) are one tensor that
+    # torch.export lifts under both names and the graph reads under one; a saved plan would hold it twice
+    read = {name for node in nodes for name in node.refs()} | {ref.name for ref in refs_in(outputs)}
     graph = Graph(
         inputs=(*inputs, *state_inputs),
-        constants=tuple(constant_names),
+        constants=tuple(name for name in constant_names if name in read),
         nodes=tuple(nodes),
         outputs=outputs,
         values=values,

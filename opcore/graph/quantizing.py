@@ -1,12 +1,15 @@
 """Quantized weights in a plan: ``capture(..., weights="int8" | "int4")`` turns each ``linear`` whose
-weight is a constant into ``linear_wq`` over that weight's codes (opcore.quantize, docs/quantized.md).
+weight is a constant into ``linear_wq`` over that weight's codes (opcore.quantize, docs/quantized.md),
+and each ``embedding`` whose table is a constant into ``embedding_wq`` over the table's int8 codes
+(one scale a row, as NNCF and ONNX Runtime GenAI keep embeddings).
 
 The pass runs on the captured graph before rewrites (so a gated MLP's three linears stay three
 quantized nodes, each runtime fusing what it can). The float weight leaves the plan where nothing
 else reads it: the plan's constants, the partitions' models (an ONNX MatMulNBits initializer, an
 OpenVINO u8/u4 Constant) and a saved plan's safetensors hold the packed codes, scales and zero
-points. A weight another node reads too (tied embeddings: the lm_head's weight is the token table)
-stays for that node, its linear reads a quantized copy.
+points. Tied weights (a decoder's lm_head and token table: one tensor under two names) share one set
+of codes: the table's int8 rows are the lm_head's int8 output channels. A weight another node reads
+too (not a linear or an embedding) stays float for that node.
 
 Defaults as NNCF's and ONNX Runtime GenAI's: int4 weights in groups of 128 (64 or 32 where 128 does
 not divide the inputs; per output channel where none does), the lm_head (a linear producing the
@@ -34,6 +37,7 @@ __all__ = ["WeightSpec", "quantize_linears"]
 _ARG = "weights"
 _OP = "opcore.graph.capture"
 _FORMS = {"int8": 8, "int4": 4}
+_QUANTIZED = ("linear", "embedding")  # the ops whose constant weight becomes codes
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +80,12 @@ class WeightSpec:
 
 
 def quantize_linears(
-    graph: Graph, constants: dict[str, Any], spec: WeightSpec, cache: dict[str, Any] | None = None
+    graph: Graph, constants: dict[str, Any], spec: WeightSpec, cache: dict[Any, Any] | None = None
 ) -> tuple[Graph, list[str]]:
-    """``graph`` with its constant-weight linears as ``linear_wq`` nodes (``constants`` updated in place:
-    codes added, float weights no longer read removed); and the notes for explain. ``cache``: weight
-    name -> its quantized tensors, shared by plans of the same model (capture_lm's prefill and decode)."""
+    """``graph`` with its constant-weight linears as ``linear_wq`` nodes and embeddings as
+    ``embedding_wq`` (``constants`` updated in place: codes added, float weights no longer read
+    removed); and the notes for explain. ``cache``: (the weight's memory, bits, group) -> its quantized
+    tensors, shared by plans of the same model (capture_lm's prefill and decode)."""
     from opcore.quantize import quantize_weight
 
     cache = {} if cache is None else cache
@@ -90,10 +95,11 @@ def quantize_linears(
     values = dict(graph.values)
     added: list[str] = []
     nodes: list[Node] = []
-    counts = {"int8": 0, "int4": 0}
+    counts = {"int8": 0, "int4": 0, "embedding": 0}
     kept: list[str] = []
+    made_names: dict[tuple[Any, ...], list[ValueRef | None]] = {}
     for node in graph.nodes:
-        weight = node.args[1] if node.op == "linear" and len(node.args) >= 2 else None
+        weight = node.args[1] if node.op in _QUANTIZED and len(node.args) >= 2 else None
         if not isinstance(weight, ValueRef) or weight.name not in constants:
             nodes.append(node)
             continue
@@ -103,36 +109,37 @@ def quantize_linears(
             kept.append(source)
             nodes.append(node)
             continue
-        bits = 8 if node.name in logits else spec.bits
+        bits = 8 if node.name in logits or node.op == "embedding" else spec.bits
         group = -1 if bits == 8 and spec.group_size is None else _group(spec.group_size, tensor.shape[1], bits)
-        key = f"{weight.name}:{bits}:{group}"
+        if node.op == "embedding":
+            group = -1  # one scale a row: the rows a token reads, and a tied lm_head's output channels
+        key = (*_storage(tensor), bits, group)
         made = cache.get(key)
         if made is None:
             qw = quantize_weight(tensor.detach().float().cpu(), bits=bits, group_size=group, symmetric=spec.symmetric)
             made = cache[key] = qw
-        device = tensor.device
-        names: list[ValueRef | None] = []
-        for suffix, array in (("qweight", made.qweight), ("scale", made.scale.to(tensor.dtype)), ("zero", made.zero)):
-            if array is None:
-                names.append(None)
-                continue
-            name = f"{weight.name}_{suffix}{bits}"
-            if name not in constants:
-                constants[name] = array.to(device)
-                meta = TensorMeta.of(constants[name])
-                values[name] = ValueInfo(name, meta, tuple(meta.shape))
-                added.append(name)
-            names.append(ValueRef(name))
-        bias = node.args[2] if len(node.args) > 2 else None
-        args = (node.args[0], names[0], names[1], names[2], bias, bits, made.group_size)
-        nodes.append(Node(node.name, "linear_wq", f"quantize:{node.target}", args, node.outputs))
-        counts[f"int{bits}"] += 1
+        names = made_names.get(key)
+        if names is None:
+            names = made_names[key] = _constants(weight.name, bits, made, tensor, constants, values, added)
+        if node.op == "embedding":
+            args: tuple[Any, ...] = (node.args[0], names[0], names[1], names[2], bits, made.group_size)
+            nodes.append(Node(node.name, "embedding_wq", f"quantize:{node.target}", args, node.outputs))
+            counts["embedding"] += 1
+        else:
+            bias = node.args[2] if len(node.args) > 2 else None
+            args = (node.args[0], names[0], names[1], names[2], bias, bits, made.group_size)
+            nodes.append(Node(node.name, "linear_wq", f"quantize:{node.target}", args, node.outputs))
+            counts[f"int{bits}"] += 1
         readers_left = [i for i in readers.get(weight.name, ()) if graph.nodes[i].name != node.name]
         readers[weight.name] = readers_left
-    gone = [name for name in graph.constants if name in readers and not readers[name] and name not in outputs]
+    gone = [name for name in graph.constants if not readers.get(name) and name not in outputs]
     for name in gone:
-        constants.pop(name, None)
         values.pop(name, None)
+    # the float tensors left in ``constants`` under names the graph no longer holds (a tied weight's
+    # other name) would keep the float table resident: only what the quantized graph reads stays
+    held = {*graph.inputs, *graph.constants, *added} - set(gone)
+    for name in [name for name in constants if name not in held]:
+        del constants[name]
     sources = {**graph.sources, **{a: graph.sources.get(a.rsplit("_", 1)[0], a) for a in added}}
     quantized = replace(
         graph,
@@ -144,9 +151,48 @@ def quantize_linears(
     notes = [
         f"weights {spec.describe()}: {counts['int4']} linear(s) int4, {counts['int8']} int8"
         + (" (the logits' linear kept at int8, as NNCF does)" if logits and spec.bits == 4 else "")
+        + (f"; {counts['embedding']} embedding table(s) int8 per row" if counts["embedding"] else "")
         + (f"; {len(kept)} kept float (exclude={list(spec.exclude)} or not a 2-D float weight)" if kept else "")
     ]
     return quantized, notes
+
+
+def _storage(tensor: Any) -> tuple[Any, ...]:
+    """What makes two constants the same weight: their memory and view (tied weights are one tensor
+    exported under two names)."""
+    return (
+        tensor.device,
+        tensor.untyped_storage().data_ptr(),
+        tensor.storage_offset(),
+        *tensor.shape,
+        *tensor.stride(),
+    )
+
+
+def _constants(
+    name: str,
+    bits: int,
+    made: Any,
+    tensor: Any,
+    constants: dict[str, Any],
+    values: dict[str, ValueInfo],
+    added: list[str],
+) -> list[ValueRef | None]:
+    """The plan constants of ``made``'s codes, scale and zero point (named after the first weight
+    quantized into them), added to ``constants`` and ``values``."""
+    names: list[ValueRef | None] = []
+    for suffix, array in (("qweight", made.qweight), ("scale", made.scale.to(tensor.dtype)), ("zero", made.zero)):
+        if array is None:
+            names.append(None)
+            continue
+        constant = f"{name}_{suffix}{bits}"
+        if constant not in constants:
+            constants[constant] = array.to(tensor.device)
+            meta = TensorMeta.of(constants[constant])
+            values[constant] = ValueInfo(constant, meta, tuple(meta.shape))
+            added.append(constant)
+        names.append(ValueRef(constant))
+    return names
 
 
 def _excluded(source: str, patterns: Sequence[str]) -> bool:

@@ -1,5 +1,7 @@
 """Weight-only quantized contracts: ``linear_wq``, a linear whose weight is stored as 8-bit or 4-bit
-codes with a scale (and optionally a zero point) per output channel or per group of inputs.
+codes with a scale (and optionally a zero point) per output channel or per group of inputs; and
+``embedding_wq``, the rows of a table stored the same way (a decoder's token table, int8 per row as
+NNCF and ONNX Runtime GenAI keep it; tied to the lm_head, one set of codes serves both).
 
 The layout (docs/quantized.md), for x (..., K) and N output features:
 
@@ -20,10 +22,18 @@ from __future__ import annotations
 
 from opcore.contracts import OpContract, define_op
 from opcore.errors import ArgumentError, DTypeError, ShapeError
-from opcore.meta import FLOATING, check_dtype, check_floating, check_min_rank, check_rank, shape_text
+from opcore.meta import (
+    FLOATING,
+    check_dtype,
+    check_floating,
+    check_min_rank,
+    check_rank,
+    shape_text,
+)
+from opcore.opset.nn import INDEX_DTYPES
 from opcore.types import DType, TensorMeta
 
-__all__ = ["BITS", "CONTRACTS", "LINEAR_WQ", "group_of", "linear_wq_meta"]
+__all__ = ["BITS", "CONTRACTS", "EMBEDDING_WQ", "LINEAR_WQ", "embedding_wq_meta", "group_of", "linear_wq_meta"]
 
 BITS = (4, 8)  # the code widths the contract defines
 _UINT8 = frozenset({DType.UINT8})
@@ -78,6 +88,17 @@ def linear_wq_meta(
             found=f"in_features = {k}",
             fix="use bits=8 for this weight",
         )
+    n = _check_codes(qweight, scale, zero, bits, k, group)
+    if b is not None:
+        if b.shape != (n,):
+            raise ShapeError(arg="b", expected=f"shape ({n},)", found=f"shape {shape_text(b.shape)}")
+        if b.dtype != x.dtype:
+            raise DTypeError(arg="b", expected=f"the dtype of 'x' ({x.dtype.value})", found=b.dtype.value)
+    return TensorMeta((*x.shape[:-1], n), x.dtype, x.device)
+
+
+def _check_codes(qweight: TensorMeta, scale: TensorMeta, zero: TensorMeta | None, bits: int, k: int, group: int) -> int:
+    """The codes' layout for K = ``k`` inputs in groups of ``group``; returns N (the rows)."""
     check_rank("qweight", qweight, 2, what="a 2-D uint8 tensor (out_features, in_features * bits / 8)")
     check_dtype("qweight", qweight, _UINT8, fix="pass the codes as packed by opcore.quantize.quantize_weight")
     n = qweight.shape[0]
@@ -104,12 +125,7 @@ def linear_wq_meta(
             raise ShapeError(
                 arg="zero", expected=f"shape {shape_text(groups)}, as 'scale'", found=shape_text(zero.shape)
             )
-    if b is not None:
-        if b.shape != (n,):
-            raise ShapeError(arg="b", expected=f"shape ({n},)", found=f"shape {shape_text(b.shape)}")
-        if b.dtype != x.dtype:
-            raise DTypeError(arg="b", expected=f"the dtype of 'x' ({x.dtype.value})", found=b.dtype.value)
-    return TensorMeta((*x.shape[:-1], n), x.dtype, x.device)
+    return n
 
 
 LINEAR_WQ = define_op(
@@ -124,4 +140,51 @@ LINEAR_WQ = define_op(
     tags=("linear", "quantized"),
 )
 
-CONTRACTS: tuple[OpContract, ...] = (LINEAR_WQ,)
+
+def embedding_wq_meta(
+    input: TensorMeta, qweight: TensorMeta, scale: TensorMeta, zero: TensorMeta | None, bits: int, group_size: int
+) -> TensorMeta:
+    """int32/int64 indices; qweight uint8 (rows, dim * bits / 8); scale floating and zero uint8, both
+    (rows, dim / group); output indices.shape + (dim,) in the scale's dtype."""
+    check_dtype("input", input, INDEX_DTYPES, fix="convert the indices with .astype('int64')")
+    check_rank("qweight", qweight, 2, what="a 2-D uint8 tensor (num_embeddings, embedding_dim * bits / 8)")
+    check_dtype("qweight", qweight, _UINT8, fix="pass the codes as packed by opcore.quantize.quantize_weight")
+    if bits not in BITS:
+        raise ArgumentError(
+            arg="bits",
+            expected="4 or 8",
+            found=repr(bits),
+            fix="quantize the table with opcore.quantize.quantize_weight(table, bits=8) or bits=4",
+        )
+    k = qweight.shape[1] * 8 // bits
+    if group_size != -1 and group_size <= 0:
+        raise ArgumentError(
+            arg="group_size", expected="-1 (one group per row) or a positive group", found=repr(group_size)
+        )
+    group = group_of(group_size, k)
+    if group and k % group:
+        raise ShapeError(
+            arg="group_size",
+            expected=f"a group size that divides embedding_dim = {k} ('qweight' {shape_text(qweight.shape)} "
+            f"at {bits} bits)",
+            found=f"group_size={group_size}",
+            fix="pass the group_size the table was quantized with",
+        )
+    _check_codes(qweight, scale, zero, bits, k, group)
+    return TensorMeta((*input.shape, k), scale.dtype, scale.device)
+
+
+EMBEDDING_WQ = define_op(
+    "embedding_wq(Tensor input, Tensor qweight, Tensor scale, Tensor? zero=None, *, int bits=8, "
+    "int group_size=-1) -> Tensor",
+    meta=embedding_wq_meta,
+    dtypes=FLOATING,
+    family="quantized",
+    doc="The rows of a table stored as codes, (qweight[input] - zero[input]) * scale[input] per group: "
+    "embedding over a weight-only int8 or int4 table (opcore.quantize.quantize_weight's layout, the "
+    "table's rows as output channels), in the scale's dtype.",
+    tags=("indexing", "quantized"),
+    dtype_arg="scale",
+)
+
+CONTRACTS: tuple[OpContract, ...] = (LINEAR_WQ, EMBEDDING_WQ)

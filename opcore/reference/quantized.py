@@ -1,5 +1,5 @@
-"""Reference kernel of the weight-only quantized linear: the weight dequantized in float64, then
-the reference linear."""
+"""Reference kernels of the weight-only quantized ops: the weight (or the rows picked) dequantized
+in float64, then the reference linear (or the rows as they are)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import numpy
 from opcore.quantize import dequantize
 from opcore.reference._common import F64, finish, quiet
 from opcore.reference.linear import _linear
+from opcore.reference.nn import embedding
 
-__all__ = ["linear_wq"]
+__all__ = ["embedding_wq", "linear_wq"]
 
 
 def linear_wq(
@@ -25,3 +26,18 @@ def linear_wq(
     with quiet():
         weight = dequantize(qweight, scale, zero, bits, group_size, F64)
         return finish(_linear(x, weight, b), x.dtype)
+
+
+def embedding_wq(
+    input: numpy.ndarray,
+    qweight: numpy.ndarray,
+    scale: numpy.ndarray,
+    zero: numpy.ndarray | None,
+    bits: int,
+    group_size: int,
+) -> numpy.ndarray:
+    """The rows at the indices, dequantized in float64, in the scale's dtype."""
+    flat = input.reshape(-1)
+    codes = embedding(flat, qweight, None)  # checks the indices against the rows
+    rows = dequantize(codes, scale[flat], None if zero is None else zero[flat], bits, group_size, F64)
+    return finish(rows.reshape(*input.shape, rows.shape[-1]), scale.dtype)

@@ -31,7 +31,7 @@ from opcore.opset.indexing import check_index_range
 from opcore.opset.pooling import adaptive_output_size
 from opcore.torchkit.conv import conv1d, conv2d
 from opcore.torchkit.creation import arange, full, full_like, ones, ones_like, zeros, zeros_like
-from opcore.torchkit.quantized import linear_wq
+from opcore.torchkit.quantized import embedding_wq, linear_wq
 from opcore.types import DType
 
 __all__ = [
@@ -59,6 +59,7 @@ __all__ = [
     "cumsum",
     "div",
     "embedding",
+    "embedding_wq",
     "eq",
     "erf",
     "exp",

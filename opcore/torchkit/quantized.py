@@ -1,4 +1,4 @@
-"""The torch kernel of ``linear_wq`` (CPU and CUDA): the codes packed once into torch's own
+"""The torch kernels of ``linear_wq`` and ``embedding_wq`` (CPU and CUDA); ``linear_wq``'s: the codes packed once into torch's own
 weight-only formats, then one ATen call per run.
 
 - 8 bits, one group per row: ``torch.ops.aten._weight_int8pack_mm`` over the codes minus 128 as
@@ -26,10 +26,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from opcore.errors import ArgumentError
 from opcore.opset.quantized import group_of
 from opcore.torchkit.freeargs import free_positions, with_free_args
 
-__all__ = ["INT4_GROUPS", "linear_wq", "packing_of", "prepare_linear_wq"]
+__all__ = ["INT4_GROUPS", "embedding_wq", "linear_wq", "packing_of", "prepare_linear_wq"]
 
 INT4_GROUPS = (32, 64, 128, 256)  # the group sizes torch's int4 kernels take
 _NAMES = ("x", "qweight", "scale", "zero", "b", "bits", "group_size")
@@ -162,3 +163,24 @@ def prepare_linear_wq(args: tuple[Any, ...], constants: frozenset[str]) -> Calla
         template = [None if i in free else value for i, value in enumerate(args)]
         return with_free_args(linear_wq, template, free)
     return _packed(x, qweight, scale, zero, b, args[5], args[6])
+
+
+def embedding_wq(
+    input: Tensor, qweight: Tensor, scale: Tensor, zero: Tensor | None, bits: int, group_size: int
+) -> Tensor:
+    """The rows at the indices, dequantized (only those rows: a decode step reads one row a token)."""
+    flat = input.reshape(-1)
+    try:
+        if not qweight.shape[0] and flat.numel():  # torch says RuntimeError, not IndexError, for no rows
+            raise IndexError("no rows")
+        codes = F.embedding(flat, qweight)
+    except IndexError:
+        rows = qweight.shape[0]
+        raise ArgumentError(
+            arg="input",
+            expected=f"indices in [0, {rows - 1}] (the table has {rows} rows)",
+            found="an index out of range",
+            fix="indices must be non-negative and below num_embeddings",
+        ) from None
+    picked = _dequantized(codes, scale[flat], None if zero is None else zero[flat], bits, group_size, scale.dtype)
+    return picked.reshape(*input.shape, picked.shape[-1])

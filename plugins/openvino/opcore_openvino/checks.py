@@ -275,8 +275,9 @@ _SPECIFIC: dict[str, Checker] = {
     "div": _div,
     **dict.fromkeys(("eq", "ne", "lt", "le", "gt", "ge"), _mul),
 }
-# embedding's, gather's and index's indices (arguments 0, 2 and 1) may be int64: they are below a dim's size
-_SKIP = {"embedding": 0, "gather": 2, "index": 1}
+# the indices of embedding, embedding_wq, gather and index (arguments 0, 0, 2 and 1) may be int64:
+# they are below a dim's size
+_SKIP = {"embedding": 0, "embedding_wq": 0, "gather": 2, "index": 1}
 
 
 def checker_for(op: str) -> Checker:

@@ -1,4 +1,5 @@
-"""Weight-only quantized linear as ``com.microsoft.MatMulNBits``.
+"""Weight-only quantized linear as ``com.microsoft.MatMulNBits``; ``embedding_wq`` as a Gather of the
+codes and scales, dequantized in the graph (only the rows picked).
 
 The contract's layout is MatMulNBits' own: the codes (N, K * bits / 8) are reshaped to (N, blocks,
 block * bits / 8), the scales and zero points (N, groups) flattened (repeated over the blocks of a
@@ -24,12 +25,21 @@ from typing import Any
 
 import numpy
 
-from opcore.extend import WQ_NAMES, ArgumentError, group_of, nbits_block
+from opcore.extend import WQ_NAMES, ArgumentError, check_embedding_indices, group_of, nbits_block
 from opcore_onnxruntime.graph import Graph, Value
 from opcore_onnxruntime.kernels._common import F32, I32, finish
 from opcore_onnxruntime.session import ATTRIBUTE, TENSOR, onnx_kernel
 
-__all__ = ["ACCURACY", "ACCURACY_ENV", "ACCURACY_LEVEL", "accuracy_level", "build_linear_wq", "linear_wq"]
+__all__ = [
+    "ACCURACY",
+    "ACCURACY_ENV",
+    "ACCURACY_LEVEL",
+    "accuracy_level",
+    "build_embedding_wq",
+    "build_linear_wq",
+    "embedding_wq",
+    "linear_wq",
+]
 
 ACCURACY_ENV = "OPCORE_ORT_WQ_ACCURACY"
 ACCURACY_LEVEL = 4
@@ -148,3 +158,71 @@ def _chain(
 
 linear_wq.prepare = _prepare  # type: ignore[attr-defined]
 linear_wq.chain = _chain  # type: ignore[attr-defined]
+
+
+def build_embedding_wq(
+    g: Graph, input: Value, qweight: Value, scale: Value, zero: Value | None, bits: int, group_size: int, width: int
+) -> Value:
+    """Gather the rows' codes (and scales, zero points), unpack 4-bit pairs, (code - zero) * scale per
+    group; ``width``: the codes' bytes a row (K * bits / 8)."""
+    k = width * 8 // bits
+    group = group_of(group_size, k)
+    rank = input.rank
+    codes = g.op("Gather", qweight, input, axis=0, rank=rank + 1)
+    if bits == 4:
+        low = g.op("BitwiseAnd", codes, g.const(numpy.asarray(15, dtype=numpy.uint8)))
+        high = g.op("BitShift", codes, g.const(numpy.asarray(4, dtype=numpy.uint8)), direction="RIGHT")
+        pair = [g.op("Unsqueeze", half, g.ints([-1]), rank=rank + 2) for half in (low, high)]
+        codes = g.op("Concat", *pair, axis=-1, rank=rank + 2)
+    rows = g.shape(input)
+    grouped = g.op("Concat", rows, g.ints([k // group, group]), axis=0, rank=1)
+    values = g.op("Reshape", g.cast(codes, F32), grouped, rank=rank + 2)
+    if zero is None:
+        values = g.op("Sub", values, g.const(numpy.asarray(1 << (bits - 1), dtype=F32)))
+    else:
+        zeros = g.cast(g.op("Gather", zero, input, axis=0, rank=rank + 1), F32)
+        values = g.op("Sub", values, g.op("Unsqueeze", zeros, g.ints([-1]), rank=rank + 2))
+    scales = g.cast(g.op("Gather", scale, input, axis=0, rank=rank + 1), F32)
+    values = g.op("Mul", values, g.op("Unsqueeze", scales, g.ints([-1]), rank=rank + 2))
+    out = g.op("Reshape", values, g.op("Concat", rows, g.ints([k]), axis=0, rank=1), rank=rank + 1)
+    return finish(g, out, scale.dtype)
+
+
+def _check_rows(input: numpy.ndarray, qweight: numpy.ndarray, *rest: Any) -> None:
+    check_embedding_indices(input, qweight, None)
+
+
+_NAMES = ("input", "qweight", "scale", "zero", "bits", "group_size", "width")
+_gather = onnx_kernel(
+    "embedding_wq", build_embedding_wq, names=_NAMES, roles=(TENSOR,) * 4 + (ATTRIBUTE,) * 3, check=_check_rows
+)
+
+
+def embedding_wq(
+    input: numpy.ndarray,
+    qweight: numpy.ndarray,
+    scale: numpy.ndarray,
+    zero: numpy.ndarray | None,
+    bits: int,
+    group_size: int,
+) -> Any:
+    """One session per (dtypes, ranks, bits, group, row width)."""
+    return _gather(input, qweight, scale, zero, bits, group_size, qweight.shape[1])
+
+
+def _prepare_gather(args: tuple[Any, ...], constants: frozenset[str]) -> Any:
+    return _gather.prepare((*args, args[1].shape[1]), constants)
+
+
+def _chain_gather(
+    g: Graph, input: Value, qweight: Value, scale: Value, zero: Value | None, bits: int, group_size: int
+) -> Value:
+    """In a partition: the row width from the codes' static size."""
+    width = g.size(qweight, 1)
+    if width is None:
+        raise ValueError("the dequantization needs the static width of the quantized table")
+    return build_embedding_wq(g, input, qweight, scale, zero, bits, group_size, width)
+
+
+embedding_wq.prepare = _prepare_gather  # type: ignore[attr-defined]
+embedding_wq.chain = _chain_gather  # type: ignore[attr-defined]

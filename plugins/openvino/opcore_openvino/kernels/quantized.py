@@ -8,6 +8,9 @@ A constant qweight (``opcore.resolve``'s, a partition's) becomes the u8 / u4 Con
 packed bytes are OpenVINO's u4 order: the even index in the low nibble); a fed one is unpacked in
 the graph (bitwise and / shift), which is correct but not compressed. Symmetric codes subtract the
 middle code (128 or 8) as a constant. The model is keyed on K and N (the decompression's reshape).
+
+``embedding_wq``: Gather of the u8 codes (and scales, zero points) by the indices, then Convert,
+Subtract, Multiply on the rows picked; 4-bit pairs unpacked with bitwise and / shift.
 """
 
 from __future__ import annotations
@@ -18,11 +21,11 @@ import numpy
 import openvino
 import openvino.opset15 as ops15
 
-from opcore.extend import WQ_NAMES, group_of
+from opcore.extend import WQ_NAMES, check_embedding_indices, group_of
 from opcore_openvino.compiled import ATTRIBUTE, TENSOR, ov_kernel
 from opcore_openvino.graph import Graph, Node, dtype_of, ops, ov_type
 
-__all__ = ["build_linear_wq", "linear_wq"]
+__all__ = ["build_embedding_wq", "build_linear_wq", "embedding_wq", "linear_wq"]
 
 
 def _codes(g: Graph, qweight: Node, bits: int, n: int, groups: int, group: int) -> Node:
@@ -103,3 +106,67 @@ def _chain(
 
 linear_wq.prepare = _prepare  # type: ignore[attr-defined]
 linear_wq.chain = _chain  # type: ignore[attr-defined]
+
+
+def build_embedding_wq(
+    g: Graph, input: Node, qweight: Node, scale: Node, zero: Node | None, bits: int, group_size: int, width: int
+) -> Node:
+    """Gather the rows' codes, scales and zero points, then (code - zero) * scale per group; ``width``:
+    the codes' bytes a row (K * bits / 8)."""
+    k = width * 8 // bits
+    group = group_of(group_size, k)
+    dtype = dtype_of(scale)
+    kind = ov_type(dtype)
+    codes = ops.gather(qweight, input, 0)
+    if bits == 4:
+        low = ops15.bitwise_and(codes, g.const(15, "uint8"))
+        high = ops15.bitwise_right_shift(codes, g.const(4, "uint8"))
+        codes = ops.concat([ops.unsqueeze(low, g.ints([-1])), ops.unsqueeze(high, g.ints([-1]))], -1)
+    rows = ops.shape_of(input, "i64")
+    values = ops.reshape(ops.convert(codes, kind), ops.concat([rows, g.ints([k // group, group])], 0), False)
+    if zero is None:
+        values = ops.subtract(values, g.const(1 << (bits - 1), dtype))
+    else:
+        values = ops.subtract(values, ops.unsqueeze(ops.convert(ops.gather(zero, input, 0), kind), g.ints([-1])))
+    values = ops.multiply(values, ops.unsqueeze(ops.gather(scale, input, 0), g.ints([-1])))
+    return ops.reshape(values, ops.concat([rows, g.ints([k])], 0), False)
+
+
+def _check_rows(input: numpy.ndarray, qweight: numpy.ndarray, *rest: Any) -> None:
+    check_embedding_indices(input, qweight, None)
+
+
+_NAMES = ("input", "qweight", "scale", "zero", "bits", "group_size", "width")
+_gather = ov_kernel(
+    "embedding_wq", build_embedding_wq, names=_NAMES, roles=(TENSOR,) * 4 + (ATTRIBUTE,) * 3, check=_check_rows
+)
+
+
+def embedding_wq(
+    input: numpy.ndarray,
+    qweight: numpy.ndarray,
+    scale: numpy.ndarray,
+    zero: numpy.ndarray | None,
+    bits: int,
+    group_size: int,
+) -> Any:
+    """One compiled model per (dtypes, ranks, bits, group, row width)."""
+    return _gather(input, qweight, scale, zero, bits, group_size, qweight.shape[1])
+
+
+def _prepare_gather(args: tuple[Any, ...], constants: frozenset[str]) -> Any:
+    return _gather.prepare((*args, args[1].shape[1]), constants)
+
+
+def _chain_gather(
+    g: Graph, input: Node, qweight: Node, scale: Node, zero: Node | None, bits: int, group_size: int
+) -> Node:
+    """In a partition: the row width from the codes' static shape."""
+    shape = qweight.get_output_partial_shape(0)
+    if shape.is_dynamic:
+        raise ValueError(f"the dequantization needs the static shape of the quantized table, found {shape}")
+    return build_embedding_wq(g, input, qweight, scale, zero, bits, group_size, shape.to_shape()[1])
+
+
+embedding_wq.prepare = _prepare_gather  # type: ignore[attr-defined]
+embedding_wq.chain = _chain_gather  # type: ignore[attr-defined]
