@@ -1,5 +1,5 @@
-"""The torch kernels of ``linear_wq`` and ``embedding_wq`` (CPU and CUDA); ``linear_wq``'s: the codes packed once into torch's own
-weight-only formats, then one ATen call per run.
+"""The torch kernels of ``linear_wq`` and ``embedding_wq`` (CPU and CUDA). ``linear_wq``: the codes
+packed once into torch's own weight-only formats, then one ATen call per run.
 
 - 8 bits, one group per row: ``torch.ops.aten._weight_int8pack_mm`` over the codes minus 128 as
   int8 with the per-channel scale; an asymmetric zero point adds ``rowsum(x) * scale * (128 - zero)``.

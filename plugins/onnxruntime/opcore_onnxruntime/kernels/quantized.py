@@ -167,24 +167,25 @@ def build_embedding_wq(
     group; ``width``: the codes' bytes a row (K * bits / 8)."""
     k = width * 8 // bits
     group = group_of(group_size, k)
-    rank = input.rank
-    codes = g.op("Gather", qweight, input, axis=0, rank=rank + 1)
+    rows_rank = None if input.rank is None else input.rank + 1
+    grouped_rank = None if input.rank is None else input.rank + 2
+    codes = g.op("Gather", qweight, input, axis=0, rank=rows_rank)
     if bits == 4:
         low = g.op("BitwiseAnd", codes, g.const(numpy.asarray(15, dtype=numpy.uint8)))
         high = g.op("BitShift", codes, g.const(numpy.asarray(4, dtype=numpy.uint8)), direction="RIGHT")
-        pair = [g.op("Unsqueeze", half, g.ints([-1]), rank=rank + 2) for half in (low, high)]
-        codes = g.op("Concat", *pair, axis=-1, rank=rank + 2)
+        pair = [g.op("Unsqueeze", half, g.ints([-1]), rank=grouped_rank) for half in (low, high)]
+        codes = g.op("Concat", *pair, axis=-1, rank=grouped_rank)
     rows = g.shape(input)
     grouped = g.op("Concat", rows, g.ints([k // group, group]), axis=0, rank=1)
-    values = g.op("Reshape", g.cast(codes, F32), grouped, rank=rank + 2)
+    values = g.op("Reshape", g.cast(codes, F32), grouped, rank=grouped_rank)
     if zero is None:
         values = g.op("Sub", values, g.const(numpy.asarray(1 << (bits - 1), dtype=F32)))
     else:
-        zeros = g.cast(g.op("Gather", zero, input, axis=0, rank=rank + 1), F32)
-        values = g.op("Sub", values, g.op("Unsqueeze", zeros, g.ints([-1]), rank=rank + 2))
-    scales = g.cast(g.op("Gather", scale, input, axis=0, rank=rank + 1), F32)
-    values = g.op("Mul", values, g.op("Unsqueeze", scales, g.ints([-1]), rank=rank + 2))
-    out = g.op("Reshape", values, g.op("Concat", rows, g.ints([k]), axis=0, rank=1), rank=rank + 1)
+        zeros = g.cast(g.op("Gather", zero, input, axis=0, rank=rows_rank), F32)
+        values = g.op("Sub", values, g.op("Unsqueeze", zeros, g.ints([-1]), rank=grouped_rank))
+    scales = g.cast(g.op("Gather", scale, input, axis=0, rank=rows_rank), F32)
+    values = g.op("Mul", values, g.op("Unsqueeze", scales, g.ints([-1]), rank=grouped_rank))
+    out = g.op("Reshape", values, g.op("Concat", rows, g.ints([k]), axis=0, rank=1), rank=rows_rank)
     return finish(g, out, scale.dtype)
 
 
