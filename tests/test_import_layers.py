@@ -13,11 +13,14 @@ import ast
 import pathlib
 import subprocess
 import sys
-import tomllib
 from collections.abc import Iterator
 
-import networkx as nx
 import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: tomli, the same parser before it joined the stdlib (the Makefile installs it there)
+    import tomli as tomllib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -57,10 +60,14 @@ def _imported(module: str, path: pathlib.Path, node: ast.Import | ast.ImportFrom
         yield (f"{base}.{alias.name}", base)
 
 
-def import_graph(package: pathlib.Path) -> nx.DiGraph:
+# module -> the modules it imports -> the lines that import them
+Graph = dict[str, dict[str, list[int]]]
+
+
+def import_graph(package: pathlib.Path) -> Graph:
     """The package's modules and their imports of each other, each edge with the lines that make it."""
     modules = _modules(package)
-    graph = nx.DiGraph()
+    graph: Graph = {module: {} for module in modules}
     for module, path in modules.items():
         if path.suffix != ".py":
             continue
@@ -72,23 +79,61 @@ def import_graph(package: pathlib.Path) -> nx.DiGraph:
                 while target and target not in modules:  # a name inside a module: that module
                     target = target.rpartition(".")[0]
                 if target and target != module:
-                    graph.add_edge(module, target)
-                    lines = graph.edges[module, target].setdefault("lines", [])
+                    lines = graph[module].setdefault(target, [])
                     if node.lineno not in lines:
                         lines.append(node.lineno)
     return graph
 
 
-def circles(graph: nx.DiGraph) -> list[frozenset[str]]:
-    return [frozenset(c) for c in nx.strongly_connected_components(graph) if len(c) > 1]
+def circles(graph: Graph) -> list[frozenset[str]]:
+    """The strongly connected components of more than one module (Kosaraju: the modules in the order
+    a depth-first walk finishes them, then walked back along reversed edges)."""
+    order: list[str] = []
+    seen: set[str] = set()
+    for start in graph:
+        if start in seen:
+            continue
+        seen.add(start)
+        stack = [(start, iter(graph[start]))]
+        while stack:
+            module, rest = stack[-1]
+            following = next((m for m in rest if m not in seen), None)
+            if following is None:
+                order.append(module)
+                stack.pop()
+            else:
+                seen.add(following)
+                stack.append((following, iter(graph[following])))
+    importers: dict[str, list[str]] = {module: [] for module in graph}
+    for module, imported in graph.items():
+        for target in imported:
+            importers[target].append(module)
+    found, placed = [], set()
+    for start in reversed(order):
+        if start in placed:
+            continue
+        component, todo = set(), [start]
+        placed.add(start)
+        while todo:
+            module = todo.pop()
+            component.add(module)
+            for importer in importers[module]:
+                if importer not in placed:
+                    placed.add(importer)
+                    todo.append(importer)
+        if len(component) > 1:
+            found.append(frozenset(component))
+    return found
 
 
-def describe(graph: nx.DiGraph, component: frozenset[str], package: pathlib.Path) -> str:
+def describe(graph: Graph, component: frozenset[str], package: pathlib.Path) -> str:
     """The circle's modules and every import edge between them, with file and lines."""
     lines = [f"circle of {len(component)}: {', '.join(sorted(component))}"]
-    for a, b in sorted(graph.subgraph(component).edges):
-        where = _modules(package)[a].relative_to(package.parent)
-        lines.append(f"  {a} -> {b}   ({where}: lines {', '.join(map(str, graph.edges[a, b]['lines']))})")
+    modules = _modules(package)
+    for a in sorted(component):
+        for b in sorted(set(graph[a]) & component):
+            where = modules[a].relative_to(package.parent)
+            lines.append(f"  {a} -> {b}   ({where}: lines {', '.join(map(str, graph[a][b]))})")
     return "\n".join(lines)
 
 
