@@ -158,7 +158,9 @@ class PartitionError(Unsupported):
     """A partition that could not be built or compiled; ``node`` is the index (into the spec's
     nodes) of the node that failed, None when the runtime does not say.
 
-    >>> str(PartitionError("p0", "openvino", "no rule", node=3, op="softmax"))
+    >>> PartitionError("p0", "openvino", "no rule", node=3, op="softmax").reason
+    'no rule'
+    >>> str(PartitionError("p0", "openvino", "no rule", node=3, op="softmax")).split(" Fix: ")[0]
     'softmax(): partition p0 on openvino: node 3 (softmax) failed: no rule.'
     """
 
