@@ -355,7 +355,8 @@ def torch_routes(model: nn.Module, x: torch.Tensor, runs: dict[str, Callable[[],
     """The "route 1 step" and "route per node" columns: the torch route as the exported program in
     one step, and the same route node by node (the per-node program a loaded torch-route plan runs)."""
     import opcore.graph
-    from opcore.graph.plan import assemble, torch_route
+    from opcore.graph.assembly import assemble
+    from opcore.graph.options import torch_route
 
     plan = _timed("route 1 step", lambda: opcore.graph.capture(model, (x,), route="torch"), result)
     if plan is None:

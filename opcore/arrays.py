@@ -3,7 +3,7 @@
 numpy <-> torch (CPU) share memory: ``torch.from_numpy`` and ``Tensor.numpy()``. Two
 exceptions copy: bfloat16 (numpy has no bfloat16, so it travels as float32) and a
 read-only numpy array (torch tensors are always writable). The torch half lives in
-``opcore.torchkit.arrays`` and is imported only when torch is part of the call.
+``opcore.arrays_torch`` and is imported only when torch is part of the call.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def _same(value: Any) -> Any:
 
 def converter(target: ArrayKind) -> Convert:
     """A function bringing any tensor (numpy or torch) into ``target``'s kind."""
-    from opcore.torchkit import arrays as torch_arrays
+    from opcore import arrays_torch as torch_arrays
 
     return torch_arrays.to_torch if target is ArrayKind.TORCH else torch_arrays.to_numpy
 
@@ -35,6 +35,6 @@ def result_converter(source: ArrayKind, target: ArrayKind, dtypes: tuple[DType, 
     """
     if source is target:
         return _same
-    from opcore.torchkit import arrays as torch_arrays
+    from opcore import arrays_torch as torch_arrays
 
     return torch_arrays.result_to(target, dtypes)

@@ -27,7 +27,7 @@ import pluggy
 
 if TYPE_CHECKING:
     from opcore.backend import BackendSpec
-    from opcore.graph.partition import PartitionCompiler
+    from opcore.partition_protocol import PartitionCompiler
     from opcore.registry import Registrar
 
 __all__ = ["PROJECT", "hookimpl", "hookspec"]
@@ -65,7 +65,7 @@ def opcore_register_kernels(registrar: Registrar) -> None:
 
 @hookspec
 def opcore_partition_compiler() -> PartitionCompiler | None:
-    """Return the backend's partition compiler (``opcore.graph.partition.PartitionCompiler``), or
+    """Return the backend's partition compiler (``opcore.partition_protocol.PartitionCompiler``), or
     None: a graph runtime compiles whole runs of a captured model's nodes as one model.
 
     Called when a plan is made, only for loaded (available) backends. Must be cheap: return an

@@ -3,7 +3,7 @@ measures and runs other lengths as eager does.
 
 Before the fix every 2-layer decoder failed at plan time with ``KeyError: 'sym_size_int_..'``: a
 size computed in layer 0 and read in layer 1 crossed into a partition's per-node program, which
-was not given it (opcore.graph.plan.outside_sizes).
+was not given it (opcore.graph.assembly.outside_sizes).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ _EXPORTS = {
     "capture_lm": "opcore.graph.lm_capture",
     "LanguageModel": "opcore.graph.generation",
     "Session": "opcore.graph.generation",
-    "load": "opcore.graph.files",
+    "load": "opcore.graph.loading",
     "CompiledPartition": "opcore.graph.partition",
     "PartNode": "opcore.graph.partition",
     "PartitionCompiler": "opcore.graph.partition",

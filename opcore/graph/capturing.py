@@ -13,9 +13,11 @@ from dataclasses import replace
 from typing import Any
 
 from opcore.errors import ArgumentError
+from opcore.graph.assembly import assemble
 from opcore.graph.errors import CaptureError
 from opcore.graph.measuring import Timer, interleaved
-from opcore.graph.plan import Plan, PlanOptions, assemble
+from opcore.graph.options import PlanOptions
+from opcore.graph.plan import Plan
 from opcore.graph.quantizing import WeightSpec
 from opcore.types import Device
 

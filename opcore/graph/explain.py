@@ -19,7 +19,7 @@ _SHOWN_OPS = 4
 # (said once, in the last line); the JSON keeps every verdict
 _NOT_REJECTED = ("chosen", "fallback", "partition")
 _NOT_LOADED = ("unavailable", "failed", "disabled")
-# the notes that say how fast the plan measured at capture (opcore.graph.plan's guard), shown second
+# the notes that say how fast the plan measured at capture (opcore.graph.assembly's guard), shown second
 _SPEED_NOTES = ("guard: ", "not measured")
 
 

@@ -25,7 +25,7 @@ from typing import Any
 from opcore.graph.ir import Graph, ValueRef
 from opcore.graph.runner import Program, Slot, Step
 
-__all__ = ["ExportedStep", "exported_program"]
+__all__ = ["ExportedStep", "exported_program", "one_step"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,3 +93,13 @@ def _first(call: Callable[..., tuple[Any, ...]]) -> Callable[..., Any]:
         return call(*flat)[0]
 
     return first
+
+
+def one_step(plan: Any, exported: ExportedStep | None) -> Any:
+    """The torch-route plan ``plan`` (an opcore.graph.plan.Plan) running ``exported`` as its one step
+    (as is without one)."""
+    if exported is None:
+        return plan
+    plan.exported = exported
+    plan.program = exported_program(plan.graph, exported, plan.constants)
+    return plan

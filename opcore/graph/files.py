@@ -8,6 +8,9 @@ the loaded partition compilers, which read their own portable files (.onnx, Open
 are safetensors (no pickle). A fingerprint (versions, CPU ISA, GPU) that differs from this
 machine's is said in ``plan.notes`` and the partitions are compiled again from their files.
 
+Loading is ``opcore.graph.loading``: this module writes plans and reads the format back, and imports
+neither the plan record nor its builder.
+
 >>> plan.save("model.plan")                       # doctest: +SKIP
 >>> plan = opcore.graph.load("model.plan")        # doctest: +SKIP
 """
@@ -21,19 +24,28 @@ import platform
 import time
 from collections.abc import Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from opcore._version import __version__
 from opcore.errors import OpcoreError
 from opcore.graph.errors import PlanFileError
-from opcore.graph.ir import FACTORIES, SCALAR_OPS, STATE_OPS, CallSignature, Graph, Node, ValueInfo, ValueRef
-from opcore.graph.trees import portable_spec
+from opcore.graph.ir import CallSignature, Graph, Node, ValueInfo, ValueRef
+from opcore.graph.options import PlanOptions
 from opcore.types import Device, DType, TensorMeta
 
-if TYPE_CHECKING:
-    from opcore.graph.plan import PlanOptions
-
-__all__ = ["SCHEMA_VERSION", "fingerprint", "fingerprint_changes", "load", "save"]
+__all__ = [
+    "FORMAT",
+    "PLAN_FILE",
+    "SCHEMA_VERSION",
+    "WEIGHTS_FILE",
+    "SavedPlan",
+    "fingerprint",
+    "fingerprint_changes",
+    "graph_from",
+    "plan_options",
+    "read_document",
+    "save",
+]
 
 SCHEMA_VERSION = 1
 FORMAT = "opcore.graph.plan"
@@ -286,84 +298,15 @@ def _save_partition(plan: Any, record: Any, folder: pathlib.Path) -> dict[str, A
 # --- load -----------------------------------------------------------------------------------
 
 
-def load(path: Any, *, shared: Mapping[str, Any] | None = None) -> Any:
-    """The plan saved in folder ``path``, planned again for this process (kernels resolved, weights
-    prepared, partitions loaded from their files); works without the model's Python class. A folder
-    that ``LanguageModel.save`` wrote loads as that (opcore.graph.lm_files).
-
-    ``shared``: tensors already in memory by the model's own names (a state_dict's), used in place of
-    the file's copy where shape and dtype agree (a language model's two plans hold one copy).
-
-    >>> plan = opcore.graph.load("llama.plan")        # doctest: +SKIP
-    """
-    import torch
-    from safetensors.torch import load_file
-
-    from opcore.graph.lm_files import is_lm_folder
-    from opcore.graph.plan import assemble
-
-    if is_lm_folder(path):
-        from opcore.graph.lm_files import load as load_lm
-
-        return load_lm(path)
-    started = time.perf_counter()
-    folder = pathlib.Path(path)
-    document = _read(folder)
-    trees: list[str] = []
-    for key in ("in_spec", "out_spec"):  # structures named by packages that may not be imported here
-        document["graph"][key] = portable_spec(str(document["graph"].get(key, "")), trees)
-    graph = _graph(document["graph"])
-    options = _plan_options(document["options"])
-    _check_names(graph, document.get("kernels", {}), document.get("distributions", {}), options, trees)
-    device = options.device
-    weights = load_file(str(folder / WEIGHTS_FILE), device=device if not device.startswith("cuda") else "cpu")
-    missing = [name for name in graph.constants if name not in weights]
-    if missing:
-        raise PlanFileError(f"{WEIGHTS_FILE} lacks {', '.join(missing[:5])}", op=_LOAD)
-    constants = {name: _shared(weights[name].to(device), shared, graph.sources.get(name)) for name in graph.constants}
-    notes = list(document.get("notes", ())) + trees
-    changed = fingerprint_changes(document["fingerprint"], device)
-    if changed:
-        notes.append(
-            "fingerprint differs from the saving machine's ("
-            + ", ".join(changed)
-            + "): partitions recompiled from their portable files, kernels chosen again"
-        )
-    saved = _partitions(document.get("partitions", []), folder, notes, options, document.get("distributions", {}))
-    with torch.no_grad():
-        plan = assemble(graph, constants, options, saved=saved if options.partitions else None)
-    if options.route == "torch":
-        notes.append(
-            "the torch route runs node by node on the torch backend: a loaded plan has no exported program "
-            "(plan.json holds opcore's nodes; nothing is unpickled)"
-        )
-    plan.notes = notes + plan.notes
-    plan.fingerprint_changes = tuple(changed)
-    _compare_kernels(plan, document.get("kernels", {}))
-    plan.timings.load = time.perf_counter() - started
-    return plan
-
-
-def _shared(value: Any, shared: Mapping[str, Any] | None, source: str | None) -> Any:
-    """The tensor of the same model weight already in memory (``shared``, by state_dict name) where
-    its shape and dtype agree, else ``value``."""
-    held = (shared or {}).get(source or "")
-    if held is not None and held.shape == value.shape and held.dtype == value.dtype:
-        return held
-    return value
-
-
-def _plan_options(saved: Mapping[str, Any]) -> PlanOptions:
+def plan_options(saved: Mapping[str, Any]) -> PlanOptions:
     """The options a plan file recorded (JSON holds the backends as a list, the record a tuple)."""
-    from opcore.graph.plan import PlanOptions
-
     options = dict(saved)
     if options.get("backends") is not None:
         options["backends"] = tuple(options["backends"])
     return PlanOptions(**options)
 
 
-def _read(folder: pathlib.Path) -> dict[str, Any]:
+def read_document(folder: pathlib.Path) -> dict[str, Any]:
     try:
         document = json.loads((folder / PLAN_FILE).read_text())
     except FileNotFoundError as error:
@@ -382,7 +325,7 @@ def _read(folder: pathlib.Path) -> dict[str, Any]:
     return document
 
 
-def _graph(record: Mapping[str, Any]) -> Graph:
+def graph_from(record: Mapping[str, Any]) -> Graph:
     try:
         values = {name: _meta_from(name, info) for name, info in record["values"].items()}
         nodes = tuple(
@@ -444,167 +387,6 @@ def _signature_from(record: Mapping[str, Any]) -> CallSignature | None:
     return CallSignature(labels, ranges, tuple(str(g) for g in record.get("size_guards", [])))
 
 
-def _check_names(
-    graph: Graph, kernels: Mapping[str, Any], distributions: Mapping[str, Any], options: Any, notes: list[str]
-) -> None:
-    """Every op, size computation and kernel the file names must be one this process registered. A
-    node whose kernel's backend is not loaded here is chosen again (a note says so), unless the plan is
-    pinned to that backend: then, as for an op only that backend defines, the error names the backend
-    and the distribution to install."""
-    from opcore.runtime import runtime
-
-    rt = runtime().ensure_loaded()
-    registry = rt.registry
-    known = set(graph.values)
-    pinned = set(options.backends or ())
-    missing: dict[str, list[str]] = {}
-    for backend in sorted(pinned - set(registry.backends)):
-        raise _missing_backend(backend, distributions, "the plan was captured with backends= naming it")
-    for node in graph.nodes:
-        kernel = kernels.get(node.name) or {}
-        backend = str(kernel.get("backend") or "")
-        if node.scalar:
-            if node.op not in SCALAR_OPS and node.op not in FACTORIES and node.op not in STATE_OPS:
-                raise PlanFileError(
-                    f"node {node.name!r} names the size computation {node.op!r}, which is not one of opcore's", op=_LOAD
-                )
-        else:
-            try:
-                registry.contract(node.op)
-            except OpcoreError as error:
-                if backend and backend not in registry.backends:
-                    why = f"node {node.name!r} runs its op {node.op!r}"
-                    raise _missing_backend(backend, distributions, why) from error
-                raise PlanFileError(
-                    f"node {node.name!r} names op {node.op!r}, which is not registered here: {error}", op=_LOAD
-                ) from error
-        for name in node.refs():
-            if name not in known:
-                raise PlanFileError(f"node {node.name!r} reads {name!r}, which the graph does not define", op=_LOAD)
-        source = kernel.get("source") or ""
-        if source and backend and backend not in registry.backends:
-            missing.setdefault(backend, []).append(node.name)
-            continue
-        if source and source not in {k.source for k in registry.kernels_of(node.op)}:
-            raise PlanFileError(
-                f"node {node.name!r} names kernel {source!r}, which is not a registered kernel of {node.op}",
-                op=_LOAD,
-                fix="a plan file only refers to kernels installed plugins register; this file was edited or comes "
-                "from another installation",
-            )
-    for backend, names in sorted(missing.items()):
-        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-        notes.append(
-            f"backend {backend!r} ({_distribution_of(backend, distributions)}) ran {len(names)} node(s) when saved "
-            f"({shown}) and is not loaded here: their kernels are chosen again"
-        )
-
-
-def _distribution_of(backend: str, distributions: Mapping[str, Any]) -> str:
-    found = distributions.get(backend)
-    return f"distribution {found}" if found else "the distribution that provides it"
-
-
-def _missing_backend(backend: str, distributions: Mapping[str, Any], why: str) -> PlanFileError:
-    """The error of a plan that needs a backend not loaded here, naming it and its distribution."""
-    from opcore.runtime import runtime
-
-    report = runtime().ensure_loaded().loader.reports.get(backend)
-    state = (
-        f"it is {report.status.value} here ({report.reason})"
-        if report is not None and report.reason
-        else (f"it is {report.status.value} here" if report is not None else "it is not installed here")
-    )
-    found = str(distributions.get(backend) or "").split(" ")[0]
-    install = f"pip install {found}" if found else f"install the distribution that provides backend {backend!r}"
-    return PlanFileError(
-        f"the plan needs backend {backend!r} ({_distribution_of(backend, distributions)}): {why}, and {state}",
-        op=_LOAD,
-        fix=f"{install} (then `opcore doctor` lists it), or capture the model again with the backends installed here",
-    )
-
-
-def _partitions(
-    records: list[Any], folder: pathlib.Path, notes: list[str], options: Any, distributions: Mapping[str, Any]
-) -> dict[str, Any]:
-    """name -> (backend, node names, bring_back(spec), note) for each saved partition whose compiler is here."""
-    from opcore.graph import partitioning
-
-    found = partitioning.compilers()
-    saved: dict[str, Any] = {}
-    for record in records:
-        name, backend = str(record["name"]), str(record["backend"])
-        if not name.isidentifier():
-            raise PlanFileError(f"partition name {name!r} is not a plain name", op=_LOAD)
-        for file in record.get("record", {}).get("files", []) if isinstance(record.get("record"), dict) else []:
-            if not isinstance(file, str) or pathlib.Path(file).name != file:
-                raise PlanFileError(f"partition {name} names file {file!r} outside its folder", op=_LOAD)
-        compiler = found.get(backend)
-        if compiler is None:
-            notes.append(
-                f"partition {name}: no {backend!r} partition compiler here "
-                f"({_distribution_of(backend, distributions)}); its nodes run on kernels"
-            )
-            continue
-        saved[name] = (
-            backend,
-            tuple(record["node_names"]),
-            _bring_back(compiler, folder, record["record"], name, notes, options),
-            record.get("note", ""),
-        )
-    return saved
-
-
-def _bring_back(
-    compiler: Any, folder: pathlib.Path, record: Mapping[str, Any], name: str, notes: list[str], options: Any
-) -> Any:
-    """bring_back(spec): the partition loaded from its files, else compiled again from the plan; None
-    where the backend's compiler fails at both (its nodes then run on kernels), after one warning. A
-    failure that may not pass (strict, or the backend pinned) raises the CompilerCrash."""
-    from opcore.graph.partition_guard import CompilerCrash, compile_timeout, guarded, raises_for, warn_partition
-
-    backend = compiler.backend
-
-    def declined(error: OpcoreError) -> None:
-        if isinstance(error, CompilerCrash) and raises_for(options, backend):
-            raise error
-        reason = getattr(error, "reason", None) or str(error)
-        if isinstance(error, CompilerCrash):
-            warn_partition(backend, "at load", reason, "its nodes run on kernels")
-        notes.append(
-            f"partition {name}: {backend} could neither load nor compile it ({reason}); its nodes run on kernels"
-        )
-
-    def bring_back(spec: Any) -> Any:
-        timeout = compile_timeout()
-        try:
-            return guarded(backend, name, "load", partial(compiler.load, folder, record, spec), timeout)
-        except OpcoreError as error:
-            if isinstance(error, CompilerCrash) and raises_for(options, backend):
-                raise
-            reason = getattr(error, "reason", None) or str(error)
-            if isinstance(error, CompilerCrash):
-                warn_partition(backend, "at load", reason, "the partition is compiled again from the plan")
-            notes.append(f"partition {name}: loading its files failed ({reason}); compiled again from the plan")
-        try:
-            return guarded(backend, name, "compile", partial(compiler.compile, spec), timeout)
-        except OpcoreError as error:
-            declined(error)
-            return None
-
-    return bring_back
-
-
-def _compare_kernels(plan: Any, kernels: Mapping[str, Any]) -> None:
-    changed = [
-        f"{d.node}: {kernels[d.node].get('kernel') or kernels[d.node].get('backend')} -> {d.kernel or d.backend}"
-        for d in plan.decisions
-        if d.node in kernels and d.partition is None and (kernels[d.node].get("source") or "") != d.source
-    ]
-    if changed:
-        plan.notes.append(f"{len(changed)} node(s) chose another kernel here: " + "; ".join(changed[:8]))
-
-
 class _SavedPartition:
     def __init__(self, record: Mapping[str, Any]) -> None:
         self.record = {k: v for k, v in record.items() if k != "record"}
@@ -621,9 +403,9 @@ class SavedPlan:
         from opcore.graph.planner import Decision, Verdict
 
         self.folder = pathlib.Path(folder)
-        document = _read(self.folder)
+        document = read_document(self.folder)
         self.document = document
-        self.graph = _graph(document["graph"])
+        self.graph = graph_from(document["graph"])
         kernels = document.get("kernels", {})
         self.decisions = tuple(
             Decision(
@@ -638,7 +420,7 @@ class SavedPlan:
             )
             for node in self.graph.nodes
         )
-        self.options = _plan_options(document["options"])
+        self.options = plan_options(document["options"])
         self.partitions = tuple(_SavedPartition(p) for p in document.get("partitions", []))
         self.notes = list(document.get("notes", ()))
         self.fingerprint = document.get("fingerprint", {})

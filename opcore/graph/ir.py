@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from opcore.graph.partition import ValueRef
+from opcore.partition_protocol import ValueRef
 from opcore.types import TensorMeta
 
 __all__ = [

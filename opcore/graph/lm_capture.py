@@ -23,9 +23,11 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from opcore.errors import ArgumentError
+from opcore.graph.assembly import assemble
 from opcore.graph.errors import CaptureError
 from opcore.graph.measuring import Timer, interleaved
-from opcore.graph.plan import Plan, PlanOptions, assemble
+from opcore.graph.options import PlanOptions
+from opcore.graph.plan import Plan
 from opcore.graph.quantizing import WeightSpec
 from opcore.graph.state import new_state
 from opcore.types import Device
@@ -186,8 +188,8 @@ def _decode_plan(
     best = _plan(lowered, place, backends, timer, partitions=True)
     if backends is not None or timer is None or place.type.value != "cpu":
         return best
+    from opcore.graph.options import torch_route
     from opcore.graph.partition import compilers
-    from opcore.graph.plan import torch_route
 
     torch_backend = torch_route(best.options).backends or ("cpu",)
     label, told = "ranked", []

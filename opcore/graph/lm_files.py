@@ -8,6 +8,9 @@ JSON, safetensors, portable partition files, a fingerprint; nothing is unpickled
 The model's weights are in both plans' ``weights.safetensors`` (each plan's folder loads on its
 own); loading shares one copy in memory between the two plans.
 
+Loading (``opcore.graph.load``) is ``opcore.graph.loading.load_lm``: this module writes and knows
+the layout, and imports neither the plans' builder nor the language model record.
+
 >>> lm.save("llama.lm"); again = opcore.graph.load("llama.lm")      # doctest: +SKIP
 """
 
@@ -15,17 +18,13 @@ from __future__ import annotations
 
 import json
 import pathlib
-import time
 from typing import Any
 
-from opcore.graph.errors import PlanFileError
-
-__all__ = ["LM_FILE", "is_lm_folder", "load", "save"]
+__all__ = ["FORMAT", "LM_FILE", "SCHEMA_VERSION", "is_lm_folder", "save"]
 
 LM_FILE = "lm.json"
 FORMAT = "opcore-lm"
 SCHEMA_VERSION = 1
-_LOAD = "opcore.graph.load"
 
 
 def is_lm_folder(path: Any) -> bool:
@@ -48,36 +47,3 @@ def save(lm: Any, path: Any) -> pathlib.Path:
     }
     (folder / LM_FILE).write_text(json.dumps(document, indent=1))
     return folder
-
-
-def load(path: Any) -> Any:
-    from opcore.graph.files import load as load_plan
-    from opcore.graph.generation import GenerationDefaults, LanguageModel
-
-    started = time.perf_counter()
-    folder = pathlib.Path(path)
-    try:
-        document = json.loads((folder / LM_FILE).read_text())
-    except json.JSONDecodeError as error:
-        raise PlanFileError(f"{folder / LM_FILE} is not JSON: {error}", op=_LOAD) from error
-    if not isinstance(document, dict) or document.get("format") != FORMAT:
-        raise PlanFileError(f"{folder / LM_FILE} is not an opcore language model file", op=_LOAD)
-    if document.get("schema_version") != SCHEMA_VERSION:
-        raise PlanFileError(
-            f"{folder / LM_FILE} has schema version {document.get('schema_version')!r}; this opcore reads "
-            f"version {SCHEMA_VERSION}",
-            op=_LOAD,
-            fix="capture the model again with this opcore",
-        )
-    decode = load_plan(folder / "decode")
-    shared = {decode.graph.sources[n]: decode.constants[n] for n in decode.graph.constants if n in decode.graph.sources}
-    prefill = load_plan(folder / "prefill", shared=shared) if document.get("prefill") else None
-    lm = LanguageModel(
-        prefill,
-        decode,
-        batch_size=int(document["batch_size"]),
-        max_length=int(document["max_length"]),
-        defaults=GenerationDefaults.from_json(document.get("defaults", {})),
-    )
-    lm.load_seconds = time.perf_counter() - started
-    return lm

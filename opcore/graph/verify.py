@@ -64,12 +64,12 @@ class VerifyReport:
 def verify(plan: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], *, atol: float, rtol: float) -> VerifyReport:
     import torch
 
-    from opcore.graph.plan import assemble, torch_route
+    from opcore.graph.options import torch_route
 
     flat = plan.flatten(args, kwargs)
     plan.follow()  # the weights as they are now, as a call would have them
     with torch.no_grad():
-        reference = assemble(plan.graph, plan.constants, torch_route(plan.options))
+        reference = plan.assembler(plan.graph, plan.constants, torch_route(plan.options))
         mine = plan.program.run(flat, keep=True)
         eager = reference.program.run(flat, keep=True)
     if plan.exported is not None:

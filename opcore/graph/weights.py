@@ -121,12 +121,13 @@ def _checked(graph: Graph, name: str, tensor: Any) -> Any:
 def _rebuilt(plan: Any, constants: Mapping[str, Any], changed: set[str]) -> tuple[Any, list[str]]:
     """The plan's program made again with ``constants``: the same route and partitions (those
     holding a changed constant compiled again, the rest kept as compiled), every kernel resolved."""
+    from opcore.graph.exported import one_step
+    from opcore.graph.options import torch_route
     from opcore.graph.partitioning import compilers
-    from opcore.graph.plan import _assemble, one_step, torch_route
 
     notes = {d.node: d.note for d in plan.decisions if d.partition is None and d.note}
     if plan.options.route == "torch":
-        return one_step(_assemble(plan.graph, constants, torch_route(plan.options), notes), plan.exported), []
+        return one_step(plan.assembler(plan.graph, constants, torch_route(plan.options), notes), plan.exported), []
     found = compilers()
     saved: dict[str, tuple[str, tuple[str, ...], Callable[[Any], Any], str]] = {}
     recompiled = []
@@ -136,7 +137,7 @@ def _rebuilt(plan: Any, constants: Mapping[str, Any], changed: set[str]) -> tupl
             recompiled.append(record.name)
         else:
             saved[record.name] = (record.backend, record.nodes, _as_compiled(record.compiled), record.note)
-    fresh = _assemble(plan.graph, constants, plan.options, notes, saved=saved if plan.options.partitions else None)
+    fresh = plan.assembler(plan.graph, constants, plan.options, notes, saved=saved if plan.options.partitions else None)
     return fresh, recompiled
 
 

@@ -21,8 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opcore.errors import OpcoreError
-from opcore.graph.partition import CompiledPartition, PartitionError, PartitionSpec, ValueRef
 from opcore.onemodel.op import first_line
+from opcore.partition_protocol import CompiledPartition, PartitionError, PartitionSpec, ValueRef
 
 __all__ = ["GraphPartitionCompiler", "chain_nodes", "compile_or_locate", "import_target"]
 

@@ -152,7 +152,7 @@ def _accepted(backend: str, op: str, bound: tuple[Any, ...], contract: Any) -> s
 
 def _spec(case: PartitionCase, contract: Any, bound: tuple[Any, ...], outputs: Sequence[TensorMeta]) -> tuple[Any, ...]:
     """(spec, input arrays) for the case: tensors become inputs, everything else stays an attribute."""
-    from opcore.graph.partition import PartitionSpec, PartNode, ValueRef
+    from opcore.partition_protocol import PartitionSpec, PartNode, ValueRef
 
     inputs: list[str] = []
     arrays: list[Any] = []
@@ -277,7 +277,7 @@ def check_partition(case: PartitionCase) -> Outcome:
 
 def check_partition_error(backend: str, kind: str) -> Outcome:
     """The partition-specific case ``kind`` (one of PARTITION_ERRORS) on ``backend``'s compiler."""
-    from opcore.graph.partition import PartitionError, PartitionSpec, PartNode, ValueRef
+    from opcore.partition_protocol import PartitionError, PartitionSpec, PartNode, ValueRef
 
     compiler = _compiler(backend)
     if compiler is None:

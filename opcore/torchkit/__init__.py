@@ -7,7 +7,8 @@ torch; each submodule says whether it does, and ``import opcore`` never imports 
   with the contract's dtypes except where ``differences`` says torch on that device differs, and
   the by-name ATen fallback for the built-in ops they do not implement;
   ``register_aten_fallback(registrar, device_type)`` serves ``aten.*`` ops; ``torch_dtypes``,
-  ``shared_kernel_ops``, ``FALLBACK_PRIORITY`` and the labels.
+  ``shared_kernel_ops``; it re-exports the labels and ``FALLBACK_PRIORITY``, which live in this
+  package's ``__init__`` (no torch) with ``ATEN_PREFIX``.
 - ``kernels`` (torch): one device-generic kernel per op, named as the op, listed in ``__all__``
   (that list is the op set ``register_torch_kernels`` reads, without importing torch).
 - ``prepared`` (torch): prepare functions of the linear family (constant weights kept transposed)
@@ -34,6 +35,13 @@ from __future__ import annotations
 
 from opcore._version import __version__
 
-__all__ = ["API_VERSION", "__version__"]
+__all__ = ["API_VERSION", "ATEN_LABEL", "ATEN_PREFIX", "FALLBACK_LABEL", "FALLBACK_PRIORITY", "__version__"]
 
 API_VERSION = 1
+
+# the labels and constants that ``registration`` and ``aten`` share (both re-export them), kept here so
+# that neither module imports the other for them
+ATEN_PREFIX = "aten."  # the namespace of the ATen ops served by name (aten.<name>[.<overload>])
+ATEN_LABEL = "aten"  # the plain torch kernels: one ATen call (or a few) per op
+FALLBACK_LABEL = "aten-fallback"  # a built-in op run as torch.ops.aten.<op> by name (as aten.* ops are)
+FALLBACK_PRIORITY = -10  # below every own kernel of the backend

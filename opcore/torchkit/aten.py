@@ -41,7 +41,7 @@ from opcore.contracts import OpContract, define_op
 from opcore.errors import ArgumentError, DTypeError, NoKernelError, OpcoreError, ShapeError, Unsupported
 from opcore.kernels import Kernel
 from opcore.schema import NO_DEFAULT, Schema
-from opcore.torchkit.registration import ATEN_PREFIX, FALLBACK_LABEL
+from opcore.torchkit import ATEN_PREFIX, FALLBACK_LABEL
 from opcore.types import ArrayKind, DeviceType, DType, TensorMeta
 
 if TYPE_CHECKING:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from opcore.exports import declared_names
+from opcore.torchkit import ATEN_LABEL, ATEN_PREFIX, FALLBACK_LABEL, FALLBACK_PRIORITY
 from opcore.types import ArrayKind, DeviceType, DType
 
 if TYPE_CHECKING:
@@ -46,9 +47,6 @@ PREPARES = {
 }
 # ops whose prepare binds the constants as they are (views of them): read in place, not watched
 LIVE_CONSTANTS = frozenset({"linear", "linear_relu", "linear_silu", "linear_gelu"})
-ATEN_LABEL = "aten"  # the plain torch kernels: one ATen call (or a few) per op
-FALLBACK_LABEL = "aten-fallback"  # a built-in op run as torch.ops.aten.<op> by name (as aten.* ops are)
-FALLBACK_PRIORITY = -10  # below every own kernel of the backend
 
 
 def torch_dtypes(
@@ -141,9 +139,6 @@ def register_aten_fallback(registrar: Registrar, device_type: DeviceType | str) 
     """
     registrar.add_op_namespace(ATEN_PREFIX, aten_namespace)
     registrar.add_kernel_factory(ATEN_PREFIX, _AtenKernels(DeviceType(device_type)))
-
-
-ATEN_PREFIX = "aten."
 
 
 def aten_namespace(name: str) -> OpContract | None:

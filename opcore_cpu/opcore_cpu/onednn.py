@@ -23,7 +23,6 @@ torch.Size([32, 16])
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from opcore.extend import batch_rows, free_positions, with_free_args
+from opcore_cpu.system import float32_packing
 
 __all__ = [
     "float32_packing",
@@ -64,14 +64,6 @@ _MKL_ACTIVATIONS: dict[str, Callable[[Tensor, str], Tensor]] = {
     "gelu": lambda y, approximate: F.gelu(y, approximate=approximate),
     "none": lambda y, _: y,
 }
-
-
-@functools.cache
-def float32_packing() -> str:
-    """Who packs float32 weights: "mkl" on Intel CPUs with MKL, else "onednn" (see the module doc)."""
-    from opcore_cpu.system import cpu_vendor
-
-    return "mkl" if cpu_vendor() == "GenuineIntel" and torch.backends.mkl.is_available() else "onednn"
 
 
 def pack_linear_weight(w: Tensor, batch_size: int) -> Tensor:

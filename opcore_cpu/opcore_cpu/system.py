@@ -28,6 +28,7 @@ __all__ = [
     "cpu_flags",
     "cpu_vendor",
     "describe",
+    "float32_packing",
     "is_available",
     "isa_summary",
     "native_bfloat16_flags",
@@ -108,6 +109,15 @@ def cpu_flags() -> frozenset[str]:
 def cpu_vendor() -> str | None:
     """The CPU vendor from /proc/cpuinfo ("GenuineIntel", "AuthenticAMD", ...), or None."""
     return _cpuinfo_field("vendor_id")
+
+
+@functools.cache
+def float32_packing() -> str:
+    """Who packs float32 weights for the oneDNN kernels (``opcore_cpu.onednn``, which re-exports this):
+    "mkl" on Intel CPUs with MKL, else "onednn" (see that module's doc). Imports torch."""
+    import torch
+
+    return "mkl" if cpu_vendor() == "GenuineIntel" and torch.backends.mkl.is_available() else "onednn"
 
 
 def isa_summary(flags: frozenset[str]) -> str:
@@ -206,8 +216,6 @@ def describe() -> Mapping[str, str]:
         return str(torch.get_num_threads())
 
     def packing() -> str:
-        from opcore_cpu.onednn import float32_packing
-
         return f"{float32_packing()} (prepared float32 linear weights)"
 
     if "torch" not in sys.modules:  # importing torch costs ~1 s: the doctor asks for it with --deep

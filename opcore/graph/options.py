@@ -1,0 +1,40 @@
+"""How a plan is asked for (``PlanOptions``) and the torch route of the same options: the leaf that the
+plan record, its builder (opcore.graph.assembly) and the plan's files share.
+
+>>> torch_route(PlanOptions(device="cpu")).backends
+('cpu',)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["PlanOptions", "torch_route"]
+
+
+@dataclass(frozen=True, slots=True)
+class PlanOptions:
+    """How a plan was asked for. backends None: every loaded backend by rank; fallback False: every
+    node must run on one of ``backends`` (or, without backends, on its op's first choice).
+    route "torch": measuring at capture found the torch route faster than the planned one (or
+    ``capture(route="torch")`` asked for it), so the plan runs the torch route: the exported
+    program as one step where the plan has it (opcore.graph.exported), else every node on the
+    torch backend (``torch_route``); "planned": as decided."""
+
+    backends: tuple[str, ...] | None = None
+    fallback: bool = True
+    device: str = "cpu"
+    partitions: bool = True
+    rewrites: bool = True
+    cuda_graph: bool = False
+    route: str = "planned"
+
+
+def torch_route(options: PlanOptions) -> PlanOptions:
+    """The options of the same graph run as eager PyTorch runs it: every node on the torch backend of
+    the plan's device (the ranked rest only for what it declines), no partitions. verify compares
+    against it; the capture-time guard times the plan against it."""
+    torch_backend = "cuda" if options.device.startswith("cuda") else "cpu"
+    return PlanOptions(
+        backends=(torch_backend,), fallback=True, device=options.device, partitions=False, rewrites=options.rewrites
+    )
