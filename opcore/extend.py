@@ -116,12 +116,12 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "runtime_threads": ("opcore.settings", "runtime_threads"),
     "record": ("opcore.records", "record"),
     # the partition protocol (graph runtimes)
-    "CompiledPartition": ("opcore.graph.partition", "CompiledPartition"),
-    "PartNode": ("opcore.graph.partition", "PartNode"),
-    "PartitionCompiler": ("opcore.graph.partition", "PartitionCompiler"),
-    "PartitionError": ("opcore.graph.partition", "PartitionError"),
-    "PartitionSpec": ("opcore.graph.partition", "PartitionSpec"),
-    "ValueRef": ("opcore.graph.partition", "ValueRef"),
+    "CompiledPartition": ("opcore.partition_protocol", "CompiledPartition"),
+    "PartNode": ("opcore.partition_protocol", "PartNode"),
+    "PartitionCompiler": ("opcore.partition_protocol", "PartitionCompiler"),
+    "PartitionError": ("opcore.partition_protocol", "PartitionError"),
+    "PartitionSpec": ("opcore.partition_protocol", "PartitionSpec"),
+    "ValueRef": ("opcore.partition_protocol", "ValueRef"),
     # the conformance kit: entries for a plugin's own ops, checks for its tests
     "ErrorInput": ("opcore.testing", "ErrorInput"),
     "OpEntry": ("opcore.testing", "OpEntry"),
@@ -371,14 +371,6 @@ if TYPE_CHECKING:  # what static analysis sees
         ShapeError,
         Unsupported,
     )
-    from opcore.graph.partition import (
-        CompiledPartition,
-        PartitionCompiler,
-        PartitionError,
-        PartitionSpec,
-        PartNode,
-        ValueRef,
-    )
     from opcore.graph.ranges import narrowing_refused
     from opcore.hookspecs import hookimpl
     from opcore.isacap import BELOW_AVX512, ISA_CAP_VARIABLES, onednn_cap_below_avx512, onednn_isa_cap
@@ -439,6 +431,14 @@ if TYPE_CHECKING:  # what static analysis sees
     from opcore.opset.pooling import adaptive_bounds, adaptive_output_size, pooled_size
     from opcore.opset.quantized import group_of
     from opcore.opset.shape import squeezed_shape
+    from opcore.partition_protocol import (
+        CompiledPartition,
+        PartitionCompiler,
+        PartitionError,
+        PartitionSpec,
+        PartNode,
+        ValueRef,
+    )
     from opcore.probes import cpu_info
     from opcore.quantize import QuantizedWeight, pack_int4
     from opcore.records import record
