@@ -33,6 +33,8 @@ CONTRACTS = (TRUNC,)
 REFERENCE = """
 import numpy
 
+OPS = ("trunc",)
+
 def trunc(x):
     return numpy.asarray(numpy.trunc(x))  # a 0-d array, not a numpy scalar
 """

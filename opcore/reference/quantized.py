@@ -11,6 +11,9 @@ from opcore.reference.linear import _linear
 
 __all__ = ["linear_wq"]
 
+# the ops this module serves, each a module-level kernel named as its op: what the plugin registers
+OPS = ("linear_wq",)
+
 
 def linear_wq(
     x: numpy.ndarray,

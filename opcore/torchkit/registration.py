@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from opcore.exports import declared_names
+from opcore.declared import declared_ops
 from opcore.types import ArrayKind, DeviceType, DType
 
 if TYPE_CHECKING:
@@ -66,8 +66,8 @@ def torch_dtypes(
 
 
 def shared_kernel_ops() -> tuple[str, ...]:
-    """The ops ``opcore.torchkit.kernels`` has a kernel for (its ``__all__``, read without torch)."""
-    return declared_names(KERNEL_MODULE)
+    """The ops ``opcore.torchkit.kernels`` has a kernel for (its ``OPS``, read without torch)."""
+    return declared_ops(KERNEL_MODULE)
 
 
 def register_torch_kernels(

@@ -33,6 +33,9 @@ from opcore_onnxruntime.session import ATTRIBUTE, TENSOR, onnx_kernel
 
 __all__ = ["ACCURACY", "ACCURACY_ENV", "ACCURACY_LEVEL", "accuracy_level", "build_linear_wq", "linear_wq"]
 
+# the ops this module serves, each a module-level kernel named as its op: what the plugin registers
+OPS = ("linear_wq",)
+
 ACCURACY_ENV = "OPCORE_ORT_WQ_ACCURACY"
 ACCURACY_LEVEL = 4
 

@@ -48,6 +48,40 @@ __all__ = [
     "tanh",
 ]
 
+# the ops this module serves, each a module-level kernel named as its op: what the plugin registers
+OPS = (
+    "abs",
+    "add",
+    "cast",
+    "cos",
+    "div",
+    "eq",
+    "erf",
+    "exp",
+    "ge",
+    "gelu",
+    "gt",
+    "hardswish",
+    "le",
+    "logical_and",
+    "logical_not",
+    "logical_or",
+    "lt",
+    "mul",
+    "ne",
+    "neg",
+    "pow",
+    "relu",
+    "rsqrt",
+    "sigmoid",
+    "silu",
+    "sin",
+    "softplus",
+    "sqrt",
+    "sub",
+    "tanh",
+)
+
 Operand = Node | Scalar
 
 
