@@ -18,10 +18,15 @@ The layout (docs/quantized.md), for x (..., K) and N output features:
 
 from __future__ import annotations
 
+from functools import partial
+
 from opcore.contracts import OpContract, define_op
 from opcore.errors import ArgumentError, DTypeError, ShapeError
 from opcore.meta import FLOATING, check_dtype, check_floating, check_min_rank, check_rank, shape_text
 from opcore.types import DType, TensorMeta
+
+# every op defined here is of this module's family (opcore.opset.family_contracts checks it)
+define = partial(define_op, family="quantized")
 
 __all__ = ["BITS", "CONTRACTS", "LINEAR_WQ", "group_of", "linear_wq_meta"]
 
@@ -112,12 +117,11 @@ def linear_wq_meta(
     return TensorMeta((*x.shape[:-1], n), x.dtype, x.device)
 
 
-LINEAR_WQ = define_op(
+LINEAR_WQ = define(
     "linear_wq(Tensor x, Tensor qweight, Tensor scale, Tensor? zero=None, Tensor? b=None, *, int bits=8, "
     "int group_size=-1) -> Tensor",
     meta=linear_wq_meta,
     dtypes=FLOATING,
-    family="quantized",
     doc="x @ W.T + b with W = (qweight - zero) * scale per group of inputs: weight-only int8 (per output "
     "channel or grouped) or int4 (grouped, two codes per byte); zero None: symmetric (2**(bits-1)). "
     "Quantize with opcore.quantize.quantize_weight; docs/quantized.md has the layout.",
