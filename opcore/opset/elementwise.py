@@ -47,6 +47,7 @@ __all__ = [
     "GE",
     "GELU",
     "GT",
+    "HARDSIGMOID",
     "HARDSWISH",
     "LE",
     "LOGICAL_AND",
@@ -507,6 +508,13 @@ HARDSWISH = define(
     doc="x * relu6(x + 3) / 6, floating dtypes only; mirrors torch.nn.functional.hardswish.",
     tags=("elementwise", "activation"),
 )
+HARDSIGMOID = define(
+    "hardsigmoid(Tensor x) -> Tensor",
+    meta=unary_float,
+    dtypes=FLOATING,
+    doc="relu6(x + 3) / 6, floating dtypes only; mirrors torch.nn.functional.hardsigmoid.",
+    tags=("elementwise", "activation"),
+)
 
 CONTRACTS: tuple[OpContract, ...] = (
     ADD,
@@ -539,4 +547,5 @@ CONTRACTS: tuple[OpContract, ...] = (
     CAST,
     SOFTPLUS,
     HARDSWISH,
+    HARDSIGMOID,
 )

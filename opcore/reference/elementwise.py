@@ -24,6 +24,7 @@ __all__ = [
     "gelu",
     "gelu_f64",
     "gt",
+    "hardsigmoid",
     "hardswish",
     "le",
     "logical_and",
@@ -59,6 +60,7 @@ OPS = (
     "ge",
     "gelu",
     "gt",
+    "hardsigmoid",
     "hardswish",
     "le",
     "logical_and",
@@ -344,6 +346,13 @@ def softplus(x: numpy.ndarray, beta: Any, threshold: Any) -> numpy.ndarray:
     with quiet():
         scaled = a * beta
         return finish(numpy.where(scaled > threshold, a, numpy.log1p(numpy.exp(scaled)) / beta), x.dtype)
+
+
+def hardsigmoid(x: numpy.ndarray) -> numpy.ndarray:
+    """min(max(x + 3, 0), 6) / 6: 0 at -inf, 1 at inf, NaN stays NaN (as torch)."""
+    a = x.astype(F64, copy=False)
+    with quiet():
+        return finish(numpy.clip(a + 3.0, 0.0, 6.0) / 6.0, x.dtype)
 
 
 def hardswish(x: numpy.ndarray) -> numpy.ndarray:

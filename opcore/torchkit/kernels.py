@@ -72,6 +72,7 @@ __all__ = [
     "gelu",
     "group_norm",
     "gt",
+    "hardsigmoid",
     "hardswish",
     "index",
     "layer_norm",
@@ -163,6 +164,7 @@ OPS = (
     "gelu",
     "group_norm",
     "gt",
+    "hardsigmoid",
     "hardswish",
     "index",
     "layer_norm",
@@ -291,6 +293,7 @@ logical_not = torch.logical_not
 pow = torch.pow
 softplus = torch._C._nn.softplus  # softplus(x, beta, threshold): what F.softplus calls
 hardswish = torch._C._nn.hardswish
+hardsigmoid = torch._C._nn.hardsigmoid
 
 
 def cast(x: Tensor, dtype: str) -> Tensor:
