@@ -39,29 +39,15 @@ from opcore.types import DType
 
 __all__ = ["Report", "backends_to_run", "cases", "run"]
 
-# OpInfo's name -> opcore's op; OpInfo entries whose call differs from opcore's argument order get
-# an adapter (input, args, kwargs) -> (args, kwargs)
+# OpInfo's name -> opcore's op: "nn.functional.X" is X, any other name is the op of that name; OpInfo
+# entries whose call differs from opcore's argument order get an adapter (input, args, kwargs) -> (args, kwargs)
 Call = tuple[tuple[Any, ...], dict[str, Any]]
-_NAMES = {
-    "nn.functional.relu": "relu",
-    "nn.functional.silu": "silu",
-    "nn.functional.gelu": "gelu",
-    "nn.functional.hardswish": "hardswish",
-    "nn.functional.softplus": "softplus",
-    "nn.functional.linear": "linear",
-    "nn.functional.conv1d": "conv1d",
-    "nn.functional.conv2d": "conv2d",
-    "nn.functional.layer_norm": "layer_norm",
-    "nn.functional.rms_norm": "rms_norm",
-    "nn.functional.group_norm": "group_norm",
-    "nn.functional.batch_norm": "batch_norm",
-    "nn.functional.embedding": "embedding",
-    "nn.functional.pad": "pad",
-    "nn.functional.max_pool2d": "max_pool2d",
-    "nn.functional.avg_pool2d": "avg_pool2d",
-    "nn.functional.adaptive_avg_pool2d": "adaptive_avg_pool2d",
-    "nn.functional.scaled_dot_product_attention": "scaled_dot_product_attention",
-}
+
+
+def _op_of(info_name: str) -> str:
+    return info_name.removeprefix("nn.functional.")
+
+
 # OpInfo variants that are not the plain op (another dtype of input, a decomposition test)
 _SKIPPED_VARIANTS = {("nn.functional.silu", "complex"), ("addmm", "decomposed"), ("bmm", "triton_optimized")}
 # torch's keyword names where opcore's differ
@@ -141,7 +127,7 @@ def _opinfos(ops: set[str]) -> Iterator[tuple[str, Any]]:
     for info in op_db:
         if (info.name, info.variant_test_name) in _SKIPPED_VARIANTS:
             continue
-        op = _NAMES.get(info.name, info.name)
+        op = _op_of(info.name)
         if op in ops:
             yield op, info
 

@@ -18,20 +18,26 @@ import pytest
 pytest.importorskip("torch")
 
 CONTRACT = """
+from functools import partial
+
 from opcore.contracts import define_op
 from opcore.meta import FLOATING
 from opcore.types import TensorMeta
 
+define = partial(define_op, family="toy")
+
 def trunc_meta(x: TensorMeta) -> TensorMeta:
     return x
 
-TRUNC = define_op("trunc(Tensor x) -> Tensor", meta=trunc_meta, dtypes=FLOATING, family="toy",
-                  doc="x rounded towards zero; mirrors torch.trunc.")
+TRUNC = define("trunc(Tensor x) -> Tensor", meta=trunc_meta, dtypes=FLOATING,
+               doc="x rounded towards zero; mirrors torch.trunc.")
 CONTRACTS = (TRUNC,)
 """
 
 REFERENCE = """
 import numpy
+
+OPS = ("trunc",)
 
 def trunc(x):
     return numpy.asarray(numpy.trunc(x))  # a 0-d array, not a numpy scalar

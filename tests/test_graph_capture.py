@@ -313,6 +313,19 @@ def test_reductions_casts_and_selection_map_to_their_contracts():
     assert close(plan(x, mask), Mixed()(x, mask))
 
 
+def test_every_one_tensor_elementwise_contract_maps_from_its_aten_op_without_a_line():
+    from opcore.graph.mapping import RULES
+    from opcore.opset.elementwise import CONTRACTS
+
+    unary = [c.name for c in CONTRACTS if str(c.schema) == f"{c.name}(Tensor x) -> Tensor"]
+    assert {"relu", "sigmoid", "hardswish", "logical_not"} <= set(unary)
+    for name in unary:
+        rule = RULES[f"aten.{name}.default"]
+        assert (rule.op, dict(rule.args)) == (name, {"x": "self"})
+        schema = getattr(torch.ops.aten, name).default._schema  # ATen's op of that name takes one tensor, self
+        assert [a.name for a in schema.arguments] == ["self"], schema
+
+
 def test_bitwise_ops_of_bool_masks_map_to_the_logical_ones_and_of_integers_do_not():
     class Masks(torch.nn.Module):
         def forward(self, x, n):

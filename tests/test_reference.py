@@ -4,6 +4,7 @@ runs on its kernel. Runs without torch (bfloat16 cases need it and skip otherwis
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import subprocess
 import sys
@@ -18,126 +19,67 @@ import opcore
 from opcore.errors import DTypeError, OpcoreError
 from opcore.opset import BUILTIN_CONTRACTS, BUILTIN_DTYPES
 from opcore.reference import plugin
+from opcore.testing import Sample, TensorInput, builtin_entries, entry, samples_of
 from opcore.types import DeviceType, DType, TensorMeta
 
-# For each op, its arguments in schema order, built with ``t(shape, dtype=None)``: a tensor of the
-# dtype under test (or of ``dtype``). The dtype under test goes to the argument that picks the kernel.
-Factory = Callable[..., Any]
-SAMPLES: dict[str, Callable[[Factory], tuple[Any, ...]]] = {
-    "add": lambda t: (t((2, 3)), t((3,)), 1),
-    "sub": lambda t: (t((2, 3)), t((3,)), 1),
-    "mul": lambda t: (t((2, 3)), t(())),
-    "div": lambda t: (t((2, 3)), t((2, 3)), None),
-    "relu": lambda t: (t((2, 3)),),
-    "gelu": lambda t: (t((2, 3)), "tanh"),
-    "silu": lambda t: (t((4,)),),
-    "sigmoid": lambda t: (t((2, 3)),),
-    "tanh": lambda t: (t(()),),
-    "exp": lambda t: (t((0, 3)),),
-    "neg": lambda t: (t((2, 3)),),
-    "abs": lambda t: (t(()),),
-    "sqrt": lambda t: (t((2, 3)),),
-    "rsqrt": lambda t: (t((3,)),),
-    "erf": lambda t: (t((0, 2)),),
-    "cos": lambda t: (t((2, 3)),),
-    "sin": lambda t: (t((2, 1)),),
-    "eq": lambda t: (t((2, 3)), t((3,))),
-    "ne": lambda t: (t((2, 3)), 1),
-    "lt": lambda t: (t(()), t((2,))),
-    "le": lambda t: (t((2, 3)), t((2, 3))),
-    "gt": lambda t: (t((0, 3)), t((3,))),
-    "ge": lambda t: (t((2, 3)), 2.5),
-    "logical_and": lambda t: (t((2, 3)), t((3,))),
-    "logical_or": lambda t: (t((2, 3)), t((2, 3), DType.BOOL)),
-    "logical_not": lambda t: (t((2, 3)),),
-    "linear": lambda t: (t((2, 3)), t((4, 3)), t((4,))),
-    "matmul": lambda t: (t((2, 3)), t((3, 4))),
-    "bmm": lambda t: (t((2, 2, 3)), t((2, 3, 4))),
-    "addmm": lambda t: (t((4,)), t((3, 2)), t((2, 4)), 1, 1),
-    "clone": lambda t: (t((2, 3)),),
-    "linear_relu": lambda t: (t((2, 3)), t((4, 3)), None),
-    "linear_silu": lambda t: (t((2, 3)), t((4, 3)), t((4,))),
-    "linear_gelu": lambda t: (t((2, 3)), t((4, 3)), None, "none"),
-    "gated_mlp": lambda t: (t((2, 3)), t((5, 3)), t((5, 3)), t((4, 5))),
-    "linear_wq": lambda t: (t((2, 64)), t((4, 32), DType.UINT8), t((4, 2), DType.FLOAT32), None, None, 4, 32),
-    "softmax": lambda t: (t((2, 3)), 1),
-    "log_softmax": lambda t: (t((2, 3)), 0),
-    "layer_norm": lambda t: (t((2, 3)), (3,), t((3,)), t((3,)), 1e-5),
-    "rms_norm": lambda t: (t((2, 3)), (3,), t((3,)), None),
-    "embedding": lambda t: (t((2, 2), DType.INT64), t((3, 4)), None),
-    "conv2d": lambda t: (t((1, 2, 4, 4)), t((3, 2, 3, 3)), t((3,)), (1, 1), (1, 1), (1, 1), 1),
-    "conv1d": lambda t: (t((1, 2, 5)), t((3, 2, 2)), t((3,)), (1,), "same", (1,), 1),
-    "scaled_dot_product_attention": lambda t: (t((1, 2, 3, 4)), t((1, 2, 5, 4)), t((1, 2, 5, 2)), None, 0.0, True,
-                                               None, False),
-    "transpose": lambda t: (t((2, 3)), 0, 1),
-    "permute": lambda t: (t((2, 3, 4)), (2, 0, 1)),
-    "reshape": lambda t: (t((2, 3)), (3, -1)),
-    "cat": lambda t: ((t((2, 3)), t((1, 3))), 0),
-    "unsqueeze": lambda t: (t((2, 3)), -1),
-    "squeeze": lambda t: (t((1, 3, 1)), None),
-    "flatten": lambda t: (t((2, 3, 4)), 1, -1),
-    "expand": lambda t: (t((3, 1)), (2, -1, 4)),
-    "slice": lambda t: (t((4, 3)), 0, 1, None, 2),
-    "select": lambda t: (t((4, 3)), 1, -1),
-    "gather": lambda t: (t((3, 4)), 1, t((3, 2), DType.INT64)),
-    "index": lambda t: (t((3, 4)), (None, t((2,), DType.INT64))),
-    "split": lambda t: (t((5, 2)), 2, 0),
-    "split_with_sizes": lambda t: (t((5, 2)), (1, 4), 0),
-    "chunk": lambda t: (t((5, 2)), 2, 0),
-    "pad": lambda t: (t((2, 3)), (1, -1, 0, 2), "constant", 1),
-    "pow": lambda t: (t((2, 3)), 2),
-    "cast": lambda t: (t((2, 3)), "float16"),
-    "softplus": lambda t: (t((2, 3)), 1, 20),
-    "hardswish": lambda t: (t((2, 3)),),
-    "sum": lambda t: (t((2, 3)), (1,), False),
-    "mean": lambda t: (t((2, 3)), None, True),
-    "amax": lambda t: (t((2, 3)), (0, -1), False),
-    "amin": lambda t: (t((2, 3)), None, True),
-    "argmax": lambda t: (t((2, 3)), 1, False),
-    "cumsum": lambda t: (t((2, 3)), -1, None),
-    "where": lambda t: (t((2, 3)), t((3,)), 2.5),
-    "masked_fill": lambda t: (t((2, 3)), t((3,), DType.BOOL), 1),
-    "clamp": lambda t: (t((2, 3)), 0, 2),
-    "zeros_like": lambda t: (t((2, 3)), None),
-    "ones_like": lambda t: (t(()), "int32"),
-    "full_like": lambda t: (t((0, 3)), 1, None),
-    # creation ops without a tensor: the dtype under test is their dtype attribute
-    "zeros": lambda t: ((2, 3), _dtype_name(t), "cpu"),
-    "ones": lambda t: ((0,), _dtype_name(t), "cpu"),
-    "full": lambda t: ((), 1, _dtype_name(t), "cpu"),
-    "arange": lambda t: (1, 7, 2, _dtype_name(t), "cpu"),
-    "max_pool2d": lambda t: (t((1, 2, 5, 5)), (3, 3), (2, 2), (1, 1), (1, 1), True),
-    "avg_pool2d": lambda t: (t((1, 2, 5, 5)), (3, 3), None, (1, 1), False, False, None),
-    "adaptive_avg_pool2d": lambda t: (t((2, 5, 5)), (2, 3)),
-    "group_norm": lambda t: (t((2, 4, 3)), 2, t((4,)), t((4,)), 1e-5),
-    "batch_norm": lambda t: (t((2, 3, 4)), t((3,)), t((3,)), t((3,)), None, False, 0.1, 1e-5),
-}  # fmt: skip
+# The samples are the conformance kit's (opcore.testing), the one sample table: every op has an
+# entry, with samples in every dtype its contract accepts (tests/test_testing_kit.py checks that).
+OPS = sorted(c.name for c in BUILTIN_CONTRACTS)
 
 
-def _dtype_name(t: Factory) -> str:
-    """The dtype under test, as a creation op's dtype attribute takes it."""
-    made = t(())
-    return (made.dtype if isinstance(made, TensorMeta) else TensorMeta.of(made).dtype).value
+def _make(value: Any, make: Callable[[TensorInput], Any]) -> Any:
+    if isinstance(value, TensorInput):
+        return make(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_make(v, make) for v in value)
+    return value
 
 
-def _meta_factory(dtype: DType) -> Factory:
-    return lambda shape, fixed=None: TensorMeta(shape, fixed or dtype)
+def _call_of(sample: Sample, make: Callable[[TensorInput], Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    return tuple(_make(v, make) for v in sample.args), {k: _make(v, make) for k, v in sample.kwargs.items()}
 
 
-def _array_factory(dtype: DType) -> Factory:
-    def make(shape: tuple[int, ...], fixed: DType | None = None) -> Any:
-        wanted = fixed or dtype
-        data = numpy.ones(shape) if wanted is not DType.INT64 or fixed is None else numpy.zeros(shape)
-        if wanted is DType.BFLOAT16:
-            torch = pytest.importorskip("torch")
-            return torch.from_numpy(data).to(torch.bfloat16)
-        return data.astype(wanted.value)
-
-    return make
+def _bound_metas(op: str, sample: Sample, retype: Callable[[DType], DType] = lambda d: d) -> tuple[Any, ...]:
+    """The sample's arguments in schema order, tensors as TensorMeta with their dtype passed through ``retype``."""
+    args, kwargs = _call_of(sample, lambda t: TensorMeta(t.shape, retype(t.dtype)))
+    return CONTRACTS[op].schema.bind(args, kwargs, metas=True)
 
 
-def test_every_builtin_op_has_a_sample():
-    assert set(SAMPLES) == {c.name for c in BUILTIN_CONTRACTS} == set(BUILTIN_DTYPES) == set(plugin.KERNELS)
+def _picking_dtype(op: str, bound: tuple[Any, ...]) -> DType:
+    """The dtype that picks the kernel: of the contract's dtype argument (a creation op's dtype attribute)."""
+    contract = CONTRACTS[op]
+    value = bound[contract.dtype_position]
+    if isinstance(value, tuple):
+        value = next(v for v in value if isinstance(v, TensorMeta))
+    return DType.parse(value) if contract.creates else value.dtype
+
+
+def _kit_samples(op: str, dtype: DType) -> list[Sample]:
+    return _samples_by_dtype(op).get(dtype, [])
+
+
+@functools.cache
+def _samples_by_dtype(op: str) -> dict[DType, list[Sample]]:
+    found: dict[DType, list[Sample]] = {}
+    for sample in samples_of(entry(op)):
+        found.setdefault(_picking_dtype(op, _bound_metas(op, sample)), []).append(sample)
+    return found
+
+
+def _retyped(op: str, dtype: DType) -> tuple[Any, ...]:
+    """A kit sample of the op (float32 where it has one) as metas in ``dtype``: the dtype argument and the
+    tensors that share its dtype in the sample take ``dtype`` (a creation op: its dtype attribute)."""
+    contract = CONTRACTS[op]
+    base = next((s for s in _kit_samples(op, DType.FLOAT32)), None) or next(iter(samples_of(entry(op))))
+    was = _picking_dtype(op, _bound_metas(op, base))
+    bound = list(_bound_metas(op, base, lambda d: dtype if d is was else d))
+    if contract.creates:
+        bound[contract.dtype_position] = dtype.value
+    return tuple(bound)
+
+
+def test_every_builtin_op_has_a_kit_entry_and_a_kernel():
+    assert {e.op for e in builtin_entries()} == set(OPS) == set(BUILTIN_DTYPES) == set(plugin.KERNELS)
 
 
 def test_backend_spec():
@@ -148,7 +90,7 @@ def test_backend_spec():
     assert spec.check_availability() is True
 
 
-@pytest.mark.parametrize("op", sorted(SAMPLES))
+@pytest.mark.parametrize("op", OPS)
 def test_one_numpy_kernel_per_op_for_exactly_the_accepted_dtypes(op):
     kernels = REGISTRY.kernels_of(op)
     assert len(kernels) == 1
@@ -161,23 +103,32 @@ def test_one_numpy_kernel_per_op_for_exactly_the_accepted_dtypes(op):
         assert DType.BFLOAT16 in kernel.dtypes
 
 
-@pytest.mark.parametrize("op", sorted(SAMPLES))
+@pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("dtype", list(DType))
 def test_dtype_table_matches_the_meta_function(op, dtype):
+    """The kit's samples of an accepted dtype pass the meta function; a kit sample made of a dtype the
+    table leaves out is refused with a DTypeError."""
     contract = CONTRACTS[op]
-    accepted = True
-    try:
-        contract.meta(*SAMPLES[op](_meta_factory(dtype)))
-    except DTypeError:
-        accepted = False
-    assert accepted == (dtype in BUILTIN_DTYPES[op])
+    if dtype in BUILTIN_DTYPES[op]:
+        samples = _kit_samples(op, dtype)
+        assert samples, f"the kit has no {dtype.value} sample of {op}"
+        for sample in samples:
+            contract.meta(*_bound_metas(op, sample))
+    else:
+        with pytest.raises(DTypeError):
+            contract.meta(*_retyped(op, dtype))
 
 
-@pytest.mark.parametrize(
-    ("op", "dtype"), [(op, dtype) for op in sorted(SAMPLES) for dtype in DType if dtype in BUILTIN_DTYPES[op]]
-)
+@pytest.mark.parametrize(("op", "dtype"), [(op, dtype) for op in OPS for dtype in DType if dtype in BUILTIN_DTYPES[op]])
 def test_every_accepted_dtype_runs_on_the_kernel(op, dtype):
-    call_bound(op, SAMPLES[op](_array_factory(dtype)))  # checks the result's shape and dtype against the meta
+    samples = _kit_samples(op, dtype)
+    assert samples, f"the kit has no {dtype.value} sample of {op}"
+    if dtype is DType.BFLOAT16 or any(t.dtype is DType.BFLOAT16 for t in samples[0].tensors()):
+        pytest.importorskip("torch")
+        args, kwargs = _call_of(samples[0], lambda t: t.to_torch())
+    else:
+        args, kwargs = _call_of(samples[0], lambda t: t.to_numpy())
+    call(op, *args, **kwargs)  # checks the result's shape and dtype against the meta
 
 
 def test_float16_stays_float16_and_float32_stands_in_for_bfloat16():

@@ -4,7 +4,7 @@ Each entry says which opcore op an ATen overload is, and where each of the op's 
 from: an ATen argument's name, a fixed value (``Fixed``), or a conversion of one (``Convert``). An
 entry may refuse a node (``when`` returns the reason): the node then runs as the ATen fallback
 ``aten.<name>.<overload>``, as does every overload that has no entry, or whose op is not
-registered in this process. To map a new contract, add one line.
+registered in this process. To map a new contract, add one line (a one-tensor elementwise op needs none: see _UNARY).
 
 >>> RULES["aten.linear.default"].op
 'linear'
@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from opcore.opset.elementwise import CONTRACTS as ELEMENTWISE
 from opcore.types import DType, TensorMeta
 
 __all__ = ["RULES", "Convert", "Fixed", "Like", "Rule", "map_arguments"]
@@ -147,12 +148,9 @@ def _not_training(args: Mapping[str, Any]) -> str | None:
     )
 
 
-_UNARY = {
-    name: _rule(name, x="self")
-    for name in ("relu", "silu", "sigmoid", "tanh", "exp", "neg", "abs", "sqrt", "rsqrt", "erf", "cos", "sin")
-}
-_UNARY["hardswish"] = _rule("hardswish", x="self")
-_UNARY["logical_not"] = _rule("logical_not", x="self")
+# a one-tensor elementwise op, ``name(Tensor x) -> Tensor``, is ATen's ``name(Tensor self)``: its rule
+# comes from its contract (relu, sigmoid, exp, ..., hardswish, hardsigmoid), so such an op adds no line here
+_UNARY = {c.name: _rule(c.name, x="self") for c in ELEMENTWISE if str(c.schema) == f"{c.name}(Tensor x) -> Tensor"}
 # comparisons take a tensor or a Python number; the logical pair takes tensors only
 _COMPARISONS = {
     f"aten.{name}.{overload}": _rule(name, x="self", other="other")

@@ -1,5 +1,5 @@
 """The plugin module's scaffolding of one-model backends: availability from package metadata,
-one kernel per op its kernels package declares (``__all__`` of each family module), registered
+one kernel per op its kernels package declares (``OPS`` of each family module), registered
 by name, checkers that decline by dtype first, doctor probes. Loaded
 with the plugin: imports no runtime.
 
@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from opcore import distmeta
-from opcore.exports import declared_names
+from opcore.declared import family_kernels
 from opcore.types import DType, TensorMeta
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ def bakes_constants(contract: OpContract) -> bool:
 
 def kernel_layout(package: str) -> dict[str, tuple[str, bool]]:
     """op -> (family module, whether resolve's constants are baked in) for each built-in op whose
-    family module under ``package`` lists it in ``__all__``: the op set a graph backend declares
+    family module under ``package`` lists it in ``OPS``: the op set a graph backend declares
     by writing the kernel (read without importing the runtime).
 
     >>> kernel_layout("opcore_onnxruntime.kernels")["relu"]       # doctest: +SKIP
@@ -56,10 +56,8 @@ def kernel_layout(package: str) -> dict[str, tuple[str, bool]]:
     """
     from opcore.opset import BUILTIN_CONTRACTS
 
-    # each family module's source read once, not once per op (a find_spec and a file read each)
-    families = dict.fromkeys(c.family for c in BUILTIN_CONTRACTS)
-    declared = {family: set(declared_names(f"{package}.{family}")) for family in families}
-    return {c.name: (c.family, bakes_constants(c)) for c in BUILTIN_CONTRACTS if c.name in declared[c.family]}
+    families = family_kernels(package, BUILTIN_CONTRACTS)
+    return {c.name: (families[c.name], bakes_constants(c)) for c in BUILTIN_CONTRACTS if c.name in families}
 
 
 def register_kernels(

@@ -30,7 +30,7 @@ def family_contracts(family: str) -> tuple[OpContract, ...]:
                 arg="family",
                 expected=repr(family),
                 found=repr(contract.family),
-                fix=f"pass family={family!r} to define_op",
+                fix=f"define it in opcore.opset.{family} with its define (partial(define_op, family={family!r}))",
             )
     return contracts
 

@@ -11,12 +11,16 @@ zeros, ones, full and arange take none (their ``dtype`` and ``device`` attribute
 from __future__ import annotations
 
 import math
+from functools import partial
 
 from opcore.contracts import OpContract, define_op
 from opcore.errors import ArgumentError, DeviceError, DTypeError, ShapeError
 from opcore.meta import ALL_DTYPES, INTEGRAL, NUMERIC, shape_text
 from opcore.opset.elementwise import check_fits
 from opcore.types import Device, DType, TensorMeta
+
+# every op defined here is of this module's family (opcore.opset.family_contracts checks it)
+define = partial(define_op, family="creation")
 
 __all__ = [
     "ARANGE",
@@ -61,27 +65,24 @@ def full_like_meta(
     return out
 
 
-ZEROS_LIKE = define_op(
+ZEROS_LIKE = define(
     "zeros_like(Tensor x, *, ScalarType? dtype=None, Device? device=None) -> Tensor",
     meta=like_meta,
     dtypes=ALL_DTYPES,
-    family="creation",
     doc="Zeros of x's shape, in dtype (default: x's); mirrors torch.zeros_like.",
     tags=("creation",),
 )
-ONES_LIKE = define_op(
+ONES_LIKE = define(
     "ones_like(Tensor x, *, ScalarType? dtype=None, Device? device=None) -> Tensor",
     meta=like_meta,
     dtypes=ALL_DTYPES,
-    family="creation",
     doc="Ones of x's shape, in dtype (default: x's); mirrors torch.ones_like.",
     tags=("creation",),
 )
-FULL_LIKE = define_op(
+FULL_LIKE = define(
     "full_like(Tensor x, Scalar fill_value, *, ScalarType? dtype=None, Device? device=None) -> Tensor",
     meta=full_like_meta,
     dtypes=ALL_DTYPES,
-    family="creation",
     doc="fill_value in x's shape, in dtype (default: x's; floats truncate into integers); mirrors torch.full_like.",
     tags=("creation",),
 )
@@ -198,39 +199,35 @@ def arange_meta(
 
 
 _DEVICE_DOC = " on device (default 'cpu')"
-ZEROS = define_op(
+ZEROS = define(
     'zeros(int[] size, *, ScalarType? dtype=None, Device device="cpu") -> Tensor',
     meta=sized_meta,
     dtypes=ALL_DTYPES,
-    family="creation",
     doc=f"Zeros of shape size, in dtype (default float32),{_DEVICE_DOC}; mirrors torch.zeros.",
     tags=("creation",),
     dtype_arg="dtype",
 )
-ONES = define_op(
+ONES = define(
     'ones(int[] size, *, ScalarType? dtype=None, Device device="cpu") -> Tensor',
     meta=sized_meta,
     dtypes=ALL_DTYPES,
-    family="creation",
     doc=f"Ones of shape size, in dtype (default float32),{_DEVICE_DOC}; mirrors torch.ones.",
     tags=("creation",),
     dtype_arg="dtype",
 )
-FULL = define_op(
+FULL = define(
     'full(int[] size, Scalar fill_value, *, ScalarType? dtype=None, Device device="cpu") -> Tensor',
     meta=full_meta,
     dtypes=ALL_DTYPES,
-    family="creation",
     doc="fill_value in shape size, in dtype (default: bool, int64 or float32 from fill_value)"
     f"{_DEVICE_DOC}; mirrors torch.full.",
     tags=("creation",),
     dtype_arg="dtype",
 )
-ARANGE = define_op(
+ARANGE = define(
     'arange(Scalar start, Scalar? end=None, Scalar step=1, *, ScalarType? dtype=None, Device device="cpu") -> Tensor',
     meta=arange_meta,
     dtypes=NUMERIC,
-    family="creation",
     doc="start, start + step, ... up to end (excluded); arange(n) is 0..n-1; int64 for int bounds, else "
     f"float32 (or dtype){_DEVICE_DOC}; mirrors torch.arange.",
     tags=("creation",),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import sys
+from functools import partial
 from typing import Any
 
 import numpy
@@ -30,6 +31,9 @@ from opcore.meta import (
 )
 from opcore.types import DType, TensorMeta
 
+# every op defined here is of this module's family (opcore.opset.family_contracts checks it)
+define = partial(define_op, family="elementwise")
+
 __all__ = [
     "ABS",
     "ADD",
@@ -43,6 +47,7 @@ __all__ = [
     "GE",
     "GELU",
     "GT",
+    "HARDSIGMOID",
     "HARDSWISH",
     "LE",
     "LOGICAL_AND",
@@ -291,246 +296,223 @@ def softplus_meta(x: TensorMeta, beta: bool | int | float, threshold: bool | int
     return TensorMeta(x.shape, x.dtype, x.device)
 
 
-ADD = define_op(
+ADD = define(
     "add(Tensor x, Tensor|Scalar other, *, Scalar alpha=1) -> Tensor",
     meta=add_meta,
     dtypes=ALL_DTYPES,
-    family="elementwise",
     doc="x + alpha * other, broadcast and type-promoted; mirrors torch.add.",
     tags=("elementwise", "binary"),
 )
-SUB = define_op(
+SUB = define(
     "sub(Tensor x, Tensor|Scalar other, *, Scalar alpha=1) -> Tensor",
     meta=sub_meta,
     dtypes=ALL_DTYPES - {DType.BOOL},
-    family="elementwise",
     doc="x - alpha * other, broadcast and type-promoted; mirrors torch.sub (no bool operands).",
     tags=("elementwise", "binary"),
 )
-MUL = define_op(
+MUL = define(
     "mul(Tensor x, Tensor|Scalar other) -> Tensor",
     meta=mul_meta,
     dtypes=ALL_DTYPES,
-    family="elementwise",
     doc="x * other, broadcast and type-promoted; mirrors torch.mul.",
     tags=("elementwise", "binary"),
 )
-DIV = define_op(
+DIV = define(
     "div(Tensor x, Tensor|Scalar other, *, str? rounding_mode=None) -> Tensor",
     meta=div_meta,
     dtypes=ALL_DTYPES,
-    family="elementwise",
     doc="x / other: true division (ints give float32), or rounded with 'trunc' or 'floor'; mirrors torch.div.",
     tags=("elementwise", "binary"),
 )
-RELU = define_op(
+RELU = define(
     "relu(Tensor x) -> Tensor",
     meta=relu_meta,
     dtypes=ALL_DTYPES - {DType.BOOL},
-    family="elementwise",
     doc="max(x, 0), keeping the dtype; mirrors torch.relu (bool is rejected).",
     tags=("elementwise", "activation"),
 )
-GELU = define_op(
+GELU = define(
     'gelu(Tensor x, *, str approximate="none") -> Tensor',
     meta=gelu_meta,
     dtypes=FLOATING,
-    family="elementwise",
     doc="Gaussian error linear unit, exact ('none') or the tanh approximation; mirrors torch.nn.functional.gelu.",
     tags=("elementwise", "activation"),
 )
-SILU = define_op(
+SILU = define(
     "silu(Tensor x) -> Tensor",
     meta=unary_float,
     dtypes=FLOATING,
-    family="elementwise",
     doc="x * sigmoid(x), floating dtypes only; mirrors torch.nn.functional.silu.",
     tags=("elementwise", "activation"),
 )
-SIGMOID = define_op(
+SIGMOID = define(
     "sigmoid(Tensor x) -> Tensor",
     meta=unary_promote_to_float,
     dtypes=ALL_DTYPES,
-    family="elementwise",
     doc="1 / (1 + exp(-x)); integral and bool inputs give float32; mirrors torch.sigmoid.",
     tags=("elementwise", "activation"),
 )
-TANH = define_op(
+TANH = define(
     "tanh(Tensor x) -> Tensor",
     meta=unary_promote_to_float,
     dtypes=ALL_DTYPES,
-    family="elementwise",
     doc="Hyperbolic tangent; integral and bool inputs give float32; mirrors torch.tanh.",
     tags=("elementwise", "activation"),
 )
-EXP = define_op(
+EXP = define(
     "exp(Tensor x) -> Tensor",
     meta=unary_promote_to_float,
     dtypes=ALL_DTYPES,
-    family="elementwise",
     doc="e ** x; integral and bool inputs give float32; mirrors torch.exp.",
     tags=("elementwise",),
 )
-NEG = define_op(
+NEG = define(
     "neg(Tensor x) -> Tensor",
     meta=neg_meta,
     dtypes=ALL_DTYPES - {DType.BOOL},
-    family="elementwise",
     doc="-x, keeping the dtype (integers wrap); mirrors torch.neg (bool is rejected).",
     tags=("elementwise", "unary"),
 )
-ABS = define_op(
+ABS = define(
     "abs(Tensor x) -> Tensor",
     meta=abs_meta,
     dtypes=ALL_DTYPES - {DType.BOOL},
-    family="elementwise",
     doc="|x|, keeping the dtype (the most negative integer stays itself); mirrors torch.abs (no bool).",
     tags=("elementwise", "unary"),
 )
-SQRT = define_op(
+SQRT = define(
     "sqrt(Tensor x) -> Tensor",
     meta=unary_promote_to_float,
     dtypes=ALL_DTYPES,
-    family="elementwise",
     doc="Square root (NaN below 0); integral and bool inputs give float32; mirrors torch.sqrt.",
     tags=("elementwise", "unary"),
 )
-RSQRT = define_op(
+RSQRT = define(
     "rsqrt(Tensor x) -> Tensor",
     meta=unary_promote_to_float,
     dtypes=ALL_DTYPES,
-    family="elementwise",
     doc="1 / sqrt(x) (inf at 0); integral and bool inputs give float32; mirrors torch.rsqrt.",
     tags=("elementwise", "unary"),
 )
-ERF = define_op(
+ERF = define(
     "erf(Tensor x) -> Tensor",
     meta=unary_promote_to_float,
     dtypes=ALL_DTYPES,
-    family="elementwise",
     doc="The Gauss error function; integral and bool inputs give float32; mirrors torch.erf.",
     tags=("elementwise", "unary"),
 )
-COS = define_op(
+COS = define(
     "cos(Tensor x) -> Tensor",
     meta=unary_promote_to_float,
     dtypes=ALL_DTYPES,
-    family="elementwise",
     doc="Cosine (radians); integral and bool inputs give float32; mirrors torch.cos.",
     tags=("elementwise", "unary"),
 )
-SIN = define_op(
+SIN = define(
     "sin(Tensor x) -> Tensor",
     meta=unary_promote_to_float,
     dtypes=ALL_DTYPES,
-    family="elementwise",
     doc="Sine (radians); integral and bool inputs give float32; mirrors torch.sin.",
     tags=("elementwise", "unary"),
 )
 
-EQ = define_op(
+EQ = define(
     "eq(Tensor x, Tensor|Scalar other) -> Tensor",
     meta=compare_meta,
     dtypes=ALL_DTYPES,
-    family="elementwise",
     doc="x == other as bool, broadcast, compared in the promoted dtype; mirrors torch.eq.",
     tags=("elementwise", "comparison"),
 )
-NE = define_op(
+NE = define(
     "ne(Tensor x, Tensor|Scalar other) -> Tensor",
     meta=compare_meta,
     dtypes=ALL_DTYPES,
-    family="elementwise",
     doc="x != other as bool, broadcast, compared in the promoted dtype; mirrors torch.ne.",
     tags=("elementwise", "comparison"),
 )
-LT = define_op(
+LT = define(
     "lt(Tensor x, Tensor|Scalar other) -> Tensor",
     meta=compare_meta,
     dtypes=ALL_DTYPES,
-    family="elementwise",
     doc="x < other as bool, broadcast, compared in the promoted dtype; mirrors torch.lt.",
     tags=("elementwise", "comparison"),
 )
-LE = define_op(
+LE = define(
     "le(Tensor x, Tensor|Scalar other) -> Tensor",
     meta=compare_meta,
     dtypes=ALL_DTYPES,
-    family="elementwise",
     doc="x <= other as bool, broadcast, compared in the promoted dtype; mirrors torch.le.",
     tags=("elementwise", "comparison"),
 )
-GT = define_op(
+GT = define(
     "gt(Tensor x, Tensor|Scalar other) -> Tensor",
     meta=compare_meta,
     dtypes=ALL_DTYPES,
-    family="elementwise",
     doc="x > other as bool, broadcast, compared in the promoted dtype; mirrors torch.gt.",
     tags=("elementwise", "comparison"),
 )
-GE = define_op(
+GE = define(
     "ge(Tensor x, Tensor|Scalar other) -> Tensor",
     meta=compare_meta,
     dtypes=ALL_DTYPES,
-    family="elementwise",
     doc="x >= other as bool, broadcast, compared in the promoted dtype; mirrors torch.ge.",
     tags=("elementwise", "comparison"),
 )
-LOGICAL_AND = define_op(
+LOGICAL_AND = define(
     "logical_and(Tensor x, Tensor other) -> Tensor",
     meta=logical_binary_meta,
     dtypes=ALL_DTYPES,
-    family="elementwise",
     doc="x and other as bool (nonzero is true), broadcast; mirrors torch.logical_and.",
     tags=("elementwise", "logical"),
 )
-LOGICAL_OR = define_op(
+LOGICAL_OR = define(
     "logical_or(Tensor x, Tensor other) -> Tensor",
     meta=logical_binary_meta,
     dtypes=ALL_DTYPES,
-    family="elementwise",
     doc="x or other as bool (nonzero is true), broadcast; mirrors torch.logical_or.",
     tags=("elementwise", "logical"),
 )
-LOGICAL_NOT = define_op(
+LOGICAL_NOT = define(
     "logical_not(Tensor x) -> Tensor",
     meta=logical_not_meta,
     dtypes=ALL_DTYPES,
-    family="elementwise",
     doc="not x as bool (zero is false); mirrors torch.logical_not.",
     tags=("elementwise", "logical"),
 )
 
-POW = define_op(
+POW = define(
     "pow(Tensor x, Tensor|Scalar exponent) -> Tensor",
     meta=pow_meta,
     dtypes=ALL_DTYPES,
-    family="elementwise",
     doc="x ** exponent, broadcast and type-promoted (integers wrap; no bool result); mirrors torch.pow.",
     tags=("elementwise", "binary"),
 )
-CAST = define_op(
+CAST = define(
     "cast(Tensor x, ScalarType dtype) -> Tensor",
     meta=cast_meta,
     dtypes=ALL_DTYPES,
-    family="elementwise",
     doc="x converted to dtype (floats to integers truncate, nonzero is true); mirrors Tensor.to(dtype).",
     tags=("elementwise", "unary"),
 )
-SOFTPLUS = define_op(
+SOFTPLUS = define(
     "softplus(Tensor x, Scalar beta=1, Scalar threshold=20) -> Tensor",
     meta=softplus_meta,
     dtypes=FLOATING,
-    family="elementwise",
     doc="log(1 + exp(beta * x)) / beta, x itself where beta * x > threshold; mirrors torch.nn.functional.softplus.",
     tags=("elementwise", "activation"),
 )
-HARDSWISH = define_op(
+HARDSWISH = define(
     "hardswish(Tensor x) -> Tensor",
     meta=unary_float,
     dtypes=FLOATING,
-    family="elementwise",
     doc="x * relu6(x + 3) / 6, floating dtypes only; mirrors torch.nn.functional.hardswish.",
+    tags=("elementwise", "activation"),
+)
+HARDSIGMOID = define(
+    "hardsigmoid(Tensor x) -> Tensor",
+    meta=unary_float,
+    dtypes=FLOATING,
+    doc="relu6(x + 3) / 6, floating dtypes only; mirrors torch.nn.functional.hardsigmoid.",
     tags=("elementwise", "activation"),
 )
 
@@ -565,4 +547,5 @@ CONTRACTS: tuple[OpContract, ...] = (
     CAST,
     SOFTPLUS,
     HARDSWISH,
+    HARDSIGMOID,
 )

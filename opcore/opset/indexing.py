@@ -8,10 +8,15 @@ results) and pad (constant mode).
 
 from __future__ import annotations
 
+from functools import partial
+
 from opcore.contracts import OpContract, define_op
 from opcore.errors import ArgumentError, DTypeError, ShapeError
 from opcore.meta import ALL_DTYPES, broadcast_shapes, check_choice, normalize_dim, shape_text
 from opcore.types import DType, TensorMeta
+
+# every op defined here is of this module's family (opcore.opset.family_contracts checks it)
+define = partial(define_op, family="indexing")
 
 __all__ = [
     "CHUNK",
@@ -273,51 +278,45 @@ def pad_meta(x: TensorMeta, pad: tuple[int, ...], mode: str, value: bool | int |
     return TensorMeta(tuple(shape), x.dtype, x.device)
 
 
-GATHER = define_op(
+GATHER = define(
     "gather(Tensor x, int dim, Tensor index) -> Tensor",
     meta=gather_meta,
     dtypes=ALL_DTYPES,
-    family="indexing",
     doc="out[i][j] = x[index[i][j]][j] (for dim 0): values picked along dim; mirrors torch.gather.",
     tags=("indexing",),
 )
-INDEX = define_op(
+INDEX = define(
     "index(Tensor x, Tensor?[] indices) -> Tensor",
     meta=index_meta,
     dtypes=ALL_DTYPES,
-    family="indexing",
     doc="x[i0, i1, ...] with integer index tensors (None: a whole dim), broadcast together; mirrors aten.index.Tensor.",
     tags=("indexing",),
 )
-SPLIT = define_op(
+SPLIT = define(
     "split(Tensor x, int|int[] split_size, int dim=0) -> Tensor[]",
     meta=split_meta,
     dtypes=ALL_DTYPES,
-    family="indexing",
     doc="x cut along dim into pieces of split_size (the last smaller), or of the sizes of a list; mirrors torch.split.",
     tags=("shape", "view"),
 )
-SPLIT_WITH_SIZES = define_op(
+SPLIT_WITH_SIZES = define(
     "split_with_sizes(Tensor x, int[] split_sizes, int dim=0) -> Tensor[]",
     meta=split_with_sizes_meta,
     dtypes=ALL_DTYPES,
-    family="indexing",
     doc="x cut along dim into pieces of the given sizes; mirrors torch.split with a list.",
     tags=("shape", "view"),
 )
-CHUNK = define_op(
+CHUNK = define(
     "chunk(Tensor x, int chunks, int dim=0) -> Tensor[]",
     meta=chunk_meta,
     dtypes=ALL_DTYPES,
-    family="indexing",
     doc="x cut along dim into at most chunks pieces of ceil(size / chunks); mirrors torch.chunk.",
     tags=("shape", "view"),
 )
-PAD = define_op(
+PAD = define(
     'pad(Tensor x, int[] pad, str mode="constant", Scalar? value=None) -> Tensor',
     meta=pad_meta,
     dtypes=ALL_DTYPES,
-    family="indexing",
     doc="x padded at both ends of its last dims, last dim first, with value (default 0; mode 'constant'), "
     "its mirror image ('reflect'), its edge ('replicate') or its other end ('circular'); negative pads cut; "
     "mirrors torch.nn.functional.pad.",

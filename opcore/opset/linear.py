@@ -10,6 +10,7 @@ has only ``linear`` and ``relu`` still serves ``linear_relu``.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from opcore.contracts import OpContract, define_op
@@ -28,6 +29,9 @@ from opcore.meta import (
 )
 from opcore.opset.elementwise import APPROXIMATIONS, check_scalar_factor
 from opcore.types import TensorMeta
+
+# every op defined here is of this module's family (opcore.opset.family_contracts checks it)
+define = partial(define_op, family="linear")
 
 __all__ = [
     "ADDMM",
@@ -216,72 +220,64 @@ def gated_mlp_decomposition(x: Any, w_gate: Any, w_up: Any, w_down: Any) -> Any:
     return opcore.run("linear", opcore.run("mul", gate, opcore.run("linear", x, w_up)), w_down)
 
 
-LINEAR = define_op(
+LINEAR = define(
     "linear(Tensor x, Tensor w, Tensor? b=None) -> Tensor",
     meta=linear_meta,
     dtypes=NUMERIC,
-    family="linear",
     doc="x @ w.T + b with w of shape (out_features, in_features) or (in_features,); "
     "mirrors torch.nn.functional.linear.",
     tags=("linear",),
 )
-MATMUL = define_op(
+MATMUL = define(
     "matmul(Tensor x, Tensor y) -> Tensor",
     meta=matmul_meta,
     dtypes=NUMERIC,
-    family="linear",
     doc="Matrix product with 1-D promotion and broadcast batches; mirrors torch.matmul.",
     tags=("linear",),
 )
-BMM = define_op(
+BMM = define(
     "bmm(Tensor x, Tensor y) -> Tensor",
     meta=bmm_meta,
     dtypes=NUMERIC,
-    family="linear",
     doc="Batched matrix product of two 3-D tensors with equal batches; mirrors torch.bmm.",
     tags=("linear",),
 )
-ADDMM = define_op(
+ADDMM = define(
     "addmm(Tensor x, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor",
     meta=addmm_meta,
     dtypes=NUMERIC,
-    family="linear",
     doc="beta * x + alpha * (mat1 @ mat2) with 2-D mat1 (n, k), mat2 (k, m) and x broadcasting to (n, m); "
     "beta=0 ignores x (its NaN too); mirrors torch.addmm.",
     tags=("linear",),
 )
-LINEAR_RELU = define_op(
+LINEAR_RELU = define(
     "linear_relu(Tensor x, Tensor w, Tensor? b=None) -> Tensor",
     meta=linear_meta,
     dtypes=NUMERIC,
-    family="linear",
     doc="relu(linear(x, w, b)) in one call; mirrors torch.relu(torch.nn.functional.linear(...)).",
     tags=("linear", "fused"),
     decomposition=linear_relu_decomposition,
 )
-LINEAR_SILU = define_op(
+LINEAR_SILU = define(
     "linear_silu(Tensor x, Tensor w, Tensor? b=None) -> Tensor",
     meta=linear_float_meta,
     dtypes=FLOATING,
-    family="linear",
     doc="silu(linear(x, w, b)) in one call; mirrors torch.nn.functional.silu(torch.nn.functional.linear(...)).",
     tags=("linear", "fused"),
     decomposition=linear_silu_decomposition,
 )
-LINEAR_GELU = define_op(
+LINEAR_GELU = define(
     'linear_gelu(Tensor x, Tensor w, Tensor? b=None, *, str approximate="none") -> Tensor',
     meta=linear_gelu_meta,
     dtypes=FLOATING,
-    family="linear",
     doc="gelu(linear(x, w, b)) in one call; mirrors torch.nn.functional.gelu(torch.nn.functional.linear(...)).",
     tags=("linear", "fused"),
     decomposition=linear_gelu_decomposition,
 )
-GATED_MLP = define_op(
+GATED_MLP = define(
     "gated_mlp(Tensor x, Tensor w_gate, Tensor w_up, Tensor w_down) -> Tensor",
     meta=gated_mlp_meta,
     dtypes=FLOATING,
-    family="linear",
     doc="linear(silu(linear(x, w_gate)) * linear(x, w_up), w_down), the LLaMA-style feed-forward block; "
     "mirrors that torch expression.",
     tags=("linear", "fused"),

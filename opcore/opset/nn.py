@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from opcore.contracts import OpContract, define_op
 from opcore.errors import ArgumentError, DTypeError, ShapeError
 from opcore.meta import (
@@ -24,6 +26,9 @@ from opcore.meta import (
     shape_text,
 )
 from opcore.types import DType, TensorMeta
+
+# every op defined here is of this module's family (opcore.opset.family_contracts checks it)
+define = partial(define_op, family="nn")
 
 __all__ = [
     "CONTRACTS",
@@ -269,41 +274,37 @@ def sdpa_meta(
     return TensorMeta((*batch, query.shape[-2], value.shape[-1]), query.dtype, query.device)
 
 
-EMBEDDING = define_op(
+EMBEDDING = define(
     "embedding(Tensor input, Tensor weight, int? padding_idx=None) -> Tensor",
     meta=embedding_meta,
     dtypes=ALL_DTYPES,
-    family="nn",
     doc="The rows of weight picked by the int32/int64 indices in input; mirrors torch.nn.functional.embedding.",
     tags=("indexing",),
     dtype_arg="weight",
 )
-CONV1D = define_op(
+CONV1D = define(
     "conv1d(Tensor x, Tensor weight, Tensor? bias=None, int[1] stride=1, int[1]|str padding=0, int[1] dilation=1, "
     "int groups=1) -> Tensor",
     meta=conv1d_meta,
     dtypes=NUMERIC,
-    family="nn",
     doc="1-D cross-correlation over (N, C, L) or (C, L) input, padding sizes or 'same'/'valid'; "
     "mirrors torch.nn.functional.conv1d.",
     tags=("convolution",),
 )
-CONV2D = define_op(
+CONV2D = define(
     "conv2d(Tensor x, Tensor weight, Tensor? bias=None, int[2] stride=1, int[2]|str padding=0, int[2] dilation=1, "
     "int groups=1) -> Tensor",
     meta=conv2d_meta,
     dtypes=NUMERIC,
-    family="nn",
     doc="2-D cross-correlation over (N, C, H, W) or (C, H, W) input, padding sizes or 'same'/'valid'; "
     "mirrors torch.nn.functional.conv2d.",
     tags=("convolution",),
 )
-SCALED_DOT_PRODUCT_ATTENTION = define_op(
+SCALED_DOT_PRODUCT_ATTENTION = define(
     "scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, "
     "float dropout_p=0.0, bool is_causal=False, *, float? scale=None, bool enable_gqa=False) -> Tensor",
     meta=sdpa_meta,
     dtypes=FLOATING,
-    family="nn",
     doc="softmax(query @ key.T * scale + mask) @ value, inference only (dropout_p must be 0.0); "
     "mirrors torch.nn.functional.scaled_dot_product_attention.",
     tags=("attention",),

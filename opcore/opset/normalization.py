@@ -7,10 +7,15 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from opcore.contracts import OpContract, define_op
 from opcore.errors import ArgumentError, DTypeError, ShapeError
 from opcore.meta import FLOATING, check_floating, normalize_dim, shape_text
 from opcore.types import DType, TensorMeta
+
+# every op defined here is of this module's family (opcore.opset.family_contracts checks it)
+define = partial(define_op, family="normalization")
 
 __all__ = ["BATCH_NORM", "CONTRACTS", "GROUP_NORM", "LAYER_NORM", "LOG_SOFTMAX", "RMS_NORM", "SOFTMAX"]
 
@@ -189,58 +194,52 @@ def batch_norm_meta(
     return TensorMeta(x.shape, x.dtype, x.device)
 
 
-SOFTMAX = define_op(
+SOFTMAX = define(
     "softmax(Tensor x, int dim, ScalarType? dtype=None) -> Tensor",
     meta=softmax_meta,
     dtypes=FLOATING,
-    family="normalization",
     doc="exp(x) / sum(exp(x)) along dim, floating dtypes only (dtype: x cast to it first); mirrors torch.softmax.",
     tags=("reduction", "normalization"),
 )
-LOG_SOFTMAX = define_op(
+LOG_SOFTMAX = define(
     "log_softmax(Tensor x, int dim, ScalarType? dtype=None) -> Tensor",
     meta=softmax_meta,
     dtypes=FLOATING,
-    family="normalization",
     doc="log(softmax(x, dim)) computed stably, floating dtypes only (dtype: x cast to it first); "
     "mirrors torch.log_softmax.",
     tags=("reduction", "normalization"),
 )
-LAYER_NORM = define_op(
+LAYER_NORM = define(
     "layer_norm(Tensor x, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, float eps=1e-05) -> Tensor",
     meta=layer_norm_meta,
     dtypes=FLOATING,
-    family="normalization",
     doc="(x - mean) / sqrt(var + eps) * weight + bias over the trailing normalized_shape; "
     "mirrors torch.nn.functional.layer_norm.",
     tags=("reduction", "normalization"),
 )
-RMS_NORM = define_op(
+RMS_NORM = define(
     "rms_norm(Tensor x, int[] normalized_shape, Tensor? weight=None, float? eps=None) -> Tensor",
     meta=rms_norm_meta,
     dtypes=FLOATING,
-    family="normalization",
     doc="x / sqrt(mean(x**2) + eps) * weight over the trailing normalized_shape (eps None: the machine "
     "epsilon of the compute dtype); mirrors torch.nn.functional.rms_norm.",
     tags=("reduction", "normalization"),
 )
 
-BATCH_NORM = define_op(
+BATCH_NORM = define(
     "batch_norm(Tensor x, Tensor running_mean, Tensor running_var, Tensor? weight=None, Tensor? bias=None, "
     "bool training=False, float momentum=0.1, float eps=1e-05) -> Tensor",
     meta=batch_norm_meta,
     dtypes=FLOATING,
-    family="normalization",
     doc="(x - running_mean) / sqrt(running_var + eps) * weight + bias per channel (dim 1), inference only "
     "(training must be False); mirrors torch.nn.functional.batch_norm.",
     tags=("normalization",),
 )
 
-GROUP_NORM = define_op(
+GROUP_NORM = define(
     "group_norm(Tensor x, int num_groups, Tensor? weight=None, Tensor? bias=None, float eps=1e-05) -> Tensor",
     meta=group_norm_meta,
     dtypes=FLOATING,
-    family="normalization",
     doc="(x - mean) / sqrt(var + eps) over each group of channels (with the dims after C), then weight and "
     "bias per channel; mirrors torch.nn.functional.group_norm.",
     tags=("reduction", "normalization"),

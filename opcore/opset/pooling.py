@@ -7,10 +7,15 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from opcore.contracts import OpContract, define_op
 from opcore.errors import ArgumentError, ShapeError
 from opcore.meta import FLOATING, NUMERIC, check_dtype, check_floating, check_positive, check_rank, shape_text
 from opcore.types import DType, TensorMeta
+
+# every op defined here is of this module's family (opcore.opset.family_contracts checks it)
+define = partial(define_op, family="pooling")
 
 __all__ = [
     "ADAPTIVE_AVG_POOL2D",
@@ -153,31 +158,28 @@ def adaptive_avg_pool2d_meta(x: TensorMeta, output_size: tuple[int | None, ...])
     return TensorMeta((*x.shape[:-2], *resolved), x.dtype, x.device)
 
 
-MAX_POOL2D = define_op(
+MAX_POOL2D = define(
     "max_pool2d(Tensor x, int[2] kernel_size, int[2]? stride=None, int[2] padding=0, int[2] dilation=1, "
     "bool ceil_mode=False, bool return_indices=False) -> Tensor",
     meta=max_pool2d_meta,
     dtypes=NUMERIC,
-    family="pooling",
     doc="The largest value of each (dilated) window, padding never chosen (stride None: kernel_size); "
     "return_indices: and where each was (h * W + w, int64); mirrors torch.nn.functional.max_pool2d.",
     tags=("pooling", "reduction"),
 )
-AVG_POOL2D = define_op(
+AVG_POOL2D = define(
     "avg_pool2d(Tensor x, int[2] kernel_size, int[2]? stride=None, int[2] padding=0, bool ceil_mode=False, "
     "bool count_include_pad=True, int? divisor_override=None) -> Tensor",
     meta=avg_pool2d_meta,
     dtypes=FLOATING | {DType.INT64},
-    family="pooling",
     doc="The mean of each window (count_include_pad: zero padding counts in the divisor); "
     "mirrors torch.nn.functional.avg_pool2d.",
     tags=("pooling", "reduction"),
 )
-ADAPTIVE_AVG_POOL2D = define_op(
+ADAPTIVE_AVG_POOL2D = define(
     "adaptive_avg_pool2d(Tensor x, int?[2] output_size) -> Tensor",
     meta=adaptive_avg_pool2d_meta,
     dtypes=FLOATING,
-    family="pooling",
     doc="The mean over output_size windows spread evenly over (H, W) (None: that input size); "
     "mirrors torch.nn.functional.adaptive_avg_pool2d.",
     tags=("pooling", "reduction"),

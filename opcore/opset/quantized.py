@@ -20,6 +20,8 @@ The layout (docs/quantized.md), for x (..., K) and N output features:
 
 from __future__ import annotations
 
+from functools import partial
+
 from opcore.contracts import OpContract, define_op
 from opcore.errors import ArgumentError, DTypeError, ShapeError
 from opcore.meta import (
@@ -32,6 +34,9 @@ from opcore.meta import (
 )
 from opcore.opset.nn import INDEX_DTYPES
 from opcore.types import DType, TensorMeta
+
+# every op defined here is of this module's family (opcore.opset.family_contracts checks it)
+define = partial(define_op, family="quantized")
 
 __all__ = ["BITS", "CONTRACTS", "EMBEDDING_WQ", "LINEAR_WQ", "embedding_wq_meta", "group_of", "linear_wq_meta"]
 
@@ -128,12 +133,11 @@ def _check_codes(qweight: TensorMeta, scale: TensorMeta, zero: TensorMeta | None
     return n
 
 
-LINEAR_WQ = define_op(
+LINEAR_WQ = define(
     "linear_wq(Tensor x, Tensor qweight, Tensor scale, Tensor? zero=None, Tensor? b=None, *, int bits=8, "
     "int group_size=-1) -> Tensor",
     meta=linear_wq_meta,
     dtypes=FLOATING,
-    family="quantized",
     doc="x @ W.T + b with W = (qweight - zero) * scale per group of inputs: weight-only int8 (per output "
     "channel or grouped) or int4 (grouped, two codes per byte); zero None: symmetric (2**(bits-1)). "
     "Quantize with opcore.quantize.quantize_weight; docs/quantized.md has the layout.",
@@ -174,12 +178,11 @@ def embedding_wq_meta(
     return TensorMeta((*input.shape, k), scale.dtype, scale.device)
 
 
-EMBEDDING_WQ = define_op(
+EMBEDDING_WQ = define(
     "embedding_wq(Tensor input, Tensor qweight, Tensor scale, Tensor? zero=None, *, int bits=8, "
     "int group_size=-1) -> Tensor",
     meta=embedding_wq_meta,
     dtypes=FLOATING,
-    family="quantized",
     doc="The rows of a table stored as codes, (qweight[input] - zero[input]) * scale[input] per group: "
     "embedding over a weight-only int8 or int4 table (opcore.quantize.quantize_weight's layout, the "
     "table's rows as output channels), in the scale's dtype.",

@@ -10,10 +10,15 @@ TensorMeta(shape=(1, 3, 1), dtype=<DType.INT64: 'int64'>, device=Device(type=<De
 
 from __future__ import annotations
 
+from functools import partial
+
 from opcore.contracts import OpContract, define_op
 from opcore.errors import ArgumentError, ShapeError
 from opcore.meta import ALL_DTYPES, FLOATING, check_dtype, check_max_rank, normalize_dim, shape_text
 from opcore.types import DType, TensorMeta
+
+# every op defined here is of this module's family (opcore.opset.family_contracts checks it)
+define = partial(define_op, family="reduction")
 
 __all__ = ["AMAX", "AMIN", "ARGMAX", "CONTRACTS", "CUMSUM", "MEAN", "SUM", "reduced_axes", "sum_dtype"]
 
@@ -98,51 +103,45 @@ def cumsum_meta(x: TensorMeta, dim: int, dtype: str | None) -> TensorMeta:
     return TensorMeta(x.shape, out, x.device)
 
 
-SUM = define_op(
+SUM = define(
     "sum(Tensor x, int[]? dim=None, bool keepdim=False) -> Tensor",
     meta=sum_meta,
     dtypes=ALL_DTYPES,
-    family="reduction",
     doc="Sum over dim (None or []: every dim); integers and bools give int64; mirrors torch.sum.",
     tags=("reduction",),
 )
-MEAN = define_op(
+MEAN = define(
     "mean(Tensor x, int[]? dim=None, bool keepdim=False) -> Tensor",
     meta=mean_meta,
     dtypes=FLOATING,
-    family="reduction",
     doc="Mean over dim (None or []: every dim), floating dtypes only; mirrors torch.mean.",
     tags=("reduction",),
 )
-AMAX = define_op(
+AMAX = define(
     "amax(Tensor x, int[]? dim=None, bool keepdim=False) -> Tensor",
     meta=extremum_meta,
     dtypes=ALL_DTYPES,
-    family="reduction",
     doc="Largest value over dim (None or []: every dim; NaN wins); mirrors torch.amax.",
     tags=("reduction",),
 )
-AMIN = define_op(
+AMIN = define(
     "amin(Tensor x, int[]? dim=None, bool keepdim=False) -> Tensor",
     meta=extremum_meta,
     dtypes=ALL_DTYPES,
-    family="reduction",
     doc="Smallest value over dim (None or []: every dim; NaN wins); mirrors torch.amin.",
     tags=("reduction",),
 )
-ARGMAX = define_op(
+ARGMAX = define(
     "argmax(Tensor x, int? dim=None, bool keepdim=False) -> Tensor",
     meta=argmax_meta,
     dtypes=ALL_DTYPES - {DType.BOOL},
-    family="reduction",
     doc="int64 index of the first largest value along dim (None: flattened; NaN wins); mirrors torch.argmax.",
     tags=("reduction",),
 )
-CUMSUM = define_op(
+CUMSUM = define(
     "cumsum(Tensor x, int dim, *, ScalarType? dtype=None) -> Tensor",
     meta=cumsum_meta,
     dtypes=ALL_DTYPES,
-    family="reduction",
     doc="Running sum along dim, in dtype if given, else int64 for integers and bools; mirrors torch.cumsum.",
     tags=("reduction",),
 )

@@ -7,11 +7,16 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from opcore.contracts import OpContract, define_op
 from opcore.errors import ArgumentError, DTypeError, ShapeError
 from opcore.meta import ALL_DTYPES, broadcast_shapes, result_type
 from opcore.opset.elementwise import check_fits
 from opcore.types import DType, TensorMeta
+
+# every op defined here is of this module's family (opcore.opset.family_contracts checks it)
+define = partial(define_op, family="selection")
 
 __all__ = ["CLAMP", "CONTRACTS", "MASKED_FILL", "WHERE"]
 
@@ -103,27 +108,24 @@ def clamp_meta(x: TensorMeta, min: Operand | None, max: Operand | None) -> Tenso
     return TensorMeta(shape, dtype, x.device)
 
 
-WHERE = define_op(
+WHERE = define(
     "where(Tensor condition, Tensor|Scalar x, Tensor|Scalar other) -> Tensor",
     meta=where_meta,
     dtypes={DType.BOOL},
-    family="selection",
     doc="x where condition, else other: broadcast, x and other type-promoted; mirrors torch.where.",
     tags=("selection",),
 )
-MASKED_FILL = define_op(
+MASKED_FILL = define(
     "masked_fill(Tensor x, Tensor mask, Tensor|Scalar value) -> Tensor",
     meta=masked_fill_meta,
     dtypes=ALL_DTYPES,
-    family="selection",
     doc="x with value where mask (bool), keeping x's dtype; mirrors torch.masked_fill.",
     tags=("selection",),
 )
-CLAMP = define_op(
+CLAMP = define(
     "clamp(Tensor x, Tensor|Scalar? min=None, Tensor|Scalar? max=None) -> Tensor",
     meta=clamp_meta,
     dtypes=ALL_DTYPES,
-    family="selection",
     doc="min(max(x, min), max), broadcast and type-promoted (NaN stays NaN); mirrors torch.clamp.",
     tags=("selection", "elementwise"),
 )

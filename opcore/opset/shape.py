@@ -9,12 +9,15 @@ flatten, expand, slice, select). Every dtype is accepted.
 from __future__ import annotations
 
 import math
-from functools import reduce
+from functools import partial, reduce
 
 from opcore.contracts import OpContract, define_op
 from opcore.errors import ArgumentError, ShapeError
 from opcore.meta import ALL_DTYPES, normalize_dim, promote_types, shape_text
 from opcore.types import DType, TensorMeta
+
+# every op defined here is of this module's family (opcore.opset.family_contracts checks it)
+define = partial(define_op, family="shape")
 
 __all__ = [
     "CAT",
@@ -255,92 +258,81 @@ def clone_meta(x: TensorMeta) -> TensorMeta:
     return TensorMeta(x.shape, x.dtype, x.device)
 
 
-TRANSPOSE = define_op(
+TRANSPOSE = define(
     "transpose(Tensor x, int dim0, int dim1) -> Tensor",
     meta=transpose_meta,
     dtypes=ALL_DTYPES,
-    family="shape",
     doc="x with dims dim0 and dim1 swapped; mirrors torch.transpose.",
     tags=("shape", "view"),
 )
-PERMUTE = define_op(
+PERMUTE = define(
     "permute(Tensor x, int[] dims) -> Tensor",
     meta=permute_meta,
     dtypes=ALL_DTYPES,
-    family="shape",
     doc="x with its dims reordered to dims; mirrors torch.permute.",
     tags=("shape", "view"),
 )
-RESHAPE = define_op(
+RESHAPE = define(
     "reshape(Tensor x, int[] shape) -> Tensor",
     meta=reshape_meta,
     dtypes=ALL_DTYPES,
-    family="shape",
     doc="x with a new shape of the same number of elements (one -1 is inferred); mirrors torch.reshape.",
     tags=("shape", "view"),
 )
-CAT = define_op(
+CAT = define(
     "cat(Tensor[] tensors, int dim=0) -> Tensor",
     meta=cat_meta,
     dtypes=ALL_DTYPES,
-    family="shape",
     doc="The tensors joined along dim, type-promoted; 1-D empty tensors are skipped; mirrors torch.cat.",
     tags=("shape",),
 )
-CLONE = define_op(
+CLONE = define(
     "clone(Tensor x) -> Tensor",
     meta=clone_meta,
     dtypes=ALL_DTYPES,
-    family="shape",
     doc="A copy of x (same shape, dtype and values); mirrors torch.clone (an export's clone and alias nodes).",
     tags=("shape",),
 )
 
-UNSQUEEZE = define_op(
+UNSQUEEZE = define(
     "unsqueeze(Tensor x, int dim) -> Tensor",
     meta=unsqueeze_meta,
     dtypes=ALL_DTYPES,
-    family="shape",
     doc="x with a size-1 dim inserted at dim; mirrors torch.unsqueeze.",
     tags=("shape", "view"),
 )
-SQUEEZE = define_op(
+SQUEEZE = define(
     "squeeze(Tensor x, int[]? dim=None) -> Tensor",
     meta=squeeze_meta,
     dtypes=ALL_DTYPES,
-    family="shape",
     doc="x without its size-1 dims (every one, or those in dim); mirrors torch.squeeze.",
     tags=("shape", "view"),
 )
-FLATTEN = define_op(
+FLATTEN = define(
     "flatten(Tensor x, int start_dim=0, int end_dim=-1) -> Tensor",
     meta=flatten_meta,
     dtypes=ALL_DTYPES,
-    family="shape",
     doc="x with dims start_dim..end_dim merged into one; mirrors torch.flatten.",
     tags=("shape", "view"),
 )
-EXPAND = define_op(
+EXPAND = define(
     "expand(Tensor x, int[] size) -> Tensor",
     meta=expand_meta,
     dtypes=ALL_DTYPES,
-    family="shape",
     doc="x broadcast to size (-1 keeps a size, new dims lead); mirrors torch.Tensor.expand.",
     tags=("shape", "view"),
 )
-SLICE = define_op(
+SLICE = define(
     "slice(Tensor x, int dim=0, int? start=None, int? end=None, int step=1) -> Tensor",
     meta=slice_meta,
     dtypes=ALL_DTYPES,
-    family="shape",
     doc="x[..., start:end:step, ...] along dim, bounds clamped as torch does; mirrors aten.slice.Tensor.",
     tags=("shape", "view"),
 )
-SELECT = define_op(
+SELECT = define(
     "select(Tensor x, int dim, int index) -> Tensor",
     meta=select_meta,
     dtypes=ALL_DTYPES,
-    family="shape",
     doc="x at index along dim, that dim removed; mirrors torch.select.",
     tags=("shape", "view"),
 )

@@ -14,6 +14,17 @@ from opcore.types import DType
 
 __all__ = ["arange", "full", "full_like", "ones", "ones_like", "zeros", "zeros_like"]
 
+# the ops this module serves, each a module-level kernel named as its op: what the plugin registers
+OPS = (
+    "arange",
+    "full",
+    "full_like",
+    "ones",
+    "ones_like",
+    "zeros",
+    "zeros_like",
+)
+
 
 def _numpy_dtype(target: DType) -> numpy.dtype:
     return numpy.dtype(numpy.float32) if target is DType.BFLOAT16 else target.to_numpy()

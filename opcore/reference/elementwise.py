@@ -24,6 +24,7 @@ __all__ = [
     "gelu",
     "gelu_f64",
     "gt",
+    "hardsigmoid",
     "hardswish",
     "le",
     "logical_and",
@@ -45,6 +46,41 @@ __all__ = [
     "sub",
     "tanh",
 ]
+
+# the ops this module serves, each a module-level kernel named as its op: what the plugin registers
+OPS = (
+    "abs",
+    "add",
+    "cast",
+    "cos",
+    "div",
+    "eq",
+    "erf",
+    "exp",
+    "ge",
+    "gelu",
+    "gt",
+    "hardsigmoid",
+    "hardswish",
+    "le",
+    "logical_and",
+    "logical_not",
+    "logical_or",
+    "lt",
+    "mul",
+    "ne",
+    "neg",
+    "pow",
+    "relu",
+    "rsqrt",
+    "sigmoid",
+    "silu",
+    "sin",
+    "softplus",
+    "sqrt",
+    "sub",
+    "tanh",
+)
 
 Operand = Any  # a numpy array or a Python number
 
@@ -310,6 +346,13 @@ def softplus(x: numpy.ndarray, beta: Any, threshold: Any) -> numpy.ndarray:
     with quiet():
         scaled = a * beta
         return finish(numpy.where(scaled > threshold, a, numpy.log1p(numpy.exp(scaled)) / beta), x.dtype)
+
+
+def hardsigmoid(x: numpy.ndarray) -> numpy.ndarray:
+    """min(max(x + 3, 0), 6) / 6: 0 at -inf, 1 at inf, NaN stays NaN (as torch)."""
+    a = x.astype(F64, copy=False)
+    with quiet():
+        return finish(numpy.clip(a + 3.0, 0.0, 6.0) / 6.0, x.dtype)
 
 
 def hardswish(x: numpy.ndarray) -> numpy.ndarray:

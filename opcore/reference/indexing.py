@@ -12,6 +12,16 @@ from opcore.opset.indexing import check_index_range, chunk_sizes, split_pieces
 
 __all__ = ["chunk", "gather", "index", "pad", "split", "split_with_sizes"]
 
+# the ops this module serves, each a module-level kernel named as its op: what the plugin registers
+OPS = (
+    "chunk",
+    "gather",
+    "index",
+    "pad",
+    "split",
+    "split_with_sizes",
+)
+
 
 def _check_range(arg: str, index: numpy.ndarray, size: int, *, negative: bool) -> None:
     if index.size:

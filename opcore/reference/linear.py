@@ -12,6 +12,18 @@ from opcore.reference.elementwise import gelu_f64, sigmoid_f64
 
 __all__ = ["addmm", "bmm", "gated_mlp", "linear", "linear_gelu", "linear_relu", "linear_silu", "matmul"]
 
+# the ops this module serves, each a module-level kernel named as its op: what the plugin registers
+OPS = (
+    "addmm",
+    "bmm",
+    "gated_mlp",
+    "linear",
+    "linear_gelu",
+    "linear_relu",
+    "linear_silu",
+    "matmul",
+)
+
 
 def _compute(array: numpy.ndarray) -> numpy.ndarray:
     # exact integer products (int64 wraps like torch's narrower ints, modulo the final cast)

@@ -13,6 +13,14 @@ from opcore.reference._common import F64, I64, finish, quiet
 
 __all__ = ["conv1d", "conv2d", "embedding", "scaled_dot_product_attention"]
 
+# the ops this module serves, each a module-level kernel named as its op: what the plugin registers
+OPS = (
+    "conv1d",
+    "conv2d",
+    "embedding",
+    "scaled_dot_product_attention",
+)
+
 
 def embedding(input: numpy.ndarray, weight: numpy.ndarray, padding_idx: int | None) -> numpy.ndarray:
     """The rows of weight at the indices (a copy); padding_idx only matters for training."""

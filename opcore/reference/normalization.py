@@ -8,6 +8,16 @@ from opcore.reference._common import F64, FLOAT32, finish, quiet
 
 __all__ = ["batch_norm", "group_norm", "layer_norm", "log_softmax", "rms_norm", "softmax"]
 
+# the ops this module serves, each a module-level kernel named as its op: what the plugin registers
+OPS = (
+    "batch_norm",
+    "group_norm",
+    "layer_norm",
+    "log_softmax",
+    "rms_norm",
+    "softmax",
+)
+
 
 def _shifted(x: numpy.ndarray, dim: int) -> tuple[numpy.ndarray, int]:
     """x in float64 (0-D as shape (1,)) minus its max along dim, and the axis; for stability."""

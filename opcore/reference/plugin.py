@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 
 import opcore
 from opcore.backend import BackendSpec
-from opcore.families import FAMILIES
 from opcore.hookspecs import hookimpl
 from opcore.opset import BUILTIN_CONTRACTS, BUILTIN_DTYPES
 from opcore.types import DeviceType
@@ -25,20 +24,14 @@ __all__ = ["KERNELS", "builtin_kernels", "opcore_backend", "opcore_register_kern
 
 def builtin_kernels() -> dict[str, str]:
     """op -> its kernel as ``"opcore.reference.<family>:<op>"``: each family module lists its ops in
-    ``__all__``, read without importing the module (the kernels are imported when they first run, so
+    ``OPS``, read without importing the module (the kernels are imported when they first run, so
     loading the plugin costs no import of the eleven kernel modules).
     """
-    import sys
+    from opcore.declared import family_kernels
 
-    from opcore.exports import declared_names
-
-    def names(module: str) -> set[str]:
-        found = sys.modules.get(module)  # already imported (or made in memory): what it defines
-        return set(vars(found)) if found is not None else set(declared_names(module))
-
-    declared = {family: names(f"opcore.reference.{family}") for family in FAMILIES}
     # tests/test_reference.py checks that every built-in op has one
-    return {c.name: f"opcore.reference.{c.family}:{c.name}" for c in BUILTIN_CONTRACTS if c.name in declared[c.family]}
+    families = family_kernels("opcore.reference", BUILTIN_CONTRACTS)
+    return {op: f"opcore.reference.{family}:{op}" for op, family in families.items()}
 
 
 KERNELS: Mapping[str, str] = builtin_kernels()

@@ -10,6 +10,13 @@ from opcore.reference._common import F64, I64, finish, quiet
 
 __all__ = ["adaptive_avg_pool2d", "avg_pool2d", "max_pool2d"]
 
+# the ops this module serves, each a module-level kernel named as its op: what the plugin registers
+OPS = (
+    "adaptive_avg_pool2d",
+    "avg_pool2d",
+    "max_pool2d",
+)
+
 
 def _batched(x: numpy.ndarray) -> numpy.ndarray:
     return x[None] if x.ndim == 3 else x

@@ -12,6 +12,9 @@ from opcore.reference.nn import embedding
 
 __all__ = ["embedding_wq", "linear_wq"]
 
+# the ops this module serves, each a module-level kernel named as its op: what the plugin registers
+OPS = ("embedding_wq", "linear_wq")
+
 
 def linear_wq(
     x: numpy.ndarray,

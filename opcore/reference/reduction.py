@@ -11,6 +11,16 @@ from opcore.types import DType
 
 __all__ = ["amax", "amin", "argmax", "cumsum", "mean", "sum"]
 
+# the ops this module serves, each a module-level kernel named as its op: what the plugin registers
+OPS = (
+    "amax",
+    "amin",
+    "argmax",
+    "cumsum",
+    "mean",
+    "sum",
+)
+
 
 def _axes(x: numpy.ndarray, dim: Any) -> tuple[int, ...]:
     """The dims reduced (the contract checked dim): every dim for None or [], none of a 0-D x."""

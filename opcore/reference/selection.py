@@ -12,6 +12,13 @@ from opcore.types import DType, TensorMeta
 
 __all__ = ["clamp", "masked_fill", "where", "where_dtype"]
 
+# the ops this module serves, each a module-level kernel named as its op: what the plugin registers
+OPS = (
+    "clamp",
+    "masked_fill",
+    "where",
+)
+
 
 def where_dtype(*operands: Any) -> numpy.dtype:
     """torch.result_type of arrays and Python numbers, as a numpy dtype (bfloat16 travels as float32)."""

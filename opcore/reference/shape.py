@@ -25,6 +25,21 @@ __all__ = [
     "unsqueeze",
 ]
 
+# the ops this module serves, each a module-level kernel named as its op: what the plugin registers
+OPS = (
+    "cat",
+    "clone",
+    "expand",
+    "flatten",
+    "permute",
+    "reshape",
+    "select",
+    "slice",
+    "squeeze",
+    "transpose",
+    "unsqueeze",
+)
+
 
 def transpose(x: numpy.ndarray, dim0: int, dim1: int) -> numpy.ndarray:
     """x with dim0 and dim1 swapped (a view)."""

@@ -9,7 +9,7 @@ torch; each submodule says whether it does, and ``import opcore`` never imports 
   ``register_aten_fallback(registrar, device_type)`` serves ``aten.*`` ops; ``torch_dtypes``,
   ``shared_kernel_ops``; it re-exports the labels and ``FALLBACK_PRIORITY``, which live in this
   package's ``__init__`` (no torch) with ``ATEN_PREFIX``.
-- ``kernels`` (torch): one device-generic kernel per op, named as the op, listed in ``__all__``
+- ``kernels`` (torch): one device-generic kernel per op, named as the op, listed in ``OPS``
   (that list is the op set ``register_torch_kernels`` reads, without importing torch).
 - ``prepared`` (torch): prepare functions of the linear family (constant weights kept transposed)
   and the helpers ``free_positions``, ``with_free_args``, ``batch_rows`` for a backend's own.

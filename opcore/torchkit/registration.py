@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from opcore.exports import declared_names
+from opcore.declared import declared_ops
 from opcore.torchkit import ATEN_LABEL, ATEN_PREFIX, FALLBACK_LABEL, FALLBACK_PRIORITY
 from opcore.types import ArrayKind, DeviceType, DType
 
@@ -64,8 +64,8 @@ def torch_dtypes(
 
 
 def shared_kernel_ops() -> tuple[str, ...]:
-    """The ops ``opcore.torchkit.kernels`` has a kernel for (its ``__all__``, read without torch)."""
-    return declared_names(KERNEL_MODULE)
+    """The ops ``opcore.torchkit.kernels`` has a kernel for (its ``OPS``, read without torch)."""
+    return declared_ops(KERNEL_MODULE)
 
 
 def register_torch_kernels(

@@ -1,6 +1,6 @@
 """Kit entries for the elementwise ops: add, sub, mul, div, relu, gelu, silu, sigmoid, tanh, exp, the unary
 math ops neg, abs, sqrt, rsqrt, erf, cos, sin, the comparisons eq, ne, lt, le, gt, ge,
-logical_and, logical_or, logical_not, pow, cast, softplus and hardswish."""
+logical_and, logical_or, logical_not, pow, cast, softplus, hardswish and hardsigmoid."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ BINARY = ("add", "sub", "mul", "div", "eq", "ne", "lt", "le", "gt", "ge")
 LOGICAL = ("logical_and", "logical_or")
 UNARY = (
     "relu", "gelu", "silu", "sigmoid", "tanh", "exp", "neg", "abs", "sqrt", "rsqrt", "erf", "cos", "sin", "logical_not",
-    "softplus", "hardswish",
+    "softplus", "hardswish", "hardsigmoid",
 )  # fmt: skip
 
 _BROADCAST = [((2, 3), (3,)), ((4, 1, 3), (2, 1)), ((), ()), ((5,), ()), ((), (2, 2)), ((2, 0, 3), (3,)), ((0,), (1,))]
@@ -196,8 +196,8 @@ def unary_samples(op: str) -> Iterable[Sample]:
         s.add("int32-squares", tensor_of([0, 1, 4, 9, 1 << 20], "int32"))
     if op in ("cos", "sin"):
         s.add("float32-periods", s.tensor((4, 5), low=-20, high=20))
-    if op in ("softplus", "hardswish"):
-        # around the kinks: softplus's threshold (20 / beta), hardswish's -3 and 3
+    if op in ("softplus", "hardswish", "hardsigmoid"):
+        # around the kinks: softplus's threshold (20 / beta), hardswish's and hardsigmoid's -3 and 3
         s.add("float32-kinks", tensor_of([-3.5, -3.0, -2.9, 2.9, 3.0, 3.5, 19.9, 20.0, 20.1, 25.0], "float32"))
     return s
 
@@ -324,6 +324,8 @@ def _error_inputs() -> dict[str, list[ErrorInput]]:
         "softplus": [ErrorInput("int", (z(2, dtype=i64),), DTypeError, "x", "found int64")],
         "hardswish": [ErrorInput("int", (z(2, dtype=i32),), DTypeError, "x", "found int32"),
                       ErrorInput("bool", (z(2, dtype=b),), DTypeError, "x", "found bool")],
+        "hardsigmoid": [ErrorInput("int", (z(2, dtype=i64),), DTypeError, "x", "found int64"),
+                        ErrorInput("bool", (z(2, dtype=b),), DTypeError, "x", "found bool")],
         "pow": [
             ErrorInput("broadcast", (z(2, 3), z(2)), ShapeError, "exponent", "shapes that broadcast together"),
             ErrorInput("bool-bool", (z(2, dtype=b), True), DTypeError, "exponent", "not bool"),

@@ -34,7 +34,7 @@ __all__ = ["KERNELS", "MIN_ONNXRUNTIME", "opcore_backend", "opcore_partition_com
 MIN_ONNXRUNTIME = (1, 20)  # pyproject.toml's floor: the oldest make test-oldest passes with
 
 # op -> (module of its kernel, whether resolve's constants are baked in): the ops whose family
-# module under opcore_onnxruntime.kernels lists them in __all__ (each module-level kernel is named as its op)
+# module under opcore_onnxruntime.kernels lists them in OPS (each module-level kernel is named as its op)
 KERNELS: Mapping[str, tuple[str, bool]] = kernel_layout("opcore_onnxruntime.kernels")
 
 

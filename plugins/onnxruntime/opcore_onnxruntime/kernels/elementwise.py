@@ -38,6 +38,7 @@ __all__ = [
     "ge",
     "gelu",
     "gt",
+    "hardsigmoid",
     "hardswish",
     "le",
     "logical_and",
@@ -58,6 +59,41 @@ __all__ = [
     "sub",
     "tanh",
 ]
+
+# the ops this module serves, each a module-level kernel named as its op: what the plugin registers
+OPS = (
+    "abs",
+    "add",
+    "cast",
+    "cos",
+    "div",
+    "eq",
+    "erf",
+    "exp",
+    "ge",
+    "gelu",
+    "gt",
+    "hardsigmoid",
+    "hardswish",
+    "le",
+    "logical_and",
+    "logical_not",
+    "logical_or",
+    "lt",
+    "mul",
+    "ne",
+    "neg",
+    "pow",
+    "relu",
+    "rsqrt",
+    "sigmoid",
+    "silu",
+    "sin",
+    "softplus",
+    "sqrt",
+    "sub",
+    "tanh",
+)
 
 Operand = Value | Scalar
 
@@ -350,6 +386,17 @@ def build_softplus(g: Graph, x: Value, beta: Any, threshold: Any) -> Value:
     return finish(g, g.op("Where", above, a, soft), x.dtype)
 
 
+def build_hardsigmoid(g: Graph, x: Value) -> Value:
+    """ONNX HardSigmoid(alpha=1/6, beta=1/2): max(0, min(1, x / 6 + 1 / 2)), torch's relu6(x + 3) / 6."""
+    compute = compute_float(x.dtype)
+    a = g.cast(x, compute)
+    if compute != F64:
+        return finish(g, g.op("HardSigmoid", a, alpha=1.0 / 6.0, beta=0.5), x.dtype)
+    # no float64 HardSigmoid in onnxruntime: its formula
+    zero, three, six = (g.const(numpy.asarray(v, dtype=compute)) for v in (0.0, 3.0, 6.0))
+    return g.op("Div", g.op("Min", g.op("Max", g.op("Add", a, three), zero), six), six)
+
+
 def build_hardswish(g: Graph, x: Value) -> Value:
     """ONNX HardSwish: x * max(0, min(1, x / 6 + 1 / 2)), torch's formula."""
     compute = compute_float(x.dtype)
@@ -366,3 +413,4 @@ pow = onnx_kernel("pow", build_pow)
 cast = onnx_kernel("cast", build_cast)
 softplus = onnx_kernel("softplus", build_softplus)
 hardswish = onnx_kernel("hardswish", build_hardswish)
+hardsigmoid = onnx_kernel("hardsigmoid", build_hardsigmoid)

@@ -17,6 +17,16 @@ from opcore_onnxruntime.session import onnx_kernel
 
 __all__ = ["check_gather", "check_index", "chunk", "gather", "index", "pad", "split", "split_with_sizes"]
 
+# the ops this module serves, each a module-level kernel named as its op: what the plugin registers
+OPS = (
+    "chunk",
+    "gather",
+    "index",
+    "pad",
+    "split",
+    "split_with_sizes",
+)
+
 _INT64 = numpy.dtype(numpy.int64)
 
 

@@ -18,6 +18,18 @@ from opcore_onnxruntime.session import onnx_kernel
 
 __all__ = ["addmm", "bmm", "gated_mlp", "linear", "linear_gelu", "linear_relu", "linear_silu", "matmul", "project"]
 
+# the ops this module serves, each a module-level kernel named as its op: what the plugin registers
+OPS = (
+    "addmm",
+    "bmm",
+    "gated_mlp",
+    "linear",
+    "linear_gelu",
+    "linear_relu",
+    "linear_silu",
+    "matmul",
+)
+
 
 def _compute(dtype: numpy.dtype) -> numpy.dtype:
     return compute_float(dtype) if dtype.kind == "f" else I64

@@ -14,6 +14,14 @@ from opcore_onnxruntime.session import onnx_kernel
 
 __all__ = ["check_embedding", "conv1d", "conv2d", "embedding", "scaled_dot_product_attention"]
 
+# the ops this module serves, each a module-level kernel named as its op: what the plugin registers
+OPS = (
+    "conv1d",
+    "conv2d",
+    "embedding",
+    "scaled_dot_product_attention",
+)
+
 
 def build_embedding(g: Graph, input: Value, weight: Value, padding_idx: int | None) -> Value:
     # padding_idx only changes gradients

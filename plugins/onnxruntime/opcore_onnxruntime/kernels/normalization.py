@@ -14,6 +14,16 @@ from opcore_onnxruntime.session import onnx_kernel
 
 __all__ = ["batch_norm", "group_norm", "layer_norm", "log_softmax", "rms_norm", "softmax"]
 
+# the ops this module serves, each a module-level kernel named as its op: what the plugin registers
+OPS = (
+    "batch_norm",
+    "group_norm",
+    "layer_norm",
+    "log_softmax",
+    "rms_norm",
+    "softmax",
+)
+
 
 def _softmax(node: str):
     def build(g: Graph, x: Value, dim: int, dtype: str | None = None) -> Value:

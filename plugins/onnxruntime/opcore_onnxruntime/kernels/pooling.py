@@ -20,6 +20,13 @@ from opcore_onnxruntime.session import onnx_kernel
 
 __all__ = ["adaptive_avg_pool2d", "avg_pool2d", "max_pool2d"]
 
+# the ops this module serves, each a module-level kernel named as its op: what the plugin registers
+OPS = (
+    "adaptive_avg_pool2d",
+    "avg_pool2d",
+    "max_pool2d",
+)
+
 # the dtypes ONNX Runtime's CPU MaxPool takes; others (int16, int32) are pooled in float64
 _MAX_POOL_DTYPES = frozenset(numpy.dtype(d) for d in ("float32", "float64", "int8", "uint8"))
 

@@ -41,6 +41,9 @@ __all__ = [
     "linear_wq",
 ]
 
+# the ops this module serves, each a module-level kernel named as its op: what the plugin registers
+OPS = ("embedding_wq", "linear_wq")
+
 ACCURACY_ENV = "OPCORE_ORT_WQ_ACCURACY"
 ACCURACY_LEVEL = 4
 

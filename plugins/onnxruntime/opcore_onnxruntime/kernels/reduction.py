@@ -14,6 +14,16 @@ from opcore_onnxruntime.session import onnx_kernel
 
 __all__ = ["amax", "amin", "argmax", "check_sum", "cumsum", "mean", "sum"]
 
+# the ops this module serves, each a module-level kernel named as its op: what the plugin registers
+OPS = (
+    "amax",
+    "amin",
+    "argmax",
+    "cumsum",
+    "mean",
+    "sum",
+)
+
 I16 = numpy.dtype(numpy.int16)
 
 

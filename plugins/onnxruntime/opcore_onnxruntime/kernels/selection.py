@@ -14,6 +14,13 @@ from opcore_onnxruntime.session import onnx_kernel
 
 __all__ = ["clamp", "masked_fill", "where"]
 
+# the ops this module serves, each a module-level kernel named as its op: what the plugin registers
+OPS = (
+    "clamp",
+    "masked_fill",
+    "where",
+)
+
 Operand = Value | Scalar
 
 

@@ -15,6 +15,17 @@ from opcore_openvino.graph import Graph, Node, dtype_of, ops
 
 __all__ = ["arange", "full", "full_like", "ones", "ones_like", "zeros", "zeros_like"]
 
+# the ops this module serves, each a module-level kernel named as its op: what the plugin registers
+OPS = (
+    "arange",
+    "full",
+    "full_like",
+    "ones",
+    "ones_like",
+    "zeros",
+    "zeros_like",
+)
+
 
 def filled(value: Any, dtype: numpy.dtype) -> numpy.ndarray:
     """A Python number as torch converts it into ``dtype``: floats truncate into integers, negative ints wrap."""

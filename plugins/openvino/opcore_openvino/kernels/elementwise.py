@@ -26,6 +26,7 @@ __all__ = [
     "ge",
     "gelu",
     "gt",
+    "hardsigmoid",
     "hardswish",
     "keep_nan",
     "le",
@@ -47,6 +48,41 @@ __all__ = [
     "sub",
     "tanh",
 ]
+
+# the ops this module serves, each a module-level kernel named as its op: what the plugin registers
+OPS = (
+    "abs",
+    "add",
+    "cast",
+    "cos",
+    "div",
+    "eq",
+    "erf",
+    "exp",
+    "ge",
+    "gelu",
+    "gt",
+    "hardsigmoid",
+    "hardswish",
+    "le",
+    "logical_and",
+    "logical_not",
+    "logical_or",
+    "lt",
+    "mul",
+    "ne",
+    "neg",
+    "pow",
+    "relu",
+    "rsqrt",
+    "sigmoid",
+    "silu",
+    "sin",
+    "softplus",
+    "sqrt",
+    "sub",
+    "tanh",
+)
 
 Operand = Node | Scalar
 
@@ -269,6 +305,11 @@ def build_softplus(g: Graph, x: Node, beta: Any, threshold: Any) -> Node:
     return ops.select(ops.greater(scaled, g.const(threshold, dtype)), x, soft)
 
 
+def build_hardsigmoid(g: Graph, x: Node) -> Node:
+    """OpenVINO HSigmoid: min(max(x + 3, 0), 6) / 6; the CPU plugin's gives 0 for NaN, kept NaN as torch."""
+    return keep_nan(x, ops.hsigmoid(x))
+
+
 def build_hardswish(g: Graph, x: Node) -> Node:
     return ops.hswish(x)
 
@@ -277,3 +318,4 @@ pow = ov_kernel("pow", build_pow)
 cast = ov_kernel("cast", build_cast)
 softplus = ov_kernel("softplus", build_softplus)
 hardswish = ov_kernel("hardswish", build_hardswish)
+hardsigmoid = ov_kernel("hardsigmoid", build_hardsigmoid)

@@ -19,6 +19,16 @@ from opcore_openvino.graph import Graph, Node, dtype_of, ops, rank_of
 
 __all__ = ["check_gather", "check_index", "chunk", "gather", "index", "pad", "split", "split_with_sizes"]
 
+# the ops this module serves, each a module-level kernel named as its op: what the plugin registers
+OPS = (
+    "chunk",
+    "gather",
+    "index",
+    "pad",
+    "split",
+    "split_with_sizes",
+)
+
 
 def build_gather(g: Graph, x: Node, dim: int, index: Node) -> Node:
     if not rank_of(x) or not rank_of(index):

@@ -13,6 +13,18 @@ from opcore_openvino.kernels.elementwise import apply_gelu, apply_relu, apply_si
 
 __all__ = ["addmm", "bmm", "gated_mlp", "linear", "linear_gelu", "linear_relu", "linear_silu", "matmul", "project"]
 
+# the ops this module serves, each a module-level kernel named as its op: what the plugin registers
+OPS = (
+    "addmm",
+    "bmm",
+    "gated_mlp",
+    "linear",
+    "linear_gelu",
+    "linear_relu",
+    "linear_silu",
+    "matmul",
+)
+
 
 def project(g: Graph, x: Node, w: Node, b: Node | None) -> Node:
     """x @ w.T + b."""

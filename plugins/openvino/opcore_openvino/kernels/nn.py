@@ -17,6 +17,14 @@ from opcore_openvino.kernels._common import BOOL
 
 __all__ = ["check_embedding", "conv1d", "conv2d", "embedding", "scaled_dot_product_attention"]
 
+# the ops this module serves, each a module-level kernel named as its op: what the plugin registers
+OPS = (
+    "conv1d",
+    "conv2d",
+    "embedding",
+    "scaled_dot_product_attention",
+)
+
 
 def build_embedding(g: Graph, input: Node, weight: Node, padding_idx: int | None) -> Node:
     return ops.gather(weight, input, 0)  # padding_idx only changes gradients

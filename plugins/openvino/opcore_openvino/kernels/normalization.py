@@ -13,6 +13,16 @@ from opcore_openvino.kernels._common import F32, finish
 
 __all__ = ["batch_norm", "group_norm", "layer_norm", "log_softmax", "rms_norm", "softmax"]
 
+# the ops this module serves, each a module-level kernel named as its op: what the plugin registers
+OPS = (
+    "batch_norm",
+    "group_norm",
+    "layer_norm",
+    "log_softmax",
+    "rms_norm",
+    "softmax",
+)
+
 
 def _softmax(function: Any) -> Any:
     def build(g: Graph, x: Node, dim: int, dtype: str | None = None) -> Node:

@@ -19,6 +19,13 @@ from opcore_openvino.graph import Graph, Node, dtype_of, ops, rank_of
 
 __all__ = ["adaptive_avg_pool2d", "avg_pool2d", "max_pool2d"]
 
+# the ops this module serves, each a module-level kernel named as its op: what the plugin registers
+OPS = (
+    "adaptive_avg_pool2d",
+    "avg_pool2d",
+    "max_pool2d",
+)
+
 _F32 = numpy.dtype(numpy.float32)
 
 

@@ -27,6 +27,9 @@ from opcore_openvino.graph import Graph, Node, dtype_of, ops, ov_type
 
 __all__ = ["build_embedding_wq", "build_linear_wq", "embedding_wq", "linear_wq"]
 
+# the ops this module serves, each a module-level kernel named as its op: what the plugin registers
+OPS = ("embedding_wq", "linear_wq")
+
 
 def _codes(g: Graph, qweight: Node, bits: int, n: int, groups: int, group: int) -> Node:
     """The codes as a (N, groups, group) node of u8 / u4 (a constant) or u8 (unpacked in the graph)."""

@@ -14,6 +14,15 @@ from opcore_openvino.kernels._common import BOOL, I32
 
 __all__ = ["amax", "amin", "cumsum", "mean", "sum"]
 
+# the ops this module serves, each a module-level kernel named as its op: what the plugin registers
+OPS = (
+    "amax",
+    "amin",
+    "cumsum",
+    "mean",
+    "sum",
+)
+
 
 def _axes(rank: int, dim: Any) -> list[int]:
     """The dims reduced (the contract checked dim): every dim for None or [], none of a 0-D x."""

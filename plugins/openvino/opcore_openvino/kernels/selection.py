@@ -12,6 +12,13 @@ from opcore_openvino.kernels._common import finish, operand, to_compute
 
 __all__ = ["clamp", "masked_fill", "where"]
 
+# the ops this module serves, each a module-level kernel named as its op: what the plugin registers
+OPS = (
+    "clamp",
+    "masked_fill",
+    "where",
+)
+
 Operand = Node | Scalar
 
 

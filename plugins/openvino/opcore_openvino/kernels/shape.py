@@ -32,6 +32,21 @@ __all__ = [
     "unsqueeze",
 ]
 
+# the ops this module serves, each a module-level kernel named as its op: what the plugin registers
+OPS = (
+    "cat",
+    "clone",
+    "expand",
+    "flatten",
+    "permute",
+    "reshape",
+    "select",
+    "slice",
+    "squeeze",
+    "transpose",
+    "unsqueeze",
+)
+
 
 def _transpose(g: Graph, x: Node, perm: list[int]) -> Node:
     if perm == sorted(perm):
