@@ -128,6 +128,9 @@ def embedding_wq_samples() -> Iterable[Sample]:
     q, _, zero = _weights(s, (16, 64), 8, 32, False)
     s.add("scales-of-0", tensor_of(numpy.arange(16)), q, tensor_of(scale_zero, "float32"), zero, bits=8,
           group_size=32)  # fmt: skip
+    # large scales: rows up to ~6e4 (float16's range ends at 65504)
+    s.add("scales-large", tensor_of(numpy.arange(16)), q, tensor_of(numpy.full((16, 2), 400.0), "float32"), zero,
+          bits=8, group_size=32)  # fmt: skip
     return s
 
 
