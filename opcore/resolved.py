@@ -19,6 +19,7 @@ from opcore.results import result_error, result_problem
 from opcore.runtime import runtime
 from opcore.selection import Selection, select
 from opcore.settings import ContextPolicy, context_policy
+from opcore.tuning.selecting import select_tuned
 from opcore.types import _is_torch_tensor, is_tensor
 
 __all__ = ["ResolvedOp", "resolve", "resolve_with"]
@@ -136,7 +137,7 @@ def resolve_with(
     >>> relu = resolve_with("relu", (x,), {}, watch=False)                    # doctest: +SKIP
     """
     rt = runtime().ensure_loaded()
-    selection, bound = selection_for(rt, op, args, kwargs, backend, tune=True)
+    selection, bound = selection_for(rt, op, args, kwargs, backend, select_tuned)
     if selection.error is not None:
         raise selection.error
     contract = selection.contract
