@@ -87,7 +87,9 @@ SLOT_ENTRY = 4  # the cached entry, called with the raw arguments
 SLOT_RECOVERY_KEY = 5  # the inline (or, for PATTERN, the general positional) key of the entry's recovery in RECOVER
 SLOT_BARE = 6  # (kernel, tail) where the entry only calls kernel(*args, *tail), else None
 SLOT_SIZE = 7
-# every index by name, as opcore._fastrun exports its own (SLOT_LAYOUT there): the layout test compares them
+LAST_ROW_SIZE = 5  # a LAST row: [None, the slot of 1, 2, 3, 4 arguments]
+# every index and size by name, as opcore._fastrun exports its own #defines (SLOT_LAYOUT there): the
+# layout test (tests/test_slot_layout.py) compares the two
 SLOT_LAYOUT = {
     "SLOT_ARGUMENTS": SLOT_ARGUMENTS,
     "SLOT_PLAIN": SLOT_PLAIN,
@@ -97,8 +99,8 @@ SLOT_LAYOUT = {
     "SLOT_RECOVERY_KEY": SLOT_RECOVERY_KEY,
     "SLOT_BARE": SLOT_BARE,
     "SLOT_SIZE": SLOT_SIZE,
+    "LAST_ROW_SIZE": LAST_ROW_SIZE,
 }
-LAST_ROW_SIZE = 5  # a LAST row: [None, the slot of 1, 2, 3, 4 arguments]
 
 
 def guarded_slot(

@@ -277,6 +277,12 @@ def _compiled(python: Callable[..., Any]) -> tuple[Any, str | None]:
     stale = _stale_build(getattr(_fastrun, "SOURCE", None))
     if stale is not None:
         return python, stale
+    layout = getattr(_fastrun, "SLOT_LAYOUT", None)
+    if layout != caches.SLOT_LAYOUT:  # the source digest already says so; this names the disagreement
+        return python, (
+            f"opcore._fastrun reads a guarded slot as {layout}, opcore._dispatchcaches writes {caches.SLOT_LAYOUT}: "
+            "rebuild it (`make` or `pip install -e .`)"
+        )
     try:
         fast = _fastrun.FastRun(
             python, _GUARDED, _POSITIONS, context_policy, _recover_cached, _ALL_TENSORS, globals(), _INLINE, _ndarray,
