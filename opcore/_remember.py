@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy
 
-from opcore import _dispatchcaches as caches
+import opcore._dispatchcaches as caches
 from opcore._calls import fixed_arity
 from opcore._dispatchcaches import (
     ALL_TENSORS,

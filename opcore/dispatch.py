@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy
 
-from opcore import _dispatchcaches as caches
+import opcore._dispatchcaches as caches
 from opcore._dispatchcaches import MAX_CACHED, PURE_PYTHON_SET, clear_caches
 from opcore.errors import ArgumentError, OpcoreError
 from opcore.runtime import on_change

@@ -20,7 +20,7 @@ from opcore.runtime import runtime
 from opcore.selection import Selection, select
 from opcore.settings import ContextPolicy, context_policy
 from opcore.tuning.selecting import select_tuned
-from opcore.types import _is_torch_tensor, is_tensor
+from opcore.types import ArrayKind, array_kind_of, is_tensor
 
 __all__ = ["ResolvedOp", "resolve", "resolve_with"]
 
@@ -205,7 +205,7 @@ def _torch_tensors(value: Any) -> tuple[Any, ...]:
     if isinstance(value, tuple):
         return tuple(t for v in value for t in _torch_tensors(v))
     # inference tensors (made under torch.inference_mode) keep no version counter: not watched
-    return (value,) if _is_torch_tensor(value) and not value.is_inference() else ()
+    return (value,) if array_kind_of(value) is ArrayKind.TORCH and not value.is_inference() else ()
 
 
 MAX_SIGNATURES = 1024  # per resolved op; past this its signature caches start over
