@@ -242,7 +242,8 @@ def _backend_error(op: str, backend: object) -> OpcoreError:
 
 
 def _run_slow(op: str, args: tuple[Any, ...], kwargs: dict[str, Any], backend: str | None) -> Any:
-    """The slow path (opcore._remember, imported on the first miss: it imports this module)."""
+    """The slow path (opcore._remember, imported on the first miss; it shares opcore._dispatchcaches with this
+    module and never imports it)."""
     from opcore._remember import run_slow
 
     return run_slow(op, args, kwargs, backend)

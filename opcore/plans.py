@@ -276,7 +276,7 @@ def kernel_converters(kernel: Kernel, selection: Selection) -> tuple[Callable[[A
     arrays there on the way in and brings the result back to host numpy on the way out.
     """
     if selection.transfer is not None and kernel.array_kind is ArrayKind.TORCH:
-        from opcore.torchkit import arrays as torch_arrays
+        from opcore import arrays_torch as torch_arrays
 
         return torch_arrays.to_device(str(selection.transfer)), torch_arrays.to_host
     dtypes = tuple(m.dtype for m in selection.outputs)
