@@ -35,8 +35,19 @@ test: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 	EXPECT_TORCHGUARD=$(if $(shell command -v c++ 2>/dev/null),1,0) $(BIN)/python -m pytest
+	$(MAKE) test-pure
 	$(MAKE) test-avx2
 	$(MAKE) conformance
+
+# the dispatch, resolved and graph-plan tests again in a process without opcore's compiled parts
+# (OPCORE_PURE_PYTHON=1: what a wheel installed without a compiler runs; run(), ResolvedOp's base, the
+# tensor guard and the weights watch in Python or torch's own; ~1 min here: 62 s wall at load 4.4)
+PURE_TESTS := tests/test_dispatch.py tests/test_resolved.py tests/test_resolved_torch.py tests/test_slot_layout.py \
+	tests/test_torch_style_arguments.py tests/test_graph_signature.py tests/test_graph_torch_route.py \
+	tests/test_graph_weights.py tests/test_graph_ranges.py
+.PHONY: test-pure
+test-pure: $(STAMP)
+	OPCORE_PURE_PYTHON=1 $(BIN)/python -m pytest -q $(PURE_TESTS)
 
 # the cpu and nn tests again with oneDNN capped at AVX2: on an AVX-512 machine this covers the path
 # an AVX2-only CPU takes (the tests expect what opcore_cpu.system.onednn_bfloat16_reason says; the

@@ -31,7 +31,7 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *fallback;    /* the pure-Python run(op, /, *args, backend=None, **kwargs) */
-    PyObject *guarded;     /* dispatch._GUARDED: slot key -> (n, plain, value, check, entry, inline key, bare) */
+    PyObject *guarded;     /* dispatch._GUARDED: slot key -> slot (SLOT_* below) */
     PyObject *last;        /* dispatch._LAST: op -> [None, slot of 1, 2, 3, 4 arguments] (default context) */
     PyObject *positions;   /* dispatch._POSITIONS: op -> {parameter name: position} */
     PyObject *policy;      /* settings.context_policy, a ContextVar (default None) */
@@ -47,8 +47,21 @@ typedef struct {
 
 #define MAX_ARGUMENTS 8 /* a kernel's arguments, tail included (opcore._calls.MAX_ARITY) */
 
+/* A guarded slot (dispatch._GUARDED's values, the items of dispatch._LAST's rows): a tuple of SLOT_SIZE
+ * fields at these indices. The names and values are opcore._dispatchcaches' SLOT_*, which builds the
+ * slots; the module exports them as SLOT_LAYOUT and tests/test_slot_layout.py compares the two sides. */
+#define SLOT_ARGUMENTS 0    /* the number of arguments (1-4) */
+#define SLOT_PLAIN 1        /* the trailing plain value's type, or all_tensors, or pattern */
+#define SLOT_VALUE 2        /* that plain value; for pattern: per argument all_tensors or (type, value) */
+#define SLOT_CHECK 3        /* torch's guard on the tensors: check(*tensors) -> bool */
+#define SLOT_ENTRY 4        /* the cached entry, called with the raw arguments */
+#define SLOT_RECOVERY_KEY 5 /* the key of the entry's recovery in dispatch._RECOVER */
+#define SLOT_BARE 6         /* (kernel, tail) where the entry only calls kernel(*args, *tail), else None */
+#define SLOT_SIZE 7
+#define LAST_ROW_SIZE 5 /* a dispatch._LAST row: [None, the slot of 1, 2, 3, 4 arguments] */
+
 static PyObject *str_backend, *str_shape, *str_tensor, *str_dtype, *str_strides; /* interned names */
-static PyObject *small_ints[5];                         /* 0..4: the slot key's number of arguments */
+static PyObject *small_ints[LAST_ROW_SIZE];             /* 0..4: the slot key's number of arguments */
 
 static PyObject *
 forward(FastRun *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
@@ -191,18 +204,18 @@ run_numpy(FastRun *self, PyObject *op, PyObject *const *call, Py_ssize_t n, PyOb
     return result;
 }
 
-/* Whether `slot` (n, plain, value, check, ...) serves this call: the argument types, the trailing plain
+/* Whether `slot` (SLOT_* fields) serves this call: the argument types, the trailing plain
  * value and torch's guard on the tensors. 1, 0, or -1 with an error set. The caller holds `slot`. */
 static int
 confirm(FastRun *self, PyObject *slot, PyObject *const *call, Py_ssize_t n, PyObject *tensor)
 {
     PyObject *last = call[n - 1];
-    PyObject *plain = PyTuple_GET_ITEM(slot, 1);
-    PyObject *check = PyTuple_GET_ITEM(slot, 3);
+    PyObject *plain = PyTuple_GET_ITEM(slot, SLOT_PLAIN);
+    PyObject *check = PyTuple_GET_ITEM(slot, SLOT_CHECK);
     int hit;
     if (plain == self->pattern) {
-        /* slot[2]: per argument the tensor mark (all_tensors) or its constant (type, value) */
-        PyObject *pattern = PyTuple_GET_ITEM(slot, 2);
+        /* the value: per argument the tensor mark (all_tensors) or its constant (type, value) */
+        PyObject *pattern = PyTuple_GET_ITEM(slot, SLOT_VALUE);
         PyObject *tensors[4];
         Py_ssize_t k = 0;
         if (!PyTuple_CheckExact(pattern) || PyTuple_GET_SIZE(pattern) != n)
@@ -233,7 +246,7 @@ confirm(FastRun *self, PyObject *slot, PyObject *const *call, Py_ssize_t n, PyOb
     else {
         hit = (PyObject *)Py_TYPE(last) == plain;
         if (hit)
-            hit = truth(PyObject_RichCompare(last, PyTuple_GET_ITEM(slot, 2), Py_EQ));
+            hit = truth(PyObject_RichCompare(last, PyTuple_GET_ITEM(slot, SLOT_VALUE), Py_EQ));
         if (hit > 0)
             hit = n < 3 || (PyObject *)Py_TYPE(call[1]) == tensor;
         if (hit > 0)
@@ -329,10 +342,10 @@ fastrun_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyO
             Py_DECREF(policy);
             return NULL;
         }
-        if (row != NULL && PyList_CheckExact(row) && PyList_GET_SIZE(row) == 5) {
+        if (row != NULL && PyList_CheckExact(row) && PyList_GET_SIZE(row) == LAST_ROW_SIZE) {
             Py_INCREF(row); /* kept: promoted into below; a clear meanwhile detaches it, harmlessly */
             first = PyList_GET_ITEM(row, n);
-            if (PyTuple_CheckExact(first) && PyTuple_GET_SIZE(first) >= 6) {
+            if (PyTuple_CheckExact(first) && PyTuple_GET_SIZE(first) > SLOT_RECOVERY_KEY) {
                 Py_INCREF(first); /* kept while the guard and the entry run: another thread may clear the caches */
                 hit = confirm(self, first, call, n, tensor);
                 if (hit > 0)
@@ -353,7 +366,7 @@ fastrun_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyO
         PyObject *found = key == NULL ? NULL : PyDict_GetItemWithError(self->guarded, key);
         if (found == NULL && PyErr_Occurred())
             hit = -1;
-        else if (found != NULL && found != first && PyTuple_CheckExact(found) && PyTuple_GET_SIZE(found) >= 6) {
+        else if (found != NULL && found != first && PyTuple_CheckExact(found) && PyTuple_GET_SIZE(found) > SLOT_RECOVERY_KEY) {
             Py_INCREF(found);
             hit = confirm(self, found, call, n, tensor);
             if (hit > 0) {
@@ -385,9 +398,9 @@ fastrun_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyO
         return forward(self, args, nargsf, kwnames);
     PyObject *result;
     {
-        /* the kernel itself with the tail appended where the slot has it (slot[6]: (kernel, tail)),
+        /* the kernel itself with the tail appended where the slot has it (SLOT_BARE: (kernel, tail)),
          * else the entry (which may be a Python wrapper doing just that: one frame more) */
-        PyObject *bare = PyTuple_GET_SIZE(slot) > 6 ? PyTuple_GET_ITEM(slot, 6) : Py_None;
+        PyObject *bare = PyTuple_GET_SIZE(slot) > SLOT_BARE ? PyTuple_GET_ITEM(slot, SLOT_BARE) : Py_None;
         PyObject *tail = NULL;
         if (PyTuple_CheckExact(bare) && PyTuple_GET_SIZE(bare) == 2) {
             tail = PyTuple_GET_ITEM(bare, 1);
@@ -404,9 +417,9 @@ fastrun_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyO
             result = PyObject_Vectorcall(PyTuple_GET_ITEM(bare, 0), full, m, NULL);
         }
         else
-            result = PyObject_Vectorcall(PyTuple_GET_ITEM(slot, 4), call, n, NULL);
+            result = PyObject_Vectorcall(PyTuple_GET_ITEM(slot, SLOT_ENTRY), call, n, NULL);
         if (result == NULL)
-            result = recover(self, PyTuple_GET_ITEM(slot, 5), op, call, n, backend);
+            result = recover(self, PyTuple_GET_ITEM(slot, SLOT_RECOVERY_KEY), op, call, n, backend);
     }
     Py_DECREF(slot);
     return result;
@@ -816,6 +829,23 @@ static PyMethodDef fastrun_functions[] = {
 #define FASTRUN_SOURCE "unknown"
 #endif
 
+/* SLOT_LAYOUT: {name: value} of the slot's #defines above, for the layout test against opcore._dispatchcaches */
+static int
+add_layout(PyObject *module)
+{
+    PyObject *layout = Py_BuildValue("{sisisisisisisisisi}", "SLOT_ARGUMENTS", SLOT_ARGUMENTS, "SLOT_PLAIN", SLOT_PLAIN,
+                                     "SLOT_VALUE", SLOT_VALUE, "SLOT_CHECK", SLOT_CHECK, "SLOT_ENTRY", SLOT_ENTRY,
+                                     "SLOT_RECOVERY_KEY", SLOT_RECOVERY_KEY, "SLOT_BARE", SLOT_BARE, "SLOT_SIZE",
+                                     SLOT_SIZE, "LAST_ROW_SIZE", LAST_ROW_SIZE);
+    if (layout == NULL)
+        return -1;
+    if (PyModule_AddObject(module, "SLOT_LAYOUT", layout) < 0) {
+        Py_DECREF(layout);
+        return -1;
+    }
+    return 0;
+}
+
 static struct PyModuleDef fastrun_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "opcore._fastrun",
@@ -834,7 +864,7 @@ PyInit__fastrun(void)
     str_strides = PyUnicode_InternFromString("strides");
     if (str_backend == NULL || str_shape == NULL || str_tensor == NULL || str_dtype == NULL || str_strides == NULL)
         return NULL;
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < LAST_ROW_SIZE; i++) {
         small_ints[i] = PyLong_FromLong(i);
         if (small_ints[i] == NULL)
             return NULL;
@@ -845,6 +875,10 @@ PyInit__fastrun(void)
     if (module == NULL)
         return NULL;
     if (PyModule_AddStringConstant(module, "SOURCE", FASTRUN_SOURCE) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    if (add_layout(module) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -26,9 +26,12 @@ it keeps opcore._fastrun out.
 from __future__ import annotations
 
 import hashlib
+import importlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from opcore._dispatchcaches import PURE_PYTHON_SET
 
 __all__ = ["compiled_module", "guard_in_use", "tensor_guard"]
 
@@ -70,9 +73,7 @@ def compiled_module() -> Any:
     opcore.torchkit.watch), else None."""
     if _compiled_guard() is False:
         return None
-    from opcore import _torchguard  # type: ignore[attr-defined,unused-ignore]
-
-    return _torchguard
+    return importlib.import_module("opcore._torchguard")
 
 
 def _compiled_guard() -> Any:
@@ -84,14 +85,13 @@ def _compiled_guard() -> Any:
 
 def _load_compiled() -> tuple[Any, str]:
     """(Guard, "") where opcore._torchguard may serve this process, else (False, why not)."""
-    from opcore.dispatch import PURE_PYTHON_SET
-
     if PURE_PYTHON_SET:
         return False, "OPCORE_PURE_PYTHON=1 keeps opcore's compiled guard out"
     import torch
 
     try:
-        from opcore import _torchguard  # type: ignore[attr-defined,unused-ignore]
+        # by name: the extension is a leaf of its own, not the package's __init__ (which imports this module)
+        _torchguard = importlib.import_module("opcore._torchguard")
     except ImportError as error:
         return False, f"opcore._torchguard was not built (no torch or no C++ compiler when opcore was built?): {error}"
     if _torchguard.TORCH_VERSION != torch.__version__:

@@ -16,109 +16,57 @@ Python key, which serves every call the guard does not confirm.
 The first call of a signature checks the kernel's result against the contract's output metas
 (opcore.results); strict mode and ``OPCORE_CHECK=1`` check every call.
 
-This module is the cached path: run(), its caches and the keys it builds. A call it finds in none
-of them goes to the slow path, opcore._remember (bind, select, plan, remember the signature);
-plans and the selection live in opcore.plans.
+This module is the cached path: run() and the keys it builds inline. The caches, the general keys
+and the layout of a guarded slot are opcore._dispatchcaches' (a leaf, shared with the slow path). A
+call found in none of them goes to the slow path, opcore._remember (bind, select, plan, remember the
+signature), imported on the first miss; plans and the selection live in opcore.plans.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import os
+import importlib
 import sys
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy
 
+import opcore._dispatchcaches as caches
+from opcore._dispatchcaches import MAX_CACHED, PURE_PYTHON_SET, clear_caches
 from opcore.errors import ArgumentError, OpcoreError
 from opcore.runtime import on_change
-from opcore.settings import ContextPolicy, context_policy, pure_python
-
-if TYPE_CHECKING:
-    from opcore.plans import Plan
+from opcore.settings import context_policy
 
 __all__ = ["MAX_CACHED", "PURE_PYTHON_REASON", "clear_caches", "compiled", "run", "run_python", "use_compiled"]
 
-MAX_CACHED = 8192  # signatures; past this the caches start over (bounds memory for varying shapes)
-
+# run()'s caches and keys (opcore._dispatchcaches, shared with the slow path) as this module's own globals:
+# run_python reads each as one LOAD_GLOBAL, and opcore._fastrun reads _Tensor from this namespace
 _ndarray = numpy.ndarray
-# the types of plain values a key holds as they are (hashable, compared by value, immutable); torch's
-# dtype and device and numpy's dtypes join when first seen (note_constant_types): a torch user's
-# dtype=torch.float32 then takes the cached path instead of binding on every call
-_PLAIN: set[type] = {int, float, bool, str, type(None)}
-
-
-def note_constant_types(values: Any) -> None:
-    """Let the keys hold torch.dtype, torch.device and numpy.dtype values as they are (the slow path
-    calls it with a call's values; the core never imports torch for it)."""
-    for value in values:
-        t = type(value)
-        if t in _PLAIN:
-            continue
-        if (t.__module__ == "torch" and t.__name__ in ("dtype", "device")) or isinstance(value, numpy.dtype):
-            _PLAIN.add(t)
-
-
-_TORCH_TYPES: set[type] = set()  # torch.Tensor and subclasses (Parameter), added as they are seen
-_KEYWORD: dict[tuple[Any, ...] | None, Callable[..., Any]] = {}  # calls with keywords holding tensors
-_INLINE: dict[tuple[Any, ...], Callable[..., Any]] = {}  # run()'s inline keys (numpy arrays, torch tensors)
-_POSITIONAL: dict[tuple[Any, ...] | None, Callable[..., Any]] = {}  # any positional call
-_BOUND: dict[tuple[Any, ...], Plan] = {}
-_RECOVER: dict[tuple[Any, ...] | None, Callable[[tuple[Any, ...], Exception], Any]] = {}
-# per op: the position of each parameter that may be passed by keyword or by position (keyword-only
-# ones are not there); run() turns linear(x, w, b=b) into linear(x, w, b) with it, so a keyword call
-# has the positional call's key and entry
-_POSITIONS: dict[str, dict[str, int]] = {}
-# torch calls of run()'s inline shapes, by (op, policy, backend, number of arguments, first tensor's
-# shape): the last signature cached there, confirmed by torch's C++ tensor guard (opcore._guards)
-# instead of the Python key: (number of arguments, the trailing plain value's type or _ALL_TENSORS, that value,
-# the guard's check, the entry, the inline key for its recovery, and (kernel, tail) where the entry only
-# calls kernel(*args, *tail) (linear(x, w) -> F.linear(x, w, None)), else None: the compiled path's call)
-_GUARDED: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-# the default context's (no policy, no backend named) first level in front of _GUARDED: per op, by number of
-# arguments, the slot that last passed its guard ([None, 1, 2, 3, 4]), tried without reading the shape (the
-# guard checks sizes and strides itself); a _GUARDED slot whose guard passes replaces it
-_LAST: dict[str, list[tuple[Any, ...] | None]] = {}
-_lock = threading.RLock()
-
-
-def clear_caches() -> None:
-    with _lock:
-        _POSITIONAL.clear()
-        _INLINE.clear()
-        _KEYWORD.clear()
-        _RECOVER.clear()
-        _BOUND.clear()
-        _POSITIONS.clear()
-        _GUARDED.clear()
-        _LAST.clear()
-
+_PLAIN = caches.PLAIN
+_TORCH_TYPES = caches.TORCH_TYPES
+_KEYWORD = caches.KEYWORD
+_INLINE = caches.INLINE
+_POSITIONAL = caches.POSITIONAL
+_BOUND = caches.BOUND
+_RECOVER = caches.RECOVER
+_POSITIONS = caches.POSITIONS
+_GUARDED = caches.GUARDED
+_LAST = caches.LAST
+_ALL_TENSORS = caches.ALL_TENSORS
+_PATTERN = caches.PATTERN
+_PLAIN_TYPE = caches.SLOT_PLAIN  # a guarded slot's fields (caches.SLOT_*; opcore/_fastrun.c reads the same)
+_VALUE = caches.SLOT_VALUE
+_CHECK = caches.SLOT_CHECK
+_ENTRY = caches.SLOT_ENTRY
+_RECOVERY_KEY = caches.SLOT_RECOVERY_KEY
+_as_positional = caches.as_positional
+_positional_key = caches.positional_key
+_keyword_key = caches.keyword_key
 
 on_change(clear_caches)
-
-
-def _as_positional(args: tuple[Any, ...], kwargs: dict[str, Any], positions: dict[str, int]) -> tuple[Any, ...] | None:
-    """``args`` extended by the keyword values when the keywords name exactly the parameters right
-    after them (in any order), else None: the call then binds as it is (a gap, a keyword-only or
-    unknown name, a duplicate of a positional argument: bind() keeps its own errors for these).
-    """
-    n = len(args)
-    if len(kwargs) == 1:  # the common case (linear(x, w, b=b), softmax(x, dim=-1)) without a list
-        for name, value in kwargs.items():
-            if positions.get(name) == n:
-                return (*args, value)
-        return None
-    values: list[Any] = [None] * len(kwargs)
-    for name, value in kwargs.items():
-        i = positions.get(name, -1) - n
-        if not 0 <= i < len(values):
-            return None
-        values[i] = value  # distinct names have distinct positions: every slot is filled once
-    return (*args, *values)
 
 
 def run_python(op: str, /, *args: Any, backend: str | None = None, **kwargs: Any) -> Any:
@@ -164,9 +112,9 @@ def run_python(op: str, /, *args: Any, backend: str | None = None, **kwargs: Any
                     row[n] = found
         if slot is not None:
             try:
-                return slot[4](*args)
+                return slot[_ENTRY](*args)
             except Exception as error:
-                return _recover_cached(slot[5], op, args, kwargs, backend, error)
+                return _recover_cached(slot[_RECOVERY_KEY], op, args, kwargs, backend, error)
     key: tuple[Any, ...] | None = None
     try:
         if n == 1:
@@ -242,20 +190,25 @@ def run_python(op: str, /, *args: Any, backend: str | None = None, **kwargs: Any
 def _confirmed(slot: tuple[Any, ...], args: tuple[Any, ...], n: int) -> bool:
     """Whether a _GUARDED slot serves this call: the argument types, the trailing plain value, torch's guard."""
     last = args[-1]
-    if slot[1] is _PATTERN:  # slot[2]: per argument _ALL_TENSORS (a tensor there) or its constant (type, value)
+    plain = slot[_PLAIN_TYPE]
+    if plain is _PATTERN:  # the value: per argument _ALL_TENSORS (a tensor there) or its constant (type, value)
+        pattern = slot[_VALUE]
         tensors = []
-        for a, want in zip(args, slot[2]):
+        for a, want in zip(args, pattern):
             if want is _ALL_TENSORS:
                 if type(a) is not _Tensor:
                     return False
                 tensors.append(a)
             elif type(a) is not want[0] or a != want[1]:
                 return False
-        return len(args) == len(slot[2]) and bool(slot[3](*tensors))
-    if slot[1] is _ALL_TENSORS:
-        return type(last) is _Tensor and (n < 3 or type(args[1]) is _Tensor) and bool(slot[3](*args))
+        return len(args) == len(pattern) and bool(slot[_CHECK](*tensors))
+    if plain is _ALL_TENSORS:
+        return type(last) is _Tensor and (n < 3 or type(args[1]) is _Tensor) and bool(slot[_CHECK](*args))
     return (
-        type(last) is slot[1] and last == slot[2] and (n < 3 or type(args[1]) is _Tensor) and bool(slot[3](*args[:-1]))
+        type(last) is plain
+        and last == slot[_VALUE]
+        and (n < 3 or type(args[1]) is _Tensor)
+        and bool(slot[_CHECK](*args[:-1]))
     )
 
 
@@ -289,7 +242,8 @@ def _backend_error(op: str, backend: object) -> OpcoreError:
 
 
 def _run_slow(op: str, args: tuple[Any, ...], kwargs: dict[str, Any], backend: str | None) -> Any:
-    """The slow path (opcore._remember, imported on the first miss: it imports this module)."""
+    """The slow path (opcore._remember, imported on the first miss; it shares opcore._dispatchcaches with this
+    module and never imports it)."""
     from opcore._remember import run_slow
 
     return run_slow(op, args, kwargs, backend)
@@ -298,82 +252,15 @@ def _run_slow(op: str, args: tuple[Any, ...], kwargs: dict[str, Any], backend: s
 _policy = context_policy.get
 
 
-class _NoTorch:
-    """Stands for torch.Tensor until a torch tensor is seen (the core does not import torch)."""
+_Tensor: type = caches.torch_tensor_type()  # torch.Tensor once a torch tensor was seen, else a class no value has
 
 
-_Tensor: type = _NoTorch
-
-
-def _note_torch_type(t: type) -> None:
-    """A torch tensor type was seen: key it from now on (exactly torch.Tensor inline, subclasses in a loop)."""
+def _note_torch_tensor(tensor: type) -> None:
     global _Tensor  # noqa: PLW0603 - one module global keeps run()'s type test a plain LOAD_GLOBAL
-    _TORCH_TYPES.add(t)
-    if _Tensor is _NoTorch:
-        import torch
-
-        _Tensor = torch.Tensor
+    _Tensor = tensor
 
 
-def _torch_signature(a: Any) -> tuple[Any, ...]:
-    """What checkers may look at in a torch tensor: dtype, shape, strides, device and layout."""
-    try:
-        return (a.dtype, a.shape, a.stride(), a.device, a.layout)
-    except RuntimeError:  # sparse CSR tensors have no strides
-        return (a.dtype, a.shape, None, a.device, a.layout)
-
-
-def _positional_key(
-    op: str, policy: ContextPolicy | None, backend: str | None, args: tuple[Any, ...]
-) -> tuple[Any, ...] | None:
-    """The general positional key; None when an argument (a list, an unknown object) has no cheap key."""
-    key: list[Any] = [op, policy, backend]
-    for a in args:
-        t = type(a)
-        if t in _PLAIN:
-            key.append((t, a))
-        elif t is _ndarray:
-            key.append((a.dtype, a.shape, a.strides))
-        elif t in _TORCH_TYPES:
-            # numpy and torch dtypes never compare equal: the two kinds never share a key
-            key.append(_torch_signature(a))
-        elif t is tuple and all(type(v) in _PLAIN for v in a):  # normalized_shape=(1024,)
-            key.append((t, a))
-        else:
-            return None
-    return tuple(key)
-
-
-def _keyword_key(
-    op: str, policy: ContextPolicy | None, backend: str | None, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> tuple[Any, ...] | None:
-    """The general key of a call with keywords: the positional key plus each keyword's name and key."""
-    key = _positional_key(op, policy, backend, args)
-    if key is None:
-        return None
-    values = _positional_key(op, policy, backend, tuple(kwargs.values()))
-    if values is None:
-        return None
-    return (*key, *kwargs, *values[3:])
-
-
-class _AllTensors:
-    """Marks a _GUARDED slot whose arguments are all tensors (no trailing plain value)."""
-
-
-_ALL_TENSORS = _AllTensors
-
-
-class _Pattern:
-    """Marks a _GUARDED slot whose constants may stand anywhere (layer_norm(x, (8,), w, b)): slot[2] is
-    the pattern, per argument _ALL_TENSORS (a tensor there) or the constant's (type, value)."""
-
-
-_PATTERN = _Pattern
-
-
-# OPCORE_PURE_PYTHON=1 when this module was imported: no compiled part serves this process (opcore._guards reads it too)
-PURE_PYTHON_SET = pure_python(os.environ)
+caches.on_torch_tensor(_note_torch_tensor)
 
 
 def _compiled(python: Callable[..., Any]) -> tuple[Any, str | None]:
@@ -384,12 +271,19 @@ def _compiled(python: Callable[..., Any]) -> tuple[Any, str | None]:
     if PURE_PYTHON_SET:
         return python, "OPCORE_PURE_PYTHON=1 was set when opcore.dispatch was imported"
     try:
-        from opcore import _fastrun  # type: ignore[attr-defined,unused-ignore]
+        # by name: the extension is a leaf of its own, not the package's __init__ (which imports this module)
+        _fastrun = importlib.import_module("opcore._fastrun")
     except ImportError as error:
         return python, f"opcore._fastrun was not built when opcore was installed (no C compiler there?): {error}"
     stale = _stale_build(getattr(_fastrun, "SOURCE", None))
     if stale is not None:
         return python, stale
+    layout = getattr(_fastrun, "SLOT_LAYOUT", None)
+    if layout != caches.SLOT_LAYOUT:  # the source digest already says so; this names the disagreement
+        return python, (
+            f"opcore._fastrun reads a guarded slot as {layout}, opcore._dispatchcaches writes {caches.SLOT_LAYOUT}: "
+            "rebuild it (`make` or `pip install -e .`)"
+        )
     try:
         fast = _fastrun.FastRun(
             python, _GUARDED, _POSITIONS, context_policy, _recover_cached, _ALL_TENSORS, globals(), _INLINE, _ndarray,

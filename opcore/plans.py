@@ -33,7 +33,6 @@ __all__ = [
     "convert_tensors",
     "holds_tensor",
     "kernel_converters",
-    "select_tuned",
     "selection_for",
     "stand_ins",
 ]
@@ -277,7 +276,7 @@ def kernel_converters(kernel: Kernel, selection: Selection) -> tuple[Callable[[A
     arrays there on the way in and brings the result back to host numpy on the way out.
     """
     if selection.transfer is not None and kernel.array_kind is ArrayKind.TORCH:
-        from opcore.torchkit import arrays as torch_arrays
+        from opcore import arrays_torch as torch_arrays
 
         return torch_arrays.to_device(str(selection.transfer)), torch_arrays.to_host
     dtypes = tuple(m.dtype for m in selection.outputs)
@@ -341,30 +340,17 @@ def bind(contract: OpContract, op: str, args: tuple[Any, ...], kwargs: dict[str,
 
 
 def selection_for(
-    rt: Runtime, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], backend: str | None, tune: bool = False
+    rt: Runtime,
+    op: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    backend: str | None,
+    choose: Callable[..., Selection] = select,
 ) -> tuple[Selection, tuple[Any, ...]]:
-    """Bind and select without running (explain, resolve, tune). tune: measure first under OPCORE_TUNE=1."""
+    """Bind and select without running (explain, resolve, tune). choose: select, or a function of its
+    arguments in its place (resolve passes tuning's opcore.tuning.selecting.select_tuned)."""
     contract = rt.registry.contract(op)
     bound = bind(contract, op, args, kwargs)
     policy = context_policy.get()
     pin = backend if backend is not None else (policy.pin if policy is not None else None)
-    return (select_tuned if tune else select)(rt, contract, bound, policy, pin), bound
-
-
-def select_tuned(
-    rt: Runtime, contract: OpContract, bound: tuple[Any, ...], policy: ContextPolicy | None, pin: str | None
-) -> Selection:
-    """select(), but with OPCORE_TUNE=1 a signature the tuning file has no measurement for is measured
-    first (once: afterwards the file has it). Only on a cache miss, never on the cached path.
-    """
-    selection = select(rt, contract, bound, policy, pin)
-    if rt.settings.tune and selection.measured is None:
-        from opcore.errors import NoKernelError
-        from opcore.tuning.measure import tune_selection
-
-        try:
-            tune_selection(rt, selection, bound)
-        except NoKernelError:  # nothing to measure: the selection says why
-            return selection
-        selection = select(rt, contract, bound, policy, pin)
-    return selection
+    return choose(rt, contract, bound, policy, pin), bound

@@ -19,7 +19,8 @@ from opcore.results import result_error, result_problem
 from opcore.runtime import runtime
 from opcore.selection import Selection, select
 from opcore.settings import ContextPolicy, context_policy
-from opcore.types import _is_torch_tensor, is_tensor
+from opcore.tuning.selecting import select_tuned
+from opcore.types import ArrayKind, array_kind_of, is_tensor
 
 __all__ = ["ResolvedOp", "resolve", "resolve_with"]
 
@@ -136,7 +137,7 @@ def resolve_with(
     >>> relu = resolve_with("relu", (x,), {}, watch=False)                    # doctest: +SKIP
     """
     rt = runtime().ensure_loaded()
-    selection, bound = selection_for(rt, op, args, kwargs, backend, tune=True)
+    selection, bound = selection_for(rt, op, args, kwargs, backend, select_tuned)
     if selection.error is not None:
         raise selection.error
     contract = selection.contract
@@ -204,7 +205,7 @@ def _torch_tensors(value: Any) -> tuple[Any, ...]:
     if isinstance(value, tuple):
         return tuple(t for v in value for t in _torch_tensors(v))
     # inference tensors (made under torch.inference_mode) keep no version counter: not watched
-    return (value,) if _is_torch_tensor(value) and not value.is_inference() else ()
+    return (value,) if array_kind_of(value) is ArrayKind.TORCH and not value.is_inference() else ()
 
 
 MAX_SIGNATURES = 1024  # per resolved op; past this its signature caches start over

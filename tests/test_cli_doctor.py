@@ -5,14 +5,18 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import shutil
 import stat
+import subprocess
+import sys
 import time
 from importlib import metadata
 from pathlib import Path
 
 import pytest
-from cli_support import FAILING, Result, run_cli
+from cli_support import FAILING, Result, environment, run_cli
 
+import opcore
 from opcore import probes
 from opcore.backend import BackendSpec
 from opcore.cli import doctor
@@ -65,6 +69,56 @@ def test_both_forms_say_how_run_serves_a_cached_torch_call(text: Result, data: d
     else:
         assert fast_path.startswith("pure Python: ")
     assert any(line.split()[:1] == ["run"] and fast_path in line for line in text.out.splitlines()), text.out
+
+
+def test_both_forms_say_which_compiled_parts_are_built(text: Result, data: dict) -> None:
+    """opcore._fastrun and opcore._torchguard: "built" where their files are installed (found, not
+    loaded: no libtorch without --deep), else what building them takes."""
+    import importlib.util
+
+    parts = data["opcore"]["compiled_parts"]
+    assert list(parts) == ["opcore._fastrun", "opcore._torchguard"]
+    for name, state in parts.items():
+        assert (state == "built") == (importlib.util.find_spec(name) is not None), (name, state)
+    row = next(line for line in text.out.splitlines() if line.split()[:1] == ["built"])
+    assert all(name in row for name in parts), row
+
+
+def test_a_core_without_its_compiled_parts_says_how_to_build_them(tmp_path: Path) -> None:
+    """A copy of the core without its extensions (what pip installs without a compiler): the doctor
+    says neither is built and what each takes, and opcore.run is pure Python. The copy is imported
+    as an installed package: the editable install's finder, which would find this checkout's builds
+    for any opcore on the path, is taken out of the child first."""
+    shutil.copytree(
+        Path(opcore.__file__).parent, tmp_path / "opcore", ignore=shutil.ignore_patterns("*.so", "*.pyd", "__pycache__")
+    )
+    script = (
+        "import runpy, sys; sys.meta_path[:] = [f for f in sys.meta_path if '__editable__' not in repr(f)]; "
+        "runpy.run_module('opcore.cli', run_name='__main__', alter_sys=True)"
+    )
+
+    def doctor(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", script, "doctor", *args],
+            capture_output=True,
+            text=True,
+            env=environment(PYTHONPATH=str(tmp_path)),
+            cwd=tmp_path,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode in (0, 1), done.stderr
+        return done.stdout
+
+    data = json.loads(doctor("--json"))
+    assert data["opcore"]["path"] == str(tmp_path / "opcore")
+    parts = data["opcore"]["compiled_parts"]
+    assert parts["opcore._fastrun"].startswith("not built: a C compiler"), parts
+    assert parts["opcore._torchguard"].startswith("not built: optional"), parts
+    assert "--no-build-isolation" in parts["opcore._torchguard"]
+    assert data["opcore"]["fast_path"].startswith("pure Python: opcore._fastrun was not built"), data["opcore"]
+    row = next(line for line in doctor().splitlines() if line.split()[:1] == ["built"])
+    assert "opcore._fastrun not built" in row and "opcore._torchguard not built: optional" in row, row
 
 
 def test_both_forms_say_which_tensor_guard_serves(text: Result, data: dict) -> None:

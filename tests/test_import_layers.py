@@ -24,12 +24,9 @@ else:  # Python 3.10: tomli, the same parser before it joined the stdlib (the Ma
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
-# circles that PART A of issue 24 breaks (a leaf module for dispatch's caches; tuning's selection hook
-# in tuning): known here until it merges. The lead empties this list at merge.
-PENDING_PART_A: list[frozenset[str]] = [
-    frozenset({"opcore.dispatch", "opcore._remember", "opcore._guards"}),
-    frozenset({"opcore.plans", "opcore.tuning.measure"}),
-]
+# circles known to be pending (none: PART A of issue 24 broke the last two, with a leaf module for
+# dispatch's caches, opcore._dispatchcaches, and tuning's selection hook in opcore.tuning.selecting)
+PENDING_PART_A: list[frozenset[str]] = []
 
 
 def _modules(package: pathlib.Path) -> dict[str, pathlib.Path]:

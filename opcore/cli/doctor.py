@@ -9,6 +9,7 @@ reason, never raises), then render it as text for people or as JSON (schema 1, d
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import os
 import platform
 import sys
@@ -124,6 +125,9 @@ class DoctorReport:
     fast_path: str
     # the tensor guard confirming cached torch signatures: opcore's compiled one, or torch's and why (opcore._guards)
     tensor_guard: str
+    # opcore's optional compiled parts as installed: (module, "built" or "not built: <what it takes>"), found
+    # without loading them (opcore._torchguard loads libtorch); whether they serve: fast_path, tensor_guard
+    compiled_parts: tuple[tuple[str, str], ...]
     python_version: str
     python_implementation: str
     python_executable: str
@@ -378,6 +382,7 @@ def collect(describe: bool = True, timeout_s: float = DESCRIBE_TIMEOUT_S, deep: 
         opcore_path=os.path.dirname(opcore.__file__ or ""),
         fast_path=_fast_path(),
         tensor_guard=_tensor_guard(),
+        compiled_parts=compiled_parts(),
         python_version=platform.python_version(),
         python_implementation=platform.python_implementation(),
         python_executable=sys.executable,
@@ -505,6 +510,37 @@ def _fast_path() -> str:
     return f"pure Python: {dispatch.PURE_PYTHON_REASON or 'turned off in this process (use_compiled)'}"
 
 
+# what each compiled part takes to build, where it is not installed (setup.py; docs/architecture.md)
+_BUILD_STEP = {
+    "opcore._fastrun": (
+        "a C compiler when opcore is installed (pip builds it; it warns and goes on without one): "
+        "opcore.run takes its pure-Python path"
+    ),
+    "opcore._torchguard": (
+        "optional: torch importable while opcore is built, which pip's isolated build is not: "
+        "`pip install --no-build-isolation .` (or `-e .`) in an environment with torch and a C++ compiler "
+        "(`make` does it); torch's TensorGuards serve meanwhile"
+    ),
+}
+
+
+def compiled_parts() -> tuple[tuple[str, str], ...]:
+    """Which of opcore's optional compiled parts are installed here: (module, "built") or (module,
+    "not built: <what building it takes>"), found by their files, not imported.
+
+    >>> dict(compiled_parts())["opcore._fastrun"] in ("built", "not built: " + _BUILD_STEP["opcore._fastrun"])
+    True
+    """
+    parts = []
+    for name, step in _BUILD_STEP.items():
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        parts.append((name, "built" if found else f"not built: {step}"))
+    return tuple(parts)
+
+
 def _tensor_guard() -> str:
     """Which tensor guard confirms cached torch signatures here: asked only where torch is loaded
     (--deep; the doctor imports no runtime otherwise, and loading opcore._torchguard loads libtorch).
@@ -529,6 +565,7 @@ def to_json(report: DoctorReport) -> dict[str, Any]:
             "path": report.opcore_path,
             "fast_path": report.fast_path,
             "tensor_guard": report.tensor_guard,
+            "compiled_parts": dict(report.compiled_parts),
         },
         "python": {
             "version": report.python_version,

@@ -95,6 +95,13 @@ def _yes_no(value: object) -> str:
     return str(value)
 
 
+def _compiled_parts(report: DoctorReport, style: Style) -> str:
+    """The ``built`` row: each optional compiled part, and what building a missing one takes."""
+    return " · ".join(
+        name if state == "built" else style.warn(f"{name} {state}") for name, state in report.compiled_parts
+    )
+
+
 def render_text(report: DoctorReport, style: Style, verbose: bool = False) -> str:
     """The doctor's text form; ``verbose`` adds the tracebacks of failed plugins."""
     out: list[str] = [style.dim(NOTE), ""]
@@ -113,6 +120,7 @@ def render_text(report: DoctorReport, style: Style, verbose: bool = False) -> st
         ("opcore", f"{report.opcore_version}  {report.opcore_path}"),
         ("run", report.fast_path if report.fast_path.startswith("compiled") else style.warn(report.fast_path)),
         ("guard", report.tensor_guard if report.tensor_guard.startswith("opcore") else style.dim(report.tensor_guard)),
+        ("built", _compiled_parts(report, style)),
         ("python", f"{report.python_version} ({report.python_implementation})  {report.python_executable}"),
         ("platform", report.platform),
         ("cpu", f"{cpu.model or 'unknown model'} · {cpu.machine} · {cores}"),
