@@ -40,7 +40,7 @@ _EXPORTS = {
     "TensorMeta": "opcore.types",
     "OpContract": "opcore.contracts",
     "define_op": "opcore.contracts",
-    "Kernel": "opcore.kernels",
+    "Kernel": "opcore.kernel_records",
     "Registrar": "opcore.registry",
     "PluginReport": "opcore.reports",
     "PluginStatus": "opcore.reports",
@@ -161,7 +161,7 @@ if TYPE_CHECKING:  # what static analysis sees
     )
     from opcore.explanation import Explanation
     from opcore.hookspecs import hookimpl
-    from opcore.kernels import Kernel
+    from opcore.kernel_records import Kernel
     from opcore.registry import Registrar
     from opcore.reports import PluginReport, PluginStatus
     from opcore.resolved import ResolvedOp, resolve

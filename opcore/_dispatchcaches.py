@@ -148,7 +148,7 @@ TORCH_TYPES: set[type] = set()  # torch.Tensor and subclasses (Parameter), added
 KEYWORD: dict[tuple[Any, ...] | None, Callable[..., Any]] = {}  # calls with keywords holding tensors
 INLINE: dict[tuple[Any, ...], Callable[..., Any]] = {}  # run()'s inline keys (numpy arrays, torch tensors)
 POSITIONAL: dict[tuple[Any, ...] | None, Callable[..., Any]] = {}  # any positional call
-BOUND: dict[tuple[Any, ...], Any] = {}  # the bound call's canonical key -> its opcore.plans.Plan
+BOUND: dict[tuple[Any, ...], Any] = {}  # the bound call's canonical key -> its opcore.call_plans.CallPlan
 RECOVER: dict[tuple[Any, ...] | None, Callable[[tuple[Any, ...], Exception], Any]] = {}
 # per op: the position of each parameter that may be passed by keyword or by position (keyword-only
 # ones are not there); run() turns linear(x, w, b=b) into linear(x, w, b) with it, so a keyword call

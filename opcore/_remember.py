@@ -44,8 +44,8 @@ from opcore._dispatchcaches import (
     torch_signature,
     torch_tensor_type,
 )
+from opcore.call_plans import CallPlan, bind, build_plan
 from opcore.contracts import OpContract
-from opcore.plans import Plan, bind, build_plan
 from opcore.runtime import runtime
 from opcore.settings import ContextPolicy, context_policy
 from opcore.tuning.selecting import select_tuned
@@ -146,7 +146,7 @@ def _remember(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     bound: tuple[Any, ...],
-    plan: Plan,
+    plan: CallPlan,
 ) -> None:
     """Cache an entry taking the raw positional arguments, under run()'s inline key and (without
     keywords) the general positional key, when such a key is well defined.
@@ -283,7 +283,7 @@ def _remember_keywords(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     bound: tuple[Any, ...],
-    plan: Plan,
+    plan: CallPlan,
 ) -> None:
     """Cache an entry for a call whose keywords hold tensors: it takes (args, kwargs) and puts each
     tensor at its bound position (positional ones at their index, keywords at their schema name's).

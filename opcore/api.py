@@ -6,13 +6,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from opcore.call_plans import selection_for
 from opcore.contracts import OpContract
 from opcore.errors import ArgumentError, OpcoreError
 from opcore.explanation import Explanation, explanation_of
-from opcore.plans import selection_for
+from opcore.kernel_walk import check_named
 from opcore.reports import PluginReport
 from opcore.runtime import runtime
-from opcore.selection import check_named
 from opcore.settings import UNSET, ContextPolicy, Settings, context_policy
 from opcore.types import TensorMeta
 
@@ -137,8 +137,8 @@ def infer_meta(op: str, /, *args: Any, **kwargs: Any) -> TensorMeta | tuple[Tens
     contract = runtime().ensure_loaded().registry.contract(op)
     try:
         bound = contract.schema.bind(args, kwargs, metas=True)
+        from opcore.kernel_walk import _tensors
         from opcore.meta import common_device
-        from opcore.selection import _tensors
 
         common_device(_tensors(contract, bound))
         return contract.meta(*bound)

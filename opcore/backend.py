@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import field
 
-from opcore.records import record
+from opcore.fast_records import record
 from opcore.types import DeviceType
 
 __all__ = ["API_VERSION", "BackendSpec", "DEFAULT_PRIORITIES"]

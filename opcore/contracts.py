@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from opcore.errors import ArgumentError
-from opcore.records import record
+from opcore.fast_records import record
 from opcore.schema import BaseType, Schema, parse_schema
 from opcore.types import DType, TensorMeta
 

@@ -19,7 +19,7 @@ The first call of a signature checks the kernel's result against the contract's 
 This module is the cached path: run() and the keys it builds inline. The caches, the general keys
 and the layout of a guarded slot are opcore._dispatchcaches' (a leaf, shared with the slow path). A
 call found in none of them goes to the slow path, opcore._remember (bind, select, plan, remember the
-signature), imported on the first miss; plans and the selection live in opcore.plans.
+signature), imported on the first miss; plans and the selection live in opcore.call_plans.
 """
 
 from __future__ import annotations

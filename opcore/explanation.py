@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from opcore.errors import OpcoreError
-from opcore.selection import Candidate, CandidateStatus, Selection
+from opcore.kernel_walk import Candidate, CandidateStatus, Selection
 from opcore.types import TensorMeta
 
 __all__ = ["Explanation", "explanation_of"]

@@ -44,9 +44,9 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "DEFAULT_PRIORITIES": ("opcore.backend", "DEFAULT_PRIORITIES"),
     "hookimpl": ("opcore.hookspecs", "hookimpl"),
     "Registrar": ("opcore.registry", "Registrar"),
-    "Kernel": ("opcore.kernels", "Kernel"),
-    "Checker": ("opcore.kernels", "Checker"),
-    "Costly": ("opcore.kernels", "Costly"),
+    "Kernel": ("opcore.kernel_records", "Kernel"),
+    "Checker": ("opcore.kernel_records", "Checker"),
+    "Costly": ("opcore.kernel_records", "Costly"),
     # contracts: ops a plugin defines, the built-in ones it serves
     "OpContract": ("opcore.contracts", "OpContract"),
     "define_op": ("opcore.contracts", "define_op"),
@@ -114,7 +114,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "distribution_version": ("opcore.distmeta", "version"),
     "capacity_from_env": ("opcore.lru", "capacity_from_env"),
     "runtime_threads": ("opcore.settings", "runtime_threads"),
-    "record": ("opcore.records", "record"),
+    "record": ("opcore.fast_records", "record"),
     # the partition protocol (graph runtimes)
     "CompiledPartition": ("opcore.partition_protocol", "CompiledPartition"),
     "PartNode": ("opcore.partition_protocol", "PartNode"),
@@ -180,7 +180,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "register_torch_kernels": ("opcore.torchkit.registration", "register_torch_kernels"),
     "torch_dtypes": ("opcore.torchkit.registration", "torch_dtypes"),
     # ... and these import torch
-    "torch_kernels": ("opcore.torchkit.kernels", None),  # one device-generic kernel per op
+    "torch_kernels": ("opcore.torchkit.torch_kernels", None),  # one device-generic kernel per op
     "batch_rows": ("opcore.torchkit.prepared", "batch_rows"),
     "free_positions": ("opcore.torchkit.prepared", "free_positions"),
     "with_free_args": ("opcore.torchkit.prepared", "with_free_args"),
@@ -371,10 +371,11 @@ if TYPE_CHECKING:  # what static analysis sees
         ShapeError,
         Unsupported,
     )
+    from opcore.fast_records import record
     from opcore.graph.ranges import narrowing_refused
     from opcore.hookspecs import hookimpl
     from opcore.isacap import BELOW_AVX512, ISA_CAP_VARIABLES, onednn_cap_below_avx512, onednn_isa_cap
-    from opcore.kernels import Checker, Costly, Kernel
+    from opcore.kernel_records import Checker, Costly, Kernel
     from opcore.lru import capacity_from_env
     from opcore.meta import (
         ALL_DTYPES,
@@ -441,7 +442,6 @@ if TYPE_CHECKING:  # what static analysis sees
     )
     from opcore.probes import cpu_info
     from opcore.quantize import QuantizedWeight, pack_int4
-    from opcore.records import record
     from opcore.registry import Registrar
     from opcore.settings import runtime_threads
     from opcore.testing import (
@@ -463,7 +463,7 @@ if TYPE_CHECKING:  # what static analysis sees
     )
     from opcore.testing.partitions import PartitionCase, check_partition, check_partition_error, partition_cases
     from opcore.torchkit import API_VERSION as TORCHKIT_API_VERSION
-    from opcore.torchkit import kernels as torch_kernels
+    from opcore.torchkit import torch_kernels
     from opcore.torchkit.prepared import batch_rows, free_positions, with_free_args
     from opcore.torchkit.registration import register_aten_fallback, register_torch_kernels, torch_dtypes
     from opcore.types import ArrayKind, Device, DeviceType, DType, Layout, TensorMeta

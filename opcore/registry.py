@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from opcore.backend import BackendSpec
 from opcore.contracts import OpContract, source_of
 from opcore.errors import ArgumentError, PluginError, UnknownOpError
-from opcore.kernels import Checker, Kernel, Prepare, as_dtypes, load_callable
+from opcore.kernel_records import Checker, Kernel, Prepare, as_dtypes, load_callable
 from opcore.types import ArrayKind, DeviceType, DType
 
 __all__ = ["ContractFactory", "KernelFactory", "Registrar", "Registry", "load_kernel_callable", "reference_problems"]

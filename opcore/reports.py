@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import Enum
 
 from opcore.backend import BackendSpec
-from opcore.records import record
+from opcore.fast_records import record
 
 __all__ = ["PluginReport", "PluginStatus"]
 

@@ -8,16 +8,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy
 
+from opcore.call_plans import CallPlan, build_plan, convert_tensors, holds_tensor, kernel_converters, selection_for
 from opcore.dispatch import compiled_part
 from opcore.errors import ArgumentError
 from opcore.explanation import Explanation, explanation_of
-from opcore.kernels import Kernel
-from opcore.plans import Plan, build_plan, convert_tensors, holds_tensor, kernel_converters, selection_for
+from opcore.kernel_records import Kernel
+from opcore.kernel_walk import Selection, select
 from opcore.registry import load_kernel_callable
 from opcore.results import listed as _listed
 from opcore.results import result_error, result_problem
 from opcore.runtime import runtime
-from opcore.selection import Selection, select
 from opcore.settings import ContextPolicy, context_policy
 from opcore.tuning.selecting import select_tuned
 from opcore.types import ArrayKind, array_kind_of, is_tensor
@@ -246,7 +246,7 @@ class _Signatures:
         self.kinds = (selection.kinds, selection.caller_kind, selection.transfer)
         # signature -> its plan's recover; with check: (verify, recover)
         self.seen: dict[Any, Any] = {}
-        self.routes: dict[Any, Plan] = {}
+        self.routes: dict[Any, CallPlan] = {}
         # torch constants whose version counter the entry compares on every call (prepared kernels only)
         self.versioned: tuple[Any, ...] = ()
         self.examples: tuple[Any, ...] = ()
@@ -372,7 +372,7 @@ class _Signatures:
             guard, rest, failed, nargs = self.armed
             target._arm(guard, self.first, rest, failed, nargs)
 
-    def _route(self, key: Any, plan: Plan) -> None:
+    def _route(self, key: Any, plan: CallPlan) -> None:
         if key is not None:
             if len(self.routes) >= MAX_SIGNATURES:
                 self.routes.clear()

@@ -34,7 +34,7 @@ from typing import Any
 import numpy
 
 from opcore.errors import ArgumentError
-from opcore.records import record
+from opcore.fast_records import record
 from opcore.types import Device, DType, TensorMeta, is_tensor
 
 __all__ = ["Argument", "ArgType", "BaseType", "NO_DEFAULT", "Schema", "parse_schema"]

@@ -15,7 +15,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from opcore.errors import ArgumentError
-from opcore.records import record
+from opcore.fast_records import record
 
 __all__ = [
     "ContextPolicy", "ENV_VARS", "Settings", "UNSET", "context_policy", "pure_python", "runtime_threads",

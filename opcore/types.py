@@ -17,7 +17,7 @@ from typing import Any
 import numpy
 
 from opcore.errors import ArgumentError
-from opcore.records import record
+from opcore.fast_records import record
 
 __all__ = [
     "ArrayKind",

@@ -77,9 +77,9 @@ def run_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
     reason, where the extension is not there. Fallback warnings are given once per process: each
     run starts with none given yet, as the test's single run did.
     """
-    from opcore import dispatch, selection
+    from opcore import dispatch, kernel_walk
 
-    selection._warned.clear()
+    kernel_walk._warned.clear()
 
     fast = dispatch.run
     if request.param == "compiled":

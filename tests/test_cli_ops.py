@@ -9,7 +9,7 @@ import pytest
 from cli_support import REPO, Result, run_cli
 
 from opcore.cli.ops_command import SHORT, _cell, builtin_reference, coverage
-from opcore.kernels import Kernel
+from opcore.kernel_records import Kernel
 from opcore.opset import BUILTIN_CONTRACTS, BUILTIN_DTYPES
 from opcore.types import DeviceType, DType
 

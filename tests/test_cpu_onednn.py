@@ -14,7 +14,7 @@ from machine import check_onednn_choice, onednn_or_aten, onednn_reason  # noqa: 
 from opcase import TOLERANCES, rand, reseed  # noqa: E402
 
 import opcore  # noqa: E402
-from opcore.kernels import Costly  # noqa: E402
+from opcore.kernel_records import Costly  # noqa: E402
 from opcore.types import DType, TensorMeta  # noqa: E402
 from opcore_cpu import choice  # noqa: E402
 

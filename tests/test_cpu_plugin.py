@@ -166,7 +166,7 @@ def test_registered_kernels_and_labels():
     aten = {k.op: k for k in mine if k.label == "aten"}
     assert set(aten) == set(CPU_DTYPES)
     for op, dtypes in CPU_DTYPES.items():
-        assert aten[op].dtypes == dtypes and aten[op].source == f"opcore.torchkit.kernels:{op}"
+        assert aten[op].dtypes == dtypes and aten[op].source == f"opcore.torchkit.torch_kernels:{op}"
     onednn = {k.op: k for k in mine if k.label == "onednn"}
     linears = {"linear", "linear_relu", "linear_silu", "linear_gelu"}
     assert set(onednn) == linears | {"gated_mlp", "conv2d_relu", "conv2d_silu"}

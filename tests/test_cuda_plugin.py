@@ -20,8 +20,8 @@ import pytest
 from opcore_cuda.dtypes import CUBLASLT_DTYPES, CUDA_DIFFERENCES, CUDA_DTYPES
 
 import opcore
+from opcore.kernel_walk import CandidateStatus
 from opcore.runtime import runtime
-from opcore.selection import CandidateStatus
 from opcore.types import DeviceType, DType
 from opcore_cuda import plugin, system
 
@@ -182,7 +182,7 @@ def test_registered_kernels_labels_and_dtypes(cuda_available):
     expected = {**CUDA_DTYPES, **{op: CUDA_DIFFERENCES[op] for op in ("conv2d_relu", "conv2d_silu")}}
     assert set(aten) == set(expected)
     for op, dtypes in expected.items():
-        wanted = plugin.CUDA_OVERRIDES.get(op, f"opcore.torchkit.kernels:{op}")
+        wanted = plugin.CUDA_OVERRIDES.get(op, f"opcore.torchkit.torch_kernels:{op}")
         assert aten[op].dtypes == dtypes and aten[op].source == wanted, op
     for op in ("linear", "matmul", "bmm", "linear_relu", "conv2d"):
         assert not any(d.is_integer for d in aten[op].dtypes), f"{op}: CUDA has no integer kernel"

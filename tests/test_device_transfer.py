@@ -17,7 +17,7 @@ import pytest
 import opcore
 from opcore import BackendSpec, DeviceType
 from opcore.errors import Unsupported
-from opcore.selection import CandidateStatus
+from opcore.kernel_walk import CandidateStatus
 
 torch = pytest.importorskip("torch", reason="device transfers move numpy arrays into torch tensors")
 from opcore.torchkit.arrays import to_device, to_host  # noqa: E402  (needs torch)

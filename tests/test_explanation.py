@@ -6,7 +6,7 @@ import numpy
 import pytest
 
 import opcore
-from opcore.selection import CandidateStatus
+from opcore.kernel_walk import CandidateStatus
 
 pytestmark = pytest.mark.usefixtures("only_reference")
 

@@ -26,7 +26,7 @@ import numpy
 import pytest
 
 import opcore
-from opcore import BackendSpec, DeviceType, dispatch, selection
+from opcore import BackendSpec, DeviceType, dispatch, kernel_walk
 
 torch = pytest.importorskip("torch", reason="the compiled path serves torch tensors")
 F = torch.nn.functional
@@ -212,7 +212,7 @@ def test_a_failing_entry_is_recovered_exactly_as_in_python() -> None:
 
     def falls_back() -> tuple[Any, ...]:
         flaky.calls = 0
-        selection._warned.clear()  # the warning is given once per process: each path gets its own
+        kernel_walk._warned.clear()  # the warning is given once per process: each path gets its own
         opcore.run("relu", x)
         with pytest.warns(opcore.FallbackWarning) as caught:
             result = opcore.run("relu", -x)

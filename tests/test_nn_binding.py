@@ -31,13 +31,13 @@ class PartsOnly:
     def opcore_register_kernels(self, registrar):
         registrar.add_kernel(
             "linear",
-            "opcore.torchkit.kernels:linear",
+            "opcore.torchkit.torch_kernels:linear",
             dtypes=DTYPES,
             array_kind="torch",
             prepare="opcore.torchkit.prepared:prepare_linear",
         )
         for op in ("relu", "silu", "gelu", "mul"):
-            registrar.add_kernel(op, f"opcore.torchkit.kernels:{op}", dtypes=DTYPES, array_kind="torch")
+            registrar.add_kernel(op, f"opcore.torchkit.torch_kernels:{op}", dtypes=DTYPES, array_kind="torch")
 
 
 @pytest.fixture

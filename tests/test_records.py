@@ -1,4 +1,4 @@
-"""opcore.records.record: the value semantics of @dataclass(frozen=True, slots=True), built from closures."""
+"""opcore.fast_records.record: the value semantics of @dataclass(frozen=True, slots=True), built from closures."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from opcore.records import record
+from opcore.fast_records import record
 from opcore.types import CPU, Device, DeviceType, DType, TensorMeta
 
 

@@ -1,4 +1,4 @@
-"""The shared torch kernels (opcore.torchkit.kernels, registered by opcore.torchkit.registration),
+"""The shared torch kernels (opcore.torchkit.torch_kernels, registered by opcore.torchkit.registration),
 run through the dispatcher pinned to the cpu backend and compared with the reference backend on
 the same inputs: every built-in op, every dtype the cpu backend declares, scalars, empty
 dimensions, broadcasting and non-contiguous inputs. Result dtypes must equal the contract's.
@@ -325,7 +325,7 @@ def test_declared_dtypes_follow_the_contracts():
 
 def test_the_shared_kernel_list_is_what_the_module_exports():
     """register_torch_kernels reads kernels.OPS from the source; it must be the real one."""
-    from opcore.torchkit import kernels
+    from opcore.torchkit import torch_kernels as kernels
     from opcore.torchkit.registration import shared_kernel_ops
 
     assert shared_kernel_ops() == kernels.OPS

@@ -18,7 +18,7 @@ import pytest
 
 import opcore
 from opcore import BackendSpec, DeviceType
-from opcore.kernels import Costly
+from opcore.kernel_records import Costly
 from opcore.tuning import table
 from opcore.tuning.table import Entry, Measurement, bucket, measured_order
 

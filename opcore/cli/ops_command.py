@@ -12,7 +12,7 @@ from typing import Any
 
 from opcore.cli.render import Style, dumps_json, table
 from opcore.contracts import OpContract
-from opcore.kernels import Kernel
+from opcore.kernel_records import Kernel
 from opcore.types import DeviceType, DType
 
 __all__ = ["add_parser", "coverage", "markdown_reference", "run_ops"]

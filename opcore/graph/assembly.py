@@ -248,7 +248,7 @@ def _assemble(
     fallback = options.fallback and not strict_context
     allowed = frozenset(options.backends) if options.backends else None
     if options.backends:
-        from opcore.selection import check_named
+        from opcore.kernel_walk import check_named
 
         check_named(rt, options.backends, "opcore.graph.capture(backends=...)")
     notes = notes or {}

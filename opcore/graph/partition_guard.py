@@ -1,6 +1,6 @@
 """A graph backend's partition compiler held to the kernels' standard: whatever it does, the host goes on.
 
-A kernel that raises, returns the wrong thing or hangs in its probe is isolated (opcore.selection,
+A kernel that raises, returns the wrong thing or hangs in its probe is isolated (opcore.kernel_walk,
 opcore.plugins); this module does the same for partition compilers and their compiled partitions:
 
 * ``guarded(...)`` calls a compiler's ``compile``/``load``/``save`` in a worker thread with a time

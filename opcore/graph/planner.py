@@ -18,14 +18,14 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
+from opcore.call_plans import build_plan, selection_for
 from opcore.contracts import OpContract
 from opcore.errors import DTypeError, OpcoreError
 from opcore.graph.ir import Graph, Node, ValueRef, python_step, refs_in, substitute
 from opcore.graph.ranges import NO_INT64, Interval, ValueProof, node_narrowing, shown
-from opcore.plans import build_plan, selection_for
+from opcore.kernel_walk import CandidateStatus, select
 from opcore.resolved import resolve
 from opcore.runtime import runtime
-from opcore.selection import CandidateStatus, select
 from opcore.settings import context_policy
 from opcore.types import DType, TensorMeta, is_tensor
 

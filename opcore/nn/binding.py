@@ -25,8 +25,8 @@ from typing import Any
 
 import opcore
 from opcore.errors import ArgumentError, NoKernelError, OpcoreError
+from opcore.kernel_walk import CandidateStatus
 from opcore.resolved import ResolvedOp, resolve_with
-from opcore.selection import CandidateStatus
 
 __all__ = ["BackendRequest", "Bound", "Fused", "Single", "bind", "parse_backend"]
 

@@ -23,7 +23,7 @@ import numpy
 
 import opcore
 from opcore.errors import NoKernelError, OpcoreError
-from opcore.kernels import Kernel
+from opcore.kernel_records import Kernel
 from opcore.testing.records import ErrorInput, OpEntry, Sample, TensorInput
 from opcore.testing.tolerances import tolerance_for
 from opcore.types import ArrayKind, DeviceType, DType, TensorMeta, array_kind_of

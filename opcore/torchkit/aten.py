@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from opcore.contracts import OpContract, define_op
 from opcore.errors import ArgumentError, DTypeError, NoKernelError, OpcoreError, ShapeError, Unsupported
-from opcore.kernels import Kernel
+from opcore.kernel_records import Kernel
 from opcore.schema import NO_DEFAULT, Schema
 from opcore.torchkit import ATEN_PREFIX, FALLBACK_LABEL
 from opcore.types import ArrayKind, DeviceType, DType, TensorMeta
@@ -567,7 +567,7 @@ def _kernel(op: AtenOp, device: DeviceType) -> Callable[..., Any]:
 
 
 def _guarded_div(op: AtenOp, device: DeviceType) -> Callable[..., Any]:
-    from opcore.torchkit.kernels import div
+    from opcore.torchkit.torch_kernels import div
 
     def run_aten(x: Any, other: Any, rounding_mode: str | None = None) -> Any:
         try:

@@ -1,4 +1,4 @@
-"""Torch kernels of the convolutions (re-exported by ``opcore.torchkit.kernels``, whose ``OPS``
+"""Torch kernels of the convolutions (re-exported by ``opcore.torchkit.torch_kernels``, whose ``OPS``
 the registration reads): conv1d and conv2d with explicit padding sizes or "same"/"valid".
 
 A string padding is turned into sizes here, as torch's own ``padding="same"`` does: symmetric

@@ -1,4 +1,4 @@
-"""Torch kernels of the creation family (re-exported by ``opcore.torchkit.kernels``, whose
+"""Torch kernels of the creation family (re-exported by ``opcore.torchkit.torch_kernels``, whose
 ``OPS`` the registration reads): the ``*_like`` ops take x's shape and device, zeros, ones,
 full and arange their ``device`` attribute. The dtype is always passed explicitly, resolved by
 the contract's rule, so that ``torch.set_default_dtype`` cannot make a kernel disagree with the

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from opcore.torchkit import kernels
+from opcore.torchkit import torch_kernels as kernels
 from opcore.torchkit.freeargs import free_positions, with_free_args
 
 __all__ = [

@@ -20,7 +20,7 @@ from opcore.types import ArrayKind, DeviceType, DType
 
 if TYPE_CHECKING:
     from opcore.contracts import OpContract
-    from opcore.kernels import Checker, Kernel
+    from opcore.kernel_records import Checker, Kernel
     from opcore.registry import Registrar
 
 __all__ = [
@@ -39,7 +39,7 @@ __all__ = [
     "torch_dtypes",
 ]
 
-KERNEL_MODULE = "opcore.torchkit.kernels"
+KERNEL_MODULE = "opcore.torchkit.torch_kernels"
 # ops whose shared kernel can prepare constant weights (opcore.torchkit.prepared)
 PREPARES = {
     **{op: f"opcore.torchkit.prepared:prepare_{op}" for op in ("linear", "linear_relu", "linear_silu", "linear_gelu")},
@@ -64,7 +64,7 @@ def torch_dtypes(
 
 
 def shared_kernel_ops() -> tuple[str, ...]:
-    """The ops ``opcore.torchkit.kernels`` has a kernel for (its ``OPS``, read without torch)."""
+    """The ops ``opcore.torchkit.torch_kernels`` has a kernel for (its ``OPS``, read without torch)."""
     return declared_ops(KERNEL_MODULE)
 
 
@@ -76,7 +76,7 @@ def register_torch_kernels(
     ops: Iterable[str] | None = None,
     checkers: Mapping[str, Checker] | None = None,
 ) -> list[Kernel]:
-    """Register ``opcore.torchkit.kernels.<op>`` on ``device_type`` for each op the registrar knows
+    """Register ``opcore.torchkit.torch_kernels.<op>`` on ``device_type`` for each op the registrar knows
     (built-in or a plugin's contract) that the shared kernels implement, with the dtypes of
     ``torch_dtypes`` (the contract's, but where ``differences`` says torch on this device differs;
     a backend adds its own device-specific kernels on top, with another label). Built-in ops

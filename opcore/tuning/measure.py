@@ -21,12 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from opcore.kernels import Costly, Kernel
+from opcore.kernel_records import Costly, Kernel
 from opcore.tuning.table import Entry, Measurement, example_text, format_us, measured_order, now, record
 
 if TYPE_CHECKING:
+    from opcore.kernel_walk import Selection
     from opcore.runtime import Runtime
-    from opcore.selection import Selection
 
 __all__ = ["TuneResult", "tune", "tune_selection"]
 
@@ -75,8 +75,8 @@ def tune(op: str, /, *args: Any, rounds: int = ROUNDS, **kwargs: Any) -> TuneRes
 
     >>> print(opcore.tune("linear", x, w))   # doctest: +SKIP
     """
+    from opcore.call_plans import selection_for
     from opcore.errors import ArgumentError
-    from opcore.plans import selection_for
     from opcore.runtime import runtime
 
     if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 1:
@@ -88,7 +88,7 @@ def tune(op: str, /, *args: Any, rounds: int = ROUNDS, **kwargs: Any) -> TuneRes
 
 def tune_selection(rt: Runtime, selection: Selection, bound: tuple[Any, ...], rounds: int = ROUNDS) -> TuneResult:
     """Measure the candidates of an already checked selection (``opcore.tune`` and ``OPCORE_TUNE=1``)."""
-    from opcore.selection import check_kernel, tuning_key
+    from opcore.kernel_walk import check_kernel, tuning_key
 
     contract = selection.contract
     ranked = rt.registry.ranked(contract.name).get((selection.device.type, selection.dtype), ())
@@ -98,7 +98,7 @@ def tune_selection(rt: Runtime, selection: Selection, bound: tuple[Any, ...], ro
     if not candidates:
         if selection.error is not None:
             raise selection.error
-        from opcore.selection import no_kernel_error
+        from opcore.kernel_walk import no_kernel_error
 
         raise no_kernel_error(selection, "no kernel can run it, so there is nothing to measure")
     measurements, failed = _measure(candidates, selection, bound, rounds)
@@ -121,7 +121,7 @@ def _measure(
     import random
     import statistics
 
-    from opcore.plans import adapt
+    from opcore.call_plans import adapt
 
     sync = _synchronizer(selection)
     calls: dict[str, Callable[[], Any]] = {}

@@ -1,6 +1,6 @@
 """Tuning's selection hook: select(), measuring first under ``OPCORE_TUNE=1`` a signature the tuning
 file has no times for. The dispatcher's slow path (opcore._remember) and resolve (opcore.resolved)
-select with it; opcore.plans, which tuning's measurement builds on, knows nothing of tuning.
+select with it; opcore.call_plans, which tuning's measurement builds on, knows nothing of tuning.
 
 >>> selection = select_tuned(rt, contract, bound, None, None)   # doctest: +SKIP
 """
@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from opcore.errors import NoKernelError
-from opcore.selection import select
+from opcore.kernel_walk import select
 
 if TYPE_CHECKING:
     from opcore.contracts import OpContract
+    from opcore.kernel_walk import Selection
     from opcore.runtime import Runtime
-    from opcore.selection import Selection
     from opcore.settings import ContextPolicy
 
 __all__ = ["select_tuned"]

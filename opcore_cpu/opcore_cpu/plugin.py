@@ -7,7 +7,7 @@ Three layers of kernels, highest priority first:
 
 - ``cpu/onednn`` (+10): oneDNN linear and fused linear + activation, gated_mlp and conv2d + activation, with
   ``prepare`` packing constant weights; their checkers send small problems to the next layer.
-- ``cpu/aten``: the shared device-generic torch kernels (``opcore.torchkit.kernels``), every op.
+- ``cpu/aten``: the shared device-generic torch kernels (``opcore.torchkit.torch_kernels``), every op.
   ``linear_wq`` among them: torch's int8/int4 weight-only kernels, packed once by ``prepare``
   (opcore.torchkit.quantized), large float32 weights declined as Costly (opcore_cpu.choice).
 - ``aten.*`` ops: the shared ATen fallback (``opcore.torchkit.aten``), any ``torch.ops.aten`` op.

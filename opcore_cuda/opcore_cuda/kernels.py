@@ -1,4 +1,4 @@
-"""The few ops where torch on CUDA needs more than the shared kernels (``opcore.torchkit.kernels``).
+"""The few ops where torch on CUDA needs more than the shared kernels (``opcore.torchkit.torch_kernels``).
 
 Each function wraps the shared kernel (never a copy of it) and is registered in its place, with
 the same "aten" label, through ``register_torch_kernels(..., overrides=plugin.CUDA_OVERRIDES)``:

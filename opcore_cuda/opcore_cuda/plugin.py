@@ -11,7 +11,7 @@ Three layers, highest priority first:
 
 - ``cuda/cublaslt`` (+10): linear_relu and linear_gelu through ``torch._addmm_activation``, the
   activation fused into the GEMM as a cuBLASLt epilogue.
-- ``cuda/aten``: the shared device-generic torch kernels (``opcore.torchkit.kernels``) for every
+- ``cuda/aten``: the shared device-generic torch kernels (``opcore.torchkit.torch_kernels``) for every
   built-in op, with ``opcore_cuda.kernels`` in place of three of them (div, embedding, layer_norm);
   scaled_dot_product_attention is torch's fused SDPA (flash / memory-efficient / cuDNN).
 - ``aten.*`` ops: the shared ATen fallback (``opcore.torchkit.aten``), any ``torch.ops.aten`` op.

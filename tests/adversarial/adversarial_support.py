@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import opcore
-from opcore import BackendSpec, DeviceType, selection
+from opcore import BackendSpec, DeviceType, kernel_walk
 
 
 def make_plugin(name: str, kernels: dict[str, Any], priority: int = 50, **spec: Any) -> types.SimpleNamespace:
@@ -33,6 +33,6 @@ def fresh_warnings() -> Iterator[None]:
 
     Autouse in every module that imports it (a conftest here would shadow tests/conftest.py's name).
     """
-    selection._warned.clear()
+    kernel_walk._warned.clear()
     yield
-    selection._warned.clear()
+    kernel_walk._warned.clear()

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from opcore.backend import DEFAULT_PRIORITIES
 from opcore.contracts import OpContract
 from opcore.errors import ArgumentError, FallbackWarning, NoKernelError, OpcoreError, PluginError, ShapeError
-from opcore.kernels import Costly, Kernel
+from opcore.fast_records import record
+from opcore.kernel_records import Costly, Kernel
 from opcore.meta import common_device
-from opcore.records import record
 from opcore.reports import PluginStatus
 from opcore.runtime import Runtime
 from opcore.settings import ContextPolicy

@@ -1,6 +1,6 @@
 """Plans: what a cached signature runs, and the selection that makes one.
 
-A Plan holds the chosen kernel bare (conversions included) and what happens when it raises: the
+A CallPlan holds the chosen kernel bare (conversions included) and what happens when it raises: the
 next accepted kernel (imported and adapted only then), the contract's decomposition, or
 NoKernelError with every reason. run() (opcore.dispatch), resolve (opcore.resolved) and
 opcore.graph's planner build their plans here.
@@ -17,16 +17,16 @@ from typing import Any
 from opcore.arrays import converter, result_converter
 from opcore.contracts import OpContract
 from opcore.errors import KernelResultError, NoKernelError, OpcoreError, PluginError, Unsupported
-from opcore.kernels import Kernel
+from opcore.kernel_records import Kernel
+from opcore.kernel_walk import Candidate, CandidateStatus, Selection, no_kernel_error, select, warn_once
 from opcore.registry import load_kernel_callable
 from opcore.results import checked, listed, result_error, result_problem
 from opcore.runtime import Runtime
-from opcore.selection import Candidate, CandidateStatus, Selection, no_kernel_error, select, warn_once
 from opcore.settings import ContextPolicy, context_policy
 from opcore.types import ArrayKind, array_kind_of
 
 __all__ = [
-    "Plan",
+    "CallPlan",
     "adapt",
     "bind",
     "build_plan",
@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 
-class Plan:
+class CallPlan:
     """What a cached signature runs: ``first`` (the chosen kernel, bare, conversions included)
     and ``recover`` (what happens when it raises). Calling the plan does both.
 
@@ -136,7 +136,7 @@ class Plan:
         return call
 
     def __repr__(self) -> str:
-        return f"Plan({self.selection.contract.name} -> {_title(self.selection)})"
+        return f"CallPlan({self.selection.contract.name} -> {_title(self.selection)})"
 
 
 def stand_ins(bound: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -163,12 +163,12 @@ def _title(selection: Selection) -> str:
     return selection.accepted[0].title if selection.accepted else "decomposition"
 
 
-def build_plan(selection: Selection, bound: tuple[Any, ...], check: bool = False) -> Plan:
+def build_plan(selection: Selection, bound: tuple[Any, ...], check: bool = False) -> CallPlan:
     """The plan for a selection: the first kernel adapted to the caller's arrays (the ones behind it
-    are imported and adapted only if it hands over), or the decomposition. check: see Plan.
+    are imported and adapted only if it hands over), or the decomposition. check: see CallPlan.
     """
     if selection.decompose:
-        return Plan(selection, [_decomposition_plan(selection)], bound)
+        return CallPlan(selection, [_decomposition_plan(selection)], bound)
     calls: list[Callable[..., Any] | None] = [None] * len(selection.accepted)
     while selection.accepted:
         try:
@@ -184,12 +184,12 @@ def build_plan(selection: Selection, bound: tuple[Any, ...], check: bool = False
     if not selection.accepted:
         if selection.contract.decomposition is not None:
             selection.decompose = True
-            return Plan(selection, [_decomposition_plan(selection)], bound)
+            return CallPlan(selection, [_decomposition_plan(selection)], bound)
         raise no_kernel_error(selection, "every accepted kernel failed to import")
-    return Plan(selection, calls, bound, check)
+    return CallPlan(selection, calls, bound, check)
 
 
-def _recover(plan: Plan, index: int, args: tuple[Any, ...], error: Exception) -> Any:
+def _recover(plan: CallPlan, index: int, args: tuple[Any, ...], error: Exception) -> Any:
     selection = plan.selection
     op = selection.contract.name
     if selection.decompose:  # errors of the parts were handled by their own dispatch
@@ -230,7 +230,7 @@ def _recover(plan: Plan, index: int, args: tuple[Any, ...], error: Exception) ->
         raise no_kernel_error(selection, "; ".join(reasons)) from last_crash
 
 
-def _checked_fallback(plan: Plan, index: int, args: tuple[Any, ...]) -> Any:
+def _checked_fallback(plan: CallPlan, index: int, args: tuple[Any, ...]) -> Any:
     """A fallback kernel's call, its result always checked (a rare path: the one before it failed)."""
     result = plan.call_at(index)(*args)
     if not plan.check:
@@ -286,7 +286,7 @@ def kernel_converters(kernel: Kernel, selection: Selection) -> tuple[Callable[[A
 def adapt(kernel: Kernel, selection: Selection, bound: tuple[Any, ...]) -> Callable[..., Any]:
     """The kernel's function, wrapped in conversions only when the arrays are of another kind
     (or must move to another device). A function carrying ``specialize(*metas)`` is asked for the
-    callable that serves this signature (one Python frame less on the hot path, see opcore.torchkit.kernels).
+    callable that serves this signature (one Python frame less on the hot path, see opcore.torchkit.torch_kernels).
     """
     fn = load_kernel_callable(kernel, selection.contract)
     specialize = getattr(fn, "specialize", None)
@@ -311,7 +311,7 @@ def adapt(kernel: Kernel, selection: Selection, bound: tuple[Any, ...]) -> Calla
 
 
 def holds_tensor(value: Any) -> bool:
-    """A tensor, a list with tensors, or the stand-in a Plan keeps instead of its example's data."""
+    """A tensor, a list with tensors, or the stand-in a CallPlan keeps instead of its example's data."""
     if isinstance(value, tuple):
         return any(holds_tensor(v) for v in value)
     return value is _TENSOR or array_kind_of(value) is not None

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import field
 from typing import Any
 
-from opcore.records import record
+from opcore.fast_records import record
 from opcore.types import ArrayKind, DeviceType, DType
 
 __all__ = ["Checker", "Costly", "Kernel", "Prepare", "as_dtypes", "load_callable"]
