@@ -2,9 +2,10 @@
 #   optional compiled parts (setup.py) are built in place where a compiler is: opcore._fastrun (C), then,
 #   with the core built again against the installed torch, opcore._torchguard (C++, torch's headers);
 #   without a compiler pip warns and opcore stays pure Python.
-# make test: the same setup, then ruff, mypy, import-linter's contracts (pyproject.toml), the whole test suite (where a C++ compiler is, a missing
-#   opcore._torchguard fails it: EXPECT_TORCHGUARD), the cpu and nn tests with oneDNN capped at AVX2, and
-#   the conformance kit (what CI runs).
+# make test: the same setup, then ruff, mypy, import-linter's contracts (pyproject.toml), the whole test
+#   suite (where a C++ compiler is, a missing opcore._torchguard fails it: EXPECT_TORCHGUARD), the
+#   dispatch, resolved and some graph tests again on the pure-Python path (test-pure), the cpu and nn
+#   tests with oneDNN capped at AVX2, and the conformance kit (what CI runs).
 # make test-oldest: the backend tests and the kit with the oldest onnxruntime, onnx and openvino the
 #   plugins declare, in .venv-oldest.
 # make constraints: re-resolve the newest versions (torch stays pinned) and rewrite constraints.txt.

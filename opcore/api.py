@@ -137,10 +137,10 @@ def infer_meta(op: str, /, *args: Any, **kwargs: Any) -> TensorMeta | tuple[Tens
     contract = runtime().ensure_loaded().registry.contract(op)
     try:
         bound = contract.schema.bind(args, kwargs, metas=True)
-        from opcore.kernel_walk import _tensors
+        from opcore.kernel_walk import tensor_arguments
         from opcore.meta import common_device
 
-        common_device(_tensors(contract, bound))
+        common_device(tensor_arguments(contract, bound))
         return contract.meta(*bound)
     except OpcoreError as error:
         if error.op is None:

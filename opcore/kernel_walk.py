@@ -200,7 +200,7 @@ def _check_size(op: str, outputs: tuple[TensorMeta, ...], inputs: list[tuple[str
         )
 
 
-def _tensors(contract: OpContract, meta_args: tuple[Any, ...]) -> Iterable[tuple[str, TensorMeta]]:
+def tensor_arguments(contract: OpContract, meta_args: tuple[Any, ...]) -> Iterable[tuple[str, TensorMeta]]:
     for argument, value in zip(contract.schema.arguments, meta_args):
         if isinstance(value, TensorMeta):
             yield argument.name, value
@@ -282,7 +282,7 @@ def select(
     op = contract.name
     meta_args = _metas(contract, bound)
     try:
-        tensors = list(_tensors(contract, meta_args))
+        tensors = list(tensor_arguments(contract, meta_args))
         device = common_device(tensors)
         out = contract.meta(*meta_args)  # first: its message about a missing tensor is the better one
         if not tensors and not contract.creates:

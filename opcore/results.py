@@ -19,7 +19,7 @@ from typing import Any
 import numpy
 
 from opcore.errors import KernelResultError
-from opcore.types import ArrayKind, TensorMeta, _is_torch_tensor
+from opcore.types import ArrayKind, TensorMeta, is_torch_tensor
 
 __all__ = ["checked", "listed", "result_error", "result_problem"]
 
@@ -56,7 +56,7 @@ def _problem(value: Any, meta: TensorMeta, kind: ArrayKind) -> str | None:
         dtype = value.dtype
         name = dtype.name if dtype.isnative and dtype.kind != "O" else str(dtype)
     else:
-        if not _is_torch_tensor(value):
+        if not is_torch_tensor(value):
             return f"returned {_describe(value)}, the contract says a torch tensor {expected}"
         name = str(value.dtype).removeprefix("torch.")
         if value.device.type != meta.device.type.value:
@@ -77,7 +77,7 @@ def _text(dtype: str, shape: tuple[int, ...]) -> str:
 
 
 def _describe(value: Any) -> str:
-    if isinstance(value, numpy.ndarray) or _is_torch_tensor(value):
+    if isinstance(value, numpy.ndarray) or is_torch_tensor(value):
         dtype = str(value.dtype).removeprefix("torch.")
         return f"a {type(value).__module__}.{type(value).__name__} {_text(dtype, tuple(value.shape))}"
     if isinstance(value, tuple):

@@ -287,7 +287,7 @@ class TensorMeta:
                 Layout.STRIDED,
                 tuple(s // itemsize for s in array.strides),
             )
-        if _is_torch_tensor(array):
+        if is_torch_tensor(array):
             device = array.device
             layout = _TORCH_LAYOUTS.get(str(array.layout), Layout.STRIDED)
             return cls(
@@ -337,7 +337,7 @@ _TORCH_LAYOUTS = {
 }
 
 
-def _is_torch_tensor(value: Any) -> bool:
+def is_torch_tensor(value: Any) -> bool:
     torch = sys.modules.get("torch")  # a torch tensor cannot exist unless torch was imported
     return torch is not None and isinstance(value, torch.Tensor)
 
@@ -350,11 +350,11 @@ def array_kind_of(value: Any) -> ArrayKind | None:
     """
     if isinstance(value, numpy.ndarray):
         return ArrayKind.NUMPY
-    if _is_torch_tensor(value):
+    if is_torch_tensor(value):
         return ArrayKind.TORCH
     return None
 
 
 def is_tensor(value: Any) -> bool:
     """True for numpy arrays and torch tensors (numpy scalars are not tensors)."""
-    return isinstance(value, numpy.ndarray) or _is_torch_tensor(value)
+    return isinstance(value, numpy.ndarray) or is_torch_tensor(value)

@@ -96,7 +96,7 @@ def capture(
     import torch
     from torch.utils import _pytree
 
-    constants = _constants(program, place)
+    constants = program_constants(program, place)
     flat = _pytree.tree_leaves((args, kwargs))
     graph, notes = lower(program, flat, constants, place)
     graph = replace(
@@ -299,7 +299,7 @@ def _device_of(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Device:
     return Device.parse("cpu")
 
 
-def _constants(program: Any, device: Device) -> dict[str, Any]:
+def program_constants(program: Any, device: Device) -> dict[str, Any]:
     """Placeholder name -> tensor, for every parameter, buffer and lifted constant, on the plan's device."""
     found: dict[str, Any] = {}
     for spec in program.graph_signature.input_specs:

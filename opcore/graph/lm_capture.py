@@ -276,7 +276,7 @@ def _lower_step(
     from torch.export import Dim
     from torch.utils import _pytree
 
-    from opcore.graph.capturing import _constants, export
+    from opcore.graph.capturing import export, program_constants
     from opcore.graph.lowering import lower
     from opcore.graph.masks import drop_full_masks
     from opcore.graph.quantizing import quantize_linears
@@ -296,7 +296,7 @@ def _lower_step(
             op=_CAPTURE_LM,
             fix="a transformers decoder-only *ForCausalLM or a module following the protocol in docs/generate.md",
         ) from error
-    constants = _constants(program, place)
+    constants = program_constants(program, place)
     graph, notes = lower(program, list(examples), constants, place, state=True)
     if not graph.state:
         raise CaptureError(

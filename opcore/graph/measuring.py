@@ -54,7 +54,7 @@ def interleaved(cases: Mapping[str, Callable[[], Any]], rounds: int = ROUNDS) ->
     a loop). One untimed call was not enough for a model of ~4 ms: a one-partition ONNX Runtime plan
     of bench/graph.py's CNN measured 5.9 ms at capture (fastest of 5) against 4.0 in a loop, and the
     plan ran the torch route instead."""
-    from opcore.tuning.measure import _calibrate, _timed
+    from opcore.tuning.measure import calibrate, timed_call
 
     def sync() -> None:
         return None
@@ -62,7 +62,7 @@ def interleaved(cases: Mapping[str, Callable[[], Any]], rounds: int = ROUNDS) ->
     numbers = {}
     for label, call in cases.items():
         call()
-        numbers[label] = _calibrate(call, sync)
+        numbers[label] = calibrate(call, sync)
     samples: dict[str, list[float]] = {label: [] for label in cases}
     order = list(cases)
     shuffle = random.Random(0).shuffle
@@ -70,7 +70,7 @@ def interleaved(cases: Mapping[str, Callable[[], Any]], rounds: int = ROUNDS) ->
         shuffle(order)
         for label in order:
             _settle(cases[label])
-            samples[label].append(_timed(cases[label], numbers[label], sync) * 1e-6)
+            samples[label].append(timed_call(cases[label], numbers[label], sync) * 1e-6)
     return {label: min(values) for label, values in samples.items()}
 
 

@@ -30,7 +30,7 @@ def _compute(array: numpy.ndarray) -> numpy.ndarray:
     return array.astype(F64 if array.dtype.kind == "f" else I64, copy=False)
 
 
-def _linear(x: numpy.ndarray, w: numpy.ndarray, b: numpy.ndarray | None) -> Any:
+def linear_f64(x: numpy.ndarray, w: numpy.ndarray, b: numpy.ndarray | None) -> Any:
     a, m = _compute(x), _compute(w)
     # numpy.dot: BLAS straight away, a few microseconds less than matmul on small inputs
     if a.ndim <= 2:
@@ -48,7 +48,7 @@ def _linear(x: numpy.ndarray, w: numpy.ndarray, b: numpy.ndarray | None) -> Any:
 def linear(x: numpy.ndarray, w: numpy.ndarray, b: numpy.ndarray | None) -> numpy.ndarray:
     """x @ w.T + b."""
     with quiet():
-        return finish(_linear(x, w, b), x.dtype)
+        return finish(linear_f64(x, w, b), x.dtype)
 
 
 def matmul(x: numpy.ndarray, y: numpy.ndarray) -> numpy.ndarray:
@@ -78,26 +78,26 @@ def addmm(
 def linear_relu(x: numpy.ndarray, w: numpy.ndarray, b: numpy.ndarray | None) -> numpy.ndarray:
     """relu(x @ w.T + b); NaN stays NaN as in torch."""
     with quiet():
-        out = _linear(x, w, b)
+        out = linear_f64(x, w, b)
         return finish(numpy.maximum(out, out.dtype.type(0)), x.dtype)
 
 
 def linear_silu(x: numpy.ndarray, w: numpy.ndarray, b: numpy.ndarray | None) -> numpy.ndarray:
     """silu(x @ w.T + b)."""
     with quiet():
-        out = _linear(x, w, b)
+        out = linear_f64(x, w, b)
         return finish(out * sigmoid_f64(out), x.dtype)
 
 
 def linear_gelu(x: numpy.ndarray, w: numpy.ndarray, b: numpy.ndarray | None, approximate: str) -> numpy.ndarray:
     """gelu(x @ w.T + b)."""
     with quiet():
-        return finish(gelu_f64(numpy.asarray(_linear(x, w, b)), approximate), x.dtype)
+        return finish(gelu_f64(numpy.asarray(linear_f64(x, w, b)), approximate), x.dtype)
 
 
 def gated_mlp(x: numpy.ndarray, w_gate: numpy.ndarray, w_up: numpy.ndarray, w_down: numpy.ndarray) -> numpy.ndarray:
     """(silu(x @ w_gate.T) * (x @ w_up.T)) @ w_down.T, the intermediate kept in float64."""
     with quiet():
-        gate = _linear(x, w_gate, None)
-        hidden = gate * sigmoid_f64(gate) * _linear(x, w_up, None)
-        return finish(_linear(hidden, w_down, None), x.dtype)
+        gate = linear_f64(x, w_gate, None)
+        hidden = gate * sigmoid_f64(gate) * linear_f64(x, w_up, None)
+        return finish(linear_f64(hidden, w_down, None), x.dtype)

@@ -7,7 +7,7 @@ import numpy
 
 from opcore.quantize import dequantize
 from opcore.reference._common import F64, finish, quiet
-from opcore.reference.linear import _linear
+from opcore.reference.linear import linear_f64
 from opcore.reference.nn import embedding
 
 __all__ = ["embedding_wq", "linear_wq"]
@@ -28,7 +28,7 @@ def linear_wq(
     """x @ ((qweight - zero) * scale).T + b, in float64."""
     with quiet():
         weight = dequantize(qweight, scale, zero, bits, group_size, F64)
-        return finish(_linear(x, weight, b), x.dtype)
+        return finish(linear_f64(x, weight, b), x.dtype)
 
 
 def embedding_wq(

@@ -133,7 +133,7 @@ def _measure(
             call = _bind(fn, bound)
             call()  # warm-up: imports, compiled models, first-touch allocations
             sync()
-            numbers[kernel.title] = _calibrate(call, sync)
+            numbers[kernel.title] = calibrate(call, sync)
         except Exception as error:  # it cannot run this signature: it keeps its static place
             failed.append((kernel.title, f"raised {type(error).__name__}: {str(error).splitlines()[0][:200]}"))
             continue
@@ -144,7 +144,7 @@ def _measure(
     for _ in range(rounds):
         shuffle(order)  # each round in another order: drift and warm caches hit every kernel alike
         for title in order:
-            samples[title].append(_timed(calls[title], numbers[title], sync))
+            samples[title].append(timed_call(calls[title], numbers[title], sync))
     measurements = []
     for title, values in samples.items():
         values.sort()
@@ -171,15 +171,15 @@ def _synchronizer(selection: Selection) -> Callable[[], None]:
     return lambda: None
 
 
-def _calibrate(call: Callable[[], Any], sync: Callable[[], None]) -> int:
+def calibrate(call: Callable[[], Any], sync: Callable[[], None]) -> int:
     number = 1
     while True:
-        if _timed(call, number, sync) * number >= SAMPLE_US or number >= 1 << 16:
+        if timed_call(call, number, sync) * number >= SAMPLE_US or number >= 1 << 16:
             return number
         number *= 4
 
 
-def _timed(call: Callable[[], Any], number: int, sync: Callable[[], None]) -> float:
+def timed_call(call: Callable[[], Any], number: int, sync: Callable[[], None]) -> float:
     """Microseconds per call over ``number`` calls."""
     clock = time.perf_counter
     started = clock()
