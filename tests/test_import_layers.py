@@ -24,10 +24,6 @@ else:  # Python 3.10: tomli, the same parser before it joined the stdlib (the Ma
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
-# circles known to be pending (none: PART A of issue 24 broke the last two, with a leaf module for
-# dispatch's caches, opcore._dispatchcaches, and tuning's selection hook in opcore.tuning.selecting)
-PENDING_PART_A: list[frozenset[str]] = []
-
 
 def _modules(package: pathlib.Path) -> dict[str, pathlib.Path]:
     """Every module of the package in folder ``package`` by dotted name; a compiled extension (a C or
@@ -148,14 +144,25 @@ def _backend_packages() -> dict[str, pathlib.Path]:
     return found
 
 
-def test_the_core_has_no_import_circles_but_those_part_a_breaks() -> None:
+def test_the_core_has_no_import_circles() -> None:
     package = ROOT / "opcore"
     graph = import_graph(package)
     found = circles(graph)
-    unexpected = [c for c in found if c not in PENDING_PART_A]
-    assert not unexpected, "import circles in opcore:\n" + "\n".join(describe(graph, c, package) for c in unexpected)
-    gone = [sorted(c) for c in PENDING_PART_A if c not in found]
-    assert not gone, f"these circles are broken now: remove them from PENDING_PART_A: {gone}"
+    assert not found, "import circles in opcore:\n" + "\n".join(describe(graph, c, package) for c in found)
+
+
+def test_no_core_module_imports_another_modules_private_name() -> None:
+    """A name one module reads from another is that module's public name (issue 24: 27 such imports,
+    18 of them dispatch's, closed the circles); a module's own package may not reach in either."""
+    found = []
+    for path in sorted((ROOT / "opcore").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("opcore"):
+                private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+                # the compiled parts (opcore._fastrun, opcore._torchguard) are modules, not private names
+                private = [n for n in private if not list((ROOT / "opcore").glob(f"{n}.*"))]
+                found += [f"{path.relative_to(ROOT)}:{node.lineno}: from {node.module} import {n}" for n in private]
+    assert not found, "private names imported across modules:\n" + "\n".join(found)
 
 
 @pytest.mark.parametrize("name", sorted(_backend_packages()))
