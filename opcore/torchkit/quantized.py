@@ -182,5 +182,7 @@ def embedding_wq(
             found="an index out of range",
             fix="indices must be non-negative and below num_embeddings",
         ) from None
-    picked = _dequantized(codes, scale[flat], None if zero is None else zero[flat], bits, group_size, scale.dtype)
+    # the rows' scales and zero points gathered as the codes are (one embedding kernel, no index kernel)
+    scales, zeros = F.embedding(flat, scale), None if zero is None else F.embedding(flat, zero)
+    picked = _dequantized(codes, scales, zeros, bits, group_size, scale.dtype)
     return picked.reshape(*input.shape, picked.shape[-1])
