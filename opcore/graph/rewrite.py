@@ -491,12 +491,19 @@ class _Maps:
 # copies a functional graph does not need: torch.export keeps eval-mode dropout as a clone, which
 # would split a partition (no graph runtime builds it) and cost a copy per node on the torch route
 _COPIES = ("aten.clone.default", "aten.alias.default")
+# memory formats of a copy whose readers may read its input: the IR's ops take values, not strides
+# (a view is a reshape, opcore.graph.mapping), so ``x.transpose(1, 2).contiguous()``'s copy
+# (contiguous_format) changes nothing they compute; channels_last and the like stay (a choice of
+# layout the model made for speed)
+_VALUE_FORMATS = (None, "torch.preserve_format", "torch.contiguous_format")
 
 
 def elide_copies(graph: Graph) -> tuple[Graph, int]:
-    """The graph without clones (of the preserved memory format) and aliases whose readers may read
-    their input instead, and how many went. A copy whose result the model returns stays when its
-    input is a graph input or a constant: the plan never hands the caller its own tensor or a weight.
+    """The graph without clones (of the preserved or the contiguous memory format) and aliases whose
+    readers may read their input instead, and how many went. A copy whose result the model returns
+    stays when its input is a graph input or a constant (the plan never hands the caller its own
+    tensor or a weight), and when it makes the result contiguous (the caller gets the strides eager
+    gives, for a ``view`` of its own).
 
     >>> h = Node("h", "relu", "aten.relu.default", (ValueRef("x"),), ("h",))
     >>> n = Node("c", "aten.clone.default", "aten.clone.default", (ValueRef("h"), None), ("c",))
@@ -515,9 +522,10 @@ def elide_copies(graph: Graph) -> tuple[Graph, int]:
     for original in graph.nodes:
         node = replace(original, args=substitute(original.args, read))
         source = node.args[0] if node.args else None
-        plain = len(node.args) < 2 or node.args[1] is None or str(node.args[1]) == "torch.preserve_format"
-        if node.target in _COPIES and isinstance(source, ValueRef) and plain and len(node.outputs) == 1:
-            if not (node.outputs[0] in returned and source.name in held):
+        layout = None if len(node.args) < 2 or node.args[1] is None else str(node.args[1])
+        copy = node.target in _COPIES and layout in _VALUE_FORMATS and len(node.outputs) == 1
+        if copy and isinstance(source, ValueRef):
+            if node.outputs[0] not in returned or (source.name not in held and layout != "torch.contiguous_format"):
                 renamed[node.outputs[0]] = source
                 continue
         kept.append(node)
