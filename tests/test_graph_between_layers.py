@@ -121,6 +121,35 @@ def test_values_from_static_sizes_fold_into_constants():
     assert not any(n.op in ("arange", "where", "cast") for n in plan.graph.nodes)
 
 
+class WindowIndex(nn.Module):
+    """Swin's and BEiT's relative position index: a meshgrid (two results) of aranges, stacked, with an
+    in-place shift (functionalized into select_scatter), reading a bias table; Swin V2's cosine
+    attention normalizes with F.normalize (a vector norm)."""
+
+    def __init__(self, window=4, heads=2):
+        super().__init__()
+        torch.manual_seed(0)
+        self.window = window
+        self.table = nn.Parameter(torch.randn((2 * window - 1) ** 2, heads))
+        self.head = head(window * window)
+
+    def forward(self, scores):
+        w = self.window
+        coords = torch.stack(torch.meshgrid(torch.arange(w), torch.arange(w), indexing="ij")).flatten(1)
+        relative = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0).contiguous()
+        relative[:, :, 0] += w - 1
+        relative[:, :, 1] += w - 1
+        relative[:, :, 0] *= 2 * w - 1
+        bias = self.table[relative.sum(-1).view(-1)].view(w * w, w * w, -1).permute(2, 0, 1)
+        return self.head(F.normalize(scores, dim=-1) + bias)
+
+
+def test_a_window_index_folds_and_the_norm_decomposes():
+    scores = torch.randn(1, 2, 16, 16)
+    plan, per_node, fallbacks = planned(WindowIndex(), scores)
+    assert fallbacks == [] and per_node == [] and len(plan.partitions) == 1, plan.explain()
+
+
 def test_a_folded_value_is_never_a_weight():
     class Scaled(nn.Module):
         def __init__(self):

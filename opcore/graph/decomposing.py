@@ -16,7 +16,9 @@ opcore's own, of contracts the runtimes build (torch's go through ops opcore doe
 
 - _weight_norm (Wav2Vec2's positional convolution): ``v * (g / ||v||)``, the norm over every dim but
   ``dim``, from pow, sum and sqrt;
-- roll (Swin's shifted windows) of dims whose size is static: a cat of two slices per dim.
+- roll (Swin's shifted windows) of dims whose size is static: a cat of two slices per dim;
+- linalg_vector_norm of order 2 or 1 (F.normalize: Swin V2's cosine attention): sqrt of a sum of
+  squares, a sum of absolute values.
 
 >>> sorted(str(op) for op in decompositions())  # doctest: +SKIP
 ['aten._weight_norm.default', 'aten.baddbmm.default', 'aten.diff.default', ...]
@@ -55,6 +57,18 @@ def _roll(x: Any, shifts: Any, dims: Any = ()) -> Any:
     return x if any(s % size for s, size in zip(shifts, sizes) if size) else x.clone()
 
 
+def _vector_norm(x: Any, ord: Any = 2, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Any:
+    """torch.linalg.vector_norm: the 2-norm (F.normalize's, Swin V2's cosine attention) as the root of
+    a sum of squares, the 1-norm as a sum of absolute values; any other as torch decomposes it."""
+    import torch
+    from torch._decomp import decomposition_table
+
+    dims = list(range(x.dim())) if dim is None or len(dim) == 0 else list(dim)
+    if dtype is None and x.is_floating_point() and ord in (1, 2):
+        return x.abs().sum(dims, keepdim=keepdim) if ord == 1 else x.pow(2).sum(dims, keepdim=keepdim).sqrt()
+    return decomposition_table[torch.ops.aten.linalg_vector_norm.default](x, ord, dim, keepdim, dtype=dtype)
+
+
 def decompositions() -> dict[Any, Callable[..., Any]]:
     """ATen overload -> its decomposition, for ``ExportedProgram.run_decompositions``."""
     import torch
@@ -68,4 +82,5 @@ def decompositions() -> dict[Any, Callable[..., Any]]:
         found[op] = table[op] if op in table else decomposition_table[op]
     found[torch.ops.aten._weight_norm.default] = _weight_norm
     found[torch.ops.aten.roll.default] = _roll
+    found[torch.ops.aten.linalg_vector_norm.default] = _vector_norm
     return found

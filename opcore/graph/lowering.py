@@ -123,9 +123,11 @@ def lower(
             env[name] = ValueRef(name)
         elif fx_node.op == "call_function":
             value = _lower_call(rt, fx_node, env, values, concrete, nodes, notes, device, folded)
-            if value is not None:  # a factory of static sizes, or an op of such values only: a constant now
-                constants[name] = folded[name] = value
-                constant_names.append(name)
+            # a factory of static sizes, or an op of such values only: constants now (by output name)
+            for output, tensor in ({name: value} if not isinstance(value, dict) else value).items():
+                if tensor is not None:
+                    constants[output] = folded[output] = tensor
+                    constant_names.append(output)
         elif fx_node.op == "output":
             outputs = tuple(_raw(arg, env) for arg in fx_node.args[0])
         else:
@@ -341,11 +343,14 @@ def _op_node(
     )
     value = _fold(target, aten_args, folded)
     if value is not None:
-        meta = TensorMeta.of(value)
-        values[name] = ValueInfo(name, meta, tuple(meta.shape))
-        concrete[name] = meta
-        env[name] = ValueRef(name)
-        return value
+        # one output: named as the node; several (meshgrid, split): "name.0", "name.1", ... as _add_node names them
+        made = {name: value} if not isinstance(value, tuple) else {f"{name}.{i}": v for i, v in enumerate(value)}
+        for output, tensor in made.items():
+            meta = TensorMeta.of(tensor)
+            values[output] = ValueInfo(output, meta, tuple(meta.shape))
+            concrete[output] = meta
+        env[name] = ValueRef(name) if not isinstance(value, tuple) else tuple(ValueRef(o) for o in made)
+        return made
     _same_device(fx_node, aten_args)
     lowered = _mapped(rt, fx_node, qualified, aten_args, concrete, notes)
     if lowered is None:
@@ -366,8 +371,8 @@ def _fold(target: Any, aten_args: Mapping[str, Any], folded: Mapping[str, Any]) 
     """The op's result computed now, where every tensor it reads was folded at capture (made from
     static sizes: ``arange(16)``, and ops of those): relative positions and their buckets (T5,
     DeBERTa), a roll's indices, a mask's pattern. Weights never fold (a plan follows their changes),
-    nor do graph inputs. None where it does not fold: another input, a random op, several results,
-    a result of more than _FOLDED_ELEMENTS."""
+    nor do graph inputs. A tensor, a tuple of them (meshgrid, split), or None where it does not fold:
+    another input, a random op, results of more than _FOLDED_ELEMENTS in all."""
     import torch
 
     refs = list(refs_in(tuple(aten_args.values())))
@@ -375,9 +380,14 @@ def _fold(target: Any, aten_args: Mapping[str, Any], folded: Mapping[str, Any]) 
         return None
     ordered = tuple(aten_args.get(a.name) for a in target._schema.arguments)
     value = aten_caller(target)(*substitute(ordered, folded.__getitem__))
-    if not isinstance(value, torch.Tensor) or value.numel() > _FOLDED_ELEMENTS:
+    results = list(value) if isinstance(value, (tuple, list)) else [value]
+    if not results or not all(isinstance(v, torch.Tensor) for v in results):
         return None
-    return value.clone(memory_format=torch.contiguous_format)  # its own memory: a view of another constant, expanded
+    if sum(v.numel() for v in results) > _FOLDED_ELEMENTS:
+        return None
+    # each its own memory (a view of another constant, expanded, would share or repeat it)
+    owned = tuple(v.clone(memory_format=torch.contiguous_format) for v in results)
+    return owned if isinstance(value, (tuple, list)) else owned[0]
 
 
 def _same_device(fx_node: Any, aten_args: dict[str, Any]) -> None:
