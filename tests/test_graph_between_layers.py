@@ -192,3 +192,30 @@ def test_ops_between_layers_decompose_or_map_to_contracts():
     assert fallbacks == [], plan.explain()
     # the int64 mask is a graph input OpenVINO narrows to int32: its cast stays per node, the rest is one partition
     assert len(plan.partitions) == 1 and per_node == ["cast"], plan.explain()
+
+
+class WholeRotary(nn.Module):
+    """A partial rotary whose rotary part is the whole head (Phi-3): ``cat(rotated, x[..., d:])`` with
+    the pass-through slice empty."""
+
+    def __init__(self, width=16):
+        super().__init__()
+        torch.manual_seed(0)
+        self.width = width
+        self.head = head(width)
+
+    def forward(self, x):
+        d = self.width
+        rotated, passed = x[..., :d], x[..., d:]
+        rotated = torch.cat((-rotated[..., d // 2 :], rotated[..., : d // 2]), dim=-1) * 0.5 + rotated
+        return self.head(torch.cat((rotated, passed), dim=-1))
+
+
+def test_empty_cat_pieces_go_with_the_slices_that_made_them():
+    x = torch.randn(2, 6, 16)
+    plan, per_node, fallbacks = planned(WholeRotary(), x)
+    assert "rewrite empty cat piece: 1 match" in plan.notes
+    assert fallbacks == [] and per_node == [] and len(plan.partitions) == 1, plan.explain()
+    seq = torch.export.Dim("seq", min=2, max=32)
+    plan, per_node, _ = planned(WholeRotary(), x, dynamic_shapes=({1: seq},))
+    assert per_node == [] and len(plan.partitions) == 1, plan.explain()
