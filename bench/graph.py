@@ -642,7 +642,7 @@ def targets_section(cases: list[ModelCase]) -> str:
         MARK_BEGIN,
         "",
         f"`opcore.graph.capture(model, (x,), rewrites=False)` at batch 1 (torch {torch.__version__.split('+')[0]}): "
-        "every exported node (after the few decompositions capture applies: `aten.diff`, `aten.new_ones`), "
+        "every exported node (after the few decompositions capture applies: opcore.graph.decomposing), "
         "the opcore op it maps to (`aten.*`: the ATen fallback), and how many of its "
         "nodes each graph runtime's checkers accept. int64 nodes count where the plan's value ranges prove "
         "their values fit what the runtime computes them in (OpenVINO: int32; verdict `partition only`: see "

@@ -46,7 +46,7 @@ def test_new_factories_map_to_creation_ops_with_the_tensors_dtype():
     x = torch.arange(6, dtype=torch.int32).reshape(2, 3)
     plan = opcore.graph.capture(NewCreations(), (x, 1), partitions=False)
     ops = [node.op for node in plan.graph.nodes]
-    # new_ones is decomposed at capture (capturing.decompositions(): a static-size factory becomes a
+    # new_ones is decomposed at capture (opcore.graph.decomposing: a static-size factory becomes a
     # constant), new_zeros and new_full map to zeros and full
     assert ops.count("zeros") == 2 and "full" in ops and not any(op.startswith("aten.") for op in ops), ops
     for got, want in zip(plan(x, 1), NewCreations()(x, 1), strict=True):

@@ -22,10 +22,15 @@ from bench_modules import load_bench
 zoo = load_bench("zoo_models")
 bench = load_bench("zoo")
 
-# dynamic plans with one partition more than the static one, and why (issue 25: not fixed yet)
-ONE_MORE = {
-    "t5": "the relative position buckets (a min, a log and a cast of symbolic positions) stay per node",
-    "wav2vec2": "the position convolution's weight norm (an ATen fallback) splits the encoder",
+# dynamic plans with more partitions than the static one: how many more, and why (issue 25: not fixed
+# yet). The static captures fold what these compute from sizes (opcore.graph.lowering), the dynamic
+# ones compute it per call, and log, min, ceil and sign have no contract (ATen fallbacks between
+# partitions)
+MORE = {
+    "t5": (4, "the relative position buckets (min, log of symbolic positions) stay per node in each stack"),
+    "deberta_v2": (2, "the log-bucketed relative positions (sign, log, ceil of symbolic positions) stay per node"),
+    "wav2vec2": (1, "a size read off the feature encoder's output (s - 1) splits the encoder (0 nodes per node)"),
+    "opt": (1, "the positions from a mask of ones made at run time: a cumsum in an onnxruntime partition of its own"),
 }
 
 
@@ -49,7 +54,7 @@ def test_zoo_model_captures_by_default_and_with_dynamic_dims(name):
     other_args, other_kwargs = case.inputs(3, case.lengths[1])
     got = dynamic(*other_args, **other_kwargs)
     assert bench.relative_diff(got, eager(model, other_args, other_kwargs)) <= 1e-4
-    allowed = max(len(static.partitions), 1) + (1 if name in ONE_MORE else 0)
+    allowed = max(len(static.partitions), 1) + MORE.get(name, (0, ""))[0]
     assert len(dynamic.partitions) <= allowed, dynamic.explain()
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from opcore.errors import ArgumentError
 from opcore.graph.assembly import assemble
+from opcore.graph.decomposing import decompositions
 from opcore.graph.errors import CaptureError
 from opcore.graph.measuring import Timer, interleaved
 from opcore.graph.options import PlanOptions
@@ -21,7 +22,7 @@ from opcore.graph.plan import Plan
 from opcore.graph.quantizing import WeightSpec
 from opcore.types import Device
 
-__all__ = ["capture", "decompositions", "export"]
+__all__ = ["capture", "export"]
 
 _CAPTURE = "opcore.graph.capture"
 
@@ -179,27 +180,6 @@ FROZEN_NOTE = (
     "change, plan.refresh() prepares the plan again from them"
 )
 
-# ATen ops no backend has a kernel for, whose torch decompositions are made of ops opcore maps:
-# diff -> cat (of prepend/append) and two slices subtracted; new_ones -> full (a factory, folded
-# into a constant when its size is static). torch's own decompositions: the same op, numerically.
-_DECOMPOSED = ("diff.default", "new_ones.default")
-
-
-def decompositions() -> dict[Any, Any]:
-    """torch.export's decompositions of the ATen ops in _DECOMPOSED (what capture decomposes).
-
-    >>> sorted(str(op) for op in decompositions())  # doctest: +SKIP
-    ['aten.diff.default', 'aten.new_ones.default']
-    """
-    import torch
-
-    table = torch.export.default_decompositions()
-    wanted = []
-    for name in _DECOMPOSED:
-        packet, overload = name.split(".")
-        wanted.append(getattr(getattr(torch.ops.aten, packet), overload))
-    return {op: table[op] for op in wanted}
-
 
 def export(model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic_shapes: Any) -> Any:
     """torch.export's program with nothing decomposed (every op stays whole: linear, attention, ...),
@@ -216,7 +196,7 @@ def export(model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic
         )
     try:
         program = torch.export.export(model, args, dict(kwargs), dynamic_shapes=dynamic_shapes, strict=False)
-        # functionalise (no in-place ops left) and decompose only what _DECOMPOSED names: every other
+        # functionalise (no in-place ops left) and decompose only what opcore.graph.decomposing names: every other
         # op stays whole; opcore's own ATen fallback runs any op no backend claims
         with warnings.catch_warnings():
             # torch 2.13's own run_decompositions deep-copies its call graph through a deprecated

@@ -87,6 +87,10 @@ def lower(
         else:
             examples[name] = value
 
+    # values made at capture from static sizes only (see _fold), and the tensors forward() makes from
+    # literals (torch.tensor(3), lifted as constants: no parameter or buffer, which a plan follows)
+    literals = {spec.arg.name for spec in signature.input_specs if spec.kind.name == "CONSTANT_TENSOR"}
+    folded: dict[str, Any] = {}
     for fx_node in program.graph.nodes:
         name = fx_node.name
         if fx_node.op == "placeholder":
@@ -99,6 +103,8 @@ def lower(
             elif name in constants:
                 value = constants[name]
                 constant_names.append(name)
+                if name in literals:
+                    folded[name] = value
             elif not fx_node.users:  # a specialized non-tensor input: its value is baked in
                 continue
             else:
@@ -116,10 +122,12 @@ def lower(
             concrete[name] = meta
             env[name] = ValueRef(name)
         elif fx_node.op == "call_function":
-            folded = _lower_call(rt, fx_node, env, values, concrete, nodes, notes, device)
-            if folded is not None:  # a factory of static sizes: a constant now
-                constants[name] = folded
-                constant_names.append(name)
+            value = _lower_call(rt, fx_node, env, values, concrete, nodes, notes, device, folded)
+            # a factory of static sizes, or an op of such values only: constants now (by output name)
+            for output, tensor in ({name: value} if not isinstance(value, dict) else value).items():
+                if tensor is not None:
+                    constants[output] = folded[output] = tensor
+                    constant_names.append(output)
         elif fx_node.op == "output":
             outputs = tuple(_raw(arg, env) for arg in fx_node.args[0])
         else:
@@ -196,6 +204,7 @@ def _lower_call(
     nodes: list[Node],
     notes: dict[str, str],
     device: Device,
+    folded: Mapping[str, Any],
 ) -> Any:
     """Lower one call; returns a tensor when the node was folded into a constant."""
     import torch
@@ -220,8 +229,7 @@ def _lower_call(
             )
         if not any("Tensor" in str(argument.type) for argument in target._schema.arguments):
             return _factory_node(rt, fx_node, target, qualified, env, values, concrete, nodes, notes, device)
-        _op_node(rt, fx_node, target, qualified, env, values, concrete, nodes, notes)
-        return None
+        return _op_node(rt, fx_node, target, qualified, env, values, concrete, nodes, notes, folded)
     scalar = _PYTHON_SCALAR_OPS.get(target) or str(getattr(target, "__name__", ""))
     if scalar in SCALAR_OPS and not isinstance(fx_node.meta.get("val"), torch.Tensor):
         _scalar_node(fx_node, scalar, env, values, concrete, nodes)
@@ -325,11 +333,25 @@ def _op_node(
     concrete: dict[str, Any],
     nodes: list[Node],
     notes: dict[str, str],
-) -> None:
+    folded: Mapping[str, Any],
+) -> Any:
+    """An op with tensor inputs: a constant (returned) when they are all values folded at capture, else
+    the node its mapping row names, else its ATen fallback."""
     name = fx_node.name
     aten_args = _aten_arguments(
         target, [_raw(a, env) for a in fx_node.args], {k: _raw(v, env) for k, v in fx_node.kwargs.items()}
     )
+    value = _fold(target, aten_args, folded)
+    if value is not None:
+        # one output: named as the node; several (meshgrid, split): "name.0", "name.1", ... as _add_node names them
+        made = {name: value} if not isinstance(value, tuple) else {f"{name}.{i}": v for i, v in enumerate(value)}
+        for output, tensor in made.items():
+            meta = TensorMeta.of(tensor)
+            values[output] = ValueInfo(output, meta, tuple(meta.shape))
+            concrete[output] = meta
+        env[name] = ValueRef(name) if not isinstance(value, tuple) else tuple(ValueRef(o) for o in made)
+        return made
+    _same_device(fx_node, aten_args)
     lowered = _mapped(rt, fx_node, qualified, aten_args, concrete, notes)
     if lowered is None:
         try:
@@ -337,6 +359,47 @@ def _op_node(
         except OpcoreError as error:
             raise CaptureError(f"node {name!r} ({qualified}): {error}", op=_CAPTURE) from error
     _add_node(fx_node, qualified, lowered, env, values, concrete, nodes)
+    return None
+
+
+# the most elements a value folded at capture may have: a bigger one (a causal mask of a long
+# sequence) is computed per call, as the model does, rather than held in the plan
+_FOLDED_ELEMENTS = 1 << 20
+
+
+def _fold(target: Any, aten_args: Mapping[str, Any], folded: Mapping[str, Any]) -> Any:
+    """The op's result computed now, where every tensor it reads was folded at capture (made from
+    static sizes: ``arange(16)``, and ops of those): relative positions and their buckets (T5,
+    DeBERTa), a roll's indices, a mask's pattern. Weights never fold (a plan follows their changes),
+    nor do graph inputs. A tensor, a tuple of them (meshgrid, split), or None where it does not fold:
+    another input, a random op, results of more than _FOLDED_ELEMENTS in all."""
+    import torch
+
+    refs = list(refs_in(tuple(aten_args.values())))
+    if not refs or any(ref.name not in folded for ref in refs) or torch.Tag.nondeterministic_seeded in target.tags:
+        return None
+    ordered = tuple(aten_args.get(a.name) for a in target._schema.arguments)
+    value = aten_caller(target)(*substitute(ordered, folded.__getitem__))
+    results = list(value) if isinstance(value, (tuple, list)) else [value]
+    if not results or not all(isinstance(v, torch.Tensor) for v in results):
+        return None
+    if sum(v.numel() for v in results) > _FOLDED_ELEMENTS:
+        return None
+    # each its own memory (a view of another constant, expanded, would share or repeat it)
+    owned = tuple(v.clone(memory_format=torch.contiguous_format) for v in results)
+    return owned if isinstance(value, (tuple, list)) else owned[0]
+
+
+def _same_device(fx_node: Any, aten_args: dict[str, Any]) -> None:
+    """A ``device=`` that names the device its input is on already (torch.export writes the example's
+    device into ``mask.to(torch.bool)``) becomes None: the op then maps as the dtype change it is."""
+    import torch
+
+    device = aten_args.get("device")
+    source = fx_node.args[0] if fx_node.args else None
+    val = getattr(source, "meta", {}).get("val")
+    if device is not None and isinstance(val, torch.Tensor) and torch.device(device) == val.device:
+        aten_args["device"] = None
 
 
 def _mapped(

@@ -140,6 +140,11 @@ def _preserved_format(args: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _pooled_to_one(args: Mapping[str, Any]) -> str | None:
+    size = tuple(args.get("output_size") or ())
+    return None if size == (1,) else f"it pools to {list(size)} values, not to one (the mean)"
+
+
 def _not_training(args: Mapping[str, Any]) -> str | None:
     return (
         "training=True updates the running statistics (the contract is inference-only)"
@@ -349,6 +354,10 @@ RULES: Mapping[str, Rule] = {
     ),
     "aten.adaptive_avg_pool2d.default": _rule("adaptive_avg_pool2d", x="self", output_size="output_size"),
     "aten._adaptive_avg_pool2d.default": _rule("adaptive_avg_pool2d", x="self", output_size="output_size"),
+    # a sequence pooled to one value per channel (Swin's pooler) is the mean over its last dim
+    "aten.adaptive_avg_pool1d.default": _rule(
+        "mean", _pooled_to_one, x="self", dim=Fixed((-1,)), keepdim=Fixed(value=True)
+    ),
 }
 
 

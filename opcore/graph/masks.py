@@ -58,7 +58,11 @@ def drop_full_masks(graph: Graph, constants: Mapping[str, Any]) -> tuple[Graph, 
     if not dropped:
         return graph, 0
     computed = {name for name, value in known.items() if value is not None}
-    return replace(graph, nodes=_without_unread(nodes, graph, computed)), dropped
+    kept = _without_unread(nodes, graph, computed)
+    # a mask folded at lowering (opcore.graph.lowering) is a constant nothing reads now: the plan drops it
+    read = graph.output_names() | {name for node in kept for name in node.refs()}
+    constants_kept = tuple(name for name in graph.constants if name in read or name in graph.sources)
+    return replace(graph, nodes=kept, constants=constants_kept), dropped
 
 
 def _value(

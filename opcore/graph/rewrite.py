@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from opcore.errors import OpcoreError
-from opcore.graph.ir import Graph, Node, ValueRef, substitute
+from opcore.graph.ir import Graph, Node, ValueRef, refs_in, substitute
 from opcore.graph.mapping import RULES
 from opcore.runtime import runtime
 
@@ -440,6 +440,9 @@ def apply_rewrites(graph: Graph, rewrites: tuple[Rewrite, ...] = REWRITES) -> tu
     graph, copies = elide_copies(graph)
     if copies:
         counts["elide clone"] = copies
+    graph, empty = drop_empty_pieces(graph)
+    if empty:
+        counts["empty cat piece"] = empty
     notes = [f"rewrite {name}: {n} match{'es' * (n != 1)}" for name, n in counts.items()]
     return graph, notes
 
@@ -491,12 +494,19 @@ class _Maps:
 # copies a functional graph does not need: torch.export keeps eval-mode dropout as a clone, which
 # would split a partition (no graph runtime builds it) and cost a copy per node on the torch route
 _COPIES = ("aten.clone.default", "aten.alias.default")
+# memory formats of a copy whose readers may read its input: the IR's ops take values, not strides
+# (a view is a reshape, opcore.graph.mapping), so ``x.transpose(1, 2).contiguous()``'s copy
+# (contiguous_format) changes nothing they compute; channels_last and the like stay (a choice of
+# layout the model made for speed)
+_VALUE_FORMATS = (None, "torch.preserve_format", "torch.contiguous_format")
 
 
 def elide_copies(graph: Graph) -> tuple[Graph, int]:
-    """The graph without clones (of the preserved memory format) and aliases whose readers may read
-    their input instead, and how many went. A copy whose result the model returns stays when its
-    input is a graph input or a constant: the plan never hands the caller its own tensor or a weight.
+    """The graph without clones (of the preserved or the contiguous memory format) and aliases whose
+    readers may read their input instead, and how many went. A copy whose result the model returns
+    stays when its input is a graph input or a constant (the plan never hands the caller its own
+    tensor or a weight), and when it makes the result contiguous (the caller gets the strides eager
+    gives, for a ``view`` of its own).
 
     >>> h = Node("h", "relu", "aten.relu.default", (ValueRef("x"),), ("h",))
     >>> n = Node("c", "aten.clone.default", "aten.clone.default", (ValueRef("h"), None), ("c",))
@@ -515,9 +525,10 @@ def elide_copies(graph: Graph) -> tuple[Graph, int]:
     for original in graph.nodes:
         node = replace(original, args=substitute(original.args, read))
         source = node.args[0] if node.args else None
-        plain = len(node.args) < 2 or node.args[1] is None or str(node.args[1]) == "torch.preserve_format"
-        if node.target in _COPIES and isinstance(source, ValueRef) and plain and len(node.outputs) == 1:
-            if not (node.outputs[0] in returned and source.name in held):
+        layout = None if len(node.args) < 2 or node.args[1] is None else str(node.args[1])
+        copy = node.target in _COPIES and layout in _VALUE_FORMATS and len(node.outputs) == 1
+        if copy and isinstance(source, ValueRef):
+            if node.outputs[0] not in returned or (source.name not in held and layout != "torch.contiguous_format"):
                 renamed[node.outputs[0]] = source
                 continue
         kept.append(node)
@@ -526,6 +537,50 @@ def elide_copies(graph: Graph) -> tuple[Graph, int]:
     outputs = substitute(graph.outputs, read)
     values = {name: info for name, info in graph.values.items() if name not in renamed}
     return replace(graph, nodes=tuple(kept), outputs=outputs, values=values), len(renamed)
+
+
+def _empty(graph: Graph, value: Any) -> bool:
+    """A value empty at every call: one of its dims is a static 0 (the others may be dynamic)."""
+    info = graph.values.get(value.name) if isinstance(value, ValueRef) else None
+    if info is None or info.meta is None:
+        return False
+    return any(isinstance(d, int) and d == 0 for d in (info.dims or info.meta.shape))
+
+
+def drop_empty_pieces(graph: Graph) -> tuple[Graph, int]:
+    """The graph without the empty pieces of a ``cat`` (a partial rotary over the whole head: the
+    pass-through slice ``x[..., d:]`` is empty) and the nodes that made only them; a cat left with
+    one piece reads it. OpenVINO refuses empty static shapes in a partition, so one empty slice split
+    Phi-3's plan in three. How many pieces went."""
+    dropped = 0
+    renamed: dict[str, ValueRef] = {}
+    returned = graph.output_names()
+    nodes: list[Node] = []
+    for original in graph.nodes:
+        node = replace(original, args=substitute(original.args, lambda n: renamed.get(n, ValueRef(n))))
+        pieces = node.args[0] if node.op == "cat" and node.args else None
+        if isinstance(pieces, tuple) and any(_empty(graph, p) for p in pieces):
+            kept = tuple(p for p in pieces if not _empty(graph, p))
+            if kept:
+                dropped += len(pieces) - len(kept)
+                if len(kept) == 1 and node.outputs[0] not in returned and isinstance(kept[0], ValueRef):
+                    renamed[node.outputs[0]] = kept[0]
+                    continue
+                node = replace(node, args=(kept, *node.args[1:]))
+        nodes.append(node)
+    if not dropped:
+        return graph, 0
+    # the nodes whose empty results nothing reads now (the slices), last first
+    needed = {ref.name for ref in refs_in(substitute(graph.outputs, lambda n: renamed.get(n, ValueRef(n))))}
+    kept_nodes: list[Node] = []
+    for node in reversed(nodes):
+        unread = all(o not in needed and _empty(graph, ValueRef(o)) for o in node.outputs)
+        if unread and not node.op.startswith("state."):
+            continue
+        kept_nodes.append(node)
+        needed.update(node.refs())
+    outputs = substitute(graph.outputs, lambda n: renamed.get(n, ValueRef(n)))
+    return replace(graph, nodes=tuple(reversed(kept_nodes)), outputs=outputs), dropped
 
 
 def _try(graph: Graph, rewrite: Rewrite, index: int, maps: _Maps) -> tuple[Graph, int] | None:

@@ -27,6 +27,7 @@ from opcore.extend import PartitionError, PartitionSpec, Unsupported, chain_node
 from opcore_openvino import __version__
 from opcore_openvino.compiled import CONFIG, DEVICE, compile_config, core, feed
 from opcore_openvino.graph import Graph, Node
+from opcore_openvino.shapes import Specializations
 
 __all__ = ["BACKEND", "FORMAT", "OvPartition", "compile_partition", "load_partition"]
 
@@ -41,7 +42,7 @@ class OvPartition:
     its memory).
     """
 
-    __slots__ = ("_count", "_keep", "_local", "compiled", "model", "name", "source")
+    __slots__ = ("_count", "_keep", "_local", "_shapes", "compiled", "model", "name", "source")
 
     backend = BACKEND
 
@@ -62,6 +63,8 @@ class OvPartition:
             raise PartitionError(name, BACKEND, first_line(error)) from error
         self._count = len(self.compiled.outputs)
         self._local = threading.local()
+        # a dynamic model's static compiles for the shapes called twice (opcore_openvino.shapes); None: static
+        self._shapes = Specializations.of(model)
 
     def __repr__(self) -> str:
         return f"OvPartition({self.name!r}, {len(self.compiled.inputs)} inputs, {self._count} outputs)"
@@ -73,7 +76,11 @@ class OvPartition:
         return request
 
     def __call__(self, *inputs: numpy.ndarray) -> tuple[numpy.ndarray, ...]:
-        request = self._request()
+        special = None if self._shapes is None else self._shapes.request(inputs)
+        if special is not None:
+            request, inputs = special[0], tuple(special[1])
+        else:
+            request = self._request()
         try:
             held = feed(request, inputs)  # noqa: F841 - copies made for the call must outlive it
             request.infer()

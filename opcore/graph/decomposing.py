@@ -1,0 +1,86 @@
+"""The ATen ops capture decomposes before lowering: ops no backend has a kernel for, whose parts are
+ops opcore maps (opcore.graph.mapping). Every other op stays whole (linear, attention, ...): a graph
+runtime builds it in one piece, and opcore's ATen fallback runs any op no backend claims. But an
+ATen fallback splits a plan's partitions, and its results bound no values (opcore.graph.ranges), so
+an op that models use between the layers' compute is better in parts the runtimes take.
+
+torch's own decompositions (torch.export's table, else torch._decomp's), the same op numerically:
+
+- diff: cat (of prepend/append) and two slices subtracted; new_ones: full (a factory, folded into a
+  constant when its size is static);
+- repeat: unsqueeze, expand and a reshape (Whisper's and BLOOM's positions
+  ``arange(n).unsqueeze(0).repeat(b, 1)``); baddbmm: bmm, mul and add (BLOOM's ALiBi scores);
+- t: a transpose (CLIP's logits); type_as: a cast (Gemma's and RoBERTa's ``x.type_as(y)``).
+
+opcore's own, of contracts the runtimes build (torch's go through ops opcore does not map):
+
+- _weight_norm (Wav2Vec2's positional convolution): ``v * (g / ||v||)``, the norm over every dim but
+  ``dim``, from pow, sum and sqrt;
+- roll (Swin's shifted windows) of dims whose size is static: a cat of two slices per dim;
+- linalg_vector_norm of order 2 or 1 (F.normalize: Swin V2's cosine attention): sqrt of a sum of
+  squares, a sum of absolute values.
+
+>>> sorted(str(op) for op in decompositions())  # doctest: +SKIP
+['aten._weight_norm.default', 'aten.baddbmm.default', 'aten.diff.default', ...]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["decompositions"]
+
+_FROM_TORCH = ("diff.default", "new_ones.default", "repeat.default", "baddbmm.default", "t.default", "type_as.default")
+
+
+def _weight_norm(v: Any, g: Any, dim: int = 0) -> Any:
+    """torch._weight_norm: v scaled to g over the 2-norm of v's slices along ``dim`` (every dim: -1)."""
+    dims = [d for d in range(v.dim()) if d != dim % max(v.dim(), 1)] if dim != -1 else list(range(v.dim()))
+    return v * (g / v.pow(2).sum(dims, keepdim=True).sqrt())
+
+
+def _roll(x: Any, shifts: Any, dims: Any = ()) -> Any:
+    """torch.roll as slices and a cat per dim, where each rolled dim's size is static; else torch's
+    own decomposition (an index_select of computed positions)."""
+    import torch
+    from torch._decomp import decomposition_table
+
+    shifts, dims = list(shifts), list(dims)
+    sizes = [x.shape[d] for d in dims] if dims else []
+    if not dims or len(shifts) != len(dims) or not all(isinstance(size, int) for size in sizes):
+        return decomposition_table[torch.ops.aten.roll.default](x, shifts, dims)
+    for shift, dim, size in zip(shifts, dims, sizes):
+        step = shift % size if size else 0
+        if step:
+            x = torch.cat((x.narrow(dim, size - step, step), x.narrow(dim, 0, size - step)), dim)
+    return x if any(s % size for s, size in zip(shifts, sizes) if size) else x.clone()
+
+
+def _vector_norm(x: Any, ord: Any = 2, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Any:
+    """torch.linalg.vector_norm: the 2-norm (F.normalize's, Swin V2's cosine attention) as the root of
+    a sum of squares, the 1-norm as a sum of absolute values; any other as torch decomposes it."""
+    import torch
+    from torch._decomp import decomposition_table
+
+    dims = list(range(x.dim())) if dim is None or len(dim) == 0 else list(dim)
+    if dtype is None and x.is_floating_point() and ord in (1, 2):
+        return x.abs().sum(dims, keepdim=keepdim) if ord == 1 else x.pow(2).sum(dims, keepdim=keepdim).sqrt()
+    return decomposition_table[torch.ops.aten.linalg_vector_norm.default](x, ord, dim, keepdim, dtype=dtype)
+
+
+def decompositions() -> dict[Any, Callable[..., Any]]:
+    """ATen overload -> its decomposition, for ``ExportedProgram.run_decompositions``."""
+    import torch
+    from torch._decomp import decomposition_table
+
+    table = torch.export.default_decompositions()
+    found: dict[Any, Callable[..., Any]] = {}
+    for name in _FROM_TORCH:
+        packet, overload = name.split(".")
+        op = getattr(getattr(torch.ops.aten, packet), overload)
+        found[op] = table[op] if op in table else decomposition_table[op]
+    found[torch.ops.aten._weight_norm.default] = _weight_norm
+    found[torch.ops.aten.roll.default] = _roll
+    found[torch.ops.aten.linalg_vector_norm.default] = _vector_norm
+    return found

@@ -1,0 +1,221 @@
+"""What models compute between their layers, planned into the layers' partition (issue 25): the
+copies ``.contiguous()`` makes, positions repeated per row, relative position buckets computed from
+static sizes, Swin's roll and pooler, a weight norm, type_as / t / baddbmm, a mask cast to bool.
+
+Each of these ran per node as an ATen fallback (no runtime builds it), splitting the plan; each
+module here asserts the ops the graph keeps, the partition count and the result against eager.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("openvino", reason="the partition counts are those of an OpenVINO plan")
+
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+
+import opcore.graph  # noqa: E402
+
+ON_OPENVINO = ("openvino", "cpu")
+
+
+def planned(model, *inputs, dynamic_shapes=None):
+    model = model.eval()
+    plan = opcore.graph.capture(model, inputs, backends=ON_OPENVINO, measure=False, dynamic_shapes=dynamic_shapes)
+    with torch.no_grad():
+        want = model(*inputs)
+    got = plan(*inputs)
+    assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
+    per_node = [d.op for d in plan.decisions if d.backend != "python" and d.partition is None]
+    fallbacks = [n.op for n in plan.graph.nodes if n.op.startswith("aten.")]
+    return plan, per_node, fallbacks
+
+
+def head(width):
+    """Layers after the pattern: enough compute that a partition is worth its call."""
+    layers = [nn.Linear(width, width), nn.GELU(), nn.Linear(width, width), nn.GELU(), nn.Linear(width, width)]
+    return nn.Sequential(*layers)
+
+
+class Attention(nn.Module):
+    """Heads split and merged through ``.contiguous()`` (Whisper, MobileViT, BLOOM, Phi-3, T5...)."""
+
+    def __init__(self, width=32, heads=4):
+        super().__init__()
+        torch.manual_seed(0)
+        self.heads = heads
+        self.qkv = nn.ModuleList(nn.Linear(width, width) for _ in range(3))
+        self.out = nn.Linear(width, width)
+
+    def forward(self, x):
+        b, n, w = x.shape
+        q, k, v = (p(x).view(b, n, self.heads, -1).transpose(1, 2).contiguous() for p in self.qkv)
+        y = F.scaled_dot_product_attention(q, k, v)
+        return self.out(y.transpose(1, 2).contiguous().view(b, n, w)).transpose(1, 2).contiguous()
+
+
+def test_contiguous_copies_leave_the_graph_and_the_result_keeps_eagers_strides():
+    x = torch.randn(2, 8, 32)
+    plan, per_node, fallbacks = planned(Attention(), x)
+    # the one copy left makes the result contiguous: the caller gets the strides eager gives
+    assert fallbacks == per_node == ["aten.clone.default"] and len(plan.partitions) == 1, plan.explain()
+    assert plan.graph.nodes[-1].op == "aten.clone.default" and plan(x).is_contiguous()
+
+
+class RepeatedPositions(nn.Module):
+    """``arange(n).unsqueeze(0).repeat(b, 1)`` positions reading a table (Whisper's decoder)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.table = nn.Parameter(torch.randn(64, 16))
+        self.head = head(16)
+
+    def forward(self, x):
+        positions = torch.arange(x.shape[1]).unsqueeze(0).repeat(x.shape[0], 1)
+        return self.head(x + self.table[positions])
+
+
+def test_repeat_decomposes_and_the_positions_are_proven_in_range():
+    x = torch.randn(2, 12, 16)
+    plan, per_node, fallbacks = planned(RepeatedPositions(), x)
+    assert fallbacks == [] and per_node == [] and len(plan.partitions) == 1, plan.explain()
+    batch, seq = torch.export.Dim("batch", min=1, max=8), torch.export.Dim("seq", min=2, max=64)
+    plan, per_node, fallbacks = planned(RepeatedPositions(), x, dynamic_shapes=({0: batch, 1: seq},))
+    assert fallbacks == [] and per_node == [] and len(plan.partitions) == 1, plan.explain()
+    other = torch.randn(3, 20, 16)
+    assert torch.allclose(plan(other), RepeatedPositions()(other), atol=1e-5)
+
+
+class Buckets(nn.Module):
+    """T5's relative position buckets: log, min and casts of positions from static sizes."""
+
+    def __init__(self, buckets=8, distance=32, heads=2):
+        super().__init__()
+        torch.manual_seed(0)
+        self.buckets, self.distance = buckets, distance
+        self.bias = nn.Embedding(buckets, heads)
+        self.head = head(10)
+
+    def forward(self, scores):
+        n = scores.shape[-1]
+        relative = torch.arange(n)[None, :] - torch.arange(n)[:, None]
+        exact = self.buckets // 2
+        large = exact + (
+            torch.log(relative.abs().float() / exact) / math.log(self.distance / exact) * (self.buckets - exact)
+        ).to(torch.long)
+        large = torch.min(large, torch.full_like(large, self.buckets - 1))
+        bucket = torch.where(relative.abs() < exact, relative.abs(), large)
+        return self.head(torch.softmax(scores + self.bias(bucket).permute(2, 0, 1), dim=-1))
+
+
+def test_values_from_static_sizes_fold_into_constants():
+    scores = torch.randn(1, 2, 10, 10)
+    plan, per_node, fallbacks = planned(Buckets(), scores)
+    # log and min (no contract) folded with the rest: the bucket table is a constant of the plan
+    assert fallbacks == [] and per_node == [] and len(plan.partitions) == 1, plan.explain()
+    assert not any(n.op in ("arange", "where", "cast") for n in plan.graph.nodes)
+
+
+class WindowIndex(nn.Module):
+    """Swin's and BEiT's relative position index: a meshgrid (two results) of aranges, stacked, with an
+    in-place shift (functionalized into select_scatter), reading a bias table; Swin V2's cosine
+    attention normalizes with F.normalize (a vector norm)."""
+
+    def __init__(self, window=4, heads=2):
+        super().__init__()
+        torch.manual_seed(0)
+        self.window = window
+        self.table = nn.Parameter(torch.randn((2 * window - 1) ** 2, heads))
+        self.head = head(window * window)
+
+    def forward(self, scores):
+        w = self.window
+        coords = torch.stack(torch.meshgrid(torch.arange(w), torch.arange(w), indexing="ij")).flatten(1)
+        relative = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0).contiguous()
+        relative[:, :, 0] += w - 1
+        relative[:, :, 1] += w - 1
+        relative[:, :, 0] *= 2 * w - 1
+        bias = self.table[relative.sum(-1).view(-1)].view(w * w, w * w, -1).permute(2, 0, 1)
+        return self.head(F.normalize(scores, dim=-1) + bias)
+
+
+def test_a_window_index_folds_and_the_norm_decomposes():
+    scores = torch.randn(1, 2, 16, 16)
+    plan, per_node, fallbacks = planned(WindowIndex(), scores)
+    assert fallbacks == [] and per_node == [] and len(plan.partitions) == 1, plan.explain()
+
+
+def test_a_folded_value_is_never_a_weight():
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = nn.Parameter(torch.ones(4))
+
+        def forward(self, x):
+            return x * (self.scale * torch.arange(4.0))
+
+    model, x = Scaled().eval(), torch.randn(3, 4)
+    plan = opcore.graph.capture(model, (x,), measure=False)
+    assert any(n.op == "mul" and len(n.refs()) == 2 for n in plan.graph.nodes)
+    with torch.no_grad():
+        model.scale.mul_(2.0)
+    assert torch.allclose(plan(x), model(x))  # the plan follows the weight: nothing derived from it was folded
+
+
+class Between(nn.Module):
+    """Swin's roll and pooler, a weight norm (Wav2Vec2's positional convolution), type_as, t and
+    baddbmm (BLOOM's ALiBi scores), a mask cast to bool with the device torch.export writes."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.v = nn.Parameter(torch.randn(8, 8, 3))
+        self.g = nn.Parameter(torch.rand(1, 1, 3) + 0.5)
+        self.w = nn.Parameter(torch.randn(8, 8))
+
+    def forward(self, x, mask):
+        y = torch.roll(x, shifts=(2, -1), dims=(1, 2))  # x: (b, 8, 8)
+        y = F.conv1d(y, torch._weight_norm(self.v, self.g, 2), padding=1)
+        y = torch.baddbmm(y, y, y.transpose(1, 2), beta=1.0, alpha=0.5) @ self.w.t()
+        y = y.masked_fill(~mask.to(torch.bool)[:, None, :], 0.0).type_as(x)
+        return F.adaptive_avg_pool1d(y, 1)
+
+
+def test_ops_between_layers_decompose_or_map_to_contracts():
+    x, mask = torch.randn(2, 8, 8), torch.tensor([[1] * 6 + [0] * 2, [1] * 8])
+    plan, per_node, fallbacks = planned(Between(), x, mask)
+    assert fallbacks == [], plan.explain()
+    # the int64 mask is a graph input OpenVINO narrows to int32: its cast stays per node, the rest is one partition
+    assert len(plan.partitions) == 1 and per_node == ["cast"], plan.explain()
+
+
+class WholeRotary(nn.Module):
+    """A partial rotary whose rotary part is the whole head (Phi-3): ``cat(rotated, x[..., d:])`` with
+    the pass-through slice empty."""
+
+    def __init__(self, width=16):
+        super().__init__()
+        torch.manual_seed(0)
+        self.width = width
+        self.head = head(width)
+
+    def forward(self, x):
+        d = self.width
+        rotated, passed = x[..., :d], x[..., d:]
+        rotated = torch.cat((-rotated[..., d // 2 :], rotated[..., : d // 2]), dim=-1) * 0.5 + rotated
+        return self.head(torch.cat((rotated, passed), dim=-1))
+
+
+def test_empty_cat_pieces_go_with_the_slices_that_made_them():
+    x = torch.randn(2, 6, 16)
+    plan, per_node, fallbacks = planned(WholeRotary(), x)
+    assert "rewrite empty cat piece: 1 match" in plan.notes
+    assert fallbacks == [] and per_node == [] and len(plan.partitions) == 1, plan.explain()
+    seq = torch.export.Dim("seq", min=2, max=32)
+    plan, per_node, _ = planned(WholeRotary(), x, dynamic_shapes=({1: seq},))
+    assert per_node == [] and len(plan.partitions) == 1, plan.explain()
