@@ -71,7 +71,9 @@ Quantized weights (``--weights int8,int4``, issue 27): an "opcore int8" / "opcor
 ``capture_lm(model, ..., weights=...)`` (every linear weight-only quantized, the logits' linear at int8;
 docs/quantized.md); its note gives its own bandwidth ceiling (the decode plan's weights as stored, plus
 the KV cache, over the measured bandwidth) and the fraction of it reached, the weights' resident
-bytes (the plans' constants, each storage once) against fp32's, and the saved folder's size.
+bytes (the plans' constants, each storage once) against fp32's, the saved folder's size, and which
+plan decodes (capture_lm times the decode step on each graph runtime for a quantized plan whose codes
+fit its measuring bound: "ranked", or "onnxruntime alone" / "openvino alone").
 ``--accuracy 512``: before the table, the quantized forward pass's logits against fp32's over one
 prompt of 512 random tokens: max relative error, top-1 agreement, KL(fp32 || quantized).
 
@@ -683,9 +685,11 @@ def quantized_column(
     ceiling = ceiling_tokens_per_s(step, state["bandwidth"][threads], batch)
     fp32 = state.setdefault("fp32 bytes", _unique_bytes([*model.parameters(), *model.buffers()]))
     column.ceiling = ceiling
+    measured = [n for n in lm.decode_plan.notes if n.startswith("decode step measured at capture")]
+    runs = f"; decode runs {measured[0].rsplit('runs ', 1)[-1]}" if measured else "; decode planned, not timed"
     column.note = (
         f"own ceiling {ceiling:.1f} tok/s ({step / 1e6:.0f} MB a step); weights resident {resident / 1e6:.0f} MB "
-        f"({resident / fp32:.2f}x fp32), saved {saved / 1e6:.0f} MB"
+        f"({resident / fp32:.2f}x fp32), saved {saved / 1e6:.0f} MB{runs}"
     )
     return column
 

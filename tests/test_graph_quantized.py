@@ -194,3 +194,25 @@ def test_capture_lm_generates_with_int8_weights_and_saves_them(tmp_path: pathlib
     lm.save(tmp_path / "lm")
     loaded = opcore.graph.load(tmp_path / "lm")
     assert torch.equal(loaded.generate(ids, max_new_tokens=12, min_new_tokens=12), out)
+
+
+def test_capture_lm_compares_decode_runtimes_when_the_codes_fit_the_measuring_bound(monkeypatch) -> None:
+    """measure=None: a model whose float weights exceed MEASURE_BYTES is planned by the estimated
+    rule, but its quantized plan (int8 bytes) is small enough to time each runtime's decode step."""
+    from opcore.graph import lm_capture
+
+    model = llama()
+    floats = lm_capture._weight_bytes(model)
+    stored = lm_capture._stored_bytes(model)
+    assert stored < floats / 3
+    monkeypatch.setattr(lm_capture, "MEASURE_BYTES", (stored + floats) // 2)
+    timed: list[list[str]] = []
+
+    def timer(runners: dict) -> dict[str, float]:  # the comparison's verdicts, without the seconds it takes
+        timed.append(list(runners))
+        return {name: float(i) for i, name in enumerate(runners)}  # the ranked plan first: it stays
+
+    monkeypatch.setattr(lm_capture, "interleaved", timer)
+    lm = opcore.graph.capture_lm(model, max_length=8, weights="int8", prefill_partitions=False)
+    assert timed and all(names[0] == "ranked" for names in timed), timed
+    assert lm.decode_plan.notes[0].startswith("decode step measured at capture"), lm.decode_plan.notes[:2]
