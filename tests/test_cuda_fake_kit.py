@@ -8,8 +8,9 @@ the CUDA wrappers, torch's SDPA dispatch), and the result must have the device, 
 contract's meta function gives. Values are not checked (there are none): tests/test_cuda_gpu.py
 runs the kit itself on a GPU.
 
-Two kernels look at data on CUDA by design (embedding's index check, an integer division's zero
-check): on fake tensors they raise torch's data-dependent error, which is what is asserted for them.
+Some kernels look at data on CUDA by design (the index checks of embedding, embedding_wq, gather
+and index; an integer division's zero check): on fake tensors they raise torch's data-dependent
+error, which is what is asserted for them.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTens
 
 import opcore.torchkit.aten  # noqa: E402  (imported outside the fake mode)
 
-LOOKS_AT_DATA = {"embedding"}  # every call checks the indices
+LOOKS_AT_DATA = {"embedding", "embedding_wq", "gather", "index"}  # every call checks the indices
 FAKE_COPY_LIMIT = "PyTorch is not linked with support for cuda devices"
 BUILTIN = {contract.name for contract in BUILTIN_CONTRACTS}
 

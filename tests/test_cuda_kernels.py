@@ -5,8 +5,10 @@
   (exact on CPU, the tanh approximation on CUDA): the CPU semantics are pinned down here so a
   change in torch is noticed; the CUDA semantics are checked by tests/test_cuda_gpu.py.
 - ``opcore_cuda.choice``: the checkers, on TensorMeta.
-- ``opcore_cuda.kernels``: the CUDA wrappers of the shared kernels (div, embedding, layer_norm), on
-  CPU tensors against the reference backend.
+- ``opcore_cuda.kernels``: the CUDA wrappers of the shared kernels (clamp, div, embedding,
+  embedding_wq, gather, group_norm, index, layer_norm), on CPU tensors against the reference
+  backend. What CUDA itself does without them (a device-side assert, no NaN from a NaN bound) is
+  seen only on a GPU: tests/test_cuda_gpu.py runs the conformance kit there.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import pytest
 
 import opcore
 from opcore import DType, Layout, TensorMeta
+from opcore.quantize import quantize_weight
 from opcore_cuda import choice
 
 torch = pytest.importorskip("torch")
@@ -164,3 +167,55 @@ def test_layer_norm_with_float32_parameters_of_a_half_input(dtype):
 def test_layer_norm_of_one_dtype_is_the_shared_kernel():
     x, w, b = tensor(3, 6), tensor(6, seed=1), tensor(6, seed=2)
     torch.testing.assert_close(kernels.layer_norm(x, (6,), w, b, 1e-5), F.layer_norm(x, (6,), w, b, 1e-5))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
+def test_group_norm_with_float32_parameters_of_a_half_input(dtype):
+    x = tensor(2, 4, 3, dtype=dtype)
+    weight, bias = tensor(4, seed=1), tensor(4, seed=2)
+    for w, b in ((weight, bias), (None, bias), (weight, None)):
+        out = kernels.group_norm(x, 2, w, b, 1e-5)
+        assert out.dtype == dtype
+        numpy.testing.assert_allclose(out.float().numpy(), reference("group_norm", x, 2, w, b), 5e-2, 5e-2)
+    same = tensor(2, 4, 3)
+    torch.testing.assert_close(kernels.group_norm(same, 2, weight, bias, 1e-5), F.group_norm(same, 2, weight, bias))
+
+
+@pytest.mark.parametrize("bounds", [(float("nan"), None), (None, float("nan")), (0.0, float("nan"))])
+def test_clamp_with_a_nan_bound_is_nan(bounds):
+    out = kernels.clamp(tensor(2, 3), *bounds)
+    assert out.dtype == torch.float32 and bool(torch.isnan(out).all())
+    ints = kernels.clamp(torch.tensor([1, 2]), *bounds)  # promoted to float, as torch.clamp does
+    assert ints.is_floating_point() and bool(torch.isnan(ints).all())
+    torch.testing.assert_close(kernels.clamp(tensor(2, 3), -0.5, 0.5), torch.clamp(tensor(2, 3), -0.5, 0.5))
+
+
+def test_gather_checks_the_index_first():
+    x = tensor(2, 3)
+    for bad, found in ((torch.tensor([[0, 3]]), "index 3"), (torch.tensor([[-1, 0]]), "index -1")):
+        with pytest.raises(opcore.ArgumentError, match=rf"'index' expected indices in \[0, 2\] .* found {found}"):
+            kernels.gather(x, 1, bad)
+    good = torch.tensor([[2, 0], [1, 1]])
+    torch.testing.assert_close(kernels.gather(x, 1, good), torch.gather(x, 1, good))
+
+
+def test_index_checks_each_index_first():
+    x = tensor(3, 4)
+    with pytest.raises(opcore.ArgumentError, match=r"'indices\[1\]' expected indices in \[-4, 3\] .* found index 4"):
+        kernels.index(x, (None, torch.tensor([0, 4])))
+    with pytest.raises(opcore.ArgumentError, match=r"'indices\[0\]' expected .* found index -4"):
+        kernels.index(x, (torch.tensor([-4]),))
+    picked = kernels.index(x, (torch.tensor([-1, 0]), None))  # negative indices count from the end
+    torch.testing.assert_close(picked, x[torch.tensor([-1, 0])])
+
+
+def test_embedding_wq_checks_the_indices_first():
+    weight = tensor(5, 8)
+    q = quantize_weight(weight, bits=8)
+    tables = (torch.as_tensor(q.qweight), torch.as_tensor(q.scale), None)
+    args = (*tables, 8, q.group_size)
+    with pytest.raises(opcore.ArgumentError, match=r"'input' expected indices in \[0, 4\] .* found index 5"):
+        kernels.embedding_wq(torch.tensor([[0, 5]]), *args)
+    ids = torch.tensor([[4, 0]])
+    expected = opcore.run("embedding_wq", ids, *tables, bits=8, group_size=q.group_size, backend="cpu")
+    torch.testing.assert_close(kernels.embedding_wq(ids, *args), expected)

@@ -21,7 +21,8 @@ __all__ = ["CUBLASLT_DTYPES", "CUDA_DIFFERENCES", "CUDA_DTYPES", "FLOATING"]
 
 # op -> the dtypes torch's CUDA kernels take where they are not the contract's
 CUDA_DIFFERENCES: Mapping[str, frozenset[DType]] = {
-    "linear": FLOATING,  # no integer GEMM on CUDA
+    "linear": FLOATING,  # no integer GEMM on CUDA ("addmm_cuda" not implemented for 'Long', seen on an H200)
+    "addmm": FLOATING,
     "matmul": FLOATING,
     "bmm": FLOATING,
     "linear_relu": FLOATING,
@@ -37,8 +38,9 @@ CUDA_DIFFERENCES: Mapping[str, frozenset[DType]] = {
 }
 
 # every built-in op; notes on the ones CUDA serves through its own kernel (opcore_cuda.kernels):
-# div (CUDA does not raise on an integer division by zero), layer_norm (float32 parameters of a
-# float16 input), embedding (keyed by the weight's dtype; checks the indices)
+# clamp (a NaN bound), div (CUDA does not raise on an integer division by zero), layer_norm and
+# group_norm (float32 parameters of a float16 input), embedding, embedding_wq, gather and index
+# (check the indices)
 CUDA_DTYPES: Mapping[str, frozenset[DType]] = torch_dtypes(BUILTIN_CONTRACTS, CUDA_DIFFERENCES)
 
 # torch._addmm_activation's cuBLASLt path takes these (and float64, which gains nothing from it)

@@ -12,7 +12,8 @@ Three layers, highest priority first:
 - ``cuda/cublaslt`` (+10): linear_relu and linear_gelu through ``torch._addmm_activation``, the
   activation fused into the GEMM as a cuBLASLt epilogue.
 - ``cuda/aten``: the shared device-generic torch kernels (``opcore.torchkit.torch_kernels``) for every
-  built-in op, with ``opcore_cuda.kernels`` in place of three of them (div, embedding, layer_norm);
+  built-in op, with ``opcore_cuda.kernels`` in place of eight of them (clamp, div, embedding, embedding_wq,
+  gather, group_norm, index, layer_norm);
   scaled_dot_product_attention is torch's fused SDPA (flash / memory-efficient / cuDNN).
 - ``aten.*`` ops: the shared ATen fallback (``opcore.torchkit.aten``), any ``torch.ops.aten`` op.
 
@@ -36,7 +37,10 @@ CUBLASLT_LABEL = "cublaslt"
 CUBLASLT_PRIORITY = 10  # above this backend's plain ATen kernels
 # the kernels registered in place of the shared ones (as opcore_cuda.kernels.CUDA_OVERRIDES, which
 # imports torch and so cannot be imported here)
-CUDA_OVERRIDES = {op: f"opcore_cuda.kernels:{op}" for op in ("div", "embedding", "layer_norm")}
+CUDA_OVERRIDES = {
+    op: f"opcore_cuda.kernels:{op}"
+    for op in ("clamp", "div", "embedding", "embedding_wq", "gather", "group_norm", "index", "layer_norm")
+}
 
 # op -> (kernel, prepare, checker attribute of opcore_cuda.choice) of the cuBLASLt epilogue kernels;
 # choice is imported when the backend registers, which it does only with a usable GPU (issue 15)
