@@ -77,6 +77,18 @@ def _cache_layer_class() -> Any:
     return PositionedLayer
 
 
+def _head_shapes(config: Any) -> tuple[Any, Any]:
+    """(kv heads, head dim) of the text config: transformers' get_head_shapes (per layer where the
+    layers differ), or one shape for every layer where transformers has none (5.17 has not)."""
+    try:
+        from transformers.configuration_utils import get_head_shapes
+    except ImportError:
+        heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        return heads, head_dim
+    return get_head_shapes(config)
+
+
 class CachedDecoder(torch.nn.Module):
     """A transformers causal LM with a static KV cache of ``batch_size`` x ``max_length`` as buffers,
     called by the protocol above."""
@@ -84,7 +96,6 @@ class CachedDecoder(torch.nn.Module):
     def __init__(self, model: Any, batch_size: int, max_length: int) -> None:
         super().__init__()
         from transformers import StaticCache
-        from transformers.configuration_utils import get_head_shapes
 
         self.model = model
         self.batch_size, self.max_length = batch_size, max_length
@@ -96,7 +107,7 @@ class CachedDecoder(torch.nn.Module):
         # take; a full-length layer with the model's own sliding mask computes the same attention
         self.layers: list[Any] = [layer(max_length) for _ in self.cache.layers]
         self.cache.layers = self.layers
-        heads, head_dim = get_head_shapes(config)
+        heads, head_dim = _head_shapes(config)
         device = next(model.parameters()).device
         self.cache.early_initialization(batch_size, heads, head_dim, model.dtype, torch.device(device))
         for i, cached in enumerate(self.layers):
