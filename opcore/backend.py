@@ -13,7 +13,7 @@ from dataclasses import field
 from opcore.fast_records import record
 from opcore.types import DeviceType
 
-__all__ = ["API_VERSION", "BackendSpec", "DEFAULT_PRIORITIES"]
+__all__ = ["API_VERSION", "BackendSpec", "DEFAULT_PRIORITIES", "version_mismatch"]
 
 # The plugin API this opcore speaks. A plugin built for another one fails to load with a
 # message saying which versions match; the number changes only when a hook or a record changes.
@@ -56,3 +56,22 @@ class BackendSpec:
 
     def check_availability(self) -> bool | str:
         return True if self.is_available is None else self.is_available()
+
+
+def version_mismatch(surface: str, built_for: int, provided: int, distribution: str) -> str | None:
+    """None where a plugin built for version ``built_for`` of one of opcore's versioned surfaces
+    (``ONEMODEL_API_VERSION``, ``TORCHKIT_API_VERSION``) can use this opcore's ``provided``; else the
+    reason its ``is_available`` returns, so the backend is unavailable (with why) rather than broken.
+    Versions count incompatible changes only, so they must be equal.
+
+    >>> version_mismatch("torchkit", 1, 1, "opcore-cpu") is None
+    True
+    >>> version_mismatch("torchkit", 1, 2, "opcore-cpu").split(": ")[0]
+    "opcore-cpu was built for opcore's torchkit API 1, this opcore provides torchkit API 2"
+    """
+    if built_for == provided:
+        return None
+    return (
+        f"{distribution} was built for opcore's {surface} API {built_for}, this opcore provides {surface} API "
+        f"{provided}: install the {distribution} release made for this opcore (pip install -U {distribution})"
+    )

@@ -20,8 +20,9 @@ additions never bump one:
 - ``TORCHKIT_API_VERSION``: the shared torch kernel API (``opcore.torchkit``) that torch-based
   backends build on ("torchkit kernels" below).
 
-A plugin that needs a given builder or kernel surface checks its number at load time
-(``ONEMODEL_API_VERSION >= 1``) and reports a mismatch as unavailable.
+A plugin that needs a given builder or kernel surface states the number it was built for and,
+in its ``is_available``, returns ``version_mismatch(...)``'s reason where this opcore provides
+another: the backend is then unavailable, with why, and never half-loaded.
 
 The names load on first use (PEP 562), like ``opcore``'s own: ``from opcore.extend import
 BackendSpec, hookimpl`` imports no torch, no runtime and none of the kit; ``torch_kernels`` and
@@ -42,6 +43,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     # announcing a backend and registering kernels
     "BackendSpec": ("opcore.backend", "BackendSpec"),
     "DEFAULT_PRIORITIES": ("opcore.backend", "DEFAULT_PRIORITIES"),
+    "version_mismatch": ("opcore.backend", "version_mismatch"),
     "hookimpl": ("opcore.hookspecs", "hookimpl"),
     "Registrar": ("opcore.registry", "Registrar"),
     "Kernel": ("opcore.kernel_records", "Kernel"),
@@ -200,6 +202,7 @@ __all__ = [
     "Kernel",
     "Registrar",
     "hookimpl",
+    "version_mismatch",
     # contracts
     "BUILTIN_CONTRACTS",
     "OpContract",
@@ -360,7 +363,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what static analysis sees
-    from opcore.backend import API_VERSION, DEFAULT_PRIORITIES, BackendSpec
+    from opcore.backend import API_VERSION, DEFAULT_PRIORITIES, BackendSpec, version_mismatch
     from opcore.contracts import OpContract, define_op
     from opcore.dispatch import run
     from opcore.distmeta import version as distribution_version

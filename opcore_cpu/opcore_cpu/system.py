@@ -19,7 +19,15 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from opcore.extend import BELOW_AVX512, ISA_CAP_VARIABLES, distribution_version, onednn_cap_below_avx512, onednn_isa_cap
+from opcore.extend import (
+    BELOW_AVX512,
+    ISA_CAP_VARIABLES,
+    TORCHKIT_API_VERSION,
+    distribution_version,
+    onednn_cap_below_avx512,
+    onednn_isa_cap,
+    version_mismatch,
+)
 
 __all__ = [
     "BELOW_AVX512",
@@ -38,6 +46,7 @@ __all__ = [
 ]
 
 MIN_TORCH = (2, 4)  # the mkldnn pointwise ops with these signatures exist from torch 2.4 on
+TORCHKIT_BUILT_FOR = 1  # the opcore.torchkit surface (TORCHKIT_API_VERSION) these kernels are written against
 # /proc/cpuinfo flags that change what oneDNN can do here, in the order the doctor lists them
 ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16")
 BFLOAT16_NO_AVX512 = "this CPU has no AVX-512 (oneDNN's bfloat16 kernels need AVX512BW/VL/DQ or AMX)"
@@ -52,7 +61,11 @@ def _version_tuple(text: str) -> tuple[int, ...]:
 
 
 def is_available() -> bool | str:
-    """True when torch >= 2.4 is installed; otherwise the reason (cheap: no torch import)."""
+    """True when this opcore's torchkit is the one these kernels were written for and torch >= 2.4
+    is installed; otherwise the reason (cheap: no torch import)."""
+    mismatch = version_mismatch("torchkit", TORCHKIT_BUILT_FOR, TORCHKIT_API_VERSION, "opcore-cpu")
+    if mismatch is not None:
+        return mismatch
     if importlib.util.find_spec("torch") is None:
         return "torch is not installed; pip install 'opcore[cpu]' installs it"
     version = _torch_version()

@@ -27,7 +27,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from opcore.extend import distribution_version, record
+from opcore.extend import TORCHKIT_API_VERSION, distribution_version, record, version_mismatch
 
 __all__ = [
     "MIN_DRIVER",
@@ -44,6 +44,7 @@ __all__ = [
 
 TORCH_INSTALL_URL = "https://pytorch.org/get-started/locally/"
 MIN_TORCH = (2, 4)
+TORCHKIT_BUILT_FOR = 1  # the opcore.torchkit surface (TORCHKIT_API_VERSION) these kernels are written against
 # NVIDIA's minimum driver per CUDA major release (CUDA minor version compatibility; "CUDA
 # Compatibility" guide, table 1): a torch built for CUDA 12.x runs on any driver >= 525.
 MIN_DRIVER: Mapping[int, tuple[int, int]] = {11: (450, 80), 12: (525, 60), 13: (580, 0)}
@@ -216,10 +217,12 @@ def availability(facts: Facts) -> bool | str:
 
 
 def is_available() -> bool | str:
-    """True when a CUDA build of torch, a visible device and a recent enough driver are present;
-    otherwise the reason (cheap: no torch import).
+    """True when this opcore's torchkit is the one these kernels were written for and a CUDA build
+    of torch, a visible device and a recent enough driver are present; otherwise the reason (cheap:
+    no torch import).
     """
-    return availability(gather_facts())
+    mismatch = version_mismatch("torchkit", TORCHKIT_BUILT_FOR, TORCHKIT_API_VERSION, "opcore-cuda")
+    return mismatch if mismatch is not None else availability(gather_facts())
 
 
 # --- the doctor ---------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from opcore.extend import (
+    ONEMODEL_API_VERSION,
     BackendSpec,
     DeviceType,
     hookimpl,
@@ -22,6 +23,7 @@ from opcore.extend import (
     kernel_targets,
     register_kernels,
     runtime_available,
+    version_mismatch,
 )
 from opcore_onnxruntime import __version__
 from opcore_onnxruntime.checks import checker_for
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["KERNELS", "MIN_ONNXRUNTIME", "opcore_backend", "opcore_partition_compiler", "opcore_register_kernels"]
 
 MIN_ONNXRUNTIME = (1, 20)  # pyproject.toml's floor: the oldest make test-oldest passes with
+ONEMODEL_BUILT_FOR = 1  # the one-model builder surface (ONEMODEL_API_VERSION) these kernels are written against
 
 # op -> (module of its kernel, whether resolve's constants are baked in): the ops whose family
 # module under opcore_onnxruntime.kernels lists them in OPS (each module-level kernel is named as its op)
@@ -39,12 +42,16 @@ KERNELS: Mapping[str, tuple[str, bool]] = kernel_layout("opcore_onnxruntime.kern
 
 
 def is_available() -> bool | str:
-    """True when onnxruntime (>= 1.20) and onnx are installed; never imports them. An invalid
+    """True when this opcore's one-model builders are the ones these kernels were written for and
+    onnxruntime (>= 1.20) and onnx are installed; never imports them. An invalid
     OPCORE_ORT_CACHE_SIZE raises here (ArgumentError naming it), so the plugin fails at load time.
     """
     from opcore_onnxruntime.cache import SESSIONS
 
     SESSIONS.check_setting()
+    mismatch = version_mismatch("onemodel", ONEMODEL_BUILT_FOR, ONEMODEL_API_VERSION, "opcore-onnxruntime")
+    if mismatch is not None:
+        return mismatch
     return runtime_available(("onnxruntime", "onnx"), "onnxruntime", MIN_ONNXRUNTIME, extra="onnxruntime")
 
 

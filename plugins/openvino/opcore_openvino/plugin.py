@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from opcore.extend import (
+    ONEMODEL_API_VERSION,
     BackendSpec,
     DeviceType,
     hookimpl,
@@ -22,6 +23,7 @@ from opcore.extend import (
     kernel_targets,
     register_kernels,
     runtime_available,
+    version_mismatch,
 )
 from opcore_openvino import __version__
 from opcore_openvino.checks import checker_for
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["KERNELS", "MIN_OPENVINO", "opcore_backend", "opcore_partition_compiler", "opcore_register_kernels"]
 
 MIN_OPENVINO = (2025, 4)  # pyproject.toml's floor: the oldest make test-oldest passes with
+ONEMODEL_BUILT_FOR = 1  # the one-model builder surface (ONEMODEL_API_VERSION) these kernels are written against
 
 # op -> (module of its kernel, whether resolve's constants are baked in): the ops whose family
 # module under opcore_openvino.kernels lists them in OPS (each module-level kernel is named as its op)
@@ -39,7 +42,8 @@ KERNELS: Mapping[str, tuple[str, bool]] = kernel_layout("opcore_openvino.kernels
 
 
 def is_available() -> bool | str:
-    """True when openvino (>= 2025.4) is installed and no oneDNN ISA cap below this CPU's would crash
+    """True when this opcore's one-model builders are the ones these kernels were written for,
+    openvino (>= 2025.4) is installed and no oneDNN ISA cap below this CPU's would crash
     it (opcore_openvino.isa); never imports it. Invalid cache-size settings raise here (ArgumentError
     naming the variable), so the plugin fails at load time.
     """
@@ -49,6 +53,9 @@ def is_available() -> bool | str:
 
     MODELS.check_setting()
     capacity_from_env("OPCORE_OPENVINO_RUNTIME_CACHE", 16)
+    mismatch = version_mismatch("onemodel", ONEMODEL_BUILT_FOR, ONEMODEL_API_VERSION, "opcore-openvino")
+    if mismatch is not None:
+        return mismatch
     available = runtime_available(("openvino",), "openvino", MIN_OPENVINO, extra="openvino")
     return (isa_cap_reason() or True) if available is True else available
 
