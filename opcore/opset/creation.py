@@ -177,6 +177,17 @@ def arange_meta(
         )
     if not math.isfinite(step):
         raise ArgumentError(arg="step", expected="a finite step", found=repr(step), fix="pass a finite step")
+    _check_accumulable(start, end, step, out)
+    # torch checks the sign in double, on the values as given (before an integer dtype's int()):
+    # arange(0, 0.1, -1, dtype=int64) is refused although int(0.1) - int(0) is 0
+    if (step > 0 and end < start) or (step < 0 and end > start):
+        raise ArgumentError(
+            arg="step",
+            expected=f"a step whose sign agrees with end - start = {end - start!r} (torch: upper bound and lower "
+            "bound inconsistent with step sign)",
+            found=repr(step),
+            fix="swap start and end, or negate step",
+        )
     first, last, stride = arange_bounds(start, end, step, out)
     # an integer dtype counts by int(step): 0 is refused for every one (torch's CPU kernel returns
     # zeros for the narrower ones, its int64 and meta kernels raise)
@@ -196,6 +207,29 @@ def arange_meta(
             fix="swap start and end, or negate step",
         )
     return TensorMeta((arange_length(first, last, stride),), out, Device.parse(device))
+
+
+# what torch counts an arange of these dtypes in (at::acc_type on the CPU): start, end and step must
+# convert to it ("value cannot be converted to type int64_t without overflow")
+_INT64_RANGE = (-(2**63), 2**63 - 1)
+_FLOAT32_MAX = 3.4028234663852886e38
+
+
+def _check_accumulable(start: float | int, end: float | int, step: float | int, out: DType) -> None:
+    if out in INTEGRAL:
+        low, high, kind = _INT64_RANGE[0], _INT64_RANGE[1], "int64"
+    elif out in (DType.FLOAT16, DType.BFLOAT16):
+        low, high, kind = -_FLOAT32_MAX, _FLOAT32_MAX, "float32"
+    else:
+        return
+    for name, value in (("start", start), ("end", end), ("step", step)):
+        if not low <= value <= high or (isinstance(value, float) and value >= 2.0**63 and kind == "int64"):
+            raise ArgumentError(
+                arg=name,
+                expected=f"a value that converts to {kind}, which torch counts a {out.value} arange in",
+                found=repr(value),
+                fix=f"pass {name} within [{low:g}, {high:g}], or a float64 dtype",
+            )
 
 
 _DEVICE_DOC = " on device (default 'cpu')"

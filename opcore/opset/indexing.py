@@ -268,12 +268,24 @@ def pad_meta(x: TensorMeta, pad: tuple[int, ...], mode: str, value: bool | int |
     shape = list(x.shape)
     for i in range(len(pad) // 2):
         d = x.ndim - 1 - i
-        shape[d] += pad[2 * i] + pad[2 * i + 1]
+        before, after = pad[2 * i], pad[2 * i + 1]
+        shape[d] += before + after
         if shape[d] < 0:
             raise ShapeError(
                 arg="pad",
                 expected=f"pads leaving dim {d} (size {x.shape[d]}) a size >= 0",
                 found=f"{list(pad)}, giving size {shape[d]}",
+            )
+        # torch cuts the negative pads first (narrow), then grows: pads that cancel (2**62, -2**62)
+        # are refused where the cut alone is longer than the dim, as torch refuses them
+        cut = -min(before, 0) - min(after, 0)
+        if cut > x.shape[d]:
+            raise ShapeError(
+                arg="pad",
+                expected=f"negative pads cutting at most dim {d}'s size {x.shape[d]} (torch cuts them before it pads: "
+                "narrow(): length must be non-negative)",
+                found=f"{list(pad)}, cutting {cut}",
+                fix="make the negative pads of a dim sum to no more than its size",
             )
     return TensorMeta(tuple(shape), x.dtype, x.device)
 

@@ -154,6 +154,15 @@ def _arange_errors() -> list[ErrorInput]:
         ErrorInput("int16-step-truncates-to-zero", (0, 5, 0.5), ArgumentError, "step", "non-zero",
                    {"dtype": "int16"}, torch_rejects=False),
         ErrorInput("string-end", (0, "5"), ArgumentError, "end", "a number"),
+        # torch checks the sign in double before an integer dtype's int(): int(0.1) - 0 is 0, refused
+        ErrorInput("sign-before-int-conversion", (0, 0.1, -1), ArgumentError, "step", "sign agrees",
+                   {"dtype": "int64"}),
+        # torch counts integer aranges in int64, float16/bfloat16 ones in float32: the bounds must convert
+        ErrorInput("step-beyond-int64", (0, 1, 1e300), ArgumentError, "step", "converts to int64",
+                   {"dtype": "int32"}),
+        ErrorInput("end-beyond-int64", (0, 1e19), ArgumentError, "end", "converts to int64", {"dtype": "int64"}),
+        ErrorInput("step-beyond-float32", (0, 1, 1e300), ArgumentError, "step", "converts to float32",
+                   {"dtype": "float16"}),
     ]  # fmt: skip
 
 

@@ -203,6 +203,8 @@ def _error_inputs() -> dict[str, list[ErrorInput]]:
             ErrorInput("circular-twice", (z(1, 2, 3), (4, 0), "circular"), ArgumentError, "pad", "more than once"),
             ErrorInput("mode-rank", (z(1, 2, 3, 4), (1, 1), "replicate"), ShapeError, "pad", "2 pads for a 2-D or"),
             ErrorInput("negative-size", (z(2, 3), (-2, -2)), ShapeError, "pad", "a size >= 0"),
+            # torch cuts before it pads: pads that cancel still may not cut more than the dim
+            ErrorInput("cancelling-pads", (z(2, 3), (2**62, -(2**62))), ShapeError, "pad", "cutting at most"),
         ],
     }  # fmt: skip
 
