@@ -1,9 +1,11 @@
-"""What the graph runtimes' ``linear_wq`` builders share (runtime-independent): the sizes a model of
-the op is keyed on, and ONNX Runtime's MatMulNBits block for a group.
+"""What the graph runtimes' ``linear_wq`` and ``embedding_wq`` kernels share (runtime-independent):
+the sizes a model of the op is keyed on, ONNX Runtime's MatMulNBits block for a group, the check of
+embedding_wq's indices and its kernel over a runtime's one-model kernel.
 
 A one-op kernel keys its model on (K, N) as well as dtypes and ranks: MatMulNBits takes K and N as
 attributes, and OpenVINO's decompression reshapes to (N, groups, group). In a partition both sizes
-come from the weight (a constant, or an input of static size).
+come from the weight (a constant, or an input of static size). ``embedding_wq``'s model is keyed on
+the codes' bytes a row (its dequantization reshapes to (..., groups, group)).
 
 >>> nbits_block(4096), nbits_block(896), nbits_block(24)
 (4096, 128, None)
@@ -11,10 +13,20 @@ come from the weight (a constant, or an input of static size).
 
 from __future__ import annotations
 
-__all__ = ["WQ_NAMES", "nbits_block"]
+from collections.abc import Callable
+from typing import Any
+
+import numpy
+
+from opcore.onemodel.builders import check_embedding_indices
+
+__all__ = ["EMBEDDING_WQ_NAMES", "WQ_NAMES", "check_embedding_wq_indices", "embedding_wq_kernel", "nbits_block"]
 
 # linear_wq's arguments as the inner model kernels take them: the contract's, then K and N
 WQ_NAMES = ("x", "qweight", "scale", "zero", "b", "bits", "group_size", "in_features", "out_features")
+
+# embedding_wq's arguments as the inner model kernels take them: the contract's, then the codes' bytes a row
+EMBEDDING_WQ_NAMES = ("input", "qweight", "scale", "zero", "bits", "group_size", "width")
 
 
 def nbits_block(group: int) -> int | None:
@@ -24,3 +36,35 @@ def nbits_block(group: int) -> int | None:
     """
     block = group & -group if group > 0 else 0  # the largest power of two dividing group
     return block if block >= 16 else None
+
+
+def check_embedding_wq_indices(input: numpy.ndarray, qweight: numpy.ndarray, *rest: Any) -> None:
+    """embedding_wq's indices within the table's rows (the codes' first dim), checked before a run as
+    ``embedding``'s are (``check_embedding_indices``): a runtime's Gather would wrap or fail."""
+    check_embedding_indices(input, qweight, None)
+
+
+def embedding_wq_kernel(gather: Callable[..., Any], chain: Callable[..., Any]) -> Callable[..., Any]:
+    """A graph runtime's ``embedding_wq`` kernel over its one-model kernel ``gather`` (arguments
+    ``EMBEDDING_WQ_NAMES``: the contract's, then the codes' bytes a row, read from qweight), with
+    ``prepare`` (resolve's) through ``gather.prepare`` and ``chain`` (a partition's builder, which reads
+    the row width from the codes' static size) as given.
+    """
+
+    def embedding_wq(
+        input: numpy.ndarray,
+        qweight: numpy.ndarray,
+        scale: numpy.ndarray,
+        zero: numpy.ndarray | None,
+        bits: int,
+        group_size: int,
+    ) -> Any:
+        """One model per (dtypes, ranks, bits, group, row width)."""
+        return gather(input, qweight, scale, zero, bits, group_size, qweight.shape[1])
+
+    def prepare(args: tuple[Any, ...], constants: frozenset[str]) -> Any:
+        return gather.prepare((*args, args[1].shape[1]), constants)  # type: ignore[attr-defined]
+
+    embedding_wq.prepare = prepare  # type: ignore[attr-defined]
+    embedding_wq.chain = chain  # type: ignore[attr-defined]
+    return embedding_wq

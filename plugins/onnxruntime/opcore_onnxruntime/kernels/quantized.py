@@ -25,7 +25,15 @@ from typing import Any
 
 import numpy
 
-from opcore.extend import WQ_NAMES, ArgumentError, check_embedding_indices, group_of, nbits_block
+from opcore.extend import (
+    EMBEDDING_WQ_NAMES,
+    WQ_NAMES,
+    ArgumentError,
+    check_embedding_wq_indices,
+    embedding_wq_kernel,
+    group_of,
+    nbits_block,
+)
 from opcore_onnxruntime.graph import Graph, Value
 from opcore_onnxruntime.kernels._common import F32, I32, finish
 from opcore_onnxruntime.session import ATTRIBUTE, TENSOR, onnx_kernel
@@ -192,30 +200,13 @@ def build_embedding_wq(
     return finish(g, out, scale.dtype)
 
 
-def _check_rows(input: numpy.ndarray, qweight: numpy.ndarray, *rest: Any) -> None:
-    check_embedding_indices(input, qweight, None)
-
-
-_NAMES = ("input", "qweight", "scale", "zero", "bits", "group_size", "width")
 _gather = onnx_kernel(
-    "embedding_wq", build_embedding_wq, names=_NAMES, roles=(TENSOR,) * 4 + (ATTRIBUTE,) * 3, check=_check_rows
+    "embedding_wq",
+    build_embedding_wq,
+    names=EMBEDDING_WQ_NAMES,
+    roles=(TENSOR,) * 4 + (ATTRIBUTE,) * 3,
+    check=check_embedding_wq_indices,
 )
-
-
-def embedding_wq(
-    input: numpy.ndarray,
-    qweight: numpy.ndarray,
-    scale: numpy.ndarray,
-    zero: numpy.ndarray | None,
-    bits: int,
-    group_size: int,
-) -> Any:
-    """One session per (dtypes, ranks, bits, group, row width)."""
-    return _gather(input, qweight, scale, zero, bits, group_size, qweight.shape[1])
-
-
-def _prepare_gather(args: tuple[Any, ...], constants: frozenset[str]) -> Any:
-    return _gather.prepare((*args, args[1].shape[1]), constants)
 
 
 def _chain_gather(
@@ -228,5 +219,4 @@ def _chain_gather(
     return build_embedding_wq(g, input, qweight, scale, zero, bits, group_size, width)
 
 
-embedding_wq.prepare = _prepare_gather  # type: ignore[attr-defined]
-embedding_wq.chain = _chain_gather  # type: ignore[attr-defined]
+embedding_wq = embedding_wq_kernel(_gather, _chain_gather)

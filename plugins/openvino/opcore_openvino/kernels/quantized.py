@@ -21,7 +21,7 @@ import numpy
 import openvino
 import openvino.opset15 as ops15
 
-from opcore.extend import WQ_NAMES, check_embedding_indices, group_of
+from opcore.extend import EMBEDDING_WQ_NAMES, WQ_NAMES, check_embedding_wq_indices, embedding_wq_kernel, group_of
 from opcore_openvino.compiled import ATTRIBUTE, TENSOR, ov_kernel
 from opcore_openvino.graph import Graph, Node, dtype_of, ops, ov_type
 
@@ -135,30 +135,13 @@ def build_embedding_wq(
     return ops.reshape(values, ops.concat([rows, g.ints([k])], 0), False)
 
 
-def _check_rows(input: numpy.ndarray, qweight: numpy.ndarray, *rest: Any) -> None:
-    check_embedding_indices(input, qweight, None)
-
-
-_NAMES = ("input", "qweight", "scale", "zero", "bits", "group_size", "width")
 _gather = ov_kernel(
-    "embedding_wq", build_embedding_wq, names=_NAMES, roles=(TENSOR,) * 4 + (ATTRIBUTE,) * 3, check=_check_rows
+    "embedding_wq",
+    build_embedding_wq,
+    names=EMBEDDING_WQ_NAMES,
+    roles=(TENSOR,) * 4 + (ATTRIBUTE,) * 3,
+    check=check_embedding_wq_indices,
 )
-
-
-def embedding_wq(
-    input: numpy.ndarray,
-    qweight: numpy.ndarray,
-    scale: numpy.ndarray,
-    zero: numpy.ndarray | None,
-    bits: int,
-    group_size: int,
-) -> Any:
-    """One compiled model per (dtypes, ranks, bits, group, row width)."""
-    return _gather(input, qweight, scale, zero, bits, group_size, qweight.shape[1])
-
-
-def _prepare_gather(args: tuple[Any, ...], constants: frozenset[str]) -> Any:
-    return _gather.prepare((*args, args[1].shape[1]), constants)
 
 
 def _chain_gather(
@@ -171,5 +154,4 @@ def _chain_gather(
     return build_embedding_wq(g, input, qweight, scale, zero, bits, group_size, shape.to_shape()[1])
 
 
-embedding_wq.prepare = _prepare_gather  # type: ignore[attr-defined]
-embedding_wq.chain = _chain_gather  # type: ignore[attr-defined]
+embedding_wq = embedding_wq_kernel(_gather, _chain_gather)
