@@ -180,6 +180,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "WQ_NAMES": ("opcore.onemodel.quantized", "WQ_NAMES"),
     "check_embedding_wq_indices": ("opcore.onemodel.quantized", "check_embedding_wq_indices"),
     "embedding_wq_kernel": ("opcore.onemodel.quantized", "embedding_wq_kernel"),
+    "linear_wq_kernel": ("opcore.onemodel.quantized", "linear_wq_kernel"),
     "nbits_block": ("opcore.onemodel.quantized", "nbits_block"),
     # torchkit kernels (TORCHKIT_API_VERSION): torch-based backends; these three import no torch
     "register_aten_fallback": ("opcore.torchkit.registration", "register_aten_fallback"),
@@ -326,6 +327,7 @@ __all__ = [
     "index_layout",
     "kernel_layout",
     "kernel_targets",
+    "linear_wq_kernel",
     "nbits_block",
     "piece_bounds",
     "probe",
@@ -441,6 +443,7 @@ if TYPE_CHECKING:  # what static analysis sees
         WQ_NAMES,
         check_embedding_wq_indices,
         embedding_wq_kernel,
+        linear_wq_kernel,
         nbits_block,
     )
     from opcore.opset import BUILTIN_CONTRACTS

@@ -1,6 +1,6 @@
 """What the graph runtimes' ``linear_wq`` and ``embedding_wq`` kernels share (runtime-independent):
 the sizes a model of the op is keyed on, ONNX Runtime's MatMulNBits block for a group, the check of
-embedding_wq's indices and its kernel over a runtime's one-model kernel.
+embedding_wq's indices, and both ops' kernels over a runtime's one-model kernels.
 
 A one-op kernel keys its model on (K, N) as well as dtypes and ranks: MatMulNBits takes K and N as
 attributes, and OpenVINO's decompression reshapes to (N, groups, group). In a partition both sizes
@@ -20,7 +20,14 @@ import numpy
 
 from opcore.onemodel.builders import check_embedding_indices
 
-__all__ = ["EMBEDDING_WQ_NAMES", "WQ_NAMES", "check_embedding_wq_indices", "embedding_wq_kernel", "nbits_block"]
+__all__ = [
+    "EMBEDDING_WQ_NAMES",
+    "WQ_NAMES",
+    "check_embedding_wq_indices",
+    "embedding_wq_kernel",
+    "linear_wq_kernel",
+    "nbits_block",
+]
 
 # linear_wq's arguments as the inner model kernels take them: the contract's, then K and N
 WQ_NAMES = ("x", "qweight", "scale", "zero", "b", "bits", "group_size", "in_features", "out_features")
@@ -36,6 +43,33 @@ def nbits_block(group: int) -> int | None:
     """
     block = group & -group if group > 0 else 0  # the largest power of two dividing group
     return block if block >= 16 else None
+
+
+def linear_wq_kernel(inner: Callable[..., Any], chain: Callable[..., Any]) -> Callable[..., Any]:
+    """A graph runtime's ``linear_wq`` kernel over its one-model kernel ``inner`` (arguments
+    ``WQ_NAMES``: the contract's, then K and N, read from x and qweight), with ``prepare`` (resolve's)
+    through ``inner.prepare`` and ``chain`` (a partition's builder, which reads K and N from the codes'
+    static size) as given.
+    """
+
+    def linear_wq(
+        x: numpy.ndarray,
+        qweight: numpy.ndarray,
+        scale: numpy.ndarray,
+        zero: numpy.ndarray | None,
+        b: numpy.ndarray | None,
+        bits: int,
+        group_size: int,
+    ) -> Any:
+        """One model per (dtypes, ranks, bits, group, K, N)."""
+        return inner(x, qweight, scale, zero, b, bits, group_size, x.shape[-1], qweight.shape[0])
+
+    def prepare(args: tuple[Any, ...], constants: frozenset[str]) -> Any:
+        return inner.prepare((*args, args[0].shape[-1], args[1].shape[0]), constants)  # type: ignore[attr-defined]
+
+    linear_wq.prepare = prepare  # type: ignore[attr-defined]
+    linear_wq.chain = chain  # type: ignore[attr-defined]
+    return linear_wq
 
 
 def check_embedding_wq_indices(input: numpy.ndarray, qweight: numpy.ndarray, *rest: Any) -> None:

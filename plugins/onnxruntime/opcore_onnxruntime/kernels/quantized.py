@@ -21,7 +21,6 @@ bits per block (relative ~2**-8 of the block's largest |x|), which the kit's tol
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import numpy
 
@@ -32,6 +31,7 @@ from opcore.extend import (
     check_embedding_wq_indices,
     embedding_wq_kernel,
     group_of,
+    linear_wq_kernel,
     nbits_block,
 )
 from opcore_onnxruntime.graph import Graph, Value
@@ -140,23 +140,6 @@ def build_linear_wq(
 _inner = onnx_kernel("linear_wq", build_linear_wq, names=WQ_NAMES, roles=(TENSOR,) * 5 + (ATTRIBUTE,) * 4)
 
 
-def linear_wq(
-    x: numpy.ndarray,
-    qweight: numpy.ndarray,
-    scale: numpy.ndarray,
-    zero: numpy.ndarray | None,
-    b: numpy.ndarray | None,
-    bits: int,
-    group_size: int,
-) -> Any:
-    """One session per (dtypes, ranks, bits, group, K, N): MatMulNBits takes K and N as attributes."""
-    return _inner(x, qweight, scale, zero, b, bits, group_size, x.shape[-1], qweight.shape[0])
-
-
-def _prepare(args: tuple[Any, ...], constants: frozenset[str]) -> Any:
-    return _inner.prepare((*args, args[0].shape[-1], args[1].shape[0]), constants)
-
-
 def _chain(
     g: Graph, x: Value, qweight: Value, scale: Value, zero: Value | None, b: Value | None, bits: int, group_size: int
 ) -> Value:
@@ -167,8 +150,7 @@ def _chain(
     return build_linear_wq(g, x, qweight, scale, zero, b, bits, group_size, width * 8 // bits, rows)
 
 
-linear_wq.prepare = _prepare  # type: ignore[attr-defined]
-linear_wq.chain = _chain  # type: ignore[attr-defined]
+linear_wq = linear_wq_kernel(_inner, _chain)
 
 
 def build_embedding_wq(

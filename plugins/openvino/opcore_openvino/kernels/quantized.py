@@ -15,13 +15,18 @@ Subtract, Multiply on the rows picked; 4-bit pairs unpacked with bitwise and / s
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy
 import openvino
 import openvino.opset15 as ops15
 
-from opcore.extend import EMBEDDING_WQ_NAMES, WQ_NAMES, check_embedding_wq_indices, embedding_wq_kernel, group_of
+from opcore.extend import (
+    EMBEDDING_WQ_NAMES,
+    WQ_NAMES,
+    check_embedding_wq_indices,
+    embedding_wq_kernel,
+    group_of,
+    linear_wq_kernel,
+)
 from opcore_openvino.compiled import ATTRIBUTE, TENSOR, ov_kernel
 from opcore_openvino.graph import Graph, Node, dtype_of, ops, ov_type
 
@@ -79,23 +84,6 @@ def build_linear_wq(
 _inner = ov_kernel("linear_wq", build_linear_wq, names=WQ_NAMES, roles=(TENSOR,) * 5 + (ATTRIBUTE,) * 4)
 
 
-def linear_wq(
-    x: numpy.ndarray,
-    qweight: numpy.ndarray,
-    scale: numpy.ndarray,
-    zero: numpy.ndarray | None,
-    b: numpy.ndarray | None,
-    bits: int,
-    group_size: int,
-) -> Any:
-    """One compiled model per (dtypes, ranks, bits, group, K, N)."""
-    return _inner(x, qweight, scale, zero, b, bits, group_size, x.shape[-1], qweight.shape[0])
-
-
-def _prepare(args: tuple[Any, ...], constants: frozenset[str]) -> Any:
-    return _inner.prepare((*args, args[0].shape[-1], args[1].shape[0]), constants)
-
-
 def _chain(
     g: Graph, x: Node, qweight: Node, scale: Node, zero: Node | None, b: Node | None, bits: int, group_size: int
 ) -> Node:
@@ -107,8 +95,7 @@ def _chain(
     return build_linear_wq(g, x, qweight, scale, zero, b, bits, group_size, width * 8 // bits, rows)
 
 
-linear_wq.prepare = _prepare  # type: ignore[attr-defined]
-linear_wq.chain = _chain  # type: ignore[attr-defined]
+linear_wq = linear_wq_kernel(_inner, _chain)
 
 
 def build_embedding_wq(
