@@ -24,19 +24,10 @@ import os
 
 import numpy
 
-from opcore.extend import (
-    EMBEDDING_WQ_NAMES,
-    WQ_NAMES,
-    ArgumentError,
-    check_embedding_wq_indices,
-    embedding_wq_kernel,
-    group_of,
-    linear_wq_kernel,
-    nbits_block,
-)
+from opcore.extend import ArgumentError, embedding_wq_kernel, group_of, linear_wq_kernel, nbits_block
 from opcore_onnxruntime.graph import Graph, Value
 from opcore_onnxruntime.kernels._common import F32, I32, finish
-from opcore_onnxruntime.session import ATTRIBUTE, TENSOR, onnx_kernel
+from opcore_onnxruntime.session import onnx_kernel
 
 __all__ = [
     "ACCURACY",
@@ -137,9 +128,6 @@ def build_linear_wq(
     return finish(g, out, x.dtype)
 
 
-_inner = onnx_kernel("linear_wq", build_linear_wq, names=WQ_NAMES, roles=(TENSOR,) * 5 + (ATTRIBUTE,) * 4)
-
-
 def _chain(
     g: Graph, x: Value, qweight: Value, scale: Value, zero: Value | None, b: Value | None, bits: int, group_size: int
 ) -> Value:
@@ -150,7 +138,7 @@ def _chain(
     return build_linear_wq(g, x, qweight, scale, zero, b, bits, group_size, width * 8 // bits, rows)
 
 
-linear_wq = linear_wq_kernel(_inner, _chain)
+linear_wq = linear_wq_kernel(onnx_kernel, build_linear_wq, _chain)
 
 
 def build_embedding_wq(
@@ -182,15 +170,6 @@ def build_embedding_wq(
     return finish(g, out, scale.dtype)
 
 
-_gather = onnx_kernel(
-    "embedding_wq",
-    build_embedding_wq,
-    names=EMBEDDING_WQ_NAMES,
-    roles=(TENSOR,) * 4 + (ATTRIBUTE,) * 3,
-    check=check_embedding_wq_indices,
-)
-
-
 def _chain_gather(
     g: Graph, input: Value, qweight: Value, scale: Value, zero: Value | None, bits: int, group_size: int
 ) -> Value:
@@ -201,4 +180,4 @@ def _chain_gather(
     return build_embedding_wq(g, input, qweight, scale, zero, bits, group_size, width)
 
 
-embedding_wq = embedding_wq_kernel(_gather, _chain_gather)
+embedding_wq = embedding_wq_kernel(onnx_kernel, build_embedding_wq, _chain_gather)

@@ -19,15 +19,8 @@ import numpy
 import openvino
 import openvino.opset15 as ops15
 
-from opcore.extend import (
-    EMBEDDING_WQ_NAMES,
-    WQ_NAMES,
-    check_embedding_wq_indices,
-    embedding_wq_kernel,
-    group_of,
-    linear_wq_kernel,
-)
-from opcore_openvino.compiled import ATTRIBUTE, TENSOR, ov_kernel
+from opcore.extend import embedding_wq_kernel, group_of, linear_wq_kernel
+from opcore_openvino.compiled import ov_kernel
 from opcore_openvino.graph import Graph, Node, dtype_of, ops, ov_type
 
 __all__ = ["build_embedding_wq", "build_linear_wq", "embedding_wq", "linear_wq"]
@@ -81,9 +74,6 @@ def build_linear_wq(
     return ops.add(out, b) if b is not None else out
 
 
-_inner = ov_kernel("linear_wq", build_linear_wq, names=WQ_NAMES, roles=(TENSOR,) * 5 + (ATTRIBUTE,) * 4)
-
-
 def _chain(
     g: Graph, x: Node, qweight: Node, scale: Node, zero: Node | None, b: Node | None, bits: int, group_size: int
 ) -> Node:
@@ -95,7 +85,7 @@ def _chain(
     return build_linear_wq(g, x, qweight, scale, zero, b, bits, group_size, width * 8 // bits, rows)
 
 
-linear_wq = linear_wq_kernel(_inner, _chain)
+linear_wq = linear_wq_kernel(ov_kernel, build_linear_wq, _chain)
 
 
 def build_embedding_wq(
@@ -122,15 +112,6 @@ def build_embedding_wq(
     return ops.reshape(values, ops.concat([rows, g.ints([k])], 0), False)
 
 
-_gather = ov_kernel(
-    "embedding_wq",
-    build_embedding_wq,
-    names=EMBEDDING_WQ_NAMES,
-    roles=(TENSOR,) * 4 + (ATTRIBUTE,) * 3,
-    check=check_embedding_wq_indices,
-)
-
-
 def _chain_gather(
     g: Graph, input: Node, qweight: Node, scale: Node, zero: Node | None, bits: int, group_size: int
 ) -> Node:
@@ -141,4 +122,4 @@ def _chain_gather(
     return build_embedding_wq(g, input, qweight, scale, zero, bits, group_size, shape.to_shape()[1])
 
 
-embedding_wq = embedding_wq_kernel(_gather, _chain_gather)
+embedding_wq = embedding_wq_kernel(ov_kernel, build_embedding_wq, _chain_gather)
