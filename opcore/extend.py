@@ -176,7 +176,11 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "register_kernels": ("opcore.onemodel.plugin", "register_kernels"),
     "runtime_available": ("opcore.onemodel.plugin", "runtime_available"),
     "tensor_metas": ("opcore.onemodel.plugin", "tensor_metas"),
+    "EMBEDDING_WQ_NAMES": ("opcore.onemodel.quantized", "EMBEDDING_WQ_NAMES"),
     "WQ_NAMES": ("opcore.onemodel.quantized", "WQ_NAMES"),
+    "check_embedding_wq_indices": ("opcore.onemodel.quantized", "check_embedding_wq_indices"),
+    "embedding_wq_kernel": ("opcore.onemodel.quantized", "embedding_wq_kernel"),
+    "linear_wq_kernel": ("opcore.onemodel.quantized", "linear_wq_kernel"),
     "nbits_block": ("opcore.onemodel.quantized", "nbits_block"),
     # torchkit kernels (TORCHKIT_API_VERSION): torch-based backends; these three import no torch
     "register_aten_fallback": ("opcore.torchkit.registration", "register_aten_fallback"),
@@ -301,6 +305,7 @@ __all__ = [
     "z",
     # one-model builders (ONEMODEL_API_VERSION)
     "ATTRIBUTE",
+    "EMBEDDING_WQ_NAMES",
     "GraphPartitionCompiler",
     "ModelCache",
     "OPERAND",
@@ -312,14 +317,17 @@ __all__ = [
     "cat_through",
     "chain_nodes",
     "check_embedding_indices",
+    "check_embedding_wq_indices",
     "check_gather_indices",
     "check_index_indices",
     "compile_or_locate",
     "dtype_checker",
+    "embedding_wq_kernel",
     "first_line",
     "index_layout",
     "kernel_layout",
     "kernel_targets",
+    "linear_wq_kernel",
     "nbits_block",
     "piece_bounds",
     "probe",
@@ -430,7 +438,14 @@ if TYPE_CHECKING:  # what static analysis sees
         runtime_available,
         tensor_metas,
     )
-    from opcore.onemodel.quantized import WQ_NAMES, nbits_block
+    from opcore.onemodel.quantized import (
+        EMBEDDING_WQ_NAMES,
+        WQ_NAMES,
+        check_embedding_wq_indices,
+        embedding_wq_kernel,
+        linear_wq_kernel,
+        nbits_block,
+    )
     from opcore.opset import BUILTIN_CONTRACTS
     from opcore.opset.creation import arange_bounds, arange_dtype, arange_length, arange_meta, fill_dtype, full_meta
     from opcore.opset.indexing import check_index_range

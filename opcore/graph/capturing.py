@@ -62,7 +62,8 @@ def capture(
 
     weights: None (as the model has them), "int8" or "int4": each linear with a constant weight runs
     ``linear_wq`` on that weight's codes (opcore.graph.quantizing, docs/quantized.md): int8 per output
-    channel, int4 in groups of ``group_size`` (None: 128), the logits' linear at int8; ``exclude``:
+    channel, int4 in groups of ``group_size`` (None: 128), the logits' linear at int8; each embedding
+    with a constant table runs ``embedding_wq`` on the table's int8 codes (one scale a row); ``exclude``:
     fnmatch patterns of state_dict names kept float ("lm_head.weight", "*.mlp.*"). A quantized plan
     is measured against its own nodes run per node (not the float model's torch route) and takes its
     weights at capture (as freeze=True).
@@ -117,9 +118,9 @@ def capture(
             fix="drop route='torch' to run the quantized plan, or drop weights= to run the float model",
         )
     if quantized is not None:
-        from opcore.graph.quantizing import quantize_linears
+        from opcore.graph.quantizing import quantize_weights
 
-        graph, said = quantize_linears(graph, constants, quantized)
+        graph, said = quantize_weights(graph, constants, quantized)
     if rewrites:
         from opcore.graph.rewrite import apply_rewrites
 

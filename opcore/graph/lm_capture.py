@@ -302,7 +302,7 @@ def _lower_step(
     from opcore.graph.capturing import export, program_constants
     from opcore.graph.lowering import lower
     from opcore.graph.masks import drop_full_masks
-    from opcore.graph.quantizing import quantize_linears
+    from opcore.graph.quantizing import quantize_weights
     from opcore.graph.rewrite import apply_rewrites
 
     examples = step_examples(batch_size, max_length, length, str(place))
@@ -335,7 +335,7 @@ def _lower_step(
     )
     said: list[str] = []
     if weighing is not None:
-        graph, said = quantize_linears(graph, constants, weighing.spec, weighing.cache)
+        graph, said = quantize_weights(graph, constants, weighing.spec, weighing.cache)
     graph, applied = apply_rewrites(graph)
     applied[:0] = said
     graph, dropped = drop_full_masks(graph, constants)

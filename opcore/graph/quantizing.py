@@ -32,7 +32,7 @@ from opcore.errors import ArgumentError
 from opcore.graph.ir import Graph, Node, ValueInfo, ValueRef
 from opcore.types import TensorMeta
 
-__all__ = ["WeightSpec", "quantize_linears"]
+__all__ = ["WeightSpec", "quantize_weights"]
 
 _ARG = "weights"
 _OP = "opcore.graph.capture"
@@ -79,13 +79,15 @@ class WeightSpec:
         return f"int{self.bits} ({group})"
 
 
-def quantize_linears(
+def quantize_weights(
     graph: Graph, constants: dict[str, Any], spec: WeightSpec, cache: dict[Any, Any] | None = None
 ) -> tuple[Graph, list[str]]:
-    """``graph`` with its constant-weight linears as ``linear_wq`` nodes and embeddings as
-    ``embedding_wq`` (``constants`` updated in place: codes added, float weights no longer read
-    removed); and the notes for explain. ``cache``: (the weight's memory, bits, group) -> its quantized
-    tensors, shared by plans of the same model (capture_lm's prefill and decode)."""
+    """``graph`` with its constant weights quantized: each linear of a constant weight as a
+    ``linear_wq`` node, each embedding of a constant table as an ``embedding_wq`` node (but weights
+    ``spec`` excludes, and those not 2-D floating point); ``constants`` updated in place (codes added,
+    float weights no longer read removed); and the notes for explain. ``cache``: (the weight's memory,
+    bits, group) -> its quantized tensors, shared by plans of the same model (capture_lm's prefill and
+    decode)."""
     from opcore.quantize import quantize_weight
 
     cache = {} if cache is None else cache

@@ -26,9 +26,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from opcore.errors import ArgumentError
 from opcore.opset.quantized import group_of
 from opcore.torchkit.freeargs import free_positions, with_free_args
+from opcore.torchkit.lookup import embedding_rows
 
 __all__ = ["INT4_GROUPS", "embedding_wq", "linear_wq", "packing_of", "prepare_linear_wq"]
 
@@ -170,18 +170,7 @@ def embedding_wq(
 ) -> Tensor:
     """The rows at the indices, dequantized (only those rows: a decode step reads one row a token)."""
     flat = input.reshape(-1)
-    try:
-        if not qweight.shape[0] and flat.numel():  # torch says RuntimeError, not IndexError, for no rows
-            raise IndexError("no rows")
-        codes = F.embedding(flat, qweight)
-    except IndexError:
-        rows = qweight.shape[0]
-        raise ArgumentError(
-            arg="input",
-            expected=f"indices in [0, {rows - 1}] (the table has {rows} rows)",
-            found="an index out of range",
-            fix="indices must be non-negative and below num_embeddings",
-        ) from None
+    codes = embedding_rows(flat, qweight, noun="table")
     # the rows' scales and zero points gathered as the codes are (one embedding kernel, no index kernel)
     scales, zeros = F.embedding(flat, scale), None if zero is None else F.embedding(flat, zero)
     picked = _dequantized(codes, scales, zeros, bits, group_size, scale.dtype)

@@ -31,6 +31,7 @@ from opcore.opset.indexing import check_index_range
 from opcore.opset.pooling import adaptive_output_size
 from opcore.torchkit.conv import conv1d, conv2d
 from opcore.torchkit.creation import arange, full, full_like, ones, ones_like, zeros, zeros_like
+from opcore.torchkit.lookup import embedding_rows
 from opcore.torchkit.quantized import embedding_wq, linear_wq
 from opcore.types import DType
 
@@ -428,18 +429,7 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None) -> Tensor:
     """The rows of weight; an index out of range (data, so not checked by the meta function) is
     reported as the reference backend reports it.
     """
-    try:
-        if weight.shape[0] == 0 and input.numel():  # torch says RuntimeError, not IndexError, for no rows
-            raise IndexError("no rows")
-        return F.embedding(input, weight, padding_idx)
-    except IndexError:
-        rows = weight.shape[0]
-        raise ArgumentError(
-            arg="input",
-            expected=f"indices in [0, {rows - 1}] (the weight has {rows} rows)",
-            found="an index out of range",
-            fix="indices must be non-negative and below num_embeddings",
-        ) from None
+    return embedding_rows(input, weight, padding_idx, noun="weight")
 
 
 def scaled_dot_product_attention(

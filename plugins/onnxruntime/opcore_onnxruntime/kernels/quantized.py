@@ -21,14 +21,13 @@ bits per block (relative ~2**-8 of the block's largest |x|), which the kit's tol
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import numpy
 
-from opcore.extend import WQ_NAMES, ArgumentError, check_embedding_indices, group_of, nbits_block
+from opcore.extend import ArgumentError, embedding_wq_kernel, group_of, linear_wq_kernel, nbits_block
 from opcore_onnxruntime.graph import Graph, Value
 from opcore_onnxruntime.kernels._common import F32, I32, finish
-from opcore_onnxruntime.session import ATTRIBUTE, TENSOR, onnx_kernel
+from opcore_onnxruntime.session import onnx_kernel
 
 __all__ = [
     "ACCURACY",
@@ -129,26 +128,6 @@ def build_linear_wq(
     return finish(g, out, x.dtype)
 
 
-_inner = onnx_kernel("linear_wq", build_linear_wq, names=WQ_NAMES, roles=(TENSOR,) * 5 + (ATTRIBUTE,) * 4)
-
-
-def linear_wq(
-    x: numpy.ndarray,
-    qweight: numpy.ndarray,
-    scale: numpy.ndarray,
-    zero: numpy.ndarray | None,
-    b: numpy.ndarray | None,
-    bits: int,
-    group_size: int,
-) -> Any:
-    """One session per (dtypes, ranks, bits, group, K, N): MatMulNBits takes K and N as attributes."""
-    return _inner(x, qweight, scale, zero, b, bits, group_size, x.shape[-1], qweight.shape[0])
-
-
-def _prepare(args: tuple[Any, ...], constants: frozenset[str]) -> Any:
-    return _inner.prepare((*args, args[0].shape[-1], args[1].shape[0]), constants)
-
-
 def _chain(
     g: Graph, x: Value, qweight: Value, scale: Value, zero: Value | None, b: Value | None, bits: int, group_size: int
 ) -> Value:
@@ -159,8 +138,7 @@ def _chain(
     return build_linear_wq(g, x, qweight, scale, zero, b, bits, group_size, width * 8 // bits, rows)
 
 
-linear_wq.prepare = _prepare  # type: ignore[attr-defined]
-linear_wq.chain = _chain  # type: ignore[attr-defined]
+linear_wq = linear_wq_kernel(onnx_kernel, build_linear_wq, _chain)
 
 
 def build_embedding_wq(
@@ -192,32 +170,6 @@ def build_embedding_wq(
     return finish(g, out, scale.dtype)
 
 
-def _check_rows(input: numpy.ndarray, qweight: numpy.ndarray, *rest: Any) -> None:
-    check_embedding_indices(input, qweight, None)
-
-
-_NAMES = ("input", "qweight", "scale", "zero", "bits", "group_size", "width")
-_gather = onnx_kernel(
-    "embedding_wq", build_embedding_wq, names=_NAMES, roles=(TENSOR,) * 4 + (ATTRIBUTE,) * 3, check=_check_rows
-)
-
-
-def embedding_wq(
-    input: numpy.ndarray,
-    qweight: numpy.ndarray,
-    scale: numpy.ndarray,
-    zero: numpy.ndarray | None,
-    bits: int,
-    group_size: int,
-) -> Any:
-    """One session per (dtypes, ranks, bits, group, row width)."""
-    return _gather(input, qweight, scale, zero, bits, group_size, qweight.shape[1])
-
-
-def _prepare_gather(args: tuple[Any, ...], constants: frozenset[str]) -> Any:
-    return _gather.prepare((*args, args[1].shape[1]), constants)
-
-
 def _chain_gather(
     g: Graph, input: Value, qweight: Value, scale: Value, zero: Value | None, bits: int, group_size: int
 ) -> Value:
@@ -228,5 +180,4 @@ def _chain_gather(
     return build_embedding_wq(g, input, qweight, scale, zero, bits, group_size, width)
 
 
-embedding_wq.prepare = _prepare_gather  # type: ignore[attr-defined]
-embedding_wq.chain = _chain_gather  # type: ignore[attr-defined]
+embedding_wq = embedding_wq_kernel(onnx_kernel, build_embedding_wq, _chain_gather)

@@ -15,14 +15,12 @@ Subtract, Multiply on the rows picked; 4-bit pairs unpacked with bitwise and / s
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy
 import openvino
 import openvino.opset15 as ops15
 
-from opcore.extend import WQ_NAMES, check_embedding_indices, group_of
-from opcore_openvino.compiled import ATTRIBUTE, TENSOR, ov_kernel
+from opcore.extend import embedding_wq_kernel, group_of, linear_wq_kernel
+from opcore_openvino.compiled import ov_kernel
 from opcore_openvino.graph import Graph, Node, dtype_of, ops, ov_type
 
 __all__ = ["build_embedding_wq", "build_linear_wq", "embedding_wq", "linear_wq"]
@@ -76,26 +74,6 @@ def build_linear_wq(
     return ops.add(out, b) if b is not None else out
 
 
-_inner = ov_kernel("linear_wq", build_linear_wq, names=WQ_NAMES, roles=(TENSOR,) * 5 + (ATTRIBUTE,) * 4)
-
-
-def linear_wq(
-    x: numpy.ndarray,
-    qweight: numpy.ndarray,
-    scale: numpy.ndarray,
-    zero: numpy.ndarray | None,
-    b: numpy.ndarray | None,
-    bits: int,
-    group_size: int,
-) -> Any:
-    """One compiled model per (dtypes, ranks, bits, group, K, N)."""
-    return _inner(x, qweight, scale, zero, b, bits, group_size, x.shape[-1], qweight.shape[0])
-
-
-def _prepare(args: tuple[Any, ...], constants: frozenset[str]) -> Any:
-    return _inner.prepare((*args, args[0].shape[-1], args[1].shape[0]), constants)
-
-
 def _chain(
     g: Graph, x: Node, qweight: Node, scale: Node, zero: Node | None, b: Node | None, bits: int, group_size: int
 ) -> Node:
@@ -107,8 +85,7 @@ def _chain(
     return build_linear_wq(g, x, qweight, scale, zero, b, bits, group_size, width * 8 // bits, rows)
 
 
-linear_wq.prepare = _prepare  # type: ignore[attr-defined]
-linear_wq.chain = _chain  # type: ignore[attr-defined]
+linear_wq = linear_wq_kernel(ov_kernel, build_linear_wq, _chain)
 
 
 def build_embedding_wq(
@@ -135,32 +112,6 @@ def build_embedding_wq(
     return ops.reshape(values, ops.concat([rows, g.ints([k])], 0), False)
 
 
-def _check_rows(input: numpy.ndarray, qweight: numpy.ndarray, *rest: Any) -> None:
-    check_embedding_indices(input, qweight, None)
-
-
-_NAMES = ("input", "qweight", "scale", "zero", "bits", "group_size", "width")
-_gather = ov_kernel(
-    "embedding_wq", build_embedding_wq, names=_NAMES, roles=(TENSOR,) * 4 + (ATTRIBUTE,) * 3, check=_check_rows
-)
-
-
-def embedding_wq(
-    input: numpy.ndarray,
-    qweight: numpy.ndarray,
-    scale: numpy.ndarray,
-    zero: numpy.ndarray | None,
-    bits: int,
-    group_size: int,
-) -> Any:
-    """One compiled model per (dtypes, ranks, bits, group, row width)."""
-    return _gather(input, qweight, scale, zero, bits, group_size, qweight.shape[1])
-
-
-def _prepare_gather(args: tuple[Any, ...], constants: frozenset[str]) -> Any:
-    return _gather.prepare((*args, args[1].shape[1]), constants)
-
-
 def _chain_gather(
     g: Graph, input: Node, qweight: Node, scale: Node, zero: Node | None, bits: int, group_size: int
 ) -> Node:
@@ -171,5 +122,4 @@ def _chain_gather(
     return build_embedding_wq(g, input, qweight, scale, zero, bits, group_size, shape.to_shape()[1])
 
 
-embedding_wq.prepare = _prepare_gather  # type: ignore[attr-defined]
-embedding_wq.chain = _chain_gather  # type: ignore[attr-defined]
+embedding_wq = embedding_wq_kernel(ov_kernel, build_embedding_wq, _chain_gather)
