@@ -48,6 +48,7 @@ __all__ = [
     "bmm",
     "cast",
     "cat",
+    "ceil",
     "chunk",
     "clamp",
     "clone",
@@ -83,6 +84,7 @@ __all__ = [
     "linear_relu",
     "linear_silu",
     "linear_wq",
+    "log",
     "log_softmax",
     "logical_and",
     "logical_not",
@@ -92,6 +94,7 @@ __all__ = [
     "matmul",
     "max_pool2d",
     "mean",
+    "minimum",
     "mul",
     "ne",
     "neg",
@@ -107,6 +110,7 @@ __all__ = [
     "scaled_dot_product_attention",
     "select",
     "sigmoid",
+    "sign",
     "silu",
     "sin",
     "slice",
@@ -141,6 +145,7 @@ OPS = (
     "bmm",
     "cast",
     "cat",
+    "ceil",
     "chunk",
     "clamp",
     "clone",
@@ -176,6 +181,7 @@ OPS = (
     "linear_relu",
     "linear_silu",
     "linear_wq",
+    "log",
     "log_softmax",
     "logical_and",
     "logical_not",
@@ -185,6 +191,7 @@ OPS = (
     "matmul",
     "max_pool2d",
     "mean",
+    "minimum",
     "mul",
     "ne",
     "neg",
@@ -200,6 +207,7 @@ OPS = (
     "scaled_dot_product_attention",
     "select",
     "sigmoid",
+    "sign",
     "silu",
     "sin",
     "slice",
@@ -281,6 +289,10 @@ rsqrt = torch.rsqrt
 erf = torch.erf
 cos = torch.cos
 sin = torch.sin
+log = torch.log
+ceil = torch.ceil
+sign = torch.sign
+minimum = torch.minimum
 eq = torch.eq
 ne = torch.ne
 lt = torch.lt
