@@ -121,6 +121,51 @@ def test_values_from_static_sizes_fold_into_constants():
     assert not any(n.op in ("arange", "where", "cast") for n in plan.graph.nodes)
 
 
+class SymbolicBuckets(nn.Module):
+    """T5's buckets (torch.min, log) and DeBERTa's log buckets (sign, log, ceil) of positions whose
+    count is a dynamic dim: computed per call, from the contracts of those ops."""
+
+    def __init__(self, buckets=8, distance=32, heads=2):
+        super().__init__()
+        torch.manual_seed(0)
+        self.buckets, self.distance = buckets, distance
+        self.t5 = nn.Embedding(buckets, heads)
+        self.deberta = nn.Embedding(2 * buckets, heads)
+        self.head = nn.Linear(8, 8)
+
+    def forward(self, scores, v):
+        n = scores.shape[-1]
+        relative = torch.arange(n)[None, :] - torch.arange(n)[:, None]
+        exact = self.buckets // 2
+        distance = -torch.min(relative, torch.zeros_like(relative))
+        large = exact + (
+            torch.log(distance.float() / exact) / math.log(self.distance / exact) * (self.buckets - exact)
+        ).to(torch.long)
+        large = torch.min(large, torch.full_like(large, self.buckets - 1))
+        t5 = torch.where(distance < exact, distance, large)
+        mid = self.buckets // 2
+        sign = torch.sign(relative)
+        near = (relative < mid) & (relative > -mid)
+        position = torch.where(near, torch.tensor(mid - 1).type_as(relative), torch.abs(relative))
+        logged = torch.ceil(torch.log(position / mid) / math.log((self.distance - 1) / mid) * (mid - 1)) + mid
+        deberta = torch.where(position <= mid, relative.float(), logged * sign).long()
+        deberta = torch.clamp(deberta + self.buckets, 0, 2 * self.buckets - 1)
+        bias = (self.t5(t5) + self.deberta(deberta)).permute(2, 0, 1)
+        return self.head(torch.softmax(scores + bias, dim=-1) @ v)
+
+
+def test_buckets_of_symbolic_positions_map_to_contracts():
+    scores, v = torch.randn(1, 2, 10, 10), torch.randn(1, 2, 10, 8)
+    n = torch.export.Dim("n", min=2, max=64)
+    plan, _, fallbacks = planned(SymbolicBuckets(), scores, v, dynamic_shapes=({2: n, 3: n}, {2: n}))
+    # before the contracts of log, minimum, ceil and sign these ran as ATen fallbacks between partitions
+    assert fallbacks == [], plan.explain()
+    assert {"log", "minimum", "ceil", "sign"} <= {node.op for node in plan.graph.nodes}
+    other, other_v = torch.randn(1, 2, 40, 40), torch.randn(1, 2, 40, 8)
+    with torch.no_grad():
+        assert torch.allclose(plan(other, other_v), SymbolicBuckets()(other, other_v), atol=1e-5)
+
+
 class WindowIndex(nn.Module):
     """Swin's and BEiT's relative position index: a meshgrid (two results) of aranges, stacked, with an
     in-place shift (functionalized into select_scatter), reading a bias table; Swin V2's cosine

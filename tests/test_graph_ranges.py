@@ -67,6 +67,10 @@ def test_sources_dtypes_python_ints_and_unknowns() -> None:
         ("clamp", (meta((4,), bounds=(-50, 50)), None, meta((4,), bounds=(-5, 5))), (-50, 5)),
         ("full_like", (meta((4,), F32), 3, "int64"), (3, 3)),
         ("ones_like", (meta((4,)), None), (1, 1)),
+        ("minimum", (meta((4,), bounds=(-50, 50)), meta((4,), bounds=(-5, 7))), (-50, 7)),
+        ("sign", (meta((4,), bounds=(-50, 50)),), (-1, 1)),
+        ("sign", (meta((4,), bounds=(0, 50)),), (0, 1)),
+        ("ceil", (meta((4,), bounds=(-3, 9)),), (-3, 9)),  # an integer is its own ceiling
     ],
 )
 def test_rules(op: str, args: tuple[object, ...], expected: tuple[int, int]) -> None:
@@ -84,6 +88,9 @@ def test_rules(op: str, args: tuple[object, ...], expected: tuple[int, int]) -> 
         ("matmul", (meta((2, 2), bounds=(0, 3)), meta((2, 2), bounds=(0, 3)))),  # no rule
         ("aten.diff.default", (meta((4,), bounds=(0, 3)), 1, -1, None, None)),
         ("cumsum", (meta((4,), bounds=(0, 3)), None, None)),  # a dim known only at run time
+        ("minimum", (meta((4,), bounds=(0, 3)), meta((4,), F32))),  # floats are not tracked
+        ("sign", (meta((4,), F32),)),
+        ("ceil", (meta((4,), F32),)),
     ],
 )
 def test_conservative_on_unknowns(op: str, args: tuple[object, ...]) -> None:

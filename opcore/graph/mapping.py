@@ -206,6 +206,9 @@ RULES: Mapping[str, Rule] = {
     },
     "aten.masked_fill.Scalar": _rule("masked_fill", x="self", mask="mask", value="value"),
     "aten.masked_fill.Tensor": _rule("masked_fill", x="self", mask="mask", value="value"),
+    # torch.minimum(a, b) and torch.min(a, b) (T5's relative-position buckets)
+    "aten.minimum.default": _rule("minimum", x="self", other="other"),
+    "aten.min.other": _rule("minimum", x="self", other="other"),
     "aten.clamp.default": _rule("clamp", x="self", min="min", max="max"),
     "aten.clamp.Tensor": _rule("clamp", x="self", min="min", max="max"),
     "aten.clamp_min.default": _rule("clamp", x="self", min="min"),

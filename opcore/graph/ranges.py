@@ -122,6 +122,16 @@ def _abs(x: Any) -> Interval | None:
     return (lo, max(abs(a[0]), abs(a[1])))
 
 
+def _minimum(x: Any, other: Any) -> Interval | None:
+    a, b = known(x), known(other)
+    return None if a is None or b is None else (min(a[0], b[0]), min(a[1], b[1]))
+
+
+def _sign(x: Any) -> Interval | None:
+    a = known(x)
+    return None if a is None else (int(numpy.sign(a[0])), int(numpy.sign(a[1])))
+
+
 def _same(x: Any, *rest: Any) -> Interval | None:
     """Views, copies and selections of x: no new values."""
     return known(x)
@@ -222,10 +232,12 @@ RULES: Mapping[str, Rule] = {
     "mul": _mul,
     "neg": _neg,
     "abs": _abs,
+    "minimum": _minimum,
+    "sign": _sign,
     **dict.fromkeys(
         (
             "unsqueeze", "squeeze", "reshape", "flatten", "expand", "slice", "select", "permute", "transpose",
-            "clone", "amax", "amin", "index", "split", "split_with_sizes", "chunk",
+            "clone", "amax", "amin", "index", "split", "split_with_sizes", "chunk", "ceil",
         ),
         _same,
     ),

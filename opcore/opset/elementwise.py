@@ -38,6 +38,7 @@ __all__ = [
     "ABS",
     "ADD",
     "CAST",
+    "CEIL",
     "CONTRACTS",
     "COS",
     "DIV",
@@ -50,10 +51,12 @@ __all__ = [
     "HARDSIGMOID",
     "HARDSWISH",
     "LE",
+    "LOG",
     "LOGICAL_AND",
     "LOGICAL_NOT",
     "LOGICAL_OR",
     "LT",
+    "MINIMUM",
     "MUL",
     "NE",
     "NEG",
@@ -61,6 +64,7 @@ __all__ = [
     "RELU",
     "RSQRT",
     "SIGMOID",
+    "SIGN",
     "SILU",
     "SIN",
     "SOFTPLUS",
@@ -207,6 +211,23 @@ def abs_meta(x: TensorMeta) -> TensorMeta:
     """Same shape and dtype; every dtype but bool (torch has no abs of a bool tensor)."""
     check_dtype("x", x, ALL_DTYPES - {DType.BOOL}, fix="a bool tensor is its own absolute value")
     return TensorMeta(x.shape, x.dtype, x.device)
+
+
+def ceil_meta(x: TensorMeta) -> TensorMeta:
+    """Same shape and dtype; every dtype but bool (torch has no ceil of a bool tensor; of an integer
+    tensor it is the tensor itself)."""
+    check_dtype("x", x, ALL_DTYPES - {DType.BOOL}, fix="a bool tensor is its own ceiling; convert it to an int dtype")
+    return TensorMeta(x.shape, x.dtype, x.device)
+
+
+def sign_meta(x: TensorMeta) -> TensorMeta:
+    """Same shape and dtype (every dtype: a bool tensor is its own sign)."""
+    return TensorMeta(x.shape, x.dtype, x.device)
+
+
+def minimum_meta(x: TensorMeta, other: TensorMeta) -> TensorMeta:
+    """Broadcast shape and promoted dtype (two tensors: torch.minimum takes no Python number)."""
+    return _binary(x, other)
 
 
 def compare_meta(x: TensorMeta, other: Operand) -> TensorMeta:
@@ -415,6 +436,27 @@ SIN = define(
     doc="Sine (radians); integral and bool inputs give float32; mirrors torch.sin.",
     tags=("elementwise", "unary"),
 )
+LOG = define(
+    "log(Tensor x) -> Tensor",
+    meta=unary_promote_to_float,
+    dtypes=ALL_DTYPES,
+    doc="Natural logarithm (-inf at 0, NaN below 0); integral and bool inputs give float32; mirrors torch.log.",
+    tags=("elementwise", "unary"),
+)
+CEIL = define(
+    "ceil(Tensor x) -> Tensor",
+    meta=ceil_meta,
+    dtypes=ALL_DTYPES - {DType.BOOL},
+    doc="The smallest integer >= x, keeping the dtype (integers are returned as they are); mirrors torch.ceil.",
+    tags=("elementwise", "unary"),
+)
+SIGN = define(
+    "sign(Tensor x) -> Tensor",
+    meta=sign_meta,
+    dtypes=ALL_DTYPES,
+    doc="-1, 0 or 1 by the sign of x, keeping the dtype (0 for NaN and -0.0, as torch); mirrors torch.sign.",
+    tags=("elementwise", "unary"),
+)
 
 EQ = define(
     "eq(Tensor x, Tensor|Scalar other) -> Tensor",
@@ -487,6 +529,13 @@ POW = define(
     doc="x ** exponent, broadcast and type-promoted (integers wrap; no bool result); mirrors torch.pow.",
     tags=("elementwise", "binary"),
 )
+MINIMUM = define(
+    "minimum(Tensor x, Tensor other) -> Tensor",
+    meta=minimum_meta,
+    dtypes=ALL_DTYPES,
+    doc="The smaller of x and other, broadcast and type-promoted (NaN if either is NaN); mirrors torch.minimum.",
+    tags=("elementwise", "binary"),
+)
 CAST = define(
     "cast(Tensor x, ScalarType dtype) -> Tensor",
     meta=cast_meta,
@@ -534,6 +583,9 @@ CONTRACTS: tuple[OpContract, ...] = (
     ERF,
     COS,
     SIN,
+    LOG,
+    CEIL,
+    SIGN,
     EQ,
     NE,
     LT,
@@ -544,6 +596,7 @@ CONTRACTS: tuple[OpContract, ...] = (
     LOGICAL_OR,
     LOGICAL_NOT,
     POW,
+    MINIMUM,
     CAST,
     SOFTPLUS,
     HARDSWISH,

@@ -15,6 +15,7 @@ __all__ = [
     "abs",
     "add",
     "cast",
+    "ceil",
     "cos",
     "div",
     "eq",
@@ -27,10 +28,12 @@ __all__ = [
     "hardsigmoid",
     "hardswish",
     "le",
+    "log",
     "logical_and",
     "logical_not",
     "logical_or",
     "lt",
+    "minimum",
     "mul",
     "ne",
     "neg",
@@ -39,6 +42,7 @@ __all__ = [
     "rsqrt",
     "sigmoid",
     "sigmoid_f64",
+    "sign",
     "silu",
     "sin",
     "softplus",
@@ -52,6 +56,7 @@ OPS = (
     "abs",
     "add",
     "cast",
+    "ceil",
     "cos",
     "div",
     "eq",
@@ -63,10 +68,12 @@ OPS = (
     "hardsigmoid",
     "hardswish",
     "le",
+    "log",
     "logical_and",
     "logical_not",
     "logical_or",
     "lt",
+    "minimum",
     "mul",
     "ne",
     "neg",
@@ -74,6 +81,7 @@ OPS = (
     "relu",
     "rsqrt",
     "sigmoid",
+    "sign",
     "silu",
     "sin",
     "softplus",
@@ -248,6 +256,41 @@ def cos(x: numpy.ndarray) -> numpy.ndarray:
 def sin(x: numpy.ndarray) -> numpy.ndarray:
     """sin(x); integral and bool inputs give float32."""
     return _unary_float(x, numpy.sin)
+
+
+def log(x: numpy.ndarray) -> numpy.ndarray:
+    """The natural logarithm: -inf at +-0, NaN below 0; integral and bool inputs give float32."""
+    return _unary_float(x, numpy.log)
+
+
+def ceil(x: numpy.ndarray) -> numpy.ndarray:
+    """The smallest integer >= x in x's dtype (-0.5 gives -0.0); integers are returned as they are."""
+    if x.dtype.kind in "iu":
+        return finish(x.copy(), x.dtype)
+    with quiet():
+        return finish(numpy.ceil(x.astype(F64, copy=False)), x.dtype)
+
+
+def sign(x: numpy.ndarray) -> numpy.ndarray:
+    """-1, 0 or 1 in x's dtype; 0 for NaN (torch's kernel, where numpy gives NaN); a bool is its own sign."""
+    if x.dtype.kind == "b":
+        return finish(x.copy(), x.dtype)
+    if x.dtype.kind == "u":
+        return finish((x != 0).astype(x.dtype), x.dtype)
+    if x.dtype.kind == "i":
+        return finish(numpy.sign(x.astype(I64, copy=False)), x.dtype)
+    with quiet():  # + 0.0: -0.0 gives 0.0, as torch
+        return finish(numpy.sign(numpy.nan_to_num(x.astype(F64, copy=False), nan=0.0)) + 0.0, x.dtype)
+
+
+def minimum(x: numpy.ndarray, other: numpy.ndarray) -> numpy.ndarray:
+    """The smaller of x and other, both first converted to the promoted dtype (a 0-D int64 -1 beside
+    uint8 is 255, as torch); NaN where either is NaN; bools as logical and."""
+    out = binary_result_dtype(x, other)
+    with quiet():
+        if out.kind == "b":
+            return finish(numpy.logical_and(x, other), out)
+        return finish(numpy.minimum(x.astype(out), other.astype(out)), out)
 
 
 def _compared(x: numpy.ndarray, other: Operand, function: Any) -> numpy.ndarray:

@@ -49,6 +49,7 @@ __all__ = [
     "bmm",
     "cast",
     "cat",
+    "ceil",
     "chunk",
     "clamp",
     "clone",
@@ -84,6 +85,7 @@ __all__ = [
     "linear_relu",
     "linear_silu",
     "linear_wq",
+    "log",
     "log_softmax",
     "logical_and",
     "logical_not",
@@ -93,6 +95,7 @@ __all__ = [
     "matmul",
     "max_pool2d",
     "mean",
+    "minimum",
     "mul",
     "ne",
     "neg",
@@ -108,6 +111,7 @@ __all__ = [
     "scaled_dot_product_attention",
     "select",
     "sigmoid",
+    "sign",
     "silu",
     "sin",
     "slice",
@@ -142,6 +146,7 @@ OPS = (
     "bmm",
     "cast",
     "cat",
+    "ceil",
     "chunk",
     "clamp",
     "clone",
@@ -177,6 +182,7 @@ OPS = (
     "linear_relu",
     "linear_silu",
     "linear_wq",
+    "log",
     "log_softmax",
     "logical_and",
     "logical_not",
@@ -186,6 +192,7 @@ OPS = (
     "matmul",
     "max_pool2d",
     "mean",
+    "minimum",
     "mul",
     "ne",
     "neg",
@@ -201,6 +208,7 @@ OPS = (
     "scaled_dot_product_attention",
     "select",
     "sigmoid",
+    "sign",
     "silu",
     "sin",
     "slice",
@@ -282,6 +290,10 @@ rsqrt = torch.rsqrt
 erf = torch.erf
 cos = torch.cos
 sin = torch.sin
+log = torch.log
+ceil = torch.ceil
+sign = torch.sign
+minimum = torch.minimum
 eq = torch.eq
 ne = torch.ne
 lt = torch.lt

@@ -1,6 +1,6 @@
-"""Kit entries for the elementwise ops: add, sub, mul, div, relu, gelu, silu, sigmoid, tanh, exp, the unary
-math ops neg, abs, sqrt, rsqrt, erf, cos, sin, the comparisons eq, ne, lt, le, gt, ge,
-logical_and, logical_or, logical_not, pow, cast, softplus, hardswish and hardsigmoid."""
+"""Kit entries for the elementwise ops: add, sub, mul, div, minimum, relu, gelu, silu, sigmoid, tanh, exp,
+the unary math ops neg, abs, sqrt, rsqrt, erf, cos, sin, log, ceil, sign, the comparisons eq, ne, lt, le,
+gt, ge, logical_and, logical_or, logical_not, pow, cast, softplus, hardswish and hardsigmoid."""
 
 from __future__ import annotations
 
@@ -16,11 +16,12 @@ from opcore.types import DType
 
 __all__ = ["ENTRIES"]
 
-BINARY = ("add", "sub", "mul", "div", "eq", "ne", "lt", "le", "gt", "ge")
+BINARY = ("add", "sub", "mul", "div", "minimum", "eq", "ne", "lt", "le", "gt", "ge")
+TENSORS_ONLY = ("minimum",)  # binary ops whose other is a tensor, never a Python number (as in torch)
 LOGICAL = ("logical_and", "logical_or")
 UNARY = (
     "relu", "gelu", "silu", "sigmoid", "tanh", "exp", "neg", "abs", "sqrt", "rsqrt", "erf", "cos", "sin", "logical_not",
-    "softplus", "hardswish", "hardsigmoid",
+    "softplus", "hardswish", "hardsigmoid", "log", "ceil", "sign",
 )  # fmt: skip
 
 _BROADCAST = [((2, 3), (3,)), ((4, 1, 3), (2, 1)), ((), ()), ((5,), ()), ((), (2, 2)), ((2, 0, 3), (3,)), ((0,), (1,))]
@@ -67,7 +68,8 @@ def binary_samples(op: str) -> Iterable[Sample]:
         s.add(layout, s.tensor((3, 4), layout=layout), other((3, 4), layout=layout))
     s.add("int64-transposed-float64-row", s.tensor((3, 4), "int64", layout="transposed"), other((4,), "float64"))
     for dtype, scalar in _SCALARS + ([] if no_bool else _BOOL_SCALARS):
-        s.add(f"{dtype}-scalar-{scalar!r}", s.tensor((2, 3), dtype), scalar)
+        if op not in TENSORS_ONLY:
+            s.add(f"{dtype}-scalar-{scalar!r}", s.tensor((2, 3), dtype), scalar)
     for x_dtype, y_dtype in _PROMOTIONS:
         if no_bool and "bool" in (x_dtype, y_dtype):
             continue
@@ -86,6 +88,8 @@ def binary_samples(op: str) -> Iterable[Sample]:
         _rounding_samples(s)
     if op in ("eq", "ne", "lt", "le", "gt", "ge"):
         _tie_samples(s)
+    if op == "minimum":
+        _minimum_samples(s)
     if op in ("add", "mul"):
         s.add("uint8-wraps", tensor_of([250, 3], "uint8"), 300 if op == "add" else -1)
         s.add("int32-wraps", tensor_of([2**31 - 1, 5], "int32"), 2)
@@ -105,6 +109,23 @@ def _tie_samples(s: SampleSet) -> None:
     s.add("int64-vs-float32-rounding", tensor_of([2**24 + 1, 3], "int64"), tensor_of([2**24, 3.0], "float32"))
     s.add("float32-scalar-tie", tensor_of([0.1, 0.2, 0.3], "float32"), 0.1)
     s.add("int32-int-scalar-tie", tensor_of([[1, 2], [3, 2]], "int32"), 2)
+
+
+def _minimum_samples(s: SampleSet) -> None:
+    """NaN on either side (NaN wins, as torch), ties, infinities, exact int64 and unsigned values, bools."""
+    s.add(
+        "float32-nan-either-side",
+        tensor_of([math.nan, 1.0, math.nan, -math.inf, 2.0, 0.0], "float32"),
+        tensor_of([1.0, math.nan, math.nan, 5.0, math.inf, 0.0], "float32"),
+    )
+    s.add(
+        "float16-nan", tensor_of([math.nan, -1.0, 65504.0], "float16"), tensor_of([0.0, math.nan, -65504.0], "float16")
+    )
+    s.add("int64-exact", tensor_of([2**62 + 1, -(2**62) - 3, 7], "int64"), tensor_of([2**62, -(2**62) - 2, 7], "int64"))
+    s.add("uint8-extremes", tensor_of([0, 255, 128], "uint8"), tensor_of([255, 254, 0], "uint8"))
+    s.add("uint8-int8", tensor_of([200, 0, 5], "uint8"), tensor_of([-1, 3, 5], "int8"))
+    s.add("bool-and", tensor_of([True, True, False, False], "bool"), tensor_of([True, False, True, False], "bool"))
+    s.add("int64-vs-float32-rounding", tensor_of([2**24 + 1, 3], "int64"), tensor_of([2**24, 3.5], "float32"))
 
 
 def logical_samples(op: str) -> Iterable[Sample]:
@@ -196,6 +217,15 @@ def unary_samples(op: str) -> Iterable[Sample]:
         s.add("int32-squares", tensor_of([0, 1, 4, 9, 1 << 20], "int32"))
     if op in ("cos", "sin"):
         s.add("float32-periods", s.tensor((4, 5), low=-20, high=20))
+    if op == "log":
+        s.add("float32-positive", s.tensor((4, 5), low=1e-3, high=1e3))
+        s.add("int32-powers", tensor_of([0, 1, 2, 8, 1 << 20, -1], "int32"), note="log(0) is -inf, log(-1) NaN")
+    if op in ("ceil", "sign"):
+        # integers are their own ceiling, exact to the extremes; sign of each extreme
+        for dtype, values in (("int8", [-128, -1, 0, 127]), ("uint8", [0, 1, 255]), ("int32", [-(2**31), 5, -7])):
+            s.add(f"{dtype}-extremes", tensor_of(values, dtype))
+        s.add("int64-extremes", tensor_of([-(2**63), 2**62 + 1, -3, 0], "int64"))
+        s.add("float32-near-integers", tensor_of([-2.5, -1.0, -0.5, -1e-7, 1e-7, 0.5, 1.0, 2.5, 1e20], "float32"))
     if op in ("softplus", "hardswish", "hardsigmoid"):
         # around the kinks: softplus's threshold (20 / beta), hardswish's and hardsigmoid's -3 and 3
         s.add("float32-kinks", tensor_of([-3.5, -3.0, -2.9, 2.9, 3.0, 3.5, 19.9, 20.0, 20.1, 25.0], "float32"))
@@ -335,6 +365,11 @@ def _error_inputs() -> dict[str, list[ErrorInput]]:
         ],
         "cast": [ErrorInput("dtype", (z(2), "float8"), ArgumentError, "dtype", "one of ", torch_rejects=False)],
         "neg": [ErrorInput("bool", (z(2, dtype=b),), DTypeError, "x", "found bool")],
+        "ceil": [ErrorInput("bool", (z(2, dtype=b),), DTypeError, "x", "found bool")],
+        "minimum": [
+            ErrorInput("broadcast", (z(2, 3), z(2)), ShapeError, "other", "shapes that broadcast together"),
+            ErrorInput("number", (z(2), 2.0), ArgumentError, "other", "a tensor"),
+        ],
         "abs": [ErrorInput("bool", (z(2, dtype=b),), DTypeError, "x", "found bool")],
         **{
             op: [

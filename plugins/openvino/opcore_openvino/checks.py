@@ -272,6 +272,7 @@ _SPECIFIC: dict[str, Checker] = {
     "add": _add,
     "sub": _add,
     "mul": _mul,
+    "minimum": _mul,
     "div": _div,
     **dict.fromkeys(("eq", "ne", "lt", "le", "gt", "ge"), _mul),
 }

@@ -30,6 +30,7 @@ __all__ = [
     "apply_relu",
     "apply_silu",
     "cast",
+    "ceil",
     "cos",
     "div",
     "eq",
@@ -41,10 +42,12 @@ __all__ = [
     "hardsigmoid",
     "hardswish",
     "le",
+    "log",
     "logical_and",
     "logical_not",
     "logical_or",
     "lt",
+    "minimum",
     "mul",
     "ne",
     "neg",
@@ -52,6 +55,7 @@ __all__ = [
     "relu",
     "rsqrt",
     "sigmoid",
+    "sign",
     "silu",
     "sin",
     "softplus",
@@ -65,6 +69,7 @@ OPS = (
     "abs",
     "add",
     "cast",
+    "ceil",
     "cos",
     "div",
     "eq",
@@ -76,10 +81,12 @@ OPS = (
     "hardsigmoid",
     "hardswish",
     "le",
+    "log",
     "logical_and",
     "logical_not",
     "logical_or",
     "lt",
+    "minimum",
     "mul",
     "ne",
     "neg",
@@ -87,6 +94,7 @@ OPS = (
     "relu",
     "rsqrt",
     "sigmoid",
+    "sign",
     "silu",
     "sin",
     "softplus",
@@ -298,6 +306,53 @@ rsqrt = onnx_kernel("rsqrt", build_rsqrt)
 erf = onnx_kernel("erf", _unary_float("Erf", keep_nan=True))
 cos = onnx_kernel("cos", _unary_float("Cos"))
 sin = onnx_kernel("sin", _unary_float("Sin"))
+
+
+# --- log, ceil, sign, minimum (relative-position buckets: T5, DeBERTa) -------------------------
+
+
+def build_ceil(g: Graph, x: Value) -> Value:
+    """ceil in x's dtype (float16 in float32); integers are their own ceiling (ONNX Ceil takes floats only)."""
+    if x.dtype.kind in "iu":
+        return g.op("Identity", x)
+    compute = compute_float(x.dtype)
+    return finish(g, g.op("Ceil", g.cast(x, compute)), x.dtype)
+
+
+def build_sign(g: Graph, x: Value) -> Value:
+    """-1, 0 or 1 in x's dtype; 0 for NaN, as torch (ONNX Sign leaves NaN undefined); a bool is its own sign."""
+    if x.dtype == BOOL:
+        return g.op("Identity", x)
+    compute = to_compute(x.dtype)
+    value = g.cast(x, compute)
+    result = g.op("Sign", value)
+    if compute.kind == "f":
+        zero = g.const(numpy.asarray(0, dtype=compute))
+        result = g.op("Where", g.op("IsNaN", value, dtype=BOOL), zero, result, dtype=compute, rank=value.rank)
+    return finish(g, result, x.dtype)
+
+
+def build_minimum(g: Graph, x: Value, other: Value) -> Value:
+    """Min in the promoted dtype (integers in int64, float16 in float32; bools as And), NaN in either
+    operand kept (Min of a NaN operand is not NaN in every runtime kernel)."""
+    out = binary_result(x, other)
+    rank = max(x.rank or 0, other.rank or 0)
+    if out == BOOL:
+        return g.op("And", x, other, rank=rank)
+    compute = to_compute(out)
+    # each operand converted to the promoted dtype first (a 0-D int64 -1 beside uint8 is 255, as torch)
+    a, b = g.cast(g.cast(x, out), compute), g.cast(g.cast(other, out), compute)
+    result = g.op("Min", a, b, rank=rank)
+    if out.kind == "f":
+        nan = g.op("Or", g.op("IsNaN", a, dtype=BOOL), g.op("IsNaN", b, dtype=BOOL), dtype=BOOL, rank=rank)
+        result = g.op("Where", nan, g.op("Add", a, b, rank=rank), result, dtype=compute, rank=rank)
+    return finish(g, result, out)
+
+
+log = onnx_kernel("log", _unary_float("Log"))
+ceil = onnx_kernel("ceil", build_ceil)
+sign = onnx_kernel("sign", build_sign)
+minimum = onnx_kernel("minimum", build_minimum)
 
 
 # --- comparisons and logic --------------------------------------------------------------------

@@ -18,6 +18,7 @@ __all__ = [
     "apply_relu",
     "apply_silu",
     "cast",
+    "ceil",
     "cos",
     "div",
     "eq",
@@ -30,10 +31,12 @@ __all__ = [
     "hardswish",
     "keep_nan",
     "le",
+    "log",
     "logical_and",
     "logical_not",
     "logical_or",
     "lt",
+    "minimum",
     "mul",
     "ne",
     "neg",
@@ -41,6 +44,7 @@ __all__ = [
     "relu",
     "rsqrt",
     "sigmoid",
+    "sign",
     "silu",
     "sin",
     "softplus",
@@ -54,6 +58,7 @@ OPS = (
     "abs",
     "add",
     "cast",
+    "ceil",
     "cos",
     "div",
     "eq",
@@ -65,10 +70,12 @@ OPS = (
     "hardsigmoid",
     "hardswish",
     "le",
+    "log",
     "logical_and",
     "logical_not",
     "logical_or",
     "lt",
+    "minimum",
     "mul",
     "ne",
     "neg",
@@ -76,6 +83,7 @@ OPS = (
     "relu",
     "rsqrt",
     "sigmoid",
+    "sign",
     "silu",
     "sin",
     "softplus",
@@ -221,6 +229,43 @@ rsqrt = ov_kernel("rsqrt", _unary_float(_rsqrt))
 erf = ov_kernel("erf", _unary_float(ops.erf))
 cos = ov_kernel("cos", _unary_float(ops.cos))
 sin = ov_kernel("sin", _unary_float(ops.sin))
+
+
+# --- log, ceil, sign, minimum (relative-position buckets: T5, DeBERTa) -------------------------
+
+
+def build_ceil(g: Graph, x: Node) -> Node:
+    """Ceiling in x's dtype; integers are their own ceiling."""
+    return x if dtype_of(x).kind in "iu" else ops.ceiling(x)
+
+
+def build_sign(g: Graph, x: Node) -> Node:
+    """-1, 0 or 1 in x's dtype (integers in int32); 0 for NaN, as torch; a bool is its own sign."""
+    dtype = dtype_of(x)
+    if dtype == BOOL:
+        return x
+    if dtype.kind in "iu":
+        return finish(g, ops.sign(g.cast(x, to_compute(dtype))), dtype)
+    return ops.select(ops.is_nan(x), g.const(0, dtype), ops.sign(x))
+
+
+def build_minimum(g: Graph, x: Node, other: Node) -> Node:
+    """Minimum in the promoted dtype (integers in int32; bools as logical and), NaN in either operand kept."""
+    out = binary_result(x, other)
+    if out == BOOL:
+        return ops.logical_and(x, other)
+    compute = to_compute(out)
+    a, b = g.cast(g.cast(x, out), compute), g.cast(g.cast(other, out), compute)
+    result = ops.minimum(a, b)
+    if out.kind == "f":
+        result = ops.select(ops.logical_or(ops.is_nan(a), ops.is_nan(b)), ops.add(a, b), result)
+    return finish(g, result, out)
+
+
+log = ov_kernel("log", _unary_float(ops.log, nan_safe=False))
+ceil = ov_kernel("ceil", build_ceil)
+sign = ov_kernel("sign", build_sign)
+minimum = ov_kernel("minimum", build_minimum)
 
 
 # --- comparisons and logic --------------------------------------------------------------------
