@@ -216,6 +216,8 @@ _FLOAT32_MAX = 3.4028234663852886e38
 
 
 def _check_accumulable(start: float | int, end: float | int, step: float | int, out: DType) -> None:
+    low: float
+    high: float
     if out in INTEGRAL:
         low, high, kind = _INT64_RANGE[0], _INT64_RANGE[1], "int64"
     elif out in (DType.FLOAT16, DType.BFLOAT16):
@@ -223,7 +225,7 @@ def _check_accumulable(start: float | int, end: float | int, step: float | int, 
     else:
         return
     for name, value in (("start", start), ("end", end), ("step", step)):
-        if not low <= value <= high or (isinstance(value, float) and value >= 2.0**63 and kind == "int64"):
+        if not low <= value <= high:  # exact: Python compares an int bound with a float value exactly
             raise ArgumentError(
                 arg=name,
                 expected=f"a value that converts to {kind}, which torch counts a {out.value} arange in",
