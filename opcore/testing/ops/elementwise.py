@@ -368,7 +368,7 @@ def _error_inputs() -> dict[str, list[ErrorInput]]:
         "ceil": [ErrorInput("bool", (z(2, dtype=b),), DTypeError, "x", "found bool")],
         "minimum": [
             ErrorInput("broadcast", (z(2, 3), z(2)), ShapeError, "other", "shapes that broadcast together"),
-            ErrorInput("number", (z(2), 2.0), ArgumentError, "other", "a tensor"),
+            ErrorInput("number", (z(2), 2.0), ArgumentError, "other", "(?i)a tensor"),
         ],
         "abs": [ErrorInput("bool", (z(2, dtype=b),), DTypeError, "x", "found bool")],
         **{
