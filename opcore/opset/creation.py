@@ -198,14 +198,8 @@ def arange_meta(
             found=repr(step),
             fix="pass step != 0 (an integer step for an integer dtype)",
         )
-    if (stride > 0 and last < first) or (stride < 0 and last > first):
-        raise ArgumentError(
-            arg="step",
-            expected=f"a step whose sign agrees with end - start = {last - first!r} (torch: upper bound and lower "
-            "bound inconsistent with step sign)",
-            found=repr(step),
-            fix="swap start and end, or negate step",
-        )
+    # the sign, checked above on the values as given, holds for the converted ones too (int() keeps
+    # the order of start and end and, where it is not 0, the sign of step)
     return TensorMeta((arange_length(first, last, stride),), out, Device.parse(device))
 
 
