@@ -96,6 +96,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "arange_dtype": ("opcore.opset.creation", "arange_dtype"),
     "arange_length": ("opcore.opset.creation", "arange_length"),
     "arange_meta": ("opcore.opset.creation", "arange_meta"),
+    "check_embedding_range": ("opcore.opset.indexing", "check_embedding_range"),
     "check_index_range": ("opcore.opset.indexing", "check_index_range"),
     "conv2d_meta": ("opcore.opset.nn", "conv2d_meta"),
     "conv_pads": ("opcore.opset.nn", "conv_pads"),
@@ -256,6 +257,7 @@ __all__ = [
     "arange_dtype",
     "arange_length",
     "arange_meta",
+    "check_embedding_range",
     "check_index_range",
     "conv2d_meta",
     "conv_pads",
@@ -448,7 +450,7 @@ if TYPE_CHECKING:  # what static analysis sees
     )
     from opcore.opset import BUILTIN_CONTRACTS
     from opcore.opset.creation import arange_bounds, arange_dtype, arange_length, arange_meta, fill_dtype, full_meta
-    from opcore.opset.indexing import check_index_range
+    from opcore.opset.indexing import check_embedding_range, check_index_range
     from opcore.opset.nn import Padding, conv2d_meta, conv_pads
     from opcore.opset.pooling import adaptive_bounds, adaptive_output_size, pooled_size
     from opcore.opset.quantized import group_of

@@ -19,7 +19,7 @@ from opcore.errors import ArgumentError
 from opcore.meta import promote_types, result_type
 from opcore.onemodel.op import Scalar
 from opcore.opset import BUILTIN_CONTRACTS
-from opcore.opset.indexing import check_index_range, chunk_sizes, split_pieces, split_sizes
+from opcore.opset.indexing import check_embedding_range, check_index_range, chunk_sizes, split_pieces, split_sizes
 from opcore.opset.shape import is_skipped_in_cat
 from opcore.types import DType, TensorMeta
 
@@ -85,16 +85,8 @@ def check_embedding_indices(input: numpy.ndarray, weight: numpy.ndarray, padding
     """A runtime's Gather wraps negative indices and fails (or gives zeros) for large ones; torch
     refuses both: the embedding kernels check first.
     """
-    rows = weight.shape[0]
     if input.size:
-        low, high = int(input.min()), int(input.max())
-        if low < 0 or high >= rows:
-            raise ArgumentError(
-                arg="input",
-                expected=f"indices in [0, {rows - 1}] (the weight has {rows} rows)",
-                found=f"index {low if low < 0 else high} (index out of range)",
-                fix="indices must be non-negative and below num_embeddings",
-            )
+        check_embedding_range(int(input.min()), int(input.max()), weight.shape[0])
 
 
 def check_gather_indices(x: numpy.ndarray, dim: int, index: numpy.ndarray) -> None:

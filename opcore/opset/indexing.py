@@ -64,6 +64,21 @@ def check_index_range(arg: str, low: int, high: int, size: int, *, negative: boo
         )
 
 
+def check_embedding_range(low: int, high: int, rows: int, *, noun: str = "weight") -> None:
+    """embedding's index check (and embedding_wq's, whose table is its codes): the smallest and
+    largest index against the table's rows, which every backend's kernel reports this one way.
+
+    >>> check_embedding_range(0, 2, 3)
+    """
+    if low < 0 or high >= rows:
+        raise ArgumentError(
+            arg="input",
+            expected=f"indices in [0, {rows - 1}] (the {noun} has {rows} rows)",
+            found=f"index {low if low < 0 else high} (index out of range)",
+            fix="indices must be non-negative and below num_embeddings",
+        )
+
+
 def gather_meta(x: TensorMeta, dim: int, index: TensorMeta) -> TensorMeta:
     """index's shape, x's dtype; index as many dims as x, no larger than x except along dim."""
     _check_index_dtype("index", index, INDEX_DTYPES)

@@ -7,7 +7,7 @@ import math
 import numpy
 from numpy.lib.stride_tricks import as_strided
 
-from opcore.errors import ArgumentError
+from opcore.opset.indexing import check_embedding_range
 from opcore.opset.nn import Padding, conv_pads
 from opcore.reference._common import F64, I64, finish, quiet
 
@@ -24,16 +24,8 @@ OPS = (
 
 def embedding(input: numpy.ndarray, weight: numpy.ndarray, padding_idx: int | None) -> numpy.ndarray:
     """The rows of weight at the indices (a copy); padding_idx only matters for training."""
-    rows = weight.shape[0]
     if input.size:
-        low, high = int(input.min()), int(input.max())
-        if low < 0 or high >= rows:
-            raise ArgumentError(
-                arg="input",
-                expected=f"indices in [0, {rows - 1}] (the weight has {rows} rows)",
-                found=f"index {low if low < 0 else high} (index out of range)",
-                fix="indices must be non-negative and below num_embeddings",
-            )
+        check_embedding_range(int(input.min()), int(input.max()), weight.shape[0])
     return numpy.take(weight, input, axis=0)
 
 

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from opcore.extend import ArgumentError, check_index_range
+from opcore.extend import ArgumentError, check_embedding_range, check_index_range
 from opcore.extend import torch_kernels as shared
 
 __all__ = ["clamp", "div", "embedding", "embedding_wq", "gather", "group_norm", "index", "layer_norm"]
@@ -46,11 +46,20 @@ def _may_sync(t: Tensor) -> bool:
     return not (t.is_cuda and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
 
 
+def _index_bounds(index: Tensor) -> tuple[int, int] | None:
+    """The smallest and largest index (one aminmax and a host sync); None for no indices, or while
+    a CUDA graph captures the stream (the check is left out there)."""
+    if not index.numel() or not _may_sync(index):
+        return None
+    low, high = torch.stack(torch.aminmax(index)).tolist()
+    return low, high
+
+
 def _check_indices(arg: str, index: Tensor, size: int, *, negative: bool) -> None:
     """The contract's index-range error before a kernel that would assert on the device."""
-    if index.numel() and _may_sync(index):
-        low, high = torch.stack(torch.aminmax(index)).tolist()
-        check_index_range(arg, low, high, size, negative=negative)
+    bounds = _index_bounds(index)
+    if bounds is not None:
+        check_index_range(arg, *bounds, size, negative=negative)
 
 
 def clamp(x: Tensor, min: Any = None, max: Any = None) -> Tensor:
@@ -77,24 +86,19 @@ def div(x: Tensor, other: Any, rounding_mode: str | None) -> Tensor:
 
 def embedding(input: Tensor, weight: Tensor, padding_idx: int | None) -> Tensor:
     """The rows of weight; indices are checked on the way in (CUDA would assert on the device)."""
-    rows = weight.shape[0]
-    if input.numel() and _may_sync(input):
-        low, high = torch.stack(torch.aminmax(input)).tolist()
-        if low < 0 or high >= rows:
-            raise ArgumentError(
-                arg="input",
-                expected=f"indices in [0, {rows - 1}] (the weight has {rows} rows)",
-                found=f"index {low if low < 0 else high} (index out of range)",
-                fix="indices must be non-negative and below num_embeddings",
-            )
+    bounds = _index_bounds(input)
+    if bounds is not None:
+        check_embedding_range(*bounds, weight.shape[0])
     return shared.embedding(input, weight, padding_idx)
 
 
 def embedding_wq(
     input: Tensor, qweight: Tensor, scale: Tensor, zero: Tensor | None, bits: int, group_size: int
 ) -> Tensor:
-    """The dequantized rows at the indices; indices are checked on the way in."""
-    _check_indices("input", input, qweight.shape[0], negative=False)
+    """The dequantized rows at the indices; indices are checked on the way in (the table: the codes)."""
+    bounds = _index_bounds(input)
+    if bounds is not None:
+        check_embedding_range(*bounds, qweight.shape[0], noun="table")
     return shared.embedding_wq(input, qweight, scale, zero, bits, group_size)
 
 
