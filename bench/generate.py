@@ -663,7 +663,9 @@ def _unique_bytes(tensors: Iterable[Any]) -> int:
 
 
 def folder_bytes(folder: pathlib.Path) -> int:
-    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+    """Bytes on disk under ``folder``, a hard-linked file (the two plans' weights) counted once."""
+    files = {(s.st_dev, s.st_ino): s.st_size for s in (f.stat() for f in folder.rglob("*") if f.is_file())}
+    return sum(files.values())
 
 
 def quantized_column(
@@ -705,7 +707,7 @@ def quantized_column(
     runs = f"; decode runs {measured[0].rsplit('runs ', 1)[-1]}" if measured else "; decode planned, not timed"
     column.note = (
         f"own ceiling {ceiling:.1f} tok/s ({step / 1e6:.0f} MB a step); weights resident {resident / 1e6:.0f} MB "
-        f"({resident / fp32:.2f}x fp32), saved {saved / 1e6:.0f} MB{runs}"
+        f"({resident / fp32:.2f}x fp32), saved {saved / 1e6:.0f} MB ({saved / fp32:.2f}x){runs}"
     )
     return column
 

@@ -125,7 +125,9 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "PartitionCompiler": ("opcore.partition_protocol", "PartitionCompiler"),
     "PartitionError": ("opcore.partition_protocol", "PartitionError"),
     "PartitionSpec": ("opcore.partition_protocol", "PartitionSpec"),
+    "SavedBytes": ("opcore.partition_protocol", "SavedBytes"),
     "ValueRef": ("opcore.partition_protocol", "ValueRef"),
+    "saved_bytes": ("opcore.partition_protocol", "saved_bytes"),
     # the conformance kit: entries for a plugin's own ops, checks for its tests
     "ErrorInput": ("opcore.testing", "ErrorInput"),
     "OpEntry": ("opcore.testing", "OpEntry"),
@@ -284,7 +286,9 @@ __all__ = [
     "PartitionCompiler",
     "PartitionError",
     "PartitionSpec",
+    "SavedBytes",
     "ValueRef",
+    "saved_bytes",
     # the conformance kit
     "ErrorInput",
     "OpEntry",
@@ -461,7 +465,9 @@ if TYPE_CHECKING:  # what static analysis sees
         PartitionError,
         PartitionSpec,
         PartNode,
+        SavedBytes,
         ValueRef,
+        saved_bytes,
     )
     from opcore.probes import cpu_info
     from opcore.quantize import QuantizedWeight, pack_int4

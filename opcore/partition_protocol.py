@@ -24,8 +24,10 @@ graph runtimes that import it from there. It imports neither torch nor any runti
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import pathlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -41,7 +43,10 @@ __all__ = [
     "PartitionCompiler",
     "PartitionError",
     "PartitionSpec",
+    "SavedBytes",
     "ValueRef",
+    "saved_bytes",
+    "saving_weights",
 ]
 
 HOOK = "opcore_partition_compiler"
@@ -199,7 +204,9 @@ class CompiledPartition(Protocol):
 
     def save(self, folder: pathlib.Path) -> dict[str, Any]:
         """Write portable files named after the spec's name into ``folder``; return a JSON-able
-        record (files, backend and runtime versions, options) that the compiler's ``load`` takes back."""
+        record (files, backend and runtime versions, options) that the compiler's ``load`` takes back.
+        A constant whose bytes the plan's weights file already holds (``saved_bytes``) may be
+        referred to there instead of written again."""
 
 
 @runtime_checkable
@@ -221,3 +228,55 @@ class PartitionCompiler(Protocol):
 
     def load(self, folder: pathlib.Path, record: Mapping[str, Any], spec: PartitionSpec) -> CompiledPartition:
         """The partition ``save`` wrote to ``folder`` (``record`` is what save returned)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SavedBytes:
+    """Where a constant's bytes already lie in the folder a plan is being saved to: ``file`` (beside
+    the partition's own files), from byte ``offset``, ``length`` bytes, raw and little-endian in the
+    array's C order (a safetensors file's data: what ONNX external data and OpenVINO's weights read).
+
+    >>> SavedBytes("weights.safetensors", 4096, 64).file
+    'weights.safetensors'
+    """
+
+    file: str
+    offset: int
+    length: int
+
+
+_SAVING: contextvars.ContextVar[Mapping[tuple[int, int], SavedBytes] | None] = contextvars.ContextVar(
+    "opcore_saving_weights", default=None
+)
+
+
+def _memory(array: Any) -> tuple[int, int] | None:
+    """(address, bytes) of a C-contiguous numpy array's memory; None for any other array."""
+    if not isinstance(array, numpy.ndarray) or not array.flags.c_contiguous:
+        return None
+    return int(array.__array_interface__["data"][0]), int(array.nbytes)
+
+
+def saved_bytes(array: Any) -> SavedBytes | None:
+    """While a plan saves its partitions (``CompiledPartition.save``): where the plan's weights file
+    already holds ``array``'s bytes, when ``array`` is a C-contiguous numpy array over exactly the
+    memory of one of the plan's constants (what ``PartitionSpec.constants`` handed the compiler);
+    else None (a copy, a slice, another array, or no plan saving).
+
+    >>> saved_bytes(numpy.zeros(4)) is None
+    True
+    """
+    found = _memory(array)
+    where = _SAVING.get()
+    return where.get(found) if where is not None and found is not None else None
+
+
+@contextlib.contextmanager
+def saving_weights(where: Mapping[tuple[int, int], SavedBytes]) -> Iterator[None]:
+    """``saved_bytes`` answers from ``where`` ((address, bytes) of a constant's memory -> its place)
+    inside the block: what a plan's save sets around its partitions' ``save`` calls."""
+    token = _SAVING.set(dict(where))
+    try:
+        yield
+    finally:
+        _SAVING.reset(token)

@@ -31,6 +31,7 @@ from opcore.errors import OpcoreError
 from opcore.graph.errors import PlanFileError
 from opcore.graph.ir import CallSignature, Graph, Node, ValueInfo, ValueRef
 from opcore.graph.options import PlanOptions
+from opcore.graph.weights_file import WEIGHTS_FILE, SharedWeights, link, places, weight_table, write
 from opcore.types import Device, DType, TensorMeta
 
 __all__ = [
@@ -50,7 +51,6 @@ __all__ = [
 SCHEMA_VERSION = 1
 FORMAT = "opcore.graph.plan"
 PLAN_FILE = "plan.json"
-WEIGHTS_FILE = "weights.safetensors"
 _LOAD = "opcore.graph.load"
 
 
@@ -176,31 +176,31 @@ def fingerprint_changes(saved: Mapping[str, Any], device: str) -> list[str]:
 # --- save -----------------------------------------------------------------------------------
 
 
-def save(plan: Any, path: Any) -> pathlib.Path:
-    from safetensors.torch import save_file
+def save(plan: Any, path: Any, *, weights: SharedWeights | None = None) -> pathlib.Path:
+    """Write ``plan`` to folder ``path``; ``weights``: a weights file already written for it (a
+    language model's plans share one), linked into the folder instead of written again."""
+    from opcore.partition_protocol import saving_weights
 
     folder = pathlib.Path(path)
     folder.mkdir(parents=True, exist_ok=True)
     graph: Graph = plan.graph
-    weights = {}
-    stored: set[int] = set()
-    for name in graph.constants:
-        tensor = plan.constants[name].detach().cpu().contiguous()
-        storage = tensor.untyped_storage().data_ptr()
-        # tied weights (GPT-2's wte and lm_head) share memory, which safetensors refuses: copy the later ones
-        weights[name] = tensor.clone() if storage in stored else tensor
-        stored.add(storage)
-    save_file(weights, str(folder / WEIGHTS_FILE))
+    if weights is None:
+        table = weight_table([plan])
+        keys, index = table.keys[0], write(table, folder / WEIGHTS_FILE)
+    else:
+        link(weights.path, folder / WEIGHTS_FILE)
+        keys, index = dict(weights.keys), dict(weights.index)
     partitions = []
     notes = list(plan.notes)
-    for record in plan.partitions:
-        saved = _save_partition(plan, record, folder)
-        if saved is None:
-            notes.append(
-                f"partition {record.name}: its {record.backend} files could not be saved; its nodes run on kernels"
-            )
-            continue
-        partitions.append({**record.describe(), "record": saved})
+    with saving_weights(places(plan, keys, index)):  # partitions may refer to the weights' bytes there
+        for record in plan.partitions:
+            saved = _save_partition(plan, record, folder)
+            if saved is None:
+                notes.append(
+                    f"partition {record.name}: its {record.backend} files could not be saved; its nodes run on kernels"
+                )
+                continue
+            partitions.append({**record.describe(), "record": saved})
     document = {
         "format": FORMAT,
         "schema_version": SCHEMA_VERSION,
@@ -252,6 +252,7 @@ def save(plan: Any, path: Any) -> pathlib.Path:
             }
             for d in plan.decisions
         },
+        "weights": {"keys": {name: key for name, key in keys.items() if name != key}},
         "partitions": partitions,
         "notes": notes,
         # backend -> "distribution version", for the error or note of a process that lacks one

@@ -5,8 +5,11 @@ JSON, safetensors, portable partition files, a fingerprint; nothing is unpickled
     folder/prefill/       Plan.save of the prefill plan (absent when max_length is 1)
     folder/decode/        Plan.save of the decode plan
 
-The model's weights are in both plans' ``weights.safetensors`` (each plan's folder loads on its
-own); loading shares one copy in memory between the two plans.
+Both plans' ``weights.safetensors`` are one file (``opcore.graph.weights_file``: each distinct
+tensor once, written in ``decode/`` and hard-linked into ``prefill/``, copied where the file system
+has no links), so each plan's folder still loads on its own; partitions refer to its bytes instead
+of holding copies where their runtime can (ONNX Runtime's). Loading shares one copy in memory
+between the two plans.
 
 Loading (``opcore.graph.load``) is ``opcore.graph.loading.load_lm``: this module writes and knows
 the layout, and imports neither the plans' builder nor the language model record.
@@ -19,6 +22,9 @@ from __future__ import annotations
 import json
 import pathlib
 from typing import Any
+
+from opcore.graph.files import save as save_plan
+from opcore.graph.weights_file import WEIGHTS_FILE, SharedWeights, weight_table, write
 
 __all__ = ["FORMAT", "LM_FILE", "SCHEMA_VERSION", "is_lm_folder", "save"]
 
@@ -33,10 +39,13 @@ def is_lm_folder(path: Any) -> bool:
 
 def save(lm: Any, path: Any) -> pathlib.Path:
     folder = pathlib.Path(path)
-    folder.mkdir(parents=True, exist_ok=True)
-    if lm.prefill_plan is not None:
-        lm.prefill_plan.save(folder / "prefill")
-    lm.decode_plan.save(folder / "decode")
+    plans = {"decode": lm.decode_plan, **({"prefill": lm.prefill_plan} if lm.prefill_plan is not None else {})}
+    table = weight_table(list(plans.values()))
+    (folder / "decode").mkdir(parents=True, exist_ok=True)
+    file = folder / "decode" / WEIGHTS_FILE
+    index = write(table, file)
+    for (name, plan), keys in zip(plans.items(), table.keys):
+        save_plan(plan, folder / name, weights=SharedWeights(file, keys, index))
     document = {
         "format": FORMAT,
         "schema_version": SCHEMA_VERSION,

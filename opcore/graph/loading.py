@@ -18,7 +18,6 @@ from opcore.errors import OpcoreError
 from opcore.graph.assembly import assemble
 from opcore.graph.errors import PlanFileError
 from opcore.graph.files import (
-    WEIGHTS_FILE,
     fingerprint_changes,
     graph_from,
     plan_options,
@@ -30,6 +29,7 @@ from opcore.graph.lm_files import FORMAT as LM_FORMAT
 from opcore.graph.lm_files import LM_FILE, is_lm_folder
 from opcore.graph.lm_files import SCHEMA_VERSION as LM_SCHEMA_VERSION
 from opcore.graph.trees import portable_spec
+from opcore.graph.weights_file import read as read_weights
 
 __all__ = ["load", "load_lm"]
 
@@ -47,7 +47,6 @@ def load(path: Any, *, shared: Mapping[str, Any] | None = None) -> Any:
     >>> plan = opcore.graph.load("llama.plan")        # doctest: +SKIP
     """
     import torch
-    from safetensors.torch import load_file
 
     if is_lm_folder(path):
         return load_lm(path)
@@ -60,14 +59,10 @@ def load(path: Any, *, shared: Mapping[str, Any] | None = None) -> Any:
     graph = graph_from(document["graph"])
     options = plan_options(document["options"])
     _check_names(graph, document.get("kernels", {}), document.get("distributions", {}), options, trees)
-    device = options.device
-    weights = load_file(str(folder / WEIGHTS_FILE), device=device if not device.startswith("cuda") else "cpu")
-    missing = [name for name in graph.constants if name not in weights]
-    if missing:
-        raise PlanFileError(f"{WEIGHTS_FILE} lacks {', '.join(missing[:5])}", op=_LOAD)
-    constants = {name: _shared(weights[name].to(device), shared, graph.sources.get(name)) for name in graph.constants}
+    keys = dict((document.get("weights") or {}).get("keys") or {})
+    constants = read_weights(folder, graph.constants, keys, options.device, shared or {}, graph.sources)
     notes = list(document.get("notes", ())) + trees
-    changed = fingerprint_changes(document["fingerprint"], device)
+    changed = fingerprint_changes(document["fingerprint"], options.device)
     if changed:
         notes.append(
             "fingerprint differs from the saving machine's ("
@@ -87,15 +82,6 @@ def load(path: Any, *, shared: Mapping[str, Any] | None = None) -> Any:
     _compare_kernels(plan, document.get("kernels", {}))
     plan.timings.load = time.perf_counter() - started
     return plan
-
-
-def _shared(value: Any, shared: Mapping[str, Any] | None, source: str | None) -> Any:
-    """The tensor of the same model weight already in memory (``shared``, by state_dict name) where
-    its shape and dtype agree, else ``value``."""
-    held = (shared or {}).get(source or "")
-    if held is not None and held.shape == value.shape and held.dtype == value.dtype:
-        return held
-    return value
 
 
 def _check_names(

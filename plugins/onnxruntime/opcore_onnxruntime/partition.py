@@ -3,7 +3,9 @@ op builders of the one-op kernels (``opcore.onemodel.partition``), run through o
 
 Inputs keep the spec's sizes except its dynamic axes (symbolic ``dim_param``s); constants are
 initializers (large ones share the caller's memory); ``save`` writes ``<name>.onnx`` with its
-weights in ``<name>.onnx.data`` (ONNX external data), which ``load_partition`` opens again.
+weights as ONNX external data: the plan's constants point into the plan's ``weights.safetensors``
+(offset and length: ``saved_bytes``), anything else goes to ``<name>.onnx.data``. ``load_partition``
+opens the model again and feeds the former from the plan's loaded constants (one copy in memory).
 
 >>> part = compile_partition(spec, compiler.chain_of)  # doctest: +SKIP
 >>> part(x)  # doctest: +SKIP
@@ -14,7 +16,6 @@ from __future__ import annotations
 
 import pathlib
 import re
-import shutil
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -22,8 +23,17 @@ import numpy
 import onnx
 import onnxruntime
 from onnx import ModelProto, TensorProto, numpy_helper
+from onnx.external_data_helper import load_external_data_for_tensor
 
-from opcore.extend import PartitionError, PartitionSpec, Unsupported, chain_nodes, compile_or_locate, first_line
+from opcore.extend import (
+    PartitionError,
+    PartitionSpec,
+    Unsupported,
+    chain_nodes,
+    compile_or_locate,
+    first_line,
+    saved_bytes,
+)
 from opcore_onnxruntime import __version__
 from opcore_onnxruntime.graph import Graph, Value
 from opcore_onnxruntime.session import open_session, session_options, target_opset
@@ -37,9 +47,16 @@ _NODE_NAME = re.compile(r"\bn(\d+)\.[A-Za-z]")
 
 
 class OnnxPartition:
-    """One partition's InferenceSession: ``part(*inputs)`` returns the outputs as a tuple."""
+    """One partition's InferenceSession: ``part(*inputs)`` returns the outputs as a tuple.
 
-    __slots__ = ("_keep", "_names", "_outputs", "_run", "externals", "model", "name", "opset", "session", "source")
+    ``externals``: the initializers that share memory with the caller (name -> array), and
+    ``constants``: those among them that are the spec's constants (initializer -> constant name),
+    which a saved partition refers to in the plan's weights file and takes from the plan at load.
+    """
+
+    __slots__ = (
+        "_keep", "_names", "_outputs", "_run", "constants", "externals", "model", "name", "opset", "session", "source",
+    )  # fmt: skip
 
     backend = BACKEND
 
@@ -51,12 +68,14 @@ class OnnxPartition:
         model: ModelProto | None = None,
         externals: Mapping[str, numpy.ndarray] | None = None,
         source: pathlib.Path | None = None,
+        constants: Mapping[str, str] | None = None,
     ) -> None:
         self.name = name
         self.source = source  # the .onnx file it was loaded from (None: built here)
         self.session = session
-        self.model = model  # None when loaded from files (saving copies them)
+        self.model = model  # None when loaded from files (saving reads them again)
         self.externals = dict(externals or {})
+        self.constants = dict(constants or {})
         self._keep = keep
         self._names = [i.name for i in session.get_inputs()]
         self._outputs = [o.name for o in session.get_outputs()]
@@ -76,19 +95,33 @@ class OnnxPartition:
             raise Unsupported(f"partition {self.name} on onnxruntime failed: {first_line(error)}") from error
 
     def save(self, folder: pathlib.Path) -> dict[str, Any]:
-        """``<name>.onnx`` and its external data ``<name>.onnx.data`` in ``folder``; the record for load."""
+        """``<name>.onnx`` and its external data: an initializer whose bytes the plan's weights file holds
+        (``saved_bytes``) points there, every other large one goes to ``<name>.onnx.data``; the
+        record for load (which feeds the former from the plan's constants)."""
         folder = pathlib.Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         model_file, data_file = f"{self.name}.onnx", f"{self.name}.onnx.data"
-        if self.model is None and self.source is not None:  # loaded from files: they are copied
-            return self._copy(self.source, folder, model_file, data_file)
         model = ModelProto()
-        model.CopyFrom(self.model)  # type: ignore[arg-type]
-        for index, tensor in enumerate(model.graph.initializer):
-            if tensor.data_location == TensorProto.EXTERNAL and tensor.name in self.externals:
-                model.graph.initializer[index].CopyFrom(
-                    numpy_helper.from_array(self.externals[tensor.name], tensor.name)
-                )
+        if self.model is not None:
+            model.CopyFrom(self.model)
+        elif self.source is not None:  # loaded from files: read again, external data by reference
+            model = onnx.load(str(self.source), load_external_data=False)
+        referred: dict[str, str] = {}
+        for tensor in model.graph.initializer:
+            if tensor.data_location != TensorProto.EXTERNAL:
+                continue
+            array = self.externals.get(tensor.name)
+            where = saved_bytes(array) if array is not None else None
+            if where is not None:
+                _refer(tensor, where.file, where.offset, where.length)
+                if tensor.name in self.constants:
+                    referred[tensor.name] = self.constants[tensor.name]
+            elif array is not None:
+                tensor.CopyFrom(numpy_helper.from_array(array, tensor.name))
+            elif self.source is not None:
+                load_external_data_for_tensor(tensor, str(self.source.parent))
+                tensor.data_location = TensorProto.DEFAULT
+                del tensor.external_data[:]
         (folder / data_file).unlink(missing_ok=True)  # onnx appends to an existing data file
         onnx.save_model(
             model,
@@ -99,17 +132,7 @@ class OnnxPartition:
             size_threshold=1024,
         )
         files = [model_file] + ([data_file] if (folder / data_file).exists() else [])
-        return self._record(files)
-
-    def _copy(self, source: pathlib.Path, folder: pathlib.Path, model_file: str, data_file: str) -> dict[str, Any]:
-        files = [model_file]
-        for name in (model_file, data_file):
-            origin = source.parent / name
-            if origin.exists() and origin.resolve() != (folder / name).resolve():
-                shutil.copyfile(origin, folder / name)
-            if name == data_file and origin.exists():
-                files.append(data_file)
-        return self._record(files)
+        return {**self._record(files), **({"constants": referred} if referred else {})}
 
     def _record(self, files: list[str]) -> dict[str, Any]:
         return {
@@ -122,6 +145,15 @@ class OnnxPartition:
             "plugin": __version__,
             "options": {"providers": ["CPUExecutionProvider"]},
         }
+
+
+def _refer(tensor: TensorProto, file: str, offset: int, length: int) -> None:
+    """Point an external initializer at ``length`` bytes of ``file`` from ``offset`` (ONNX external data)."""
+    del tensor.external_data[:]
+    for key, value in (("location", file), ("offset", str(offset)), ("length", str(length))):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, value
+    tensor.data_location = TensorProto.EXTERNAL
 
 
 def compile_partition(spec: PartitionSpec, chain_of: Callable[[str], Any]) -> OnnxPartition:
@@ -160,7 +192,22 @@ def _compile(spec: PartitionSpec, chain_of: Callable[[str], Any]) -> OnnxPartiti
         node = int(found.group(1)) if found and int(found.group(1)) < len(spec.nodes) else None
         op = spec.nodes[node].op if node is not None else None
         raise PartitionError(spec.name, BACKEND, first_line(error.__cause__ or error), node=node, op=op) from error
-    return OnnxPartition(spec.name, session, keep, model, graph.externals)
+    return OnnxPartition(spec.name, session, keep, model, graph.externals, constants=_constants_of(graph, spec))
+
+
+def _constants_of(graph: Graph, spec: PartitionSpec) -> dict[str, str]:
+    """initializer -> spec constant, for each external initializer over exactly a constant's memory."""
+    address = {
+        (array.__array_interface__["data"][0], array.nbytes): name
+        for name, array in spec.constants.items()
+        if isinstance(array, numpy.ndarray) and array.flags.c_contiguous and array.nbytes
+    }
+    found = {}
+    for name, array in graph.externals.items():
+        constant = address.get((array.__array_interface__["data"][0], array.nbytes))
+        if constant is not None and array.flags.c_contiguous:
+            found[name] = constant
+    return found
 
 
 def _results(graph: Graph, spec: PartitionSpec, values: list[Value]) -> list[Value]:
@@ -177,10 +224,21 @@ def _results(graph: Graph, spec: PartitionSpec, values: list[Value]) -> list[Val
 
 
 def load_partition(folder: pathlib.Path, record: Mapping[str, Any], spec: PartitionSpec) -> OnnxPartition:
-    """The partition ``OnnxPartition.save`` wrote to ``folder``."""
+    """The partition ``OnnxPartition.save`` wrote to ``folder``; the initializers its record maps to
+    the spec's constants share their memory (the plan's loaded weights), the others are read from
+    the files."""
     path = pathlib.Path(folder) / record["files"][0]
+    constants = dict(record.get("constants") or {})
     try:
-        session = onnxruntime.InferenceSession(str(path), session_options(), providers=["CPUExecutionProvider"])
+        externals = _shared_constants(path, constants, spec) if constants else {}
+        options = session_options()
+        names = list(externals)
+        values = [onnxruntime.OrtValue.ortvalue_from_numpy(externals[n]) for n in names]
+        if names:
+            options.add_external_initializers(names, values)
+        session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except PartitionError:
+        raise
     except Exception as error:
         raise PartitionError(spec.name, BACKEND, f"could not load {path}: {first_line(error)}") from error
     if len(session.get_inputs()) != len(spec.inputs) or len(session.get_outputs()) != len(spec.outputs):
@@ -190,4 +248,30 @@ def load_partition(folder: pathlib.Path, record: Mapping[str, Any], spec: Partit
             f"{path} has {len(session.get_inputs())} inputs and {len(session.get_outputs())} outputs, "
             f"the plan expects {len(spec.inputs)} and {len(spec.outputs)}",
         )
-    return OnnxPartition(spec.name, session, source=path)
+    keep = (values, externals) if names else ()
+    return OnnxPartition(spec.name, session, keep, externals=externals, source=path, constants=constants)
+
+
+def _shared_constants(
+    path: pathlib.Path, constants: Mapping[str, str], spec: PartitionSpec
+) -> dict[str, numpy.ndarray]:
+    """initializer -> the spec's constant array for each of ``constants``, checked against the
+    initializer's dtype and dims in the model file (read without its external data)."""
+    declared = {t.name: t for t in onnx.load(str(path), load_external_data=False).graph.initializer}
+    found = {}
+    for name, constant in constants.items():
+        array, tensor = spec.constants.get(constant), declared.get(name)
+        if array is None or tensor is None:
+            what = f"constant {constant!r}" if array is None else f"initializer {name!r}"
+            raise PartitionError(spec.name, BACKEND, f"{path}: its record names {what}, which is not there")
+        array = numpy.require(array, requirements="C")
+        expected = (onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type), tuple(tensor.dims))
+        if (array.dtype, array.shape) != expected:
+            raise PartitionError(
+                spec.name,
+                BACKEND,
+                f"{path}: initializer {name!r} is {expected[0]} {expected[1]}, the plan's {constant!r} is "
+                f"{array.dtype} {array.shape}",
+            )
+        found[name] = array
+    return found

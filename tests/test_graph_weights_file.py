@@ -1,0 +1,226 @@
+"""A saved plan holds each weight once: tied constants share an entry, a language model's two plans
+share one weights file, and ONNX Runtime partitions refer to its bytes instead of copying them
+(opcore.graph.weights_file, opcore.partition_protocol.saved_bytes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+from typing import Any
+
+import numpy
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("safetensors")
+onnx = pytest.importorskip("onnx", reason="the partition files are ONNX")
+onnxruntime = pytest.importorskip("onnxruntime", reason="the partitions run on ONNX Runtime")
+transformers = pytest.importorskip("transformers", reason="the decoder is a transformers model")
+
+import opcore.graph  # noqa: E402
+from opcore.graph import weights_file  # noqa: E402
+from opcore.partition_protocol import SavedBytes, saved_bytes, saving_weights  # noqa: E402
+
+ORT = ("onnxruntime", "cpu")
+
+
+def llama(tied: bool = False):
+    """Every matrix at least opcore_onnxruntime's EXTERNAL_BYTES (64 KiB): smaller ones are inline in
+    the ONNX file, as ONNX Runtime's own exporters keep them."""
+    config = transformers.LlamaConfig(
+        vocab_size=320,  # a shape no other matrix has
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=128,
+        tie_word_embeddings=tied,
+    )
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+def _ids(length: int = 10) -> Any:
+    return torch.randint(3, 256, (1, length), generator=torch.Generator().manual_seed(0))
+
+
+def _disk_bytes(folder: pathlib.Path) -> int:
+    """Bytes on disk under ``folder``, a hard-linked file counted once."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for path in folder.rglob("*"):
+        if path.is_file():
+            stat = path.stat()
+            if (stat.st_dev, stat.st_ino) not in seen:
+                seen.add((stat.st_dev, stat.st_ino))
+                total += stat.st_size
+    return total
+
+
+def _weight_bytes(model) -> int:
+    return sum(t.numel() * t.element_size() for t in {t.data_ptr(): t for t in model.state_dict().values()}.values())
+
+
+@pytest.fixture(scope="module")
+def saved_lm(tmp_path_factory):
+    model = llama()
+    lm = opcore.graph.capture_lm(model, max_length=32, backends=ORT, measure=False, prefill_partitions=True)
+    assert lm.decode_plan.partitions and lm.prefill_plan.partitions, "both steps have ONNX Runtime partitions"
+    folder = tmp_path_factory.mktemp("lm") / "llama.lm"
+    lm.save(folder)
+    want = lm.generate(_ids(), max_new_tokens=8, min_new_tokens=8)
+    return model, lm, folder, want
+
+
+def test_a_language_model_saves_its_weights_once(saved_lm):
+    model, _, folder, _ = saved_lm
+    decode, prefill = folder / "decode" / "weights.safetensors", folder / "prefill" / "weights.safetensors"
+    assert decode.read_bytes() == prefill.read_bytes()
+    if hasattr(os, "link"):
+        assert os.path.samefile(decode, prefill), "one file, hard-linked into both plans' folders"
+    data = sorted(folder.rglob("*.onnx.data"))
+    # the partitions' weights are the plan's constants: their ONNX files refer to the safetensors file
+    assert sum(p.stat().st_size for p in data) < 0.02 * _weight_bytes(model), data
+    assert _disk_bytes(folder) < 1.15 * _weight_bytes(model) + 2_000_000
+
+
+def test_each_partition_file_loads_on_its_own_in_onnxruntime(saved_lm):
+    """The external data points into weights.safetensors beside it (offset, length): a valid ONNX model."""
+    _, lm, folder, _ = saved_lm
+    document = json.loads((folder / "decode" / "plan.json").read_text())
+    referring = [p for p in document["partitions"] if p["record"].get("constants")]
+    assert referring, "the decode partitions refer to the plan's constants"
+    record = referring[0]["record"]
+    path = folder / "decode" / record["files"][0]
+    model = onnx.load(str(path), load_external_data=False)
+    locations = {
+        entry.value for tensor in model.graph.initializer for entry in tensor.external_data if entry.key == "location"
+    }
+    assert "weights.safetensors" in locations
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    compiled = next(p for p in lm.decode_plan.partitions if p.name == referring[0]["name"]).compiled
+    # the initializers read from the file are the bytes of the plan's constants
+    for initializer, constant in record["constants"].items():
+        tensor = next(t for t in model.graph.initializer if t.name == initializer)
+        offset = int(next(e.value for e in tensor.external_data if e.key == "offset"))
+        length = int(next(e.value for e in tensor.external_data if e.key == "length"))
+        with open(folder / "decode" / "weights.safetensors", "rb") as file:
+            file.seek(offset)
+            raw = file.read(length)
+        assert raw == compiled.externals[initializer].tobytes(), (initializer, constant)
+    assert session.get_inputs()
+
+
+def test_the_loaded_model_generates_the_same_in_a_fresh_process(saved_lm, tmp_path):
+    _, _, folder, want = saved_lm
+    torch.save(_ids(), tmp_path / "ids.pt")
+    script = (
+        "import sys, torch, opcore.graph\n"
+        "lm = opcore.graph.load(sys.argv[1])\n"
+        "print([n for p in (lm.prefill_plan, lm.decode_plan) for n in p.notes if 'loading its files failed' in n])\n"
+        "torch.save(lm.generate(torch.load(sys.argv[2]), max_new_tokens=8, min_new_tokens=8), sys.argv[3])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(folder), str(tmp_path / "ids.pt"), str(tmp_path / "out.pt")],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        timeout=300,
+    )
+    assert done.stdout.strip() == "[]", done.stdout  # every partition loaded from its files
+    assert torch.equal(torch.load(tmp_path / "out.pt"), want)
+
+
+def test_loaded_partitions_share_the_plans_weights_and_save_again(saved_lm, tmp_path):
+    model, _, folder, want = saved_lm
+    lm = opcore.graph.load(folder)
+    plan = lm.decode_plan
+    shared = 0
+    for record in plan.partitions:
+        compiled = record.compiled
+        for initializer, constant in compiled.constants.items():
+            assert numpy.shares_memory(compiled.externals[initializer], plan.constants[constant].numpy())
+            shared += 1
+    assert shared, "the loaded partitions take their initializers from the plan's constants"
+    # prefill and decode hold one copy in memory
+    for name in lm.prefill_plan.graph.constants:
+        source = lm.prefill_plan.graph.sources.get(name)
+        twin = next((n for n, s in plan.graph.sources.items() if s == source), None) if source else None
+        if twin is not None and twin in plan.constants:
+            assert lm.prefill_plan.constants[name].data_ptr() == plan.constants[twin].data_ptr()
+    lm.save(tmp_path / "again")  # a loaded model saves again: the references are rewritten
+    assert _disk_bytes(tmp_path / "again") < 1.15 * _weight_bytes(model) + 2_000_000
+    again = opcore.graph.load(tmp_path / "again")
+    assert torch.equal(again.generate(_ids(), max_new_tokens=8, min_new_tokens=8), want)
+
+
+def test_a_record_naming_a_missing_constant_is_compiled_again(saved_lm, tmp_path):
+    """A partition whose record names a constant the plan lacks does not load from its files: it is
+    compiled again from the plan, and the note says why."""
+    import shutil
+
+    _, _, folder, want = saved_lm
+    copy = tmp_path / "edited"
+    shutil.copytree(folder, copy)
+    plan_file = copy / "decode" / "plan.json"
+    document = json.loads(plan_file.read_text())
+    record = next(p for p in document["partitions"] if p["record"].get("constants"))
+    first = next(iter(record["record"]["constants"]))
+    record["record"]["constants"][first] = "no_such_constant"
+    plan_file.write_text(json.dumps(document))
+    lm = opcore.graph.load(copy)
+    notes = [n for n in lm.decode_plan.notes if "loading its files failed" in n]
+    assert notes and "no_such_constant" in notes[0], lm.decode_plan.notes
+    assert torch.equal(lm.generate(_ids(), max_new_tokens=8, min_new_tokens=8), want)
+
+
+def test_tied_weights_are_one_entry_of_the_file(tmp_path):
+    model = llama(tied=True)
+    ids = _ids()
+    plan = opcore.graph.capture(model, (ids,), measure=False)
+    plan.save(tmp_path / "tied")
+    entries = weights_file.header(tmp_path / "tied" / "weights.safetensors")
+    table = model.model.embed_tokens.weight
+    assert sum(1 for e in entries.values() if e["shape"] == tuple(table.shape)) == 1
+    loaded = opcore.graph.load(tmp_path / "tied")
+    torch.testing.assert_close(loaded(ids).logits, plan(ids).logits, rtol=0, atol=0)
+
+
+def test_constants_over_one_tensor_are_saved_once_and_load_as_one(tmp_path):
+    """Two constants over the same memory (a loaded plan's constants edited by hand, a rewrite's): one
+    entry in the file, the second name an alias in plan.json, one tensor again after load."""
+    model = llama()
+    ids = _ids()
+    opcore.graph.capture(model, (ids,), measure=False).save(tmp_path / "plan")
+    plan = opcore.graph.load(tmp_path / "plan")
+    before = plan(ids).logits
+    big = [n for n in plan.graph.constants if plan.constants[n].numel() >= 256 * 128]
+    first, second = big[0], next(n for n in big[1:] if plan.constants[n].shape == plan.constants[big[0]].shape)
+    plan.constants[second] = plan.constants[first]
+    plan.refresh()
+    want = plan(ids).logits
+    assert not torch.equal(want, before), "the edit changed the plan's weights"
+    plan.save(tmp_path / "aliased")
+    keys = json.loads((tmp_path / "aliased" / "plan.json").read_text())["weights"]["keys"]
+    assert keys == {second: first}
+    assert second not in weights_file.header(tmp_path / "aliased" / "weights.safetensors")
+    loaded = opcore.graph.load(tmp_path / "aliased")
+    assert loaded.constants[second].data_ptr() == loaded.constants[first].data_ptr()
+    torch.testing.assert_close(loaded(ids).logits, want, rtol=0, atol=0)
+
+
+def test_saved_bytes_answers_only_for_a_constants_whole_memory_while_saving():
+    array = numpy.arange(16, dtype=numpy.float32)
+    place = SavedBytes("weights.safetensors", 128, 64)
+    assert saved_bytes(array) is None  # no plan is saving
+    with saving_weights({(array.__array_interface__["data"][0], array.nbytes): place}):
+        assert saved_bytes(array) == place
+        assert saved_bytes(array.reshape(4, 4)) == place  # a C-contiguous view of all of it
+        assert saved_bytes(array[:8]) is None and saved_bytes(array[::2]) is None
+        assert saved_bytes(array.copy()) is None
+    assert saved_bytes(array) is None
