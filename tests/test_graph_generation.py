@@ -175,6 +175,16 @@ def test_min_new_tokens_holds_eos_back(llama):
     assert held.shape[1] >= ids.shape[1] + 4 and int(held[0, ids.shape[1]]) != first
 
 
+def test_min_new_tokens_ignores_an_eos_id_outside_the_vocabulary(llama):
+    """GPT-2's config says eos 50256 whatever its vocab_size: such an id is never produced, so nothing
+    is masked (transformers' MinNewTokensLengthLogitsProcessor matches ids against the vocabulary)."""
+    model, lm = llama
+    ids = prompt()
+    got = lm.generate(ids, max_new_tokens=5, min_new_tokens=5, eos_token_id=[VOCAB + 7, -1])
+    want = model.generate(ids, max_new_tokens=5, min_new_tokens=5, do_sample=False, eos_token_id=VOCAB + 7)
+    assert torch.equal(got, want)
+
+
 def test_seeded_sampling_is_reproducible_and_follows_the_options(llama):
     _, lm = llama
     ids = prompt()

@@ -1,6 +1,7 @@
-"""A saved plan holds each weight once: tied constants share an entry, a language model's two plans
-share one weights file, and ONNX Runtime partitions refer to its bytes instead of copying them
-(opcore.graph.weights_file, opcore.partition_protocol.saved_bytes)."""
+"""A saved plan holds each weight once: constants over one tensor share an entry, a language model's
+two plans share one weights file, and the graph runtimes' partitions refer to its bytes instead of
+copying them — ONNX external data pointing into it, OpenVINO IR reading the plan's constants as
+Parameters (opcore.graph.weights_file, opcore.partition_protocol.saved_bytes)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("safetensors")
 onnx = pytest.importorskip("onnx", reason="the partition files are ONNX")
 onnxruntime = pytest.importorskip("onnxruntime", reason="the partitions run on ONNX Runtime")
+openvino = pytest.importorskip("openvino", reason="the partitions run on OpenVINO")
 transformers = pytest.importorskip("transformers", reason="the decoder is a transformers model")
 
 import opcore.graph  # noqa: E402
@@ -25,15 +27,16 @@ from opcore.graph import weights_file  # noqa: E402
 from opcore.partition_protocol import SavedBytes, saved_bytes, saving_weights  # noqa: E402
 
 ORT = ("onnxruntime", "cpu")
+OV = ("openvino", "cpu")
 
 
-def llama(tied: bool = False):
-    """Every matrix at least opcore_onnxruntime's EXTERNAL_BYTES (64 KiB): smaller ones are inline in
-    the ONNX file, as ONNX Runtime's own exporters keep them."""
+def llama(tied: bool = False, hidden: int = 128):
+    """Every float matrix at least opcore_onnxruntime's EXTERNAL_BYTES (64 KiB): smaller ones are inline
+    in the ONNX file, as ONNX Runtime's own exporters keep them."""
     config = transformers.LlamaConfig(
         vocab_size=320,  # a shape no other matrix has
-        hidden_size=128,
-        intermediate_size=256,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=4,
@@ -65,11 +68,11 @@ def _weight_bytes(model) -> int:
     return sum(t.numel() * t.element_size() for t in {t.data_ptr(): t for t in model.state_dict().values()}.values())
 
 
-@pytest.fixture(scope="module")
-def saved_lm(tmp_path_factory):
+@pytest.fixture(scope="module", params=[ORT, OV], ids=["onnxruntime", "openvino"])
+def saved_lm(request, tmp_path_factory):
     model = llama()
-    lm = opcore.graph.capture_lm(model, max_length=32, backends=ORT, measure=False, prefill_partitions=True)
-    assert lm.decode_plan.partitions and lm.prefill_plan.partitions, "both steps have ONNX Runtime partitions"
+    lm = opcore.graph.capture_lm(model, max_length=32, backends=request.param, measure=False, prefill_partitions=True)
+    assert lm.decode_plan.partitions and lm.prefill_plan.partitions, "both steps have graph-runtime partitions"
     folder = tmp_path_factory.mktemp("lm") / "llama.lm"
     lm.save(folder)
     want = lm.generate(_ids(), max_new_tokens=8, min_new_tokens=8)
@@ -82,8 +85,8 @@ def test_a_language_model_saves_its_weights_once(saved_lm):
     assert decode.read_bytes() == prefill.read_bytes()
     if hasattr(os, "link"):
         assert os.path.samefile(decode, prefill), "one file, hard-linked into both plans' folders"
-    data = sorted(folder.rglob("*.onnx.data"))
-    # the partitions' weights are the plan's constants: their ONNX files refer to the safetensors file
+    data = sorted([*folder.rglob("*.onnx.data"), *folder.rglob("*.bin")])
+    # the partitions' weights are the plan's constants: their files refer to the safetensors file
     assert sum(p.stat().st_size for p in data) < 0.02 * _weight_bytes(model), data
     assert _disk_bytes(folder) < 1.15 * _weight_bytes(model) + 2_000_000
 
@@ -91,6 +94,8 @@ def test_a_language_model_saves_its_weights_once(saved_lm):
 def test_each_partition_file_loads_on_its_own_in_onnxruntime(saved_lm):
     """The external data points into weights.safetensors beside it (offset, length): a valid ONNX model."""
     _, lm, folder, _ = saved_lm
+    if lm.decode_plan.partitions[0].backend != "onnxruntime":
+        pytest.skip("an ONNX Runtime partition's files")
     document = json.loads((folder / "decode" / "plan.json").read_text())
     referring = [p for p in document["partitions"] if p["record"].get("constants")]
     assert referring, "the decode partitions refer to the plan's constants"
@@ -113,6 +118,25 @@ def test_each_partition_file_loads_on_its_own_in_onnxruntime(saved_lm):
             raw = file.read(length)
         assert raw == compiled.externals[initializer].tobytes(), (initializer, constant)
     assert session.get_inputs()
+
+
+def test_each_ir_reads_the_plans_constants_as_parameters(saved_lm):
+    """An OpenVINO partition's IR alone: its inputs, then one Parameter per plan constant, whose bytes
+    the record locates in weights.safetensors; fed those, it computes what the partition computes."""
+    _, lm, folder, _ = saved_lm
+    if lm.decode_plan.partitions[0].backend != "openvino":
+        pytest.skip("an OpenVINO partition's files")
+    document = json.loads((folder / "decode" / "plan.json").read_text())
+    saved = next(p for p in document["partitions"] if p["record"].get("weights"))
+    record = saved["record"]
+    model = openvino.Core().read_model(str(folder / "decode" / record["files"][0]))
+    names = [p.get_friendly_name() for p in model.get_parameters()]
+    assert names[-len(record["weights"]) :] == list(record["weights"])
+    compiled = next(p for p in lm.decode_plan.partitions if p.name == saved["name"]).compiled
+    raw = (folder / "decode" / "weights.safetensors").read_bytes()
+    by_constant = {c: a for _, c, a in compiled.weights}
+    for entry in record["weights"].values():
+        assert raw[entry["offset"] : entry["offset"] + entry["length"]] == by_constant[entry["constant"]].tobytes()
 
 
 def test_the_loaded_model_generates_the_same_in_a_fresh_process(saved_lm, tmp_path):
@@ -143,8 +167,12 @@ def test_loaded_partitions_share_the_plans_weights_and_save_again(saved_lm, tmp_
     shared = 0
     for record in plan.partitions:
         compiled = record.compiled
-        for initializer, constant in compiled.constants.items():
-            assert numpy.shares_memory(compiled.externals[initializer], plan.constants[constant].numpy())
+        if record.backend == "onnxruntime":
+            pairs = [(compiled.externals[i], c) for i, c in compiled.constants.items()]
+        else:
+            pairs = [(array, c) for _, c, array in compiled.weights]
+        for array, constant in pairs:
+            assert numpy.shares_memory(array, plan.constants[constant].numpy())
             shared += 1
     assert shared, "the loaded partitions take their initializers from the plan's constants"
     # prefill and decode hold one copy in memory
@@ -169,9 +197,13 @@ def test_a_record_naming_a_missing_constant_is_compiled_again(saved_lm, tmp_path
     shutil.copytree(folder, copy)
     plan_file = copy / "decode" / "plan.json"
     document = json.loads(plan_file.read_text())
-    record = next(p for p in document["partitions"] if p["record"].get("constants"))
-    first = next(iter(record["record"]["constants"]))
-    record["record"]["constants"][first] = "no_such_constant"
+    record = next(p for p in document["partitions"] if p["record"].get("constants") or p["record"].get("weights"))
+    if "constants" in record["record"]:  # ONNX Runtime: initializer -> constant
+        first = next(iter(record["record"]["constants"]))
+        record["record"]["constants"][first] = "no_such_constant"
+    else:  # OpenVINO: Parameter -> {"constant": ...}
+        first = next(iter(record["record"]["weights"]))
+        record["record"]["weights"][first]["constant"] = "no_such_constant"
     plan_file.write_text(json.dumps(document))
     lm = opcore.graph.load(copy)
     notes = [n for n in lm.decode_plan.notes if "loading its files failed" in n]
@@ -224,3 +256,34 @@ def test_saved_bytes_answers_only_for_a_constants_whole_memory_while_saving():
         assert saved_bytes(array[:8]) is None and saved_bytes(array[::2]) is None
         assert saved_bytes(array.copy()) is None
     assert saved_bytes(array) is None
+
+
+@pytest.mark.parametrize("backends", [ORT, OV], ids=["onnxruntime", "openvino"])
+def test_int4_codes_are_saved_once_and_loaded_into_the_partition(backends, tmp_path):
+    """The partitions read the plan's packed codes (OpenVINO: a u4 Constant over the uint8 bytes;
+    ONNX Runtime: MatMulNBits' initializer), so the saved folder holds them once, and the loaded plan
+    computes the same logits. OpenVINO's IR refers to every plan constant; an ONNX file to those of
+    at least EXTERNAL_BYTES (smaller ones are inline in it)."""
+    from opcore_onnxruntime.graph import EXTERNAL_BYTES
+
+    model = llama(hidden=512)  # int4 codes of 512 x 256 bytes: over EXTERNAL_BYTES
+    ids = _ids()
+    plan = opcore.graph.capture(model, (ids,), backends=backends, weights="int4", group_size=32, measure=False)
+    assert plan.partitions
+    want = plan(ids).logits
+    folder = tmp_path / "int4"
+    plan.save(folder)
+    if backends == OV:
+        table = (folder / "weights.safetensors").stat().st_size
+        assert sum(f.stat().st_size for f in folder.glob("*.bin")) < 0.02 * table
+    else:
+        codes = [
+            {e.key: e.value for e in t.external_data}.get("location")
+            for path in folder.glob("*.onnx")
+            for t in onnx.load(str(path), load_external_data=False).graph.initializer
+            if t.data_type == onnx.TensorProto.UINT8 and numpy.prod(t.dims) >= EXTERNAL_BYTES
+        ]
+        assert codes and set(codes) == {"weights.safetensors"}, codes
+    loaded = opcore.graph.load(folder)
+    assert not [n for n in loaded.notes if "failed" in n], loaded.notes
+    torch.testing.assert_close(loaded(ids).logits, want, rtol=0, atol=0)

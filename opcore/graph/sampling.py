@@ -59,9 +59,13 @@ class Choice:
             seen = torch.gather(scores, 1, tokens)
             seen = torch.where(seen < 0, seen * self.repetition_penalty, seen / self.repetition_penalty)
             scores = scores.scatter(1, tokens, seen)
-        if new_tokens < self.min_new_tokens and self.eos_token_ids:
+        # an eos id outside the vocabulary (a config's default beside a smaller vocab) can never be
+        # produced: nothing to mask, as transformers' MinNewTokensLengthLogitsProcessor does
+        held = new_tokens < self.min_new_tokens
+        banned = [i for i in self.eos_token_ids if 0 <= i < scores.shape[-1]] if held else []
+        if banned:
             scores = scores.clone()
-            scores[:, list(self.eos_token_ids)] = -float("inf")
+            scores[:, banned] = -float("inf")
         if not self.do_sample:
             return scores
         if self.temperature is not None and self.temperature != 1.0:

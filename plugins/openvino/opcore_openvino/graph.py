@@ -75,6 +75,8 @@ class Graph:
     scalar_feeds: list[tuple[int, numpy.dtype]] = field(default_factory=list)
     # arrays whose memory shared Constants read (kept alive with the compiled model)
     keep: list[numpy.ndarray] = field(default_factory=list)
+    # each weight's Constant and the array it shares (a saved partition may take it from the plan's file)
+    weights: list[tuple[Node, numpy.ndarray]] = field(default_factory=list)
     # a partition's node outputs -> their sizes (None where they change per call): what OpenVINO's
     # shape inference may not know (a reshape to a shape fed at run time), a split's builder needs
     known: dict[tuple[str, int], tuple[int | None, ...]] = field(default_factory=dict)
@@ -118,7 +120,14 @@ class Graph:
         if not (array.flags.c_contiguous and array.flags.writeable):  # shared memory must be both
             array = numpy.array(array, order="C")
         self.keep.append(array)
-        return ops.constant(array, shared_memory=True)
+        node = ops.constant(array, shared_memory=True)
+        self.weights.append((node, array))
+        return node
+
+    def shared(self, node: Node) -> numpy.ndarray | None:
+        """The array a weight's Constant (``weight``'s node) shares; None for any other node."""
+        name = node.get_friendly_name()
+        return next((array for weight, array in self.weights if weight.get_friendly_name() == name), None)
 
     def const(self, value: Any, dtype: numpy.dtype | str | None = None) -> Node:
         return ops.constant(numpy.asarray(value, dtype=dtype))

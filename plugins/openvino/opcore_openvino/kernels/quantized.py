@@ -32,10 +32,15 @@ OPS = ("embedding_wq", "linear_wq")
 def _codes(g: Graph, qweight: Node, bits: int, n: int, groups: int, group: int) -> Node:
     """The codes as a (N, groups, group) node of u8 / u4 (a constant) or u8 (unpacked in the graph)."""
     if qweight.get_type_name() == "Constant":
-        data = numpy.ascontiguousarray(qweight.get_data(), dtype=numpy.uint8)
-        tensor = openvino.Tensor(openvino.Type.u8 if bits == 8 else openvino.Type.u4, [n, groups, group])
-        tensor.data[:] = data.reshape(tensor.data.shape)
-        return ops.constant(tensor)
+        # the codes' own bytes read as u8 / u4 (no copy where the constant shares its array's memory);
+        # a weight of the partition still (a saved partition takes it from the plan's file)
+        held = g.shared(qweight)
+        data = held if held is not None and held.dtype == numpy.uint8 else numpy.array(qweight.get_data(), numpy.uint8)
+        tensor = openvino.Tensor(data, [n, groups, group], openvino.Type.u8 if bits == 8 else openvino.Type.u4)
+        g.keep.append(data)
+        codes = ops.constant(tensor, shared_memory=True)
+        g.weights.append((codes, data))
+        return codes
     if bits == 4:
         low = ops15.bitwise_and(qweight, g.const(15, "uint8"))
         high = ops15.bitwise_right_shift(qweight, g.const(4, "uint8"))
