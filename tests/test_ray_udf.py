@@ -219,6 +219,28 @@ def test_a_stored_plan_is_written_out_once_per_node_and_loads(plans, tmp_path, m
     numpy.testing.assert_allclose(out["output"], opcore.graph.load(folder)(torch.from_numpy(x)).numpy(), rtol=1e-6)
 
 
+def test_a_stored_language_model_holds_its_weights_once_and_is_written_out_linked(plans, tmp_path, monkeypatch):
+    """An LM folder's two plans share one hard-linked weights file: put_plan's object holds its bytes
+    once, and a node writes it out once, linked into both plans' folders."""
+    import os
+
+    from opcore.ray.sources import PlanInStore, folder_files, resolve
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    folder = plans / "tiny.lm"
+    files, digest = folder_files(folder)
+    links = {path: target for path, target in files.items() if isinstance(target, str)}
+    weights = sorted(p for p in files if p.endswith("weights.safetensors"))
+    assert len(weights) == 2 and len(links) == 1 and set(links.items()) == {(weights[1], weights[0])}
+    written = resolve(PlanInStore(files, "tiny.lm", digest), "GenerationPredictor")
+    assert os.path.samefile(written / weights[0], written / weights[1])
+    ids = torch.tensor([[5, 6, 7]])
+    want = opcore.graph.load(folder).generate(ids, max_new_tokens=4)
+    assert torch.equal(opcore.graph.load(written).generate(ids, max_new_tokens=4), want)
+    with pytest.raises(PlanFileError, match="links 'x' to 'nothing', which it lacks"):
+        resolve(PlanInStore({"x": "nothing"}, "bad.lm", "2" * 64), "GenerationPredictor")
+
+
 def test_a_stored_plan_naming_a_file_outside_its_folder_is_refused(tmp_path, monkeypatch):
     from opcore.ray.sources import PlanInStore, resolve
 

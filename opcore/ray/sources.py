@@ -24,7 +24,8 @@ _MAX_FILES = 10_000
 
 @dataclass(frozen=True, slots=True)
 class PlanInStore:
-    """A plan folder's files in Ray's object store. ``files``: the ObjectRef of {relative path: bytes};
+    """A plan folder's files in Ray's object store. ``files``: the ObjectRef of {relative path: bytes,
+    or the relative path of the same file (hard-linked in the folder: a language model's weights)};
     ``name``: the folder's name; ``digest``: sha256 over the files (the folder a node writes them to)."""
 
     files: Any
@@ -41,16 +42,30 @@ def put_plan(path: str | os.PathLike[str]) -> PlanInStore:
     import ray
 
     folder = _existing(path, "put_plan")
-    files = {}
+    files, digest = folder_files(folder)
+    return PlanInStore(ray.put(files), folder.name, digest)
+
+
+def folder_files(folder: pathlib.Path) -> tuple[dict[str, bytes | str], str]:
+    """{relative path: bytes, or the relative path of the same file (hard-linked)} of a plan folder,
+    and the sha256 over them."""
+    files: dict[str, bytes | str] = {}
+    seen: dict[tuple[int, int], str] = {}  # a hard-linked file (a language model's weights) goes in once
     digest = hashlib.sha256()
     for file in sorted(p for p in folder.rglob("*") if p.is_file()):
         relative = file.relative_to(folder).as_posix()
-        data = file.read_bytes()
-        files[relative] = data
-        digest.update(relative.encode() + b"\0" + hashlib.sha256(data).digest())
+        stat = file.stat()
+        first = seen.setdefault((stat.st_dev, stat.st_ino), relative)
+        if first != relative:
+            files[relative] = first  # the same file: linked when written out
+            digest.update(relative.encode() + b"\0link\0" + first.encode())
+        else:
+            data = file.read_bytes()
+            files[relative] = data
+            digest.update(relative.encode() + b"\0" + hashlib.sha256(data).digest())
         if len(files) > _MAX_FILES:
             raise PlanFileError(f"{folder} holds more than {_MAX_FILES} files: not a plan folder", op="put_plan")
-    return PlanInStore(ray.put(files), folder.name, digest.hexdigest())
+    return files, digest.hexdigest()
 
 
 def resolve(source: Any, op: str) -> pathlib.Path:
@@ -93,12 +108,23 @@ def _written_out(source: PlanInStore) -> pathlib.Path:
     files = source.files if isinstance(source.files, dict) else ray.get(source.files)
     root.mkdir(parents=True, exist_ok=True)
     staging = pathlib.Path(tempfile.mkdtemp(prefix=".staging-", dir=root))
-    for relative, data in files.items():
-        target = staging / relative
+    for relative in files:
         if ".." in pathlib.PurePosixPath(relative).parts or pathlib.PurePosixPath(relative).is_absolute():
             raise PlanFileError(f"the stored plan names the file {relative!r} outside its folder", op="put_plan")
+    for relative, data in sorted(files.items(), key=lambda item: isinstance(item[1], str)):  # bytes first
+        target = staging / relative
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+        if isinstance(data, str):  # the same file as another: a hard link (a copy where there are none)
+            if not isinstance(files.get(data), bytes):
+                raise PlanFileError(f"the stored plan links {relative!r} to {data!r}, which it lacks", op="put_plan")
+            try:
+                os.link(staging / data, target)
+            except OSError:
+                import shutil
+
+                shutil.copyfile(staging / data, target)
+        else:
+            target.write_bytes(data)
     try:
         os.rename(staging, folder)  # atomic: actors of one node writing at once keep the first complete copy
     except OSError:
