@@ -187,6 +187,23 @@ def test_loaded_partitions_share_the_plans_weights_and_save_again(saved_lm, tmp_
     assert torch.equal(again.generate(_ids(), max_new_tokens=8, min_new_tokens=8), want)
 
 
+def test_a_loaded_model_saves_over_its_own_folder(saved_lm, tmp_path):
+    """Saving into the folder a model was loaded from: the files are written beside and renamed over
+    (a runtime may still map the old ones), and the folder loads again to the same tokens."""
+    import shutil
+
+    _, _, folder, want = saved_lm
+    copy = tmp_path / "in-place"
+    shutil.copytree(folder, copy)
+    lm = opcore.graph.load(copy)
+    lm.save(copy)
+    assert torch.equal(lm.generate(_ids(), max_new_tokens=8, min_new_tokens=8), want)
+    assert not [p for p in copy.rglob(".*saving*")], "no staged file left"
+    again = opcore.graph.load(copy)
+    assert not [n for p in (again.prefill_plan, again.decode_plan) for n in p.notes if "failed" in n]
+    assert torch.equal(again.generate(_ids(), max_new_tokens=8, min_new_tokens=8), want)
+
+
 def test_a_record_naming_a_missing_constant_is_compiled_again(saved_lm, tmp_path):
     """A partition whose record names a constant the plan lacks does not load from its files: it is
     compiled again from the plan, and the note says why."""

@@ -90,7 +90,9 @@ def write(table: WeightTable, path: pathlib.Path) -> dict[str, tuple[int, int]]:
     """Write ``table`` as safetensors at ``path``; each key's (offset, length) of bytes in the file."""
     from safetensors.torch import save_file
 
-    save_file(table.tensors, str(path))
+    staged = path.with_name(f".{path.name}.saving")  # renamed over: a reader of the old file keeps it whole
+    save_file(table.tensors, str(staged))
+    os.replace(staged, path)
     return {key: (entry["offset"], entry["length"]) for key, entry in header(path).items()}
 
 

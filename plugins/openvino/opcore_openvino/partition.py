@@ -17,6 +17,7 @@ its bytes).
 
 from __future__ import annotations
 
+import os
 import pathlib
 import threading
 from collections.abc import Callable, Mapping
@@ -116,9 +117,13 @@ class OvPartition:
             where = saved_bytes(array)
             if where is not None and node.get_friendly_name() in present:
                 taken.append((node, constant, where))
+        # written beside, then renamed over: a model read from these very files may still map its .bin
+        staged = folder / f".{self.name}.saving.xml"
         openvino.save_model(
-            _weights_as_parameters(self.model, [node for node, _, _ in taken]), str(xml), compress_to_fp16=False
+            _weights_as_parameters(self.model, [node for node, _, _ in taken]), str(staged), compress_to_fp16=False
         )
+        os.replace(staged.with_suffix(".bin"), weights)
+        os.replace(staged, xml)
         record: dict[str, Any] = {
             "backend": BACKEND,
             "format": FORMAT,
