@@ -30,7 +30,9 @@ from typing import Any
 
 import numpy
 
+from opcore.graph.branch_ranges import branch_intervals
 from opcore.graph.ir import Graph, Node, ValueRef, refs_in, substitute
+from opcore.graph.real_ranges import REAL_DTYPES, RealInterval, Reals, measured, real_range, to_integers
 from opcore.types import DType, TensorMeta
 
 __all__ = [
@@ -205,7 +207,7 @@ def _clamp(x: Any, low: Any = None, high: Any = None) -> Interval | None:
     return (lo, hi)
 
 
-def _full_like(x: Any, fill_value: Any, dtype: str | None = None) -> Interval | None:
+def _full_like(x: Any, fill_value: Any, *rest: Any) -> Interval | None:
     return known(fill_value)
 
 
@@ -252,8 +254,8 @@ RULES: Mapping[str, Rule] = {
     "masked_fill": _masked_fill,
     "clamp": _clamp,
     "full_like": _full_like,
-    "zeros_like": lambda x, dtype=None: (0, 0),
-    "ones_like": lambda x, dtype=None: (1, 1),
+    "zeros_like": lambda x, *rest: (0, 0),
+    "ones_like": lambda x, *rest: (1, 1),
     "full": _full,
     "zeros": lambda size, dtype=None, device="cpu": (0, 0),
     "ones": lambda size, dtype=None, device="cpu": (1, 1),
@@ -306,40 +308,128 @@ def value_ranges(
     """
     # what the plan's caller guarantees of its inputs (Graph.bounds), and what an entry check assumes
     found: dict[str, Interval] = {**graph.bounds, **(inputs or {})}
+    reals: dict[str, RealInterval] = {}  # float tensors' intervals: the steps to a float's cast to int
     scalars: dict[str, Interval] = {}  # size computations' results (with ``sizes`` only)
     for name in graph.constants:
         meta = graph.values[name].meta
         value = constants.get(name)
-        if meta is None or value is None or dtype_range(meta.dtype) is None or meta.numel == 0:
+        if meta is None or value is None or meta.numel == 0:
             continue
-        found[name] = (int(value.min()), int(value.max()))
+        if meta.dtype in REAL_DTYPES:
+            interval = measured(value)
+            if interval is not None:
+                reals[name] = interval
+        elif dtype_range(meta.dtype) is not None:
+            found[name] = (int(value.min()), int(value.max()))
 
-    def lookup(name: str) -> Any:
+    def meta_of(name: str, given: Mapping[str, Any]) -> Any:
         info = graph.values[name]
         if info.meta is None:  # a size computed at run time: unknown, unless its range is known
             interval = scalars.get(name)
             return UNKNOWN if interval is None else TensorMeta((), DType.INT64, bounds=interval)
-        meta = bounded(info.meta, found.get(name))
+        meta = bounded(info.meta, given[name] if name in given else found.get(name))
         if info.dynamic_axes:  # sizes that change per call: their declared largest, else -1 (refused)
             meta = replace(meta, shape=tuple(_largest(d, sizes) for d in info.dims))
         return meta
 
-    for node in graph.nodes:
-        if node.scalar:
-            if sizes is not None:
-                interval = _size_range(graph, node, sizes, lookup)
-                if interval is not None:
-                    scalars.update(dict.fromkeys(node.outputs, interval))
-            continue
-        interval = result_range(node.op, substitute(node.args, lookup))
+    def real_of(name: str, given: Mapping[str, Any]) -> Any:
+        meta = graph.values[name].meta
+        if meta is not None and meta.dtype in REAL_DTYPES:
+            interval = given[name] if name in given else reals.get(name)
+            return meta if interval is None else Reals(*interval)
+        return meta_of(name, given)
+
+    def evaluate(node: Node, given: Mapping[str, Any]) -> dict[str, Any]:
+        """The intervals of the node's results (integer or real), with ``given`` before the plan's."""
+        interval = result_range(node.op, substitute(node.args, lambda n: meta_of(n, given)))
+        results: dict[str, Any] = {}
         for output in node.outputs:
             meta = graph.values[output].meta
             if meta is None:
                 continue
+            if meta.dtype in REAL_DTYPES or (interval is None and node.op == "cast"):
+                in_reals = real_range(node.op, substitute(node.args, lambda n: real_of(n, given)))
+                if meta.dtype in REAL_DTYPES:
+                    if in_reals is not None:
+                        results[output] = in_reals
+                    continue
+                interval = to_integers(in_reals, dtype_range(meta.dtype))  # a float cast to integers
             fitted = _fit(interval, meta.dtype)
             if fitted is not None and fitted != dtype_range(DType.INT64):
-                found[output] = fitted
+                results[output] = fitted
+        return results
+
+    def interval_of(name: str) -> tuple[tuple[float, float], bool] | None:
+        meta = graph.values[name].meta
+        if meta is None:
+            return None
+        if meta.dtype in REAL_DTYPES:
+            return (reals[name], False) if name in reals else None
+        own = found.get(name, dtype_range(meta.dtype))
+        return None if own is None else (own, True)
+
+    producers = {output: node for node in graph.nodes for output in node.outputs}
+    users = graph.users()
+    for node in graph.nodes:
+        if node.scalar:
+            if sizes is not None:
+                interval = _size_range(graph, node, sizes, lambda n: meta_of(n, {}))
+                if interval is not None:
+                    scalars.update(dict.fromkeys(node.outputs, interval))
+            continue
+        results = evaluate(node, {})
+        if node.op == "where" and not _proven_all(graph, node, results):
+            results = _where_by_branch(graph, node, results, producers, users, interval_of, evaluate, found)
+        for output, interval in results.items():
+            if graph.values[output].meta.dtype in REAL_DTYPES:  # type: ignore[union-attr]
+                reals[output] = interval
+            else:
+                found[output] = interval
     return found
+
+
+def _proven_all(graph: Graph, node: Node, results: Mapping[str, Any]) -> bool:
+    """Whether each result of ``node`` has an interval (an integer one within int32)."""
+    for output in node.outputs:
+        meta = graph.values[output].meta
+        if meta is None:
+            continue
+        interval = results.get(output)
+        if interval is None or (meta.dtype is DType.INT64 and not _within(interval, dtype_range(DType.INT32))):
+            return False
+    return True
+
+
+def _where_by_branch(
+    graph: Graph,
+    node: Node,
+    results: dict[str, Any],
+    producers: Mapping[str, Node],
+    users: Mapping[str, list[int]],
+    interval_of: Callable[[str], Any],
+    evaluate: Callable[[Node, Mapping[str, Any]], dict[str, Any]],
+    found: dict[str, Interval],
+) -> dict[str, Any]:
+    """A ``where``'s results with each branch taken at the values its condition leaves it
+    (opcore.graph.branch_ranges); the cone values proven only there (``guarded``) go into ``found``
+    where they are narrower than what it holds."""
+    proof = branch_intervals(graph, node, producers, users, interval_of, evaluate)
+    given = {
+        node.args[position].name: interval
+        for position, interval in proof.intervals.items()
+        if interval is not None and isinstance(node.args[position], ValueRef)
+    }
+    if len(given) < sum(1 for i in proof.intervals.values() if i is not None):  # both branches one value
+        return results
+    for name, interval in proof.guarded.items():
+        meta = graph.values[name].meta
+        if meta is None or meta.dtype in REAL_DTYPES or dtype_range(meta.dtype) is None:
+            continue
+        fitted = _fit((math.floor(interval[0]), math.ceil(interval[1])), meta.dtype)
+        own = found.get(name)
+        if fitted is not None and (own is None or (_within(fitted, own) and fitted != own)):
+            found[name] = fitted
+    return {**results, **evaluate(node, given)} if given else results
 
 
 def declared_sizes(graph: Graph) -> dict[str, Interval]:
