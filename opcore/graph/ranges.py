@@ -5,8 +5,11 @@ A plan proves what a single call cannot: that an int64 tensor holds small values
 computed once at planning), bool and narrow integer dtypes (their own range) and Python ints; each
 op's rule (``RULES``, interval arithmetic after ``torch.utils._sympy.value_ranges``) carries the
 intervals through the graph. Anything a rule does not cover is unknown (None): graph inputs
-(``input_ids``), sizes computed at run time, ATen fallback ops, floating results. Unknown never
-widens into a guess.
+(``input_ids``), sizes computed at run time, ATen fallback ops. Unknown never widens into a guess.
+Float tensors get real intervals (opcore.graph.real_ranges) so that a float cast back to an integer
+dtype is proven, and a ``where`` takes each branch only where its condition leaves it
+(opcore.graph.branch_ranges: T5's and DeBERTa's relative-position buckets, ``-inf`` at 0 but kept
+only elsewhere).
 
 A graph backend whose runtime computes int64 in a narrower dtype (its partition compiler's
 ``int64_as``: OpenVINO's CPU plugin, int32) declines int64 in single calls. For a node whose int64
@@ -33,6 +36,7 @@ import numpy
 from opcore.graph.branch_ranges import branch_intervals
 from opcore.graph.ir import Graph, Node, ValueRef, refs_in, substitute
 from opcore.graph.real_ranges import REAL_DTYPES, RealInterval, Reals, measured, real_range, to_integers
+from opcore.graph.size_ranges import declared_sizes, expression_range, largest_size
 from opcore.types import DType, TensorMeta
 
 __all__ = [
@@ -329,7 +333,7 @@ def value_ranges(
             return UNKNOWN if interval is None else TensorMeta((), DType.INT64, bounds=interval)
         meta = bounded(info.meta, given[name] if name in given else found.get(name))
         if info.dynamic_axes:  # sizes that change per call: their declared largest, else -1 (refused)
-            meta = replace(meta, shape=tuple(_largest(d, sizes) for d in info.dims))
+            meta = replace(meta, shape=tuple(largest_size(d, sizes) for d in info.dims))
         return meta
 
     def real_of(name: str, given: Mapping[str, Any]) -> Any:
@@ -430,67 +434,6 @@ def _where_by_branch(
         if fitted is not None and (own is None or (_within(fitted, own) and fitted != own)):
             found[name] = fitted
     return {**results, **evaluate(node, given)} if given else results
-
-
-def declared_sizes(graph: Graph) -> dict[str, Interval]:
-    """The declared range of each symbolic size with an upper bound (the captured signature's: the
-    ``torch.export.Dim`` ranges, which a plan's entry checks hold every call to)."""
-    signature = graph.signature
-    if signature is None:
-        return {}
-    return {name: (low, high) for name, (low, high) in signature.ranges.items() if high is not None}
-
-
-def _largest(dim: int | str, sizes: Mapping[str, Interval] | None) -> int:
-    """A dim's size as the size-reading rules (a sum's count, an argmax's range) see it: a static size,
-    a dynamic one's declared largest (the counts they take grow with it), else -1 (unknown)."""
-    if isinstance(dim, int):
-        return dim
-    declared = sizes.get(dim) if sizes is not None else None
-    return declared[1] if declared is not None else -1
-
-
-def expression_range(expression: str, sizes: Mapping[str, Interval]) -> Interval | None:
-    """The range of a symbolic size: a symbol's declared range, or an expression of one symbol that
-    only adds, multiplies by positive integers and floor-divides by them ("s0 - 1", "20*s1",
-    "(s0 - 1)//2 + 1": a convolution's output length), evaluated at the symbol's two ends (such
-    an expression never decreases as the symbol grows); None for anything else.
-
-    >>> expression_range("s0 - 1", {"s0": (2, 64)}), expression_range("(s0 - 1)//2", {"s0": (3, 9)})
-    ((1, 63), (1, 4))
-    """
-    found = sizes.get(expression)
-    if found is not None:
-        return found
-    import sympy  # type: ignore[import-untyped]
-
-    try:
-        parsed = sympy.sympify(expression, locals={"FloorDiv": lambda a, b: sympy.floor(a / b)})
-    except (sympy.SympifyError, TypeError, SyntaxError):
-        return None
-    symbols = list(parsed.free_symbols)
-    if len(symbols) != 1 or str(symbols[0]) not in sizes or not _monotone(parsed):
-        return None
-    low, high = sizes[str(symbols[0])]
-    ends = [parsed.subs(symbols[0], end) for end in (low, high)]
-    if not all(end.is_integer for end in ends):
-        return None
-    return int(ends[0]), int(ends[1])
-
-
-def _monotone(expression: Any) -> bool:
-    """Whether ``expression`` is built of symbols and integers by +, x by positive numbers and floor."""
-    import sympy  # type: ignore[import-untyped]
-
-    if expression.is_Symbol or expression.is_Number:  # a constant term shifts, never turns
-        return True
-    if expression.is_Add or expression.func is sympy.floor:
-        return all(_monotone(a) for a in expression.args)
-    if expression.is_Mul:
-        numbers = [a for a in expression.args if a.is_Number]
-        others = [a for a in expression.args if not a.is_Number]
-        return len(others) == 1 and all(n > 0 for n in numbers) and _monotone(others[0])
-    return False
 
 
 def _size_range(

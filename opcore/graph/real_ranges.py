@@ -252,7 +252,7 @@ def real_range(op: str, args: tuple[Any, ...]) -> RealInterval | None:
     is unknown or the result may be NaN.
 
     >>> real_range("div", (Reals(0.0, 63.0), 8))
-    (0.0, 7.8750787500000005)
+    (0.0, 7.87507875)
     """
     rule = REAL_RULES.get(op)
     if rule is None:
