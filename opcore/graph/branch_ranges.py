@@ -108,30 +108,31 @@ def _both(a: Refinement, b: Refinement) -> Refinement | None:
     return merged
 
 
-def _cone(producers: Mapping[str, Node], branch: str, sources: set[str]) -> list[Node] | None:
+def _cone(graph: Graph, producers: Mapping[str, Node], branch: str, sources: set[str]) -> list[Node] | None:
     """The nodes between ``sources`` and ``branch`` (those that read a source, directly or not, and
     that the branch reads), in graph order; None if one of them is not elementwise."""
-    reaches: dict[str, bool] = {}
-
-    def reads_source(name: str) -> bool:
-        if name in sources:
-            return True
-        if name not in reaches:
-            reaches[name] = False  # no cycles in a graph; guards the recursion's revisits
-            node = producers.get(name)
-            # every input visited (no short cut): the cone holds each path's nodes
-            reaches[name] = node is not None and any([reads_source(r) for r in node.refs()])
-        return reaches[name]
-
-    if not reads_source(branch):
-        return []
-    cone = {id(producers[n]): producers[n] for n, hit in reaches.items() if hit and n in producers}
-    for node in cone.values():
+    above: dict[int, Node] = {}  # the nodes the branch reads, directly or not, up to the sources
+    stack, seen = [branch], set(sources)
+    while stack:  # a loop, not a recursion: a graph may be thousands of nodes deep
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        producer = producers.get(name)
+        if producer is not None and not producer.scalar:
+            above[id(producer)] = producer
+            stack.extend(producer.refs())
+    reaching, cone = set(sources), []
+    for node in graph.nodes:  # graph order: a node's inputs come before it
+        if id(node) in above and any(r in reaching for r in node.refs()):
+            reaching.update(node.outputs)
+            cone.append(node)
+    for node in cone:
         # an integer division (a rounding mode) could trap on the values a runtime holds where the
         # ``where`` does not look: not taken
-        if node.scalar or node.op not in ELEMENTWISE or (node.op == "div" and node.args[2:3] not in ((), (None,))):
+        if node.op not in ELEMENTWISE or (node.op == "div" and node.args[2:3] not in ((), (None,))):
             return None
-    return list(cone.values())
+    return cone
 
 
 def branch_intervals(
@@ -145,7 +146,6 @@ def branch_intervals(
     """The branches of ``where`` node ``node`` evaluated under its condition (``evaluate(n, known)``:
     the intervals of ``n``'s results with ``known`` taken before the plan's own ranges)."""
     condition = node.args[0]
-    order = {id(n): i for i, n in enumerate(graph.nodes)}
     outputs = graph.output_names()
     intervals: dict[int, Bounds | None] = {}
     guarded: dict[str, Bounds] = {}
@@ -156,11 +156,10 @@ def branch_intervals(
             intervals[position] = None
             continue
         sources = {name for way in ways for name in way}
-        cone = _cone(producers, branch.name, sources)
+        cone = _cone(graph, producers, branch.name, sources)
         if cone is None or not ways or (not cone and branch.name not in sources):
             intervals[position] = None  # nothing narrower known (a branch never taken: kept as it is)
             continue
-        cone.sort(key=lambda n: order[id(n)])
         found: dict[str, list[Bounds | None]] = {}
         taken: list[Bounds | None] = []
         for way in ways:
