@@ -35,7 +35,7 @@ import numpy
 
 from opcore.graph.branch_ranges import branch_intervals
 from opcore.graph.ir import Graph, Node, ValueRef, refs_in, substitute
-from opcore.graph.real_ranges import REAL_DTYPES, RealInterval, Reals, measured, real_range, to_integers
+from opcore.graph.real_ranges import REAL_DTYPES, REAL_RULES, RealInterval, Reals, measured, real_range, to_integers
 from opcore.graph.size_ranges import declared_sizes, expression_range, largest_size
 from opcore.types import DType, TensorMeta
 
@@ -290,6 +290,10 @@ def _fit(interval: Interval | None, dtype: DType) -> Interval | None:
     return interval if interval is not None and _within(interval, own) else own
 
 
+# float constants up to this many values are measured for the real ranges
+_MEASURED_FLOATS = 4096
+
+
 def value_ranges(
     graph: Graph,
     constants: Mapping[str, Any],
@@ -320,7 +324,8 @@ def value_ranges(
         if meta is None or value is None or meta.numel == 0:
             continue
         if meta.dtype in REAL_DTYPES:
-            interval = measured(value)
+            # small ones only (a bucket's log(max / mid), a norm's scale): a weight is never cast to int
+            interval = measured(value) if meta.numel <= _MEASURED_FLOATS else None
             if interval is not None:
                 reals[name] = interval
         elif dtype_range(meta.dtype) is not None:
@@ -351,7 +356,7 @@ def value_ranges(
             meta = graph.values[output].meta
             if meta is None:
                 continue
-            if meta.dtype in REAL_DTYPES or (interval is None and node.op == "cast"):
+            if node.op in REAL_RULES and (meta.dtype in REAL_DTYPES or (interval is None and node.op == "cast")):
                 in_reals = real_range(node.op, substitute(node.args, lambda n: real_of(n, given)))
                 if meta.dtype in REAL_DTYPES:
                     if in_reals is not None:
