@@ -152,6 +152,7 @@ def _node(name: str, op: str, *args: object) -> Node:
         ([_node("a", "lt", ValueRef("x"), 8), _node("c", "logical_not", ValueRef("a"))], True, [{"x": (8, 63)}]),
         ([_node("c", "lt", ValueRef("f"), 8)], False, None),  # a float nothing bounds may be NaN
         ([_node("c", "eq", ValueRef("x"), 8)], True, None),  # not a comparison the rule narrows by
+        ([_node("c", "lt", ValueRef("x"), math.inf)], True, None),  # an infinite bound narrows nothing
     ],
 )  # fmt: skip
 def test_outcomes_of_conditions(nodes: list[Node], truth: bool, expected: object) -> None:

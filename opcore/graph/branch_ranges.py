@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from opcore.graph.ir import Graph, Node, ValueRef
@@ -39,6 +40,7 @@ ELEMENTWISE = frozenset(
 _COMPARISONS = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt"}  # each with its negation
 
 
+@dataclass(frozen=True, slots=True)
 class BranchProof:
     """A ``where``'s branches, evaluated again under its condition.
 
@@ -47,11 +49,8 @@ class BranchProof:
     ``guarded``: per cone value read only on that path, its interval at the positions that matter.
     """
 
-    __slots__ = ("guarded", "intervals")
-
-    def __init__(self, intervals: dict[int, Bounds | None], guarded: dict[str, Bounds]) -> None:
-        self.intervals = intervals
-        self.guarded = guarded
+    intervals: dict[int, Bounds | None]
+    guarded: dict[str, Bounds]
 
 
 def _narrowed(interval: Bounds, op: str, bound: float, integral: bool) -> Bounds:
@@ -91,7 +90,7 @@ def outcomes(
     if not isinstance(x, ValueRef) or isinstance(bound, bool) or not isinstance(bound, (int, float)):
         return None
     found = interval_of(x.name)
-    if found is None or math.isnan(bound):
+    if found is None or not math.isfinite(bound):  # NaN compares false both ways; inf has no ceiling
         return None
     interval, integral = found
     narrowed = _narrowed(interval, node.op if truth else _COMPARISONS[node.op], bound, integral)
