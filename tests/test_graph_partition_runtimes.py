@@ -195,6 +195,21 @@ def test_dynamic_batch(backend: str) -> None:
         static(rng.standard_normal((7, 8)).astype("float32"))
 
 
+def test_squeeze_of_a_tensor_with_two_dynamic_dims(backend: str) -> None:
+    """DeBERTa's relative positions, (1, n, n) squeezed at dim 0 with n dynamic: one size-1 dim
+    dropped, the two dynamic ones kept (a Reshape to the squeezed sizes would hold two -1)."""
+    rng = _rng()
+    values = {"x": rng.standard_normal((1, 5, 5)).astype("float32")}
+    nodes = (PartNode("squeeze", (R("x"), (0,)), ("y",)), PartNode("exp", (R("y"),), ("z",)))
+    expected = _run_nodes(nodes, values, backend)
+    dynamic = compilers()[backend].compile(_spec(nodes, expected, ("x",), (), ("z",), {"x": frozenset({1, 2})}))
+    for n in (2, 5, 9):
+        x = rng.standard_normal((1, n, n)).astype("float32")
+        (z,) = dynamic(x)
+        assert z.shape == (n, n)
+        numpy.testing.assert_allclose(z, numpy.exp(x[0]), rtol=1e-6)
+
+
 def test_a_node_without_a_builder_is_named(backend: str) -> None:
     values = {"x": numpy.ones((2, 3), "float32")}
     values["y"] = values["x"]

@@ -71,6 +71,12 @@ def test_sources_dtypes_python_ints_and_unknowns() -> None:
         ("sign", (meta((4,), bounds=(-50, 50)),), (-1, 1)),
         ("sign", (meta((4,), bounds=(0, 50)),), (0, 1)),
         ("ceil", (meta((4,), bounds=(-3, 9)),), (-3, 9)),  # an integer is its own ceiling
+        # as the IR records them: dtype and device given (T5's full_like(x, 15), zeros_like(x))
+        ("full_like", (meta((4,)), 15, None, None), (15, 15)),
+        ("zeros_like", (meta((4,)), None, None), (0, 0)),
+        # an operand nothing bounds is all of int64: the other side still bounds the result
+        ("clamp", (meta((4,)), 0, 63), (0, 63)),
+        ("minimum", (meta((4,)), meta((4,), bounds=(-5, 7))), (-(2**63), 7)),
     ],
 )
 def test_rules(op: str, args: tuple[object, ...], expected: tuple[int, int]) -> None:

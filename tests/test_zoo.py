@@ -24,11 +24,9 @@ bench = load_bench("zoo")
 
 # dynamic plans with more partitions than the static one: how many more, and why (issue 25: not fixed
 # yet). The static captures fold what these compute from sizes (opcore.graph.lowering), the dynamic
-# ones compute it per call: log, minimum, ceil and sign now map to contracts, but a float cast to
-# int64 (the buckets) has no proven range, so OpenVINO (int64 computed in int32) declines what follows
+# ones compute it per call. (T5's and DeBERTa's float buckets cast to int64 are proven small since
+# opcore.graph.branch_ranges: their dynamic plans are one partition, as the static ones.)
 MORE = {
-    "t5": (4, "each stack's buckets after the float-to-int64 cast run on onnxruntime, the bias embedding per node"),
-    "deberta_v2": (2, "the log buckets cast from float to int64, clamped and squeezed, run on onnxruntime"),
     "wav2vec2": (1, "a size read off the feature encoder's output (s - 1) splits the encoder (0 nodes per node)"),
     "opt": (1, "the positions from a mask of ones made at run time: a cumsum in an onnxruntime partition of its own"),
 }

@@ -195,7 +195,7 @@ def _select_shown(
     names = contract.schema.names
     kept: set[int] = set()
     policy = context_policy.get()
-    full = _creation_shown(full, names, narrow)
+    full = _result_dtype_shown(full, names, narrow, node.op)
     while True:
         metas = tuple(
             value if i in kept else _shown(value, given, ranges, narrow)
@@ -210,10 +210,12 @@ def _select_shown(
             kept.add(where)
 
 
-def _creation_shown(full: tuple[Any, ...], names: Sequence[str], narrow: DType) -> tuple[Any, ...]:
-    """A creation op's arguments (no tensor among them: an ``arange(s0)`` of a dynamic size) with its
-    int64 result shown as ``narrow``: asked only once the plan proved its values fit ``narrow``."""
-    if "dtype" not in names or any(is_tensor(v) for v in full):
+def _result_dtype_shown(full: tuple[Any, ...], names: Sequence[str], narrow: DType, op: str) -> tuple[Any, ...]:
+    """The int64 result dtype a creation op (no tensor among its arguments: an ``arange(s0)`` of a
+    dynamic size) or a ``cast`` (a float's bucket cast to int64) names, shown as ``narrow``: asked
+    only once the plan proved the result's values fit ``narrow`` (a cast computes its result in the
+    dtype it names, nothing before it)."""
+    if "dtype" not in names or (op != "cast" and any(is_tensor(v) for v in full)):
         return full
     at = names.index("dtype")
     if at >= len(full) or full[at] not in (None, "int64", DType.INT64):

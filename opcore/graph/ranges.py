@@ -5,8 +5,11 @@ A plan proves what a single call cannot: that an int64 tensor holds small values
 computed once at planning), bool and narrow integer dtypes (their own range) and Python ints; each
 op's rule (``RULES``, interval arithmetic after ``torch.utils._sympy.value_ranges``) carries the
 intervals through the graph. Anything a rule does not cover is unknown (None): graph inputs
-(``input_ids``), sizes computed at run time, ATen fallback ops, floating results. Unknown never
-widens into a guess.
+(``input_ids``), sizes computed at run time, ATen fallback ops. Unknown never widens into a guess.
+Float tensors get real intervals (opcore.graph.real_ranges) so that a float cast back to an integer
+dtype is proven, and a ``where`` takes each branch only where its condition leaves it
+(opcore.graph.branch_ranges: T5's and DeBERTa's relative-position buckets, ``-inf`` at 0 but kept
+only elsewhere).
 
 A graph backend whose runtime computes int64 in a narrower dtype (its partition compiler's
 ``int64_as``: OpenVINO's CPU plugin, int32) declines int64 in single calls. For a node whose int64
@@ -30,7 +33,10 @@ from typing import Any
 
 import numpy
 
+from opcore.graph.branch_ranges import branch_intervals
 from opcore.graph.ir import Graph, Node, ValueRef, refs_in, substitute
+from opcore.graph.real_ranges import REAL_DTYPES, REAL_RULES, RealInterval, Reals, measured, real_range, to_integers
+from opcore.graph.size_ranges import declared_sizes, expression_range, largest_size
 from opcore.types import DType, TensorMeta
 
 __all__ = [
@@ -205,7 +211,7 @@ def _clamp(x: Any, low: Any = None, high: Any = None) -> Interval | None:
     return (lo, hi)
 
 
-def _full_like(x: Any, fill_value: Any, dtype: str | None = None) -> Interval | None:
+def _full_like(x: Any, fill_value: Any, *rest: Any) -> Interval | None:
     return known(fill_value)
 
 
@@ -252,8 +258,8 @@ RULES: Mapping[str, Rule] = {
     "masked_fill": _masked_fill,
     "clamp": _clamp,
     "full_like": _full_like,
-    "zeros_like": lambda x, dtype=None: (0, 0),
-    "ones_like": lambda x, dtype=None: (1, 1),
+    "zeros_like": lambda x, *rest: (0, 0),
+    "ones_like": lambda x, *rest: (1, 1),
     "full": _full,
     "zeros": lambda size, dtype=None, device="cpu": (0, 0),
     "ones": lambda size, dtype=None, device="cpu": (1, 1),
@@ -284,6 +290,10 @@ def _fit(interval: Interval | None, dtype: DType) -> Interval | None:
     return interval if interval is not None and _within(interval, own) else own
 
 
+# float constants up to this many values are measured for the real ranges
+_MEASURED_FLOATS = 4096
+
+
 def value_ranges(
     graph: Graph,
     constants: Mapping[str, Any],
@@ -306,101 +316,129 @@ def value_ranges(
     """
     # what the plan's caller guarantees of its inputs (Graph.bounds), and what an entry check assumes
     found: dict[str, Interval] = {**graph.bounds, **(inputs or {})}
+    reals: dict[str, RealInterval] = {}  # float tensors' intervals: the steps to a float's cast to int
     scalars: dict[str, Interval] = {}  # size computations' results (with ``sizes`` only)
     for name in graph.constants:
         meta = graph.values[name].meta
         value = constants.get(name)
-        if meta is None or value is None or dtype_range(meta.dtype) is None or meta.numel == 0:
+        if meta is None or value is None or meta.numel == 0:
             continue
-        found[name] = (int(value.min()), int(value.max()))
+        if meta.dtype in REAL_DTYPES:
+            # small ones only (a bucket's log(max / mid), a norm's scale): a weight is never cast to int
+            interval = measured(value) if meta.numel <= _MEASURED_FLOATS else None
+            if interval is not None:
+                reals[name] = interval
+        elif dtype_range(meta.dtype) is not None:
+            found[name] = (int(value.min()), int(value.max()))
 
-    def lookup(name: str) -> Any:
+    def meta_of(name: str, given: Mapping[str, Any]) -> Any:
         info = graph.values[name]
         if info.meta is None:  # a size computed at run time: unknown, unless its range is known
             interval = scalars.get(name)
             return UNKNOWN if interval is None else TensorMeta((), DType.INT64, bounds=interval)
-        meta = bounded(info.meta, found.get(name))
+        meta = bounded(info.meta, given[name] if name in given else found.get(name))
         if info.dynamic_axes:  # sizes that change per call: their declared largest, else -1 (refused)
-            meta = replace(meta, shape=tuple(_largest(d, sizes) for d in info.dims))
+            meta = replace(meta, shape=tuple(largest_size(d, sizes) for d in info.dims))
         return meta
 
-    for node in graph.nodes:
-        if node.scalar:
-            if sizes is not None:
-                interval = _size_range(graph, node, sizes, lookup)
-                if interval is not None:
-                    scalars.update(dict.fromkeys(node.outputs, interval))
-            continue
-        interval = result_range(node.op, substitute(node.args, lookup))
+    def real_of(name: str, given: Mapping[str, Any]) -> Any:
+        meta = graph.values[name].meta
+        if meta is not None and meta.dtype in REAL_DTYPES:
+            interval = given[name] if name in given else reals.get(name)
+            return meta if interval is None else Reals(*interval)
+        return meta_of(name, given)
+
+    def evaluate(node: Node, given: Mapping[str, Any]) -> dict[str, Any]:
+        """The intervals of the node's results (integer or real), with ``given`` before the plan's."""
+        interval = result_range(node.op, substitute(node.args, lambda n: meta_of(n, given)))
+        results: dict[str, Any] = {}
         for output in node.outputs:
             meta = graph.values[output].meta
             if meta is None:
                 continue
+            if node.op in REAL_RULES and (meta.dtype in REAL_DTYPES or (interval is None and node.op == "cast")):
+                in_reals = real_range(node.op, substitute(node.args, lambda n: real_of(n, given)))
+                if meta.dtype in REAL_DTYPES:
+                    if in_reals is not None:
+                        results[output] = in_reals
+                    continue
+                interval = to_integers(in_reals, dtype_range(meta.dtype))  # a float cast to integers
             fitted = _fit(interval, meta.dtype)
             if fitted is not None and fitted != dtype_range(DType.INT64):
-                found[output] = fitted
+                results[output] = fitted
+        return results
+
+    def interval_of(name: str) -> tuple[tuple[float, float], bool] | None:
+        meta = graph.values[name].meta
+        if meta is None:
+            return None
+        if meta.dtype in REAL_DTYPES:
+            return (reals[name], False) if name in reals else None
+        own = found.get(name, dtype_range(meta.dtype))
+        return None if own is None else (own, True)
+
+    producers = {output: node for node in graph.nodes for output in node.outputs}
+    users = graph.users()
+    for node in graph.nodes:
+        if node.scalar:
+            if sizes is not None:
+                interval = _size_range(graph, node, sizes, lambda n: meta_of(n, {}))
+                if interval is not None:
+                    scalars.update(dict.fromkeys(node.outputs, interval))
+            continue
+        results = evaluate(node, {})
+        if node.op == "where" and not _proven_all(graph, node, results):
+            results = _where_by_branch(graph, node, results, producers, users, interval_of, evaluate, found)
+        for output, interval in results.items():
+            if graph.values[output].meta.dtype in REAL_DTYPES:  # type: ignore[union-attr]
+                reals[output] = interval
+            else:
+                found[output] = interval
     return found
 
 
-def declared_sizes(graph: Graph) -> dict[str, Interval]:
-    """The declared range of each symbolic size with an upper bound (the captured signature's: the
-    ``torch.export.Dim`` ranges, which a plan's entry checks hold every call to)."""
-    signature = graph.signature
-    if signature is None:
-        return {}
-    return {name: (low, high) for name, (low, high) in signature.ranges.items() if high is not None}
+def _proven_all(graph: Graph, node: Node, results: Mapping[str, Any]) -> bool:
+    """Whether each result of ``node`` has an interval (an integer one within int32)."""
+    for output in node.outputs:
+        meta = graph.values[output].meta
+        if meta is None:
+            continue
+        interval = results.get(output)
+        if interval is None or (meta.dtype is DType.INT64 and not _within(interval, dtype_range(DType.INT32))):
+            return False
+    return True
 
 
-def _largest(dim: int | str, sizes: Mapping[str, Interval] | None) -> int:
-    """A dim's size as the size-reading rules (a sum's count, an argmax's range) see it: a static size,
-    a dynamic one's declared largest (the counts they take grow with it), else -1 (unknown)."""
-    if isinstance(dim, int):
-        return dim
-    declared = sizes.get(dim) if sizes is not None else None
-    return declared[1] if declared is not None else -1
-
-
-def expression_range(expression: str, sizes: Mapping[str, Interval]) -> Interval | None:
-    """The range of a symbolic size: a symbol's declared range, or an expression of one symbol that
-    only adds, multiplies by positive integers and floor-divides by them ("s0 - 1", "20*s1",
-    "(s0 - 1)//2 + 1": a convolution's output length), evaluated at the symbol's two ends (such
-    an expression never decreases as the symbol grows); None for anything else.
-
-    >>> expression_range("s0 - 1", {"s0": (2, 64)}), expression_range("(s0 - 1)//2", {"s0": (3, 9)})
-    ((1, 63), (1, 4))
-    """
-    found = sizes.get(expression)
-    if found is not None:
-        return found
-    import sympy  # type: ignore[import-untyped]
-
-    try:
-        parsed = sympy.sympify(expression, locals={"FloorDiv": lambda a, b: sympy.floor(a / b)})
-    except (sympy.SympifyError, TypeError, SyntaxError):
-        return None
-    symbols = list(parsed.free_symbols)
-    if len(symbols) != 1 or str(symbols[0]) not in sizes or not _monotone(parsed):
-        return None
-    low, high = sizes[str(symbols[0])]
-    ends = [parsed.subs(symbols[0], end) for end in (low, high)]
-    if not all(end.is_integer for end in ends):
-        return None
-    return int(ends[0]), int(ends[1])
-
-
-def _monotone(expression: Any) -> bool:
-    """Whether ``expression`` is built of symbols and integers by +, x by positive numbers and floor."""
-    import sympy  # type: ignore[import-untyped]
-
-    if expression.is_Symbol or expression.is_Number:  # a constant term shifts, never turns
-        return True
-    if expression.is_Add or expression.func is sympy.floor:
-        return all(_monotone(a) for a in expression.args)
-    if expression.is_Mul:
-        numbers = [a for a in expression.args if a.is_Number]
-        others = [a for a in expression.args if not a.is_Number]
-        return len(others) == 1 and all(n > 0 for n in numbers) and _monotone(others[0])
-    return False
+def _where_by_branch(
+    graph: Graph,
+    node: Node,
+    results: dict[str, Any],
+    producers: Mapping[str, Node],
+    users: Mapping[str, list[int]],
+    interval_of: Callable[[str], Any],
+    evaluate: Callable[[Node, Mapping[str, Any]], dict[str, Any]],
+    found: dict[str, Interval],
+) -> dict[str, Any]:
+    """A ``where``'s results with each branch taken at the values its condition leaves it
+    (opcore.graph.branch_ranges); the cone values proven only there (``guarded``) go into ``found``
+    where they are narrower than what it holds."""
+    proof = branch_intervals(graph, node, producers, users, interval_of, evaluate)
+    given = {
+        node.args[position].name: interval
+        for position, interval in proof.intervals.items()
+        if interval is not None and isinstance(node.args[position], ValueRef)
+    }
+    if len(given) < sum(1 for i in proof.intervals.values() if i is not None):  # both branches one value
+        return results
+    for name, interval in proof.guarded.items():
+        meta = graph.values[name].meta
+        if meta is None or meta.dtype in REAL_DTYPES or dtype_range(meta.dtype) is None:
+            continue
+        fitted = _fit((math.floor(interval[0]), math.ceil(interval[1])), meta.dtype)
+        own = found.get(name)
+        if fitted is not None and (own is None or (_within(fitted, own) and fitted != own)):
+            found[name] = fitted
+    return {**results, **evaluate(node, given)} if given else results
 
 
 def _size_range(

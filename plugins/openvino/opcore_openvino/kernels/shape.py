@@ -130,12 +130,10 @@ def chain_squeeze(g: Graph, x: Node, dim: tuple[int, ...] | None) -> Node:
     axes = range(rank) if dim is None else {d % max(rank, 1) for d in dim}
     if any(sizes[i].is_dynamic for i in axes if i < rank):
         raise Unsupported(f"squeeze needs static sizes at dims {sorted(axes)} in a partition, found {sizes}")
-    return build_reshape(
-        g,
-        x,
-        g.ints(squeezed_shape(tuple(sizes[i].get_length() if sizes[i].is_static else -1 for i in range(rank)), dim)),
-        rank,
-    )
+    # Squeeze with the size-1 axes (a Reshape to the squeezed sizes would hold a -1 per dynamic dim,
+    # which Reshape refuses beyond one)
+    ones = sorted(i for i in axes if i < rank and sizes[i].get_length() == 1)
+    return ops.squeeze(x, g.ints(ones)) if ones else x
 
 
 def build_flatten(g: Graph, x: Node, start_dim: int, end_dim: int) -> Node:
