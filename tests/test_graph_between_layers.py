@@ -239,6 +239,35 @@ def test_ops_between_layers_decompose_or_map_to_contracts():
     assert len(plan.partitions) == 1 and per_node == ["cast"], plan.explain()
 
 
+class InterleavedRotary(nn.Module):
+    """GPT-J's and CodeGen's rotary: sin and cos each repeated twice in a row along the last dim
+    (``repeat_interleave``), the rotated pairs stacked (``stack``) and flattened back."""
+
+    def __init__(self, width=16):
+        super().__init__()
+        torch.manual_seed(0)
+        self.head = head(width)
+
+    def forward(self, x, sin):
+        sin = torch.repeat_interleave(sin, 2, 2)  # (b, s, width / 2) -> (b, s, width)
+        rotated = torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)
+        flat = torch.repeat_interleave(sin[:, :1, :2], 3)  # no dim: the flattened tensor
+        return self.head(x * (1 - sin) + rotated * sin) + flat.sum()
+
+
+def test_stack_and_repeat_interleave_decompose_into_the_partition():
+    x, sin = torch.randn(2, 6, 16), torch.rand(2, 6, 8)
+    plan, per_node, fallbacks = planned(InterleavedRotary(), x, sin)
+    assert fallbacks == [], plan.explain()
+    assert len(plan.partitions) == 1 and per_node == [], plan.explain()
+    dynamic = {"x": {1: torch.export.Dim("seq", min=2, max=64)}, "sin": {1: torch.export.Dim("seq", min=2, max=64)}}
+    plan, per_node, fallbacks = planned(InterleavedRotary(), x, sin, dynamic_shapes=dynamic)
+    assert fallbacks == [], plan.explain()
+    longer = (torch.randn(2, 9, 16), torch.rand(2, 9, 8))
+    with torch.no_grad():
+        assert torch.allclose(plan(*longer), InterleavedRotary().eval()(*longer), atol=1e-5)
+
+
 class WholeRotary(nn.Module):
     """A partial rotary whose rotary part is the whole head (Phi-3): ``cat(rotated, x[..., d:])`` with
     the pass-through slice empty."""

@@ -33,10 +33,25 @@ def _families() -> dict[str, tuple[type, type, dict]]:
         "qwen2": (t.Qwen2Config, t.Qwen2ForCausalLM, dict(SMALL, num_key_value_heads=2)),
         "phi3": (t.Phi3Config, t.Phi3ForCausalLM, dict(SMALL, pad_token_id=0, eos_token_id=2, bos_token_id=1)),
         "gemma": (t.GemmaConfig, t.GemmaForCausalLM, dict(SMALL, num_key_value_heads=1, head_dim=16)),
+        # multi-query attention: one key/value head, whatever the config's num_kv_heads says (the cache's
+        # shape is read off the model's own cache, not the config)
+        "falcon": (
+            t.FalconConfig,
+            t.FalconForCausalLM,
+            dict(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, multi_query=True,
+                 bos_token_id=1, eos_token_id=2),
+        ),
         "gpt2": (
             t.GPT2Config,
             t.GPT2LMHeadModel,
             dict(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=128, bos_token_id=1, eos_token_id=2),
+        ),
+        # interleaved rotary (repeat_interleave, stack: decomposed into the partition's ops)
+        "gptj": (
+            t.GPTJConfig,
+            t.GPTJForCausalLM,
+            dict(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, rotary_dim=8, n_positions=128, bos_token_id=1,
+                 eos_token_id=2),
         ),
         "opt": (
             t.OPTConfig,

@@ -77,6 +77,23 @@ def _cache_layer_class() -> Any:
     return PositionedLayer
 
 
+def _cache_shapes(model: Any, config: Any, layers: int) -> tuple[Any, Any]:
+    """(kv heads, head dim) per cache layer, as the model's own attention writes them: read off the
+    cache of a one-token forward (Falcon's multi-query attention keeps 1 head whatever its config's
+    ``num_kv_heads`` says); the config's rule (``_head_shapes``) where that cache has no layers of
+    this count."""
+    try:
+        with torch.no_grad():
+            ids = torch.zeros((1, 1), dtype=torch.long, device=next(model.parameters()).device)
+            cache = model(input_ids=ids, use_cache=True).past_key_values
+        shapes = [tuple(layer.keys.shape) for layer in cache.layers]
+    except Exception:  # an older cache API, or a model that needs more than ids: the config's rule
+        shapes = []
+    if len(shapes) != layers or any(len(shape) != 4 for shape in shapes):
+        return _head_shapes(config)
+    return [int(shape[1]) for shape in shapes], [int(shape[3]) for shape in shapes]
+
+
 def _head_shapes(config: Any) -> tuple[Any, Any]:
     """(kv heads, head dim) of the text config: transformers' get_head_shapes (per layer where the
     layers differ), or one shape for every layer where transformers has none (5.17 has not)."""
@@ -107,7 +124,7 @@ class CachedDecoder(torch.nn.Module):
         # take; a full-length layer with the model's own sliding mask computes the same attention
         self.layers: list[Any] = [layer(max_length) for _ in self.cache.layers]
         self.cache.layers = self.layers
-        heads, head_dim = _head_shapes(config)
+        heads, head_dim = _cache_shapes(model, config, len(self.layers))
         device = next(model.parameters()).device
         self.cache.early_initialization(batch_size, heads, head_dim, model.dtype, torch.device(device))
         for i, cached in enumerate(self.layers):

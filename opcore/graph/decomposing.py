@@ -10,7 +10,8 @@ torch's own decompositions (torch.export's table, else torch._decomp's), the sam
   constant when its size is static);
 - repeat: unsqueeze, expand and a reshape (Whisper's and BLOOM's positions
   ``arange(n).unsqueeze(0).repeat(b, 1)``); baddbmm: bmm, mul and add (BLOOM's ALiBi scores);
-- t: a transpose (CLIP's logits); type_as: a cast (Gemma's and RoBERTa's ``x.type_as(y)``).
+- t: a transpose (CLIP's logits); type_as: a cast (Gemma's and RoBERTa's ``x.type_as(y)``);
+- stack: unsqueezes and a cat (GPT-J's and CodeGen's interleaved rotary).
 
 opcore's own, of contracts the runtimes build (torch's go through ops opcore does not map):
 
@@ -18,7 +19,11 @@ opcore's own, of contracts the runtimes build (torch's go through ops opcore doe
   ``dim``, from pow, sum and sqrt;
 - roll (Swin's shifted windows) of dims whose size is static: a cat of two slices per dim;
 - linalg_vector_norm of order 2 or 1 (F.normalize: Swin V2's cosine attention): sqrt of a sum of
-  squares, a sum of absolute values.
+  squares, a sum of absolute values;
+- repeat_interleave by an int (GPT-J's and CodeGen's rotary sin/cos, each repeated twice): an
+  unsqueeze, an expand and a reshape;
+- rsub (``1 - x``, as inverted attention masks write it): a sub of two tensors, or ``x * -alpha + s``
+  for a number ``s`` (torch's own gives a sub whose first operand is a number, which no contract takes).
 
 >>> sorted(str(op) for op in decompositions())  # doctest: +SKIP
 ['aten._weight_norm.default', 'aten.baddbmm.default', 'aten.diff.default', ...]
@@ -31,7 +36,10 @@ from typing import Any
 
 __all__ = ["decompositions"]
 
-_FROM_TORCH = ("diff.default", "new_ones.default", "repeat.default", "baddbmm.default", "t.default", "type_as.default")
+_FROM_TORCH = (
+    "diff.default", "new_ones.default", "repeat.default", "baddbmm.default", "t.default", "type_as.default",
+    "stack.default",
+)  # fmt: skip
 
 
 def _weight_norm(v: Any, g: Any, dim: int = 0) -> Any:
@@ -69,6 +77,26 @@ def _vector_norm(x: Any, ord: Any = 2, dim: Any = None, keepdim: bool = False, *
     return decomposition_table[torch.ops.aten.linalg_vector_norm.default](x, ord, dim, keepdim, dtype=dtype)
 
 
+def _repeat_interleave(x: Any, repeats: int, dim: int | None = None, *, output_size: Any = None) -> Any:
+    """torch.repeat_interleave by an int: each element ``repeats`` times in a row along ``dim`` (the
+    flattened tensor where None), as an unsqueeze after ``dim``, an expand and a reshape."""
+    if dim is None:
+        x, dim = x.reshape(-1), 0
+    dim = dim % x.dim()
+    sizes = list(x.shape)
+    expanded = x.unsqueeze(dim + 1).expand(*sizes[: dim + 1], repeats, *sizes[dim + 1 :])
+    return expanded.reshape(*sizes[:dim], sizes[dim] * repeats, *sizes[dim + 1 :])
+
+
+def _rsub(x: Any, other: Any, alpha: Any = 1) -> Any:
+    """torch.rsub: ``other - alpha * x`` (IEEE: ``x * -1 + s`` is ``s - x`` exactly)."""
+    import torch
+
+    if isinstance(other, torch.Tensor):
+        return torch.sub(other, x, alpha=alpha)
+    return torch.add(torch.mul(x, -alpha), other)
+
+
 def decompositions() -> dict[Any, Callable[..., Any]]:
     """ATen overload -> its decomposition, for ``ExportedProgram.run_decompositions``."""
     import torch
@@ -83,4 +111,7 @@ def decompositions() -> dict[Any, Callable[..., Any]]:
     found[torch.ops.aten._weight_norm.default] = _weight_norm
     found[torch.ops.aten.roll.default] = _roll
     found[torch.ops.aten.linalg_vector_norm.default] = _vector_norm
+    found[torch.ops.aten.repeat_interleave.self_int] = _repeat_interleave
+    found[torch.ops.aten.rsub.Scalar] = _rsub
+    found[torch.ops.aten.rsub.Tensor] = _rsub
     return found
