@@ -304,3 +304,19 @@ def test_int4_codes_are_saved_once_and_loaded_into_the_partition(backends, tmp_p
     loaded = opcore.graph.load(folder)
     assert not [n for n in loaded.notes if "failed" in n], loaded.notes
     torch.testing.assert_close(loaded(ids).logits, want, rtol=0, atol=0)
+
+
+def test_a_table_keeps_views_of_one_memory_apart_unless_they_are_the_same_tensor(tmp_path):
+    """Same memory, dtype and shape but other strides (a square weight and its transpose) are two
+    entries; the same tensor in two plans is one, under the first plan's name."""
+    from types import SimpleNamespace
+
+    w = torch.arange(16.0).reshape(4, 4)
+    first = SimpleNamespace(graph=SimpleNamespace(constants=("w", "wt")), constants={"w": w, "wt": w.t()})
+    second = SimpleNamespace(graph=SimpleNamespace(constants=("w", "head")), constants={"w": w * 2, "head": w})
+    table = weights_file.weight_table([first, second])
+    assert table.keys == ({"w": "w", "wt": "wt"}, {"w": "1.w", "head": "w"})
+    index = weights_file.write(table, tmp_path / "weights.safetensors")
+    assert set(index) == {"w", "wt", "1.w"}
+    read = weights_file.read(tmp_path, ["w", "wt", "1.w"], {}, "cpu", {}, {})
+    assert torch.equal(read["w"], w) and torch.equal(read["wt"], w.t()) and torch.equal(read["1.w"], w * 2)

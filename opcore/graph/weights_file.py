@@ -69,17 +69,19 @@ def weight_table(plans: Sequence[Any]) -> WeightTable:
     for number, plan in enumerate(plans):
         mine: dict[str, str] = {}
         for name in plan.graph.constants:
-            tensor = plan.constants[name].detach().cpu().contiguous()
-            identity = (tensor.data_ptr(), tensor.dtype, tuple(tensor.shape))
-            key = seen.get(identity) if tensor.numel() else None
+            held = plan.constants[name].detach()
+            # the tensor as the plans hold it (a cuda plan's too: its host copies below are new each time)
+            identity = (str(held.device), held.data_ptr(), held.dtype, tuple(held.shape), held.stride())
+            key = seen.get(identity) if held.numel() else None
             if key is None:
+                tensor = held.cpu().contiguous()
                 key = name if name not in tensors else f"{number}.{name}"
                 storage = tensor.untyped_storage().data_ptr()
                 if tensor.numel() and storage in storages:
                     tensor = tensor.clone()
                 storages.add(storage)
                 tensors[key] = tensor
-                if tensor.numel():
+                if held.numel():
                     seen[identity] = key
             mine[name] = key
         keys.append(mine)
