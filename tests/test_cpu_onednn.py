@@ -263,3 +263,104 @@ def test_mkl_packed_float32_path(op, monkeypatch):
         close(resolved(x), opcore.run(op, x, *args[1:], backend="reference"), "float32")
     vector = rand((args[0].shape[1],), low=-1, high=1)  # 1-D x: no resize warning (warnings are errors here)
     close(resolved(vector), opcore.run(op, vector, *args[1:], backend="reference"), "float32")
+
+
+# --- packed or not, measured per problem (opcore_cpu.weight_choice) ------------------------------
+
+
+def _prepared(op, args):
+    from opcore_cpu import onednn
+
+    if op == "gated_mlp":
+        return onednn.prepare_gated_mlp(args, frozenset({"w_gate", "w_up", "w_down"}))
+    return getattr(onednn, f"prepare_{op}")(args, frozenset({"w", "b"}))
+
+
+def _held_tensors(call):
+    """The tensors a prepared call keeps, through its closures."""
+    found, seen, todo = [], set(), [call]
+    while todo:
+        fn = todo.pop()
+        if id(fn) in seen or not callable(fn):
+            continue
+        seen.add(id(fn))
+        for cell in getattr(fn, "__closure__", None) or ():
+            value = cell.cell_contents
+            if isinstance(value, torch.Tensor):
+                found.append(value)
+            elif callable(value):
+                todo.append(value)
+    return found
+
+
+@pytest.mark.parametrize("policy", ["packed", "dense", "measure"])
+@pytest.mark.parametrize("op", [*LINEAR_OPS, "gated_mlp"])
+def test_every_way_of_running_a_resolved_linear_is_right(op, policy, monkeypatch):
+    from opcore_cpu import onednn
+
+    monkeypatch.setenv("OPCORE_CPU_WEIGHTS", policy)
+    monkeypatch.setattr(onednn, "float32_packing", lambda: "onednn")  # Intel machines take this path too
+    args = gated_inputs() if op == "gated_mlp" else (*inputs(BIG), "tanh") if op == "linear_gelu" else inputs(BIG)
+    call = _prepared(op, args)
+    assert policy in (call.opcore_weights, "measure")
+    assert call.opcore_weights in ("aten", "dense", "packed")
+    packed = [t for t in _held_tensors(call) if t.is_mkldnn]
+    assert len(packed) == (0 if call.opcore_weights != "packed" else 3 if op == "gated_mlp" else 1)
+    for rows in (args[0].shape[0], 1, 7):
+        x = rand((rows, args[0].shape[1]), "float32", low=-1, high=1)
+        keywords = {"approximate": args[3]} if op == "linear_gelu" else {}
+        expected = opcore.run(op, x, *args[1 : 4 if op == "gated_mlp" else 3], backend="reference", **keywords)
+        torch.testing.assert_close(call(x), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_the_measured_way_is_kept_per_problem(monkeypatch):
+    from opcore_cpu import onednn, weight_choice
+
+    monkeypatch.delenv("OPCORE_CPU_WEIGHTS", raising=False)
+    monkeypatch.setattr(onednn, "float32_packing", lambda: "onednn")
+    weight_choice.forget()
+    args = inputs(BIG)
+    first = _prepared("linear", args)
+    key = ("linear", "none", "", BIG[0], tuple(args[1].shape), True, torch.float32, torch.get_num_threads())
+    assert weight_choice.chosen(key) == first.opcore_weights
+
+    def measured_again(*_):
+        raise AssertionError("measured twice")
+
+    monkeypatch.setattr(weight_choice, "_measure", measured_again)
+    assert _prepared("linear", inputs(BIG)).opcore_weights == first.opcore_weights
+    weight_choice.forget()
+    assert weight_choice.chosen(key) is None
+
+
+def test_a_way_that_copies_nothing_wins_within_the_margin(monkeypatch):
+    from opcore_cpu.weight_choice import Way
+
+    from opcore_cpu import weight_choice
+
+    class Call:
+        def __init__(self, seconds):
+            self.seconds = seconds
+
+        def __call__(self, x):
+            return x
+
+    monkeypatch.setattr(weight_choice, "_time", lambda call, x: call.seconds)
+
+    def ways(aten, dense, packed):
+        return [Way("aten", False, lambda: Call(aten)), Way("dense", False, lambda: Call(dense)),
+                Way("packed", True, lambda: Call(packed))]  # fmt: skip
+
+    assert weight_choice._measure(ways(2.0, 1.04, 1.0), None)[0] == "dense"  # 4% slower, no copy
+    assert weight_choice._measure(ways(2.0, 1.2, 1.0), None)[0] == "packed"  # 20%: the copy pays
+    assert weight_choice._measure(ways(1.0, 1.0, 0.99), None)[0] == "aten"
+
+
+def test_an_unknown_weights_policy_is_a_clear_error(monkeypatch):
+    from opcore.errors import ArgumentError
+    from opcore_cpu import onednn
+
+    monkeypatch.setenv("OPCORE_CPU_WEIGHTS", "sometimes")
+    monkeypatch.setattr(onednn, "float32_packing", lambda: "onednn")
+    with pytest.raises(ArgumentError, match="OPCORE_CPU_WEIGHTS.*one of measure, packed, dense"):
+        _prepared("linear", inputs(BIG))

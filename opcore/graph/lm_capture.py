@@ -126,6 +126,8 @@ def capture_lm(
 
 # measure=None measures at capture up to this many bytes of weights (the estimated rule above)
 MEASURE_BYTES = 2**30
+# the prompt length the prefill is exported, planned and measured on (or max_length, if shorter)
+PROMPT = 128
 
 
 def _weight_bytes(module: Any) -> int:
@@ -244,25 +246,27 @@ def _prefill_plan(
 ) -> Plan:
     """The prefill's plan: on the torch route, or with graph-runtime partitions (kept by the estimated
     cost rule; their shapes are dynamic), or (``partitions`` None, measuring, on the host) the faster
-    of the two on a prompt of min(128, max_length) tokens. Prefill is GEMMs over the prompt: where a
-    runtime's GEMMs beat torch's the partitions win (a 30-layer 135M decoder here: 258 ms against
-    560 ms for 128 tokens), on a small model the partitions' calls can cost more than they save."""
+    of the two on a prompt of min(PROMPT, max_length) tokens, the length it is exported on. Prefill
+    is GEMMs over the prompt: where a runtime's GEMMs beat torch's the partitions win (a 30-layer
+    135M decoder here: 258 ms against 560 ms for 128 tokens), on a small model the partitions' calls
+    can cost more than they save."""
     import gc
 
-    lowered = _lower_step(module, batch_size, max_length, min(8, max_length), place, weighing)
+    # exported and planned on a prompt of the length it is measured on: the kernels prepare for
+    # (and the cpu backend measures its weight packing at) a prompt's rows, not a toy's
+    lowered = _lower_step(module, batch_size, max_length, min(PROMPT, max_length), place, weighing)
     if partitions is not None or timer is None or place.type.value != "cpu":
         return _plan(lowered, place, backends, None, bool(partitions))
     route = _plan(lowered, place, backends, None, False)
     planned = _plan(lowered, place, backends, None, True)
     if not planned.partitions:
         return route
-    probe = replace(lowered, examples=step_examples(batch_size, max_length, min(128, max_length), str(place)))
-    times = timer({"torch route": _runner(route, probe), "partitions": _runner(planned, probe)})
+    times = timer({"torch route": _runner(route, lowered), "partitions": _runner(planned, lowered)})
     faster = "partitions" if times["partitions"] < times["torch route"] else "torch route"
     chosen = planned if faster == "partitions" else route
     chosen.notes.insert(
         0,
-        f"prefill measured at capture on {probe.examples[0].shape[1]} tokens: the torch route "
+        f"prefill measured at capture on {lowered.examples[0].shape[1]} tokens: the torch route "
         f"{times['torch route'] * 1e3:.1f} ms, with partitions {times['partitions'] * 1e3:.1f} ms: runs {faster}",
     )
     del route, planned

@@ -1,5 +1,5 @@
 """oneDNN fused linear kernels: linear + relu / silu / gelu in one call, and gated_mlp built from them;
-plain linear too (post-op "none"), so that a resolved linear runs on a packed weight.
+plain linear too (post-op "none"), so that a resolved linear can run on a packed weight.
 
 ``torch.ops.mkldnn._linear_pointwise(x, w, b, attr, [], algorithm)`` runs the inner product
 with the activation as a oneDNN post-op (attr "relu", "swish", "gelu"; algorithm "none" or
@@ -8,7 +8,10 @@ multiplies by the gate inside the GEMM. ``_reorder_linear_weight(w, batch_size)`
 weight once into oneDNN's blocked layout; the packed weight still serves any batch size.
 
 The plain functions take dense weights (what ``opcore.run`` passes); the ``prepare_*`` functions
-pack constant weights once for ``opcore.resolve(..., constants=("w", "b"))``. Which problems come
+serve ``opcore.resolve(..., constants=("w", "b"))``: with only x free, they run ATen's linear, the
+fused call on the weight as given, or the fused call on the weight packed once, whichever measured
+fastest for the problem on this machine (``opcore_cpu.weight_choice``: packing keeps a second copy
+and does not always pay). Which problems come
 here at all is decided in ``opcore_cpu.choice`` (small ones stay on ATen).
 
 float32 on Intel CPUs packs for MKL instead (``torch.ops.mkl._mkl_reorder_linear_weight`` and
@@ -31,6 +34,7 @@ import torch.nn.functional as F
 
 from opcore.extend import batch_rows, free_positions, with_free_args
 from opcore_cpu.system import float32_packing
+from opcore_cpu.weight_choice import Way, choose
 
 __all__ = [
     "float32_packing",
@@ -57,8 +61,8 @@ _GATED_NAMES = ("x", "w_gate", "w_up", "w_down")
 
 _mkl_reorder = torch.ops.mkl._mkl_reorder_linear_weight
 _mkl_linear = torch.ops.mkl._mkl_linear.default
-# the activation after MKL's GEMM, in place on its fresh result
-_MKL_ACTIVATIONS: dict[str, Callable[[Tensor, str], Tensor]] = {
+# the activation after MKL's or ATen's GEMM, in place on its fresh result
+_IN_PLACE_ACTIVATIONS: dict[str, Callable[[Tensor, str], Tensor]] = {
     "relu": lambda y, _: torch.relu_(y),
     "swish": lambda y, _: F.silu(y, inplace=True),
     "gelu": lambda y, approximate: F.gelu(y, approximate=approximate),
@@ -96,7 +100,7 @@ def gated_mlp(x: Tensor, w_gate: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor
 
 def _mkl_prepared(attr: str, w: Tensor, b: Tensor | None, rows: int, algorithm: str) -> Callable[[Tensor], Tensor]:
     packed = _mkl_reorder(w.contiguous(), rows)
-    activate = _MKL_ACTIVATIONS[attr]
+    activate = _IN_PLACE_ACTIVATIONS[attr]
 
     def prepared(x: Tensor) -> Tensor:
         if x.ndim == 1:  # MKL's linear resizes a 1-D result with a deprecation warning
@@ -106,6 +110,23 @@ def _mkl_prepared(attr: str, w: Tensor, b: Tensor | None, rows: int, algorithm: 
     return prepared
 
 
+def _linear_ways(attr: str, w: Tensor, b: Tensor | None, rows: int, algorithm: str) -> list[Way]:
+    """ATen's linear and oneDNN's fused call on the weight as given, and the fused call on it packed."""
+    activate = _IN_PLACE_ACTIVATIONS[attr]
+
+    def aten() -> Callable[[Tensor], Tensor]:
+        return lambda x: activate(F.linear(x, w, b), algorithm)
+
+    def fused(weight: Tensor) -> Callable[[Tensor], Tensor]:
+        return lambda x: _pointwise(x, weight, b, attr, _NO_SCALARS, algorithm)
+
+    return [
+        Way("aten", False, aten),
+        Way("dense", False, lambda: fused(w)),
+        Way("packed", True, lambda: fused(pack_linear_weight(w, rows))),
+    ]
+
+
 def _prepare_linear(attr: str) -> Callable[[tuple[Any, ...], frozenset[str]], Callable[..., Any]]:
     def prepare(args: tuple[Any, ...], constants: frozenset[str]) -> Callable[..., Any]:
         x, w, b = args[:3]
@@ -113,14 +134,12 @@ def _prepare_linear(attr: str) -> Callable[[tuple[Any, ...], frozenset[str]], Ca
         free = free_positions(args, _LINEAR_NAMES, constants)
         if free == [0] and x.dtype == torch.float32 and float32_packing() == "mkl":
             return _mkl_prepared(attr, w, b, batch_rows(x), algorithm)
+        if free == [0]:  # the common case: only x varies; packed or not, as measured here
+            rows = batch_rows(x)
+            key = ("linear", attr, algorithm, rows, tuple(w.shape), b is not None, x.dtype, torch.get_num_threads())
+            return choose(key, _linear_ways(attr, w, b, rows, algorithm), x)
         if "w" in constants:
             w = pack_linear_weight(w, batch_rows(x))
-        if free == [0]:  # the common case: only x varies; one closure, no argument shuffling
-
-            def prepared(x: Tensor) -> Tensor:
-                return _pointwise(x, w, b, attr, _NO_SCALARS, algorithm)
-
-            return prepared
 
         def kernel(x: Tensor, w: Tensor, b: Tensor | None, *_: Any) -> Tensor:
             return _pointwise(x, w, b, attr, _NO_SCALARS, algorithm)
@@ -138,8 +157,28 @@ prepare_linear_silu = _prepare_linear("swish")
 prepare_linear_gelu = _prepare_linear("gelu")
 
 
+def _gated_ways(w_gate: Tensor, w_up: Tensor, w_down: Tensor, rows: int) -> list[Way]:
+    """ATen's three linears, oneDNN's fused calls on the weights as given, and on them packed."""
+
+    def aten() -> Callable[[Tensor], Tensor]:
+        return lambda x: F.linear(F.silu(F.linear(x, w_gate), inplace=True).mul_(F.linear(x, w_up)), w_down)
+
+    def fused(gate: Tensor, up: Tensor, down: Tensor) -> Callable[[Tensor], Tensor]:
+        return lambda x: gated_mlp(x, gate, up, down)
+
+    def packed() -> Callable[[Tensor], Tensor]:
+        return fused(*(pack_linear_weight(w, rows) for w in (w_gate, w_up, w_down)))
+
+    return [
+        Way("aten", False, aten),
+        Way("dense", False, lambda: fused(w_gate, w_up, w_down)),
+        Way("packed", True, packed),
+    ]
+
+
 def prepare_gated_mlp(args: tuple[Any, ...], constants: frozenset[str]) -> Callable[..., Any]:
-    """Packs each constant weight once; x's row count is the packing hint for all three GEMMs."""
+    """With only x free: ATen, fused on the weights as given, or fused on them packed (x's row count
+    the packing hint for all three GEMMs), as measured; otherwise each constant weight packed."""
     x = args[0]
     rows = batch_rows(x)
     free = free_positions(args, _GATED_NAMES, constants)
@@ -148,18 +187,12 @@ def prepare_gated_mlp(args: tuple[Any, ...], constants: frozenset[str]) -> Calla
         up = _mkl_prepared("none", args[2], None, rows, "")
         down = _mkl_prepared("none", args[3], None, rows, "")
         return lambda x: down(gate(x).mul_(up(x)))
+    if free == [0]:  # packed or not, as measured here
+        key = ("gated_mlp", rows, tuple(args[1].shape), tuple(args[3].shape), x.dtype, torch.get_num_threads())
+        return choose(key, _gated_ways(args[1], args[2], args[3], rows), x)
     weights = [
         pack_linear_weight(value, rows) if name in constants else value
         for name, value in zip(_GATED_NAMES[1:], args[1:])
     ]
-    if free == [0]:
-        w_gate, w_up, w_down = weights
-
-        def prepared(x: Tensor) -> Tensor:
-            gate = _pointwise(x, w_gate, None, "swish", _NO_SCALARS, "")
-            hidden = _pointwise_binary(x, gate, w_up, None, "mul")
-            return _pointwise(hidden, w_down, None, "none", _NO_SCALARS, "")
-
-        return prepared
     template = [None if i in free else value for i, value in enumerate((x, *weights))]
     return with_free_args(gated_mlp, template, free)
