@@ -121,11 +121,13 @@ class PartitionSpec:
         >>> s.constant_over(w.reshape(6)), s.constant_over(w.copy())
         ('w', None)
         """
-        if not self._by_memory:
+        if not self._by_memory:  # filled in one update: a thread never sees part of it
+            index: dict[tuple[int, int], str] = {}
             for name, constant in self.constants.items():
                 memory = _memory(constant)
                 if memory is not None and memory[1]:
-                    self._by_memory[memory] = name
+                    index[memory] = name
+            self._by_memory.update(index)
         found = _memory(array)
         return self._by_memory.get(found) if found is not None and found[1] else None
 
