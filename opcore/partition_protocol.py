@@ -107,6 +107,29 @@ class PartitionSpec:
     # every value's sizes (node outputs too) with None where the size changes per call; absent: the
     # metas' sizes, static (what a builder that must know a size, a split's pieces, reads)
     sizes: Mapping[str, tuple[int | None, ...]] = field(default_factory=dict)
+    # (address, bytes) of each constant's memory -> its name, filled by the first constant_over call
+    _by_memory: dict[tuple[int, int], str] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def constant_over(self, array: Any) -> str | None:
+        """The name of the constant whose memory ``array`` is exactly (same start, same bytes, both
+        C-contiguous numpy arrays of at least one byte): how a backend finds which of its model's
+        weights are the plan's constants; None for a copy, a slice, an empty or any other array.
+
+        >>> from opcore.types import DType
+        >>> w = numpy.ones((2, 3), numpy.float32)
+        >>> s = PartitionSpec("p", (), (), {"w": w}, (), {"w": TensorMeta((2, 3), DType.FLOAT32)})
+        >>> s.constant_over(w.reshape(6)), s.constant_over(w.copy())
+        ('w', None)
+        """
+        if not self._by_memory:  # filled in one update: a thread never sees part of it
+            index: dict[tuple[int, int], str] = {}
+            for name, constant in self.constants.items():
+                memory = _memory(constant)
+                if memory is not None and memory[1]:
+                    index[memory] = name
+            self._by_memory.update(index)
+        found = _memory(array)
+        return self._by_memory.get(found) if found is not None and found[1] else None
 
     def value_dims(self, name: str) -> tuple[int | None, ...]:
         """The sizes of any value of the partition with None where they change per call.

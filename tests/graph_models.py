@@ -95,3 +95,22 @@ def seeded(model: nn.Module, seed: int = 0) -> nn.Module:
         with torch.no_grad():
             parameter.copy_(torch.randn_like(parameter) * 0.2)
     return model.eval()
+
+
+def small_llama(*, vocab: int = 256, hidden: int = 64, kv_heads: int = 2, tied: bool = False) -> nn.Module:
+    """A two-layer transformers LlamaForCausalLM (4 heads, MLP twice ``hidden`` wide), seeded 0, in
+    eval mode: the decoder the plan, weights and generation tests capture. Needs transformers."""
+    import transformers
+
+    config = transformers.LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=128,
+        tie_word_embeddings=tied,
+    )
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(config).eval()

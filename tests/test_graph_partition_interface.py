@@ -113,6 +113,19 @@ def test_input_dims_and_prefix() -> None:
     assert spec.prefix(3).outputs == ("c",)
 
 
+def test_constant_over_finds_a_constant_by_its_memory() -> None:
+    w = numpy.arange(12, dtype="float32").reshape(4, 3)
+    spec = PartitionSpec("p0", (), (), {"w": w, "empty": numpy.zeros(0, "float32")}, (), {"w": M})
+    assert spec.constant_over(w) == "w"
+    assert spec.constant_over(w.reshape(12)) == "w"  # the same memory seen through another shape
+    assert spec.constant_over(w.copy()) is None
+    assert spec.constant_over(w[:2]) is None  # part of the memory only
+    assert spec.constant_over(w.T) is None  # not C-contiguous
+    assert spec.constant_over(numpy.zeros(0, "float32")) is None  # no bytes: nothing to share
+    assert spec.constant_over([1.0, 2.0]) is None
+    assert spec.prefix(0).constant_over(w) is None  # the prefix keeps no constant
+
+
 def test_importing_the_interface_imports_no_runtime() -> None:
     code = (
         "import sys, opcore.graph.partition, opcore.graph; opcore.graph.PartitionSpec; "

@@ -12,6 +12,7 @@ import sys
 
 import pytest
 import torch
+from graph_models import small_llama
 
 import opcore.graph
 from opcore.errors import ArgumentError
@@ -23,18 +24,7 @@ VOCAB = 256
 
 
 def llama(tied: bool = False):
-    config = transformers.LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        tie_word_embeddings=tied,
-    )
-    torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(config).eval()
+    return small_llama(vocab=VOCAB, tied=tied)
 
 
 def dequantized_copy(model, bits: int, group: int, logits_bits: int = 8):

@@ -22,6 +22,8 @@ onnxruntime = pytest.importorskip("onnxruntime", reason="the partitions run on O
 openvino = pytest.importorskip("openvino", reason="the partitions run on OpenVINO")
 transformers = pytest.importorskip("transformers", reason="the decoder is a transformers model")
 
+from graph_models import small_llama  # noqa: E402
+
 import opcore.graph  # noqa: E402
 from opcore.graph import weights_file  # noqa: E402
 from opcore.partition_protocol import SavedBytes, saved_bytes, saving_weights  # noqa: E402
@@ -33,18 +35,7 @@ OV = ("openvino", "cpu")
 def llama(tied: bool = False, hidden: int = 128):
     """Every float matrix at least opcore_onnxruntime's EXTERNAL_BYTES (64 KiB): smaller ones are inline
     in the ONNX file, as ONNX Runtime's own exporters keep them."""
-    config = transformers.LlamaConfig(
-        vocab_size=320,  # a shape no other matrix has
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        max_position_embeddings=128,
-        tie_word_embeddings=tied,
-    )
-    torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(config).eval()
+    return small_llama(vocab=320, hidden=hidden, kv_heads=4, tied=tied)  # vocab: a shape no other matrix has
 
 
 def _ids(length: int = 10) -> Any:

@@ -34,6 +34,7 @@ from typing import Any
 import numpy
 
 from opcore.graph.branch_ranges import branch_intervals
+from opcore.graph.intervals import hull, magnitude, negated
 from opcore.graph.ir import Graph, Node, ValueRef, refs_in, substitute
 from opcore.graph.real_ranges import REAL_DTYPES, REAL_RULES, RealInterval, Reals, measured, real_range, to_integers
 from opcore.graph.size_ranges import declared_sizes, expression_range, largest_size
@@ -87,13 +88,6 @@ def _within(inner: Interval, outer: Interval | None) -> bool:
     return outer is not None and outer[0] <= inner[0] and inner[1] <= outer[1]
 
 
-def _hull(*intervals: Interval | None) -> Interval | None:
-    if any(i is None for i in intervals) or not intervals:
-        return None
-    found = [i for i in intervals if i is not None]
-    return (min(i[0] for i in found), max(i[1] for i in found))
-
-
 def _scaled(a: Interval | None, b: Interval | None) -> Interval | None:
     if a is None or b is None:
         return None
@@ -115,19 +109,6 @@ def _mul(x: Any, other: Any) -> Interval | None:
     return _scaled(known(x), known(other))
 
 
-def _neg(x: Any) -> Interval | None:
-    a = known(x)
-    return None if a is None else (-a[1], -a[0])
-
-
-def _abs(x: Any) -> Interval | None:
-    a = known(x)
-    if a is None:
-        return None
-    lo = 0 if a[0] <= 0 <= a[1] else min(abs(a[0]), abs(a[1]))
-    return (lo, max(abs(a[0]), abs(a[1])))
-
-
 def _minimum(x: Any, other: Any) -> Interval | None:
     a, b = known(x), known(other)
     return None if a is None or b is None else (min(a[0], b[0]), min(a[1], b[1]))
@@ -144,7 +125,7 @@ def _same(x: Any, *rest: Any) -> Interval | None:
 
 
 def _cat(tensors: Any, *rest: Any) -> Interval | None:
-    return _hull(*(known(t) for t in tensors))
+    return hull(*(known(t) for t in tensors))
 
 
 def _boolean(*args: Any) -> Interval:
@@ -185,11 +166,11 @@ def _cast(x: Any, dtype: str) -> Interval | None:
 
 
 def _where(condition: Any, x: Any, other: Any) -> Interval | None:
-    return _hull(known(x), known(other))
+    return hull(known(x), known(other))
 
 
 def _masked_fill(x: Any, mask: Any, value: Any) -> Interval | None:
-    return _hull(known(x), known(value))
+    return hull(known(x), known(value))
 
 
 def _clamp(x: Any, low: Any = None, high: Any = None) -> Interval | None:
@@ -224,11 +205,11 @@ def _arange(start: Any, end: Any = None, step: Any = 1, dtype: Any = None, devic
     # (start + k*step < end), else the hull is conservative by one step; arange(n) counts from 0; a
     # bound known only at run time leaves the result unknown
     if end is None:
-        return _hull((0, 0), known(start))
+        return hull((0, 0), known(start))
     a, b, s = known(start), known(end), known(step)
     if a is not None and b is not None and s is not None and s[0] >= 1:
         return (a[0], max(a[0], b[1] - 1))
-    return _hull(a, b)
+    return hull(a, b)
 
 
 # op -> its rule, called with the node's arguments in schema order (tensors as TensorMeta with bounds)
@@ -236,8 +217,8 @@ RULES: Mapping[str, Rule] = {
     "add": _add,
     "sub": _sub,
     "mul": _mul,
-    "neg": _neg,
-    "abs": _abs,
+    "neg": lambda x: negated(known(x)),
+    "abs": lambda x: magnitude(known(x)),
     "minimum": _minimum,
     "sign": _sign,
     **dict.fromkeys(

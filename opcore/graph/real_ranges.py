@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy
 
+from opcore.graph.intervals import hull, magnitude, negated
 from opcore.types import DType, TensorMeta
 
 __all__ = [
@@ -136,18 +137,6 @@ def _div(x: Any, other: Any, rounding_mode: Any = None) -> RealInterval | None:
     return widened(_corners(a, b, lambda p, q: p / q))
 
 
-def _neg(x: Any) -> RealInterval | None:
-    a = real(x)
-    return None if a is None else (-a[1], -a[0])
-
-
-def _abs(x: Any) -> RealInterval | None:
-    a = real(x)
-    if a is None:
-        return None
-    return (0.0 if a[0] <= 0 <= a[1] else min(abs(a[0]), abs(a[1])), max(abs(a[0]), abs(a[1])))
-
-
 def _log(x: Any) -> RealInterval | None:
     a = real(x)
     if a is None or a[0] < 0:
@@ -176,15 +165,8 @@ def _sign(x: Any) -> RealInterval | None:
     return None if a is None else (float(numpy.sign(a[0])), float(numpy.sign(a[1])))
 
 
-def _hull(*intervals: RealInterval | None) -> RealInterval | None:
-    if not intervals or any(i is None for i in intervals):
-        return None
-    found = [i for i in intervals if i is not None]
-    return (min(i[0] for i in found), max(i[1] for i in found))
-
-
 def _where(condition: Any, x: Any, other: Any) -> RealInterval | None:
-    return _hull(real(x), real(other))
+    return hull(real(x), real(other))
 
 
 def _minimum(x: Any, other: Any) -> RealInterval | None:
@@ -227,8 +209,8 @@ REAL_RULES: Mapping[str, RealRule] = {
     "sub": _sub,
     "mul": _mul,
     "div": _div,
-    "neg": _neg,
-    "abs": _abs,
+    "neg": lambda x: negated(real(x)),
+    "abs": lambda x: magnitude(real(x)),
     "log": _log,
     "ceil": _rounding(math.ceil),
     "floor": _rounding(math.floor),

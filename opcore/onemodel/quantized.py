@@ -22,19 +22,16 @@ from opcore.onemodel.builders import check_embedding_indices
 from opcore.onemodel.op import ATTRIBUTE, TENSOR, OneModelKernel
 
 __all__ = [
-    "EMBEDDING_WQ_NAMES",
-    "WQ_NAMES",
-    "check_embedding_wq_indices",
     "embedding_wq_kernel",
     "linear_wq_kernel",
     "nbits_block",
 ]
 
 # linear_wq's arguments as the inner model kernels take them: the contract's, then K and N
-WQ_NAMES = ("x", "qweight", "scale", "zero", "b", "bits", "group_size", "in_features", "out_features")
+_WQ_NAMES = ("x", "qweight", "scale", "zero", "b", "bits", "group_size", "in_features", "out_features")
 
 # embedding_wq's arguments as the inner model kernels take them: the contract's, then the codes' bytes a row
-EMBEDDING_WQ_NAMES = ("input", "qweight", "scale", "zero", "bits", "group_size", "width")
+_EMBEDDING_WQ_NAMES = ("input", "qweight", "scale", "zero", "bits", "group_size", "width")
 
 # a backend's OneModelOp subclass's kernel_of (onnx_kernel, ov_kernel): (op, build, check=, names=, roles=)
 KernelOf = Callable[..., OneModelKernel]
@@ -50,12 +47,13 @@ def nbits_block(group: int) -> int | None:
 
 
 def linear_wq_kernel(kernel_of: KernelOf, build: Callable[..., Any], chain: Callable[..., Any]) -> Callable[..., Any]:
-    """A graph runtime's ``linear_wq`` kernel: ``kernel_of`` (its OneModelOp's) over ``build(graph,
-    *WQ_NAMES)``, one model per (dtypes, ranks, bits, group, K, N), K and N read from x and qweight;
-    ``prepare`` (resolve's) through that kernel's, and ``chain`` (a partition's builder, which reads K
-    and N from the codes' static size) as given.
+    """A graph runtime's ``linear_wq`` kernel: ``kernel_of`` (its OneModelOp's) over ``build(graph, x,
+    qweight, scale, zero, b, bits, group_size, in_features, out_features)``, one model per (dtypes,
+    ranks, bits, group, K, N), K and N read from x and qweight; ``prepare`` (resolve's) through that
+    kernel's, and ``chain`` (a partition's builder, which reads K and N from the codes' static size)
+    as given.
     """
-    inner = kernel_of("linear_wq", build, names=WQ_NAMES, roles=(TENSOR,) * 5 + (ATTRIBUTE,) * 4)
+    inner = kernel_of("linear_wq", build, names=_WQ_NAMES, roles=(TENSOR,) * 5 + (ATTRIBUTE,) * 4)
 
     def linear_wq(
         x: numpy.ndarray,
@@ -77,7 +75,7 @@ def linear_wq_kernel(kernel_of: KernelOf, build: Callable[..., Any], chain: Call
     return linear_wq
 
 
-def check_embedding_wq_indices(input: numpy.ndarray, qweight: numpy.ndarray, *rest: Any) -> None:
+def _check_embedding_wq_indices(input: numpy.ndarray, qweight: numpy.ndarray, *rest: Any) -> None:
     """embedding_wq's indices within the table's rows (the codes' first dim), checked before a run as
     ``embedding``'s are (``check_embedding_indices``): a runtime's Gather would wrap or fail."""
     check_embedding_indices(input, qweight, None)
@@ -87,17 +85,18 @@ def embedding_wq_kernel(
     kernel_of: KernelOf, build: Callable[..., Any], chain: Callable[..., Any]
 ) -> Callable[..., Any]:
     """A graph runtime's ``embedding_wq`` kernel: ``kernel_of`` (its OneModelOp's) over
-    ``build(graph, *EMBEDDING_WQ_NAMES)``, one model per (dtypes, ranks, bits, group, row width), the
-    indices checked first (``check_embedding_wq_indices``); ``prepare`` (resolve's) through that
+    ``build(graph, input, qweight, scale, zero, bits, group_size, width)`` (``width``: the codes' bytes
+    a row), one model per (dtypes, ranks, bits, group, row width), the indices checked first (as
+    ``check_embedding_indices`` checks ``embedding``'s); ``prepare`` (resolve's) through that
     kernel's, and ``chain`` (a partition's builder, which reads the row width from the codes' static
     size) as given.
     """
     gather = kernel_of(
         "embedding_wq",
         build,
-        names=EMBEDDING_WQ_NAMES,
+        names=_EMBEDDING_WQ_NAMES,
         roles=(TENSOR,) * 4 + (ATTRIBUTE,) * 3,
-        check=check_embedding_wq_indices,
+        check=_check_embedding_wq_indices,
     )
 
     def embedding_wq(

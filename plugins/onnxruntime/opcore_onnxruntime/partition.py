@@ -197,17 +197,8 @@ def _compile(spec: PartitionSpec, chain_of: Callable[[str], Any]) -> OnnxPartiti
 
 def _constants_of(graph: Graph, spec: PartitionSpec) -> dict[str, str]:
     """initializer -> spec constant, for each external initializer over exactly a constant's memory."""
-    address = {
-        (array.__array_interface__["data"][0], array.nbytes): name
-        for name, array in spec.constants.items()
-        if isinstance(array, numpy.ndarray) and array.flags.c_contiguous and array.nbytes
-    }
-    found = {}
-    for name, array in graph.externals.items():
-        constant = address.get((array.__array_interface__["data"][0], array.nbytes))
-        if constant is not None and array.flags.c_contiguous:
-            found[name] = constant
-    return found
+    found = {name: spec.constant_over(array) for name, array in graph.externals.items()}
+    return {name: constant for name, constant in found.items() if constant is not None}
 
 
 def _results(graph: Graph, spec: PartitionSpec, values: list[Value]) -> list[Value]:

@@ -175,17 +175,8 @@ def _weights_as_parameters(model: openvino.Model, constants: list[Any]) -> openv
 
 def _constants_of(graph: Graph, spec: PartitionSpec) -> tuple[tuple[Any, str, numpy.ndarray], ...]:
     """(Constant, spec constant name, array) for each weight sharing exactly a spec constant's memory."""
-    address = {
-        (array.__array_interface__["data"][0], array.nbytes): name
-        for name, array in spec.constants.items()
-        if isinstance(array, numpy.ndarray) and array.flags.c_contiguous and array.nbytes
-    }
-    found = []
-    for node, array in graph.weights:
-        name = address.get((array.__array_interface__["data"][0], array.nbytes))
-        if name is not None:
-            found.append((node, name, array))
-    return tuple(found)
+    found = ((node, spec.constant_over(array), array) for node, array in graph.weights)
+    return tuple((node, name, array) for node, name, array in found if name is not None)
 
 
 def compile_partition(spec: PartitionSpec, chain_of: Callable[[str], Any]) -> OvPartition:

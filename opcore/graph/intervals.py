@@ -1,0 +1,48 @@
+"""Closed intervals ``(lo, hi)`` of one kind of number: the arithmetic that ``opcore.graph.ranges``
+(integer values) and ``opcore.graph.real_ranges`` (float values) share. An unknown interval (None)
+gives None; a result has the kind of its arguments.
+
+>>> negated((2, 5)), magnitude((-3.0, 2.0)), hull((0, 1), (4, 9))
+((-5, -2), (0.0, 3.0), (0, 9))
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+__all__ = ["hull", "magnitude", "negated"]
+
+N = TypeVar("N", int, float)
+
+
+def negated(a: tuple[N, N] | None) -> tuple[N, N] | None:
+    """The values ``-x`` for ``x`` in ``a``.
+
+    >>> negated((-1.5, 4.0))
+    (-4.0, 1.5)
+    """
+    return None if a is None else (-a[1], -a[0])
+
+
+def magnitude(a: tuple[N, N] | None) -> tuple[N, N] | None:
+    """The values ``|x|`` for ``x`` in ``a``: from 0 where ``a`` holds 0.
+
+    >>> magnitude((-7, -2)), magnitude((-1, 3))
+    ((2, 7), (0, 3))
+    """
+    if a is None:
+        return None
+    lo = type(a[0])(0) if a[0] <= 0 <= a[1] else min(abs(a[0]), abs(a[1]))
+    return (lo, max(abs(a[0]), abs(a[1])))
+
+
+def hull(*intervals: tuple[N, N] | None) -> tuple[N, N] | None:
+    """The smallest interval holding all of ``intervals``; None if there are none or one is unknown.
+
+    >>> hull((0, 2), (-1, 1)), hull((0, 2), None)
+    ((-1, 2), None)
+    """
+    if not intervals or any(i is None for i in intervals):
+        return None
+    found = [i for i in intervals if i is not None]
+    return (min(i[0] for i in found), max(i[1] for i in found))
