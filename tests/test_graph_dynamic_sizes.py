@@ -93,6 +93,52 @@ def test_a_declared_dim_range_bounds_a_running_sum_for_openvino() -> None:
     torch.testing.assert_close(plan(longer), RunningCount()(longer), rtol=0, atol=0)
 
 
+class FrontEnd(nn.Module):
+    """Wav2Vec2's pattern: strided convolutions over 20*n samples give n - 1 frames, and the size read
+    off the frames (not off the input) builds a causal mask."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.convs = nn.Sequential(
+            nn.Conv1d(1, 8, 10, stride=5), nn.Conv1d(8, 8, 3, stride=2), nn.Conv1d(8, 8, 3, stride=2)
+        )
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        frames = self.proj(self.convs(x[:, None]).transpose(1, 2))
+        n = frames.shape[1]
+        mask = torch.arange(n)[:, None] >= torch.arange(n)[None, :]
+        return (frames.unsqueeze(1) * mask[None, :, :, None]).sum(2)
+
+
+def test_a_size_read_off_a_computed_tensor_is_computed_from_the_input() -> None:
+    """sym_size(frames, 1) is s - 1 of an input of 20*s: read off the input's size, it no longer
+    splits the partition around the read (two partitions before opcore.graph.input_sizes)."""
+    torch.manual_seed(0)
+    model = FrontEnd().eval()
+    seq = Dim("n", min=2, max=100)
+    plan = opcore.graph.capture(model, (torch.randn(2, 400),), dynamic_shapes=({1: 20 * seq},), measure=False)
+    assert len(plan.partitions) == 1, plan.explain()
+    sizes = [node for node in plan.graph.nodes if node.scalar]
+    assert [node.op for node in sizes] == ["sym_size", "floordiv", "add"]  # (20*s) // 20 - 1
+    assert sizes[0].args[0].name in plan.graph.inputs
+    for samples in (20 * 37, 20 * 3):
+        x = torch.randn(2, samples)
+        with torch.no_grad():
+            torch.testing.assert_close(plan(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+def test_only_a_linear_size_of_one_symbol_is_rewritten() -> None:
+    from opcore.graph.input_sizes import linear_in
+
+    assert linear_in("20*s0", "s0") == (20, 0) and linear_in("s0 - 1", "s0") == (1, -1)
+    assert linear_in("s0", "s0") == (1, 0)
+    assert linear_in("(s0 - 1)//2", "s0") is None  # a floor: read off the tensor as before
+    assert linear_in("s0*s1", "s0") is None and linear_in("s1 + 1", "s0") is None
+    assert linear_in("-s0 + 64", "s0") is None  # shrinking with the symbol
+    assert linear_in("s0**2", "s0") is None
+
+
 class Positions(nn.Module):
     """Reads x at positions arange(x.size(1)) along dim 1 (a mask builder's pattern), or, with
     ``other``, along dim 1 of a second input whose size is another symbol."""

@@ -56,6 +56,8 @@ def test_arguments() -> None:
         ("clamp", (Reals(-INF, INF), 0, 63), 0.0, 63.0),
         ("full_like", (TensorMeta((4,), DType.FLOAT32), 2.5, None, None), 2.5, 2.5),
         ("unsqueeze", (Reals(1.0, 2.0), 0), 1.0, 2.0),
+        ("ones", ((2, 8),), 1.0, 1.0),
+        ("full", ((2, 8), -0.5), -0.5, -0.5),
     ],
 )
 def test_rules(op: str, args: tuple[object, ...], lo: float, hi: float) -> None:
@@ -71,10 +73,30 @@ def test_rules(op: str, args: tuple[object, ...], lo: float, hi: float) -> None:
         ("log", (Reals(-1.0, 1.0),)),  # the log of a negative is NaN
         ("div", (TensorMeta((4,), DType.FLOAT32), 2)),  # an unbounded float may be NaN
         ("exp", (Reals(0.0, 1.0),)),  # no rule
+        ("cumsum", (Reals(1.0, 1.0, shape=(2, -1)), 1)),  # a dim of unknown size: no count
+        ("cumsum", (Reals(0.0, INF, shape=(4,)), 0)),  # an infinite term
     ],
 )
 def test_unknown_where_a_nan_may_appear(op: str, args: tuple[object, ...]) -> None:
     assert real_range(op, args) is None
+
+
+def test_running_sums_count_the_dims_largest_size() -> None:
+    # OPT's positions: a running sum of a run-time mask of ones over a sequence of at most 64 (the
+    # widening: float32 rounding, plus the accumulation, 2 * n * the largest sum * 2**-24)
+    lo, hi = real_range("cumsum", (Reals(1.0, 1.0, shape=(2, 64)), 1, None))  # type: ignore[misc]
+    assert -5e-4 <= lo <= 0.0 and 64.0 <= hi <= 64.002
+    assert to_integers((lo, hi), INT32) == (-1, 65)
+    lo, hi = real_range("cumsum", (Reals(-0.5, 2.0, shape=(10,)), 0))  # type: ignore[misc]
+    assert -5.001 <= lo <= -5.0 and 20.0 <= hi <= 20.001
+
+
+def test_a_float32_running_sum_stays_inside_its_interval() -> None:
+    # the widening covers float32's accumulation error: 4096 terms near the interval's top
+    values = torch.full((4096,), 0.1, dtype=torch.float32) + torch.rand(4096) * 1e-3
+    lo, hi = real_range("cumsum", (Reals(0.1, 0.101, shape=(4096,)), 0))  # type: ignore[misc]
+    sums = values.cumsum(0)
+    assert lo <= float(sums.min()) and float(sums.max()) <= hi
 
 
 def test_widening_covers_float32_rounding() -> None:

@@ -22,14 +22,14 @@ from bench_modules import load_bench
 zoo = load_bench("zoo_models")
 bench = load_bench("zoo")
 
-# dynamic plans with more partitions than the static one: how many more, and why (issue 25: not fixed
-# yet). The static captures fold what these compute from sizes (opcore.graph.lowering), the dynamic
-# ones compute it per call. (T5's and DeBERTa's float buckets cast to int64 are proven small since
-# opcore.graph.branch_ranges: their dynamic plans are one partition, as the static ones.)
-MORE = {
-    "wav2vec2": (1, "a size read off the feature encoder's output (s - 1) splits the encoder (0 nodes per node)"),
-    "opt": (1, "the positions from a mask of ones made at run time: a cumsum in an onnxruntime partition of its own"),
-}
+# dynamic plans allowed more partitions than the static one: how many more, and why. None left: the
+# static captures fold what the dynamic ones compute from sizes per call, and each such computation
+# now plans as the static one does. T5's and DeBERTa's float buckets cast to int64 are proven small
+# (opcore.graph.branch_ranges); OPT's positions, a float running sum of a run-time mask of ones cast
+# to int64, are proven int32 by the sum's count, the sequence's declared largest (real_ranges); and
+# Wav2Vec2's size read off its feature encoder's output (s - 1) is computed from the input's size
+# (opcore.graph.input_sizes), so no partition splits around the read.
+MORE: dict[str, tuple[int, str]] = {}
 
 
 def eager(model, args, kwargs):

@@ -16,6 +16,7 @@ from typing import Any
 from opcore.contracts import OpContract
 from opcore.errors import OpcoreError
 from opcore.graph.errors import CaptureError
+from opcore.graph.input_sizes import size_from_inputs
 from opcore.graph.ir import (
     FACTORIES,
     SCALAR_OPS,
@@ -218,6 +219,9 @@ def _lower_call(
     if isinstance(target, torch._ops.OpOverload):
         qualified = f"{target.namespace}.{target._schema.name.split('::')[-1]}.{target._overloadname}"
         if qualified.startswith(_CHECKS):
+            return
+        if qualified == "aten.sym_size.int" and size_from_inputs(fx_node, values, concrete, nodes):
+            env[name] = ValueRef(name)  # computed from an input's size: no partition waits for it
             return
         if qualified in ("aten.sym_size.int", "aten.sym_numel.default"):
             _scalar_node(fx_node, qualified.split(".")[1], env, values, concrete, nodes)

@@ -326,7 +326,11 @@ def value_ranges(
         meta = graph.values[name].meta
         if meta is not None and meta.dtype in REAL_DTYPES:
             interval = given[name] if name in given else reals.get(name)
-            return meta if interval is None else Reals(*interval)
+            if interval is None:
+                return meta
+            info = graph.values[name]
+            shape = tuple(largest_size(d, sizes) for d in info.dims) if info.dynamic_axes else meta.shape
+            return Reals(interval[0], interval[1], shape)
         return meta_of(name, given)
 
     def evaluate(node: Node, given: Mapping[str, Any]) -> dict[str, Any]:
@@ -425,8 +429,14 @@ def _where_by_branch(
 def _size_range(
     graph: Graph, node: Node, sizes: Mapping[str, Interval], lookup: Callable[[str], Any]
 ) -> Interval | None:
-    """The range of a size computation's result: a symbolic size's declared range, a static size
-    itself, the arithmetic rules (add, sub, mul, neg) on those; None for anything else."""
+    """The range of a size computation's result: the range of the symbolic size the exporter recorded
+    for it (``s0 - 1``), a symbolic size's declared range, a static size itself, the arithmetic rules
+    (add, sub, mul, neg) on those; None for anything else."""
+    recorded = graph.values[node.outputs[0]].dims if node.outputs and node.outputs[0] in graph.values else ()
+    if recorded and isinstance(recorded[0], str):
+        interval = expression_range(recorded[0], sizes)
+        if interval is not None:
+            return interval
     if node.op == "sym_size":
         x, dim = node.args
         dims = graph.values[x.name].dims if isinstance(x, ValueRef) else ()

@@ -49,10 +49,12 @@ _ABSOLUTE = 1e-6  # near a transcendental's zero (log near 1) an error is absolu
 
 @dataclass(frozen=True, slots=True)
 class Reals:
-    """A float tensor as the real rules get it: its values lie in ``[lo, hi]`` (infinities allowed, no NaN)."""
+    """A float tensor as the real rules get it: its values lie in ``[lo, hi]`` (infinities allowed, no NaN);
+    ``shape``: its sizes, a dynamic one's declared largest (-1: unknown), for the rules that count."""
 
     lo: float
     hi: float
+    shape: tuple[int, ...] = ()
 
 
 def real(value: Any) -> RealInterval | None:
@@ -202,6 +204,19 @@ def _fill(x: Any, fill_value: Any, *rest: Any) -> RealInterval | None:
     return real(fill_value)
 
 
+def _cumsum(x: Any, dim: int, dtype: Any = None) -> RealInterval | None:
+    """Running sums of up to ``count`` values (and the empty sum 0), widened by what float32
+    accumulation can add: each of the count additions rounds by at most 2**-24 of the largest sum."""
+    a = real(x)
+    shape = x.shape if isinstance(x, (Reals, TensorMeta)) else ()
+    count = shape[dim] if shape else 1
+    if a is None or count < 0 or not all(math.isfinite(v) for v in a):
+        return None
+    interval = (min(0.0, count * a[0]), max(0.0, count * a[1]))
+    largest = max(abs(interval[0]), abs(interval[1]))
+    return widened(interval, absolute=count * largest * 2.0**-23)
+
+
 # op -> its rule, called with the node's arguments in schema order (float tensors with a proven
 # interval as Reals, integer tensors as TensorMeta with their bounds)
 REAL_RULES: Mapping[str, RealRule] = {
@@ -220,6 +235,10 @@ REAL_RULES: Mapping[str, RealRule] = {
     "clamp": _clamp,
     "cast": _cast,
     "full_like": _fill,
+    "full": _fill,
+    "zeros": lambda size, *rest: (0.0, 0.0),
+    "ones": lambda size, *rest: (1.0, 1.0),
+    "cumsum": _cumsum,
     "zeros_like": lambda x, *rest: (0.0, 0.0),
     "ones_like": lambda x, *rest: (1.0, 1.0),
     **dict.fromkeys(
