@@ -11,8 +11,8 @@ The plain functions take dense weights (what ``opcore.run`` passes); the ``prepa
 serve ``opcore.resolve(..., constants=("w", "b"))``: with only x free, they run ATen's linear, the
 fused call on the weight as given, or the fused call on the weight packed once, whichever measured
 fastest for the problem on this machine (``opcore_cpu.weight_choice``: packing keeps a second copy
-and does not always pay). Which problems come
-here at all is decided in ``opcore_cpu.choice`` (small ones stay on ATen).
+and does not always pay). Which problems come here at all is decided in ``opcore_cpu.choice``
+(small ones stay on ATen).
 
 float32 on Intel CPUs packs for MKL instead (``torch.ops.mkl._mkl_reorder_linear_weight`` and
 ``_mkl_linear``, the activation applied in place): there MKL's packed sgemm beats oneDNN's
@@ -112,10 +112,10 @@ def _mkl_prepared(attr: str, w: Tensor, b: Tensor | None, rows: int, algorithm: 
 
 def _linear_ways(attr: str, w: Tensor, b: Tensor | None, rows: int, algorithm: str) -> list[Way]:
     """ATen's linear and oneDNN's fused call on the weight as given, and the fused call on it packed."""
-    activate = _IN_PLACE_ACTIVATIONS[attr]
+    activate, approximate = _IN_PLACE_ACTIVATIONS[attr], algorithm or "none"  # oneDNN's "" is torch's "none"
 
     def aten() -> Callable[[Tensor], Tensor]:
-        return lambda x: activate(F.linear(x, w, b), algorithm)
+        return lambda x: activate(F.linear(x, w, b), approximate)
 
     def fused(weight: Tensor) -> Callable[[Tensor], Tensor]:
         return lambda x: _pointwise(x, weight, b, attr, _NO_SCALARS, algorithm)
