@@ -4,7 +4,9 @@ For M in --sizes (default 1 and 32) and K = N = --kn (default 4096): int8 per ou
 int4 in groups of 128 (symmetric, opcore.quantize.quantize_weight), each resolved once with its
 weight as constants (packed at resolve) and called with x; eager ``F.linear`` on the float32 (and
 bfloat16) weight; torchao's int8 / int4 weight-only where torchao imports with this torch (else the
-reason). Medians over interleaved rounds (bench/_timing.py), ratio = eager float32 / row, the
+reason); for comparison, torch's dynamic int8 linear (FBGEMM, ``torch.ops.quantized.linear_dynamic``
+on the same int8 codes), which also rounds x to 7-bit integers per tensor: not weight-only, so not
+counted for the target. Medians over interleaved rounds (bench/_timing.py), ratio = eager float32 / row, the
 error against the float64 reference of the same quantized weight, the load and the threads.
 
 Target (issue 27): M=1 int8 >= 3x eager float32.
@@ -105,6 +107,26 @@ def _torchao(weight: Any, x: Any, bits: int) -> tuple[Callable[[], object] | Non
     return run, f"torchao {torchao.__version__}", out
 
 
+def _torch_dynamic(qw: Any, x: Any) -> tuple[Callable[[], object], Any]:
+    """torch's dynamic int8 linear (FBGEMM) on the int8 codes: x quantized per tensor at each call,
+    reduce_range as FBGEMM needs on CPUs without VNNI."""
+    import warnings
+
+    import torch
+
+    codes = qw.qweight.to(torch.int16) - 128  # symmetric: the middle code is 0.0
+    with warnings.catch_warnings():  # torch 2.13 deprecates quantized tensors; still its dynamic path
+        warnings.simplefilter("ignore")
+        zero = torch.zeros(codes.shape[0], dtype=torch.long)
+        q = torch._make_per_channel_quantized_tensor(codes.to(torch.int8), qw.scale[:, 0].double(), zero, 0)
+        packed = torch.ops.quantized.linear_prepack(q, None)
+
+    def run() -> object:
+        return torch.ops.quantized.linear_dynamic(x, packed, True)
+
+    return run, run()
+
+
 def _call(fn: Callable[[Any], object], x: Any) -> Callable[[], object]:
     return lambda: fn(x)
 
@@ -140,6 +162,9 @@ def rows_for(m: int, kn: int) -> tuple[list[Row], list[str]]:
             packed = prepare_linear_wq((example, *args[1:]), constants)
             rows.append(Row(f"cpu {label} {dtype_name} (torch kernel)", _call(packed, example),
                             _error(packed(example), want), bytes=qw.nbytes))  # fmt: skip
+        if bits == 8:
+            run, out = _torch_dynamic(qw, x)
+            rows.append(Row("torch dynamic int8 (x int8 per tensor)", run, _error(out, want), bytes=qw.nbytes))
         numpy_qw = quantize_weight(weight.numpy(), bits=bits, group_size=group)
         for backend in ("onnxruntime", "openvino"):
             try:
@@ -206,7 +231,9 @@ def main(argv: list[str] | None = None) -> int:
         if m == 1:
             base = next(r.seconds or 0.0 for r in rows if r.name == "eager F.linear float32")
             int8 = [
-                (base / r.seconds, r.name) for r in rows if r.seconds and "int8" in r.name and "torchao" not in r.name
+                (base / r.seconds, r.name)
+                for r in rows
+                if r.seconds and "int8" in r.name and "torchao" not in r.name and "dynamic" not in r.name
             ]
             best_int8_m1 = max(int8) if int8 else None
     if best_int8_m1 is not None:
