@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-__all__ = ["hull", "magnitude", "negated"]
+__all__ = ["hull", "larger", "magnitude", "negated", "smaller"]
 
 N = TypeVar("N", int, float)
 
@@ -46,3 +46,21 @@ def hull(*intervals: tuple[N, N] | None) -> tuple[N, N] | None:
         return None
     found = [i for i in intervals if i is not None]
     return (min(i[0] for i in found), max(i[1] for i in found))
+
+
+def smaller(a: tuple[N, N] | None, b: tuple[N, N] | None) -> tuple[N, N] | None:
+    """The values ``min(x, y)`` for ``x`` in ``a`` and ``y`` in ``b``.
+
+    >>> smaller((0, 10), (3, 5))
+    (0, 5)
+    """
+    return None if a is None or b is None else (min(a[0], b[0]), min(a[1], b[1]))
+
+
+def larger(a: tuple[N, N] | None, b: tuple[N, N] | None) -> tuple[N, N] | None:
+    """The values ``max(x, y)`` for ``x`` in ``a`` and ``y`` in ``b``.
+
+    >>> larger((0, 10), (3, 5))
+    (3, 10)
+    """
+    return None if a is None or b is None else (max(a[0], b[0]), max(a[1], b[1]))

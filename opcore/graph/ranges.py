@@ -34,7 +34,7 @@ from typing import Any
 import numpy
 
 from opcore.graph.branch_ranges import branch_intervals
-from opcore.graph.intervals import hull, magnitude, negated
+from opcore.graph.intervals import hull, magnitude, negated, smaller
 from opcore.graph.ir import Graph, Node, ValueRef, refs_in, substitute
 from opcore.graph.real_ranges import REAL_DTYPES, REAL_RULES, RealInterval, Reals, measured, real_range, to_integers
 from opcore.graph.size_ranges import declared_sizes, expression_range, largest_size
@@ -110,8 +110,7 @@ def _mul(x: Any, other: Any) -> Interval | None:
 
 
 def _minimum(x: Any, other: Any) -> Interval | None:
-    a, b = known(x), known(other)
-    return None if a is None or b is None else (min(a[0], b[0]), min(a[1], b[1]))
+    return smaller(known(x), known(other))
 
 
 def _sign(x: Any) -> Interval | None:

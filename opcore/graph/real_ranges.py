@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy
 
-from opcore.graph.intervals import hull, magnitude, negated
+from opcore.graph.intervals import hull, larger, magnitude, negated, smaller
 from opcore.types import DType, TensorMeta
 
 __all__ = [
@@ -172,13 +172,11 @@ def _where(condition: Any, x: Any, other: Any) -> RealInterval | None:
 
 
 def _minimum(x: Any, other: Any) -> RealInterval | None:
-    a, b = real(x), real(other)
-    return None if a is None or b is None else (min(a[0], b[0]), min(a[1], b[1]))
+    return smaller(real(x), real(other))
 
 
 def _maximum(x: Any, other: Any) -> RealInterval | None:
-    a, b = real(x), real(other)
-    return None if a is None or b is None else (max(a[0], b[0]), max(a[1], b[1]))
+    return larger(real(x), real(other))
 
 
 def _clamp(x: Any, low: Any = None, high: Any = None) -> RealInterval | None:
