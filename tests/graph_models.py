@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -97,9 +98,12 @@ def seeded(model: nn.Module, seed: int = 0) -> nn.Module:
     return model.eval()
 
 
-def small_llama(*, vocab: int = 256, hidden: int = 64, kv_heads: int = 2, tied: bool = False) -> nn.Module:
+def small_llama(
+    *, vocab: int = 256, hidden: int = 64, kv_heads: int = 2, tied: bool = False, **config_options: Any
+) -> nn.Module:
     """A two-layer transformers LlamaForCausalLM (4 heads, MLP twice ``hidden`` wide), seeded 0, in
-    eval mode: the decoder the plan, weights and generation tests capture. Needs transformers."""
+    eval mode: the decoder the plan, weights and generation tests capture (``config_options``: more
+    LlamaConfig fields, e.g. use_cache=False). Needs transformers."""
     import transformers
 
     config = transformers.LlamaConfig(
@@ -111,6 +115,7 @@ def small_llama(*, vocab: int = 256, hidden: int = 64, kv_heads: int = 2, tied: 
         num_key_value_heads=kv_heads,
         max_position_embeddings=128,
         tie_word_embeddings=tied,
+        **config_options,
     )
     torch.manual_seed(0)
     return transformers.LlamaForCausalLM(config).eval()

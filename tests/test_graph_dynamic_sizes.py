@@ -13,6 +13,7 @@ import json
 import numpy
 import pytest
 import torch
+from graph_models import small_llama
 from torch import nn
 from torch.export import Dim
 
@@ -176,19 +177,8 @@ def test_argmax_over_two_dynamic_dims_has_no_range() -> None:
 
 
 def test_a_dynamic_decoder_is_one_partition_with_its_attention_fused() -> None:
-    transformers = pytest.importorskip("transformers", reason="the decoder is a transformers model")
-    config = transformers.LlamaConfig(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        use_cache=False,
-    )
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config).eval()
+    pytest.importorskip("transformers", reason="the decoder is a transformers model")
+    model = small_llama(use_cache=False)
     ids = torch.randint(3, 256, (2, 16), generator=torch.Generator().manual_seed(0))
     shapes = ({0: Dim("batch", min=1, max=8), 1: Dim("seq", min=2, max=64)},)
     plan = opcore.graph.capture(model, (ids,), dynamic_shapes=shapes, measure=False)
