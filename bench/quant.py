@@ -163,8 +163,8 @@ def rows_for(m: int, kn: int) -> tuple[list[Row], list[str]]:
             rows.append(Row(f"cpu {label} {dtype_name} (torch kernel)", _call(packed, example),
                             _error(packed(example), want), bytes=qw.nbytes))  # fmt: skip
         if bits == 8:
-            run, out = _torch_dynamic(qw, x)
-            rows.append(Row("torch dynamic int8 (x int8 per tensor)", run, _error(out, want), bytes=qw.nbytes))
+            dynamic, out = _torch_dynamic(qw, x)
+            rows.append(Row("torch dynamic int8 (x int8 per tensor)", dynamic, _error(out, want), bytes=qw.nbytes))
         numpy_qw = quantize_weight(weight.numpy(), bits=bits, group_size=group)
         for backend in ("onnxruntime", "openvino"):
             try:
