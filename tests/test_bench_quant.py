@@ -42,5 +42,7 @@ def test_a_tiny_run_prints_a_row_per_backend_and_the_target(bench, capsys):
         assert row in out
     for backend in ("onnxruntime", "openvino"):
         assert f"{backend} int8" in out or f"not measured: {backend} int8" in out
+    assert "torch dynamic int8 (x int8 per tensor)" in out or "not measured: torch dynamic int8" in out
     assert "target M=1 int8 >= 3.0x eager float32:" in out
+    assert "(torch dynamic" not in out.split("target M=1")[1]  # not weight-only: never the target's row
     assert "torchao int8 g" not in out and "not measured: torchao int8 float32: skipped" in out
