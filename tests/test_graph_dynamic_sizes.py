@@ -112,9 +112,10 @@ class FrontEnd(nn.Module):
         return (frames.unsqueeze(1) * mask[None, :, :, None]).sum(2)
 
 
-def test_a_size_read_off_a_computed_tensor_is_computed_from_the_input() -> None:
+def test_a_size_read_off_a_computed_tensor_is_computed_from_the_input(tmp_path) -> None:
     """sym_size(frames, 1) is s - 1 of an input of 20*s: read off the input's size, it no longer
-    splits the partition around the read (two partitions before opcore.graph.input_sizes)."""
+    splits the partition around the read (two partitions before opcore.graph.input_sizes); the
+    size nodes save and load as any."""
     torch.manual_seed(0)
     model = FrontEnd().eval()
     seq = Dim("n", min=2, max=100)
@@ -123,10 +124,13 @@ def test_a_size_read_off_a_computed_tensor_is_computed_from_the_input() -> None:
     sizes = [node for node in plan.graph.nodes if node.scalar]
     assert [node.op for node in sizes] == ["sym_size", "floordiv", "add"]  # (20*s) // 20 - 1
     assert sizes[0].args[0].name in plan.graph.inputs
+    plan.save(tmp_path / "front")
+    loaded = opcore.graph.load(tmp_path / "front")
     for samples in (20 * 37, 20 * 3):
         x = torch.randn(2, samples)
         with torch.no_grad():
             torch.testing.assert_close(plan(x), model(x), rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(loaded(x), plan(x), rtol=0, atol=0)
 
 
 def test_only_a_linear_size_of_one_symbol_is_rewritten() -> None:
