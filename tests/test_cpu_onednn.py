@@ -355,6 +355,14 @@ def test_a_way_that_copies_nothing_wins_within_the_margin(monkeypatch):
     assert weight_choice._measure(ways(2.0, 1.2, 1.0), None)[0] == "packed"  # 20%: the copy pays
     assert weight_choice._measure(ways(1.0, 1.0, 0.99), None)[0] == "aten"
 
+    def refused():
+        raise RuntimeError("this build cannot pack that")
+
+    broken = [Way("aten", False, lambda: Call(2.0)), Way("packed", True, refused)]
+    assert weight_choice._measure(broken, None)[0] == "aten"  # a way that fails is left out
+    with pytest.raises(RuntimeError, match="cannot pack"):
+        weight_choice._measure([Way("packed", True, refused)], None)
+
 
 def test_an_unknown_weights_policy_is_a_clear_error(monkeypatch):
     from opcore.errors import ArgumentError

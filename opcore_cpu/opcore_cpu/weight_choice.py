@@ -90,19 +90,28 @@ def _time(call: Prepared, x: Any) -> float:
 def _measure(ways: Sequence[Way], x: Any) -> tuple[str, Prepared]:
     import torch
 
-    calls = []
+    kept: list[Way] = []
+    calls: list[Prepared] = []
+    failure: RuntimeError | None = None
     with torch.no_grad():
         for way in ways:
-            call = way.build()
-            call(x)  # warm: oneDNN builds its primitive on the first call
+            try:  # a way this torch build cannot run (a packing it refuses) is left out, not fatal
+                call = way.build()
+                call(x)  # warm: oneDNN builds its primitive on the first call
+            except RuntimeError as error:
+                failure = error
+                continue
+            kept.append(way)
             calls.append(call)
+        if not calls:
+            raise failure if failure is not None else RuntimeError("no way to run the problem")
         best = [_time(call, x) for call in calls]
         for _ in range(_ROUNDS - 1):  # interleaved, so that a burst of other load hits every way
             best = [min(previous, _time(call, x)) for previous, call in zip(best, calls)]
     fastest = min(best)
     # ways are listed from the least copying up: the first within the margin of the fastest
     index = next(i for i, seconds in enumerate(best) if seconds <= fastest * MARGIN)
-    return ways[index].name, calls[index]
+    return kept[index].name, calls[index]
 
 
 def choose(key: tuple[Any, ...], ways: Sequence[Way], x: Any) -> Prepared:
