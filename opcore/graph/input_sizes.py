@@ -22,18 +22,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from opcore.graph.ir import Node, ValueInfo, ValueRef
+from opcore.graph.ir import SCALAR_OPS, Node, ValueInfo, ValueRef
 
 __all__ = ["linear_in", "size_from_inputs"]
-
-# the example's value through each step (the steps run SCALAR_OPS of the same names)
-_ARITHMETIC = {
-    "sym_size": lambda size, _: size,
-    "sub": lambda size, k: size - k,
-    "floordiv": lambda size, k: size // k,
-    "mul": lambda size, k: size * k,
-    "add": lambda size, k: size + k,
-}
 
 
 def linear_in(expression: Any, symbol: Any) -> tuple[int, int] | None:
@@ -97,7 +88,8 @@ def size_from_inputs(fx_node: Any, values: dict[str, ValueInfo], concrete: dict[
     for i, (op, operand, text) in enumerate(steps):
         last = i == len(steps) - 1
         out = fx_node.name if last else f"{fx_node.name}_from_{name}_{i}"
-        example = _ARITHMETIC[op](example, operand)
+        if op != "sym_size":  # the example's value through the step, as the plan computes it
+            example = SCALAR_OPS[op](example, operand)
         target = "aten.sym_size" if op == "sym_size" else "python"
         nodes.append(Node(out, op, target, (value, operand), (out,), True))
         values[out] = ValueInfo(out, None, (str(expr) if last else text,), example)

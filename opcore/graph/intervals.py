@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-__all__ = ["hull", "larger", "magnitude", "negated", "smaller"]
+__all__ = ["hull", "larger", "magnitude", "negated", "smaller", "summed"]
 
 N = TypeVar("N", int, float)
 
@@ -64,3 +64,16 @@ def larger(a: tuple[N, N] | None, b: tuple[N, N] | None) -> tuple[N, N] | None:
     (3, 10)
     """
     return None if a is None or b is None else (max(a[0], b[0]), max(a[1], b[1]))
+
+
+def summed(a: tuple[N, N] | None, count: int) -> tuple[N, N] | None:
+    """Any sum of up to ``count`` values in ``a`` (a running sum's prefixes too) and the empty sum 0;
+    a negative count (a size known only at run time) gives None.
+
+    >>> summed((1, 3), 4), summed((-0.5, 2.0), 10), summed((1, 1), -1)
+    ((0, 12), (-5.0, 20.0), None)
+    """
+    if a is None or count < 0:
+        return None
+    zero = type(a[0])(0)
+    return (min(zero, count * a[0]), max(zero, count * a[1]))

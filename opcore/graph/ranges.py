@@ -34,7 +34,7 @@ from typing import Any
 import numpy
 
 from opcore.graph.branch_ranges import branch_intervals
-from opcore.graph.intervals import hull, magnitude, negated, smaller
+from opcore.graph.intervals import hull, magnitude, negated, smaller, summed
 from opcore.graph.ir import Graph, Node, ValueRef, refs_in, substitute
 from opcore.graph.real_ranges import REAL_DTYPES, REAL_RULES, RealInterval, Reals, measured, real_range, to_integers
 from opcore.graph.size_ranges import declared_sizes, expression_range, largest_size
@@ -134,8 +134,7 @@ def _boolean(*args: Any) -> Interval:
 def _sum_of(x: Any, count: int) -> Interval | None:
     """Any sum of up to ``count`` values of x (a running sum's prefixes too), and the empty sum 0.
     A negative count is a dim whose size changes at run time (see ``value_ranges``): unknown."""
-    a = known(x)
-    return None if a is None or count < 0 else (min(0, count * a[0]), max(0, count * a[1]))
+    return summed(known(x), count)
 
 
 def _cumsum(x: TensorMeta, dim: int, dtype: str | None = None) -> Interval | None:
@@ -327,9 +326,7 @@ def value_ranges(
             interval = given[name] if name in given else reals.get(name)
             if interval is None:
                 return meta
-            info = graph.values[name]
-            shape = tuple(largest_size(d, sizes) for d in info.dims) if info.dynamic_axes else meta.shape
-            return Reals(interval[0], interval[1], shape)
+            return Reals(interval[0], interval[1], meta_of(name, given).shape)  # a dynamic size's largest
         return meta_of(name, given)
 
     def evaluate(node: Node, given: Mapping[str, Any]) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy
 
-from opcore.graph.intervals import hull, larger, magnitude, negated, smaller
+from opcore.graph.intervals import hull, larger, magnitude, negated, smaller, summed
 from opcore.types import DType, TensorMeta
 
 __all__ = [
@@ -208,9 +208,9 @@ def _cumsum(x: Any, dim: int, dtype: Any = None) -> RealInterval | None:
     a = real(x)
     shape = x.shape if isinstance(x, (Reals, TensorMeta)) else ()
     count = shape[dim] if shape else 1
-    if a is None or count < 0 or not all(math.isfinite(v) for v in a):
+    interval = summed(a, count) if a is not None and all(math.isfinite(v) for v in a) else None
+    if interval is None:
         return None
-    interval = (min(0.0, count * a[0]), max(0.0, count * a[1]))
     largest = max(abs(interval[0]), abs(interval[1]))
     return widened(interval, absolute=count * largest * 2.0**-23)
 
