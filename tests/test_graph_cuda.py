@@ -90,3 +90,29 @@ def test_a_cuda_torch_route_runs_the_exported_program_and_replays():
         torch.testing.assert_close(plan(x)[0], want, atol=1e-4, rtol=1e-4)  # warm-up and capture
         assert plan._replay is not None
         torch.testing.assert_close(plan(x * 1.0)[0], want, atol=1e-4, rtol=1e-4)  # replay
+
+
+def _gpt2() -> torch.nn.Module:
+    import transformers
+
+    config = transformers.GPT2Config(vocab_size=256, n_embd=64, n_layer=2, n_head=4, n_positions=64, use_cache=False)
+    torch.manual_seed(0)
+    return transformers.GPT2LMHeadModel(config).eval()
+
+
+@pytest.mark.parametrize("route", [None, "torch"])
+@pytest.mark.parametrize("make", ["llama", "gpt2"])
+def test_whole_decoders_plan_on_the_gpu(make, route):
+    """Whole transformers models, their buffers on the GPU (a rotary inv_freq, a position table):
+    constants the planner measures on the host (a cuda tensor has no numpy view)."""
+    pytest.importorskip("transformers")
+    from graph_models import small_llama
+
+    model = (small_llama(use_cache=False) if make == "llama" else _gpt2()).cuda()
+    ids = torch.randint(0, 256, (2, 16), device="cuda")
+    plan = opcore.graph.capture(model, (ids,), device="cuda", route=route)
+    assert {d.backend for d in plan.decisions} <= {"cuda", "python"}
+    with torch.no_grad():
+        want = model(ids).logits
+        torch.testing.assert_close(plan(ids).logits, want, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(plan(ids).logits, want, atol=1e-4, rtol=1e-4)  # replayed

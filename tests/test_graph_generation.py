@@ -410,6 +410,39 @@ def test_generation_on_cuda_equals_eager():
     ids = prompt().cuda()
     want = model.generate(ids, max_new_tokens=16, do_sample=False, eos_token_id=None, pad_token_id=0)
     assert torch.equal(lm.generate(ids, max_new_tokens=16, eos_token_id=[]), want)
+    replayed = lm.default_session.decode_graph
+    assert replayed, lm.decode_plan.notes  # the decode steps replayed as one CUDA graph
+    assert replayed.replays == 15  # the 16th token needs no step after it
+    assert torch.equal(lm.generate(ids, max_new_tokens=16, eos_token_id=[]), want)  # the same graph, reset cache
+    assert lm.default_session.decode_graph is replayed and replayed.replays == 30
+
+
+@pytest.mark.gpu
+def test_cuda_sessions_replay_their_own_graphs():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU visible")
+    model = build("llama").cuda()
+    lm = opcore.graph.capture_lm(model, max_length=48, device="cuda", measure=False)
+    a, b = prompt(seed=1).cuda(), prompt(length=7, seed=2).cuda()
+    alone = [model.generate(p, max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0) for p in (a, b)]
+    first, second = lm.session(), lm.session()
+    tokens = {0: [first.prefill(a).argmax(-1)], 1: [second.prefill(b).argmax(-1)]}
+    for _ in range(7):  # interleaved: each session's graph reads and writes its own cache
+        for index, chat in enumerate((first, second)):
+            tokens[index].append(chat.decode(tokens[index][-1]).argmax(-1))
+    for index, prompt_ids in enumerate((a, b)):
+        assert torch.equal(torch.cat([prompt_ids, torch.stack(tokens[index], 1)], 1), alone[index])
+    assert first.decode_graph.graph is not second.decode_graph.graph
+    # sampling with a seeded generator: the same tokens replayed or node by node
+    sampled = [
+        lm.generate(a, max_new_tokens=8, do_sample=True, top_k=20, generator=torch.Generator("cuda").manual_seed(3))
+        for _ in range(2)
+    ]
+    lm.cuda_graph = False  # turned off: every session's steps run node by node
+    kept = lm.default_session.decode_graph
+    plain = lm.generate(a, max_new_tokens=8, do_sample=True, top_k=20, generator=torch.Generator("cuda").manual_seed(3))
+    assert kept and kept.replays == 14 and lm.session().decode_graph is None
+    assert torch.equal(sampled[0], sampled[1]) and torch.equal(sampled[0], plain)
 
 
 def _rss_mb() -> float:

@@ -94,6 +94,9 @@ class Session:
         self.mask = torch.zeros(lm.batch_size, lm.max_length, dtype=torch.long, device=device)
         self.positions = torch.zeros(lm.batch_size, dtype=torch.long, device=device)
         self.length = 0  # cache slots used
+        # the decode step as a CUDA graph over this session's buffers (on cuda; made on its first step
+        # with lm.cuda_graph): None not made yet, False its capture failed (the plan's notes say why)
+        self.decode_graph: Any = None
 
     def reset(self) -> None:
         self.mask.zero_()
@@ -160,7 +163,13 @@ class Session:
         tokens of the vocabulary, on the model's device, with room left in the cache."""
         at = self.length
         self.mask[:, at] = 1
-        logits = self.lm._decode(ids, self.positions[:, None], at, self.mask, self.state)
+        replay = self.decode_graph
+        if replay is None and self.lm.cuda_graph:
+            replay = self.decode_graph = self.lm._decode_graph(self, ids, at)
+        if replay and self.lm.cuda_graph:
+            logits = replay(ids, at)
+        else:
+            logits = self.lm._decode(ids, self.positions[:, None], at, self.mask, self.state)
         self.positions += 1
         self.length += 1
         return logits[:, -1]
@@ -191,6 +200,9 @@ class LanguageModel:
         self.load_seconds = 0.0
         self._positions: dict[int, Any] = {}
         self._session: Session | None = None
+        # on cuda, each session's decode step replays as one CUDA graph (opcore.graph.decode_graph);
+        # False: every session's steps run node by node from the next step on
+        self.cuda_graph = str(decode_plan.device).startswith("cuda")
 
     # --- sessions and steps ------------------------------------------------------------------
 
@@ -286,6 +298,24 @@ class LanguageModel:
             slot = self._positions[at] = torch.tensor([at], dtype=torch.long, device=ids.device)
         with torch.no_grad():
             return self.decode_plan.program.run([ids, positions, slot, mask, *state])[0]
+
+    def _decode_graph(self, session: Session, ids: Any, at: int) -> Any:
+        """``session``'s decode step captured as a CUDA graph, or False where its capture failed (the
+        decode plan's notes say why, once)."""
+        import torch
+
+        from opcore.graph.decode_graph import DecodeGraph, capture_failed
+
+        try:
+            with torch.no_grad():
+                return DecodeGraph(
+                    self.decode_plan.program, ids, session.positions[:, None], at, session.mask, session.state
+                )
+        except Exception as error:  # replay is an optimisation: the steps still run node by node
+            note = capture_failed(error)
+            if note not in self.decode_plan.notes:
+                self.decode_plan.notes.append(note)
+            return False
 
     # --- generate ------------------------------------------------------------------------------
 

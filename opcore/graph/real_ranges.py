@@ -273,7 +273,10 @@ def to_integers(interval: RealInterval | None, limit: tuple[int, int] | None) ->
 
 
 def measured(values: Any) -> RealInterval | None:
-    """A float constant's interval (its min and max); None if it holds a NaN or nothing."""
+    """A float constant's interval (its min and max); None if it holds a NaN or nothing. ``values``: a
+    numpy array or a torch tensor on any device (a cuda plan's constants live on the GPU)."""
+    if hasattr(values, "detach"):
+        values = values.detach().cpu()
     array = numpy.asarray(values)
     if array.size == 0 or numpy.isnan(array).any():
         return None
