@@ -7,6 +7,7 @@ spread would let 1e-6 of float noise flip a token, which says nothing about the 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -121,6 +122,7 @@ def test_the_decode_plan_writes_the_cache_in_place_and_explain_shows_it(llama):
     assert text.count("rows written in place") == 8  # 4 state buffers, prefill and decode
     record = lm.explain(format="json")
     assert '"state_writes"' in record
+    assert json.loads(record)["phases"]["decode"]["cuda_graph"] is False and "replayed" not in text  # on the CPU
     assert "state write" in lm.decode_plan.summary()
     session = lm.session()
     pointers = [t.data_ptr() for t in session.state]
@@ -412,6 +414,7 @@ def test_generation_on_cuda_equals_eager():
     assert torch.equal(lm.generate(ids, max_new_tokens=16, eos_token_id=[]), want)
     replayed = lm.default_session.decode_graph
     assert replayed, lm.decode_plan.notes  # the decode steps replayed as one CUDA graph
+    assert "replayed: one CUDA graph per session" in lm.explain()
     assert replayed.replays == 15  # the 16th token needs no step after it
     assert torch.equal(lm.generate(ids, max_new_tokens=16, eos_token_id=[]), want)  # the same graph, reset cache
     assert lm.default_session.decode_graph is replayed and replayed.replays == 30

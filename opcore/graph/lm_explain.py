@@ -35,6 +35,8 @@ def describe(lm: Any) -> dict[str, Any]:
             {"state": state_name, "node": node, "how": how} for state_name, node, how in state_pairs(plan.graph)
         ]
         phases[phase] = record
+    if "decode" in phases:
+        phases["decode"]["cuda_graph"] = bool(getattr(lm, "cuda_graph", False))
     return {
         "batch_size": lm.batch_size,
         "max_length": lm.max_length,
@@ -60,6 +62,8 @@ def render(lm: Any, format: str = "text") -> str:
             continue
         lines.append("")
         lines.append(f"{phase}: {plan.summary()}")
+        if phase == "decode" and record["phases"][phase].get("cuda_graph"):
+            lines.append("  replayed: one CUDA graph per session, captured on its first decode step (lm.cuda_graph)")
         for item in record["phases"][phase]["state_writes"]:
             lines.append(f"  state {item['state']}: written by {item['node']} ({item['how']})")
         for note in plan.notes:
