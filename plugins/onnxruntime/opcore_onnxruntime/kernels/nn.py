@@ -67,15 +67,21 @@ def build_conv(
     return finish(g, out, x.dtype)
 
 
-def _repeat_heads(g: Graph, kv: Value, query: Value) -> Value:
-    """(..., Hkv, S, E) -> (..., Hq, S, E), each key/value head repeated Hq / Hkv times in a row."""
-    heads = g.shape(query, -3, -2)
+def _grouped(g: Graph, x: Value, query: Value, kv: Value) -> Value:
+    """(..., Hq, L, X) -> (..., Hkv, G * L, X), G = Hq / Hkv: the query heads that share a key/value
+    head side by side (head h reads key/value head h // G), so that one MatMul against the key or
+    value's own Hkv heads serves them all: the cache is read as it is, never repeated per head."""
     kv_heads = g.shape(kv, -3, -2)
-    repeats = g.op("Div", heads, kv_heads)
-    expanded = g.op("Unsqueeze", kv, g.ints([-3]), rank=kv.ndim + 1)
-    target = g.op("Concat", g.shape(kv, 0, -3), kv_heads, repeats, g.shape(kv, -2), axis=0)
-    expanded = g.op("Expand", expanded, target)
-    return g.op("Reshape", expanded, g.op("Concat", g.shape(kv, 0, -3), heads, g.shape(kv, -2), axis=0), rank=kv.rank)
+    rows = g.op("Mul", g.op("Div", g.shape(query, -3, -2), kv_heads), g.shape(x, -2, -1))
+    target = g.op("Concat", g.shape(x, 0, -3), kv_heads, rows, g.shape(x, -1), axis=0)
+    return g.op("Reshape", x, target, rank=x.rank)
+
+
+def _ungrouped(g: Graph, x: Value, query: Value) -> Value:
+    """(..., Hkv, G * L, X) -> (..., Hq, L, X), ``_grouped``'s inverse (Hq and L: query's; the
+    batch dims x's own, where the query's broadcast against the key's)."""
+    target = g.op("Concat", g.shape(x, 0, -3), g.shape(query, -3, -1), g.shape(x, -1), axis=0)
+    return g.op("Reshape", x, target, rank=x.rank)
 
 
 def build_sdpa(
@@ -91,8 +97,6 @@ def build_sdpa(
 ) -> Value:
     compute = compute_float(query.dtype)
     q, k, v = (g.cast(t, compute) for t in (query, key, value))
-    if enable_gqa:
-        k, v = _repeat_heads(g, k, q), _repeat_heads(g, v, q)
     if scale is None:  # 1 / sqrt(E), E read at run time (an empty E gives zero scores whatever the scale)
         embed = g.cast(g.shape(q, -1), compute)
         one = g.const(numpy.asarray([1], dtype=compute))
@@ -102,7 +106,12 @@ def build_sdpa(
         factor = g.const(numpy.asarray([scale], dtype=compute))
     perm = list(range(k.ndim))
     perm[-1], perm[-2] = perm[-2], perm[-1]
-    scores = g.op("MatMul", g.op("Mul", q, factor), g.op("Transpose", k, perm=perm), rank=None)
+    scaled = g.op("Mul", q, factor)
+    if enable_gqa:  # (..., Hkv, G * L, S) -> (..., Hq, L, S): masks broadcast against the query's heads
+        scores = g.op("MatMul", _grouped(g, scaled, q, k), g.op("Transpose", k, perm=perm), rank=q.rank)
+        scores = _ungrouped(g, scores, q)
+    else:
+        scores = g.op("MatMul", scaled, g.op("Transpose", k, perm=perm), rank=None)
     minus_inf = g.const(numpy.asarray(-numpy.inf, dtype=compute))
     masked = is_causal or attn_mask is not None
     if is_causal:
@@ -120,6 +129,8 @@ def build_sdpa(
         top = g.op("ReduceMax", scores, g.ints([-1]), keepdims=1)
         empty = g.op("Equal", top, minus_inf, dtype=BOOL)
         weights = g.op("Where", empty, g.const(numpy.asarray(0, dtype=compute)), weights, dtype=compute)
+    if enable_gqa:
+        return finish(g, _ungrouped(g, g.op("MatMul", _grouped(g, weights, q, v), v, rank=q.rank), q), query.dtype)
     return finish(g, g.op("MatMul", weights, v), query.dtype)
 
 
