@@ -354,6 +354,9 @@ def test_a_way_that_copies_nothing_wins_within_the_margin(monkeypatch):
     assert weight_choice._measure(ways(2.0, 1.04, 1.0), None)[0] == "dense"  # 4% slower, no copy
     assert weight_choice._measure(ways(2.0, 1.2, 1.0), None)[0] == "packed"  # 20%: the copy pays
     assert weight_choice._measure(ways(1.0, 1.0, 0.99), None)[0] == "aten"
+    # the copy, not the order, decides: a copying way listed first still yields to one that copies nothing
+    first = [Way("packed", True, lambda: Call(1.0)), Way("dense", False, lambda: Call(1.03))]
+    assert weight_choice._measure(first, None)[0] == "dense"
 
     def refused():
         raise RuntimeError("this build cannot pack that")

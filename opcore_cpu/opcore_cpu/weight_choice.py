@@ -109,16 +109,19 @@ def _measure(ways: Sequence[Way], x: Any) -> tuple[str, Prepared]:
         for _ in range(_ROUNDS - 1):  # interleaved, so that a burst of other load hits every way
             best = [min(previous, _time(call, x)) for previous, call in zip(best, calls)]
     fastest = min(best)
-    # ways are listed from the least copying up: the first within the margin of the fastest
-    index = next(i for i, seconds in enumerate(best) if seconds <= fastest * MARGIN)
+    # the first way that copies no weight within the margin of the fastest, else the fastest
+    index = next(
+        (i for i, seconds in enumerate(best) if not kept[i].copies and seconds <= fastest * MARGIN),
+        best.index(fastest),
+    )
     return kept[index].name, calls[index]
 
 
 def choose(key: tuple[Any, ...], ways: Sequence[Way], x: Any) -> Prepared:
     """The prepared call of the way to run problem ``key`` on example ``x``: by the policy, else the
-    answer measured for ``key`` before, else measured now. ``ways`` are listed from the least
-    copying up and include one named "dense" and one named "packed". The call carries its way's
-    name as ``opcore_weights``."""
+    answer measured for ``key`` before, else measured now. ``ways`` include one named "dense" and
+    one named "packed"; among those that copy no weight, the first listed wins a tie. The call
+    carries its way's name as ``opcore_weights``."""
     by_name = {way.name: way for way in ways}
     mode = policy()
     name = mode if mode != "measure" else _answers.get(key)
