@@ -8,8 +8,13 @@ import timeit
 from collections.abc import Callable, Mapping, Sequence
 
 
-def calibrate(fn: Callable[[], object], target_s: float = 0.01) -> int:
-    """How many calls take about ``target_s``."""
+def calibrate(fn: Callable[[], object], target_s: float = 0.01, warmup: int = 3) -> int:
+    """How many calls take about ``target_s``, counted after ``warmup`` untimed calls: one-time work
+    (a plan that compiles a shape the second time it meets it, lazy allocations) must not make a
+    case look slow here, or it would be timed in short samples that a switch between cases costs more.
+    """
+    for _ in range(warmup):
+        fn()
     number = 1
     while True:
         elapsed = timeit.timeit(fn, number=number)
