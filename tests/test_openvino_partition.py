@@ -146,3 +146,44 @@ def test_an_encoder_layer_is_written_in_the_forms_the_cpu_plugin_fuses() -> None
     assert executed["FullyConnected"] == 6 and executed["MVN"] == 1 and "MatMul" not in executed, executed
     (y,) = part(values["x"])
     numpy.testing.assert_allclose(y, expected.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def _gqa_partition_cases() -> list[Any]:
+    from opcore.testing.partitions import partition_cases
+
+    op = "scaled_dot_product_attention"
+    return [c for c in partition_cases("openvino", ops=[op], samples=None) if c.sample.id.startswith("gqa")]
+
+
+def test_grouped_query_attention_in_a_partition_matches_the_reference_on_every_gqa_sample() -> None:
+    """In a partition the shapes are known: where the key and value have the same heads, the query
+    heads are grouped per key/value head (no copy of the cache per query head) and the mask's rows
+    with them; the kit's kernel-level samples run with dynamic shapes and take the other path."""
+    from opcore.testing.conformance import Status
+    from opcore.testing.partitions import check_partition
+
+    cases = _gqa_partition_cases()
+    outcomes = {case.id: check_partition(case) for case in cases}
+    passed = [name for name, outcome in outcomes.items() if outcome.status is Status.PASSED]
+    # every mask form, batch broadcast and decode shape, alone and between two nodes; causal too
+    assert len(passed) >= 60, {n: str(o.reason) for n, o in outcomes.items() if o.status is not Status.PASSED}
+    assert any("causal" in name for name in passed) and any("fully-masked" in name for name in passed)
+
+
+def test_grouped_query_attention_reads_the_key_and_value_as_they_are() -> None:
+    """The decode form (one query row, 6 query heads over 3 key/value heads): no Broadcast of the
+    key or value in the model, one ScaledDotProductAttention over the grouped heads; exact against torch."""
+    q, k, v = (numpy.random.default_rng(i).standard_normal(s).astype(numpy.float32)
+               for i, s in enumerate([(1, 6, 1, 8), (1, 3, 7, 8), (1, 3, 7, 8)]))  # fmt: skip
+    mask = numpy.ones((1, 1, 1, 7), bool)
+    mask[..., 5:] = False
+    node = PartNode("scaled_dot_product_attention", (R("q"), R("k"), R("v"), R("m"), 0.0, False, None, True), ("o",))
+    values = {"q": q, "k": k, "v": v, "m": mask, "o": numpy.zeros((1, 6, 1, 8), numpy.float32)}
+    part = _compile((node,), values, ("q", "k", "v", "m"), ("o",))
+    written = _written(part)
+    assert written["Broadcast"] == 0 and written["ScaledDotProductAttention"] == 1, written
+    (got,) = part(q, k, v, mask)
+    want = torch.nn.functional.scaled_dot_product_attention(
+        *(torch.from_numpy(a) for a in (q, k, v, mask)), enable_gqa=True
+    )
+    torch.testing.assert_close(torch.from_numpy(got), want, rtol=1e-5, atol=1e-6)

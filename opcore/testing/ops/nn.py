@@ -189,6 +189,29 @@ def sdpa_samples() -> Iterable[Sample]:
         for causal in (False, True):
             name = f"gqa-{i}" + ("-causal" if causal else "")
             s.add(name, s.tensor(q_shape), s.tensor(k_shape), s.tensor(v_shape), is_causal=causal, enable_gqa=True)
+    # GQA with masks: a backend that groups the query heads per key/value head must group the mask's
+    # rows with them (per head, per query position, broadcast batches) or pass a row mask as it is
+    q_shapes = {"": (2, 6, 4, 8), "-qbatch1": (1, 6, 4, 8), "-decode": (2, 6, 1, 8)}
+    named = set()
+    for mask_dtype in ("bool", "float32"):
+        for mask_shape in [(4, 5), (2, 1, 4, 5), (2, 6, 4, 5), (6, 1, 5), (2, 1, 1, 5), (1, 5)]:
+            for q_name, q_shape in q_shapes.items():
+                shape = (*mask_shape[:-2], q_shape[-2] if mask_shape[-2] != 1 else 1, mask_shape[-1])
+                name = f"gqa-mask-{mask_dtype}-{shape_id(shape)}{q_name}"
+                if (mask_dtype, shape, q_shape) in named:  # a decode query makes some shapes the same
+                    continue
+                named.add((mask_dtype, shape, q_shape))
+                mask = s.tensor(shape, mask_dtype)
+                if mask_dtype == "bool":
+                    values = mask.values()
+                    values[..., 0] = True
+                    mask = tensor_of(values, "bool")
+                q, k, v = s.tensor(q_shape), s.tensor((2, 3, 5, 8)), s.tensor((2, 3, 5, 6))
+                s.add(name, q, k, v, attn_mask=mask, enable_gqa=True)
+    rows = numpy.ones((2, 6, 4, 5), bool)
+    rows[1, 4, 2] = False  # one fully masked row, in one head of one batch
+    q, k, v = s.tensor((2, 6, 4, 8)), s.tensor((2, 3, 5, 8)), s.tensor((2, 3, 5, 6))
+    s.add("gqa-fully-masked-row", q, k, v, attn_mask=tensor_of(rows, "bool"), enable_gqa=True, note="zeros")
     for layout in ("transposed", "strided"):
         q, k, v = (s.tensor(shape, layout=layout) for shape in ((2, 3, 4, 8), (2, 3, 5, 8), (2, 3, 5, 6)))
         s.add(layout, q, k, v, s.tensor((4, 5), layout=layout))
