@@ -183,7 +183,6 @@ def test_grouped_query_attention_reads_the_key_and_value_as_they_are() -> None:
     written = _written(part)
     assert written["Broadcast"] == 0 and written["ScaledDotProductAttention"] == 1, written
     (got,) = part(q, k, v, mask)
-    want = torch.nn.functional.scaled_dot_product_attention(
-        *(torch.from_numpy(a) for a in (q, k, v, mask)), enable_gqa=True
-    )
+    tq, tk, tv, tm = (torch.from_numpy(a) for a in (q, k, v, mask))
+    want = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, tm, enable_gqa=True)
     torch.testing.assert_close(torch.from_numpy(got), want, rtol=1e-5, atol=1e-6)

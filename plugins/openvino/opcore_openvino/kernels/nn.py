@@ -120,7 +120,7 @@ def _causal(g: Graph, query: Node, key: Node) -> Node:
 
     def positions(x: Node) -> Node:
         size = ops.squeeze(g.dims(x, -2, -1), g.ints([0]))
-        return ops.range(g.const(0, numpy.int64), size, g.const(1, numpy.int64), "i64")
+        return ops.range(g.const(0, "int64"), size, g.const(1, "int64"), "i64")
 
     return ops.less_equal(ops.unsqueeze(positions(key), g.ints([0])), ops.unsqueeze(positions(query), g.ints([1])))
 
