@@ -17,7 +17,8 @@ means in issue 25's targets); the plans' graph runtimes get the threads torch ha
 
 The summary after the tables: models captured by default, dynamic captures that ran and matched,
 median and minimum speed-up of the plan over eager at batch 1, models below 1.0x, models where the
-plan is behind compile, and the dynamic plan against the static one (time ratio, partition counts).
+plan is behind compile, and the dynamic plan against the static one (partition counts, and the time
+ratio from the two plans timed again as a pair, twice the rounds, after the table's columns).
 
     python bench/zoo.py --threads 1 --batches 1 --rounds 15            # the table in docs/benchmarks.md
     python bench/zoo.py --models llama,bert --skip compile --busy
@@ -86,6 +87,16 @@ class Group:
     batch: int
     threads: int
     rows: dict[str, Row] = field(default_factory=dict)
+    paired: float | None = None  # the static plan's time over the dynamic one's, timed as a pair
+
+    def dynamic_vs_static(self) -> float | None:
+        """The paired ratio, else the ratio of the two columns (None without both)."""
+        plan, dynamic = self.rows.get("plan"), self.rows.get("dynamic")
+        if self.paired is not None:
+            return self.paired
+        if plan is None or dynamic is None or not plan.seconds or not dynamic.seconds:
+            return None
+        return plan.seconds / dynamic.seconds
 
     def ratio(self, column: str) -> float | None:
         eager, other = self.rows.get("eager"), self.rows.get(column)
@@ -177,6 +188,11 @@ def bench_group(case: ZooCase, batch: int, threads: int, skip: set[str], rounds:
             row.note = _reason(error)
     for label, seconds in medians(calls, repeats=rounds, warmup=1).items():
         group.rows[label].seconds = seconds
+    if "plan" in calls and "dynamic" in calls:
+        # the two plans compute the same thing: timed again as a pair, twice the rounds, without the
+        # other columns between them (one column's median moves by 5-10 % from run to run here)
+        pair = medians({"plan": calls["plan"], "dynamic": calls["dynamic"]}, repeats=2 * rounds, warmup=1)
+        group.paired = pair["plan"] / pair["dynamic"]
     return group
 
 
@@ -198,7 +214,8 @@ def report(group: Group) -> str:
         )
     case = group.case
     title = f"### {case.name} ({case.family}: {case.what}), batch {group.batch}, {group.threads} thread(s)"
-    return f"{title}\n\n{table(header, rows)}\n(load average {os.getloadavg()[0]:.2f})\n"
+    paired = "" if group.paired is None else f"dynamic vs static, timed as a pair: {group.paired:.2f}x; "
+    return f"{title}\n\n{table(header, rows)}\n({paired}load average {os.getloadavg()[0]:.2f})\n"
 
 
 def summary(groups: list[Group]) -> str:
@@ -234,17 +251,15 @@ def summary(groups: list[Group]) -> str:
                 f"minimum {ratios[worst]:.2f}x ({worst}), below 1.0x: {len(below)} {below or ''}, "
                 f"behind compile: {len(behind)} {behind or ''}"
             )
-        pairs = [
-            (g.case.name, g.rows["plan"], g.rows["dynamic"])
-            for g in at
-            if "dynamic" in g.rows and g.rows["dynamic"].seconds and g.rows["plan"].seconds
-        ]
+        pairs = [(g.case.name, g.rows["plan"], g.rows["dynamic"], r) for g in at if (r := g.dynamic_vs_static())]
         if pairs:
-            speed = [p.seconds / d.seconds for _, p, d in pairs]  # type: ignore[operator]
-            more = [name for name, p, d in pairs if (d.partitions or 0) > (p.partitions or 0)]
+            speed = {name: r for name, _, _, r in pairs}
+            slow = sorted(name for name, r in speed.items() if r < 0.9)
+            more = [name for name, p, d, _ in pairs if (d.partitions or 0) > (p.partitions or 0)]
             lines.append(
-                f"  dynamic vs static plan: median {statistics.median(speed):.2f}x, minimum {min(speed):.2f}x; "
-                f"more partitions than static: {len(more)} {more or ''}"
+                f"  dynamic vs static plan (timed as pairs): median {statistics.median(speed.values()):.2f}x, "
+                f"minimum {min(speed.values()):.2f}x ({min(speed, key=speed.__getitem__)}), "
+                f"below 0.9x: {len(slow)} {slow or ''}; more partitions than static: {len(more)} {more or ''}"
             )
     return "\n".join(lines)
 
