@@ -148,7 +148,7 @@ def compare(got: torch.Tensor, want: torch.Tensor) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layers", type=int, default=2, help="decoder layers of the 0.5B shape (default 2; 24: all)")
+    parser.add_argument("--layers", type=int, default=2, help="decoder layers (default 2; 24: all of 0.5b)")
     parser.add_argument("--positions", type=int, default=512, help="prompt length (default 512)")
     parser.add_argument("--variants", default=VARIANTS, help=f"comma-separated (default {VARIANTS})")
     parser.add_argument("--model", default="0.5b", choices=sorted(generate.SHAPES), help="the shape (default 0.5b)")
