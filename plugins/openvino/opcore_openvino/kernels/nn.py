@@ -138,10 +138,7 @@ def build_sdpa(
 ) -> Node:
     dtype = dtype_of(query)
     factor = g.const(scale, dtype) if scale is not None else None
-    if enable_gqa and not _same_heads(key, value):  # grouped by the key's heads, the value's differ
-        key, value = _repeat_heads(g, key, query), _repeat_heads(g, value, query)
-        enable_gqa = False
-    if enable_gqa:
+    if enable_gqa and _same_heads(key, value):
         # the query heads grouped per key/value head, no copy of the key and value per query head
         # (one attention of a 0.5B Qwen2's decode step, fourteen query heads over two key/value heads,
         # 256 positions: 100 us against 439 on an AVX2 EPYC); is_causal becomes a mask, as the grouped
@@ -153,9 +150,11 @@ def build_sdpa(
         out = _ungrouped(g, ops.scaled_dot_product_attention(grouped, key, value, mask, factor, False), query)
         if attn_mask is None:
             return out
-    elif attn_mask is None:
-        return ops.scaled_dot_product_attention(query, key, value, None, factor, is_causal)
     else:
+        if enable_gqa:  # the key's and value's heads differ, or are not known here: each repeated
+            key, value = _repeat_heads(g, key, query), _repeat_heads(g, value, query)
+        if attn_mask is None:
+            return ops.scaled_dot_product_attention(query, key, value, None, factor, is_causal)
         out = ops.scaled_dot_product_attention(query, key, value, attn_mask, factor, False)
     # a fully masked row gives zeros, as torch, not NaN
     keep = attn_mask if dtype_of(attn_mask) == BOOL else ops.not_equal(attn_mask, g.const(-numpy.inf, dtype))
