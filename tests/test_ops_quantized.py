@@ -108,6 +108,16 @@ def test_onnxruntime_names_a_bad_accuracy_setting(monkeypatch):
         accuracy_level()
 
 
+def test_openvino_names_a_bad_dynamic_quantization_setting():
+    pytest.importorskip("openvino")
+    from opcore_openvino.compiled import DYNAMIC_QUANTIZATION_VAR, dynamic_quantization
+
+    assert dynamic_quantization({}) == 0 and dynamic_quantization({DYNAMIC_QUANTIZATION_VAR: " 32 "}) == 32
+    with pytest.raises(opcore.ArgumentError, match=DYNAMIC_QUANTIZATION_VAR) as caught:
+        dynamic_quantization({DYNAMIC_QUANTIZATION_VAR: "on"})
+    assert "Fix:" in str(caught.value)
+
+
 def test_openvino_compiles_the_constants_into_a_decompressing_fully_connected():
     _loaded("openvino")
     from opcore_openvino.kernels.quantized import linear_wq
@@ -119,6 +129,8 @@ def test_openvino_compiles_the_constants_into_a_decompressing_fully_connected():
         runtime = prepared.compiled.compiled.get_runtime_model()
         kinds = {op.get_rt_info()["layerType"].astype(str) for op in runtime.get_ordered_ops()}
         assert "FullyConnected" in kinds and not kinds & {"Multiply", "Subtract", "Convert"}, kinds
+        # x stays float (a VNNI/AMX CPU's default rounds it in groups of 32): exact on every CPU
+        assert int(prepared.compiled.compiled.get_property("DYNAMIC_QUANTIZATION_GROUP_SIZE")) == 0
         numpy.testing.assert_allclose(prepared(X), _expected(qw, X, None), rtol=1e-5, atol=2e-5)
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy
@@ -28,6 +28,7 @@ from opcore.extend import (
     OPERAND,
     TENSOR,
     TENSORS,
+    ArgumentError,
     OneModelOp,
     Unsupported,
     capacity_from_env,
@@ -41,7 +42,9 @@ __all__ = [
     "ATTRIBUTE",
     "CONFIG",
     "DEVICE",
+    "DYNAMIC_QUANTIZATION_VAR",
     "compile_config",
+    "dynamic_quantization",
     "OPERAND",
     "TENSOR",
     "TENSORS",
@@ -63,9 +66,35 @@ RUNTIME_CACHE_VAR = "OPCORE_OPENVINO_RUNTIME_CACHE"
 RUNTIME_CACHE_CAPACITY = capacity_from_env(RUNTIME_CACHE_VAR, 16)
 ONEDNN_CACHE_CAPACITY = "64"
 
+# Weight-only means x stays float: on CPUs with VNNI or AMX the CPU plugin otherwise rounds x to 8 bits
+# in groups of 32 before a matmul whose weights are compressed (asymmetric u8/u4; relative errors ~5e-3).
+# OPCORE_OPENVINO_DYNAMIC_QUANTIZATION=<group size> lets it (faster there: docs/quantized.md).
+DYNAMIC_QUANTIZATION_VAR = "OPCORE_OPENVINO_DYNAMIC_QUANTIZATION"
+
+
+def dynamic_quantization(environ: Mapping[str, str] | None = None) -> int:
+    """The group size the CPU plugin may round x in before a compressed-weight matmul: 0 (never, the
+    default) or the positive int in ``OPCORE_OPENVINO_DYNAMIC_QUANTIZATION``."""
+    text = (os.environ if environ is None else environ).get(DYNAMIC_QUANTIZATION_VAR, "").strip()
+    if not text:
+        return 0
+    if not text.isdigit():
+        raise ArgumentError(
+            arg=DYNAMIC_QUANTIZATION_VAR,
+            expected="a group size for OpenVINO's DYNAMIC_QUANTIZATION_GROUP_SIZE (e.g. 32), or 0 for none",
+            found=repr(text),
+            fix=f"set {DYNAMIC_QUANTIZATION_VAR}=32 to let OpenVINO round x, or unset it (x stays float)",
+        )
+    return int(text)
+
+
 # The CPU plugin's default precision hint is bf16 on CPUs with AMX/AVX512-BF16: float32 models
 # would silently lose precision (1e-2 at 32x4096x4096). float16 models run in float32 too.
-CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "CPU_RUNTIME_CACHE_CAPACITY": str(RUNTIME_CACHE_CAPACITY)}
+CONFIG = {
+    "INFERENCE_PRECISION_HINT": "f32",
+    "CPU_RUNTIME_CACHE_CAPACITY": str(RUNTIME_CACHE_CAPACITY),
+    "DYNAMIC_QUANTIZATION_GROUP_SIZE": str(dynamic_quantization()),
+}
 
 
 def compile_config() -> dict[str, str]:
