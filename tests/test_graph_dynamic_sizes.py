@@ -59,6 +59,53 @@ def test_a_partition_takes_sizes_computed_at_run_time_as_inputs(backend: str) ->
         assert v.shape == (3, 1)
 
 
+@pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
+def test_a_partition_creates_tensors_of_sizes_computed_at_run_time(backend: str) -> None:
+    """zeros, ones and full of a dynamic dim's size (T5's position bias, a mask's buffer) in the
+    partition instead of per node beside it."""
+    compiler = compilers()[backend]
+    assert all(takes_sizes(compiler, op) for op in ("zeros", "ones", "full"))
+    metas = {
+        "n": SIZE,
+        "z": TensorMeta((1, 4, 5, 5), F32),
+        "o": TensorMeta((5,), F32),
+        "f": TensorMeta((2, 5), DType.INT32),
+    }
+    nodes = (
+        PartNode("zeros", ((1, 4, ValueRef("n"), ValueRef("n")), None, "cpu"), ("z",)),
+        PartNode("ones", ((ValueRef("n"),), "float32", "cpu"), ("o",)),
+        PartNode("full", ((2, ValueRef("n")), 7, "int32", "cpu"), ("f",)),
+    )
+    part = compiler.compile(PartitionSpec("p", nodes, ("n",), {}, ("z", "o", "f"), metas))
+    for n in (5, 9):
+        z, o, f = part(numpy.asarray(n, dtype=numpy.int64))
+        numpy.testing.assert_array_equal(z, numpy.zeros((1, 4, n, n), numpy.float32))
+        numpy.testing.assert_array_equal(o, numpy.ones(n, numpy.float32))
+        assert f.dtype == numpy.int32
+        numpy.testing.assert_array_equal(f, numpy.full((2, n), 7))
+
+
+class PositionBias(nn.Module):
+    """T5's pattern: a zero bias of the dynamic length's size, added to the scores."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = x.shape[1]
+        bias = torch.zeros(1, 2, n, n)
+        scores = x[:, None] @ x[:, None].transpose(-1, -2)
+        return (scores.expand(-1, 2, -1, -1) + bias).softmax(-1)
+
+
+def test_zeros_of_a_dynamic_size_stay_inside_the_partition() -> None:
+    x = torch.randn(1, 16, 8, generator=torch.Generator().manual_seed(2))
+    plan = opcore.graph.capture(PositionBias(), (x,), dynamic_shapes=({1: Dim("n", min=2, max=64)},), measure=False)
+    creating = [d for d in _nodes(plan) if d["op"] == "zeros"]
+    assert creating and all(d["backend"] != "cpu" for d in creating), plan.explain()
+    assert len(plan.partitions) == 1, plan.explain()
+    for length in (16, 37):
+        x = torch.randn(1, length, 8, generator=torch.Generator().manual_seed(length))
+        torch.testing.assert_close(plan(x), PositionBias()(x), rtol=1e-5, atol=1e-6)
+
+
 def test_a_compiler_without_takes_sizes_never_gets_them() -> None:
     class Plain:
         def supports(self, op: str) -> bool:

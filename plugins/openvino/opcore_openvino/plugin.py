@@ -95,7 +95,7 @@ def opcore_partition_compiler() -> PartitionCompiler:
 
 
 # the ops whose partition builders take sizes computed at run time (0-D values) for their ints
-SIZED = frozenset({"reshape", "expand", "slice", "arange"})
+SIZED = frozenset({"reshape", "expand", "slice", "arange", "zeros", "ones", "full"})
 
 
 @functools.cache

@@ -76,6 +76,22 @@ def build_arange(g: Graph, start: Any, end: Any, step: Any, dtype: str | None, d
     return ops.convert(ops.range(*map(ops.constant, bounds), output_type="i32"), out)
 
 
+def chain_full(g: Graph, size: tuple[int | Node, ...], fill_value: Any, dtype: str | None, device: str) -> Node:
+    """full in a partition: its sizes may be computed at run time (0-D nodes; a dynamic dim's size)."""
+    if all(isinstance(s, int) for s in size):
+        return build_full(g, size, fill_value, dtype, device)  # type: ignore[arg-type]
+    out = full_meta((1,) * len(size), fill_value, dtype, device).dtype.to_numpy()  # the dtype of any size
+    return ops.broadcast(ops.constant(filled(fill_value, out)), g.shape_of(size))
+
+
+def chain_zeros(g: Graph, size: tuple[int | Node, ...], dtype: str | None, device: str) -> Node:
+    return chain_full(g, size, 0, dtype or "float32", device)
+
+
+def chain_ones(g: Graph, size: tuple[int | Node, ...], dtype: str | None, device: str) -> Node:
+    return chain_full(g, size, 1, dtype or "float32", device)
+
+
 zeros_like = ov_kernel("zeros_like", build_zeros_like)
 ones_like = ov_kernel("ones_like", build_ones_like)
 full_like = ov_kernel("full_like", build_full_like)
@@ -106,3 +122,6 @@ def _number(value: Any) -> bool:
 
 
 arange.chain = chain_arange  # type: ignore[attr-defined]
+full.chain = chain_full  # type: ignore[attr-defined]
+zeros.chain = chain_zeros  # type: ignore[attr-defined]
+ones.chain = chain_ones  # type: ignore[attr-defined]
