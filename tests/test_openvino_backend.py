@@ -38,6 +38,7 @@ def test_describe_reports_version_devices_precision_and_the_cache():
     assert details["openvino"] == openvino.get_version()
     assert details["devices"].startswith("CPU")
     assert "opcore compiles with f32" in details["precision"]
+    assert details["weight-only linears"].endswith("opcore: x kept float")
     assert "OPCORE_OPENVINO_CACHE_SIZE" in details["compiled-model cache"]
     assert not any(value.startswith("unavailable") for value in details.values()), details
 

@@ -42,6 +42,15 @@ def _default_precision() -> str:
     return f"CPU default {name}{note}; opcore compiles with {CONFIG['INFERENCE_PRECISION_HINT']}"
 
 
+def _weight_only() -> str:
+    from opcore_openvino.compiled import CONFIG, DYNAMIC_QUANTIZATION_VAR, core
+
+    default = core().get_property("CPU", "DYNAMIC_QUANTIZATION_GROUP_SIZE")
+    group = int(CONFIG["DYNAMIC_QUANTIZATION_GROUP_SIZE"])
+    chosen = "x kept float" if group == 0 else f"x rounded to 8 bits in groups of {group} ({DYNAMIC_QUANTIZATION_VAR})"
+    return f"CPU default dynamic quantization group {default} (0: none); opcore: {chosen}"
+
+
 def _capabilities() -> str:
     from opcore_openvino.compiled import core
 
@@ -54,6 +63,7 @@ def describe() -> Mapping[str, str]:
     probe(lines, "openvino", _version)
     probe(lines, "devices", _devices)
     probe(lines, "precision", _default_precision)
+    probe(lines, "weight-only linears", _weight_only)
     probe(lines, "CPU capabilities", _capabilities)
     probe(lines, "compiled-model cache", MODELS.describe)
     return lines
