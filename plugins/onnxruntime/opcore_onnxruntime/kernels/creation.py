@@ -48,16 +48,17 @@ def build_ones_like(g: Graph, x: Value, dtype: str | None, device: str | None = 
     return build_full_like(g, x, 1, dtype)
 
 
-def build_full(g: Graph, size: tuple[int, ...], fill_value: Any, dtype: str | None, device: str) -> Value:
+def build_full(g: Graph, size: tuple[int | Value, ...], fill_value: Any, dtype: str | None, device: str) -> Value:
+    """In a partition the sizes may be computed at run time (0-D values; a dynamic dim's size)."""
     out = (fill_dtype(fill_value) if dtype is None else DType.parse(dtype)).to_numpy()
-    return g.op("Expand", g.const(filled(fill_value, out)), g.ints(size), rank=len(size))
+    return g.op("Expand", g.const(filled(fill_value, out)), g.shape_of(size), rank=len(size))
 
 
-def build_zeros(g: Graph, size: tuple[int, ...], dtype: str | None, device: str) -> Value:
+def build_zeros(g: Graph, size: tuple[int | Value, ...], dtype: str | None, device: str) -> Value:
     return build_full(g, size, 0, dtype or DEFAULT_FLOAT.value, device)
 
 
-def build_ones(g: Graph, size: tuple[int, ...], dtype: str | None, device: str) -> Value:
+def build_ones(g: Graph, size: tuple[int | Value, ...], dtype: str | None, device: str) -> Value:
     return build_full(g, size, 1, dtype or DEFAULT_FLOAT.value, device)
 
 
@@ -102,24 +103,3 @@ def chain_arange(g: Graph, start: Any, end: Any, step: Any, dtype: str | None, d
 
 
 arange.chain = chain_arange  # type: ignore[attr-defined]
-
-
-def chain_full(g: Graph, size: tuple[int | Value, ...], fill_value: Any, dtype: str | None, device: str) -> Value:
-    """full in a partition: its sizes may be computed at run time (0-D values; a dynamic dim's size)."""
-    if all(isinstance(s, int) for s in size):
-        return build_full(g, size, fill_value, dtype, device)  # type: ignore[arg-type]
-    out = (fill_dtype(fill_value) if dtype is None else DType.parse(dtype)).to_numpy()
-    return g.op("Expand", g.const(filled(fill_value, out)), g.shape_of(size), rank=len(size))
-
-
-def chain_zeros(g: Graph, size: tuple[int | Value, ...], dtype: str | None, device: str) -> Value:
-    return chain_full(g, size, 0, dtype or DEFAULT_FLOAT.value, device)
-
-
-def chain_ones(g: Graph, size: tuple[int | Value, ...], dtype: str | None, device: str) -> Value:
-    return chain_full(g, size, 1, dtype or DEFAULT_FLOAT.value, device)
-
-
-full.chain = chain_full  # type: ignore[attr-defined]
-zeros.chain = chain_zeros  # type: ignore[attr-defined]
-ones.chain = chain_ones  # type: ignore[attr-defined]

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy
 
-from opcore.extend import DType, arange_bounds, arange_dtype, arange_length, full_meta
+from opcore.extend import DType, arange_bounds, arange_dtype, arange_length, fill_dtype
 from opcore_openvino.compiled import ov_kernel
 from opcore_openvino.graph import Graph, Node, dtype_of, ops
 
@@ -47,16 +47,17 @@ def build_ones_like(g: Graph, x: Node, dtype: str | None, device: str | None = N
     return build_full_like(g, x, 1, dtype)
 
 
-def build_full(g: Graph, size: tuple[int, ...], fill_value: Any, dtype: str | None, device: str) -> Node:
-    out = full_meta(size, fill_value, dtype, device).dtype.to_numpy()
-    return ops.broadcast(ops.constant(filled(fill_value, out)), g.ints(list(size)))
+def build_full(g: Graph, size: tuple[int | Node, ...], fill_value: Any, dtype: str | None, device: str) -> Node:
+    """In a partition the sizes may be computed at run time (0-D nodes; a dynamic dim's size)."""
+    out = (fill_dtype(fill_value) if dtype is None else DType.parse(dtype)).to_numpy()
+    return ops.broadcast(ops.constant(filled(fill_value, out)), g.shape_of(size))
 
 
-def build_zeros(g: Graph, size: tuple[int, ...], dtype: str | None, device: str) -> Node:
+def build_zeros(g: Graph, size: tuple[int | Node, ...], dtype: str | None, device: str) -> Node:
     return build_full(g, size, 0, dtype or "float32", device)
 
 
-def build_ones(g: Graph, size: tuple[int, ...], dtype: str | None, device: str) -> Node:
+def build_ones(g: Graph, size: tuple[int | Node, ...], dtype: str | None, device: str) -> Node:
     return build_full(g, size, 1, dtype or "float32", device)
 
 
@@ -74,22 +75,6 @@ def build_arange(g: Graph, start: Any, end: Any, step: Any, dtype: str | None, d
     first, stride = int(start), int(step)
     bounds = [numpy.asarray(v, numpy.int32) for v in (first, first + length * stride, stride)]
     return ops.convert(ops.range(*map(ops.constant, bounds), output_type="i32"), out)
-
-
-def chain_full(g: Graph, size: tuple[int | Node, ...], fill_value: Any, dtype: str | None, device: str) -> Node:
-    """full in a partition: its sizes may be computed at run time (0-D nodes; a dynamic dim's size)."""
-    if all(isinstance(s, int) for s in size):
-        return build_full(g, size, fill_value, dtype, device)  # type: ignore[arg-type]
-    out = full_meta((1,) * len(size), fill_value, dtype, device).dtype.to_numpy()  # the dtype of any size
-    return ops.broadcast(ops.constant(filled(fill_value, out)), g.shape_of(size))
-
-
-def chain_zeros(g: Graph, size: tuple[int | Node, ...], dtype: str | None, device: str) -> Node:
-    return chain_full(g, size, 0, dtype or "float32", device)
-
-
-def chain_ones(g: Graph, size: tuple[int | Node, ...], dtype: str | None, device: str) -> Node:
-    return chain_full(g, size, 1, dtype or "float32", device)
 
 
 zeros_like = ov_kernel("zeros_like", build_zeros_like)
@@ -122,6 +107,3 @@ def _number(value: Any) -> bool:
 
 
 arange.chain = chain_arange  # type: ignore[attr-defined]
-full.chain = chain_full  # type: ignore[attr-defined]
-zeros.chain = chain_zeros  # type: ignore[attr-defined]
-ones.chain = chain_ones  # type: ignore[attr-defined]
