@@ -209,7 +209,7 @@ def _decode_plan(
     next is built, so at most two hold their runtimes' copies of the weights at once."""
     import gc
 
-    lowered = _lower_step(module, batch_size, max_length, 1, place, weighing)
+    lowered = _lower_step(module, batch_size, max_length, 1, place, weighing, split=splits(place, backends))
     best = _plan(lowered, place, backends, timer, partitions=True)
     if backends is not None or compare is None or place.type.value != "cpu":
         return best
@@ -295,11 +295,28 @@ def step_examples(batch_size: int, max_length: int, length: int, device: Any) ->
     return ids, positions, cache_position, mask
 
 
+def splits(place: Device, backends: Sequence[str] | None) -> bool:
+    """Whether the decode step's attention is split so that the step can be one partition: on the CPU
+    where a graph runtime may take it. Where no runtime does (the torch route, a CUDA graph replaying
+    the step), the one fused attention per layer is faster than the split's ~20 nodes."""
+    from opcore.graph.partition import compilers
+
+    runtimes = set(compilers())
+    return place.type.value == "cpu" and any(name in runtimes for name in (backends or runtimes))
+
+
 def _lower_step(
-    module: Any, batch_size: int, max_length: int, length: int, place: Device, weighing: Weighing | None = None
+    module: Any,
+    batch_size: int,
+    max_length: int,
+    length: int,
+    place: Device,
+    weighing: Weighing | None = None,
+    split: bool = False,
 ) -> Lowered:
     """One step exported and lowered: ``length`` 1 is the static decode step; more, the prefill with
-    a dynamic sequence dim (2 .. max_length); ``weighing``: its linears quantized."""
+    a dynamic sequence dim (2 .. max_length); ``weighing``: its linears quantized; ``split``: its
+    attention over the just-written cache split (opcore.graph.split_attention)."""
     from torch.export import Dim
     from torch.utils import _pytree
 
@@ -345,6 +362,12 @@ def _lower_step(
     graph, dropped = drop_full_masks(graph, constants)
     if dropped:
         applied.append(f"rewrite full attention mask dropped: {dropped} match{'es' * (dropped != 1)}")
+    if split:
+        from opcore.graph.split_attention import split_attention
+
+        graph, parted = split_attention(graph, constants)
+        if parted:
+            applied.append(f"rewrite split_attention: {parted} match{'es' * (parted != 1)}")
     return Lowered(graph, constants, notes, applied, examples, time.perf_counter() - started)
 
 

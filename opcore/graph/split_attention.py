@@ -1,0 +1,231 @@
+"""A decode step's attention split into the cache as it was and the new row: one partition a step.
+
+In the decode graph (one query row) each layer writes its new key and value into the cache
+(``state.index_copy_``, opcore.graph.state) and hands the written cache to
+``scaled_dot_product_attention``. A write runs on torch, so a graph runtime's partition ends before
+it and the next starts after it: one partition per layer, each paying its runtime's call and
+boundary (at the 0.5B shape with int8 weights on ONNX Runtime, 24 layer partitions took 1.85 ms each
+against 1.22 ms for their weights at the measured bandwidth; docs/generate.md).
+
+For one query row the attention over the written cache is the same as this, which reads no write:
+
+* scores over the cache as it was, with the slot being written masked out (whatever it holds);
+* the new key's own score, with the mask's value at that slot;
+* one softmax over both; ``P_cache @ V_cache + p_new * v_new``.
+
+So each such attention is rewritten into those ops (matmul, softmax, ...: every graph runtime has
+them) reading the cache input itself; the writes then depend on nothing a partition needs, run after
+it, and a decode step is one partition. The result does not depend on whether a write ran before
+the read (the slot is masked either way), and nothing copies the cache. Grouped-query attention
+(``enable_gqa``) groups the query heads over each key head, as the runtimes' own lowerings do; a
+row that every key masks gives zeros, as torch's attention does.
+
+Applied only where it is exactly that attention: a one-row float32 query, key and value each the
+sole read of a write at the same position of one slot, no dropout, not ``is_causal``, a mask
+(bool or float, or none) that broadcasts over the heads. Anything else keeps its attention as it was.
+
+>>> graph, split = split_attention(graph, constants)     # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import MutableMapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from opcore.errors import OpcoreError
+from opcore.graph.ir import Graph, Node, ValueInfo, ValueRef, substitute
+from opcore.runtime import runtime
+from opcore.types import DType, TensorMeta
+
+__all__ = ["SLOTS", "split_attention"]
+
+SLOTS = "decode_slots"  # + "_<length>": the constant arange(length) the written slot is compared with
+_ATTENTION = "scaled_dot_product_attention"
+_WRITE = "state.index_copy_"
+_INF = float("inf")
+
+
+def split_attention(graph: Graph, constants: MutableMapping[str, Any]) -> tuple[Graph, int]:
+    """The decode graph with each attention over a just-written cache split as above (``constants``
+    gains the slot numbers the rewrite compares with); how many were split."""
+    users = graph.users()
+    producer = {out: node for node in graph.nodes for out in node.outputs}
+    build = _Build(graph)
+    nodes: list[Node] = []
+    split = 0
+    for node in graph.nodes:
+        found = _match(graph, node, producer, users) if node.op == _ATTENTION else None
+        if found is None:
+            nodes.append(node)
+            continue
+        before, kept = len(build.nodes), (dict(build.shared), dict(build.values), list(build.slots))
+        try:
+            build.attention(node, *found)
+        except _NotSplit:  # this attention stays as it was, and nothing built for it is kept
+            del build.nodes[before:]
+            build.shared, build.values, build.slots = kept
+            nodes.append(node)
+            continue
+        nodes.extend(build.nodes[before:])
+        split += 1
+    if not split:
+        return graph, 0
+    import torch
+
+    for name in build.slots:
+        meta = build.meta(ValueRef(name))
+        constants[name] = torch.arange(meta.shape[0], dtype=torch.long, device=str(meta.device))
+    values = {**graph.values, **build.values}
+    return replace(graph, nodes=tuple(nodes), values=values, constants=(*graph.constants, *build.slots)), split
+
+
+class _NotSplit(Exception):
+    """A matched attention the ops cannot express exactly (a shape the contracts refuse)."""
+
+
+def _match(graph: Graph, node: Node, producer: dict[str, Node], users: dict[str, list[int]]) -> tuple[Any, ...] | None:
+    """(cache key, cache value, new key, new value, position) where ``node`` is a one-row attention
+    over key and value each written by a ``state.index_copy_`` at the same position and read by
+    ``node`` alone; else None."""
+    if len(node.args) != 8:
+        return None
+    query, key, value, mask, dropout, causal, _, _ = node.args
+    if dropout or causal or not all(isinstance(v, ValueRef) for v in (query, key, value)):
+        return None
+    writes = [producer.get(ref.name) for ref in (key, value)]
+    if any(w is None or w.op != _WRITE or len(users.get(w.outputs[0], ())) != 1 for w in writes):
+        return None
+    (k_cache, k_dim, k_at, k_new), (v_cache, v_dim, v_at, v_new) = (w.args for w in writes)  # type: ignore[union-attr]
+    if k_at != v_at or not isinstance(k_at, ValueRef) or graph.meta(k_at.name).shape != (1,):
+        return None
+    q = graph.meta(query.name)
+    metas = [graph.meta(ref.name) for ref in (k_cache, v_cache, k_new, v_new)]
+    if q.ndim != 4 or q.shape[2] != 1 or any(m.ndim != 4 for m in metas) or k_dim not in (2, -2) or v_dim != k_dim:
+        return None
+    if any(m.dtype is not DType.FLOAT32 for m in (q, *metas)):
+        return None
+    if isinstance(mask, ValueRef):
+        meta = graph.meta(mask.name)
+        if meta.dtype not in (DType.BOOL, DType.FLOAT32) or meta.ndim > 4 or meta.shape[-1] != metas[0].shape[2]:
+            return None
+    elif mask is not None:
+        return None
+    return k_cache, v_cache, k_new, v_new, k_at
+
+
+@dataclass
+class _Build:
+    """Appends contract nodes (their metas from the contracts' own meta functions) and shares what
+    every layer's split computes alike: the slot test, and the mask as scores to add."""
+
+    graph: Graph
+    nodes: list[Node] = field(default_factory=list)
+    values: dict[str, ValueInfo] = field(default_factory=dict)
+    slots: list[str] = field(default_factory=list)  # the slot-number constants made, one per cache length
+    shared: dict[tuple[Any, ...], ValueRef] = field(default_factory=dict)
+
+    def meta(self, ref: ValueRef) -> TensorMeta:
+        info = self.values.get(ref.name) or self.graph.values[ref.name]
+        if info.meta is None:  # a size computed at run time: not an attention this takes
+            raise _NotSplit(f"{ref.name} is a scalar")
+        return info.meta
+
+    def op(self, name: str, op: str, *args: Any) -> ValueRef:
+        contract = runtime().ensure_loaded().registry.contract(op)
+        try:
+            bound = contract.schema.bind(substitute(args, lambda n: self.meta(ValueRef(n))), {}, metas=True)
+            out = contract.meta(*bound)
+        except OpcoreError as error:  # a contract that refuses the shapes: this attention stays whole
+            raise _NotSplit(str(error)) from error
+        if not isinstance(out, TensorMeta):  # every op the split uses has one result
+            raise _NotSplit(f"{op} gives {len(out)} results")
+        full = (*args, *bound[len(args) :])  # the defaults the contract filled in
+        self.nodes.append(Node(name, op, f"rewrite:split_attention:{op}", full, (name,)))
+        self.values[name] = ValueInfo(name, out, tuple(out.shape))
+        return ValueRef(name)
+
+    def attention(
+        self, node: Node, k_cache: ValueRef, v_cache: ValueRef, k_new: ValueRef, v_new: ValueRef, at: ValueRef
+    ) -> None:
+        query, _, _, mask, _, _, scale, gqa = node.args
+        q, keys, values = self.meta(query), self.meta(k_cache), self.meta(v_cache)
+        batch, heads, _, dim = q.shape
+        kv_heads, length = keys.shape[1], keys.shape[2]
+        if heads % kv_heads or (heads != kv_heads and not gqa):
+            raise _NotSplit("heads")
+        group = heads // kv_heads
+        name = f"{node.name}_split"
+        grouped = self.op(f"{name}_q", "reshape", query, (batch, kv_heads, group, dim))
+        scaled = self.op(f"{name}_qs", "mul", grouped, scale if scale is not None else 1.0 / math.sqrt(dim))
+        old = self.op(f"{name}_old", "matmul", scaled, self.op(f"{name}_kt", "transpose", k_cache, 2, 3))
+        new = self.op(f"{name}_new", "matmul", scaled, self.op(f"{name}_knt", "transpose", k_new, 2, 3))
+        slot = self.slot(at, length)
+        if mask is None:
+            old = self.op(f"{name}_old_masked", "where", slot, -_INF, old)
+        else:
+            old_add, new_add, seen = self.mask_scores(mask, slot, heads, kv_heads, group)
+            old = self.op(f"{name}_old_masked", "add", old, old_add)
+            new = self.op(f"{name}_new_masked", "add", new, new_add)
+        scores = self.op(f"{name}_scores", "cat", (old, new), -1)
+        weights = self.op(f"{name}_p", "softmax", scores, -1)
+        if mask is not None:  # a row every key masks: zeros, as torch's attention (softmax would give NaN)
+            weights = self.op(f"{name}_p0", "where", seen, weights, 0.0)
+        p_old = self.op(f"{name}_p_old", "slice", weights, 3, 0, length, 1)
+        p_new = self.op(f"{name}_p_new", "slice", weights, 3, length, length + 1, 1)
+        mixed = self.op(
+            f"{name}_sum",
+            "add",
+            self.op(f"{name}_pv_old", "matmul", p_old, v_cache),
+            self.op(f"{name}_pv_new", "mul", p_new, v_new),
+        )
+        out = node.outputs[0]
+        want = self.graph.meta(out)
+        shaped = self.op(out, "reshape", mixed, (batch, heads, 1, values.shape[3]))
+        if self.meta(shaped).shape != want.shape or self.meta(shaped).dtype is not want.dtype:
+            raise _NotSplit("shape")
+
+    def slot(self, at: ValueRef, length: int) -> ValueRef:
+        """Bool (length,): True at the slot this step writes (one per position input and cache length)."""
+        key = ("slot", at.name, length)
+        if key not in self.shared:
+            numbers = f"{SLOTS}_{length}"
+            if numbers not in self.slots:
+                self.slots.append(numbers)
+                self.values[numbers] = ValueInfo(
+                    numbers, TensorMeta((length,), DType.INT64, self.meta(at).device), (length,)
+                )
+            self.shared[key] = self.op(f"{numbers}_at_{at.name}", "eq", ValueRef(numbers), at)
+        return self.shared[key]
+
+    def mask_scores(
+        self, mask: ValueRef, slot: ValueRef, heads: int, kv_heads: int, group: int
+    ) -> tuple[ValueRef, ValueRef, ValueRef]:
+        """The mask as scores to add to the cache's (the written slot -inf) and to the new key's (the
+        mask at that slot), grouped as the query heads are, and whether a row sees any key at all;
+        computed once per mask and grouping. No maximum is taken over -inf (OpenVINO's ReduceMax
+        gives the lowest finite float there, which would let a masked new key be seen)."""
+        key = ("mask", mask.name, slot.name, kv_heads, group)
+        if key not in self.shared:
+            meta = self.meta(mask)
+            shape = (1,) * (4 - meta.ndim) + tuple(meta.shape)
+            rows, mask_heads, length = shape[0], shape[1], shape[3]
+            if shape[2] != 1 or mask_heads not in (1, heads):
+                raise _NotSplit("mask")
+            grouped = (rows, kv_heads, group, length) if mask_heads == heads else (rows, 1, 1, length)
+            name = f"{mask.name}_split{kv_heads}x{group}"
+            shaped = self.op(f"{name}_grouped", "reshape", mask, grouped)
+            if meta.dtype is DType.BOOL:
+                shaped = self.op(f"{name}_scores", "where", shaped, 0.0, -_INF)
+            old = self.op(f"{name}_old", "where", slot, -_INF, shaped)
+            new = self.op(f"{name}_new", "sum", self.op(f"{name}_at", "where", slot, shaped, 0.0), (-1,), True)
+            open_old = self.op(f"{name}_open", "cast", self.op(f"{name}_finite", "ne", old, -_INF), DType.FLOAT32)
+            seen = self.op(
+                f"{name}_seen",
+                "logical_or",
+                self.op(f"{name}_seen_old", "gt", self.op(f"{name}_any", "amax", open_old, (-1,), True), 0.5),
+                self.op(f"{name}_seen_new", "ne", new, -_INF),
+            )
+            self.shared[key], self.shared[(*key, "new")], self.shared[(*key, "seen")] = old, new, seen
+        return self.shared[key], self.shared[(*key, "new")], self.shared[(*key, "seen")]

@@ -1,0 +1,198 @@
+"""opcore.graph.split_attention: a decode step's attention over the just-written cache, split into the
+cache as it was and the new row, so that the step is one graph-runtime partition.
+
+Decoders following the capture_lm protocol (opcore.graph.decoder) with the attention's variants a
+model may use — grouped heads, a bool, float or no mask, per-head masks — are captured on each graph
+runtime and their logits compared with the module run eagerly, step by step; the variants the split
+must not take keep their attention.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import opcore.graph
+from opcore.graph.partition import compilers
+
+RUNTIMES = [name for name in ("onnxruntime", "openvino") if name in compilers()]
+BATCH, LENGTH, VOCAB = 2, 24, 50
+
+
+class SdpaDecoder(torch.nn.Module):
+    """q/k/v projections, the cache written at cache_position (index_copy_), one attention."""
+
+    def __init__(self, heads=4, kv_heads=2, dim=8, mask="bool", causal=False, reread=False, head_mask=False):
+        super().__init__()
+        self.batch_size, self.max_length = BATCH, LENGTH
+        self.heads, self.kv_heads, self.dim = heads, kv_heads, dim
+        self.mask, self.causal, self.reread, self.head_mask = mask, causal, reread, head_mask
+        width = heads * dim
+        self.embed = torch.nn.Embedding(VOCAB, width)
+        self.q = torch.nn.Linear(width, width)
+        self.kv = torch.nn.Linear(width, 2 * kv_heads * dim)
+        self.out = torch.nn.Linear(width, VOCAB)
+        self.register_buffer("keys", torch.zeros(BATCH, kv_heads, LENGTH, dim))
+        self.register_buffer("values", torch.zeros(BATCH, kv_heads, LENGTH, dim))
+
+    def forward(self, input_ids, position_ids, cache_position, attention_mask):
+        rows, length = input_ids.shape
+        x = self.embed(input_ids)
+        q = self.q(x).view(rows, length, self.heads, self.dim).transpose(1, 2)
+        k, v = self.kv(x).view(rows, length, 2 * self.kv_heads, self.dim).transpose(1, 2).chunk(2, 1)
+        self.keys.index_copy_(2, cache_position, k)
+        self.values.index_copy_(2, cache_position, v)
+        slots = torch.arange(self.max_length)
+        allowed = (slots[None, :] <= cache_position[:, None])[None, None] & attention_mask[:, None, None, :].bool()
+        if self.head_mask:  # one mask per query head: head h also hides the slots before h
+            allowed = allowed & (slots >= torch.arange(self.heads)[:, None])[None, :, None, :]
+        mask = {"bool": allowed, "float": torch.where(allowed, 0.0, torch.finfo(torch.float32).min), "none": None}
+        keys = self.keys * 1.0 if self.reread else self.keys
+        y = torch.nn.functional.scaled_dot_product_attention(
+            q, keys, self.values, attn_mask=mask[self.mask], is_causal=self.causal,
+            enable_gqa=self.heads != self.kv_heads,
+        )  # fmt: skip
+        return self.out(y.transpose(1, 2).reshape(rows, length, -1)) * 4
+
+
+def _eager_steps(model, ids, steps):
+    """The module's logits for the prompt's last row and each greedy step after it, run eagerly."""
+    rows, length = ids.shape
+    mask = torch.zeros(rows, LENGTH, dtype=torch.long)
+    mask[:, :length] = 1
+    model.keys.zero_()
+    model.values.zero_()
+    with torch.no_grad():
+        logits = [model(ids, torch.arange(length).expand(rows, -1), torch.arange(length), mask)[:, -1]]
+        for at in range(length, length + steps):
+            mask[:, at] = 1
+            token = logits[-1].argmax(-1)[:, None]
+            logits.append(model(token, torch.full((rows, 1), at), torch.tensor([at]), mask)[:, -1])
+    return logits
+
+
+def _split(lm) -> str:
+    return " ".join(note for note in lm.decode_plan.notes if "split_attention" in note)
+
+
+VARIANTS = {
+    "grouped, bool mask": dict(),
+    "heads equal, float mask": dict(kv_heads=4, mask="float"),
+    "one key head, no mask": dict(kv_heads=1, mask="none"),
+    "a mask per head": dict(head_mask=True),
+}
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_split_step_is_one_partition_and_matches_eager(variant, runtime):
+    torch.manual_seed(0)
+    model = SdpaDecoder(**VARIANTS[variant]).eval()
+    lm = opcore.graph.capture_lm(model, backends=(runtime, "cpu"), measure=False)
+    assert "split_attention: 1 match" in _split(lm)
+    summary = lm.decode_plan.summary()
+    assert summary.startswith(f"{runtime} ") and "in 1 partition" in summary, summary
+    ids = torch.randint(0, VOCAB, (BATCH, 5), generator=torch.Generator().manual_seed(1))
+    want = _eager_steps(model, ids, 8)
+    session = lm.session()
+    got = [session.prefill(ids)]
+    for step in want[:-1]:
+        got.append(session.decode(step.argmax(-1)))
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert (g - w).abs().max().item() <= 1e-4, f"step {i}"
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_a_row_every_key_masks_gives_zeros_as_torch(runtime):
+    torch.manual_seed(0)
+    model = SdpaDecoder(kv_heads=4).eval()
+    lm = opcore.graph.capture_lm(model, backends=(runtime, "cpu"), measure=False)
+    assert "split_attention: 1 match" in _split(lm)
+    ids = torch.tensor([[7], [9]])
+    positions, slot = torch.tensor([[3], [3]]), torch.tensor([3])
+    mask = torch.ones(BATCH, LENGTH, dtype=torch.long)
+    mask[1] = 0  # the second row sees nothing, not even its own new key
+    state = [torch.randn(BATCH, 4, LENGTH, 8), torch.randn(BATCH, 4, LENGTH, 8)]
+    with torch.no_grad():
+        model.keys.copy_(state[0])
+        model.values.copy_(state[1])
+        want = model(ids, positions, slot, mask)
+    got = lm.decode_plan.program.run([ids, positions, slot, mask, *state])[0]
+    assert not got.isnan().any()
+    assert (got - want).abs().max().item() <= 1e-4
+    # the step wrote its keys and values where the eager module wrote them
+    assert torch.equal(state[0][:, :, 3], model.keys[:, :, 3]) and torch.equal(state[1][:, :, 3], model.values[:, :, 3])
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [dict(causal=True, mask="none"), dict(reread=True)],
+    ids=["is_causal", "cache read twice"],
+)
+def test_attention_the_split_does_not_cover_stays_whole(variant):
+    torch.manual_seed(0)
+    model = SdpaDecoder(**variant).eval()
+    lm = opcore.graph.capture_lm(model, measure=False)
+    assert _split(lm) == ""
+    assert any(d.op == "scaled_dot_product_attention" for d in lm.decode_plan.decisions)
+    ids = torch.randint(0, VOCAB, (BATCH, 4), generator=torch.Generator().manual_seed(2))
+    want = _eager_steps(model, ids, 3)
+    session = lm.session()
+    got = [session.prefill(ids)] + [session.decode(w.argmax(-1)) for w in want[:-1]]
+    assert all((g - w).abs().max().item() <= 1e-4 for g, w in zip(got, want))
+
+
+class TwoCaches(SdpaDecoder):
+    """A second attention over its own, shorter cache, written at another position (cache_position
+    modulo its length, a ring) with its own mask: two cache lengths and two written slots in one step."""
+
+    RING = 16
+
+    def __init__(self):
+        super().__init__(kv_heads=4)
+        self.register_buffer("ring_keys", torch.zeros(BATCH, 4, self.RING, 8))
+        self.register_buffer("ring_values", torch.zeros(BATCH, 4, self.RING, 8))
+
+    def forward(self, input_ids, position_ids, cache_position, attention_mask):
+        rows, length = input_ids.shape
+        x = self.embed(input_ids)
+        q = self.q(x).view(rows, length, 4, 8).transpose(1, 2)
+        k, v = self.kv(x).view(rows, length, 8, 8).transpose(1, 2).chunk(2, 1)
+        self.keys.index_copy_(2, cache_position, k)
+        self.values.index_copy_(2, cache_position, v)
+        at = cache_position % self.RING
+        self.ring_keys.index_copy_(2, at, k * 0.5)
+        self.ring_values.index_copy_(2, at, v)
+        seen = (torch.arange(self.max_length)[None, :] <= cache_position[:, None])[None, None]
+        ring_seen = (torch.arange(self.RING)[None, :] <= at[:, None])[None, None]
+        mask = seen & attention_mask[:, None, None, :].bool()
+        attend = torch.nn.functional.scaled_dot_product_attention
+        y = attend(q, self.keys, self.values, attn_mask=mask) + attend(
+            q, self.ring_keys, self.ring_values, attn_mask=ring_seen
+        )
+        return self.out(y.transpose(1, 2).reshape(rows, length, -1)) * 4
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_caches_of_two_lengths_written_at_two_slots_split_alike(runtime):
+    torch.manual_seed(0)
+    model = TwoCaches().eval()
+    lm = opcore.graph.capture_lm(model, backends=(runtime, "cpu"), measure=False)
+    assert "split_attention: 2 matches" in _split(lm)
+    assert "in 1 partition" in lm.decode_plan.summary()
+    ids = torch.randint(0, VOCAB, (BATCH, 5), generator=torch.Generator().manual_seed(3))
+    model.ring_keys.zero_()
+    model.ring_values.zero_()
+    want = _eager_steps(model, ids, 8)
+    session = lm.session()
+    got = [session.prefill(ids)] + [session.decode(w.argmax(-1)) for w in want[:-1]]
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert (g - w).abs().max().item() <= 1e-4, f"step {i}"
+
+
+def test_the_torch_route_keeps_the_fused_attention():
+    # node by node (no graph runtime to make the step one partition) one SDPA beats the split's ~20 nodes
+    torch.manual_seed(0)
+    lm = opcore.graph.capture_lm(SdpaDecoder().eval(), backends=("cpu",), measure=False)
+    assert _split(lm) == ""
+    assert any(d.op == "scaled_dot_product_attention" for d in lm.decode_plan.decisions)
