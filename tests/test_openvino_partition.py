@@ -186,3 +186,23 @@ def test_grouped_query_attention_reads_the_key_and_value_as_they_are() -> None:
     tq, tk, tv, tm = (torch.from_numpy(a) for a in (q, k, v, mask))
     want = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, tm, enable_gqa=True)
     torch.testing.assert_close(torch.from_numpy(got), want, rtol=1e-5, atol=1e-6)
+
+
+def test_an_input_fed_from_the_same_memory_is_read_again_at_each_call() -> None:
+    # The partition sets an input again only when its memory or layout changed (a decode step's KV
+    # cache is the same buffers every token); what the buffer holds is read at each call.
+    values: dict[str, Any] = {"cache": numpy.zeros((2, 6), "float32"), "x": numpy.ones((2, 6), "float32")}
+    values["out"] = values["cache"] + values["x"]  # its meta
+    part = _compile((PartNode("add", (R("cache"), R("x"), 1), ("out",)),), values, ("cache", "x"), ("out",))
+    cache, x = values["cache"], values["x"]
+    assert numpy.array_equal(part(cache, x)[0], cache + 1)
+    cache[1, 2] = 5.0  # written in place, as a decode step writes its cache
+    assert numpy.array_equal(part(cache, x)[0], cache + 1)
+    other = numpy.full((2, 6), 3.0, "float32")  # another buffer, then a view of the first, then a copy's path
+    assert numpy.array_equal(part(other, x)[0], other + 1)
+    assert numpy.array_equal(part(cache[:, :], x)[0], cache + 1)
+    wide = numpy.arange(24, dtype="float32").reshape(2, 12)
+    strided = wide[:, ::2]  # not contiguous: copied per call
+    assert numpy.array_equal(part(strided, x)[0], strided + 1)
+    wide[0, 0] = 7.0
+    assert numpy.array_equal(part(strided, x)[0], strided + 1)

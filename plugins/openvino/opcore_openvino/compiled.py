@@ -121,19 +121,35 @@ def core() -> openvino.Core:
     return _core
 
 
-def feed(request: openvino.InferRequest, arrays: Sequence[Any]) -> list[numpy.ndarray]:
+def feed(request: openvino.InferRequest, arrays: Sequence[Any], fed: list[Any] | None = None) -> list[numpy.ndarray]:
     """Set the request's inputs to ``arrays`` (in order) without copying where the memory allows;
     returns the copies made (a shared Tensor does not keep its array alive: hold them for the call).
+
+    ``fed``: what this request was last given (kept by the caller per request, updated here): an
+    input shared from the same memory with the same layout as last time is already set and is not set
+    again (a decode step's KV cache, the same buffers every token: OpenVINO's ``set_input_tensor``
+    costs ~17 us an input on a 2-core Xeon, 1 ms a step for a 30-layer cache). The memory is the
+    caller's at this call, so the request reads what is there now; a copy is set every call.
     """
     held = []
     for index, given in enumerate(arrays):
+        key = None
+        interface = getattr(given, "__array_interface__", None) if fed is not None else None
+        if fed is not None and interface is not None:
+            key = (interface["data"][0], interface["shape"], interface["strides"], interface["typestr"])
+            if index < len(fed) and fed[index] == key:
+                continue
         try:
             tensor = _Tensor(given, shared_memory=True)
         except (RuntimeError, ValueError):  # shared memory must be C-contiguous and writeable
             copy = numpy.array(given, order="C")
             held.append(copy)
             tensor = _Tensor(copy, shared_memory=True)
+            key = None
         request.set_input_tensor(index, tensor)
+        if fed is not None:
+            fed.extend([None] * (index + 1 - len(fed)))
+            fed[index] = key
     return held
 
 

@@ -90,6 +90,15 @@ class OvPartition:
             request = self._local.request = self.compiled.create_infer_request()
         return request
 
+    def _fed(self, request: openvino.InferRequest) -> list[Any]:
+        """What ``request``'s inputs were last set to (compiled.feed), kept per request of this thread
+        (with the request itself, so that a new request never inherits another's record by its id)."""
+        table = self._local.__dict__.setdefault("fed", {})
+        entry = table.get(id(request))
+        if entry is None or entry[0] is not request:
+            entry = table[id(request)] = (request, [])
+        return entry[1]  # type: ignore[no-any-return]
+
     def __call__(self, *inputs: numpy.ndarray) -> tuple[numpy.ndarray, ...]:
         special = None if self._shapes is None else self._shapes.request(inputs)
         if special is not None:
@@ -97,7 +106,7 @@ class OvPartition:
         else:
             request = self._request()
         try:
-            held = feed(request, inputs)  # noqa: F841 - copies made for the call must outlive it
+            held = feed(request, inputs, self._fed(request))  # noqa: F841 - copies made for the call must outlive it
             request.infer()
             return tuple(request.get_output_tensor(i).data.copy() for i in range(self._count))
         except Exception as error:
