@@ -18,7 +18,8 @@ means in issue 25's targets); the plans' graph runtimes get the threads torch ha
 The summary after the tables: models captured by default, dynamic captures that ran and matched,
 median and minimum speed-up of the plan over eager at batch 1, models below 1.0x, models where the
 plan is behind compile, and the dynamic plan against the static one (partition counts, and the time
-ratio from the two plans timed again as a pair, twice the rounds, after the table's columns).
+ratio from the two plans timed again as a pair, twice the rounds, after the table's columns: the
+median of the per-round ratios, each round timing the two back to back).
 
     python bench/zoo.py --threads 1 --batches 1 --rounds 15            # the table in docs/benchmarks.md
     python bench/zoo.py --models llama,bert --skip compile --busy
@@ -42,7 +43,7 @@ from typing import Any
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import torch
-from _timing import medians, table
+from _timing import medians, paired_ratio, table
 from zoo_models import ZOO, ZooCase, by_name
 
 PLANS: dict[str, tuple[str, ...] | None] = {
@@ -190,9 +191,9 @@ def bench_group(case: ZooCase, batch: int, threads: int, skip: set[str], rounds:
         group.rows[label].seconds = seconds
     if "plan" in calls and "dynamic" in calls:
         # the two plans compute the same thing: timed again as a pair, twice the rounds, without the
-        # other columns between them (one column's median moves by 5-10 % from run to run here)
-        pair = medians({"plan": calls["plan"], "dynamic": calls["dynamic"]}, repeats=2 * rounds, warmup=1)
-        group.paired = pair["plan"] / pair["dynamic"]
+        # other columns between them (one column's median moves by 5-10 % from run to run here), the
+        # ratio taken per round (back to back) and its median kept
+        group.paired = paired_ratio(calls["plan"], calls["dynamic"], repeats=2 * rounds, warmup=1)
     return group
 
 
