@@ -22,7 +22,7 @@ row that every key masks gives zeros, as torch's attention does.
 
 Applied only where it is exactly that attention: a one-row float32 query, key and value each the
 sole read of a write at the same position of one slot, no dropout, not ``is_causal``, a mask
-(bool or float, or none) that broadcasts over the heads. Anything else keeps its attention as it was.
+(bool or float, or none) shared by the heads or one per head. Anything else keeps its attention.
 
 >>> graph, split = split_attention(graph, constants)     # doctest: +SKIP
 """
@@ -132,7 +132,10 @@ class _Build:
             raise _NotSplit(f"{ref.name} is a scalar")
         return info.meta
 
-    def op(self, name: str, op: str, *args: Any) -> ValueRef:
+    def op(self, name: str, op: str, *args: Any, replaces: bool = False) -> ValueRef:
+        """A node ``op(*args)`` whose output is ``name`` (``replaces``: the attention's own output)."""
+        if not replaces and (name in self.graph.values or name in self.values):
+            raise _NotSplit(f"the graph has a value named {name}")
         contract = runtime().ensure_loaded().registry.contract(op)
         try:
             bound = contract.schema.bind(substitute(args, lambda n: self.meta(ValueRef(n))), {}, metas=True)
@@ -182,7 +185,7 @@ class _Build:
         )
         out = node.outputs[0]
         want = self.graph.meta(out)
-        shaped = self.op(out, "reshape", mixed, (batch, heads, 1, values.shape[3]))
+        shaped = self.op(out, "reshape", mixed, (batch, heads, 1, values.shape[3]), replaces=True)
         if self.meta(shaped).shape != want.shape or self.meta(shaped).dtype is not want.dtype:
             raise _NotSplit("shape")
 
@@ -192,6 +195,8 @@ class _Build:
         if key not in self.shared:
             numbers = f"{SLOTS}_{length}"
             if numbers not in self.slots:
+                if numbers in self.graph.values:
+                    raise _NotSplit(f"the graph has a value named {numbers}")
                 self.slots.append(numbers)
                 self.values[numbers] = ValueInfo(
                     numbers, TensorMeta((length,), DType.INT64, self.meta(at).device), (length,)
