@@ -104,8 +104,11 @@ def sized_meta(size: tuple[int, ...], dtype: str | None, device: str) -> TensorM
     return TensorMeta(_size_checked(size), DEFAULT_FLOAT if dtype is None else DType.parse(dtype), Device.parse(device))
 
 
-def fill_dtype(fill_value: bool | int | float) -> DType:
-    """torch.full's dtype for a fill value without ``dtype``: bool, int64 for an int, else float32."""
+def fill_dtype(fill_value: bool | int | float, dtype: str | None = None) -> DType:
+    """torch.full's dtype: ``dtype`` when given, else from the fill value: bool, int64 for an int,
+    else float32."""
+    if dtype is not None:
+        return DType.parse(dtype)
     if isinstance(fill_value, bool):
         return DType.BOOL
     return DType.INT64 if isinstance(fill_value, int) else DEFAULT_FLOAT
@@ -129,7 +132,7 @@ def full_meta(size: tuple[int, ...], fill_value: bool | int | float, dtype: str 
     """As zeros, with the dtype inferred from fill_value when dtype is None (torch.full's rule);
     fill_value must convert to that dtype without overflow."""
     out = TensorMeta(
-        _size_checked(size), fill_dtype(fill_value) if dtype is None else DType.parse(dtype), Device.parse(device)
+        _size_checked(size), fill_dtype(fill_value, dtype), Device.parse(device)
     )
     check_fits("fill_value", fill_value, out.dtype)
     return out

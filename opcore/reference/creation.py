@@ -74,7 +74,7 @@ def ones(size: tuple[int, ...], dtype: str | None, device: str) -> numpy.ndarray
 
 def full(size: tuple[int, ...], fill_value: Any, dtype: str | None, device: str) -> numpy.ndarray:
     """fill_value in ``size``; without dtype, torch.full's: bool, int64 or float32 from fill_value."""
-    target = fill_dtype(fill_value) if dtype is None else DType.parse(dtype)
+    target = fill_dtype(fill_value, dtype)
     return _filled(size, fill_value, _numpy_dtype(target))
 
 

@@ -48,7 +48,7 @@ def ones(size: tuple[int, ...], dtype: str | None, device: str) -> Tensor:
 
 
 def full(size: tuple[int, ...], fill_value: Any, dtype: str | None, device: str) -> Tensor:
-    target = fill_dtype(fill_value) if dtype is None else DType.parse(dtype)
+    target = fill_dtype(fill_value, dtype)
     return torch.full(size, fill_value, dtype=target.to_torch(), device=device)
 
 

@@ -50,7 +50,7 @@ def build_ones_like(g: Graph, x: Value, dtype: str | None, device: str | None = 
 
 def build_full(g: Graph, size: tuple[int | Value, ...], fill_value: Any, dtype: str | None, device: str) -> Value:
     """In a partition the sizes may be computed at run time (0-D values; a dynamic dim's size)."""
-    out = (fill_dtype(fill_value) if dtype is None else DType.parse(dtype)).to_numpy()
+    out = fill_dtype(fill_value, dtype).to_numpy()
     return g.op("Expand", g.const(filled(fill_value, out)), g.shape_of(size), rank=len(size))
 
 

@@ -49,7 +49,7 @@ def build_ones_like(g: Graph, x: Node, dtype: str | None, device: str | None = N
 
 def build_full(g: Graph, size: tuple[int | Node, ...], fill_value: Any, dtype: str | None, device: str) -> Node:
     """In a partition the sizes may be computed at run time (0-D nodes; a dynamic dim's size)."""
-    out = (fill_dtype(fill_value) if dtype is None else DType.parse(dtype)).to_numpy()
+    out = fill_dtype(fill_value, dtype).to_numpy()
     return ops.broadcast(ops.constant(filled(fill_value, out)), g.shape_of(size))
 
 
