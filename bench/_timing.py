@@ -23,6 +23,24 @@ def calibrate(fn: Callable[[], object], target_s: float = 0.01, warmup: int = 3)
         number *= 2 if elapsed > target_s / 10 else 10
 
 
+def _rounds(
+    cases: Mapping[str, Callable[[], object]], repeats: int, warmup: int, target_s: float = 0.01
+) -> dict[str, list[float]]:
+    """Seconds per call of each case, one sample per round: the cases take turns, in a new order each
+    round, each sample about ``target_s`` long after ``warmup`` untimed calls."""
+    numbers = {name: calibrate(fn, target_s) for name, fn in cases.items()}
+    samples: dict[str, list[float]] = {name: [] for name in cases}
+    order = list(cases)
+    shuffle = random.Random(0).shuffle
+    for _ in range(repeats):
+        shuffle(order)
+        for name in order:
+            for _ in range(warmup):
+                cases[name]()
+            samples[name].append(timeit.timeit(cases[name], number=numbers[name]) / numbers[name])
+    return samples
+
+
 def medians(
     cases: Mapping[str, Callable[[], object]],
     repeats: int = 31,
@@ -36,17 +54,7 @@ def medians(
     and not as the first call after another case (which, for whole models, also pays the thread pools
     the previous case left spinning: bench/graph.py prints that switching cost apart).
     """
-    numbers = {name: calibrate(fn) for name, fn in cases.items()}
-    samples: dict[str, list[float]] = {name: [] for name in cases}
-    order = list(cases)
-    shuffle = random.Random(0).shuffle
-    for _ in range(repeats):
-        shuffle(order)
-        for name in order:
-            for _ in range(warmup):
-                cases[name]()
-            samples[name].append(timeit.timeit(cases[name], number=numbers[name]) / numbers[name])
-    return {name: pick(values) for name, values in samples.items()}
+    return {name: pick(values) for name, values in _rounds(cases, repeats, warmup).items()}
 
 
 def paired_ratio(
@@ -61,20 +69,8 @@ def paired_ratio(
     about ``target_s``). For two cases that compute the same thing: a ratio per round cancels what
     drifts between rounds (another process, the clock), which a ratio of two medians taken over the
     whole run keeps; samples longer than ``medians``' 10 ms average over a 2-vCPU machine's bursts."""
-    cases = {"first": first, "second": second}
-    numbers = {name: calibrate(fn, target_s) for name, fn in cases.items()}
-    order = list(cases)
-    shuffle = random.Random(0).shuffle
-    ratios = []
-    for _ in range(repeats):
-        shuffle(order)
-        seconds = {}
-        for name in order:
-            for _ in range(warmup):
-                cases[name]()
-            seconds[name] = timeit.timeit(cases[name], number=numbers[name]) / numbers[name]
-        ratios.append(seconds["first"] / seconds["second"])
-    return statistics.median(ratios)
+    samples = _rounds({"first": first, "second": second}, repeats, warmup, target_s)
+    return statistics.median([a / b for a, b in zip(samples["first"], samples["second"])])
 
 
 def table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
