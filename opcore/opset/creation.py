@@ -131,9 +131,7 @@ def arange_dtype(
 def full_meta(size: tuple[int, ...], fill_value: bool | int | float, dtype: str | None, device: str) -> TensorMeta:
     """As zeros, with the dtype inferred from fill_value when dtype is None (torch.full's rule);
     fill_value must convert to that dtype without overflow."""
-    out = TensorMeta(
-        _size_checked(size), fill_dtype(fill_value, dtype), Device.parse(device)
-    )
+    out = TensorMeta(_size_checked(size), fill_dtype(fill_value, dtype), Device.parse(device))
     check_fits("fill_value", fill_value, out.dtype)
     return out
 
