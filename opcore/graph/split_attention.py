@@ -185,8 +185,8 @@ class _Build:
         )
         out = node.outputs[0]
         want = self.graph.meta(out)
-        shaped = self.op(out, "reshape", mixed, (batch, heads, 1, values.shape[3]), replaces=True)
-        if self.meta(shaped).shape != want.shape or self.meta(shaped).dtype is not want.dtype:
+        got = self.meta(self.op(out, "reshape", mixed, (batch, heads, 1, values.shape[3]), replaces=True))
+        if got.shape != want.shape or got.dtype is not want.dtype:
             raise _NotSplit("shape")
 
     def slot(self, at: ValueRef, length: int) -> ValueRef:

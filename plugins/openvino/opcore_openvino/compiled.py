@@ -133,12 +133,9 @@ def feed(request: openvino.InferRequest, arrays: Sequence[Any], fed: list[Any] |
     """
     held = []
     for index, given in enumerate(arrays):
-        key = None
-        interface = getattr(given, "__array_interface__", None) if fed is not None else None
-        if fed is not None and interface is not None:
-            key = (interface["data"][0], interface["shape"], interface["strides"], interface["typestr"])
-            if index < len(fed) and fed[index] == key:
-                continue
+        key = None if fed is None else _memory(given)
+        if fed is not None and key is not None and fed[index : index + 1] == [key]:
+            continue
         try:
             tensor = _Tensor(given, shared_memory=True)
         except (RuntimeError, ValueError):  # shared memory must be C-contiguous and writeable
@@ -151,6 +148,14 @@ def feed(request: openvino.InferRequest, arrays: Sequence[Any], fed: list[Any] |
             fed.extend([None] * (index + 1 - len(fed)))
             fed[index] = key
     return held
+
+
+def _memory(given: Any) -> tuple[Any, ...] | None:
+    """Where an array's data lies and how (pointer, shape, strides, dtype), None for anything else."""
+    interface = getattr(given, "__array_interface__", None)
+    if interface is None:
+        return None
+    return (interface["data"][0], interface["shape"], interface["strides"], interface["typestr"])
 
 
 class Compiled:
