@@ -135,6 +135,21 @@ def test_exporter_refusal_is_an_opcore_error_with_its_reason():
     assert "Fix:" in str(info.value)
 
 
+def test_a_value_read_as_a_number_is_a_capture_error_naming_the_line():
+    class Sliced(torch.nn.Module):
+        def forward(self, x, start):
+            begin = start.item()  # the start read from a tensor's value
+            torch._check(begin >= 0)
+            torch._check(begin < x.shape[1])
+            return x[:, begin:] * 2
+
+    with pytest.raises(CaptureError, match=r"reads a tensor's value as a Python number") as info:
+        opcore.graph.capture(Sliced(), (torch.randn(2, 8), torch.tensor(3)))
+    text = str(info.value)
+    assert "test_graph_capture.py line" in text and "begin = start.item()" in text, text
+    assert info.value.fix is not None and "shapes" in info.value.fix
+
+
 def test_submodule_path_captures_part(llama):
     model, _ = llama
     h = torch.randn(2, 8, 32)

@@ -19,6 +19,7 @@ import opcore
 import opcore.graph
 from opcore.errors import ArgumentError, ShapeError
 from opcore.graph.errors import CaptureError
+from opcore.graph.partition import compilers
 
 transformers = pytest.importorskip("transformers", reason="the generation tests build transformers decoders")
 
@@ -65,8 +66,51 @@ def _families() -> dict[str, tuple[type, type, dict]]:
     }  # fmt: skip
 
 
+# families the tests above do not build, each for what its attention or block does differently;
+# split: its decode attention is torch's SDPA, which capture_lm splits (opcore.graph.split_attention)
+# so that the step is one partition; the others compute attention with matmuls of their own
+_IDS = dict(bos_token_id=1, eos_token_id=2, pad_token_id=0)
+_MORE: dict[str, tuple[str, dict, bool]] = {
+    "qwen3": ("Qwen3", dict(SMALL, num_key_value_heads=2, head_dim=16), True),  # norms on q and k
+    "olmo2": ("Olmo2", dict(SMALL, num_key_value_heads=2), True),  # norms after attention and MLP
+    "stablelm": ("StableLm", dict(SMALL, num_key_value_heads=2, partial_rotary_factor=0.25, use_qkv_bias=True), True),
+    "gpt_neox": ("GPTNeoX", dict(SMALL, rotary_pct=0.25, use_parallel_residual=True), True),  # parallel blocks
+    "cohere": ("Cohere", dict(SMALL, num_key_value_heads=2), True),  # interleaved rotary, parallel blocks
+    "granite": (
+        "Granite",
+        dict(SMALL, num_key_value_heads=2, embedding_multiplier=2.0, residual_multiplier=0.5,
+             attention_multiplier=0.1, logits_scaling=2.0),
+        True,
+    ),
+    "phi": ("Phi", dict(SMALL, partial_rotary_factor=0.5), True),  # partial rotary, dense + parallel
+    "starcoder2": ("Starcoder2", dict(SMALL, num_key_value_heads=2, sliding_window=8), True),
+    # soft-capped attention and logits, sliding window every other layer: eager attention
+    "gemma2": (
+        "Gemma2",
+        dict(SMALL, num_key_value_heads=2, head_dim=16, sliding_window=8, attn_logit_softcapping=50.0,
+             final_logit_softcapping=30.0),
+        False,
+    ),
+    "bloom": ("Bloom", dict(vocab_size=VOCAB, hidden_size=64, n_layer=2, n_head=4), False),  # ALiBi (baddbmm)
+    "codegen": (
+        "CodeGen",
+        dict(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, rotary_dim=8, n_positions=128),
+        False,
+    ),
+}  # fmt: skip
+
+
+def _more(family: str) -> tuple[type, type, dict]:
+    prefix, kwargs, _ = _MORE[family]
+    config_class = getattr(transformers, f"{prefix}Config", None)
+    model_class = getattr(transformers, f"{prefix}ForCausalLM", None)
+    if config_class is None or model_class is None:
+        pytest.skip(f"transformers {transformers.__version__} has no {prefix}ForCausalLM")
+    return config_class, model_class, dict(kwargs, **_IDS)
+
+
 def build(family: str, seed: int = 0) -> torch.nn.Module:
-    config_class, model_class, kwargs = _families()[family]
+    config_class, model_class, kwargs = _families()[family] if family in _families() else _more(family)
     torch.manual_seed(seed)
     model = model_class(config_class(**kwargs)).eval()
     with torch.no_grad():
@@ -96,6 +140,19 @@ def test_greedy_tokens_equal_transformers_generate(family):
     want = model.generate(ids, max_new_tokens=20, do_sample=False, eos_token_id=None, pad_token_id=0)
     got = lm.generate(ids, max_new_tokens=20, eos_token_id=[])
     assert torch.equal(got, want), f"{family}: {got[0, 10:].tolist()} != {want[0, 10:].tolist()}"
+
+
+@pytest.mark.parametrize("family", sorted(_MORE))
+def test_greedy_tokens_on_families_the_bench_does_not_build(family):
+    model = build(family)
+    lm = opcore.graph.capture_lm(model, max_length=48, measure=False)
+    ids = prompt()
+    want = model.generate(ids, max_new_tokens=20, do_sample=False, eos_token_id=None, pad_token_id=0)
+    got = lm.generate(ids, max_new_tokens=20, eos_token_id=[])
+    assert torch.equal(got, want), f"{family}: {got[0, 10:].tolist()} != {want[0, 10:].tolist()}"
+    layers = model.config.num_hidden_layers
+    if _MORE[family][2] and {"onnxruntime", "openvino"} & set(compilers()):
+        assert f"split_attention: {layers} matches" in lm.explain(), lm.explain()
 
 
 def test_each_step_logits_match_eager_with_its_own_cache(llama):

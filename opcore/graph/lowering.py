@@ -44,6 +44,9 @@ _PYTHON_SCALAR_OPS = {
     operator.eq: "eq", operator.ne: "ne", operator.lt: "lt", operator.le: "le", operator.gt: "gt", operator.ge: "ge",
 }  # fmt: skip
 _CAPTURE = "opcore.graph.capture"
+# a tensor's value read as a Python number (``.item()``, ``int(t)``): what follows depends on data
+_DATA_SCALARS = ("aten.item.default", "aten._local_scalar_dense.default")
+_QUOTE = '"'
 
 
 def lower(
@@ -220,6 +223,15 @@ def _lower_call(
         qualified = f"{target.namespace}.{target._schema.name.split('::')[-1]}.{target._overloadname}"
         if qualified.startswith(_CHECKS):
             return
+        if qualified in _DATA_SCALARS:
+            raise CaptureError(
+                f"node {name!r} ({qualified}) reads a tensor's value as a Python number (.item(), int(tensor)) "
+                f"in {_source_line(fx_node)}; a plan computes sizes from its inputs' shapes, never from their values",
+                op=_CAPTURE,
+                fix="compute that number from shapes, or keep it out of forward(); where a transformers cache "
+                "is read this way (MPT slices its ALiBi bias by the cache's length), capture without the cache "
+                "(config.use_cache=False) with opcore.graph.capture",
+            )
         if qualified == "aten.sym_size.int" and size_from_inputs(fx_node, values, concrete, nodes):
             env[name] = ValueRef(name)  # computed from an input's size: no partition waits for it
             return
@@ -243,6 +255,20 @@ def _lower_call(
         op=_CAPTURE,
         fix="capture a submodule without it (capture(..., submodule='path')), or rewrite that part of forward()",
     )
+
+
+def _source_line(fx_node: Any) -> str:
+    """Where the model's code made ``fx_node``: its innermost frame ("modeling_mpt.py line 119:
+    position_bias = ..."), from the exporter's stack trace; "forward()" where none was recorded."""
+    lines = [line.strip() for line in str(fx_node.meta.get("stack_trace") or "").strip().splitlines()]
+    frames = [i for i, line in enumerate(lines) if line.startswith("File ")]
+    if not frames:
+        return "forward()"
+    where = lines[frames[-1]]
+    file, _, rest = where.partition(", line ")
+    place = f"{file.rsplit('/', 1)[-1].strip(_QUOTE)} line {rest.split(',')[0]}"
+    code = lines[frames[-1] + 1] if frames[-1] + 1 < len(lines) else ""
+    return f"{place}: {code}" if code else place
 
 
 def _factory_node(
