@@ -196,3 +196,74 @@ def test_the_torch_route_keeps_the_fused_attention():
     lm = opcore.graph.capture_lm(SdpaDecoder().eval(), backends=("cpu",), measure=False)
     assert _split(lm) == ""
     assert any(d.op == "scaled_dot_product_attention" for d in lm.decode_plan.decisions)
+
+
+class MatmulDecoder(SdpaDecoder):
+    """Attention written as the model's own matmuls (as Gemma2's soft-capped, BLOOM's and CodeGen's
+    are): the key heads repeated by expand + reshape, scores soft-capped, a bool mask by masked_fill."""
+
+    def forward(self, input_ids, position_ids, cache_position, attention_mask):
+        rows, length = input_ids.shape
+        x = self.embed(input_ids)
+        q = self.q(x).view(rows, length, self.heads, self.dim).transpose(1, 2)
+        k, v = self.kv(x).view(rows, length, 2 * self.kv_heads, self.dim).transpose(1, 2).chunk(2, 1)
+        self.keys.index_copy_(2, cache_position, k)
+        self.values.index_copy_(2, cache_position, v)
+        group = self.heads // self.kv_heads
+
+        def repeat(t):
+            return (
+                t[:, :, None].expand(rows, self.kv_heads, group, LENGTH, self.dim).reshape(rows, self.heads, LENGTH, -1)
+            )
+
+        scores = torch.matmul(q, repeat(self.keys).transpose(2, 3)) / self.dim**0.5
+        scores = torch.tanh(scores / 5.0) * 5.0
+        allowed = (torch.arange(LENGTH)[None, :] <= cache_position[:, None])[None, None]
+        allowed = allowed & attention_mask[:, None, None, :].bool()
+        weights = torch.softmax(scores.masked_fill(~allowed, torch.finfo(torch.float32).min), dim=-1)
+        y = torch.matmul(weights, repeat(self.values))
+        return self.out(y.transpose(1, 2).reshape(rows, length, -1)) * 4
+
+
+def _read(lm) -> str:
+    return " ".join(note for note in lm.decode_plan.notes if "read_written" in note)
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_a_cache_read_by_matmuls_is_read_as_a_value_and_the_step_is_one_partition(runtime):
+    torch.manual_seed(0)
+    model = MatmulDecoder().eval()
+    lm = opcore.graph.capture_lm(model, backends=(runtime, "cpu"), measure=False)
+    assert _split(lm) == "" and "read_written: 2 matches" in _read(lm), lm.decode_plan.notes
+    summary = lm.decode_plan.summary()
+    assert summary.startswith(f"{runtime} ") and "in 1 partition" in summary, summary
+    ids = torch.randint(0, VOCAB, (BATCH, 5), generator=torch.Generator().manual_seed(4))
+    want = _eager_steps(model, ids, 8)
+    session = lm.session()
+    got = [session.prefill(ids)] + [session.decode(w.argmax(-1)) for w in want[:-1]]
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert (g - w).abs().max().item() <= 1e-4, f"step {i}"
+    # the state holds what eager's buffers hold: each step's row written in place, once
+    assert torch.allclose(session.state[0], model.keys, atol=1e-5)
+    assert torch.allclose(session.state[1], model.values, atol=1e-5)
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_reading_the_written_cache_does_not_depend_on_when_the_write_ran(runtime):
+    # the step run on a state whose written slot already holds the new row (as if the write had run
+    # first) and on one where it holds anything else gives the same logits
+    torch.manual_seed(0)
+    model = MatmulDecoder(kv_heads=4).eval()
+    lm = opcore.graph.capture_lm(model, backends=(runtime, "cpu"), measure=False)
+    ids, positions, slot = torch.tensor([[7], [9]]), torch.tensor([[3], [3]]), torch.tensor([3])
+    mask = torch.ones(BATCH, LENGTH, dtype=torch.long)
+    state = [torch.randn(BATCH, 4, LENGTH, 8), torch.randn(BATCH, 4, LENGTH, 8)]
+    with torch.no_grad():
+        model.keys.copy_(state[0])
+        model.values.copy_(state[1])
+        want = model(ids, positions, slot, mask)
+    first = lm.decode_plan.program.run([ids, positions, slot, mask, *state])[0]
+    assert (first - want).abs().max().item() <= 1e-4
+    assert torch.equal(state[0][:, :, 3], model.keys[:, :, 3]) and torch.equal(state[1][:, :, 3], model.values[:, :, 3])
+    again = lm.decode_plan.program.run([ids, positions, slot, mask, *state])[0]  # the slot written already
+    assert (again - want).abs().max().item() <= 1e-4

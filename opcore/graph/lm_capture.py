@@ -363,11 +363,14 @@ def _lower_step(
     if dropped:
         applied.append(f"rewrite full attention mask dropped: {dropped} match{'es' * (dropped != 1)}")
     if split:
-        from opcore.graph.split_attention import split_attention
+        from opcore.graph.split_attention import read_written, split_attention
 
         graph, parted = split_attention(graph, constants)
         if parted:
             applied.append(f"rewrite split_attention: {parted} match{'es' * (parted != 1)}")
+        graph, moved = read_written(graph, constants)
+        if moved:
+            applied.append(f"rewrite read_written: {moved} match{'es' * (moved != 1)} (the written cache as a value)")
     return Lowered(graph, constants, notes, applied, examples, time.perf_counter() - started)
 
 

@@ -22,7 +22,9 @@ row that every key masks gives zeros, as torch's attention does.
 
 Applied only where it is exactly that attention: a one-row float32 query, key and value each the
 sole read of a write at the same position of one slot, no dropout, not ``is_causal``, a mask
-(bool or float, or none) shared by the heads or one per head. Anything else keeps its attention.
+(bool or float, or none) shared by the heads or one per head. Anything else keeps its attention,
+and ``read_written`` then gives its readers the written cache as a value instead (``where(slot,
+new row, cache as it was)``: a temporary the size of the cache, which the split does not need).
 
 >>> graph, split = split_attention(graph, constants)     # doctest: +SKIP
 """
@@ -39,7 +41,7 @@ from opcore.graph.ir import Graph, Node, ValueInfo, ValueRef, substitute
 from opcore.runtime import runtime
 from opcore.types import DType, TensorMeta
 
-__all__ = ["SLOTS", "split_attention"]
+__all__ = ["SLOTS", "read_written", "split_attention"]
 
 SLOTS = "decode_slots"  # + "_<length>": the constant arange(length) the written slot is compared with
 _ATTENTION = "scaled_dot_product_attention"
@@ -79,6 +81,68 @@ def split_attention(graph: Graph, constants: MutableMapping[str, Any]) -> tuple[
         constants[name] = torch.arange(meta.shape[0], dtype=torch.long, device=str(meta.device))
     values = {**graph.values, **build.values}
     return replace(graph, nodes=tuple(nodes), values=values, constants=(*graph.constants, *build.slots)), split
+
+
+def read_written(graph: Graph, constants: MutableMapping[str, Any]) -> tuple[Graph, int]:
+    """The decode graph with every other read of a just-written cache (attention the split does not
+    match: matmuls of the model's own, ALiBi's baddbmm, soft-capped scores) reading
+    ``where(slot, new row, cache as it was)`` instead: the written cache as a value, so no partition
+    waits for the write. The same rows as the write gives, whether the write ran before or not; the
+    cost is a temporary the size of the cache, per layer and step, inside the runtime (the state
+    itself is still written in place, once). Applied to a write of one row (one position, dim 2 of a
+    4-D cache); how many writes' readers were moved."""
+    users = graph.users()
+    producer = {out: node for node in graph.nodes for out in node.outputs}
+    returned = graph.output_names()
+    build = _Build(graph)
+    renamed: dict[str, ValueRef] = {}
+    added: dict[str, list[Node]] = {}  # per write, the nodes made for its readers (inputs first)
+    for node in graph.nodes:
+        if node.op != _WRITE or node.outputs[0] in returned or not users.get(node.outputs[0]):
+            continue
+        cache, dim, at, new = node.args
+        if not all(isinstance(v, ValueRef) for v in (cache, at, new)) or dim not in (2, -2):
+            continue
+        before, kept = len(build.nodes), (dict(build.shared), dict(build.values), list(build.slots))
+        try:
+            cached, row, where = build.meta(cache), build.meta(new), build.meta(at)
+            if cached.ndim != 4 or row.ndim != 4 or row.shape[2] != 1 or where.shape != (1,):
+                raise _NotSplit("not one row")
+            if row.dtype is not cached.dtype:
+                raise _NotSplit("dtype")
+            if cache.name in producer:  # the cache as the step received it, not a value made here
+                raise _NotSplit("cache")
+            length = cached.shape[2]
+            slot = build.slot(at, length)
+            column = build.shared.get(("column", slot.name))
+            if column is None:
+                column = build.op(f"{slot.name}_column", "reshape", slot, (length, 1))
+                build.shared[("column", slot.name)] = column
+            read = build.op(f"{node.outputs[0]}_read", "where", column, new, cache)
+            if build.meta(read).shape != cached.shape:
+                raise _NotSplit("shape")
+        except _NotSplit:
+            del build.nodes[before:]
+            build.shared, build.values, build.slots = kept
+            continue
+        renamed[node.outputs[0]] = read
+        added[node.outputs[0]] = build.nodes[before:]
+    if not renamed:
+        return graph, 0
+    import torch
+
+    placed: list[Node] = []
+    for node in graph.nodes:
+        # what a write's readers now read comes right after the write: its inputs (the position, the
+        # new row, the cache input) are all read by the write, so all are made before it
+        placed.append(replace(node, args=substitute(node.args, lambda n: renamed.get(n, ValueRef(n)))))
+        placed.extend(added.get(node.outputs[0], ()))
+    for name in build.slots:
+        meta = build.meta(ValueRef(name))
+        constants[name] = torch.arange(meta.shape[0], dtype=torch.long, device=str(meta.device))
+    values = {**graph.values, **build.values}
+    graph = replace(graph, nodes=tuple(placed), values=values, constants=(*graph.constants, *build.slots))
+    return graph, len(renamed)
 
 
 class _NotSplit(Exception):
@@ -192,8 +256,11 @@ class _Build:
     def slot(self, at: ValueRef, length: int) -> ValueRef:
         """Bool (length,): True at the slot this step writes (one per position input and cache length)."""
         key = ("slot", at.name, length)
+        numbers = f"{SLOTS}_{length}"
+        made = f"{numbers}_at_{at.name}"
+        if key not in self.shared and numbers in self.graph.constants and made in self.graph.values:
+            self.shared[key] = ValueRef(made)  # by split_attention, before read_written
         if key not in self.shared:
-            numbers = f"{SLOTS}_{length}"
             if numbers not in self.slots:
                 if numbers in self.graph.values:
                     raise _NotSplit(f"the graph has a value named {numbers}")
@@ -201,7 +268,7 @@ class _Build:
                 self.values[numbers] = ValueInfo(
                     numbers, TensorMeta((length,), DType.INT64, self.meta(at).device), (length,)
                 )
-            self.shared[key] = self.op(f"{numbers}_at_{at.name}", "eq", ValueRef(numbers), at)
+            self.shared[key] = self.op(made, "eq", ValueRef(numbers), at)
         return self.shared[key]
 
     def mask_scores(
