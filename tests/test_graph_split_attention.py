@@ -267,3 +267,46 @@ def test_reading_the_written_cache_does_not_depend_on_when_the_write_ran(runtime
     assert torch.equal(state[0][:, :, 3], model.keys[:, :, 3]) and torch.equal(state[1][:, :, 3], model.values[:, :, 3])
     again = lm.decode_plan.program.run([ids, positions, slot, mask, *state])[0]  # the slot written already
     assert (again - want).abs().max().item() <= 1e-4
+
+
+class MatmulThenSdpa(SdpaDecoder):
+    """A layer of matmul attention over its own cache before a layer of SDPA: the step reads one
+    written cache as a value (read_written) and splits the other's attention, in that order."""
+
+    def __init__(self):
+        super().__init__(kv_heads=4)
+        self.register_buffer("keys2", torch.zeros(BATCH, 4, LENGTH, 8))
+        self.register_buffer("values2", torch.zeros(BATCH, 4, LENGTH, 8))
+
+    def forward(self, input_ids, position_ids, cache_position, attention_mask):
+        rows, length = input_ids.shape
+        x = self.embed(input_ids)
+        q = self.q(x).view(rows, length, 4, 8).transpose(1, 2)
+        k, v = self.kv(x).view(rows, length, 8, 8).transpose(1, 2).chunk(2, 1)
+        allowed = (torch.arange(LENGTH)[None, :] <= cache_position[:, None])[None, None]
+        allowed = allowed & attention_mask[:, None, None, :].bool()
+        self.keys2.index_copy_(2, cache_position, k * 0.5)
+        self.values2.index_copy_(2, cache_position, v)
+        scores = torch.matmul(q, self.keys2.transpose(2, 3)).masked_fill(~allowed, torch.finfo(torch.float32).min)
+        h = torch.matmul(torch.softmax(scores, dim=-1), self.values2)
+        self.keys.index_copy_(2, cache_position, k)
+        self.values.index_copy_(2, cache_position, v)
+        y = torch.nn.functional.scaled_dot_product_attention(h, self.keys, self.values, attn_mask=allowed)
+        return self.out(y.transpose(1, 2).reshape(rows, length, -1)) * 4
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_a_read_as_a_value_before_a_split_attention_is_one_partition(runtime):
+    torch.manual_seed(0)
+    model = MatmulThenSdpa().eval()
+    lm = opcore.graph.capture_lm(model, backends=(runtime, "cpu"), measure=False)
+    assert "split_attention: 1 match" in _split(lm) and "read_written: 2 matches" in _read(lm), lm.decode_plan.notes
+    assert "in 1 partition" in lm.decode_plan.summary(), lm.decode_plan.summary()
+    ids = torch.randint(0, VOCAB, (BATCH, 5), generator=torch.Generator().manual_seed(5))
+    model.keys2.zero_()
+    model.values2.zero_()
+    want = _eager_steps(model, ids, 6)
+    session = lm.session()
+    got = [session.prefill(ids)] + [session.decode(w.argmax(-1)) for w in want[:-1]]
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert (g - w).abs().max().item() <= 1e-4, f"step {i}"

@@ -256,12 +256,14 @@ class _Build:
     def slot(self, at: ValueRef, length: int) -> ValueRef:
         """Bool (length,): True at the slot this step writes (one per position input and cache length)."""
         key = ("slot", at.name, length)
-        numbers = f"{SLOTS}_{length}"
-        made = f"{numbers}_at_{at.name}"
-        if key not in self.shared and numbers in self.graph.constants and made in self.graph.values:
-            self.shared[key] = ValueRef(made)  # by split_attention, before read_written
         if key not in self.shared:
-            if numbers not in self.slots:
+            numbers = f"{SLOTS}_{length}"
+            made = f"{numbers}_at_{at.name}"
+            if numbers in self.graph.constants:
+                # the numbers split_attention made: read_written compares with them again, right after
+                # its write (split_attention's comparison may come later in the graph's order)
+                made = f"{made}_again"
+            elif numbers not in self.slots:
                 if numbers in self.graph.values:
                     raise _NotSplit(f"the graph has a value named {numbers}")
                 self.slots.append(numbers)
