@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import pytest
 import torch
@@ -133,24 +134,25 @@ def llama():
     return model, opcore.graph.capture_lm(model, max_length=48, measure=False)
 
 
-@pytest.mark.parametrize("family", sorted(_families()))
-def test_greedy_tokens_equal_transformers_generate(family):
-    model = build(family)
+def _greedy_tokens_equal(family: str) -> tuple[Any, opcore.graph.LanguageModel]:
+    """The family's model and its captured LanguageModel, whose greedy tokens equal model.generate's."""
+    model: Any = build(family)
     lm = opcore.graph.capture_lm(model, max_length=48, measure=False)
     ids = prompt()
     want = model.generate(ids, max_new_tokens=20, do_sample=False, eos_token_id=None, pad_token_id=0)
     got = lm.generate(ids, max_new_tokens=20, eos_token_id=[])
     assert torch.equal(got, want), f"{family}: {got[0, 10:].tolist()} != {want[0, 10:].tolist()}"
+    return model, lm
+
+
+@pytest.mark.parametrize("family", sorted(_families()))
+def test_greedy_tokens_equal_transformers_generate(family):
+    _greedy_tokens_equal(family)
 
 
 @pytest.mark.parametrize("family", sorted(_MORE))
 def test_greedy_tokens_on_families_the_bench_does_not_build(family):
-    model = build(family)
-    lm = opcore.graph.capture_lm(model, max_length=48, measure=False)
-    ids = prompt()
-    want = model.generate(ids, max_new_tokens=20, do_sample=False, eos_token_id=None, pad_token_id=0)
-    got = lm.generate(ids, max_new_tokens=20, eos_token_id=[])
-    assert torch.equal(got, want), f"{family}: {got[0, 10:].tolist()} != {want[0, 10:].tolist()}"
+    model, lm = _greedy_tokens_equal(family)
     layers = model.config.num_hidden_layers
     if {"onnxruntime", "openvino"} & set(compilers()):  # the step one partition: nothing waits for a write
         rewrite = f"split_attention: {layers} matches" if _MORE[family][2] else f"read_written: {2 * layers} matches"

@@ -71,6 +71,16 @@ def _eager_steps(model, ids, steps):
     return logits
 
 
+def _steps_match_eager(lm, model, ids, steps):
+    """A session's prefill and ``steps`` decode steps give the eager module's logits (1e-4); the session."""
+    want = _eager_steps(model, ids, steps)
+    session = lm.session()
+    got = [session.prefill(ids)] + [session.decode(w.argmax(-1)) for w in want[:-1]]
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert (g - w).abs().max().item() <= 1e-4, f"step {i}"
+    return session
+
+
 def _split(lm) -> str:
     return " ".join(note for note in lm.decode_plan.notes if "split_attention" in note)
 
@@ -93,13 +103,7 @@ def test_split_step_is_one_partition_and_matches_eager(variant, runtime):
     summary = lm.decode_plan.summary()
     assert summary.startswith(f"{runtime} ") and "in 1 partition" in summary, summary
     ids = torch.randint(0, VOCAB, (BATCH, 5), generator=torch.Generator().manual_seed(1))
-    want = _eager_steps(model, ids, 8)
-    session = lm.session()
-    got = [session.prefill(ids)]
-    for step in want[:-1]:
-        got.append(session.decode(step.argmax(-1)))
-    for i, (g, w) in enumerate(zip(got, want)):
-        assert (g - w).abs().max().item() <= 1e-4, f"step {i}"
+    _steps_match_eager(lm, model, ids, 8)
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
@@ -136,10 +140,7 @@ def test_attention_the_split_does_not_cover_stays_whole(variant):
     assert _split(lm) == ""
     assert any(d.op == "scaled_dot_product_attention" for d in lm.decode_plan.decisions)
     ids = torch.randint(0, VOCAB, (BATCH, 4), generator=torch.Generator().manual_seed(2))
-    want = _eager_steps(model, ids, 3)
-    session = lm.session()
-    got = [session.prefill(ids)] + [session.decode(w.argmax(-1)) for w in want[:-1]]
-    assert all((g - w).abs().max().item() <= 1e-4 for g, w in zip(got, want))
+    _steps_match_eager(lm, model, ids, 3)
 
 
 class TwoCaches(SdpaDecoder):
@@ -183,11 +184,7 @@ def test_caches_of_two_lengths_written_at_two_slots_split_alike(runtime):
     ids = torch.randint(0, VOCAB, (BATCH, 5), generator=torch.Generator().manual_seed(3))
     model.ring_keys.zero_()
     model.ring_values.zero_()
-    want = _eager_steps(model, ids, 8)
-    session = lm.session()
-    got = [session.prefill(ids)] + [session.decode(w.argmax(-1)) for w in want[:-1]]
-    for i, (g, w) in enumerate(zip(got, want)):
-        assert (g - w).abs().max().item() <= 1e-4, f"step {i}"
+    _steps_match_eager(lm, model, ids, 8)
 
 
 def test_the_torch_route_keeps_the_fused_attention():
@@ -238,11 +235,7 @@ def test_a_cache_read_by_matmuls_is_read_as_a_value_and_the_step_is_one_partitio
     summary = lm.decode_plan.summary()
     assert summary.startswith(f"{runtime} ") and "in 1 partition" in summary, summary
     ids = torch.randint(0, VOCAB, (BATCH, 5), generator=torch.Generator().manual_seed(4))
-    want = _eager_steps(model, ids, 8)
-    session = lm.session()
-    got = [session.prefill(ids)] + [session.decode(w.argmax(-1)) for w in want[:-1]]
-    for i, (g, w) in enumerate(zip(got, want)):
-        assert (g - w).abs().max().item() <= 1e-4, f"step {i}"
+    session = _steps_match_eager(lm, model, ids, 8)
     # the state holds what eager's buffers hold: each step's row written in place, once
     assert torch.allclose(session.state[0], model.keys, atol=1e-5)
     assert torch.allclose(session.state[1], model.values, atol=1e-5)
@@ -305,8 +298,4 @@ def test_a_read_as_a_value_before_a_split_attention_is_one_partition(runtime):
     ids = torch.randint(0, VOCAB, (BATCH, 5), generator=torch.Generator().manual_seed(5))
     model.keys2.zero_()
     model.values2.zero_()
-    want = _eager_steps(model, ids, 6)
-    session = lm.session()
-    got = [session.prefill(ids)] + [session.decode(w.argmax(-1)) for w in want[:-1]]
-    for i, (g, w) in enumerate(zip(got, want)):
-        assert (g - w).abs().max().item() <= 1e-4, f"step {i}"
+    _steps_match_eager(lm, model, ids, 6)
