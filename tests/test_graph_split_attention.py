@@ -60,8 +60,8 @@ def _eager_steps(model, ids, steps):
     rows, length = ids.shape
     mask = torch.zeros(rows, LENGTH, dtype=torch.long)
     mask[:, :length] = 1
-    model.keys.zero_()
-    model.values.zero_()
+    for cache in model.buffers():  # every cache empty, as a new session's
+        cache.zero_()
     with torch.no_grad():
         logits = [model(ids, torch.arange(length).expand(rows, -1), torch.arange(length), mask)[:, -1]]
         for at in range(length, length + steps):
@@ -81,8 +81,8 @@ def _steps_match_eager(lm, model, ids, steps):
     return session
 
 
-def _split(lm) -> str:
-    return " ".join(note for note in lm.decode_plan.notes if "split_attention" in note)
+def _notes(lm, rewrite="split_attention") -> str:
+    return " ".join(note for note in lm.decode_plan.notes if rewrite in note)
 
 
 VARIANTS = {
@@ -99,7 +99,7 @@ def test_split_step_is_one_partition_and_matches_eager(variant, runtime):
     torch.manual_seed(0)
     model = SdpaDecoder(**VARIANTS[variant]).eval()
     lm = opcore.graph.capture_lm(model, backends=(runtime, "cpu"), measure=False)
-    assert "split_attention: 1 match" in _split(lm)
+    assert "split_attention: 1 match" in _notes(lm)
     summary = lm.decode_plan.summary()
     assert summary.startswith(f"{runtime} ") and "in 1 partition" in summary, summary
     ids = torch.randint(0, VOCAB, (BATCH, 5), generator=torch.Generator().manual_seed(1))
@@ -111,7 +111,7 @@ def test_a_row_every_key_masks_gives_zeros_as_torch(runtime):
     torch.manual_seed(0)
     model = SdpaDecoder(kv_heads=4).eval()
     lm = opcore.graph.capture_lm(model, backends=(runtime, "cpu"), measure=False)
-    assert "split_attention: 1 match" in _split(lm)
+    assert "split_attention: 1 match" in _notes(lm)
     ids = torch.tensor([[7], [9]])
     positions, slot = torch.tensor([[3], [3]]), torch.tensor([3])
     mask = torch.ones(BATCH, LENGTH, dtype=torch.long)
@@ -137,7 +137,7 @@ def test_attention_the_split_does_not_cover_stays_whole(variant):
     torch.manual_seed(0)
     model = SdpaDecoder(**variant).eval()
     lm = opcore.graph.capture_lm(model, measure=False)
-    assert _split(lm) == ""
+    assert _notes(lm) == ""
     assert any(d.op == "scaled_dot_product_attention" for d in lm.decode_plan.decisions)
     ids = torch.randint(0, VOCAB, (BATCH, 4), generator=torch.Generator().manual_seed(2))
     _steps_match_eager(lm, model, ids, 3)
@@ -179,11 +179,9 @@ def test_caches_of_two_lengths_written_at_two_slots_split_alike(runtime):
     torch.manual_seed(0)
     model = TwoCaches().eval()
     lm = opcore.graph.capture_lm(model, backends=(runtime, "cpu"), measure=False)
-    assert "split_attention: 2 matches" in _split(lm)
+    assert "split_attention: 2 matches" in _notes(lm)
     assert "in 1 partition" in lm.decode_plan.summary()
     ids = torch.randint(0, VOCAB, (BATCH, 5), generator=torch.Generator().manual_seed(3))
-    model.ring_keys.zero_()
-    model.ring_values.zero_()
     _steps_match_eager(lm, model, ids, 8)
 
 
@@ -191,7 +189,7 @@ def test_the_torch_route_keeps_the_fused_attention():
     # node by node (no graph runtime to make the step one partition) one SDPA beats the split's ~20 nodes
     torch.manual_seed(0)
     lm = opcore.graph.capture_lm(SdpaDecoder().eval(), backends=("cpu",), measure=False)
-    assert _split(lm) == ""
+    assert _notes(lm) == ""
     assert any(d.op == "scaled_dot_product_attention" for d in lm.decode_plan.decisions)
 
 
@@ -222,16 +220,12 @@ class MatmulDecoder(SdpaDecoder):
         return self.out(y.transpose(1, 2).reshape(rows, length, -1)) * 4
 
 
-def _read(lm) -> str:
-    return " ".join(note for note in lm.decode_plan.notes if "read_written" in note)
-
-
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_a_cache_read_by_matmuls_is_read_as_a_value_and_the_step_is_one_partition(runtime):
     torch.manual_seed(0)
     model = MatmulDecoder().eval()
     lm = opcore.graph.capture_lm(model, backends=(runtime, "cpu"), measure=False)
-    assert _split(lm) == "" and "read_written: 2 matches" in _read(lm), lm.decode_plan.notes
+    assert _notes(lm) == "" and "read_written: 2 matches" in _notes(lm, "read_written"), lm.decode_plan.notes
     summary = lm.decode_plan.summary()
     assert summary.startswith(f"{runtime} ") and "in 1 partition" in summary, summary
     ids = torch.randint(0, VOCAB, (BATCH, 5), generator=torch.Generator().manual_seed(4))
@@ -293,9 +287,9 @@ def test_a_read_as_a_value_before_a_split_attention_is_one_partition(runtime):
     torch.manual_seed(0)
     model = MatmulThenSdpa().eval()
     lm = opcore.graph.capture_lm(model, backends=(runtime, "cpu"), measure=False)
-    assert "split_attention: 1 match" in _split(lm) and "read_written: 2 matches" in _read(lm), lm.decode_plan.notes
+    assert "split_attention: 1 match" in _notes(lm) and "read_written: 2 matches" in _notes(lm, "read_written"), (
+        lm.decode_plan.notes
+    )
     assert "in 1 partition" in lm.decode_plan.summary(), lm.decode_plan.summary()
     ids = torch.randint(0, VOCAB, (BATCH, 5), generator=torch.Generator().manual_seed(5))
-    model.keys2.zero_()
-    model.values2.zero_()
     _steps_match_eager(lm, model, ids, 6)

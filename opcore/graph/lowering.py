@@ -46,7 +46,6 @@ _PYTHON_SCALAR_OPS = {
 _CAPTURE = "opcore.graph.capture"
 # a tensor's value read as a Python number (``.item()``, ``int(t)``): what follows depends on data
 _DATA_SCALARS = ("aten.item.default", "aten._local_scalar_dense.default")
-_QUOTE = '"'
 
 
 def lower(
@@ -266,7 +265,8 @@ def _source_line(fx_node: Any) -> str:
         return "forward()"
     where = lines[frames[-1]]
     file, _, rest = where.partition(", line ")
-    place = f"{file.rsplit('/', 1)[-1].strip(_QUOTE)} line {rest.split(',')[0]}"
+    source = file.rsplit("/", 1)[-1].strip('"')
+    place = f"{source} line {rest.split(',')[0]}"
     code = lines[frames[-1] + 1] if frames[-1] + 1 < len(lines) else ""
     return f"{place}: {code}" if code else place
 

@@ -62,25 +62,16 @@ def split_attention(graph: Graph, constants: MutableMapping[str, Any]) -> tuple[
         if found is None:
             nodes.append(node)
             continue
-        before, kept = len(build.nodes), (dict(build.shared), dict(build.values), list(build.slots))
+        mark = build.mark()
         try:
             build.attention(node, *found)
         except _NotSplit:  # this attention stays as it was, and nothing built for it is kept
-            del build.nodes[before:]
-            build.shared, build.values, build.slots = kept
+            build.undo(mark)
             nodes.append(node)
             continue
-        nodes.extend(build.nodes[before:])
+        nodes.extend(build.nodes[mark[0] :])
         split += 1
-    if not split:
-        return graph, 0
-    import torch
-
-    for name in build.slots:
-        meta = build.meta(ValueRef(name))
-        constants[name] = torch.arange(meta.shape[0], dtype=torch.long, device=str(meta.device))
-    values = {**graph.values, **build.values}
-    return replace(graph, nodes=tuple(nodes), values=values, constants=(*graph.constants, *build.slots)), split
+    return (build.graph_with(nodes, constants), split) if split else (graph, 0)
 
 
 def read_written(graph: Graph, constants: MutableMapping[str, Any]) -> tuple[Graph, int]:
@@ -103,7 +94,7 @@ def read_written(graph: Graph, constants: MutableMapping[str, Any]) -> tuple[Gra
         cache, dim, at, new = node.args
         if not all(isinstance(v, ValueRef) for v in (cache, at, new)) or dim not in (2, -2):
             continue
-        before, kept = len(build.nodes), (dict(build.shared), dict(build.values), list(build.slots))
+        mark = build.mark()
         try:
             cached, row, where = build.meta(cache), build.meta(new), build.meta(at)
             if cached.ndim != 4 or row.ndim != 4 or row.shape[2] != 1 or where.shape != (1,):
@@ -122,27 +113,19 @@ def read_written(graph: Graph, constants: MutableMapping[str, Any]) -> tuple[Gra
             if build.meta(read).shape != cached.shape:
                 raise _NotSplit("shape")
         except _NotSplit:
-            del build.nodes[before:]
-            build.shared, build.values, build.slots = kept
+            build.undo(mark)
             continue
         renamed[node.outputs[0]] = read
-        added[node.outputs[0]] = build.nodes[before:]
+        added[node.outputs[0]] = build.nodes[mark[0] :]
     if not renamed:
         return graph, 0
-    import torch
-
     placed: list[Node] = []
     for node in graph.nodes:
         # what a write's readers now read comes right after the write: its inputs (the position, the
         # new row, the cache input) are all read by the write, so all are made before it
         placed.append(replace(node, args=substitute(node.args, lambda n: renamed.get(n, ValueRef(n)))))
         placed.extend(added.get(node.outputs[0], ()))
-    for name in build.slots:
-        meta = build.meta(ValueRef(name))
-        constants[name] = torch.arange(meta.shape[0], dtype=torch.long, device=str(meta.device))
-    values = {**graph.values, **build.values}
-    graph = replace(graph, nodes=tuple(placed), values=values, constants=(*graph.constants, *build.slots))
-    return graph, len(renamed)
+    return build.graph_with(placed, constants), len(renamed)
 
 
 class _NotSplit(Exception):
@@ -189,6 +172,25 @@ class _Build:
     values: dict[str, ValueInfo] = field(default_factory=dict)
     slots: list[str] = field(default_factory=list)  # the slot-number constants made, one per cache length
     shared: dict[tuple[Any, ...], ValueRef] = field(default_factory=dict)
+
+    def mark(self) -> tuple[int, dict[tuple[Any, ...], ValueRef], dict[str, ValueInfo], list[str]]:
+        """Where the build stands now, for ``undo``."""
+        return len(self.nodes), dict(self.shared), dict(self.values), list(self.slots)
+
+    def undo(self, mark: tuple[int, dict[tuple[Any, ...], ValueRef], dict[str, ValueInfo], list[str]]) -> None:
+        """Forget everything built since ``mark`` (a match the contracts refused)."""
+        count, self.shared, self.values, self.slots = mark
+        del self.nodes[count:]
+
+    def graph_with(self, nodes: list[Node], constants: MutableMapping[str, Any]) -> Graph:
+        """The graph with ``nodes`` and the values built; ``constants`` gains the slot numbers made."""
+        import torch
+
+        for name in self.slots:
+            meta = self.meta(ValueRef(name))
+            constants[name] = torch.arange(meta.shape[0], dtype=torch.long, device=str(meta.device))
+        values = {**self.graph.values, **self.values}
+        return replace(self.graph, nodes=tuple(nodes), values=values, constants=(*self.graph.constants, *self.slots))
 
     def meta(self, ref: ValueRef) -> TensorMeta:
         info = self.values.get(ref.name) or self.graph.values[ref.name]
