@@ -238,7 +238,11 @@ class PartitionCompiler(Protocol):
 
     Optional attribute ``int64_as`` (a dtype name): the runtime computes int64 in that dtype (OpenVINO's
     CPU plugin: "int32"); the plan then shows the backend's checkers the int64 values it proves to
-    fit as that dtype, with their ``TensorMeta.bounds`` (see opcore.graph.ranges)."""
+    fit as that dtype, with their ``TensorMeta.bounds`` (see opcore.graph.ranges). Optional attribute
+    ``bfloat16_as`` (a dtype name): the runtime takes bfloat16 values in partitions and computes them in
+    that dtype (OpenVINO's CPU plugin: "float32"); the plan asks the backend's checkers about bfloat16
+    nodes as that dtype, and the partition gets bfloat16 arrays (``ml_dtypes.bfloat16``). A compiler
+    without it is never given a bfloat16 value."""
 
     backend: str
 

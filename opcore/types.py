@@ -93,6 +93,8 @@ class DType(str, Enum):
     @classmethod
     def from_numpy(cls, dtype: numpy.dtype) -> DType:
         found = _FROM_NUMPY.get(dtype)
+        if found is None and dtype.kind == "V" and dtype.name == "bfloat16":  # ml_dtypes.bfloat16
+            return DType.BFLOAT16
         if found is None:
             raise ArgumentError(
                 arg="dtype",
@@ -113,14 +115,10 @@ class DType(str, Enum):
         return found
 
     def to_numpy(self) -> numpy.dtype:
-        """The numpy dtype; bfloat16 has none and raises ArgumentError."""
+        """The numpy dtype. numpy itself has no bfloat16: ``ml_dtypes.bfloat16`` stands for it where
+        ml_dtypes is installed (what graph runtimes take bfloat16 arrays as), else ArgumentError."""
         if self is DType.BFLOAT16:
-            raise ArgumentError(
-                arg="dtype",
-                expected="a dtype numpy can hold",
-                found="bfloat16",
-                fix="use torch tensors for bfloat16",
-            )
+            return _numpy_bfloat16()
         return numpy.dtype(self.value)
 
     def to_torch(self) -> Any:
@@ -143,6 +141,20 @@ _ALIASES = {d.value: d for d in DType} | {
     "float": DType.FLOAT32, "fp64": DType.FLOAT64, "double": DType.FLOAT64, "long": DType.INT64,
     "int": DType.INT32,
 }  # fmt: skip
+
+
+def _numpy_bfloat16() -> numpy.dtype:
+    """``ml_dtypes.bfloat16`` as a numpy dtype (ml_dtypes: JAX's and ONNX's numpy bfloat16)."""
+    try:
+        import ml_dtypes
+    except ImportError as error:
+        raise ArgumentError(
+            arg="dtype",
+            expected="a dtype numpy can hold",
+            found="bfloat16 (numpy has none; ml_dtypes, which adds it, is not installed)",
+            fix="pip install ml_dtypes, or use torch tensors for bfloat16",
+        ) from error
+    return numpy.dtype(ml_dtypes.bfloat16)
 
 
 class DeviceType(str, Enum):
@@ -325,6 +337,15 @@ def _numpy_dtype(dtype: numpy.dtype) -> DType:
             expected="native byte order",
             found=f"{dtype.str} ({dtype.newbyteorder('=').name}, byte-swapped)",
             fix="pass x.astype(x.dtype.newbyteorder('=')) (one copy)",
+        )
+    if dtype.kind == "V" and dtype.name == "bfloat16":
+        # ml_dtypes' bfloat16 stands for bfloat16 between a graph plan and its runtimes only: numpy
+        # kernels compute in numpy's own dtypes, and a bfloat16 tensor travels to them as float32
+        raise ArgumentError(
+            arg="array",
+            expected="a numpy dtype opcore's numpy kernels compute in, or a torch tensor for bfloat16",
+            found="a numpy bfloat16 array (ml_dtypes)",
+            fix="pass torch.from_numpy(x.view(numpy.int16)).view(torch.bfloat16), or x.astype(numpy.float32)",
         )
     return DType.from_numpy(dtype)
 

@@ -27,7 +27,22 @@ def test_dtype_properties() -> None:
     assert DType.BFLOAT16.is_floating and not DType.INT32.is_floating
     assert DType.UINT8.is_integer and not DType.BOOL.is_integer
     assert DType.FLOAT16.itemsize == 2 and str(DType.INT64) == "int64"
-    with pytest.raises(ArgumentError, match="use torch tensors for bfloat16"):
+
+
+def test_bfloat16_as_numpy() -> None:
+    """numpy has no bfloat16: ml_dtypes' stands for it (graph runtimes take bfloat16 arrays so); without
+    ml_dtypes the error says what to install."""
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes gives numpy its bfloat16")
+    assert DType.BFLOAT16.to_numpy() == numpy.dtype(ml_dtypes.bfloat16)
+    assert DType.from_numpy(numpy.dtype(ml_dtypes.bfloat16)) is DType.BFLOAT16
+    assert DType.parse(ml_dtypes.bfloat16) is DType.BFLOAT16
+
+
+def test_bfloat16_without_ml_dtypes(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ml_dtypes", None)  # import ml_dtypes raises ImportError
+    with pytest.raises(ArgumentError, match="pip install ml_dtypes"):
         DType.BFLOAT16.to_numpy()
 
 
@@ -83,3 +98,17 @@ def test_import_opcore_imports_no_runtime() -> None:
 def test_an_empty_tensor_is_contiguous_whatever_its_strides() -> None:
     empty = numpy.zeros((3, 0, 2), "float32")  # numpy gives it zero strides
     assert TensorMeta.of(empty).is_contiguous and not TensorMeta.of(numpy.zeros((2, 3)).T).is_contiguous
+
+
+def test_a_numpy_bfloat16_array_is_refused_by_single_calls_with_the_fix() -> None:
+    """ml_dtypes' bfloat16 crosses to graph runtimes only: numpy kernels would compute on it as if it
+    were an integer (its numpy kind is "V"), so a single call refuses it and says what to pass."""
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes gives numpy its bfloat16")
+    import opcore
+    from opcore.types import TensorMeta
+
+    x = numpy.asarray([[1.5, -2.25]], dtype=ml_dtypes.bfloat16)
+    with pytest.raises(ArgumentError, match=r"numpy bfloat16 array \(ml_dtypes\).*view\(torch.bfloat16\)"):
+        TensorMeta.of(x)
+    with pytest.raises(ArgumentError, match="linear\\(\\): argument 'x'"):
+        opcore.run("linear", x, x, backend="reference")

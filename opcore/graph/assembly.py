@@ -304,20 +304,23 @@ def _assemble(
 
 def _proof(graph: Graph, constants: Mapping[str, Any], options: PlanOptions) -> ValueProof | None:
     """The value ranges of the plan's integer tensors, for the graph backends that compute int64 in a
-    narrower dtype (their partition compiler's ``int64_as``); None when none of them can take nodes."""
+    narrower dtype (their partition compiler's ``int64_as``), and who computes bfloat16 in what
+    (``bfloat16_as``); None when no graph backend has either."""
     if not (options.device == "cpu" or options.device.startswith("cpu")):  # graph runtimes take host arrays
         return None
     from opcore.graph.partition import compilers
     from opcore.types import DType
 
+    found = compilers()
     narrowing = {
-        name: DType.parse(found)
-        for name, compiler in compilers().items()
-        if (found := getattr(compiler, "int64_as", None)) is not None
+        name: DType.parse(dtype) for name, c in found.items() if (dtype := getattr(c, "int64_as", None)) is not None
     }
-    if not narrowing:
+    widening = {
+        name: DType.parse(dtype) for name, c in found.items() if (dtype := getattr(c, "bfloat16_as", None)) is not None
+    }
+    if not narrowing and not widening:
         return None
-    return ValueProof(value_ranges(graph, constants, sizes=declared_sizes(graph)), narrowing)
+    return ValueProof(value_ranges(graph, constants, sizes=declared_sizes(graph)), narrowing, widening)
 
 
 def _uncovered(uncovered: list[tuple[Node, NodeCall]], options: PlanOptions, strict_context: bool) -> UncoveredError:

@@ -32,16 +32,19 @@ import numpy
 
 from opcore.errors import FallbackWarning, OpcoreError
 from opcore.graph.partition import PartitionError, PartitionSpec
+from opcore.types import DType
 
 __all__ = [
     "COMPILE_TIMEOUT_S",
     "CompilerCrash",
     "compile_timeout",
     "guarded",
+    "host_array",
     "output_problem",
     "partition_call",
     "raises_for",
     "strict_in_force",
+    "torch_of",
     "warn_partition",
 ]
 
@@ -189,14 +192,33 @@ def warn_partition(backend: str, stage: str, error: BaseException | str, outcome
     )
 
 
+def host_array(tensor: Any) -> numpy.ndarray:
+    """A CPU tensor's numpy view (no copy where it is contiguous); a bfloat16 tensor's as
+    ``ml_dtypes.bfloat16`` (numpy has none: the same bytes, viewed)."""
+    tensor = tensor.contiguous()
+    if tensor.dtype.itemsize == 2 and tensor.dtype.is_floating_point:  # float16 or bfloat16
+        import torch
+
+        if tensor.dtype == torch.bfloat16:
+            return tensor.view(torch.int16).numpy().view(DType.BFLOAT16.to_numpy())
+    return tensor.numpy()  # type: ignore[no-any-return]
+
+
+def torch_of(array: numpy.ndarray) -> Any:
+    """The tensor sharing a partition output's memory (``ml_dtypes.bfloat16`` as torch.bfloat16)."""
+    import torch
+
+    if array.dtype.kind == "V" and array.dtype.name == "bfloat16":
+        return torch.from_numpy(array.view(numpy.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
+
+
 def _array(value: Any) -> Any:
     """A partition input as the runtime takes it: a tensor's numpy view, a size computed at run time
     (a Python int) as a 0-D int64 array."""
     if type(value) is int:
-        import numpy
-
         return numpy.asarray(value, dtype=numpy.int64)
-    return value.contiguous().numpy()
+    return host_array(value)
 
 
 def partition_call(record: Any) -> Callable[..., Any]:
@@ -213,7 +235,9 @@ def partition_call(record: Any) -> Callable[..., Any]:
 
     from opcore.runtime import runtime
 
-    from_numpy = torch.from_numpy
+    # bfloat16 outputs come back as ml_dtypes.bfloat16 arrays (torch.from_numpy takes none)
+    bfloat16 = any(record.spec.metas[name].dtype is DType.BFLOAT16 for name in record.spec.outputs)
+    from_numpy = torch_of if bfloat16 else torch.from_numpy
     compiled = record.compiled
     count = len(record.spec.inputs)
     single = len(record.spec.outputs) == 1

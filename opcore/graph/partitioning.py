@@ -27,8 +27,15 @@ from opcore.errors import OpcoreError, Unsupported
 from opcore.graph.ir import Graph, Node, ValueRef, refs_in
 from opcore.graph.measuring import Measured
 from opcore.graph.partition import CompiledPartition, PartitionCompiler, PartitionSpec, PartNode, compilers
-from opcore.graph.partition_guard import CompilerCrash, compile_timeout, guarded, raises_for, warn_partition
-from opcore.graph.planner import PARTITION_ONLY, Decision, Verdict, selection_verdicts
+from opcore.graph.partition_guard import (
+    CompilerCrash,
+    compile_timeout,
+    guarded,
+    host_array,
+    raises_for,
+    warn_partition,
+)
+from opcore.graph.planner import PARTITION_ONLY, Decision, Verdict, has_bfloat16, selection_verdicts
 from opcore.graph.ranges import ValueProof
 from opcore.graph.runner import Slot, Step
 from opcore.types import DType, TensorMeta
@@ -336,9 +343,11 @@ def _accepts(
         v.backend == backend and v.status in ("chosen", "fallback", PARTITION_ONLY) for v in verdicts[node.name]
     ):
         return False
-    return part_args(graph, node, takes_sizes(compiler, node.op)) is not None and all(
-        (meta := graph.values[o].meta) is not None and meta.dtype.value != "bfloat16" for o in node.outputs
-    )
+    if any(graph.values[o].meta is None for o in node.outputs):
+        return False
+    if getattr(compiler, "bfloat16_as", None) is None and has_bfloat16(graph, node):
+        return False  # a runtime without bfloat16_as is never given a bfloat16 value
+    return part_args(graph, node, takes_sizes(compiler, node.op)) is not None
 
 
 def takes_sizes(compiler: Any, op: str) -> bool:
@@ -497,7 +506,7 @@ def _meta(graph: Graph, name: str) -> TensorMeta:
 
 
 def _host_array(tensor: Any) -> Any:
-    return tensor.detach().cpu().numpy()
+    return host_array(tensor.detach().cpu())
 
 
 def _reason(error: Exception) -> str:

@@ -9,13 +9,17 @@ Where the plan's value ranges (``opcore.graph.ranges``) bound a node's integer i
 are asked a second time with those bounds on the metas (``TensorMeta.bounds``): a graph runtime may
 then take the node into a partition (status "partition only"), while the node's own kernel is still
 chosen as for a single call, which sees no bounds.
+
+A graph backend that computes bfloat16 in a wider dtype inside its partitions (its compiler's
+``bfloat16_as``: OpenVINO computes it in float32) is asked about a bfloat16 node a second time with
+its bfloat16 values shown as that dtype: an accept becomes "partition only" too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from opcore.call_plans import build_plan, selection_for
@@ -29,7 +33,16 @@ from opcore.runtime import runtime
 from opcore.settings import context_policy
 from opcore.types import DType, TensorMeta, is_tensor
 
-__all__ = ["PARTITION_ONLY", "Decision", "NodeCall", "Verdict", "plan_node", "scalar_call", "selection_verdicts"]
+__all__ = [
+    "PARTITION_ONLY",
+    "Decision",
+    "NodeCall",
+    "Verdict",
+    "has_bfloat16",
+    "plan_node",
+    "scalar_call",
+    "selection_verdicts",
+]
 
 # the status of a graph backend that accepts a node only with the plan's value ranges (in a partition)
 PARTITION_ONLY = "partition only"
@@ -171,23 +184,31 @@ def _select(
     order: Sequence[str] | None,
     ranges: Mapping[str, Interval] | None = None,
     narrow: DType | None = None,
+    wide: DType | None = None,
 ) -> tuple[Any, tuple[Any, ...], tuple[Any, ...], dict[str, Any]]:
     """Dispatch's ranked walk for the node's example arguments (nothing runs). With ``ranges``: the
     checkers see the arguments' metas as a runtime that computes int64 in ``narrow`` gets them
-    (``ranges.shown``: proven int64 as ``narrow``, bounded tensors with their ``bounds``)."""
+    (``ranges.shown``: proven int64 as ``narrow``, bounded tensors with their ``bounds``), and
+    bfloat16 (tensors and a ``dtype`` argument) as ``wide`` where it is given."""
     rt = runtime().ensure_loaded()
     contract = rt.registry.contract(node.op)
     bound = substitute(node.args, example)
     args, kwargs = split_call(contract, bound)
     with _preferring(order) if order else nullcontext():
         selection, full = selection_for(rt, node.op, args, kwargs, None)
-        if ranges is not None and narrow is not None:
-            selection = _select_shown(rt, contract, full, node, ranges, narrow)
+        if ranges is not None and (narrow is not None or wide is not None):
+            selection = _select_shown(rt, contract, full, node, ranges, narrow, wide)
     return selection, bound, args, kwargs
 
 
 def _select_shown(
-    rt: Any, contract: OpContract, full: tuple[Any, ...], node: Node, ranges: Mapping[str, Interval], narrow: DType
+    rt: Any,
+    contract: OpContract,
+    full: tuple[Any, ...],
+    node: Node,
+    ranges: Mapping[str, Interval],
+    narrow: DType | None,
+    wide: DType | None = None,
 ) -> Any:
     """The walk on the metas shown (bound first: the schema checks take tensors). An argument the
     contract wants int64 whatever its values (gather's index) is shown as it is: the contract's
@@ -195,10 +216,13 @@ def _select_shown(
     names = contract.schema.names
     kept: set[int] = set()
     policy = context_policy.get()
-    full = _result_dtype_shown(full, names, narrow, node.op)
+    if narrow is not None:
+        full = _result_dtype_shown(full, names, narrow, node.op)
+    if wide is not None:
+        full = _bfloat16_dtype_shown(full, names, wide)
     while True:
         metas = tuple(
-            value if i in kept else _shown(value, given, ranges, narrow)
+            value if i in kept else _widened(_shown(value, given, ranges, narrow), wide)
             for i, (value, given) in enumerate(zip(full, node.args))
         )
         try:
@@ -223,8 +247,42 @@ def _result_dtype_shown(full: tuple[Any, ...], names: Sequence[str], narrow: DTy
     return (*full[:at], narrow.value, *full[at + 1 :])
 
 
-def _shown(value: Any, given: Any, ranges: Mapping[str, Interval], narrow: DType) -> Any:
+def _is_bfloat16(value: Any) -> bool:
+    """Whether a ``dtype`` argument (a name, a DType, a torch dtype) names bfloat16."""
+    if value is None or isinstance(value, bool):
+        return False
+    try:
+        return DType.parse(value) is DType.BFLOAT16
+    except OpcoreError:
+        return False
+
+
+def _bfloat16_dtype_shown(full: tuple[Any, ...], names: Sequence[str], wide: DType) -> tuple[Any, ...]:
+    """A ``dtype`` argument naming bfloat16 (a cast to it, a bfloat16 full) shown as ``wide``."""
+    if "dtype" not in names:
+        return full
+    at = names.index("dtype")
+    if at >= len(full) or not _is_bfloat16(full[at]):
+        return full
+    return (*full[:at], wide.value, *full[at + 1 :])
+
+
+def _widened(value: Any, wide: DType | None) -> Any:
+    """A bound argument with its bfloat16 tensors shown as ``wide`` metas (lists item by item)."""
+    if wide is None:
+        return value
+    if isinstance(value, TensorMeta) or is_tensor(value):
+        meta = value if isinstance(value, TensorMeta) else TensorMeta.of(value)
+        return replace(meta, dtype=wide) if meta.dtype is DType.BFLOAT16 else value
+    if isinstance(value, tuple):
+        return tuple(_widened(v, wide) for v in value)
+    return value
+
+
+def _shown(value: Any, given: Any, ranges: Mapping[str, Interval], narrow: DType | None) -> Any:
     """A bound argument as the checkers see it (lists item by item); tensors without a range as they are."""
+    if narrow is None:
+        return value
     if isinstance(given, ValueRef) and given.name in ranges and is_tensor(value):
         return shown(TensorMeta.of(value), ranges[given.name], narrow)
     if isinstance(given, (tuple, list)) and isinstance(value, tuple) and len(value) == len(given):
@@ -242,8 +300,10 @@ def _narrowed(
 ) -> tuple[Verdict, ...]:
     """The verdicts, with those of each graph backend that computes int64 narrower (``proof.int64_as``)
     and declined the node asked again where the plan proves its int64 values fit: an accept becomes
-    "partition only" (only a partition of the plan has the proof); a decline says what is not proven."""
-    if proof is None or not proof.int64_as or node.scalar:
+    "partition only" (only a partition of the plan has the proof); a decline says what is not proven.
+    Then each graph backend that computes bfloat16 wider (``proof.bfloat16_as``) and declined a
+    bfloat16 node is asked again with those values shown wider (``_widened_rows``)."""
+    if proof is None or node.scalar:
         return verdicts
     accepting = (CandidateStatus.CHOSEN.value, CandidateStatus.FALLBACK.value)
     for backend, narrow in proof.int64_as.items():
@@ -275,7 +335,48 @@ def _narrowed(
                 if v.backend == backend
             )
         verdicts = _replace_rows(verdicts, backend, rows)
+    for backend, wide in proof.bfloat16_as.items():
+        verdicts = _widened_rows(graph, node, example, order, proof, backend, wide, verdicts)
     return verdicts
+
+
+def has_bfloat16(graph: Graph, node: Node) -> bool:
+    """Whether one of the node's tensor inputs or outputs is bfloat16."""
+    names = (*(r.name for r in refs_in(node.args)), *node.outputs)
+    return any((m := graph.values[n].meta) is not None and m.dtype is DType.BFLOAT16 for n in names)
+
+
+def _widened_rows(
+    graph: Graph,
+    node: Node,
+    example: Callable[[str], Any],
+    order: Sequence[str] | None,
+    proof: ValueProof,
+    backend: str,
+    wide: DType,
+    verdicts: tuple[Verdict, ...],
+) -> tuple[Verdict, ...]:
+    """``backend``'s verdicts on a bfloat16 node it declined, asked again with its bfloat16 values shown
+    as ``wide`` (what its partitions compute them in; proven int64 narrowed as for ``_narrowed``): an
+    accept becomes "partition only"; a decline leaves the first answer (it names bfloat16's reason)."""
+    accepting = (CandidateStatus.CHOSEN.value, CandidateStatus.FALLBACK.value, PARTITION_ONLY)
+    mine = [v for v in verdicts if v.backend == backend]
+    if not mine or any(v.status in accepting for v in mine) or not has_bfloat16(graph, node):
+        return verdicts
+    narrow = proof.int64_as.get(backend)
+    if narrow is not None and node_narrowing(graph, node, proof.ranges, narrow) is not None:
+        narrow = None  # nothing to narrow, or not proven: the checkers see its int64 values as they are
+    try:
+        again = _verdicts(_select(node, example, order, proof.ranges, narrow, wide)[0])
+    except OpcoreError:  # the widened metas are not a call the contract takes: as on its own
+        return verdicts
+    why = f"in a partition: bfloat16 computed in {wide}; on its own: " + "; ".join(v.reason for v in mine if v.reason)
+    rows = tuple(
+        Verdict(v.backend, PARTITION_ONLY, why, v.kernel)
+        for v in again
+        if v.backend == backend and v.status in accepting
+    )
+    return _replace_rows(verdicts, backend, rows) if rows else verdicts
 
 
 def _replace_rows(verdicts: tuple[Verdict, ...], backend: str, rows: tuple[Verdict, ...]) -> tuple[Verdict, ...]:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy
@@ -486,10 +486,13 @@ NO_INT64 = "the node has no int64 values"
 class ValueProof:
     """What a plan proves about its integer values, and who uses it: ``ranges`` (``value_ranges``),
     ``int64_as`` (graph backend -> the dtype it computes int64 in: its partition compiler's
-    ``int64_as``; backends without one are never shown narrowed values)."""
+    ``int64_as``; backends without one are never shown narrowed values); ``bfloat16_as`` (graph
+    backend -> the dtype it computes bfloat16 in inside a partition: its compiler's ``bfloat16_as``;
+    its checkers are asked about bfloat16 nodes as that dtype)."""
 
     ranges: Mapping[str, Interval]
     int64_as: Mapping[str, DType]
+    bfloat16_as: Mapping[str, DType] = field(default_factory=dict)
 
 
 def node_narrowing(graph: Graph, node: Node, ranges: Mapping[str, Interval], narrow: DType) -> str | None:

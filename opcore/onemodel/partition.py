@@ -53,10 +53,13 @@ class GraphPartitionCompiler:
     shows its checkers the int64 values it proves to fit that dtype as that dtype (opcore.graph.ranges).
     ``sized``: the ops whose builders take sizes computed at run time (a dynamic dim's size, as a 0-D
     int64 graph value) where the contract has an int: a plan gives them to the partition as inputs
-    instead of leaving the node outside (``takes_sizes``).
+    instead of leaving the node outside (``takes_sizes``). ``bfloat16_as``: the dtype the runtime
+    computes bfloat16 values in inside a partition ("float32" for OpenVINO's CPU plugin under the f32
+    precision hint; None: the backend takes no bfloat16 in partitions): a plan asks its checkers about
+    a bfloat16 node as that dtype, and the partition keeps bfloat16 inputs, weights and outputs.
     """
 
-    __slots__ = ("_chains", "_implementation", "backend", "int64_as", "kernels", "sized")
+    __slots__ = ("_chains", "_implementation", "backend", "bfloat16_as", "int64_as", "kernels", "sized")
 
     def __init__(
         self,
@@ -65,10 +68,12 @@ class GraphPartitionCompiler:
         implementation: str,
         int64_as: str | None = None,
         sized: frozenset[str] = frozenset(),
+        bfloat16_as: str | None = None,
     ) -> None:
         self.backend = backend
         self.kernels = kernels
         self.int64_as = int64_as
+        self.bfloat16_as = bfloat16_as
         self.sized = sized
         self._implementation = implementation
         self._chains: dict[str, Chain] = {}

@@ -111,7 +111,12 @@ def _numpy_call(case: PartitionCase) -> tuple[Any, tuple[Any, ...], tuple[Tensor
     if not tensors:
         return Outcome(Status.SKIPPED, "a partition takes tensors: this sample has none")
     if any(t.dtype is DType.BFLOAT16 for t in tensors):
-        return Outcome(Status.SKIPPED, "partitions take numpy arrays: bfloat16 has none")
+        if _wide(case.backend) is None:
+            return Outcome(Status.SKIPPED, f"bfloat16: {case.backend}'s partition compiler takes none (no bfloat16_as)")
+        try:
+            DType.BFLOAT16.to_numpy()
+        except OpcoreError as error:
+            return Outcome(Status.SKIPPED, f"bfloat16: {str(error).splitlines()[0]}")
     contract = runtime().ensure_loaded().registry.contract(case.entry.op)
 
     def make(value: Any) -> Any:
@@ -127,7 +132,7 @@ def _numpy_call(case: PartitionCase) -> tuple[Any, tuple[Any, ...], tuple[Tensor
 
     def meta_of(value: Any) -> Any:
         if isinstance(value, numpy.ndarray):
-            return TensorMeta.of(value)
+            return _meta(value)
         if isinstance(value, (list, tuple)):
             return type(value)(meta_of(v) for v in value)
         return value
@@ -137,9 +142,50 @@ def _numpy_call(case: PartitionCase) -> tuple[Any, tuple[Any, ...], tuple[Tensor
     return contract, bound, tuple(outputs)
 
 
+def _wide(backend: str) -> DType | None:
+    """The dtype ``backend``'s partitions compute bfloat16 in (its compiler's ``bfloat16_as``), or None."""
+    found = getattr(_compiler(backend), "bfloat16_as", None)
+    return None if found is None else DType.parse(found)
+
+
+def _is_bfloat16(value: Any) -> bool:
+    return isinstance(value, numpy.ndarray) and value.dtype.kind == "V" and value.dtype.name == "bfloat16"
+
+
+def _meta(array: numpy.ndarray) -> TensorMeta:
+    """An array's meta (a bfloat16 one's through its int16 view: single calls refuse numpy bfloat16)."""
+    if _is_bfloat16(array):
+        return TensorMeta.of(array.view(numpy.int16)).replace(dtype=DType.BFLOAT16)
+    return TensorMeta.of(array)
+
+
+def _widened(bound: tuple[Any, ...], contract: Any, wide: DType) -> tuple[Any, ...]:
+    """The call as a plan asks a backend that computes bfloat16 in ``wide`` about it (opcore.graph.planner):
+    bfloat16 arrays as ``wide`` arrays, a ``dtype`` argument naming bfloat16 as ``wide``."""
+
+    def widen(value: Any) -> Any:
+        if _is_bfloat16(value):
+            return value.astype(wide.to_numpy())
+        if isinstance(value, (list, tuple)):
+            return type(value)(widen(v) for v in value)
+        return value
+
+    names = contract.schema.names
+    shown = [widen(v) for v in bound]
+    if "dtype" in names and isinstance(given := bound[names.index("dtype")], (str, DType)):
+        if DType.parse(given) is DType.BFLOAT16:
+            shown[names.index("dtype")] = wide.value
+    return tuple(shown)
+
+
 def _accepted(backend: str, op: str, bound: tuple[Any, ...], contract: Any) -> str | None:
-    """None where the backend's own kernel accepts the call (a partition node needs that), else why not."""
+    """None where the backend's own kernel accepts the call (a partition node needs that), else why not;
+    a call with bfloat16 as the plan asks it (``_widened``) where the backend computes bfloat16 wider."""
     import opcore
+
+    wide = _wide(backend)
+    if wide is not None:
+        bound = _widened(bound, contract, wide)
 
     args = [v for v, a in zip(bound, contract.schema.arguments) if not a.kwarg_only]
     kwargs = {a.name: v for v, a in zip(bound, contract.schema.arguments) if a.kwarg_only}
@@ -163,7 +209,7 @@ def _spec(case: PartitionCase, contract: Any, bound: tuple[Any, ...], outputs: S
             name = f"in{len(inputs)}"
             inputs.append(name)
             arrays.append(numpy.array(value, order="C"))  # ascontiguousarray makes a 0-D value 1-D
-            metas[name] = TensorMeta.of(arrays[-1])
+            metas[name] = _meta(arrays[-1])
             return ValueRef(name)
         if isinstance(value, tuple) and any(isinstance(v, numpy.ndarray) for v in value):
             return tuple(ref(v) for v in value)
@@ -192,15 +238,18 @@ def _spec(case: PartitionCase, contract: Any, bound: tuple[Any, ...], outputs: S
 
 
 def _reference(spec: Any, arrays: Sequence[Any], contract: Any) -> list[Any]:
-    """The spec's outputs computed node by node on the reference backend."""
+    """The spec's outputs computed node by node on the reference backend (bfloat16 values as torch
+    tensors there: a single call takes no numpy bfloat16)."""
     import opcore
+    from opcore.graph.partition_guard import host_array, torch_of
 
     values = dict(zip(spec.inputs, arrays))
     for node in spec.nodes:
 
         def value(arg: Any) -> Any:
             if hasattr(arg, "name") and type(arg).__name__ == "ValueRef":
-                return values[arg.name]
+                found = values[arg.name]
+                return torch_of(found) if _is_bfloat16(found) else found
             if isinstance(arg, tuple):
                 return tuple(value(a) for a in arg)
             return arg
@@ -211,7 +260,7 @@ def _reference(spec: Any, arrays: Sequence[Any], contract: Any) -> list[Any]:
         kwargs = {a.name: v for v, a in zip(bound, schema.arguments) if a.kwarg_only}
         result = opcore.run(node.op, *args, backend="reference", **kwargs)
         for name, got in zip(node.outputs, result if isinstance(result, tuple) else (result,)):
-            values[name] = numpy.asarray(got)
+            values[name] = numpy.asarray(got) if isinstance(got, (numpy.ndarray, numpy.generic)) else host_array(got)
     return [values[name] for name in spec.outputs]
 
 
@@ -228,8 +277,9 @@ def _run_checked(where: str, spec: Any, part: Any, arrays: Sequence[Any], expect
         raise ConformanceError(f"{where}\n  its outputs break the spec: {problem}")
     for name, have, want in zip(spec.outputs, got, expected):
         tolerance = tolerance_for(spec.metas[name].dtype, case.entry, case.sample)
+        a, b = (v.astype(numpy.float32) if _is_bfloat16(v) else v for v in (have, want))
         try:
-            numpy.testing.assert_allclose(have, want, rtol=tolerance.rtol, atol=tolerance.atol, equal_nan=True)
+            numpy.testing.assert_allclose(a, b, rtol=tolerance.rtol, atol=tolerance.atol, equal_nan=True)
         except AssertionError as error:
             raise ConformanceError(f"{where}\n  output {name!r} differs from the reference:{error}") from None
 

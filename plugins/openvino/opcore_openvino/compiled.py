@@ -36,7 +36,7 @@ from opcore.extend import (
     runtime_threads,
 )
 from opcore_openvino.cache import MODELS
-from opcore_openvino.graph import Graph
+from opcore_openvino.graph import Graph, tensor_of
 
 __all__ = [
     "ATTRIBUTE",
@@ -137,11 +137,11 @@ def feed(request: openvino.InferRequest, arrays: Sequence[Any], fed: list[Any] |
         if fed is not None and key is not None and fed[index : index + 1] == [key]:
             continue
         try:
-            tensor = _Tensor(given, shared_memory=True)
+            tensor = tensor_of(given)
         except (RuntimeError, ValueError):  # shared memory must be C-contiguous and writeable
             copy = numpy.array(given, order="C")
             held.append(copy)
-            tensor = _Tensor(copy, shared_memory=True)
+            tensor = tensor_of(copy)
             key = None
         request.set_input_tensor(index, tensor)
         if fed is not None:

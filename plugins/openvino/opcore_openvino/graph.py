@@ -17,13 +17,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import ml_dtypes
 import numpy
 import openvino
 import openvino.opset13 as ops
 
 from opcore.extend import Scalar
 
-__all__ = ["Graph", "Node", "Scalar", "dtype_of", "ops", "ov_type", "rank_of"]
+__all__ = [
+    "BFLOAT16",
+    "Graph",
+    "Node",
+    "Scalar",
+    "constant",
+    "dtype_of",
+    "floating",
+    "ops",
+    "ov_type",
+    "rank_of",
+    "tensor_of",
+]
 
 Node = Any  # an openvino Node or Output
 
@@ -38,6 +51,10 @@ _OV_TYPES: dict[numpy.dtype, openvino.Type] = {
     numpy.dtype(numpy.float32): openvino.Type.f32,
     numpy.dtype(numpy.float64): openvino.Type.f64,
 }
+# numpy has no bfloat16: ml_dtypes' stands for it (opcore's DType.BFLOAT16.to_numpy()); the binding
+# knows none, so bfloat16 arrays cross as their int16 view with the type given (tensor_of)
+BFLOAT16 = numpy.dtype(ml_dtypes.bfloat16)
+_OV_TYPES[BFLOAT16] = openvino.Type.bf16
 _NUMPY_TYPES = {str(t): d for d, t in _OV_TYPES.items()}
 
 # Python numbers fed at run time: ints as int32 (the CPU plugin runs int64 as int32; the checker
@@ -49,8 +66,30 @@ _SCALAR_TYPES: dict[type, numpy.dtype] = {
 }
 
 
+def floating(dtype: numpy.dtype) -> bool:
+    """Whether ``dtype`` is a floating dtype (ml_dtypes' bfloat16 is numpy kind "V", not "f")."""
+    return dtype.kind == "f" or dtype == BFLOAT16
+
+
 def ov_type(dtype: numpy.dtype) -> openvino.Type:
     return _OV_TYPES[numpy.dtype(dtype)]
+
+
+def tensor_of(array: numpy.ndarray) -> openvino.Tensor:
+    """An openvino.Tensor sharing ``array``'s memory (C-contiguous and writeable, else ValueError or
+    RuntimeError); a bfloat16 array through its int16 view."""
+    if array.dtype == BFLOAT16:
+        if not (array.flags.c_contiguous and array.flags.writeable):
+            raise ValueError("a shared bfloat16 tensor needs C-contiguous, writeable memory")
+        return openvino.Tensor(array.view(numpy.int16), array.shape, openvino.Type.bf16)
+    return openvino.Tensor(array, shared_memory=True)
+
+
+def constant(array: numpy.ndarray, shared: bool = False) -> Node:
+    """A Constant of ``array`` (sharing its memory where ``shared``; bfloat16 through tensor_of)."""
+    if array.dtype == BFLOAT16:
+        return ops.constant(tensor_of(array), shared_memory=shared)
+    return ops.constant(array, shared_memory=shared)
 
 
 def dtype_of(node: Node) -> numpy.dtype:
@@ -107,7 +146,7 @@ class Graph:
         when that is a floating dtype: the CPU plugin's Convert saturates an infinite float64 to the
         largest float32, so a float64 feed converted in the graph would turn inf into 3.4e38."""
         dtype = _SCALAR_TYPES[scalar.kind]
-        if compute is not None and scalar.value is None and scalar.kind is float and compute.kind == "f":
+        if compute is not None and scalar.value is None and scalar.kind is float and floating(compute):
             dtype = compute
         if scalar.value is not None:
             return self.const(numpy.asarray(scalar.value, dtype=dtype))
@@ -120,7 +159,7 @@ class Graph:
         if not (array.flags.c_contiguous and array.flags.writeable):  # shared memory must be both
             array = numpy.array(array, order="C")
         self.keep.append(array)
-        node = ops.constant(array, shared_memory=True)
+        node = constant(array, shared=True)
         self.weights.append((node, array))
         return node
 
@@ -130,7 +169,7 @@ class Graph:
         return next((array for weight, array in self.weights if weight.get_friendly_name() == name), None)
 
     def const(self, value: Any, dtype: numpy.dtype | str | None = None) -> Node:
-        return ops.constant(numpy.asarray(value, dtype=dtype))
+        return constant(numpy.array(value, dtype=dtype, order="C"))
 
     def ints(self, values: Sequence[int]) -> Node:
         return ops.constant(numpy.asarray(list(values), dtype=numpy.int64))

@@ -38,7 +38,7 @@ from opcore.extend import (
 )
 from opcore_openvino import __version__
 from opcore_openvino.compiled import CONFIG, DEVICE, compile_config, core, feed
-from opcore_openvino.graph import Graph, Node
+from opcore_openvino.graph import BFLOAT16, Graph, Node, tensor_of
 from opcore_openvino.shapes import Specializations
 
 __all__ = ["BACKEND", "FORMAT", "OvPartition", "compile_partition", "load_partition"]
@@ -55,7 +55,7 @@ class OvPartition:
     constant's name, the array it shares), which a saved partition takes from the plan's file.
     """
 
-    __slots__ = ("_count", "_keep", "_local", "_shapes", "compiled", "model", "name", "source", "weights")
+    __slots__ = ("_count", "_keep", "_local", "_shapes", "_wide", "compiled", "model", "name", "source", "weights")
 
     backend = BACKEND
 
@@ -77,6 +77,8 @@ class OvPartition:
         except Exception as error:
             raise PartitionError(name, BACKEND, first_line(error)) from error
         self._count = len(self.compiled.outputs)
+        # the outputs whose data the binding gives as float16-typed views of bfloat16 bytes
+        self._wide = tuple(o.get_element_type() == openvino.Type.bf16 for o in self.compiled.outputs)
         self._local = threading.local()
         # a dynamic model's static compiles for the shapes called twice (opcore_openvino.shapes); None: static
         self._shapes = Specializations.of(model)
@@ -108,7 +110,8 @@ class OvPartition:
         try:
             held = feed(request, inputs, self._fed(request))  # noqa: F841 - copies made for the call must outlive it
             request.infer()
-            return tuple(request.get_output_tensor(i).data.copy() for i in range(self._count))
+            outputs = (request.get_output_tensor(i).data for i in range(self._count))
+            return tuple((data.view(BFLOAT16) if wide else data).copy() for data, wide in zip(outputs, self._wide))
         except Exception as error:
             raise Unsupported(f"partition {self.name} on openvino failed: {first_line(error)}") from error
 
@@ -247,7 +250,12 @@ def load_partition(folder: pathlib.Path, record: Mapping[str, Any], spec: Partit
             shape, kind = parameter.get_output_partial_shape(0), parameter.get_output_element_type(0)
             # the Parameter's type and shape over the constant's bytes (u4 codes are packed uint8 in the plan)
             try:
-                tensor = None if shape.is_dynamic else openvino.Tensor(array, shape.to_shape(), kind)
+                if shape.is_dynamic:
+                    tensor = None
+                elif array.dtype == BFLOAT16:
+                    tensor = tensor_of(array) if kind == openvino.Type.bf16 else None
+                else:
+                    tensor = openvino.Tensor(array, shape.to_shape(), kind)
             except Exception:  # the array is smaller than the Parameter's bytes
                 tensor = None
             if tensor is None or tensor.get_byte_size() != array.nbytes:

@@ -102,11 +102,13 @@ SIZED = frozenset({"reshape", "expand", "slice", "arange", "zeros", "ones", "ful
 def _partition_compiler() -> PartitionCompiler:
     from opcore.extend import GraphPartitionCompiler
 
-    # the CPU plugin computes int64 in int32: plans show it the int64 values they prove to fit
+    # the CPU plugin computes int64 in int32: plans show it the int64 values they prove to fit; under
+    # the f32 precision hint it computes bfloat16 in float32 (bfloat16 weights stay bfloat16 in memory)
     return GraphPartitionCompiler(
         "openvino",
         kernel_targets("opcore_openvino.kernels", KERNELS),
         "opcore_openvino.partition",
         int64_as="int32",
         sized=SIZED,
+        bfloat16_as="float32",
     )

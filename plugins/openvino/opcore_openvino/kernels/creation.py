@@ -11,7 +11,7 @@ import numpy
 
 from opcore.extend import DType, arange_bounds, arange_dtype, arange_length, fill_dtype
 from opcore_openvino.compiled import ov_kernel
-from opcore_openvino.graph import Graph, Node, dtype_of, ops
+from opcore_openvino.graph import Graph, Node, constant, dtype_of, ops
 
 __all__ = ["arange", "full", "full_like", "ones", "ones_like", "zeros", "zeros_like"]
 
@@ -36,7 +36,7 @@ def filled(value: Any, dtype: numpy.dtype) -> numpy.ndarray:
 
 def build_full_like(g: Graph, x: Node, fill_value: Any, dtype: str | None, device: str | None = None) -> Node:
     out = dtype_of(x) if dtype is None else DType.parse(dtype).to_numpy()
-    return ops.broadcast(ops.constant(filled(fill_value, out)), ops.shape_of(x))
+    return ops.broadcast(constant(filled(fill_value, out)), ops.shape_of(x))
 
 
 def build_zeros_like(g: Graph, x: Node, dtype: str | None, device: str | None = None) -> Node:
@@ -50,7 +50,7 @@ def build_ones_like(g: Graph, x: Node, dtype: str | None, device: str | None = N
 def build_full(g: Graph, size: tuple[int | Node, ...], fill_value: Any, dtype: str | None, device: str) -> Node:
     """In a partition the sizes may be computed at run time (0-D nodes; a dynamic dim's size)."""
     out = fill_dtype(fill_value, dtype).to_numpy()
-    return ops.broadcast(ops.constant(filled(fill_value, out)), g.shape_of(size))
+    return ops.broadcast(constant(filled(fill_value, out)), g.shape_of(size))
 
 
 def build_zeros(g: Graph, size: tuple[int | Node, ...], dtype: str | None, device: str) -> Node:
@@ -70,11 +70,11 @@ def build_arange(g: Graph, start: Any, end: Any, step: Any, dtype: str | None, d
     out = target.to_numpy()
     if target.is_floating:
         bounds = [numpy.asarray(float(v), numpy.float32) for v in (start, end, step)]
-        return ops.convert(ops.range(*map(ops.constant, bounds), output_type="f32"), out)
+        return g.cast(ops.range(*map(ops.constant, bounds), output_type="f32"), out)
     length = arange_length(*arange_bounds(start, end, step, target))
     first, stride = int(start), int(step)
     bounds = [numpy.asarray(v, numpy.int32) for v in (first, first + length * stride, stride)]
-    return ops.convert(ops.range(*map(ops.constant, bounds), output_type="i32"), out)
+    return g.cast(ops.range(*map(ops.constant, bounds), output_type="i32"), out)
 
 
 zeros_like = ov_kernel("zeros_like", build_zeros_like)
@@ -99,7 +99,7 @@ def chain_arange(g: Graph, start: Any, end: Any, step: Any, dtype: str | None, d
     compute = numpy.dtype(numpy.float32) if target.is_floating else numpy.dtype(numpy.int32)
     bounds = [ops.constant(numpy.asarray(v, compute)) if _number(v) else g.cast(v, compute) for v in (start, end, step)]
     kind = "f32" if target.is_floating else "i32"
-    return ops.convert(ops.range(*bounds, output_type=kind), target.to_numpy())
+    return g.cast(ops.range(*bounds, output_type=kind), target.to_numpy())
 
 
 def _number(value: Any) -> bool:

@@ -8,7 +8,7 @@ import numpy
 
 from opcore.extend import DType
 from opcore_openvino.compiled import ov_kernel
-from opcore_openvino.graph import Graph, Node, Scalar, dtype_of, ops
+from opcore_openvino.graph import Graph, Node, Scalar, constant, dtype_of, floating, ops
 from opcore_openvino.kernels._common import BOOL, F32, I32, binary_result, finish, operand, to_compute
 
 __all__ = [
@@ -125,7 +125,7 @@ def build_mul(g: Graph, x: Node, other: Operand) -> Node:
 def build_div(g: Graph, x: Node, other: Operand, rounding_mode: str | None) -> Node:
     out = binary_result(x, other)
     if rounding_mode is None:
-        out = out if out.kind == "f" else F32  # true division of integers gives float32
+        out = out if floating(out) else F32  # true division of integers gives float32
         return finish(g, ops.divide(g.cast(x, out), operand(g, other, out)), out)
     # trunc of floats only: the checker declines the rest (see checks._div)
     a, b = g.cast(x, out), operand(g, other, out)
@@ -185,7 +185,7 @@ def build_silu(g: Graph, x: Node) -> Node:
 def _unary_float(function: Any, *, nan_safe: bool = True) -> Any:
     def build(g: Graph, x: Node) -> Node:
         dtype = dtype_of(x)
-        if dtype.kind != "f":  # integers and bools give float32
+        if not floating(dtype):  # integers and bools give float32
             return function(g.cast(x, F32))
         return function(x) if nan_safe else keep_nan(x, function(x))
 
@@ -219,7 +219,7 @@ def build_abs(g: Graph, x: Node) -> Node:
 
 
 def _rsqrt(x: Node) -> Node:
-    return ops.divide(ops.constant(numpy.asarray(1.0, dtype=dtype_of(x))), ops.sqrt(x))
+    return ops.divide(constant(numpy.asarray(1.0, dtype=dtype_of(x))), ops.sqrt(x))
 
 
 neg = ov_kernel("neg", build_neg)
@@ -257,7 +257,7 @@ def build_minimum(g: Graph, x: Node, other: Node) -> Node:
     compute = to_compute(out)
     a, b = g.cast(g.cast(x, out), compute), g.cast(g.cast(other, out), compute)
     result = ops.minimum(a, b)
-    if out.kind == "f":
+    if floating(out):
         result = ops.select(ops.logical_or(ops.is_nan(a), ops.is_nan(b)), ops.add(a, b), result)
     return finish(g, result, out)
 
@@ -337,7 +337,7 @@ def build_cast(g: Graph, x: Node, dtype: str) -> Node:
     out = DType.parse(dtype).to_numpy()
     if out == BOOL:
         return _truth(g, x)
-    if dtype_of(x).kind == "f" and out.kind in "iu" and out != I32:
+    if floating(dtype_of(x)) and out.kind in "iu" and out != I32:
         return g.cast(g.cast(x, I32), out)
     return g.cast(x, out)
 

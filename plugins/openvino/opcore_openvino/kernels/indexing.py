@@ -15,7 +15,7 @@ from opcore.extend import check_gather_indices as check_gather
 from opcore.extend import check_index_indices as check_index
 from opcore.extend import index_layout, piece_bounds, split_kernels, view_kernel
 from opcore_openvino.compiled import ov_kernel
-from opcore_openvino.graph import Graph, Node, dtype_of, ops, rank_of
+from opcore_openvino.graph import Graph, Node, constant, dtype_of, ops, rank_of
 
 __all__ = ["check_gather", "check_index", "chunk", "gather", "index", "pad", "split", "split_with_sizes"]
 
@@ -49,7 +49,7 @@ def build_pad(g: Graph, x: Node, pad: tuple[int, ...], mode: str, value: bool | 
         begins[rank - 1 - i], ends[rank - 1 - i] = pad[2 * i], pad[2 * i + 1]
     if mode != "constant":  # OpenVINO's reflect and edge are torch's reflect and replicate (circular declined)
         return ops.pad(x, g.ints(begins), g.ints(ends), _OV_MODES[mode])
-    fill = ops.constant(numpy.array(0 if value is None else value).astype(dtype_of(x)))
+    fill = constant(numpy.array(0 if value is None else value).astype(dtype_of(x)))
     return ops.pad(x, g.ints(begins), g.ints(ends), "constant", fill)
 
 

@@ -15,7 +15,7 @@ import openvino.opset8 as ops8
 import openvino.opset14 as ops14
 
 from opcore_openvino.compiled import ov_kernel
-from opcore_openvino.graph import Graph, Node, dtype_of, ops, rank_of
+from opcore_openvino.graph import Graph, Node, dtype_of, floating, ops, rank_of
 
 __all__ = ["adaptive_avg_pool2d", "avg_pool2d", "max_pool2d"]
 
@@ -32,7 +32,7 @@ _F32 = numpy.dtype(numpy.float32)
 def _pooled(g: Graph, x: Node, pool: Callable[[Node], Node]) -> Node:
     """pool over a 4-D view of x (integers in float32), back in x's rank and dtype."""
     dtype = dtype_of(x)
-    a = x if dtype.kind == "f" else g.cast(x, _F32)
+    a = x if floating(dtype) else g.cast(x, _F32)
     batched = rank_of(x) == 4
     if not batched:
         a = ops.unsqueeze(a, g.ints([0]))
@@ -65,7 +65,7 @@ def build_max_pool2d(
 
     def pool(a: Node) -> Node:
         pooled = max_of(a)
-        if dtype_of(x).kind != "f":
+        if not floating(dtype_of(x)):
             return pooled
         # the CPU plugin's MaxPool skips NaN and gives the lowest float for a window of -inf; torch
         # gives NaN and -inf: two more poolings of masks say where

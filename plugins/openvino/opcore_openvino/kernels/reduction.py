@@ -9,7 +9,7 @@ from typing import Any
 import numpy
 
 from opcore_openvino.compiled import ov_kernel
-from opcore_openvino.graph import Graph, Node, dtype_of, ops, rank_of
+from opcore_openvino.graph import Graph, Node, dtype_of, floating, ops, rank_of
 from opcore_openvino.kernels._common import BOOL, I32
 
 __all__ = ["amax", "amin", "cumsum", "mean", "sum"]
@@ -47,14 +47,14 @@ def build_mean(g: Graph, x: Node, dim: Any, keepdim: bool) -> Node:
     if not axes:
         return total
     count = ops.reduce_prod(ops.gather(ops.shape_of(x), g.ints(axes), g.ints([0])), g.ints([0]), False)
-    return ops.divide(total, ops.convert(count, dtype_of(x)))
+    return ops.divide(total, g.cast(count, dtype_of(x)))
 
 
 def _extremum(g: Graph, function: Any, x: Node, dim: Any, keepdim: bool) -> Node:
     """ReduceMax/Min in a dtype that holds x (bools as int32), NaN where the slice holds one."""
     dtype = dtype_of(x)
     result = _reduce(g, function, g.cast(x, I32) if dtype == BOOL else x, dim, keepdim)
-    if dtype.kind == "f" and rank_of(x):
+    if floating(dtype) and rank_of(x):
         nan = _reduce(g, ops.reduce_logical_or, ops.is_nan(x), dim, keepdim)
         result = ops.select(nan, g.const(numpy.nan, dtype), result)
     return g.cast(result, dtype)

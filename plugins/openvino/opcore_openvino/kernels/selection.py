@@ -7,7 +7,7 @@ import numpy
 
 from opcore.extend import results_dtype
 from opcore_openvino.compiled import ov_kernel
-from opcore_openvino.graph import Graph, Node, Scalar, dtype_of, ops, rank_of
+from opcore_openvino.graph import Graph, Node, Scalar, dtype_of, floating, ops, rank_of
 from opcore_openvino.kernels._common import finish, operand, to_compute
 
 __all__ = ["clamp", "masked_fill", "where"]
@@ -54,7 +54,7 @@ def build_clamp(g: Graph, x: Node, min: Operand | None, max: Operand | None) -> 
         if bound is not None:
             limit = g.cast(_value(g, bound, out), compute)
             bounded = function(result, limit)
-            if out.kind == "f":
+            if floating(out):
                 nan = ops.logical_or(ops.is_nan(result), ops.is_nan(limit))
                 bounded = ops.select(nan, ops.add(result, limit), bounded)
             result = bounded
