@@ -293,3 +293,28 @@ def test_a_read_as_a_value_before_a_split_attention_is_one_partition(runtime):
     assert "in 1 partition" in lm.decode_plan.summary(), lm.decode_plan.summary()
     ids = torch.randint(0, VOCAB, (BATCH, 5), generator=torch.Generator().manual_seed(5))
     _steps_match_eager(lm, model, ids, 6)
+
+
+@pytest.mark.parametrize("variant", ["grouped, bool mask", "one key head, no mask"])
+def test_a_bfloat16_attention_is_split_where_a_runtime_computes_bfloat16(variant):
+    """bfloat16 is split where a partition compiler computes it in float32 (OpenVINO's bfloat16_as):
+    the cache read in bfloat16, the step one partition, each step's logits within bfloat16's rounding
+    of eager's; a runtime without bfloat16_as (ONNX Runtime) gets no bfloat16 split."""
+    if "openvino" not in RUNTIMES:
+        pytest.skip("the openvino partition compiler is not installed")
+    torch.manual_seed(0)
+    model = SdpaDecoder(**VARIANTS[variant]).eval().to(torch.bfloat16)
+    lm = opcore.graph.capture_lm(model, backends=("openvino", "cpu"), measure=False)
+    assert "split_attention: 1 match" in _notes(lm)
+    summary = lm.decode_plan.summary()
+    assert summary.startswith("openvino ") and "in 1 partition" in summary, summary
+    ids = torch.randint(0, VOCAB, (BATCH, 5), generator=torch.Generator().manual_seed(1))
+    want = _eager_steps(model, ids, 8)
+    session = lm.session()
+    got = [session.prefill(ids)] + [session.decode(w.argmax(-1)) for w in want[:-1]]
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == torch.bfloat16
+        assert (g.float() - w.float()).abs().max().item() <= 2**-6 * w.float().abs().max().item(), f"step {i}"
+    if "onnxruntime" in RUNTIMES:
+        plain = opcore.graph.capture_lm(model, backends=("onnxruntime", "cpu"), measure=False)
+        assert _notes(plain) == ""

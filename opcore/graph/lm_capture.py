@@ -30,7 +30,7 @@ from opcore.graph.options import PlanOptions
 from opcore.graph.plan import Plan
 from opcore.graph.quantizing import WeightSpec
 from opcore.graph.state import new_state
-from opcore.types import Device
+from opcore.types import Device, DType
 
 if TYPE_CHECKING:
     from opcore.graph.generation import LanguageModel
@@ -209,7 +209,10 @@ def _decode_plan(
     next is built, so at most two hold their runtimes' copies of the weights at once."""
     import gc
 
-    lowered = _lower_step(module, batch_size, max_length, 1, place, weighing, split=splits(place, backends))
+    split = splits(place, backends)
+    lowered = _lower_step(
+        module, batch_size, max_length, 1, place, weighing, split, split_dtypes(backends) if split else frozenset()
+    )
     best = _plan(lowered, place, backends, timer, partitions=True)
     if backends is not None or compare is None or place.type.value != "cpu":
         return best
@@ -305,6 +308,17 @@ def splits(place: Device, backends: Sequence[str] | None) -> bool:
     return place.type.value == "cpu" and any(name in runtimes for name in (backends or runtimes))
 
 
+def split_dtypes(backends: Sequence[str] | None) -> frozenset[DType]:
+    """The dtypes besides float32 whose decode attention is split: bfloat16 where a graph runtime
+    computes it in float32 (a partition compiler's ``bfloat16_as``), so that the split runs in its
+    partition; elsewhere the split's nodes would run per node, rounding each to bfloat16."""
+    from opcore.graph.partition import compilers
+
+    runtimes = compilers()
+    wide = any(getattr(runtimes.get(name), "bfloat16_as", None) == "float32" for name in (backends or runtimes))
+    return frozenset({DType.BFLOAT16}) if wide else frozenset()
+
+
 def _lower_step(
     module: Any,
     batch_size: int,
@@ -313,10 +327,12 @@ def _lower_step(
     place: Device,
     weighing: Weighing | None = None,
     split: bool = False,
+    wide: frozenset[DType] = frozenset(),
 ) -> Lowered:
     """One step exported and lowered: ``length`` 1 is the static decode step; more, the prefill with
     a dynamic sequence dim (2 .. max_length); ``weighing``: its linears quantized; ``split``: its
-    attention over the just-written cache split (opcore.graph.split_attention)."""
+    attention over the just-written cache split (opcore.graph.split_attention), in float32 and in the
+    dtypes ``wide`` (``split_dtypes``)."""
     from torch.export import Dim
     from torch.utils import _pytree
 
@@ -365,7 +381,7 @@ def _lower_step(
     if split:
         from opcore.graph.split_attention import read_written, split_attention
 
-        graph, parted = split_attention(graph, constants)
+        graph, parted = split_attention(graph, constants, wide)
         if parted:
             applied.append(f"rewrite split_attention: {parted} match{'es' * (parted != 1)}")
         graph, moved = read_written(graph, constants)

@@ -20,9 +20,10 @@ the read (the slot is masked either way), and nothing copies the cache. Grouped-
 (``enable_gqa``) groups the query heads over each key head, as the runtimes' own lowerings do; a
 row that every key masks gives zeros, as torch's attention does.
 
-Applied only where it is exactly that attention: a one-row float32 query, key and value each the
-sole read of a write at the same position of one slot, no dropout, not ``is_causal``, a mask
-(bool or float, or none) shared by the heads or one per head. Anything else keeps its attention,
+Applied only where it is exactly that attention: a one-row float32 query (bfloat16 too where a
+graph runtime computes it in float32: ``wide``), key and value each the sole read of a write at the
+same position of one slot, no dropout, not ``is_causal``, a mask (bool or float, or none) shared by
+the heads or one per head. Anything else keeps its attention,
 and ``read_written`` then gives its readers the written cache as a value instead (``where(slot,
 new row, cache as it was)``: a temporary the size of the cache, which the split does not need).
 
@@ -49,16 +50,21 @@ _WRITE = "state.index_copy_"
 _INF = float("inf")
 
 
-def split_attention(graph: Graph, constants: MutableMapping[str, Any]) -> tuple[Graph, int]:
+def split_attention(
+    graph: Graph, constants: MutableMapping[str, Any], wide: frozenset[DType] = frozenset()
+) -> tuple[Graph, int]:
     """The decode graph with each attention over a just-written cache split as above (``constants``
-    gains the slot numbers the rewrite compares with); how many were split."""
+    gains the slot numbers the rewrite compares with); how many were split. ``wide``: dtypes besides
+    float32 whose attention is split too, for a runtime that computes them in float32 (OpenVINO does
+    bfloat16): the cache is read in its own dtype (a cast would convert all of it every step), the
+    scores a bool mask makes float32 and the weights cast back to it before they meet the values."""
     users = graph.users()
     producer = {out: node for node in graph.nodes for out in node.outputs}
     build = _Build(graph)
     nodes: list[Node] = []
     split = 0
     for node in graph.nodes:
-        found = _match(graph, node, producer, users) if node.op == _ATTENTION else None
+        found = _match(graph, node, producer, users, wide) if node.op == _ATTENTION else None
         if found is None:
             nodes.append(node)
             continue
@@ -132,7 +138,9 @@ class _NotSplit(Exception):
     """A matched attention the ops cannot express exactly (a shape the contracts refuse)."""
 
 
-def _match(graph: Graph, node: Node, producer: dict[str, Node], users: dict[str, list[int]]) -> tuple[Any, ...] | None:
+def _match(
+    graph: Graph, node: Node, producer: dict[str, Node], users: dict[str, list[int]], wide: frozenset[DType]
+) -> tuple[Any, ...] | None:
     """(cache key, cache value, new key, new value, position) where ``node`` is a one-row attention
     over key and value each written by a ``state.index_copy_`` at the same position and read by
     ``node`` alone; else None."""
@@ -151,11 +159,12 @@ def _match(graph: Graph, node: Node, producer: dict[str, Node], users: dict[str,
     metas = [graph.meta(ref.name) for ref in (k_cache, v_cache, k_new, v_new)]
     if q.ndim != 4 or q.shape[2] != 1 or any(m.ndim != 4 for m in metas) or k_dim not in (2, -2) or v_dim != k_dim:
         return None
-    if any(m.dtype is not DType.FLOAT32 for m in (q, *metas)):
+    if (q.dtype is not DType.FLOAT32 and q.dtype not in wide) or any(m.dtype is not q.dtype for m in metas):
         return None
     if isinstance(mask, ValueRef):
         meta = graph.meta(mask.name)
-        if meta.dtype not in (DType.BOOL, DType.FLOAT32) or meta.ndim > 4 or meta.shape[-1] != metas[0].shape[2]:
+        kinds = (DType.BOOL, DType.FLOAT32, q.dtype)
+        if meta.dtype not in kinds or meta.ndim > 4 or meta.shape[-1] != metas[0].shape[2]:
             return None
     elif mask is not None:
         return None
@@ -243,6 +252,9 @@ class _Build:
             weights = self.op(f"{name}_p0", "where", seen, weights, 0.0)
         p_old = self.op(f"{name}_p_old", "slice", weights, 3, 0, length, 1)
         p_new = self.op(f"{name}_p_new", "slice", weights, 3, length, length + 1, 1)
+        if self.meta(p_old).dtype is not q.dtype:  # a bool mask's scores are float32: back to the cache's dtype
+            p_old = self.op(f"{name}_p_old_cast", "cast", p_old, q.dtype)
+            p_new = self.op(f"{name}_p_new_cast", "cast", p_new, q.dtype)
         mixed = self.op(
             f"{name}_sum",
             "add",
