@@ -77,6 +77,13 @@ fit its measuring bound: "ranked", or "onnxruntime alone" / "openvino alone").
 ``--accuracy 512``: before the table, the quantized forward pass's logits against fp32's over one
 prompt of 512 random tokens: max relative error, top-1 agreement, KL(fp32 || quantized).
 
+bfloat16 (``--dtype bfloat16``): the model is ``model.to(torch.bfloat16)`` after it is built (weights,
+and so the KV cache, in bfloat16: 2 bytes each in the ceiling's bytes); the targets are fp32's. Greedy
+tokens of a bfloat16 model part from eager's after some steps (eager's own dynamic and static caches
+part from each other too: bfloat16 rounds each op's result to 8 bits, and opcore's partition computes
+in float32 inside); ``--accuracy N`` says how close each is to the same model in fp32, teacher-forced
+over N decode steps after the prompt (top-1 agreement, max error, KL).
+
 On a GPU (``--device cuda``; scripts/gpu_check.sh runs it with 120 s): models small,135m and batch 1
 by default; eager, compile (mode="reduce-overhead") and ``capture_lm(..., device="cuda")``, every
 token synchronised to the host; the bandwidth is the GPU's, and ``torch.cuda.max_memory_allocated``
@@ -88,6 +95,7 @@ is printed with the RSS. No usable GPU: exit status 2, with why.
     python bench/generate.py --models small --optimum       # optimum-intel too, where it installs
     python bench/generate.py --device cuda                  # on a GPU
     python bench/generate.py --models 0.5b --batches 1 --threads 1 --skip compile --weights int8,int4 --accuracy 512
+    python bench/generate.py --models 135m --batches 1 --threads 1 --skip compile --dtype bfloat16 --accuracy 128
 """
 
 from __future__ import annotations
@@ -642,7 +650,7 @@ def bench_group(
         if decode and column.ceiling:
             column.note += f": {decode / column.ceiling:.2f} of it"
     bandwidth = state["bandwidth"][threads]
-    step = decode_bytes(weight_bytes_read(model), shape, batch, length)
+    step = decode_bytes(weight_bytes_read(model), shape, batch, length, model.dtype.itemsize)
     in_process = [c.peak_mb or 0.0 for c in columns if c.label != "optimum-intel"]  # the worker's is its own
     state["peak"] = max(state.get("peak", 0.0), peak_rss_mb() or 0.0, *in_process)
     del lm
@@ -732,6 +740,56 @@ def accuracy(model: Any, shape: Shape, weights: str, positions: int) -> str:
     return (
         f"{weights}: max rel. logits error {error:.2e}, top-1 agreement {agree:.4f} over {positions} positions, "
         f"KL {kl:.2e} nats"
+    )
+
+
+def _agreement(got: torch.Tensor, want: torch.Tensor) -> str:
+    """``got``'s logits against ``want``'s (rows: positions): max error over the logits' scale, top-1
+    agreement, mean KL(want || got) in nats."""
+    got, want = got.double(), want.double()
+    error = float((got - want).abs().max() / want.abs().max())
+    agree = float((got.argmax(-1) == want.argmax(-1)).double().mean())
+    kl = float(torch.nn.functional.kl_div(got.log_softmax(-1), want.log_softmax(-1), log_target=True, reduction="none")
+               .sum(-1).mean())  # fmt: skip
+    return f"max rel. logits error {error:.2e}, top-1 agreement {agree:.4f}, KL {kl:.2e} nats"
+
+
+def bfloat16_accuracy(model: Any, shape: Shape, positions: int, prompt: int) -> str:
+    """A bfloat16 model's decode logits, eager and opcore's, against the same model in fp32 (built again),
+    teacher-forced: a prompt of ``prompt`` random tokens, then ``positions`` steps each fed fp32's greedy
+    token, every step's logits compared (what a decode step computes: the KV cache, one token)."""
+    import transformers
+
+    import opcore.graph
+
+    length = prompt + positions
+    reference = shape.build(length).eval()
+    ids = prompt_ids(shape.vocab, 1, prompt)
+    lm = opcore.graph.capture_lm(model, max_length=length, batch_size=1, measure=False)
+
+    def stepped(run: Callable[[torch.Tensor | None], torch.Tensor], tokens: list[torch.Tensor]) -> torch.Tensor:
+        return torch.cat([run(None), *(run(t) for t in tokens[:-1])]).float()
+
+    def eager(target: Any) -> Callable[[torch.Tensor | None], torch.Tensor]:
+        cache = transformers.DynamicCache(config=target.config)
+        return lambda t: target(ids if t is None else t.view(1, 1), past_key_values=cache).logits[:, -1]
+
+    with torch.no_grad():
+        run, tokens, rows = eager(reference), [], []
+        logits = run(None)
+        for _ in range(positions):
+            rows.append(logits)
+            tokens.append(logits.argmax(-1))
+            logits = run(tokens[-1])
+        want = torch.cat(rows).float()
+        session = lm.session()
+        got = stepped(lambda t: session.prefill(ids) if t is None else session.decode(t.view(1)), tokens)
+        eager_got = stepped(eager(model), tokens)
+    del lm, reference
+    gc.collect()
+    return (
+        f"bfloat16 against fp32 over {positions} decode steps: eager {_agreement(eager_got, want)}; "
+        f"opcore {_agreement(got, want)}"
     )
 
 
@@ -840,7 +898,7 @@ def targets(shape: Shape, group: Group) -> list[str]:
 def report(shape: Shape, groups: list[Group], params: int, state: dict[str, Any], options: argparse.Namespace) -> str:
     load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
     title = (
-        f"### {shape.name}: {shape.title}, {params / 1e6:.1f}M parameters, fp32, prompt {options.prompt} + "
+        f"### {shape.name}: {shape.title}, {params / 1e6:.1f}M parameters, {options.dtype}, prompt {options.prompt} + "
         f"{options.new} new, {options.device} (load average {load} after the runs)"
     )
     rows = [row for group in groups for row in rows_of(group, options.prompt)]
@@ -900,7 +958,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--weights", default="", help="quantized opcore columns, comma-separated: int8, int4 (capture_lm(weights=...))"
     )
     parser.add_argument(
-        "--accuracy", type=int, default=0, help="with --weights: logits against fp32 over this many positions (512)"
+        "--accuracy",
+        type=int,
+        default=0,
+        help="with --weights or --dtype bfloat16: logits against fp32 over this many positions (512)",
+    )
+    parser.add_argument(
+        "--dtype", choices=("float32", "bfloat16"), default="float32", help="the model's dtype (model.to(dtype))"
     )
     parser.add_argument("--optimum-worker", help=argparse.SUPPRESS)  # a saved model's folder: run in that venv
     options = parser.parse_args(argv)
@@ -928,6 +992,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--rounds: expected >= 1, got {options.rounds}")
     if options.optimum and cuda:
         parser.error("--optimum runs OpenVINO on the CPU: leave out --device cuda")
+    if options.weights and options.dtype != "float32":
+        parser.error("--weights quantizes a float32 model: leave out --dtype")
     return options
 
 
@@ -980,7 +1046,7 @@ def main(argv: list[str] | None = None) -> int:
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
         with _quiet_transformers():
-            model = shape.build(options.prompt + options.new, device)
+            model = shape.build(options.prompt + options.new, device).to(getattr(torch, options.dtype))
             params = sum(p.numel() for p in model.parameters())
             groups = [
                 bench_group(model, shape, batch, threads, options, state)
@@ -989,6 +1055,8 @@ def main(argv: list[str] | None = None) -> int:
             ]
             for weights in options.weights if options.accuracy else ():
                 print(f"accuracy against fp32, {shape.name}: {accuracy(model, shape, weights, options.accuracy)}")
+            if options.accuracy and options.dtype == "bfloat16":
+                print(f"{shape.name}: {bfloat16_accuracy(model, shape, options.accuracy, options.prompt)}", flush=True)
         print(report(shape, groups, params, state, options), end="\n\n", flush=True)
         del model, groups, state
         gc.collect()

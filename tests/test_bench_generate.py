@@ -21,6 +21,7 @@ def test_the_defaults_are_the_issues_runs(bench):
     assert options.models == ("small", "135m", "0.5b")
     assert (options.batches, options.threads) == ((1, 4), (1, 2))
     assert (options.prompt, options.new, options.skip, options.optimum) == (128, 128, set(), False)
+    assert options.dtype == "float32" and bench.parse_args(["--dtype", "bfloat16"]).dtype == "bfloat16"
 
 
 def test_cuda_defaults_to_the_small_models_at_batch_1(bench):
@@ -44,6 +45,7 @@ def test_options_are_parsed(bench):
         (["--skip", "eager"], "--skip: unknown eager"),
         (["--new", "1"], "--new: expected >= 2"),
         (["--device", "cuda", "--optimum"], "--optimum runs OpenVINO on the CPU"),
+        (["--dtype", "bfloat16", "--weights", "int8"], "--weights quantizes a float32 model"),
     ],
 )
 def test_bad_arguments_are_refused_with_the_fix(bench, capsys, argv, message):
