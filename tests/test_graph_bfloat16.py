@@ -167,3 +167,19 @@ def test_every_kit_sample_in_bfloat16_runs_right_in_an_openvino_partition():
     assert not failed, "\n".join(failed)
     decoder_ops = {"linear", "embedding", "softmax", "rms_norm", "layer_norm", "silu", "mul", "add", "cast", "where"}
     assert decoder_ops <= passed, sorted(decoder_ops - passed)
+
+
+def test_a_bfloat16_decoder_quantizes_into_one_partition_as_its_float32_copy():
+    """weights="int8" on a bfloat16 model: the codes as the float32 model's, x in bfloat16; the step one
+    OpenVINO partition, its logits within bfloat16's rounding of the float32 model's quantized plan."""
+    _openvino()
+    model = _bfloat16_llama()
+    ids = torch.randint(3, 500, (1, 10), generator=torch.Generator().manual_seed(1))
+    lm = opcore.graph.capture_lm(model, max_length=32, weights="int8", measure=False)
+    assert lm.decode_plan.summary().startswith("openvino ") and "in 1 partition" in lm.decode_plan.summary()
+    with torch.no_grad():
+        got = lm.session().prefill(ids)
+        want = opcore.graph.capture_lm(copy.deepcopy(model).float(), max_length=32, weights="int8", measure=False)
+        want = want.session().prefill(ids)
+    assert got.dtype == torch.bfloat16
+    assert (got.float() - want).abs().max().item() <= 2**-5 * want.abs().max().item()
