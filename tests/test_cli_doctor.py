@@ -425,3 +425,16 @@ def test_deep_reports_live_torch_values() -> None:
     assert "ATen CPU capability" in result.out
     quick = run_cli("doctor")
     assert "oneDNN" in quick.out and "opcore doctor --deep" in quick.out
+
+
+def test_a_partition_compiler_says_what_it_computes_int64_and_bfloat16_in() -> None:
+    """OpenVINO's compiler computes int64 in int32 and bfloat16 in float32 (int64_as, bfloat16_as):
+    both forms say so; a compiler with neither says nothing (ONNX Runtime's)."""
+    pytest.importorskip("openvino", reason="opcore-openvino's partition compiler needs openvino")
+    data = run_cli("doctor", "--json").json()
+    found = _plugin(data, "openvino")["partition_compiler"]
+    assert found["loads"] and found["computes"] == {"int64": "int32", "bfloat16": "float32"}
+    if any(p["name"] == "onnxruntime" and p["partition_compiler"] for p in data["plugins"]):
+        assert _plugin(data, "onnxruntime")["partition_compiler"]["computes"] == {}
+    lines = [line for line in run_cli("doctor").out.splitlines() if "partition compiler" in line]
+    assert any(line.endswith("computes int64 in int32, bfloat16 in float32") for line in lines), lines

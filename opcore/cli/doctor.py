@@ -41,11 +41,13 @@ DESCRIBE_TIMEOUT_S = 10.0
 @dataclass(frozen=True, slots=True)
 class CompilerInfo:
     """A loaded backend's partition compiler: the ops it claims (``supports``) among the registered
-    contracts, and whether its hook gave one (``error``: why not)."""
+    contracts, and whether its hook gave one (``error``: why not); ``computes``: (dtype, the dtype its
+    runtime computes it in) from the compiler's ``int64_as`` and ``bfloat16_as``."""
 
     ops: tuple[str, ...]
     loads: bool
     error: str = ""
+    computes: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -432,7 +434,13 @@ def _with_compilers(plugins: tuple[PluginInfo, ...], rt: Any) -> tuple[PluginInf
             failure = f"supports() raised {type(error).__name__}: {error}"
             found.append(replace(info, compiler=CompilerInfo((), False, failure)))
             continue
-        found.append(replace(info, compiler=CompilerInfo(claimed, True)))
+        computes = tuple(
+            (dtype, str(found_as))
+            for dtype, found_as in (("int64", getattr(report.compiler, "int64_as", None)),
+                                    ("bfloat16", getattr(report.compiler, "bfloat16_as", None)))
+            if found_as is not None
+        )  # fmt: skip
+        found.append(replace(info, compiler=CompilerInfo(claimed, True, computes=computes)))
     return tuple(found)
 
 
@@ -497,7 +505,12 @@ def _plugin_json(info: PluginInfo) -> dict[str, Any]:
         # null: the backend has no partition compiler (or is not loaded)
         "partition_compiler": None
         if info.compiler is None
-        else {"ops": list(info.compiler.ops), "loads": info.compiler.loads, "error": info.compiler.error},
+        else {
+            "ops": list(info.compiler.ops),
+            "loads": info.compiler.loads,
+            "error": info.compiler.error,
+            "computes": dict(info.compiler.computes),
+        },
     }
 
 

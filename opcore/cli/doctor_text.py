@@ -55,7 +55,9 @@ def _plugin_lines(info: PluginInfo, style: Style, verbose: bool) -> list[str]:
     if compiler is not None:
         if compiler.loads:
             shown = ", ".join(compiler.ops[:6]) + (f", ... ({len(compiler.ops)} ops)" if len(compiler.ops) > 6 else "")
-            rows.append(("partition compiler", f"loads · claims {shown or 'no registered op'}"))
+            said = ", ".join(f"{dtype} in {wide}" for dtype, wide in compiler.computes)
+            computes = f" · computes {said}" if said else ""
+            rows.append(("partition compiler", f"loads · claims {shown or 'no registered op'}{computes}"))
         else:
             rows.append(("partition compiler", style.warn(f"does not load: {compiler.error}")))
     if report.status is PluginStatus.UNAVAILABLE and spec is not None and spec.install_hint:
