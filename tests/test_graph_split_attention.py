@@ -35,11 +35,21 @@ class SdpaDecoder(torch.nn.Module):
         self.register_buffer("keys", torch.zeros(BATCH, kv_heads, LENGTH, dim))
         self.register_buffer("values", torch.zeros(BATCH, kv_heads, LENGTH, dim))
 
-    def forward(self, input_ids, position_ids, cache_position, attention_mask):
+    def project(self, input_ids):
+        """The tokens' query, key and value, heads second."""
         rows, length = input_ids.shape
         x = self.embed(input_ids)
         q = self.q(x).view(rows, length, self.heads, self.dim).transpose(1, 2)
         k, v = self.kv(x).view(rows, length, 2 * self.kv_heads, self.dim).transpose(1, 2).chunk(2, 1)
+        return q, k, v
+
+    def logits(self, y):
+        """The attention's output (rows, heads, length, dim) as scaled logits."""
+        rows, _, length, _ = y.shape
+        return self.out(y.transpose(1, 2).reshape(rows, length, -1)) * 4
+
+    def forward(self, input_ids, position_ids, cache_position, attention_mask):
+        q, k, v = self.project(input_ids)
         self.keys.index_copy_(2, cache_position, k)
         self.values.index_copy_(2, cache_position, v)
         slots = torch.arange(self.max_length)
@@ -52,7 +62,7 @@ class SdpaDecoder(torch.nn.Module):
             q, keys, self.values, attn_mask=mask[self.mask], is_causal=self.causal,
             enable_gqa=self.heads != self.kv_heads,
         )  # fmt: skip
-        return self.out(y.transpose(1, 2).reshape(rows, length, -1)) * 4
+        return self.logits(y)
 
 
 def _eager_steps(model, ids, steps):
@@ -155,10 +165,7 @@ class TwoCaches(SdpaDecoder):
         self.register_buffer("ring_values", torch.zeros(BATCH, 4, self.RING, 8))
 
     def forward(self, input_ids, position_ids, cache_position, attention_mask):
-        rows, length = input_ids.shape
-        x = self.embed(input_ids)
-        q = self.q(x).view(rows, length, 4, 8).transpose(1, 2)
-        k, v = self.kv(x).view(rows, length, 8, 8).transpose(1, 2).chunk(2, 1)
+        q, k, v = self.project(input_ids)
         self.keys.index_copy_(2, cache_position, k)
         self.values.index_copy_(2, cache_position, v)
         at = cache_position % self.RING
@@ -171,7 +178,7 @@ class TwoCaches(SdpaDecoder):
         y = attend(q, self.keys, self.values, attn_mask=mask) + attend(
             q, self.ring_keys, self.ring_values, attn_mask=ring_seen
         )
-        return self.out(y.transpose(1, 2).reshape(rows, length, -1)) * 4
+        return self.logits(y)
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
@@ -198,10 +205,8 @@ class MatmulDecoder(SdpaDecoder):
     are): the key heads repeated by expand + reshape, scores soft-capped, a bool mask by masked_fill."""
 
     def forward(self, input_ids, position_ids, cache_position, attention_mask):
-        rows, length = input_ids.shape
-        x = self.embed(input_ids)
-        q = self.q(x).view(rows, length, self.heads, self.dim).transpose(1, 2)
-        k, v = self.kv(x).view(rows, length, 2 * self.kv_heads, self.dim).transpose(1, 2).chunk(2, 1)
+        q, k, v = self.project(input_ids)
+        rows = input_ids.shape[0]
         self.keys.index_copy_(2, cache_position, k)
         self.values.index_copy_(2, cache_position, v)
         group = self.heads // self.kv_heads
@@ -217,7 +222,7 @@ class MatmulDecoder(SdpaDecoder):
         allowed = allowed & attention_mask[:, None, None, :].bool()
         weights = torch.softmax(scores.masked_fill(~allowed, torch.finfo(torch.float32).min), dim=-1)
         y = torch.matmul(weights, repeat(self.values))
-        return self.out(y.transpose(1, 2).reshape(rows, length, -1)) * 4
+        return self.logits(y)
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
@@ -266,10 +271,7 @@ class MatmulThenSdpa(SdpaDecoder):
         self.register_buffer("values2", torch.zeros(BATCH, 4, LENGTH, 8))
 
     def forward(self, input_ids, position_ids, cache_position, attention_mask):
-        rows, length = input_ids.shape
-        x = self.embed(input_ids)
-        q = self.q(x).view(rows, length, 4, 8).transpose(1, 2)
-        k, v = self.kv(x).view(rows, length, 8, 8).transpose(1, 2).chunk(2, 1)
+        q, k, v = self.project(input_ids)
         allowed = (torch.arange(LENGTH)[None, :] <= cache_position[:, None])[None, None]
         allowed = allowed & attention_mask[:, None, None, :].bool()
         self.keys2.index_copy_(2, cache_position, k * 0.5)
@@ -279,7 +281,7 @@ class MatmulThenSdpa(SdpaDecoder):
         self.keys.index_copy_(2, cache_position, k)
         self.values.index_copy_(2, cache_position, v)
         y = torch.nn.functional.scaled_dot_product_attention(h, self.keys, self.values, attn_mask=allowed)
-        return self.out(y.transpose(1, 2).reshape(rows, length, -1)) * 4
+        return self.logits(y)
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
