@@ -29,6 +29,7 @@ __all__ = [
     "TensorMeta",
     "array_kind_of",
     "contiguous_strides",
+    "is_numpy_bfloat16",
     "is_tensor",
 ]
 
@@ -93,7 +94,7 @@ class DType(str, Enum):
     @classmethod
     def from_numpy(cls, dtype: numpy.dtype) -> DType:
         found = _FROM_NUMPY.get(dtype)
-        if found is None and dtype.kind == "V" and dtype.name == "bfloat16":  # ml_dtypes.bfloat16
+        if found is None and is_numpy_bfloat16(dtype):
             return DType.BFLOAT16
         if found is None:
             raise ArgumentError(
@@ -141,6 +142,12 @@ _ALIASES = {d.value: d for d in DType} | {
     "float": DType.FLOAT32, "fp64": DType.FLOAT64, "double": DType.FLOAT64, "long": DType.INT64,
     "int": DType.INT32,
 }  # fmt: skip
+
+
+def is_numpy_bfloat16(dtype: numpy.dtype) -> bool:
+    """Whether ``dtype`` is ml_dtypes' bfloat16 (numpy kind "V": no numpy kind test finds it as a
+    float), told without importing ml_dtypes."""
+    return dtype.kind == "V" and dtype.name == "bfloat16"
 
 
 def _numpy_bfloat16() -> numpy.dtype:
@@ -338,7 +345,7 @@ def _numpy_dtype(dtype: numpy.dtype) -> DType:
             found=f"{dtype.str} ({dtype.newbyteorder('=').name}, byte-swapped)",
             fix="pass x.astype(x.dtype.newbyteorder('=')) (one copy)",
         )
-    if dtype.kind == "V" and dtype.name == "bfloat16":
+    if is_numpy_bfloat16(dtype):
         # ml_dtypes' bfloat16 stands for bfloat16 between a graph plan and its runtimes only: numpy
         # kernels compute in numpy's own dtypes, and a bfloat16 tensor travels to them as float32
         raise ArgumentError(

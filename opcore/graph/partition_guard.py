@@ -32,7 +32,7 @@ import numpy
 
 from opcore.errors import FallbackWarning, OpcoreError
 from opcore.graph.partition import PartitionError, PartitionSpec
-from opcore.types import DType
+from opcore.types import DType, is_numpy_bfloat16
 
 __all__ = [
     "COMPILE_TIMEOUT_S",
@@ -208,7 +208,7 @@ def torch_of(array: numpy.ndarray) -> Any:
     """The tensor sharing a partition output's memory (``ml_dtypes.bfloat16`` as torch.bfloat16)."""
     import torch
 
-    if array.dtype.kind == "V" and array.dtype.name == "bfloat16":
+    if is_numpy_bfloat16(array.dtype):
         return torch.from_numpy(array.view(numpy.int16)).view(torch.bfloat16)
     return torch.from_numpy(array)
 

@@ -38,6 +38,7 @@ __all__ = [
     "Decision",
     "NodeCall",
     "Verdict",
+    "bfloat16_dtype_shown",
     "has_bfloat16",
     "plan_node",
     "scalar_call",
@@ -219,7 +220,7 @@ def _select_shown(
     if narrow is not None:
         full = _result_dtype_shown(full, names, narrow, node.op)
     if wide is not None:
-        full = _bfloat16_dtype_shown(full, names, wide)
+        full = bfloat16_dtype_shown(full, names, wide)
     while True:
         metas = tuple(
             value if i in kept else _widened(_shown(value, given, ranges, narrow), wide)
@@ -257,7 +258,7 @@ def _is_bfloat16(value: Any) -> bool:
         return False
 
 
-def _bfloat16_dtype_shown(full: tuple[Any, ...], names: Sequence[str], wide: DType) -> tuple[Any, ...]:
+def bfloat16_dtype_shown(full: tuple[Any, ...], names: Sequence[str], wide: DType) -> tuple[Any, ...]:
     """A ``dtype`` argument naming bfloat16 (a cast to it, a bfloat16 full) shown as ``wide``."""
     if "dtype" not in names:
         return full

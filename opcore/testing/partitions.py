@@ -32,7 +32,7 @@ from opcore.errors import OpcoreError
 from opcore.testing.conformance import ConformanceError, Outcome, Status
 from opcore.testing.records import OpEntry, Sample
 from opcore.testing.tolerances import tolerance_for
-from opcore.types import DType, TensorMeta
+from opcore.types import DType, TensorMeta, is_numpy_bfloat16
 
 __all__ = [
     "PARTITION_ERRORS",
@@ -149,7 +149,7 @@ def _wide(backend: str) -> DType | None:
 
 
 def _is_bfloat16(value: Any) -> bool:
-    return isinstance(value, numpy.ndarray) and value.dtype.kind == "V" and value.dtype.name == "bfloat16"
+    return isinstance(value, numpy.ndarray) and is_numpy_bfloat16(value.dtype)
 
 
 def _meta(array: numpy.ndarray) -> TensorMeta:
@@ -162,6 +162,7 @@ def _meta(array: numpy.ndarray) -> TensorMeta:
 def _widened(bound: tuple[Any, ...], contract: Any, wide: DType) -> tuple[Any, ...]:
     """The call as a plan asks a backend that computes bfloat16 in ``wide`` about it (opcore.graph.planner):
     bfloat16 arrays as ``wide`` arrays, a ``dtype`` argument naming bfloat16 as ``wide``."""
+    from opcore.graph.planner import bfloat16_dtype_shown
 
     def widen(value: Any) -> Any:
         if _is_bfloat16(value):
@@ -170,12 +171,7 @@ def _widened(bound: tuple[Any, ...], contract: Any, wide: DType) -> tuple[Any, .
             return type(value)(widen(v) for v in value)
         return value
 
-    names = contract.schema.names
-    shown = [widen(v) for v in bound]
-    if "dtype" in names and isinstance(given := bound[names.index("dtype")], (str, DType)):
-        if DType.parse(given) is DType.BFLOAT16:
-            shown[names.index("dtype")] = wide.value
-    return tuple(shown)
+    return bfloat16_dtype_shown(tuple(widen(v) for v in bound), contract.schema.names, wide)
 
 
 def _accepted(backend: str, op: str, bound: tuple[Any, ...], contract: Any) -> str | None:
