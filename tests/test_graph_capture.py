@@ -37,6 +37,20 @@ def test_mlp_plan_matches_eager_and_keeps_linear_whole():
     assert plan(torch.randn(4, 16)).shape == (4, 16)
 
 
+def test_floor_divide_by_a_number_maps_to_div_rounding_to_the_floor():
+    # a MoE router's flat top-k position // k; torch.export keeps the number as the Tensor argument
+    class _FloorDivide(torch.nn.Module):  # type: ignore[name-defined]
+        def forward(self, ids, x):
+            return ids // 3, x // 0.75, torch.floor_divide(ids, ids.clamp(min=1))
+
+    ids, x = torch.tensor([[-7, -3, 0, 2, 5, 9]]), torch.tensor([-2.0, -0.5, 0.7, 3.1])
+    plan = opcore.graph.capture(_FloorDivide(), (ids, x), rewrites=False)
+    divides = [n for n in plan.graph.nodes if n.target == "aten.floor_divide.default"]
+    assert len(divides) == 3 and all(n.op == "div" and n.args[-1] == "floor" for n in divides)
+    for got, want in zip(plan(ids, x), _FloorDivide()(ids, x), strict=True):
+        assert torch.equal(got, want) and got.dtype == want.dtype
+
+
 def test_llama_block_maps_contracts_and_falls_back_to_aten(llama):
     model, x = llama
     plan = opcore.graph.capture(model, (x,), partitions=False, rewrites=False)

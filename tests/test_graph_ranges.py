@@ -58,6 +58,14 @@ def test_sources_dtypes_python_ints_and_unknowns() -> None:
         ("sum", (meta((3, 5), bounds=(1, 2)), None, False), (0, 30)),
         ("sum", (meta((3, 5), bounds=(1, 2)), (0,), False), (0, 6)),
         ("argmax", (meta((3, 5), F32), 1, False), (0, 4)),
+        # (values, indices) ATen ops: a MoE router's chosen experts; integer values join the indices'
+        ("aten.topk.default", (meta((1, 8), F32), 2, -1, True, True), (0, 7)),
+        ("aten.topk.default", (meta((3, 8), F32), 2), (0, 7)),  # dim left at its default
+        ("aten.topk.default", (meta((6, 8), F32), 2, 0), (0, 5)),
+        ("aten.topk.default", (meta((3, 8), bounds=(-4, 3)), 2), (-4, 7)),
+        ("aten.max.dim", (meta((3, 5), F32), 1, False), (0, 4)),
+        ("aten.sort.default", (meta((3, 5), bounds=(10, 20)), -1, False), (0, 20)),
+        ("aten.topk.default", (meta((3, 8)), 2), (-(2**63), 2**63 - 1)),  # int64 values nothing bounds
         ("cast", (meta((4,), bounds=(0, 300)), "float32"), (0, 300)),
         ("cast", (meta((4,), bounds=(0, 300)), "int32"), (0, 300)),
         ("cast", (meta((4,), bounds=(0, 300)), "bool"), (0, 1)),
@@ -97,6 +105,8 @@ def test_rules(op: str, args: tuple[object, ...], expected: tuple[int, int]) -> 
         ("minimum", (meta((4,), bounds=(0, 3)), meta((4,), F32))),  # floats are not tracked
         ("sign", (meta((4,), F32),)),
         ("ceil", (meta((4,), F32),)),
+        ("aten.topk.default", (meta((3, -1), F32), 2)),  # a size known only at run time
+        ("aten.max.dim", (meta((), F32), 0)),
     ],
 )
 def test_conservative_on_unknowns(op: str, args: tuple[object, ...]) -> None:

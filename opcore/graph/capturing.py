@@ -16,6 +16,7 @@ from opcore.errors import ArgumentError
 from opcore.graph.assembly import assemble
 from opcore.graph.decomposing import decompositions
 from opcore.graph.errors import CaptureError
+from opcore.graph.experts import DENSE, exportable_experts
 from opcore.graph.measuring import Timer, interleaved
 from opcore.graph.options import PlanOptions
 from opcore.graph.plan import Plan
@@ -182,9 +183,12 @@ FROZEN_NOTE = (
 )
 
 
-def export(model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic_shapes: Any) -> Any:
+def export(
+    model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic_shapes: Any, *, experts: str = DENSE
+) -> Any:
     """torch.export's program with nothing decomposed (every op stays whole: linear, attention, ...),
-    in functional form; the exporter's refusal becomes a CaptureError with its reason."""
+    in functional form; the exporter's refusal becomes a CaptureError with its reason. ``experts``:
+    how a transformers MoE layer's experts are exported (opcore.graph.experts)."""
     import torch
 
     if not isinstance(model, torch.nn.Module):
@@ -196,7 +200,8 @@ def export(model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic
             fix="wrap a function in a torch.nn.Module whose forward calls it",
         )
     try:
-        program = torch.export.export(model, args, dict(kwargs), dynamic_shapes=dynamic_shapes, strict=False)
+        with exportable_experts(model, experts):
+            program = torch.export.export(model, args, dict(kwargs), dynamic_shapes=dynamic_shapes, strict=False)
         # functionalise (no in-place ops left) and decompose only what opcore.graph.decomposing names: every other
         # op stays whole; opcore's own ATen fallback runs any op no backend claims
         with warnings.catch_warnings():

@@ -77,21 +77,25 @@ def _cache_layer_class() -> Any:
     return PositionedLayer
 
 
-def _cache_shapes(model: Any, config: Any, layers: int) -> tuple[Any, Any]:
-    """(kv heads, head dim) per cache layer, as the model's own attention writes them: read off the
-    cache of a one-token forward (Falcon's multi-query attention keeps 1 head whatever its config's
-    ``num_kv_heads`` says); the config's rule (``_head_shapes``) where that cache has no layers of
-    this count."""
+def _cache_shapes(model: Any, config: Any, layers: int) -> list[tuple[int, int, int]]:
+    """(kv heads, key dim, value dim) per cache layer, as the model's own attention writes them: read
+    off the cache of a one-token forward (Falcon's multi-query attention keeps 1 head whatever its
+    config's ``num_kv_heads`` says; DeepSeek's multi-head latent attention caches a latent and a
+    rotary key of different widths); the config's rule (``_head_shapes``) where that cache has no
+    layers of this count."""
     try:
         with torch.no_grad():
             ids = torch.zeros((1, 1), dtype=torch.long, device=next(model.parameters()).device)
             cache = model(input_ids=ids, use_cache=True).past_key_values
-        shapes = [tuple(layer.keys.shape) for layer in cache.layers]
+        shapes = [(tuple(layer.keys.shape), tuple(layer.values.shape)) for layer in cache.layers]
     except Exception:  # an older cache API, or a model that needs more than ids: the config's rule
         shapes = []
-    if len(shapes) != layers or any(len(shape) != 4 for shape in shapes):
-        return _head_shapes(config)
-    return [int(shape[1]) for shape in shapes], [int(shape[3]) for shape in shapes]
+    if len(shapes) != layers or any(len(k) != 4 or len(v) != 4 or k[1] != v[1] for k, v in shapes):
+        heads, head_dim = _head_shapes(config)
+        heads = heads if isinstance(heads, list) else [heads] * layers
+        head_dim = head_dim if isinstance(head_dim, list) else [head_dim] * layers
+        return [(int(h), int(d), int(d)) for h, d in zip(heads, head_dim, strict=True)]
+    return [(int(k[1]), int(k[3]), int(v[3])) for k, v in shapes]
 
 
 def _head_shapes(config: Any) -> tuple[Any, Any]:
@@ -104,6 +108,17 @@ def _head_shapes(config: Any) -> tuple[Any, Any]:
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         return heads, head_dim
     return get_head_shapes(config)
+
+
+def _not_attention(model: Any, why: str) -> ArgumentError:
+    return ArgumentError(
+        op=_CAPTURE_LM,
+        arg="model",
+        expected="a decoder whose every layer caches attention keys and values (transformers' StaticCache)",
+        found=f"{type(model).__name__}: {why}",
+        fix="recurrent and hybrid models (Mamba, Jamba, RecurrentGemma) are not supported by capture_lm; "
+        "opcore.graph.capture(model, (ids,)) runs their forward without a cache",
+    )
 
 
 class CachedDecoder(torch.nn.Module):
@@ -119,14 +134,28 @@ class CachedDecoder(torch.nn.Module):
         self.keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         config = model.config.get_text_config()
         layer = _cache_layer_class()
-        self.cache = StaticCache(max_cache_len=max_length, config=config)
+        try:
+            self.cache = StaticCache(max_cache_len=max_length, config=config)
+        except (AttributeError, ValueError, TypeError, KeyError) as error:  # no attention heads to cache
+            raise _not_attention(model, f"{type(error).__name__}: {error}") from error
+        # a recurrent layer's state (Mamba, linear attention: Jamba, RecurrentGemma) is not keys and values
+        recurrent = sorted({type(c).__name__ for c in self.cache.layers if "LinearAttention" in type(c).__name__})
+        if recurrent:
+            raise _not_attention(model, f"its cache has {', '.join(recurrent)} layers")
         # sliding-window layers keep a rolling window whose update has control flow export cannot
         # take; a full-length layer with the model's own sliding mask computes the same attention
         self.layers: list[Any] = [layer(max_length) for _ in self.cache.layers]
         self.cache.layers = self.layers
-        heads, head_dim = _cache_shapes(model, config, len(self.layers))
-        device = next(model.parameters()).device
-        self.cache.early_initialization(batch_size, heads, head_dim, model.dtype, torch.device(device))
+        device = torch.device(next(model.parameters()).device)
+        for cached, (heads, key_dim, value_dim) in zip(
+            self.layers, _cache_shapes(model, config, len(self.layers)), strict=True
+        ):
+            # as StaticCache.early_initialization, with the keys' and values' widths each their own
+            empty = {"dtype": model.dtype, "device": device}
+            cached.lazy_initialization(
+                torch.zeros((batch_size, heads, 0, key_dim), **empty),
+                torch.zeros((batch_size, heads, 0, value_dim), **empty),
+            )
         for i, cached in enumerate(self.layers):
             self.register_buffer(f"key_cache_{i}", cached.keys, persistent=False)
             self.register_buffer(f"value_cache_{i}", cached.values, persistent=False)

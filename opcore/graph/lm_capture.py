@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from opcore.errors import ArgumentError
+from opcore.errors import ArgumentError, OpcoreError
 from opcore.graph.assembly import assemble
 from opcore.graph.errors import CaptureError
 from opcore.graph.measuring import Timer, interleaved
@@ -227,7 +227,15 @@ def _decode_plan(
         except Exception as error:  # a runtime that cannot take this model: the others still compete
             told.append(f"{name} alone not planned ({type(error).__name__}: {error})")
             continue
-        times = compare({label: _runner(best, lowered), name: _runner(other, lowered)})
+        try:
+            times = compare({label: _runner(best, lowered), name: _runner(other, lowered)})
+        except OpcoreError as error:  # a runtime whose plan fails on this step's inputs: it does not compete
+            if _fails(best, lowered):
+                raise
+            told.append(f"{name} alone failed ({type(error).__name__}: {str(error).splitlines()[0]})")
+            del other
+            gc.collect()
+            continue
         told.append(f"{label} {times[label] * 1e6:.0f} us against {name} alone {times[name] * 1e6:.0f} us")
         if times[name] < times[label]:
             best, label = other, f"{name} alone"
@@ -235,6 +243,15 @@ def _decode_plan(
         gc.collect()
     best.notes.insert(0, f"decode step measured at capture: {'; '.join(told)}: runs {label}")
     return best
+
+
+def _fails(plan: Plan, lowered: Lowered) -> bool:
+    """Whether one run of ``plan`` on the step's examples raises an opcore error."""
+    try:
+        _runner(plan, lowered)()
+    except OpcoreError:
+        return True
+    return False
 
 
 def _prefill_plan(
@@ -337,6 +354,7 @@ def _lower_step(
     from torch.utils import _pytree
 
     from opcore.graph.capturing import export, program_constants
+    from opcore.graph.experts import DENSE, ONE_TOKEN
     from opcore.graph.lowering import lower
     from opcore.graph.masks import drop_full_masks
     from opcore.graph.quantizing import quantize_weights
@@ -349,7 +367,8 @@ def _lower_step(
         dynamic = ({1: seq}, {1: seq}, {0: seq}, None)
     started = time.perf_counter()
     try:
-        program = export(module, examples, {}, dynamic)
+        # a decode step's MoE experts as gather + bmm (a graph runtime's partition takes them)
+        program = export(module, examples, {}, dynamic, experts=ONE_TOKEN if length == 1 else DENSE)
     except CaptureError as error:
         raise CaptureError(
             f"the {'decode' if length == 1 else 'prefill'} step could not be exported: {error.args[0]}",

@@ -182,6 +182,8 @@ RULES: Mapping[str, Rule] = {
     "aten.div.Tensor": _rule("div", x="self", other="other"),
     "aten.div.Scalar": _rule("div", x="self", other="other"),
     "aten.div.Tensor_mode": _rule("div", x="self", other="other", rounding_mode="rounding_mode"),
+    # torch.floor_divide (`//`; MoE routers: a flat top-k index // k is its token) rounds to the floor
+    "aten.floor_divide.default": _rule("div", x="self", other="other", rounding_mode=Fixed("floor")),
     **{f"aten.{name}.default": rule for name, rule in _UNARY.items()},
     **_COMPARISONS,
     **_LOGICAL,

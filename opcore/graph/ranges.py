@@ -154,6 +154,27 @@ def _argmax(x: TensorMeta, dim: int | None = None, keepdim: bool = False) -> Int
     return (0, max(n - 1, 0))
 
 
+def _indices_and_values(dim_at: int, default_dim: int | None = -1) -> Callable[..., Interval | None]:
+    """The rule of an ATen op returning (values, indices) along a dim (topk, max.dim, sort): the
+    indices lie in [0, size - 1]; one interval covers every result, so for integer x it is joined
+    with x's own (a float x's values are not integers: only the indices take it)."""
+
+    def rule(x: TensorMeta, *args: Any) -> Interval | None:
+        dim = args[dim_at] if len(args) > dim_at else default_dim
+        if not isinstance(dim, int) or isinstance(dim, bool) or not x.ndim:
+            return None
+        size = x.shape[dim]
+        if size < 0:
+            return None
+        indices = (0, max(size - 1, 0))
+        if dtype_range(x.dtype) is None:  # floating values: no interval of theirs is claimed
+            return indices
+        own = known(x)
+        return None if own is None else (min(own[0], indices[0]), max(own[1], indices[1]))
+
+    return rule
+
+
 def _cast(x: Any, dtype: str) -> Interval | None:
     a, target = known(x), DType.parse(dtype)
     if target is DType.BOOL:
@@ -232,6 +253,11 @@ RULES: Mapping[str, Rule] = {
     "cumsum": _cumsum,
     "sum": _sum,
     "argmax": _argmax,
+    # ATen ops without a contract (the ATen fallback) that return indices: MoE routers pick experts so
+    "aten.topk.default": _indices_and_values(1),  # (self, k, dim=-1, ...)
+    "aten.max.dim": _indices_and_values(0, None),  # (self, dim, keepdim=False)
+    "aten.min.dim": _indices_and_values(0, None),
+    "aten.sort.default": _indices_and_values(0),  # (self, dim=-1, descending=False)
     "cast": _cast,
     "where": _where,
     "masked_fill": _masked_fill,

@@ -1,0 +1,109 @@
+"""Mixture-of-experts layers of transformers models, exported in a form a plan can run.
+
+transformers (5.x) runs a MoE layer's experts through ``config._experts_implementation``:
+``grouped_mm`` (its default) multiplies each expert's tokens with ``torch._grouped_mm``, but while
+torch.export traces a float32 model it calls its own ``transformers::grouped_mm_fallback`` custom
+op (a loop over data-dependent row ranges) instead, which no plan can run (and the meta function
+of ``aten._grouped_mm`` takes bfloat16 only); ``eager`` loops over the experts that received
+tokens, a loop whose length is data. So ``export`` asks for one of two implementations that
+compute the same sum of the same experts with the same routing weights, without data-dependent
+shapes:
+
+* ``ONE_TOKEN`` (transformers' ``batched_mm``), for a step of one token a row (capture_lm's
+  decode): the chosen experts' weights gathered and multiplied in a batch (gather + bmm, which a
+  graph runtime takes into its partition): only the k chosen experts are read, but each is copied
+  once per (row, expert) pair, so it is never used for a prompt (128 tokens x k experts would copy
+  128 k expert matrices);
+* ``DENSE`` (``opcore_dense``, registered here in transformers' ``ExpertsInterface``), for every
+  other step (a prompt, ``capture``'s forward): every expert applied to every token, each result
+  weighted by its routing weight (zero for an expert the token did not choose): each weight read
+  once, no copy, at num_experts / k times the experts' arithmetic of eager.
+
+A model without experts, or a transformers without these names, is exported as it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["DENSE", "ONE_TOKEN", "dense_experts_forward", "exportable_experts"]
+
+DENSE = "opcore_dense"
+ONE_TOKEN = "batched_mm"
+
+
+def dense_experts_forward(self: Any, hidden_states: Any, top_k_index: Any, top_k_weights: Any) -> Any:
+    """transformers' experts forward (``use_experts_implementation``'s signature and attributes:
+    has_gate, has_bias, is_transposed, has_post_expert_norm, ``_apply_gate``, ``act_fn``) with every
+    expert applied to every token: hidden_states (tokens, hidden), top_k_index / top_k_weights
+    (tokens, k) -> (tokens, hidden)."""
+    import torch
+
+    if getattr(self, "_is_expert_parallel", False):
+        raise NotImplementedError("opcore's dense experts run every expert of one process (no expert parallelism)")
+    experts = self.num_experts
+    # (tokens, experts): a token's routing weight for each expert, 0 where it chose another
+    chosen = top_k_index.unsqueeze(-1) == torch.arange(experts, device=top_k_index.device)
+    routing = (chosen.to(top_k_weights.dtype) * top_k_weights.unsqueeze(-1)).sum(dim=1)
+    x = hidden_states.unsqueeze(0).expand(experts, -1, -1)  # (experts, tokens, hidden)
+
+    def linear(inputs: Any, weight: Any, bias: Any) -> Any:
+        out = torch.matmul(inputs, weight if self.is_transposed else weight.transpose(1, 2))
+        return out + bias.unsqueeze(1) if bias is not None else out
+
+    if self.has_gate:
+        projected = linear(x, self.gate_up_proj, self.gate_up_proj_bias if self.has_bias else None)
+        projected = self._apply_gate(projected)
+    else:
+        projected = self.act_fn(linear(x, self.up_proj, self.up_proj_bias if self.has_bias else None))
+    out = linear(projected, self.down_proj, self.down_proj_bias if self.has_bias else None)
+    if self.has_post_expert_norm:
+        out = self.post_expert_norm(out)
+    weighted = out * routing.transpose(0, 1).unsqueeze(-1).to(out.dtype)
+    return weighted.sum(dim=0).to(hidden_states.dtype)
+
+
+def _registered() -> bool:
+    """Whether transformers has the experts interface (DENSE registered in it on the first call)."""
+    try:
+        from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
+    except ImportError:
+        return False
+    if DENSE not in ALL_EXPERTS_FUNCTIONS:
+        ALL_EXPERTS_FUNCTIONS.register(DENSE, dense_experts_forward)
+    return True
+
+
+def _settable(model: Any) -> list[Any]:
+    """The outermost transformers models under ``model`` whose experts implementation can be set and
+    that have experts (a module with a 3-D ``down_proj`` parameter: transformers' fused experts)."""
+    found: list[Any] = []
+    for module in model.modules():
+        if any(module is inner for m in found for inner in m.modules()):
+            continue
+        setter = getattr(module, "set_experts_implementation", None)
+        if not callable(setter) or getattr(getattr(module, "config", None), "_experts_implementation", None) is None:
+            continue
+        can = getattr(type(module), "_can_set_experts_implementation", None)
+        if callable(can) and not can():
+            continue
+        if any(getattr(getattr(m, "down_proj", None), "ndim", 0) == 3 for m in module.modules()):
+            found.append(module)
+    return found
+
+
+@contextlib.contextmanager
+def exportable_experts(model: Any, implementation: str) -> Iterator[bool]:
+    """Within the block, ``model``'s transformers MoE layers run ``implementation`` (``DENSE`` or
+    ``ONE_TOKEN``); restored after. Yields whether any model was switched."""
+    models = _settable(model) if _registered() else []
+    saved = [m.get_experts_implementation() for m in models]
+    try:
+        for m in models:
+            m.set_experts_implementation(implementation)
+        yield bool(models)
+    finally:
+        for m, before in zip(models, saved, strict=True):
+            m.set_experts_implementation(before)
