@@ -93,6 +93,10 @@ _MORE: dict[str, tuple[str, dict, bool]] = {
              final_logit_softcapping=30.0),
         False,
     ),
+    # squared ReLU (aten.square, decomposed into a mul the partition takes)
+    "nemotron": ("Nemotron", dict(SMALL, num_key_value_heads=2), True),
+    "persimmon": ("Persimmon", dict(SMALL), True),  # and layer norms on q and k
+    "arcee": ("Arcee", dict(SMALL, num_key_value_heads=2), True),
     "bloom": ("Bloom", dict(vocab_size=VOCAB, hidden_size=64, n_layer=2, n_head=4), False),  # ALiBi (baddbmm)
     "codegen": (
         "CodeGen",

@@ -23,7 +23,9 @@ opcore's own, of contracts the runtimes build (torch's go through ops opcore doe
 - repeat_interleave by an int (GPT-J's and CodeGen's rotary sin/cos, each repeated twice): an
   unsqueeze, an expand and a reshape;
 - rsub (``1 - x``, as inverted attention masks write it): a sub of two tensors, or ``x * -alpha + s``
-  for a number ``s`` (torch's own gives a sub whose first operand is a number, which no contract takes).
+  for a number ``s`` (torch's own gives a sub whose first operand is a number, which no contract takes);
+- square (Nemotron's, Persimmon's and Arcee's squared ReLU): ``x * x`` for floating x (torch's square
+  is ``pow(x, 2)``, which it computes as that product), else ``pow(x, 2)``.
 
 >>> sorted(str(op) for op in decompositions())  # doctest: +SKIP
 ['aten._weight_norm.default', 'aten.baddbmm.default', 'aten.diff.default', ...]
@@ -97,6 +99,13 @@ def _rsub(x: Any, other: Any, alpha: Any = 1) -> Any:
     return torch.add(torch.mul(x, -alpha), other)
 
 
+def _square(x: Any) -> Any:
+    """torch.square: ``x * x`` for floating x, ``pow(x, 2)`` otherwise (its integer promotion)."""
+    import torch
+
+    return torch.mul(x, x) if x.is_floating_point() else torch.pow(x, 2)
+
+
 def decompositions() -> dict[Any, Callable[..., Any]]:
     """ATen overload -> its decomposition, for ``ExportedProgram.run_decompositions``."""
     import torch
@@ -114,4 +123,5 @@ def decompositions() -> dict[Any, Callable[..., Any]]:
     found[torch.ops.aten.repeat_interleave.self_int] = _repeat_interleave
     found[torch.ops.aten.rsub.Scalar] = _rsub
     found[torch.ops.aten.rsub.Tensor] = _rsub
+    found[torch.ops.aten.square.default] = _square
     return found
