@@ -128,11 +128,15 @@ def resolve_with(
     constants: Iterable[str] = (),
     backend: str | None = None,
     watch: bool = True,
+    fall_back: bool = False,
 ) -> ResolvedOp:
     """``resolve`` with its options apart from the op's arguments. watch=False: the caller watches
     its torch constants itself and resolves again after a change (opcore.nn modules compare their
     parameters, from which they derive constants such as a concatenated qkv weight), so the
-    resolved op skips its per-call version check.
+    resolved op skips its per-call version check. fall_back=True: ``backend`` is the kernel the
+    examples chose, not a demand: a later call whose arguments that backend declines (a view's
+    strides the examples did not have) takes the ranked walk's next kernel instead of an error
+    (a plan's nodes, where the plan allows fallback).
 
     >>> relu = resolve_with("relu", (x,), {}, watch=False)                    # doctest: +SKIP
     """
@@ -184,6 +188,7 @@ def resolve_with(
         if watch and not live:
             versioned = tuple(t for i in sorted(constant_at) for t in _torch_tensors(bound[i]))
     signatures = _Signatures(selection, kernel, first, resolved._prepared, template, free_at, check)
+    signatures.fall_back = fall_back
     resolved._watched = bool(versioned)
     if versioned:  # the prepared kernel holds its own form of these: prepare again after an in-place update
         signatures.watch(versioned, bound, frozenset(constants))
@@ -221,8 +226,8 @@ class _Signatures:
     """
 
     __slots__ = (
-        "armed", "check", "constant_names", "example_key", "examples", "first", "free_at", "kernel", "kinds", "mark",
-        "policy", "prepared", "routes", "seen", "selection", "target", "template", "versioned",
+        "armed", "check", "constant_names", "example_key", "examples", "fall_back", "first", "free_at", "kernel",
+        "kinds", "mark", "policy", "prepared", "routes", "seen", "selection", "target", "template", "versioned",
     )  # fmt: skip
 
     def __init__(
@@ -254,6 +259,7 @@ class _Signatures:
         # (guard, tail, failed, number of free arguments) where the compiled base may call the kernel
         self.armed: tuple[Any, tuple[Any, ...], Any, int] | None = None
         self.target: Any = None  # the resolved op, armed through its compiled base's _arm
+        self.fall_back = False  # a pinned backend that declines a later call: the ranked walk's next (resolve_with)
 
     def watch(self, versioned: tuple[Any, ...], bound: tuple[Any, ...], constants: frozenset[str]) -> None:
         """Prepare again when one of ``versioned`` changes in place; ``bound``'s free arguments are
@@ -331,6 +337,9 @@ class _Signatures:
                 return route(*bound)
         rt = runtime().ensure_loaded()
         selection = select(rt, self.selection.contract, bound, self.policy, self.selection.pin)
+        if selection.error is not None and self.fall_back and self.selection.pin is not None:
+            # the pinned backend was the examples' choice: these arguments go to the next that takes them
+            selection = select(rt, self.selection.contract, bound, self.policy, None)
         if selection.error is not None:
             raise selection.error
         plan = build_plan(selection, bound, self.check)

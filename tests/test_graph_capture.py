@@ -51,6 +51,28 @@ def test_floor_divide_by_a_number_maps_to_div_rounding_to_the_floor():
         assert torch.equal(got, want) and got.dtype == want.dtype
 
 
+def test_a_pinned_kernel_that_declines_a_view_at_run_time_hands_it_on():
+    # the example vendor's silu takes contiguous inputs only; the plan's metas show a chunk's half as
+    # contiguous, so planning pins it; the real half is a strided view
+    if not any(r.name == "example" and r.status.value == "loaded" for r in opcore.backends()):
+        pytest.skip("opcore-example-vendor is not installed here")
+
+    class Gated(torch.nn.Module):  # type: ignore[name-defined]
+        def forward(self, x):
+            a, b = x.chunk(2, dim=-1)
+            return torch.nn.functional.silu(a) * b
+
+    x = torch.randn(4, 8)
+    plan = opcore.graph.capture(Gated(), (x,), measure=False, partitions=False, backends=("example", "cpu"))
+    assert [d.backend for d in plan.decisions if d.op == "silu"] == ["example"]
+    assert close(plan(x), Gated()(x)) and close(plan(x), Gated()(x))  # the route kept for the signature
+    strict = opcore.graph.capture(
+        Gated(), (x,), measure=False, partitions=False, backends=("example", "cpu"), fallback=False
+    )
+    with pytest.raises(opcore.NoKernelError, match="contiguous"):
+        strict(x)
+
+
 def test_llama_block_maps_contracts_and_falls_back_to_aten(llama):
     model, x = llama
     plan = opcore.graph.capture(model, (x,), partitions=False, rewrites=False)

@@ -28,7 +28,7 @@ from opcore.errors import DTypeError, OpcoreError
 from opcore.graph.ir import Graph, Node, ValueRef, python_step, refs_in, substitute
 from opcore.graph.ranges import NO_INT64, Interval, ValueProof, node_narrowing, shown
 from opcore.kernel_walk import CandidateStatus, select
-from opcore.resolved import resolve
+from opcore.resolved import resolve_with
 from opcore.runtime import runtime
 from opcore.settings import context_policy
 from opcore.types import DType, TensorMeta, is_tensor
@@ -160,7 +160,9 @@ def plan_node(
     fixed = tuple(
         names[i] for i, value in enumerate(node.args) if isinstance(value, ValueRef) and value.name in constants
     )
-    resolved = resolve(node.op, *args, constants=fixed, backend=kernel.backend, **kwargs)
+    # pinned to the kernel chosen for the examples; with fallback, a call that kernel declines (a
+    # view's strides, which the examples' contiguous metas did not show) takes the next kernel
+    resolved = resolve_with(node.op, args, kwargs, constants=fixed, backend=kernel.backend, fall_back=fallback)
     free = tuple(node.args[names.index(name)] for name in resolved.free)
     return NodeCall(decision, _torch_results(contract, resolved), free)
 
