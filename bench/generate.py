@@ -6,7 +6,10 @@ three sizes: "small" (LlamaForCausalLM, 2 layers, hidden 512, 8 heads, intermedi
 4096, untied lm_head: bench/graph.py's Llama), "135m" (a SmolLM2-135M shape: LlamaConfig hidden 576,
 30 layers, 9 heads, 3 kv heads, intermediate 1536, vocabulary 49152, tied embeddings) and "0.5b" (a
 Qwen2-0.5B shape: Qwen2Config hidden 896, 24 layers, 14 heads, 2 kv heads, intermediate 4864,
-vocabulary 151936, tied embeddings). The logits are scaled by LOGIT_SCALE (16), so that they spread
+vocabulary 151936, tied embeddings); with ``--models moe`` (not in the default list) a mixture of
+experts, "moe" (Qwen3MoeConfig hidden 512, 8 layers, 8 heads, 2 kv heads, 16 experts of intermediate
+256 of which each token takes 4, vocabulary 8000, untied: 64M parameters), whose decode step reads
+only the chosen experts (its ceiling counts those, ``unread_expert_bytes``). The logits are scaled by LOGIT_SCALE (16), so that they spread
 over tens of units as a trained model's do (random initialisation gives a standard deviation of ~0.5):
 an untied lm_head's weight is multiplied by it; with tied embeddings the table is the input
 embedding too, so the final RMSNorm's gain is multiplied instead — the logits, ``lm_head(norm(h))``,
@@ -153,6 +156,9 @@ class Shape:
     vocab: int
     tied: bool
     rope_theta: float = 10000.0
+    experts: int = 0  # a mixture of experts (family "qwen3_moe"): experts per layer,
+    top_k: int = 0  # the experts each token takes,
+    expert_intermediate: int = 0  # and each expert's intermediate size
 
     @property
     def head_dim(self) -> int:
@@ -161,7 +167,15 @@ class Shape:
     def config(self, max_length: int) -> Any:
         import transformers
 
-        kind = transformers.Qwen2Config if self.family == "qwen2" else transformers.LlamaConfig
+        kind = _CONFIGS[self.family][0](transformers)
+        moe = {}
+        if self.experts:
+            moe = dict(
+                num_experts=self.experts,
+                num_experts_per_tok=self.top_k,
+                moe_intermediate_size=self.expert_intermediate,
+                head_dim=self.head_dim,
+            )
         return kind(
             vocab_size=self.vocab,
             hidden_size=self.hidden,
@@ -175,6 +189,7 @@ class Shape:
             bos_token_id=1,
             eos_token_id=2,
             pad_token_id=0,
+            **moe,
         )
 
     def build(self, max_length: int, device: str = "cpu") -> Any:
@@ -184,18 +199,32 @@ class Shape:
 
         torch.manual_seed(0)
         config = self.config(max_length)
-        kind = transformers.Qwen2ForCausalLM if self.family == "qwen2" else transformers.LlamaForCausalLM
+        kind = _CONFIGS[self.family][1](transformers)
         with torch.device("meta" if device == "meta" else "cpu"):  # meta: shapes only, no memory
             model = kind(config).eval()
         scale_logits(model, LOGIT_SCALE)
         return model if device == "meta" else model.to(device)
 
 
+# family -> (its config class, its model class), from the transformers module
+_CONFIGS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
+    "llama": (lambda t: t.LlamaConfig, lambda t: t.LlamaForCausalLM),
+    "qwen2": (lambda t: t.Qwen2Config, lambda t: t.Qwen2ForCausalLM),
+    "qwen3_moe": (lambda t: t.Qwen3MoeConfig, lambda t: t.Qwen3MoeForCausalLM),
+}
+
 SHAPES = {
     "small": Shape("small", "small Llama (2 layers, hidden 512)", "llama", 512, 2, 8, 8, 1376, 4096, False),
     "135m": Shape("135m", "SmolLM2-135M shape (LlamaConfig)", "llama", 576, 30, 9, 3, 1536, 49152, True, 100000.0),
     "0.5b": Shape("0.5b", "Qwen2-0.5B shape (Qwen2Config)", "qwen2", 896, 24, 14, 2, 4864, 151936, True, 1000000.0),
-}
+    # not in the default list: a mixture of experts (transformers' Qwen3-MoE), 64M parameters of which
+    # a token reads ~22M (4 of 16 experts a layer)
+    "moe": Shape(
+        "moe", "Qwen3-MoE shape, 16 experts, top 4 (Qwen3MoeConfig)", "qwen3_moe", 512, 8, 8, 2, 1024, 8000,
+        False, 1000000.0, experts=16, top_k=4, expert_intermediate=256,
+    ),
+}  # fmt: skip
+DEFAULT_MODELS = ("small", "135m", "0.5b")
 
 
 def tied(model: Any) -> bool:
@@ -217,10 +246,11 @@ def scale_logits(model: Any, scale: float) -> None:
 # --- bytes per decode step and the bandwidth ceiling ----------------------------------------------
 
 
-def weight_bytes_read(model: Any) -> int:
+def weight_bytes_read(model: Any, batch: int = 1) -> int:
     """The bytes of the weights one decode step reads: every parameter (a tensor shared by two
     modules counted once) but the input embedding table, of which a step reads one row per token;
-    with tied embeddings the table is the lm_head's, read whole, and counted once as that."""
+    with tied embeddings the table is the lm_head's, read whole, and counted once as that; of a
+    mixture of experts, the experts no row chooses are not read (unread_expert_bytes)."""
     seen: dict[int, int] = {}
     for parameter in model.parameters():  # parameters() yields a shared tensor once
         seen[id(parameter)] = parameter.numel() * parameter.element_size()
@@ -228,7 +258,22 @@ def weight_bytes_read(model: Any) -> int:
     if not tied(model):
         table = model.get_input_embeddings().weight
         total -= table.numel() * table.element_size()
-    return total
+    return total - unread_expert_bytes(model, batch)
+
+
+def unread_expert_bytes(model: Any, batch: int) -> int:
+    """The bytes of the experts a decode step of ``batch`` rows need not read: each row takes
+    ``num_experts_per_tok`` of a layer's experts (transformers' fused experts: 3-D weights), so at
+    most batch x k of them are read; the rest of each layer's experts are not."""
+    k = getattr(model.config, "num_experts_per_tok", 0) or 0
+    unread = 0
+    for module in model.modules():
+        down = getattr(module, "down_proj", None)
+        if k and getattr(down, "ndim", 0) == 3:
+            experts = down.shape[0]
+            stored = sum(p.numel() * p.element_size() for p in module.parameters(recurse=False))
+            unread += stored * max(experts - batch * k, 0) // experts
+    return unread
 
 
 def kv_cache_bytes(layers: int, batch: int, kv_heads: int, head_dim: int, length: int, dtype_bytes: int = 4) -> int:
@@ -650,7 +695,7 @@ def bench_group(
         if decode and column.ceiling:
             column.note += f": {decode / column.ceiling:.2f} of it"
     bandwidth = state["bandwidth"][threads]
-    step = decode_bytes(weight_bytes_read(model), shape, batch, length, model.dtype.itemsize)
+    step = decode_bytes(weight_bytes_read(model, batch), shape, batch, length, model.dtype.itemsize)
     in_process = [c.peak_mb or 0.0 for c in columns if c.label != "optimum-intel"]  # the worker's is its own
     state["peak"] = max(state.get("peak", 0.0), peak_rss_mb() or 0.0, *in_process)
     del lm
@@ -707,7 +752,7 @@ def quantized_column(
         saved = folder_bytes(pathlib.Path(folder) / "lm")
     decode_weights = _unique_bytes(lm.decode_plan.constants.values())
     embedding = shape.vocab * shape.hidden * 4 if not shape.tied else 0  # one row read of an untied table
-    step = decode_bytes(decode_weights - embedding, shape, batch, length)
+    step = decode_bytes(decode_weights - embedding - unread_expert_bytes(model, batch), shape, batch, length)
     ceiling = ceiling_tokens_per_s(step, state["bandwidth"][threads], batch)
     fp32 = state.setdefault("fp32 bytes", _unique_bytes([*model.parameters(), *model.buffers()]))
     column.ceiling = ceiling
@@ -941,7 +986,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--device", choices=("cpu", "cuda"), default="cpu", help="cuda: on the GPU (eager, compile, opcore)"
     )
     parser.add_argument(
-        "--models", help=f"comma-separated, of {', '.join(SHAPES)} (default: all; {','.join(CUDA_MODELS)} on cuda)"
+        "--models",
+        help=f"comma-separated, of {', '.join(SHAPES)} (default: {','.join(DEFAULT_MODELS)}; "
+        f"{','.join(CUDA_MODELS)} on cuda)",
     )
     parser.add_argument("--batches", help=f"comma-separated (default {','.join(map(str, BATCHES))}; 1 on cuda)")
     parser.add_argument(
@@ -971,7 +1018,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if options.optimum_worker:
         return options
     cuda = options.device == "cuda"
-    options.models = tuple(m for m in (options.models or ",".join(CUDA_MODELS if cuda else SHAPES)).split(",") if m)
+    options.models = tuple(
+        m for m in (options.models or ",".join(CUDA_MODELS if cuda else DEFAULT_MODELS)).split(",") if m
+    )
     unknown = [name for name in options.models if name not in SHAPES]
     if unknown or not options.models:
         parser.error(f"--models: unknown {', '.join(unknown) or '(none)'}; expected some of {', '.join(SHAPES)}")

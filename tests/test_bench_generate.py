@@ -91,6 +91,18 @@ def test_the_135m_shape(bench):
     assert sum(p.numel() for p in model.parameters()) == 134_515_008  # SmolLM2-135M's count
 
 
+def test_a_mixture_of_experts_counts_only_the_experts_a_step_can_read(bench):
+    model = bench.SHAPES["moe"].build(256, "meta")
+    params = sum(p.numel() for p in model.parameters())
+    # per layer 16 experts, each gate and up (2 x 256 x 512) and down (512 x 256)
+    experts = 8 * 16 * 3 * 256 * 512
+    table = 8000 * 512  # untied: one row read
+    assert bench.weight_bytes_read(model, 1) == 4 * (params - table - experts * 12 // 16)  # 4 of 16 read
+    assert bench.weight_bytes_read(model, 2) == 4 * (params - table - experts * 8 // 16)
+    assert bench.weight_bytes_read(model, 4) == 4 * (params - table)  # 4 rows x 4: every expert may be read
+    assert bench.unread_expert_bytes(bench.SHAPES["small"].build(256, "meta"), 1) == 0  # no experts
+
+
 def test_the_ceiling_is_bandwidth_over_bytes_per_step_for_every_row(bench):
     assert bench.ceiling_tokens_per_s(2 * 10**9, 20e9, 1) == pytest.approx(10.0)
     assert bench.ceiling_tokens_per_s(2 * 10**9, 20e9, 4) == pytest.approx(40.0)
