@@ -9,13 +9,14 @@ Qwen2-0.5B shape: Qwen2Config hidden 896, 24 layers, 14 heads, 2 kv heads, inter
 vocabulary 151936, tied embeddings); with ``--models moe`` (not in the default list) a mixture of
 experts, "moe" (Qwen3MoeConfig hidden 512, 8 layers, 8 heads, 2 kv heads, 16 experts of intermediate
 256 of which each token takes 4, vocabulary 8000, untied: 64M parameters), whose decode step reads
-only the chosen experts (its ceiling counts those, ``unread_expert_bytes``). The logits are scaled by LOGIT_SCALE (16), so that they spread
-over tens of units as a trained model's do (random initialisation gives a standard deviation of ~0.5):
-an untied lm_head's weight is multiplied by it; with tied embeddings the table is the input
-embedding too, so the final RMSNorm's gain is multiplied instead — the logits, ``lm_head(norm(h))``,
-are linear in both, so that is the same model as a scaled untied copy, without a second table in
-memory. (A positive scale leaves every argmax where it was: greedy tokens, and how close their
-runners-up are relative to float error, are the same with it or without it; only sampling would see it.)
+only the chosen experts (its ceiling counts those, ``unread_expert_bytes``). The logits are scaled
+by LOGIT_SCALE (16), so that they spread over tens of units as a trained model's do (random
+initialisation gives a standard deviation of ~0.5): an untied lm_head's weight is multiplied by it;
+with tied embeddings the table is the input embedding too, so the final RMSNorm's gain is multiplied
+instead — the logits, ``lm_head(norm(h))``, are linear in both, so that is the same model as a
+scaled untied copy, without a second table in memory. (A positive scale leaves every argmax where it
+was: greedy tokens, and how close their runners-up are relative to float error, are the same with it
+or without it; only sampling would see it.)
 
 Each model runs at every --threads (torch.set_num_threads) and --batches: a prompt of --prompt random
 tokens per row (no padding), then --new tokens, greedy, with ``min_new_tokens`` = --new so that no
