@@ -270,7 +270,7 @@ def unread_expert_bytes(model: Any, batch: int) -> int:
     unread = 0
     for module in model.modules():
         down = getattr(module, "down_proj", None)
-        if k and getattr(down, "ndim", 0) == 3:
+        if k and down is not None and getattr(down, "ndim", 0) == 3:
             experts = down.shape[0]
             stored = sum(p.numel() * p.element_size() for p in module.parameters(recurse=False))
             unread += stored * max(experts - batch * k, 0) // experts

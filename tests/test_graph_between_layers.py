@@ -293,3 +293,33 @@ def test_empty_cat_pieces_go_with_the_slices_that_made_them():
     seq = torch.export.Dim("seq", min=2, max=32)
     plan, per_node, _ = planned(WholeRotary(), x, dynamic_shapes=({1: seq},))
     assert per_node == [] and len(plan.partitions) == 1, plan.explain()
+
+
+class LatentHeads(nn.Module):
+    """DeepSeek's multi-head latent attention builds its queries from two parts written into an empty
+    buffer (``q = x.new_empty(...); q[..., :d] = nope; q[..., d:] = rope``): functionalized, a
+    new_empty, copies and slice_scatters."""
+
+    def __init__(self, width=16):
+        super().__init__()
+        torch.manual_seed(0)
+        self.width = width
+        self.head = head(width)
+
+    def forward(self, nope, rope):
+        d = self.width // 2
+        q = nope.new_empty(*nope.shape[:-1], self.width)
+        q[..., :d] = nope
+        q[..., d:] = rope * 2.0
+        every_other = nope.new_zeros(*nope.shape[:-1], self.width)
+        every_other[..., ::2] = rope  # a step of 2: torch's own decomposition
+        return self.head(q) + every_other
+
+
+def test_slice_assignment_into_an_empty_buffer_decomposes_into_the_partition():
+    nope, rope = torch.randn(2, 6, 8), torch.randn(2, 6, 8)
+    plan, _, fallbacks = planned(LatentHeads(), nope, rope)
+    ops = {n.op for n in plan.graph.nodes}
+    assert not {"aten.slice_scatter.default", "aten.copy.default", "aten.new_empty.default"} & ops, plan.explain()
+    assert "cat" in ops
+    assert fallbacks == ["aten._unsafe_masked_index.default"]  # only the step of 2, as torch decomposes it

@@ -25,7 +25,11 @@ opcore's own, of contracts the runtimes build (torch's go through ops opcore doe
 - rsub (``1 - x``, as inverted attention masks write it): a sub of two tensors, or ``x * -alpha + s``
   for a number ``s`` (torch's own gives a sub whose first operand is a number, which no contract takes);
 - square (Nemotron's, Persimmon's and Arcee's squared ReLU): ``x * x`` for floating x (torch's square
-  is ``pow(x, 2)``, which it computes as that product), else ``pow(x, 2)``.
+  is ``pow(x, 2)``, which it computes as that product), else ``pow(x, 2)``;
+- slice assignment ``buffer[..., a:b] = x`` as functionalization writes it (DeepSeek's multi-head
+  latent attention builds its queries and keys so, from a ``new_empty``): slice_scatter of a static
+  step-1 range as a cat of the slices before and after it around x; copy as x cast and broadcast to
+  the destination; new_empty as new_zeros (its values are unspecified; every one is written after).
 
 >>> sorted(str(op) for op in decompositions())  # doctest: +SKIP
 ['aten._weight_norm.default', 'aten.baddbmm.default', 'aten.diff.default', ...]
@@ -106,6 +110,37 @@ def _square(x: Any) -> Any:
     return torch.mul(x, x) if x.is_floating_point() else torch.pow(x, 2)
 
 
+def _slice_scatter(
+    input: Any, src: Any, dim: int = 0, start: int | None = None, end: int | None = None, step: int = 1
+) -> Any:
+    """torch.slice_scatter: ``input`` with ``src`` in ``input[dim][start:end:step]``; a step-1 range
+    of a dim whose size is static as a cat of three parts; anything else as torch decomposes it."""
+    import torch
+    from torch._decomp import decomposition_table
+
+    dim = dim % input.dim()
+    size = input.shape[dim]
+    if step != 1 or not isinstance(size, int) or not all(isinstance(v, (int, type(None))) for v in (start, end)):
+        return decomposition_table[torch.ops.aten.slice_scatter.default](input, src, dim, start, end, step)
+    begin, stop = slice(start, end).indices(size)[:2]
+    stop = max(stop, begin)
+    shape = list(input.shape)
+    shape[dim] = stop - begin
+    parts = [input.narrow(dim, 0, begin), src.expand(shape), input.narrow(dim, stop, size - stop)]
+    return torch.cat([p for p in parts if p.shape[dim] != 0] or [input.narrow(dim, 0, 0)], dim)
+
+
+def _copy(self: Any, src: Any, non_blocking: bool = False) -> Any:
+    """The functional copy: ``src`` in ``self``'s dtype, broadcast to its shape (a new tensor)."""
+    return src.to(self.dtype).expand(self.shape).clone()
+
+
+def _new_empty(x: Any, size: Any, *, dtype: Any = None, layout: Any = None, device: Any = None,
+               pin_memory: Any = None) -> Any:  # fmt: skip
+    """new_empty as new_zeros: the values of an empty tensor are unspecified, zeros are some."""
+    return x.new_zeros(size, dtype=dtype, layout=layout, device=device, pin_memory=pin_memory)
+
+
 def decompositions() -> dict[Any, Callable[..., Any]]:
     """ATen overload -> its decomposition, for ``ExportedProgram.run_decompositions``."""
     import torch
@@ -124,4 +159,7 @@ def decompositions() -> dict[Any, Callable[..., Any]]:
     found[torch.ops.aten.rsub.Scalar] = _rsub
     found[torch.ops.aten.rsub.Tensor] = _rsub
     found[torch.ops.aten.square.default] = _square
+    found[torch.ops.aten.slice_scatter.default] = _slice_scatter
+    found[torch.ops.aten.copy.default] = _copy
+    found[torch.ops.aten.new_empty.default] = _new_empty
     return found
