@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import torch
+from test_graph_generation import assert_left_padded_batch_equals_transformers, built
 
 import opcore.graph
 from opcore.graph.experts import DENSE, ONE_TOKEN, dense_experts_forward, exportable_experts
@@ -52,15 +53,7 @@ def build(family: str, seed: int = 0, dtype: torch.dtype = torch.float32) -> Any
     model_class = getattr(transformers, f"{family}ForCausalLM", None)
     if config_class is None or model_class is None:
         pytest.skip(f"transformers {transformers.__version__} has no {family}ForCausalLM")
-    torch.manual_seed(seed)
-    model = model_class(config_class(**FAMILIES[family], **IDS)).eval()
-    with torch.no_grad():
-        head = model.get_output_embeddings()
-        if model.config.tie_word_embeddings:
-            model.config.tie_word_embeddings = False
-            head.weight = torch.nn.Parameter(head.weight.detach().clone())
-        head.weight.mul_(8)
-    return model.to(dtype)
+    return built(model_class, config_class(**FAMILIES[family], **IDS), seed).to(dtype)
 
 
 def prompt(rows: int = 1, length: int = 10, seed: int = 1) -> torch.Tensor:
@@ -106,14 +99,7 @@ def test_bfloat16_experts_decode_as_eager():
 def test_left_padded_batch_equals_transformers():
     model = build("Qwen3Moe")
     lm = opcore.graph.capture_lm(model, max_length=40, batch_size=2, measure=False)
-    long, short = prompt(length=9, seed=3)[0], prompt(length=5, seed=4)[0]
-    ids = torch.stack([long, torch.cat([torch.zeros(4, dtype=torch.long), short])])
-    mask = torch.tensor([[1] * 9, [0] * 4 + [1] * 5])
-    got = lm.generate(ids, mask, max_new_tokens=12, eos_token_id=[])
-    want = model.generate(
-        ids, attention_mask=mask, max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0
-    )
-    assert torch.equal(got, want)
+    assert_left_padded_batch_equals_transformers(model, lm)
 
 
 @pytest.mark.parametrize("family", ["Mixtral", "GptOss"])

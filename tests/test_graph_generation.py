@@ -117,8 +117,14 @@ def _more(family: str) -> tuple[type, type, dict]:
 
 def build(family: str, seed: int = 0) -> torch.nn.Module:
     config_class, model_class, kwargs = _families()[family] if family in _families() else _more(family)
+    return built(model_class, config_class(**kwargs), seed)
+
+
+def built(model_class: Any, config: Any, seed: int = 0) -> Any:
+    """``model_class(config)`` in eval mode, seeded, its lm_head untied and scaled by 8 (greedy choices
+    well apart)."""
     torch.manual_seed(seed)
-    model = model_class(config_class(**kwargs)).eval()
+    model = model_class(config).eval()
     with torch.no_grad():
         head = model.get_output_embeddings()
         if model.config.tie_word_embeddings:
@@ -219,21 +225,33 @@ def test_no_export_or_compile_after_capture_for_any_prompt_length(which, request
     assert calls == []
 
 
+def left_padded_rows() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(ids, attention mask, long, short): prompts of 9 and 5 tokens, the short one left-padded."""
+    long, short = prompt(length=9, seed=3)[0], prompt(length=5, seed=4)[0]
+    ids = torch.stack([long, torch.cat([torch.zeros(4, dtype=torch.long), short])])
+    return ids, torch.tensor([[1] * 9, [0] * 4 + [1] * 5]), long, short
+
+
+def assert_left_padded_batch_equals_transformers(model: Any, lm: opcore.graph.LanguageModel) -> torch.Tensor:
+    """``lm``'s greedy tokens for left_padded_rows equal ``model.generate``'s; returns them."""
+    ids, mask, _, _ = left_padded_rows()
+    got = lm.generate(ids, mask, max_new_tokens=12, eos_token_id=[])
+    want = model.generate(
+        ids, attention_mask=mask, max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0
+    )
+    assert torch.equal(got, want)
+    return got
+
+
 def test_left_padded_batch_equals_each_row_alone():
     model = build("llama")
     lm = opcore.graph.capture_lm(model, max_length=40, batch_size=2, measure=False)
-    long, short = prompt(length=9, seed=3)[0], prompt(length=5, seed=4)[0]
-    ids = torch.stack([long, torch.cat([torch.zeros(4, dtype=torch.long), short])])
-    mask = torch.tensor([[1] * 9, [0] * 4 + [1] * 5])
-    both = lm.generate(ids, mask, max_new_tokens=12, eos_token_id=[])
+    both = assert_left_padded_batch_equals_transformers(model, lm)
+    _, _, long, short = left_padded_rows()
     alone_long = lm.generate(long[None], max_new_tokens=12, eos_token_id=[])  # fewer rows: padded by generate
     alone_short = lm.generate(short[None], max_new_tokens=12, eos_token_id=[])
     assert torch.equal(both[0, 9:], alone_long[0, 9:])
     assert torch.equal(both[1, 9:], alone_short[0, 5:])
-    want = model.generate(
-        ids, attention_mask=mask, max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0
-    )
-    assert torch.equal(both, want)
 
 
 def test_each_row_stops_at_its_eos_and_is_padded_after():
