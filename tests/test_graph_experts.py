@@ -9,7 +9,11 @@ from typing import Any
 
 import pytest
 import torch
-from test_graph_generation import assert_left_padded_batch_equals_transformers, built
+from test_graph_generation import (
+    assert_generates_the_same_in_a_fresh_process,
+    assert_left_padded_batch_equals_transformers,
+    built,
+)
 
 import opcore.graph
 from opcore.graph.experts import DENSE, ONE_TOKEN, dense_experts_forward, exportable_experts
@@ -100,6 +104,13 @@ def test_left_padded_batch_equals_transformers():
     model = build("Qwen3Moe")
     lm = opcore.graph.capture_lm(model, max_length=40, batch_size=2, measure=False)
     assert_left_padded_batch_equals_transformers(model, lm)
+
+
+def test_a_saved_moe_decoder_generates_the_same_in_a_fresh_process(tmp_path):
+    # the plans hold the exported experts (gathers, bmm, the top-k as an ATen op): nothing of
+    # transformers' experts interface is needed to load them
+    lm = opcore.graph.capture_lm(build("DeepseekV3"), max_length=40, measure=False)
+    assert_generates_the_same_in_a_fresh_process(lm, tmp_path)
 
 
 @pytest.mark.parametrize("family", ["Mixtral", "GptOss"])

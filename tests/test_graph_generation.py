@@ -379,7 +379,12 @@ def test_bad_ids_are_refused_with_the_argument_named(llama):
 
 
 def test_saved_model_generates_the_same_in_a_fresh_process(llama, tmp_path):
-    _, lm = llama
+    assert_generates_the_same_in_a_fresh_process(llama[1], tmp_path)
+
+
+def assert_generates_the_same_in_a_fresh_process(lm: opcore.graph.LanguageModel, tmp_path: Any) -> None:
+    """``lm`` saved, loaded in another process (which never imports transformers) and its greedy
+    tokens there equal to this process's."""
     ids = prompt()
     want = lm.generate(ids, max_new_tokens=12, eos_token_id=[])
     folder = lm.save(tmp_path / "llama.lm")
