@@ -25,6 +25,7 @@ A model without experts, or a transformers without these names, is exported as i
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -66,7 +67,10 @@ def dense_experts_forward(self: Any, hidden_states: Any, top_k_index: Any, top_k
 
 
 def _registered() -> bool:
-    """Whether transformers has the experts interface (DENSE registered in it on the first call)."""
+    """Whether transformers has the experts interface (DENSE registered in it on the first call);
+    False where transformers was never imported (then no model here is one of its)."""
+    if "transformers" not in sys.modules:
+        return False
     try:
         from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
     except ImportError:
@@ -80,8 +84,9 @@ def _settable(model: Any) -> list[Any]:
     """The outermost transformers models under ``model`` whose experts implementation can be set and
     that have experts (a module with a 3-D ``down_proj`` parameter: transformers' fused experts)."""
     found: list[Any] = []
+    inside: set[int] = set()  # the modules of those found (their experts are switched with them)
     for module in model.modules():
-        if any(module is inner for m in found for inner in m.modules()):
+        if id(module) in inside:
             continue
         setter = getattr(module, "set_experts_implementation", None)
         if not callable(setter) or getattr(getattr(module, "config", None), "_experts_implementation", None) is None:
@@ -91,6 +96,7 @@ def _settable(model: Any) -> list[Any]:
             continue
         if any(getattr(getattr(m, "down_proj", None), "ndim", 0) == 3 for m in module.modules()):
             found.append(module)
+            inside.update(id(m) for m in module.modules())
     return found
 
 
