@@ -56,7 +56,8 @@ def capture_lm(
     """Capture a decoder-only language model for generation: a ``LanguageModel`` with ``generate``,
     step-level ``prefill``/``decode``, sessions, ``save`` and ``explain``.
 
-    model: a transformers ``*ForCausalLM`` (Llama, Mistral, Qwen2, Phi3, Gemma, GPT-2, OPT, ...), or a
+    model: a transformers ``*ForCausalLM`` (Llama, Mistral, Qwen2, Phi3, Gemma, GPT-2, OPT, the MoE ones:
+    Mixtral, Qwen3-MoE, gpt-oss, DeepSeek-V3, ...; opcore.graph.experts), or a
     module following opcore.graph.decoder's protocol (its own ``batch_size`` and ``max_length``
     attributes are the sizes then); max_length: prompt plus new tokens, the cache's length (allocated
     once); batch_size: the rows a step takes (fewer rows are padded to it);
