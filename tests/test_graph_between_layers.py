@@ -323,3 +323,25 @@ def test_slice_assignment_into_an_empty_buffer_decomposes_into_the_partition():
     assert not {"aten.slice_scatter.default", "aten.copy.default", "aten.new_empty.default"} & ops, plan.explain()
     assert "cat" in ops
     assert fallbacks == ["aten._unsafe_masked_index.default"]  # only the step of 2, as torch decomposes it
+
+
+class Maxima(nn.Module):
+    """torch.max of two tensors (XGLM's scores held above the dtype's minimum) and torch.maximum."""
+
+    def forward(self, x, y, ids, other_ids):
+        floor = torch.tensor(torch.finfo(x.dtype).min)
+        return torch.max(x, floor), torch.maximum(x, y), torch.maximum(ids, other_ids), torch.max(ids, other_ids)
+
+
+def test_maximum_decomposes_and_keeps_nan_and_signed_zero():
+    x = torch.tensor([0.0, -0.0, float("nan"), 1.0, float("nan"), -float("inf"), 2.0])
+    y = torch.tensor([-0.0, 0.0, 1.0, float("nan"), float("nan"), 3.0, -1.0])
+    ids = torch.tensor([-(2**63), 5, 7, -3], dtype=torch.int64)
+    other_ids = torch.tensor([3, 5, -9, -(2**63)], dtype=torch.int64)
+    plan = opcore.graph.capture(Maxima(), (x, y, ids, other_ids), measure=False)
+    assert not [n.op for n in plan.graph.nodes if n.op.startswith("aten.")], plan.explain()
+    for got, want in zip(plan(x, y, ids, other_ids), Maxima()(x, y, ids, other_ids), strict=True):
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+        assert torch.equal(torch.signbit(got[~got.isnan()] if got.is_floating_point() else got),
+                           torch.signbit(want[~want.isnan()] if want.is_floating_point() else want))  # fmt: skip

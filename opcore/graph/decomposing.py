@@ -29,7 +29,10 @@ opcore's own, of contracts the runtimes build (torch's go through ops opcore doe
 - slice assignment ``buffer[..., a:b] = x`` as functionalization writes it (DeepSeek's multi-head
   latent attention builds its queries and keys so, from a ``new_empty``): slice_scatter of a static
   step-1 range as a cat of the slices before and after it around x; copy as x cast and broadcast to
-  the destination; new_empty as new_zeros (its values are unspecified; every one is written after).
+  the destination; new_empty as new_zeros (its values are unspecified; every one is written after);
+- maximum and max of two tensors (XGLM's and older decoders' ``torch.max(scores, finfo.min)``): for
+  floating results ``-minimum(-a, -b)`` (negation is exact: the same value, NaN and signed zero as
+  torch's maximum), for integers and bools ``where(a >= b, a, b)``.
 
 >>> sorted(str(op) for op in decompositions())  # doctest: +SKIP
 ['aten._weight_norm.default', 'aten.baddbmm.default', 'aten.diff.default', ...]
@@ -141,6 +144,17 @@ def _new_empty(x: Any, size: Any, *, dtype: Any = None, layout: Any = None, devi
     return x.new_zeros(size, dtype=dtype, layout=layout, device=device, pin_memory=pin_memory)
 
 
+def _maximum(x: Any, other: Any) -> Any:
+    """torch.maximum in the contracts' ops: ``-minimum(-x, -other)`` in the promoted floating dtype,
+    ``where(x >= other, x, other)`` for integers and bools (no negation to overflow)."""
+    import torch
+
+    dtype = torch.result_type(x, other)
+    if dtype.is_floating_point:
+        return torch.neg(torch.minimum(torch.neg(x.to(dtype)), torch.neg(other.to(dtype))))
+    return torch.where(torch.ge(x, other), x, other)
+
+
 def decompositions() -> dict[Any, Callable[..., Any]]:
     """ATen overload -> its decomposition, for ``ExportedProgram.run_decompositions``."""
     import torch
@@ -162,4 +176,6 @@ def decompositions() -> dict[Any, Callable[..., Any]]:
     found[torch.ops.aten.slice_scatter.default] = _slice_scatter
     found[torch.ops.aten.copy.default] = _copy
     found[torch.ops.aten.new_empty.default] = _new_empty
+    found[torch.ops.aten.maximum.default] = _maximum
+    found[torch.ops.aten.max.other] = _maximum
     return found
