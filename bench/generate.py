@@ -168,7 +168,7 @@ class Shape:
     def config(self, max_length: int) -> Any:
         import transformers
 
-        kind = _CONFIGS[self.family][0](transformers)
+        kind = getattr(transformers, _CLASSES[self.family][0])
         moe = {}
         if self.experts:
             moe = dict(
@@ -200,18 +200,18 @@ class Shape:
 
         torch.manual_seed(0)
         config = self.config(max_length)
-        kind = _CONFIGS[self.family][1](transformers)
+        kind = getattr(transformers, _CLASSES[self.family][1])
         with torch.device("meta" if device == "meta" else "cpu"):  # meta: shapes only, no memory
             model = kind(config).eval()
         scale_logits(model, LOGIT_SCALE)
         return model if device == "meta" else model.to(device)
 
 
-# family -> (its config class, its model class), from the transformers module
-_CONFIGS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
-    "llama": (lambda t: t.LlamaConfig, lambda t: t.LlamaForCausalLM),
-    "qwen2": (lambda t: t.Qwen2Config, lambda t: t.Qwen2ForCausalLM),
-    "qwen3_moe": (lambda t: t.Qwen3MoeConfig, lambda t: t.Qwen3MoeForCausalLM),
+# family -> the names of its config class and its model class in transformers
+_CLASSES = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM"),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"),
 }
 
 SHAPES = {

@@ -128,6 +128,7 @@ class CachedDecoder(torch.nn.Module):
     def __init__(self, model: Any, batch_size: int, max_length: int) -> None:
         super().__init__()
         from transformers import StaticCache
+        from transformers.cache_utils import CacheLayerMixin
 
         self.model = model
         self.batch_size, self.max_length = batch_size, max_length
@@ -138,8 +139,9 @@ class CachedDecoder(torch.nn.Module):
             self.cache = StaticCache(max_cache_len=max_length, config=config)
         except (AttributeError, ValueError, TypeError, KeyError) as error:  # no attention heads to cache
             raise _not_attention(model, f"{type(error).__name__}: {error}") from error
-        # a recurrent layer's state (Mamba, linear attention: Jamba, RecurrentGemma) is not keys and values
-        recurrent = sorted({type(c).__name__ for c in self.cache.layers if "LinearAttention" in type(c).__name__})
+        # a recurrent layer's state (Mamba, linear attention: Jamba, RecurrentGemma) is not keys and values:
+        # transformers' own test for an attention layer is CacheLayerMixin
+        recurrent = sorted({type(c).__name__ for c in self.cache.layers if not isinstance(c, CacheLayerMixin)})
         if recurrent:
             raise _not_attention(model, f"its cache has {', '.join(recurrent)} layers")
         # sliding-window layers keep a rolling window whose update has control flow export cannot

@@ -155,6 +155,31 @@ def _maximum(x: Any, other: Any) -> Any:
     return torch.where(torch.ge(x, other), x, other)
 
 
+# opcore's own, by ATen overload name (those above)
+_OWN: dict[str, Callable[..., Any]] = {
+    "_weight_norm.default": _weight_norm,
+    "roll.default": _roll,
+    "linalg_vector_norm.default": _vector_norm,
+    "repeat_interleave.self_int": _repeat_interleave,
+    "rsub.Scalar": _rsub,
+    "rsub.Tensor": _rsub,
+    "square.default": _square,
+    "slice_scatter.default": _slice_scatter,
+    "copy.default": _copy,
+    "new_empty.default": _new_empty,
+    "maximum.default": _maximum,
+    "max.other": _maximum,
+}
+
+
+def _overload(name: str) -> Any:
+    """``torch.ops.aten.<packet>.<overload>`` of ``"packet.overload"``."""
+    import torch
+
+    packet, overload = name.split(".")
+    return getattr(getattr(torch.ops.aten, packet), overload)
+
+
 def decompositions() -> dict[Any, Callable[..., Any]]:
     """ATen overload -> its decomposition, for ``ExportedProgram.run_decompositions``."""
     import torch
@@ -163,19 +188,7 @@ def decompositions() -> dict[Any, Callable[..., Any]]:
     table = torch.export.default_decompositions()
     found: dict[Any, Callable[..., Any]] = {}
     for name in _FROM_TORCH:
-        packet, overload = name.split(".")
-        op = getattr(getattr(torch.ops.aten, packet), overload)
+        op = _overload(name)
         found[op] = table[op] if op in table else decomposition_table[op]
-    found[torch.ops.aten._weight_norm.default] = _weight_norm
-    found[torch.ops.aten.roll.default] = _roll
-    found[torch.ops.aten.linalg_vector_norm.default] = _vector_norm
-    found[torch.ops.aten.repeat_interleave.self_int] = _repeat_interleave
-    found[torch.ops.aten.rsub.Scalar] = _rsub
-    found[torch.ops.aten.rsub.Tensor] = _rsub
-    found[torch.ops.aten.square.default] = _square
-    found[torch.ops.aten.slice_scatter.default] = _slice_scatter
-    found[torch.ops.aten.copy.default] = _copy
-    found[torch.ops.aten.new_empty.default] = _new_empty
-    found[torch.ops.aten.maximum.default] = _maximum
-    found[torch.ops.aten.max.other] = _maximum
+    found.update({_overload(name): fn for name, fn in _OWN.items()})
     return found
