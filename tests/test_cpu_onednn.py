@@ -258,11 +258,48 @@ def test_mkl_packed_float32_path(op, monkeypatch):
     names = ("w_gate", "w_up", "w_down") if op == "gated_mlp" else ("w", "b")
     resolved = opcore.resolve(op, *args, constants=names)
     assert resolved.prepared and resolved.kernel.label == "onednn"
-    for rows in (args[0].shape[0], 1, 9):
+    for rows in (args[0].shape[0], 1, 3, 4, 9, 200):
         x = rand((rows, args[0].shape[1]), low=-1, high=1)
         close(resolved(x), opcore.run(op, x, *args[1:], backend="reference"), "float32")
     vector = rand((args[0].shape[1],), low=-1, high=1)  # 1-D x: no resize warning (warnings are errors here)
     close(resolved(vector), opcore.run(op, vector, *args[1:], backend="reference"), "float32")
+
+
+def _aten_gemms(call, x) -> list[str]:
+    """The ATen GEMMs (dense weight) that ``call(x)`` ran, by torch's profiler."""
+    from torch.profiler import profile
+
+    with profile() as prof:
+        call(x)
+    return [e.name for e in prof.events() if e.name in ("aten::linear", "aten::addmm", "aten::mm", "aten::linear_out")]
+
+
+@pytest.mark.skipif(not torch.backends.mkl.is_available(), reason="this torch build has no MKL")
+def test_mkl_packed_weight_serves_every_row_count_from_four(monkeypatch):
+    """The packed buffer runs for x of any row count >= MKL_PACKED_ROWS, not only the example's (torch's
+    _mkl_linear falls back to ATen on the dense weight unless told x's rows); fewer rows run ATen."""
+    from opcore_cpu import onednn
+
+    monkeypatch.setattr(onednn, "float32_packing", lambda: "mkl")
+    x, w, b = inputs(BIG)
+    call = onednn.prepare_linear((x, w, b), frozenset({"w", "b"}))
+    assert any(t.is_mkldnn for t in _held_tensors(call))  # the packed copy
+    for rows in (onednn.MKL_PACKED_ROWS, 9, x.shape[0], 300):
+        other = rand((rows, x.shape[1]), low=-1, high=1)
+        assert not _aten_gemms(call, other), rows
+        close(call(other), opcore.run("linear", other, w, b, backend="reference"), "float32")
+    assert _aten_gemms(call, x[: onednn.MKL_PACKED_ROWS - 1])
+
+
+@pytest.mark.skipif(not torch.backends.mkl.is_available(), reason="this torch build has no MKL")
+def test_mkl_path_keeps_no_packed_copy_for_an_example_below_four_rows(monkeypatch):
+    from opcore_cpu import onednn
+
+    monkeypatch.setattr(onednn, "float32_packing", lambda: "mkl")
+    x, w, b = inputs((onednn.MKL_PACKED_ROWS - 1, 256, 256))
+    call = onednn.prepare_linear_silu((x, w, b), frozenset({"w", "b"}))
+    assert not any(t.is_mkldnn for t in _held_tensors(call))
+    close(call(x), opcore.run("linear_silu", x, w, b, backend="reference"), "float32")
 
 
 # --- packed or not, measured per problem (opcore_cpu.weight_choice) ------------------------------

@@ -17,7 +17,12 @@ and does not always pay). Which problems come here at all is decided in ``opcore
 float32 on Intel CPUs packs for MKL instead (``torch.ops.mkl._mkl_reorder_linear_weight`` and
 ``_mkl_linear``, the activation applied in place): there MKL's packed sgemm beats oneDNN's
 (32x4096x4096: 3652 vs 4021 us; 1x4096x4096: 1233 vs 1408 us, where oneDNN would lose to eager's
-1262). On AMD CPUs MKL takes a slow generic path and oneDNN wins by 2x, so oneDNN packs there.
+1262; a 0.5B decoder's 168 GEMMs at 128 rows, weights streamed from memory: 443 ms packed for MKL,
+544 for oneDNN, 607 for ATen). ``_mkl_linear`` uses the packed buffer only where its last argument
+equals x's rows (torch's guard; MKL's packed B does not depend on them: one packed for 128 rows
+computes 1..512 rows to float32 rounding, at 1 and 2 threads), so the prepared call passes each x's
+own row count: a prompt of any length gets the packed GEMM, not only the example's. On AMD CPUs MKL
+takes a slow generic path and oneDNN wins by 2x, so oneDNN packs there.
 
 >>> import torch
 >>> linear_relu(torch.ones(32, 64), torch.ones(16, 64), None).shape
@@ -59,6 +64,9 @@ _NO_SCALARS: list[Any] = []  # the post-op's scalars; torch never writes into it
 _LINEAR_NAMES = ("x", "w", "b", "approximate")
 _GATED_NAMES = ("x", "w_gate", "w_up", "w_down")
 
+# x's rows from which MKL's packed sgemm beats ATen's (1 thread, 896x4864: 4 rows 658 against 1212 us,
+# 2 rows 647 against 613): fewer run ATen's GEMM on the weight as given
+MKL_PACKED_ROWS = 4
 _mkl_reorder = torch.ops.mkl._mkl_reorder_linear_weight
 _mkl_linear = torch.ops.mkl._mkl_linear.default
 # the activation after MKL's or ATen's GEMM, in place on its fresh result
@@ -99,13 +107,20 @@ def gated_mlp(x: Tensor, w_gate: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor
 
 
 def _mkl_prepared(attr: str, w: Tensor, b: Tensor | None, rows: int, algorithm: str) -> Callable[[Tensor], Tensor]:
+    """MKL's packed sgemm for every x of at least MKL_PACKED_ROWS rows, ATen's GEMM on the weight as
+    given below that; ``rows`` (the example's) below it: no packed copy at all."""
+    activate, approximate = _IN_PLACE_ACTIVATIONS[attr], algorithm or "none"
+    if rows < MKL_PACKED_ROWS:  # the packed copy would never run
+        return lambda x: activate(F.linear(x, w, b), approximate)
     packed = _mkl_reorder(w.contiguous(), rows)
-    activate = _IN_PLACE_ACTIVATIONS[attr]
 
     def prepared(x: Tensor) -> Tensor:
-        if x.ndim == 1:  # MKL's linear resizes a 1-D result with a deprecation warning
-            return activate(_mkl_linear(x.unsqueeze(0), packed, w, b, rows), algorithm)[0]
-        return activate(_mkl_linear(x, packed, w, b, rows), algorithm)
+        flat = x.unsqueeze(0) if x.ndim == 1 else x  # MKL's linear resizes a 1-D result with a warning
+        m = flat.numel() // flat.shape[-1] if flat.shape[-1] else 0
+        # _mkl_linear computes on the packed weight only where its last argument is x's row count
+        # (else ATen's linear on w): the buffer packed for ``rows`` serves every count (module doc)
+        y = activate(_mkl_linear(flat, packed, w, b, m if m >= MKL_PACKED_ROWS else -1), approximate)
+        return y[0] if x.ndim == 1 else y
 
     return prepared
 
