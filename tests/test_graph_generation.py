@@ -98,6 +98,14 @@ _MORE: dict[str, tuple[str, dict, bool]] = {
     "persimmon": ("Persimmon", dict(SMALL), True),  # and layer norms on q and k
     "arcee": ("Arcee", dict(SMALL, num_key_value_heads=2), True),
     "bloom": ("Bloom", dict(vocab_size=VOCAB, hidden_size=64, n_layer=2, n_head=4), False),  # ALiBi (baddbmm)
+    # local attention every other layer, its window cut from a mask that assumed a growing cache
+    # (opcore.graph.static_cache_fixes): a window of 8 under the 10-token prompt
+    "gpt_neo": (
+        "GPTNeo",
+        dict(vocab_size=VOCAB, hidden_size=64, num_layers=2, num_heads=4, window_size=8,
+             attention_types=[[["global", "local"], 1]], max_position_embeddings=128),
+        False,
+    ),
     "codegen": (
         "CodeGen",
         dict(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, rotary_dim=8, n_positions=128),
@@ -241,6 +249,16 @@ def assert_left_padded_batch_equals_transformers(model: Any, lm: opcore.graph.La
     )
     assert torch.equal(got, want)
     return got
+
+
+def test_local_attention_windows_count_slots_with_left_padding():
+    """GPT-Neo's local window over a static cache, rows left-padded: as model.generate (whose window
+    counts padded slots too), and the model's own _attn given back after capture."""
+    _, kwargs, _ = _MORE["gpt_neo"]
+    model = built(transformers.GPTNeoForCausalLM, transformers.GPTNeoConfig(**dict(kwargs, window_size=3, **_IDS)))
+    lm = opcore.graph.capture_lm(model, max_length=40, batch_size=2, measure=False)
+    assert_left_padded_batch_equals_transformers(model, lm)
+    assert all("_attn" not in vars(m) for m in model.modules())
 
 
 def test_left_padded_batch_equals_each_row_alone():

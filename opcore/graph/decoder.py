@@ -31,6 +31,7 @@ from typing import Any, cast
 import torch
 
 from opcore.errors import ArgumentError
+from opcore.graph.static_cache_fixes import static_cache_attention
 
 __all__ = ["CachedDecoder", "is_transformers_lm", "protocol_sizes"]
 
@@ -173,13 +174,14 @@ class CachedDecoder(torch.nn.Module):
         # the last position's logits only (transformers' generate asks the same): a prompt's other
         # positions would cost the lm_head's GEMM for nothing
         keep = {"logits_to_keep": 1} if self.keeps_logits else {}
-        out = self.model(
-            input_ids=input_ids,
-            position_ids=position_ids,
-            cache_position=cache_position,
-            attention_mask=attention_mask,
-            past_key_values=self.cache,
-            use_cache=True,
-            **keep,
-        )
+        with static_cache_attention(self.model, cache_position):  # attention that assumed a growing cache
+            out = self.model(
+                input_ids=input_ids,
+                position_ids=position_ids,
+                cache_position=cache_position,
+                attention_mask=attention_mask,
+                past_key_values=self.cache,
+                use_cache=True,
+                **keep,
+            )
         return out.logits if hasattr(out, "logits") else out[0]

@@ -1,0 +1,76 @@
+"""transformers attention that assumes a growing cache, run right over capture_lm's static one.
+
+GPT-Neo's attention (``GPTNeoSelfAttention._attn``) cuts its causal and local-window mask as
+``bias[key_length - query_length : key_length]``: the queries taken to be the last ``query_length``
+of the keys, which holds for a dynamic cache but not a static one, whose keys are all
+``max_length`` slots. Its global layers come out right anyway (transformers' own causal mask hides
+the later slots), its local layers do not: with a window of 8 and a 10-token prompt the first
+generated token already differs from ``model.generate`` (transformers' ``StaticCache`` and
+``cache_implementation="static"`` give the same wrong tokens). Within ``static_cache_attention``,
+each such module computes its mask from the slots the step's queries write: slot ``j`` is visible
+to the query in slot ``i`` when ``i - window < j <= i`` (local) or ``j <= i`` (global), in slots as
+GPT-Neo's mask is in sequence indices (left padding included).
+
+>>> import torch
+>>> window_mask(torch.tensor([3, 4]), 6, 2).int().tolist()
+[[0, 0, 1, 1, 0, 0], [0, 0, 0, 1, 1, 0]]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["static_cache_attention", "window_mask"]
+
+_GPT_NEO = "transformers.models.gpt_neo.modeling_gpt_neo"
+
+
+def window_mask(cache_position: Any, length: int, window: int | None) -> Any:
+    """(queries, length) bool: the slots each query (in slot ``cache_position[i]``) sees, causal and,
+    with ``window``, the last ``window`` slots up to its own."""
+    import torch
+
+    slots = torch.arange(length, device=cache_position.device)
+    at = cache_position.unsqueeze(-1)
+    seen = slots <= at
+    return seen & (slots > at - window) if window is not None else seen
+
+
+def _gpt_neo_attn(module: Any, cache_position: Any) -> Any:
+    import torch
+
+    window = module.config.window_size if module.attention_type == "local" else None
+
+    def attn(query: Any, key: Any, value: Any, attention_mask: Any = None) -> Any:
+        # as GPTNeoSelfAttention._attn, with the mask cut by slot instead of by the keys' count
+        query, key = query.to(torch.float32), key.to(torch.float32)
+        weights = torch.matmul(query, key.transpose(-1, -2))
+        visible = window_mask(cache_position, key.size(-2), window)
+        lowest = torch.tensor(torch.finfo(weights.dtype).min, dtype=weights.dtype, device=weights.device)
+        weights = torch.where(visible, weights, lowest)
+        if attention_mask is not None:
+            weights = weights + attention_mask
+        weights = torch.nn.functional.softmax(weights, dim=-1).to(value.dtype)
+        weights = module.attn_dropout(weights)
+        return torch.matmul(weights, value), weights
+
+    return attn
+
+
+@contextlib.contextmanager
+def static_cache_attention(model: Any, cache_position: Any) -> Iterator[int]:
+    """Within the block, ``model``'s attention modules known to assume a growing cache compute their
+    masks from ``cache_position`` (the module doc); restored after. Yields how many were changed."""
+    gpt_neo = sys.modules.get(_GPT_NEO)  # loaded where the model is a GPT-Neo: nothing imported here
+    kind = getattr(gpt_neo, "GPTNeoSelfAttention", None)
+    found = [m for m in model.modules() if kind is not None and type(m) is kind]
+    try:
+        for module in found:
+            module._attn = _gpt_neo_attn(module, cache_position)
+        yield len(found)
+    finally:
+        for module in found:
+            module.__dict__.pop("_attn", None)
