@@ -106,6 +106,8 @@ _MORE: dict[str, tuple[str, dict, bool]] = {
              attention_types=[[["global", "local"], 1]], max_position_embeddings=128),
         False,
     ),
+    # ALiBi cut by a length MPT reads from the cache (opcore.graph.static_cache_fixes)
+    "mpt": ("Mpt", dict(vocab_size=VOCAB, d_model=64, n_heads=4, n_layers=2, max_seq_len=128), False),
     "codegen": (
         "CodeGen",
         dict(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, rotary_dim=8, n_positions=128),
@@ -259,6 +261,13 @@ def test_local_attention_windows_count_slots_with_left_padding():
     lm = opcore.graph.capture_lm(model, max_length=40, batch_size=2, measure=False)
     assert_left_padded_batch_equals_transformers(model, lm)
     assert all("_attn" not in vars(m) for m in model.modules())
+
+
+def test_alibi_of_mpt_over_left_padded_rows():
+    model = build("mpt")
+    lm = opcore.graph.capture_lm(model, max_length=40, batch_size=2, measure=False)
+    assert_left_padded_batch_equals_transformers(model, lm)
+    assert all("forward" not in vars(m) for m in model.modules())  # its attention given back
 
 
 def test_left_padded_batch_equals_each_row_alone():

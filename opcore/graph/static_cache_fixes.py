@@ -11,6 +11,12 @@ each such module computes its mask from the slots the step's queries write: slot
 to the query in slot ``i`` when ``i - window < j <= i`` (local) or ``j <= i`` (global), in slots as
 GPT-Neo's mask is in sequence indices (left padding included).
 
+MPT's attention adds ``past_key_values.get_seq_length()`` (the slot the step starts at: a tensor
+read from ``cache_position`` here) to its query count only to cut its ALiBi bias, whose single row
+it cuts at 0 for any count of at least 1; as a tensor the count reaches ``max(0, ...)``, which
+torch.export cannot trace (``.item()``). Within the block its attention sees a filled length of 0;
+its keys and values still go through the cache.
+
 >>> import torch
 >>> window_mask(torch.tensor([3, 4]), 6, 2).int().tolist()
 [[0, 0, 1, 1, 0, 0], [0, 0, 0, 1, 1, 0]]
@@ -26,6 +32,7 @@ from typing import Any
 __all__ = ["static_cache_attention", "window_mask"]
 
 _GPT_NEO = "transformers.models.gpt_neo.modeling_gpt_neo"
+_MPT = "transformers.models.mpt.modeling_mpt"
 
 
 def window_mask(cache_position: Any, length: int, window: int | None) -> Any:
@@ -60,17 +67,51 @@ def _gpt_neo_attn(module: Any, cache_position: Any) -> Any:
     return attn
 
 
+class _FilledUnknown:
+    """A cache whose filled length MPT's attention does not read: ``get_seq_length`` 0, the rest the
+    cache's own."""
+
+    def __init__(self, cache: Any) -> None:
+        self._cache = cache
+
+    def get_seq_length(self, *args: Any) -> int:
+        return 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cache, name)
+
+
+def _mpt_forward(module: Any) -> Any:
+    forward = type(module).forward
+
+    def call(hidden_states: Any, position_bias: Any, past_key_values: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if past_key_values is not None:
+            past_key_values = _FilledUnknown(past_key_values)
+        return forward(module, hidden_states, position_bias, past_key_values, *args, **kwargs)
+
+    return call
+
+
+def _found(model: Any, module_name: str, class_name: str) -> list[Any]:
+    """``model``'s modules of transformers' ``class_name`` (in ``module_name``, loaded where the
+    model is of that family: nothing imported here)."""
+    kind = getattr(sys.modules.get(module_name), class_name, None)
+    return [m for m in model.modules() if kind is not None and type(m) is kind]
+
+
 @contextlib.contextmanager
 def static_cache_attention(model: Any, cache_position: Any) -> Iterator[int]:
     """Within the block, ``model``'s attention modules known to assume a growing cache compute their
     masks from ``cache_position`` (the module doc); restored after. Yields how many were changed."""
-    gpt_neo = sys.modules.get(_GPT_NEO)  # loaded where the model is a GPT-Neo: nothing imported here
-    kind = getattr(gpt_neo, "GPTNeoSelfAttention", None)
-    found = [m for m in model.modules() if kind is not None and type(m) is kind]
+    changed: list[tuple[Any, str]] = []
     try:
-        for module in found:
+        for module in _found(model, _GPT_NEO, "GPTNeoSelfAttention"):
             module._attn = _gpt_neo_attn(module, cache_position)
-        yield len(found)
+            changed.append((module, "_attn"))
+        for module in _found(model, _MPT, "MptAttention"):
+            module.forward = _mpt_forward(module)
+            changed.append((module, "forward"))
+        yield len(changed)
     finally:
-        for module in found:
-            module.__dict__.pop("_attn", None)
+        for module, name in changed:
+            module.__dict__.pop(name, None)
