@@ -20,6 +20,7 @@ import opcore
 import opcore.graph
 from opcore.errors import ArgumentError, ShapeError
 from opcore.graph.errors import CaptureError
+from opcore.graph.generation import GenerationDefaults
 from opcore.graph.partition import compilers
 
 transformers = pytest.importorskip("transformers", reason="the generation tests build transformers decoders")
@@ -311,6 +312,27 @@ def test_min_new_tokens_ignores_an_eos_id_outside_the_vocabulary(llama):
     got = lm.generate(ids, max_new_tokens=5, min_new_tokens=5, eos_token_id=[VOCAB + 7, -1])
     want = model.generate(ids, max_new_tokens=5, min_new_tokens=5, do_sample=False, eos_token_id=VOCAB + 7)
     assert torch.equal(got, want)
+
+
+def test_forced_first_and_last_tokens_of_the_generation_config():
+    """BART's decoder (learned positions, forced_eos_token_id in its generation config): the last of
+    max_new_tokens is eos as in model.generate; forced_bos_token_id takes a one-token prompt's first."""
+    config = transformers.BartConfig(
+        vocab_size=VOCAB, d_model=64, decoder_layers=2, encoder_layers=2, decoder_attention_heads=4,
+        encoder_attention_heads=4, decoder_ffn_dim=128, encoder_ffn_dim=128, max_position_embeddings=128,
+        forced_eos_token_id=2, decoder_start_token_id=1, **_IDS,
+    )  # fmt: skip
+    model = built(transformers.BartForCausalLM, config)
+    model.generation_config.forced_bos_token_id = 5
+    lm = opcore.graph.capture_lm(model, max_length=48, measure=False)
+    assert lm.defaults.forced_eos_token_ids == (2,) and lm.defaults.forced_bos_token_id == 5
+    assert GenerationDefaults.from_json(lm.defaults.to_json()) == lm.defaults  # as a saved folder keeps them
+    for ids in (prompt(), prompt(length=1)):
+        want = model.generate(ids, max_new_tokens=6, do_sample=False, eos_token_id=None, pad_token_id=0)
+        got = lm.generate(ids, max_new_tokens=6, eos_token_id=[])
+        assert torch.equal(got, want), (got, want)
+        assert int(got[0, -1]) == 2
+    assert int(lm.generate(prompt(length=1), max_new_tokens=3, eos_token_id=[])[0, 1]) == 5
 
 
 def test_seeded_sampling_is_reproducible_and_follows_the_options(llama):

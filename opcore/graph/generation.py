@@ -36,6 +36,10 @@ class GenerationDefaults:
     top_k: int | None = None
     top_p: float | None = None
     temperature: float | None = None
+    # transformers' ForcedBOS / ForcedEOS processors: the first token of a one-token prompt, the
+    # last of max_new_tokens (BART's decoder, Pegasus, Marian set forced_eos_token_id)
+    forced_bos_token_id: int | None = None
+    forced_eos_token_ids: tuple[int, ...] = ()
 
     @classmethod
     def of(cls, model: Any) -> GenerationDefaults:
@@ -49,6 +53,8 @@ class GenerationDefaults:
             top_k=getattr(config, "top_k", None),
             top_p=getattr(config, "top_p", None),
             temperature=getattr(config, "temperature", None),
+            forced_bos_token_id=getattr(config, "forced_bos_token_id", None),
+            forced_eos_token_ids=_ids(getattr(config, "forced_eos_token_id", None)),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -58,6 +64,8 @@ class GenerationDefaults:
             "top_k": self.top_k,
             "top_p": self.top_p,
             "temperature": self.temperature,
+            "forced_bos_token_id": self.forced_bos_token_id,
+            "forced_eos_token_ids": list(self.forced_eos_token_ids),
         }
 
     @classmethod
@@ -68,6 +76,8 @@ class GenerationDefaults:
             top_k=record.get("top_k"),
             top_p=record.get("top_p"),
             temperature=record.get("temperature"),
+            forced_bos_token_id=record.get("forced_bos_token_id"),
+            forced_eos_token_ids=tuple(int(i) for i in record.get("forced_eos_token_ids", ())),
         )
 
 
@@ -442,9 +452,13 @@ class LanguageModel:
             top_k=top_k if top_k is not None else self.defaults.top_k,
             top_p=top_p if top_p is not None else self.defaults.top_p,
         )
+        bos = self.defaults.forced_bos_token_id
         choice = Choice(
             do_sample=bool(do_sample), repetition_penalty=repetition_penalty, min_new_tokens=min_new_tokens,
             eos_token_ids=eos, generator=generator, **(sampled if do_sample else {}),
+            # as transformers' processors count the row's length: bos where the prompt is one token
+            forced_bos_token_id=bos if ids.shape[1] == 1 else None,
+            forced_eos_token_ids=self.defaults.forced_eos_token_ids, last_new_token=max_new_tokens - 1,
         )  # fmt: skip
         return self._loop(ids, mask, rows, max_new_tokens, choice, eos, pad, session)
 

@@ -1,8 +1,10 @@
 """Choosing the next token from a step's logits, with transformers' semantics and order.
 
 transformers' ``generate`` applies, in this order: the repetition penalty (over every token of the
-row so far, prompt included), the minimum of new tokens (eos impossible until reached), then for
-sampling the temperature, top-k and top-p warpers; greedy takes the argmax of the processed scores,
+row so far, prompt included), the minimum of new tokens (eos impossible until reached), the forced
+first and last tokens of the model's generation config (``forced_bos_token_id`` where the prompt is
+one token, ``forced_eos_token_id`` as the last of ``max_new_tokens``), then for sampling the
+temperature, top-k and top-p warpers; greedy takes the argmax of the processed scores,
 sampling draws from their softmax (``torch.multinomial``, with the caller's ``torch.Generator``).
 
 >>> import torch
@@ -36,6 +38,9 @@ class Choice:
     min_new_tokens: int = 0
     eos_token_ids: tuple[int, ...] = ()
     generator: Any = None  # a torch.Generator for sampling (None: torch's global one)
+    forced_bos_token_id: int | None = None  # the first new token's, where set
+    forced_eos_token_ids: tuple[int, ...] = ()  # the token(s) allowed as the new token last_new_token
+    last_new_token: int | None = None
 
     def __post_init__(self) -> None:
         _positive("temperature", self.temperature, strict=True)
@@ -66,6 +71,13 @@ class Choice:
         if banned:
             scores = scores.clone()
             scores[:, banned] = -float("inf")
+        forced = [self.forced_bos_token_id] if self.forced_bos_token_id is not None and new_tokens == 0 else []
+        if self.forced_eos_token_ids and new_tokens == self.last_new_token:
+            forced = list(self.forced_eos_token_ids)
+        forced = [i for i in forced if 0 <= i < scores.shape[-1]]
+        if forced:  # every other token impossible, the forced ones at 0
+            scores = torch.full_like(scores, -float("inf"))
+            scores[:, forced] = 0.0
         if not self.do_sample:
             return scores
         if self.temperature is not None and self.temperature != 1.0:
