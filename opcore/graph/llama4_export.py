@@ -1,0 +1,111 @@
+"""Llama 4's text model, exported in forms opcore can plan.
+
+* **Rotary embeddings written with complex numbers.** Llama 4 makes its rotary frequencies with
+  ``torch.polar`` (complex64) and turns q and k into complex pairs (``view_as_complex``) to multiply
+  them: opcore represents no complex dtype (nor do ONNX Runtime's and OpenVINO's kernels take one).
+  Within ``exportable_llama4`` its rotary module returns the same frequencies as a real tensor of
+  (cos, sin) pairs, and the module's ``apply_rotary_emb`` multiplies the pairs out:
+  ``(a + ib)(c + is) = (ac - bs) + i(as + bc)``, in float32 as the complex product is.
+* **The experts' sum.** ``Llama4TextMoe`` adds its experts' outputs with ``reshape(experts, -1,
+  hidden).sum(0)``; with a dynamic number of tokens (the prefill) torch.export cannot prove the
+  reshape's strides (a guard ``s * min(h, h * s) == h * s`` it does not reduce) and refuses the
+  prompt's range. Within the block the sum stacks the experts' row blocks instead (the same values
+  in the same order: ``stack(...).sum(0)``).
+
+Everything is given back after the block.
+
+>>> import torch
+>>> q = torch.tensor([[[[1.0, 2.0]]]]); f = torch.tensor([[[[0.0, 1.0]]]])  # e^(i pi/2): a quarter turn
+>>> real_product(q, f).tolist()
+[[[[-2.0, 1.0]]]]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["exportable_llama4", "real_product"]
+
+_LLAMA4 = "transformers.models.llama4.modeling_llama4"
+
+
+def real_product(x: Any, freqs: Any) -> Any:
+    """x (..., 2k) as k complex pairs times ``freqs`` (..., k, 2: cos and sin pairs, broadcast), as
+    x's pairs again (..., 2k) in float32."""
+    import torch
+
+    pairs = x.float().reshape(*x.shape[:-1], -1, 2)
+    a, b = pairs[..., 0], pairs[..., 1]
+    c, s = freqs[..., 0], freqs[..., 1]
+    return torch.stack([a * c - b * s, a * s + b * c], dim=-1).flatten(-2)
+
+
+def _pairs_forward(module: Any) -> Any:
+    import torch
+
+    def forward(x: Any, position_ids: Any) -> Any:
+        # as Llama4TextRotaryEmbedding.forward, the polar form as (cos, sin)
+        freqs = position_ids[..., None].float() * module.inv_freq.to(device=x.device, dtype=torch.float)
+        return torch.stack([freqs.cos(), freqs.sin()], dim=-1) * module.attention_scaling
+
+    return forward
+
+
+def _apply_pairs(xq: Any, xk: Any, freqs: Any) -> tuple[Any, Any]:
+    # as modeling_llama4.apply_rotary_emb: freqs (batch, seq, k, 2) broadcast over the heads
+    wide = freqs[:, :, None, :, :]
+    return real_product(xq, wide).type_as(xq), real_product(xk, wide).type_as(xk)
+
+
+def _moe_forward(module: Any) -> Any:
+    import torch
+
+    def forward(hidden_states: Any) -> tuple[Any, Any]:
+        # as Llama4TextMoe.forward, the experts' row blocks stacked rather than reshaped
+        hidden_states = hidden_states.reshape(-1, module.hidden_dim)
+        tokens = hidden_states.shape[0]
+        router_scores, router_logits = module.router(hidden_states)
+        experts = router_scores.shape[1]
+        routed_in = hidden_states.repeat(experts, 1)
+        routed_in = routed_in * router_scores.transpose(0, 1).reshape(-1, 1)
+        routed_out = module.experts(routed_in)
+        blocks = torch.stack([routed_out[e * tokens : (e + 1) * tokens] for e in range(experts)])
+        out = module.shared_expert(hidden_states)
+        out.add_(blocks.sum(dim=0))
+        return out, router_logits
+
+    return forward
+
+
+def _found(model: Any, llama4: Any, name: str) -> list[Any]:
+    kind = getattr(llama4, name, None)
+    return [m for m in model.modules() if kind is not None and type(m) is kind]
+
+
+@contextlib.contextmanager
+def exportable_llama4(model: Any) -> Iterator[int]:
+    """Within the block, a Llama 4 text model's rotary embedding in real arithmetic and its experts'
+    sum without a reshape (the module doc); restored after. Yields how many modules were changed
+    (0: not a Llama 4)."""
+    llama4 = sys.modules.get(_LLAMA4)  # loaded where the model is a Llama 4: nothing imported here
+    rotary = _found(model, llama4, "Llama4TextRotaryEmbedding")
+    moe = _found(model, llama4, "Llama4TextMoe")
+    if not rotary and not moe:
+        yield 0
+        return
+    apply = llama4.apply_rotary_emb  # type: ignore[union-attr]
+    try:
+        if rotary:
+            llama4.apply_rotary_emb = _apply_pairs  # type: ignore[union-attr]
+        for module in rotary:
+            module.forward = _pairs_forward(module)
+        for module in moe:
+            module.forward = _moe_forward(module)
+        yield len(rotary) + len(moe)
+    finally:
+        llama4.apply_rotary_emb = apply  # type: ignore[union-attr]
+        for module in (*rotary, *moe):
+            module.__dict__.pop("forward", None)
