@@ -291,6 +291,24 @@ def test_llama4_rotary_in_complex_numbers_and_its_experts_generate():
     assert all("forward" not in vars(m) for m in model.modules())
 
 
+def test_gemma3n_layers_that_share_keys_and_values_hold_no_cache():
+    """Gemma 3n's last layers read the keys and values an earlier layer computed in the same step
+    (transformers' DummyLayer in its cache): only the layers that store get a cache buffer."""
+    config = transformers.Gemma3nTextConfig(
+        vocab_size=512, vocab_size_per_layer_input=512, hidden_size=64, hidden_size_per_layer_input=8,
+        intermediate_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        sliding_window=8, num_kv_shared_layers=2, activation_sparsity_pattern=[0.0] * 4, laurel_rank=8,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"], **_IDS,
+    )  # fmt: skip
+    model = built(transformers.Gemma3nForCausalLM, config)
+    lm = opcore.graph.capture_lm(model, max_length=40, batch_size=2, measure=False)
+    assert "KV cache 4 buffers" in lm.explain()  # keys and values of the 2 layers that store them
+    ids = torch.randint(3, 512, (1, 10), generator=torch.Generator().manual_seed(1))
+    want = model.generate(ids, max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert torch.equal(lm.generate(ids, max_new_tokens=12, eos_token_id=[]), want)
+    assert_left_padded_batch_equals_transformers(model, lm)
+
+
 def test_left_padded_batch_equals_each_row_alone():
     model = build("llama")
     lm = opcore.graph.capture_lm(model, max_length=40, batch_size=2, measure=False)

@@ -88,15 +88,29 @@ def _cache_shapes(model: Any, config: Any, layers: int) -> list[tuple[int, int, 
         with torch.no_grad():
             ids = torch.zeros((1, 1), dtype=torch.long, device=next(model.parameters()).device)
             cache = model(input_ids=ids, use_cache=True).past_key_values
-        shapes = [(tuple(layer.keys.shape), tuple(layer.values.shape)) for layer in cache.layers]
+        # a layer storing nothing (keys None) takes the config's shape, which nothing allocates
+        shapes = [
+            None if layer.keys is None else (tuple(layer.keys.shape), tuple(layer.values.shape))
+            for layer in cache.layers
+        ]
     except Exception:  # an older cache API, or a model that needs more than ids: the config's rule
         shapes = []
-    if len(shapes) != layers or any(len(k) != 4 or len(v) != 4 or k[1] != v[1] for k, v in shapes):
-        heads, head_dim = _head_shapes(config)
-        heads = heads if isinstance(heads, list) else [heads] * layers
-        head_dim = head_dim if isinstance(head_dim, list) else [head_dim] * layers
-        return [(int(h), int(d), int(d)) for h, d in zip(heads, head_dim, strict=True)]
-    return [(int(k[1]), int(k[3]), int(v[3])) for k, v in shapes]
+    heads, head_dim = _head_shapes(config)
+    heads = heads if isinstance(heads, list) else [heads] * layers
+    head_dim = head_dim if isinstance(head_dim, list) else [head_dim] * layers
+    ruled = [(int(h), int(d), int(d)) for h, d in zip(heads, head_dim, strict=True)]
+    read = [s for s in shapes if s is not None]
+    if len(shapes) != layers or any(len(k) != 4 or len(v) != 4 or k[1] != v[1] for k, v in read):
+        return ruled
+    return [ruled[i] if s is None else (int(s[0][1]), int(s[0][3]), int(s[1][3])) for i, s in enumerate(shapes)]
+
+
+def _dummy_layer_classes() -> list[type]:
+    """transformers' cache layer that stores nothing, where this version has one."""
+    from transformers import cache_utils
+
+    found = getattr(cache_utils, "DummyLayer", None)
+    return [found] if isinstance(found, type) else []
 
 
 def _head_shapes(config: Any) -> tuple[Any, Any]:
@@ -142,29 +156,37 @@ class CachedDecoder(torch.nn.Module):
             raise _not_attention(model, f"{type(error).__name__}: {error}") from error
         # a recurrent layer's state (Mamba, linear attention: Jamba, RecurrentGemma) is not keys and values:
         # transformers' own test for an attention layer is CacheLayerMixin
-        recurrent = sorted({type(c).__name__ for c in self.cache.layers if not isinstance(c, CacheLayerMixin)})
+        # a layer that stores nothing (transformers' DummyLayer: Gemma 3n's layers reading keys and
+        # values an earlier layer computed in the same step) stays as it is: no state to hold
+        stateless = tuple(_dummy_layer_classes())
+        recurrent = sorted(
+            {type(c).__name__ for c in self.cache.layers if not isinstance(c, (CacheLayerMixin, *stateless))}
+        )
         if recurrent:
             raise _not_attention(model, f"its cache has {', '.join(recurrent)} layers")
         # sliding-window layers keep a rolling window whose update has control flow export cannot
         # take; a full-length layer with the model's own sliding mask computes the same attention
-        self.layers: list[Any] = [layer(max_length) for _ in self.cache.layers]
+        self.layers: list[Any] = [
+            c if isinstance(c, stateless) else layer(max_length) for c in self.cache.layers
+        ]  # fmt: skip
         self.cache.layers = self.layers
+        self.stored = [i for i, c in enumerate(self.layers) if not isinstance(c, stateless)]
         device = torch.device(next(model.parameters()).device)
-        for cached, (heads, key_dim, value_dim) in zip(
-            self.layers, _cache_shapes(model, config, len(self.layers)), strict=True
-        ):
+        shapes = _cache_shapes(model, config, len(self.layers))
+        for i in self.stored:
+            heads, key_dim, value_dim = shapes[i]
             # as StaticCache.early_initialization, with the keys' and values' widths each their own
             empty = {"dtype": model.dtype, "device": device}
-            cached.lazy_initialization(
+            self.layers[i].lazy_initialization(
                 torch.zeros((batch_size, heads, 0, key_dim), **empty),
                 torch.zeros((batch_size, heads, 0, value_dim), **empty),
             )
-        for i, cached in enumerate(self.layers):
-            self.register_buffer(f"key_cache_{i}", cached.keys, persistent=False)
-            self.register_buffer(f"value_cache_{i}", cached.values, persistent=False)
+            self.register_buffer(f"key_cache_{i}", self.layers[i].keys, persistent=False)
+            self.register_buffer(f"value_cache_{i}", self.layers[i].values, persistent=False)
 
     def forward(self, input_ids: Any, position_ids: Any, cache_position: Any, attention_mask: Any) -> Any:
-        for i, cached in enumerate(self.layers):
+        for i in self.stored:
+            cached = self.layers[i]
             # read through the module every call: non-strict torch.export swaps the module's buffers
             # for traced ones, and a layer holding the tensor itself would write an untracked copy
             cached.keys, cached.values = getattr(self, f"key_cache_{i}"), getattr(self, f"value_cache_{i}")
