@@ -18,7 +18,7 @@ float32 on Intel CPUs packs for MKL instead (``torch.ops.mkl._mkl_reorder_linear
 ``_mkl_linear``, the activation applied in place): there MKL's packed sgemm beats oneDNN's
 (32x4096x4096: 3652 vs 4021 us; 1x4096x4096: 1233 vs 1408 us, where oneDNN would lose to eager's
 1262; a 0.5B decoder's 168 GEMMs at 128 rows, weights streamed from memory: 443 ms packed for MKL,
-544 for oneDNN, 607 for ATen). ``_mkl_linear`` uses the packed buffer only where its last argument
+544 for oneDNN, 568-607 for ATen). ``_mkl_linear`` uses the packed buffer only where its last argument
 equals x's rows (torch's guard; MKL's packed B does not depend on them: one packed for 128 rows
 computes 1..512 rows to float32 rounding, at 1 and 2 threads), so the prepared call passes each x's
 own row count: a prompt of any length gets the packed GEMM, not only the example's. On AMD CPUs MKL
