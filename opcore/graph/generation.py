@@ -37,7 +37,7 @@ class GenerationDefaults:
     top_p: float | None = None
     temperature: float | None = None
     # transformers' ForcedBOS / ForcedEOS processors: the first token of a one-token prompt, the
-    # last of max_new_tokens (BART's decoder, Pegasus, Marian set forced_eos_token_id)
+    # last of max_new_tokens (BART's, Pegasus' and Marian's configs set forced_eos_token_id)
     forced_bos_token_id: int | None = None
     forced_eos_token_ids: tuple[int, ...] = ()
 
