@@ -291,6 +291,18 @@ def test_mkl_packed_weight_serves_every_row_count_from_four(monkeypatch):
     assert _aten_gemms(call, x[: onednn.MKL_PACKED_ROWS - 1])
 
 
+@pytest.mark.parametrize("op", ["linear", "gated_mlp"])
+def test_dense_policy_keeps_no_packed_copy_on_the_mkl_path_either(op, monkeypatch):
+    from opcore_cpu import onednn
+
+    monkeypatch.setattr(onednn, "float32_packing", lambda: "mkl")
+    monkeypatch.setenv("OPCORE_CPU_WEIGHTS", "dense")
+    args = gated_inputs() if op == "gated_mlp" else inputs(BIG)
+    call = _prepared(op, args)
+    assert not any(t.is_mkldnn for t in _held_tensors(call))
+    close(call(args[0]), opcore.run(op, *args, backend="reference"), "float32")
+
+
 @pytest.mark.skipif(not torch.backends.mkl.is_available(), reason="this torch build has no MKL")
 def test_mkl_path_keeps_no_packed_copy_for_an_example_below_four_rows(monkeypatch):
     from opcore_cpu import onednn

@@ -39,7 +39,7 @@ import torch.nn.functional as F
 
 from opcore.extend import batch_rows, free_positions, with_free_args
 from opcore_cpu.system import float32_packing
-from opcore_cpu.weight_choice import Way, choose
+from opcore_cpu.weight_choice import Way, choose, policy
 
 __all__ = [
     "float32_packing",
@@ -106,6 +106,12 @@ def gated_mlp(x: Tensor, w_gate: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor
     return _pointwise(hidden, w_down, None, "none", _NO_SCALARS, "")
 
 
+def _mkl_packs() -> bool:
+    """Whether float32 weights are packed for MKL: on Intel CPUs with MKL, unless OPCORE_CPU_WEIGHTS
+    is "dense" (no packed copy anywhere: the measured oneDNN ways then keep the weight as given)."""
+    return float32_packing() == "mkl" and policy() != "dense"
+
+
 def _mkl_prepared(attr: str, w: Tensor, b: Tensor | None, rows: int, algorithm: str) -> Callable[[Tensor], Tensor]:
     """MKL's packed sgemm for every x of at least MKL_PACKED_ROWS rows, ATen's GEMM on the weight as
     given below that; ``rows`` (the example's) below it: no packed copy at all."""
@@ -147,7 +153,7 @@ def _prepare_linear(attr: str) -> Callable[[tuple[Any, ...], frozenset[str]], Ca
         x, w, b = args[:3]
         algorithm = args[3] if len(args) > 3 else ""
         free = free_positions(args, _LINEAR_NAMES, constants)
-        if free == [0] and x.dtype == torch.float32 and float32_packing() == "mkl":
+        if free == [0] and x.dtype == torch.float32 and _mkl_packs():
             return _mkl_prepared(attr, w, b, batch_rows(x), algorithm)
         if free == [0]:  # the common case: only x varies; packed or not, as measured here
             rows = batch_rows(x)
@@ -197,7 +203,7 @@ def prepare_gated_mlp(args: tuple[Any, ...], constants: frozenset[str]) -> Calla
     x = args[0]
     rows = batch_rows(x)
     free = free_positions(args, _GATED_NAMES, constants)
-    if free == [0] and x.dtype == torch.float32 and float32_packing() == "mkl":
+    if free == [0] and x.dtype == torch.float32 and _mkl_packs():
         gate = _mkl_prepared("swish", args[1], None, rows, "")
         up = _mkl_prepared("none", args[2], None, rows, "")
         down = _mkl_prepared("none", args[3], None, rows, "")

@@ -14,7 +14,8 @@ packed). The answer is kept per problem (op, rows, weight shapes, bias, dtype, t
 the process, so a model of 24 identical layers measures once.
 
 ``OPCORE_CPU_WEIGHTS``: ``measure`` (default), ``packed`` (always pack: the rule before),
-``dense`` (the fused oneDNN call on the weight as given: never a copy).
+``dense`` (the fused oneDNN call on the weight as given: never a copy, MKL's float32 packing on
+Intel CPUs included).
 
 >>> policy({"OPCORE_CPU_WEIGHTS": "dense"}), policy({})
 ('dense', 'measure')
