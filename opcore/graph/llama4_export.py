@@ -27,6 +27,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from opcore.graph.module_patches import modules_of, patched
+
 __all__ = ["exportable_llama4", "real_product"]
 
 _LLAMA4 = "transformers.models.llama4.modeling_llama4"
@@ -80,32 +82,16 @@ def _moe_forward(module: Any) -> Any:
     return forward
 
 
-def _found(model: Any, llama4: Any, name: str) -> list[Any]:
-    kind = getattr(llama4, name, None)
-    return [m for m in model.modules() if kind is not None and type(m) is kind]
-
-
 @contextlib.contextmanager
 def exportable_llama4(model: Any) -> Iterator[int]:
     """Within the block, a Llama 4 text model's rotary embedding in real arithmetic and its experts'
     sum without a reshape (the module doc); restored after. Yields how many modules were changed
     (0: not a Llama 4)."""
-    llama4 = sys.modules.get(_LLAMA4)  # loaded where the model is a Llama 4: nothing imported here
-    rotary = _found(model, llama4, "Llama4TextRotaryEmbedding")
-    moe = _found(model, llama4, "Llama4TextMoe")
-    if not rotary and not moe:
-        yield 0
-        return
-    apply = llama4.apply_rotary_emb  # type: ignore[union-attr]
-    try:
-        if rotary:
-            llama4.apply_rotary_emb = _apply_pairs  # type: ignore[union-attr]
-        for module in rotary:
-            module.forward = _pairs_forward(module)
-        for module in moe:
-            module.forward = _moe_forward(module)
-        yield len(rotary) + len(moe)
-    finally:
-        llama4.apply_rotary_emb = apply  # type: ignore[union-attr]
-        for module in (*rotary, *moe):
-            module.__dict__.pop("forward", None)
+    rotary = modules_of(model, _LLAMA4, "Llama4TextRotaryEmbedding")
+    changes = [(m, "forward", _pairs_forward(m)) for m in rotary]
+    changes += [(m, "forward", _moe_forward(m)) for m in modules_of(model, _LLAMA4, "Llama4TextMoe")]
+    count = len(changes)
+    if rotary:  # the modeling module's function its attention calls by name
+        changes.append((sys.modules[_LLAMA4], "apply_rotary_emb", _apply_pairs))
+    with patched(changes):
+        yield count

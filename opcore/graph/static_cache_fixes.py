@@ -25,9 +25,10 @@ its keys and values still go through the cache.
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Iterator
 from typing import Any
+
+from opcore.graph.module_patches import modules_of, patched
 
 __all__ = ["static_cache_attention", "window_mask"]
 
@@ -92,26 +93,12 @@ def _mpt_forward(module: Any) -> Any:
     return call
 
 
-def _found(model: Any, module_name: str, class_name: str) -> list[Any]:
-    """``model``'s modules of transformers' ``class_name`` (in ``module_name``, loaded where the
-    model is of that family: nothing imported here)."""
-    kind = getattr(sys.modules.get(module_name), class_name, None)
-    return [m for m in model.modules() if kind is not None and type(m) is kind]
-
-
 @contextlib.contextmanager
 def static_cache_attention(model: Any, cache_position: Any) -> Iterator[int]:
     """Within the block, ``model``'s attention modules known to assume a growing cache compute their
     masks from ``cache_position`` (the module doc); restored after. Yields how many were changed."""
-    changed: list[tuple[Any, str]] = []
-    try:
-        for module in _found(model, _GPT_NEO, "GPTNeoSelfAttention"):
-            module._attn = _gpt_neo_attn(module, cache_position)
-            changed.append((module, "_attn"))
-        for module in _found(model, _MPT, "MptAttention"):
-            module.forward = _mpt_forward(module)
-            changed.append((module, "forward"))
-        yield len(changed)
-    finally:
-        for module, name in changed:
-            module.__dict__.pop(name, None)
+    neo = modules_of(model, _GPT_NEO, "GPTNeoSelfAttention")
+    changes = [(m, "_attn", _gpt_neo_attn(m, cache_position)) for m in neo]
+    changes += [(m, "forward", _mpt_forward(m)) for m in modules_of(model, _MPT, "MptAttention")]
+    with patched(changes) as count:
+        yield count
