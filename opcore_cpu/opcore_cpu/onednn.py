@@ -112,17 +112,23 @@ def _mkl_packs() -> bool:
     return float32_packing() == "mkl" and policy() != "dense"
 
 
+def _aten_linear(attr: str, w: Tensor, b: Tensor | None, algorithm: str) -> Callable[[Tensor], Tensor]:
+    """ATen's linear on the weight as given, the activation in place on its result."""
+    activate, approximate = _IN_PLACE_ACTIVATIONS[attr], algorithm or "none"  # oneDNN's "" is torch's "none"
+    return lambda x: activate(F.linear(x, w, b), approximate)
+
+
 def _mkl_prepared(attr: str, w: Tensor, b: Tensor | None, rows: int, algorithm: str) -> Callable[[Tensor], Tensor]:
     """MKL's packed sgemm for every x of at least MKL_PACKED_ROWS rows, ATen's GEMM on the weight as
     given below that; ``rows`` (the example's) below it: no packed copy at all."""
-    activate, approximate = _IN_PLACE_ACTIVATIONS[attr], algorithm or "none"
     if rows < MKL_PACKED_ROWS:  # the packed copy would never run
-        return lambda x: activate(F.linear(x, w, b), approximate)
+        return _aten_linear(attr, w, b, algorithm)
+    activate, approximate = _IN_PLACE_ACTIVATIONS[attr], algorithm or "none"
     packed = _mkl_reorder(w.contiguous(), rows)
 
     def prepared(x: Tensor) -> Tensor:
         flat = x.unsqueeze(0) if x.ndim == 1 else x  # MKL's linear resizes a 1-D result with a warning
-        m = flat.numel() // flat.shape[-1] if flat.shape[-1] else 0
+        m = batch_rows(flat)
         # _mkl_linear computes on the packed weight only where its last argument is x's row count
         # (else ATen's linear on w): the buffer packed for ``rows`` serves every count (module doc)
         y = activate(_mkl_linear(flat, packed, w, b, m if m >= MKL_PACKED_ROWS else -1), approximate)
@@ -133,16 +139,12 @@ def _mkl_prepared(attr: str, w: Tensor, b: Tensor | None, rows: int, algorithm: 
 
 def _linear_ways(attr: str, w: Tensor, b: Tensor | None, rows: int, algorithm: str) -> list[Way]:
     """ATen's linear and oneDNN's fused call on the weight as given, and the fused call on it packed."""
-    activate, approximate = _IN_PLACE_ACTIVATIONS[attr], algorithm or "none"  # oneDNN's "" is torch's "none"
-
-    def aten() -> Callable[[Tensor], Tensor]:
-        return lambda x: activate(F.linear(x, w, b), approximate)
 
     def fused(weight: Tensor) -> Callable[[Tensor], Tensor]:
         return lambda x: _pointwise(x, weight, b, attr, _NO_SCALARS, algorithm)
 
     return [
-        Way("aten", False, aten),
+        Way("aten", False, lambda: _aten_linear(attr, w, b, algorithm)),
         Way("dense", False, lambda: fused(w)),
         Way("packed", True, lambda: fused(pack_linear_weight(w, rows))),
     ]
