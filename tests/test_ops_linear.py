@@ -10,6 +10,7 @@ F = torch.nn.functional
 
 from opcase import CONTRACTS, call, call_bound, check_error_case, compare, error_id, kit_errors, rand, reseed, z  # noqa: E402
 
+import opcore  # noqa: E402
 from opcore.errors import ShapeError  # noqa: E402
 from opcore.testing.ops.linear import LINEAR_SHAPES, int_range  # noqa: E402
 
@@ -127,6 +128,29 @@ def gated_mlp_torch(x, w_gate, w_up, w_down):
     return F.linear(F.silu(F.linear(x, w_gate)) * F.linear(x, w_up), w_down)
 
 
+def gather_mm_torch(x, w, index):
+    """What gather_mm mirrors: each row times its gathered matrix (the matrices copied, one per row)."""
+    return torch.bmm(x.unsqueeze(1), w[index]).squeeze(1)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize(("rows", "groups"), [(12, 4), (1, 3), (0, 2), (40, 16)])
+def test_gather_mm(dtype, rows, groups):
+    def torch_fn(x, w, index):  # float16 / bfloat16: the correctly rounded result, as _in_float64
+        return gather_mm_torch(x.double(), w.double(), index).to(x.dtype)
+
+    index = torch.randint(0, groups, (rows,))
+    compare("gather_mm", torch_fn, rand((rows, 8), dtype), rand((groups, 8, 5), dtype), index)
+
+
+def test_gather_mm_on_the_cpu_backend_reads_each_group_once_in_any_order():
+    """The torch kernel groups the rows: rows in any order, groups left out, one group for all."""
+    x, w = rand((64, 16)), rand((10, 16, 7))
+    for index in (torch.randint(0, 10, (64,)), torch.full((64,), 3), torch.arange(64) % 2 * 9):
+        got = opcore.run("gather_mm", x, w, index, backend="cpu")
+        torch.testing.assert_close(got, gather_mm_torch(x, w, index), rtol=1e-5, atol=1e-5)
+
+
 FUSED = {"linear_relu": linear_relu_torch, "linear_silu": linear_silu_torch, "linear_gelu": linear_gelu_torch}
 
 
@@ -204,6 +228,7 @@ TORCH_FNS = {
     "linear_gelu": linear_gelu_torch,
     "matmul": torch.matmul,
     "bmm": torch.bmm,
+    "gather_mm": gather_mm_torch,
     "gated_mlp": gated_mlp_torch,
 }
 

@@ -93,7 +93,8 @@ POOLING = ("max_pool2d", "avg_pool2d", "adaptive_avg_pool2d")  # 3-D or 4-D inpu
 # ops whose contract needs every tensor to have at least one (two, three) dimensions
 NO_SCALAR = {"bmm", "conv1d", "conv2d", "scaled_dot_product_attention", "cat", "layer_norm", "rms_norm", "gated_mlp",
              "linear_relu", "linear_silu", "linear_gelu", "matmul", "slice", "select",
-             "split", "split_with_sizes", "chunk", "batch_norm", "group_norm", "linear_wq", *POOLING}  # fmt: skip
+             "split", "split_with_sizes", "chunk", "batch_norm", "group_norm", "linear_wq", "gather_mm",
+             *POOLING}  # fmt: skip
 NO_1D = {"bmm", "scaled_dot_product_attention", *POOLING}
 
 

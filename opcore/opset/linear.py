@@ -1,9 +1,10 @@
-"""Matrix-product contracts: linear, matmul, bmm, and the fused linear + activation ops.
+"""Matrix-product contracts: linear, matmul, bmm, gather_mm, and the fused linear + activation ops.
 
 The fused ops decompose into the unfused ones through ``opcore.run``, so a backend that
 has only ``linear`` and ``relu`` still serves ``linear_relu``.
 
->>> from opcore.types import TensorMeta, DType
+>>> from opcore.opset.nn import INDEX_DTYPES
+from opcore.types import TensorMeta, DType
 >>> LINEAR.meta(TensorMeta((5, 3), DType.FLOAT32), TensorMeta((4, 3), DType.FLOAT32), None).shape
 (5, 4)
 """
@@ -28,6 +29,7 @@ from opcore.meta import (
     shape_text,
 )
 from opcore.opset.elementwise import APPROXIMATIONS, check_scalar_factor
+from opcore.opset.nn import INDEX_DTYPES
 from opcore.types import TensorMeta
 
 # every op defined here is of this module's family (opcore.opset.family_contracts checks it)
@@ -38,6 +40,7 @@ __all__ = [
     "BMM",
     "CONTRACTS",
     "GATED_MLP",
+    "GATHER_MM",
     "LINEAR",
     "LINEAR_GELU",
     "LINEAR_RELU",
@@ -127,6 +130,37 @@ def bmm_meta(x: TensorMeta, y: TensorMeta) -> TensorMeta:
             fix="bmm does not broadcast; use matmul for broadcasting batches",
         )
     return TensorMeta((x.shape[0], x.shape[1], y.shape[2]), x.dtype, x.device)
+
+
+def gather_mm_meta(x: TensorMeta, w: TensorMeta, index: TensorMeta) -> TensorMeta:
+    """x (rows, k), w (groups, k, n), index (rows,) int32 or int64: row i of the result is
+    x[i] @ w[index[i]]; x and w of one numeric dtype. The indices are data: kernels check their range."""
+    check_rank("x", x, 2, what="a 2-D tensor (rows, k)")
+    check_rank("w", w, 3, what="a 3-D tensor (groups, k, n)")
+    check_rank("index", index, 1, what="a 1-D tensor (rows,) of group indices")
+    check_dtype("x", x, NUMERIC, fix=_NUMERIC_FIX)
+    check_same_dtype(("x", x), ("w", w))
+    check_dtype("index", index, INDEX_DTYPES, fix="convert the indices with .astype('int64')")
+    if w.shape[1] != x.shape[1]:
+        raise ShapeError(
+            arg="w",
+            expected=f"k = {x.shape[1]} (the last size of 'x' {shape_text(x.shape)}) as its size at dim 1",
+            found=f"shape {shape_text(w.shape)}",
+            fix="pass w as (groups, k, n); transformers' experts stored (groups, n, k) need .transpose(1, 2)",
+        )
+    if index.shape[0] != x.shape[0]:
+        raise ShapeError(
+            arg="index",
+            expected=f"one group index per row of 'x': shape ({x.shape[0]},)",
+            found=f"shape {shape_text(index.shape)}",
+        )
+    if w.shape[0] == 0 and x.shape[0] > 0:
+        raise ShapeError(
+            arg="w",
+            expected="at least one group for the rows of 'x' to index",
+            found=f"shape {shape_text(w.shape)}",
+        )
+    return TensorMeta((x.shape[0], w.shape[2]), x.dtype, x.device)
 
 
 def addmm_meta(
@@ -242,6 +276,15 @@ BMM = define(
     doc="Batched matrix product of two 3-D tensors with equal batches; mirrors torch.bmm.",
     tags=("linear",),
 )
+GATHER_MM = define(
+    "gather_mm(Tensor x, Tensor w, Tensor index) -> Tensor",
+    meta=gather_mm_meta,
+    dtypes=NUMERIC,
+    doc="Row i of x times the matrix w[index[i]]: x (rows, k), w (groups, k, n), index (rows,) -> (rows, n), "
+    "as a mixture of experts multiplies each token by its expert's weight (DGL's gather_mm); mirrors "
+    "torch.bmm(x.unsqueeze(1), w[index]).squeeze(1) without gathering the matrices.",
+    tags=("linear",),
+)
 ADDMM = define(
     "addmm(Tensor x, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor",
     meta=addmm_meta,
@@ -284,4 +327,14 @@ GATED_MLP = define(
     decomposition=gated_mlp_decomposition,
 )
 
-CONTRACTS: tuple[OpContract, ...] = (LINEAR, MATMUL, BMM, ADDMM, LINEAR_RELU, LINEAR_SILU, LINEAR_GELU, GATED_MLP)
+CONTRACTS: tuple[OpContract, ...] = (
+    LINEAR,
+    MATMUL,
+    BMM,
+    GATHER_MM,
+    ADDMM,
+    LINEAR_RELU,
+    LINEAR_SILU,
+    LINEAR_GELU,
+    GATED_MLP,
+)

@@ -7,16 +7,18 @@ from typing import Any
 
 import numpy
 
+from opcore.opset.indexing import check_index_range
 from opcore.reference._common import F64, I64, finish, quiet
 from opcore.reference.elementwise import gelu_f64, sigmoid_f64
 
-__all__ = ["addmm", "bmm", "gated_mlp", "linear", "linear_gelu", "linear_relu", "linear_silu", "matmul"]
+__all__ = ["addmm", "bmm", "gated_mlp", "gather_mm", "linear", "linear_gelu", "linear_relu", "linear_silu", "matmul"]
 
 # the ops this module serves, each a module-level kernel named as its op: what the plugin registers
 OPS = (
     "addmm",
     "bmm",
     "gated_mlp",
+    "gather_mm",
     "linear",
     "linear_gelu",
     "linear_relu",
@@ -60,6 +62,15 @@ def matmul(x: numpy.ndarray, y: numpy.ndarray) -> numpy.ndarray:
 def bmm(x: numpy.ndarray, y: numpy.ndarray) -> numpy.ndarray:
     """Batched x @ y (the meta function has checked the batches match)."""
     return matmul(x, y)
+
+
+def gather_mm(x: numpy.ndarray, w: numpy.ndarray, index: numpy.ndarray) -> numpy.ndarray:
+    """Row i: x[i] @ w[index[i]] (each index checked against w's groups)."""
+    if index.size:
+        check_index_range("index", int(index.min()), int(index.max()), w.shape[0], negative=False)
+    with quiet():
+        out = numpy.einsum("rk,rkn->rn", _compute(x), _compute(w)[index.astype(numpy.intp)])
+        return finish(out.reshape(x.shape[0], w.shape[2]), x.dtype)
 
 
 def addmm(

@@ -71,6 +71,7 @@ __all__ = [
     "full_like",
     "gated_mlp",
     "gather",
+    "gather_mm",
     "ge",
     "gelu",
     "group_norm",
@@ -168,6 +169,7 @@ OPS = (
     "full_like",
     "gated_mlp",
     "gather",
+    "gather_mm",
     "ge",
     "gelu",
     "group_norm",
@@ -509,6 +511,30 @@ def gather(x: Tensor, dim: int, index: Tensor) -> Tensor:
     except RuntimeError:
         _check_range("index", index, x.shape[dim] if x.dim() else 1, False)
         raise
+
+
+def gather_mm(x: Tensor, w: Tensor, index: Tensor) -> Tensor:
+    """Row i: x[i] @ w[index[i]]. The rows are sorted by group (stable) and each group present is one
+    matrix product of its rows, so every matrix of w is read once and none is copied; a call with every
+    row in one group is one product."""
+    rows = x.shape[0]
+    out = x.new_empty((rows, w.shape[2]))
+    if rows == 0:
+        return out
+    _check_range("index", index, w.shape[0], False)
+    if rows == 1:
+        return torch.mm(x, w[int(index[0])], out=out)
+    groups, order = torch.sort(index, stable=True)
+    present, counts = torch.unique_consecutive(groups, return_counts=True)
+    if present.numel() == 1:
+        return torch.mm(x, w[int(present[0])], out=out)
+    ordered = x.index_select(0, order)
+    products = torch.empty_like(out)
+    start = 0
+    for group, count in zip(present.tolist(), counts.tolist(), strict=True):
+        torch.mm(ordered[start : start + count], w[group], out=products[start : start + count])
+        start += count
+    return out.index_copy_(0, order, products)
 
 
 def index(x: Tensor, indices: tuple[Tensor | None, ...]) -> Tensor:

@@ -8,7 +8,7 @@ import numpy
 
 from opcore.errors import ArgumentError, DTypeError, ShapeError
 from opcore.testing.builders import SampleSet, ValueRange, shape_id, tensor_of, z
-from opcore.testing.records import ErrorInput, OpEntry, Sample, errors_by_op
+from opcore.testing.records import ErrorInput, OpEntry, Sample, TensorInput, errors_by_op
 from opcore.testing.tolerances import REDUCED_PRECISION_CHAINS
 
 __all__ = ["ENTRIES", "LINEAR_SHAPES", "int_range"]
@@ -111,6 +111,29 @@ def bmm_samples() -> Iterable[Sample]:
     return s
 
 
+def _groups(s: SampleSet, rows: int, groups: int, dtype: str = "int64", *, layout: str = "contiguous") -> TensorInput:
+    return s.tensor((rows,), dtype, low=0, high=groups - 1, layout=layout)
+
+
+def gather_mm_samples() -> Iterable[Sample]:
+    """Rows spread over groups (some empty), all rows in one group, one row, no rows, int32 indices,
+    every numeric dtype, transposed and strided operands (transformers' experts pass w transposed)."""
+    s = SampleSet("gather_mm")
+    for rows, k, groups, n in [(6, 4, 3, 5), (9, 3, 8, 2), (1, 4, 3, 5), (0, 4, 3, 5), (5, 0, 2, 3), (4, 3, 2, 0)]:
+        s.add(f"{rows}x{k}-{groups}x{n}", s.tensor((rows, k)), s.tensor((groups, k, n)), _groups(s, rows, groups))
+    s.add("one-group", s.tensor((5, 4)), s.tensor((3, 4, 2)), tensor_of([2, 2, 2, 2, 2], "int64"))
+    s.add("descending", s.tensor((4, 3)), s.tensor((4, 3, 2)), tensor_of([3, 2, 1, 0], "int64"))
+    s.add("index-int32", s.tensor((6, 4)), s.tensor((3, 4, 5)), _groups(s, 6, 3, "int32"))
+    for dtype in FLOATS + INTS:
+        s.add(dtype, s.tensor((6, 5), dtype, **int_range(dtype)), s.tensor((3, 5, 4), dtype, **int_range(dtype)),
+              _groups(s, 6, 3))  # fmt: skip
+    for layout in ("transposed", "strided"):
+        s.add(layout, s.tensor((6, 5), layout=layout), s.tensor((3, 5, 4), layout=layout),
+              _groups(s, 6, 3, layout=layout))  # fmt: skip
+    s.add("large", s.tensor((5, 8), low=-1e3, high=1e3), s.tensor((2, 8, 3), low=-1e3, high=1e3), _groups(s, 5, 2))
+    return s
+
+
 _ADDMM_SHAPES = [
     ((3, 5), (3, 4), (4, 5)),
     ((5,), (3, 4), (4, 5)),
@@ -191,7 +214,7 @@ def gated_mlp_samples() -> Iterable[Sample]:
 
 
 def _error_inputs() -> dict[str, list[ErrorInput]]:
-    i32, f64, b = "int32", "float64", "bool"
+    i32, i64, f64, b = "int32", "int64", "float64", "bool"
     same = r"the dtype of 'x' \(float32\)"
     bias = "a bias that broadcasts to the output shape"
     return {
@@ -252,6 +275,25 @@ def _error_inputs() -> dict[str, list[ErrorInput]]:
             ErrorInput("batch", (z(2, 4, 3), z(1, 3, 6)), ShapeError, "y", r"\(batch, k\) = \(2, 3\)"),
             ErrorInput("inner", (z(1, 4, 3), z(1, 2, 6)), ShapeError, "y", r"\(batch, k\) = \(1, 3\)"),
         ],
+        "gather_mm": [
+            ErrorInput("x-1d", (z(4), z(2, 4, 3), z(1, dtype=i64)), ShapeError, "x", r"a 2-D tensor \(rows, k\)",
+                       torch_rejects=False),
+            ErrorInput("w-2d", (z(2, 4), z(4, 3), z(2, dtype=i64)), ShapeError, "w", r"a 3-D tensor \(groups, k, n\)"),
+            ErrorInput("index-2d", (z(2, 4), z(2, 4, 3), z(2, 1, dtype=i64)), ShapeError, "index", "a 1-D tensor",
+                       torch_rejects=False),
+            ErrorInput("bool", (z(2, 3, dtype=b), z(2, 3, 2, dtype=b), z(2, dtype=i64)), DTypeError, "x",
+                       "found bool"),
+            ErrorInput("dtype", (z(2, 3), z(2, 3, 2, dtype=f64), z(2, dtype=i64)), DTypeError, "w", same),
+            ErrorInput("index-float", (z(2, 3), z(2, 3, 2), z(2)), DTypeError, "index", "found float32"),
+            ErrorInput("inner", (z(2, 3), z(2, 4, 2), z(2, dtype=i64)), ShapeError, "w", r"k = 3"),
+            ErrorInput("rows", (z(2, 3), z(2, 3, 2), z(3, dtype=i64)), ShapeError, "index", r"shape \(2,\)",
+                       torch_rejects=False),
+            ErrorInput("no-groups", (z(2, 3), z(0, 3, 2), z(2, dtype=i64)), ShapeError, "w", "at least one group"),
+            ErrorInput("index-range", (z(2, 3), z(2, 3, 2), tensor_of([0, 2], "int64")), ArgumentError, "index",
+                       "out of range", raised_by="kernel"),
+            ErrorInput("index-negative", (z(2, 3), z(2, 3, 2), tensor_of([-1, 0], "int64")), ArgumentError, "index",
+                       "out of range", raised_by="kernel", torch_rejects=False),
+        ],
         "gated_mlp": [
             ErrorInput("x-0d", (z(), z(4, 3), z(4, 3), z(3, 4)), ShapeError, "x", r"1 dimension \(\.\.\., hidden"),
             ErrorInput("w_gate-1d", (z(3), z(3), z(4, 3), z(3, 4)), ShapeError, "w_gate", "a 2-D weight",
@@ -275,6 +317,7 @@ _SAMPLES = {
     "linear": linear_samples,
     "matmul": matmul_samples,
     "bmm": bmm_samples,
+    "gather_mm": gather_mm_samples,
     "addmm": addmm_samples,
     "linear_relu": lambda: fused_samples("linear_relu"),
     "linear_silu": lambda: fused_samples("linear_silu"),
