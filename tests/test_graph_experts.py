@@ -16,7 +16,7 @@ from test_graph_generation import (
 )
 
 import opcore.graph
-from opcore.graph.experts import DENSE, ONE_TOKEN, dense_experts_forward, exportable_experts
+from opcore.graph.experts import GATHERED, ONE_TOKEN, exportable_experts, gathered_experts_forward
 from opcore.graph.partition import compilers
 
 transformers = pytest.importorskip("transformers", reason="the MoE tests build transformers decoders")
@@ -125,10 +125,10 @@ def test_capture_of_a_moe_forward_matches_eager(family):
 
 
 @pytest.mark.parametrize("family", ["Mixtral", "Qwen2Moe", "GptOss"])
-@pytest.mark.parametrize("implementation", [DENSE, ONE_TOKEN])
+@pytest.mark.parametrize("implementation", [GATHERED, ONE_TOKEN])
 def test_each_exported_form_computes_what_transformers_grouped_mm_does(family, implementation):
     model = build(family)
-    ids = prompt(length=7) if implementation == DENSE else prompt(rows=3, length=1)
+    ids = prompt(length=7) if implementation == GATHERED else prompt(rows=3, length=1)
     with torch.no_grad():
         want = model(ids, use_cache=False).logits
         with exportable_experts(model, implementation) as switched:
@@ -142,14 +142,35 @@ def test_each_exported_form_computes_what_transformers_grouped_mm_does(family, i
 def test_a_dense_model_is_exported_as_it_is():
     config = transformers.LlamaConfig(**SMALL, num_key_value_heads=2)
     model = transformers.LlamaForCausalLM(config).eval()
-    with exportable_experts(model, DENSE) as switched:
+    with exportable_experts(model, GATHERED) as switched:
         assert not switched
 
 
-def test_dense_experts_refuse_expert_parallel_layers():
+def test_gathered_experts_refuse_expert_parallel_layers():
     model = build("Mixtral")
     experts = next(m for m in model.modules() if getattr(getattr(m, "down_proj", None), "ndim", 0) == 3)
     experts._is_expert_parallel = True
     x = torch.randn(3, 64)
     with pytest.raises(NotImplementedError, match="expert parallelism"):
-        dense_experts_forward(experts, x, torch.zeros(3, 2, dtype=torch.long), torch.ones(3, 2))
+        gathered_experts_forward(experts, x, torch.zeros(3, 2, dtype=torch.long), torch.ones(3, 2))
+
+
+@pytest.mark.parametrize("family", ["Qwen3Moe", "GptOss"])
+def test_the_prefill_multiplies_each_token_by_its_chosen_experts_alone(family):
+    """The prompt's experts are gather_mm steps (each expert's rows one product on torch, no expert
+    applied to a token that did not choose it), with eager's sums: its logits match eager's to float
+    noise at every prompt length, with more experts than a token chooses."""
+    model = build(family)
+    lm = opcore.graph.capture_lm(model, max_length=48, measure=False)
+    plan = lm.prefill_plan
+    steps = [node.name for node in plan.graph.nodes if node.op == "gather_mm"]
+    # up (or gate_up) and down per MoE layer
+    assert len(steps) == 2 * model.config.num_hidden_layers, plan.explain()
+    on = {d.node: d.backend for d in plan.decisions}
+    assert {on[name] for name in steps} == {"cpu"}, plan.explain()
+    for length in (2, 9, 31):
+        ids = prompt(length=length, seed=length)
+        want = model.generate(ids, max_new_tokens=1, do_sample=False, output_logits=True, return_dict_in_generate=True,
+                              eos_token_id=None, pad_token_id=0).logits[0]  # fmt: skip
+        got = lm.session().prefill(ids)
+        assert (got - want).abs().max().item() <= 1e-4

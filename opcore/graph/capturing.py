@@ -16,7 +16,7 @@ from opcore.errors import ArgumentError
 from opcore.graph.assembly import assemble
 from opcore.graph.decomposing import decompositions
 from opcore.graph.errors import CaptureError
-from opcore.graph.experts import DENSE, exportable_experts
+from opcore.graph.experts import GATHERED, exportable_experts
 from opcore.graph.llama4_export import exportable_llama4
 from opcore.graph.measuring import Timer, interleaved
 from opcore.graph.options import PlanOptions
@@ -185,7 +185,7 @@ FROZEN_NOTE = (
 
 
 def export(
-    model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic_shapes: Any, *, experts: str = DENSE
+    model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic_shapes: Any, *, experts: str = GATHERED
 ) -> Any:
     """torch.export's program with nothing decomposed (every op stays whole: linear, attention, ...),
     in functional form; the exporter's refusal becomes a CaptureError with its reason. ``experts``:

@@ -9,15 +9,18 @@ tokens, a loop whose length is data. So ``export`` asks for one of two implement
 compute the same sum of the same experts with the same routing weights, without data-dependent
 shapes:
 
+* ``GATHERED`` (``opcore_gather_mm``, registered here in transformers' ``ExpertsInterface``), for a
+  prompt (capture_lm's prefill) and ``capture``'s forward: each (token, chosen expert) pair's row
+  multiplied by its expert's matrix through ``opcore::gather_mm``, a torch custom op defined here
+  that plans run as opcore's ``gather_mm`` (on a torch backend: the rows grouped by expert, one
+  matrix product per expert chosen, no weight copied). The arithmetic is eager's (``grouped_mm``),
+  and so is the sum over a token's k experts (its k rows summed in order). No graph runtime has a
+  kernel for it, so each expert product is a step of its own between partitions;
 * ``ONE_TOKEN`` (transformers' ``batched_mm``), for a step of one token a row (capture_lm's
   decode): the chosen experts' weights gathered and multiplied in a batch (gather + bmm, which a
   graph runtime takes into its partition): only the k chosen experts are read, but each is copied
   once per (row, expert) pair, so it is never used for a prompt (128 tokens x k experts would copy
-  128 k expert matrices);
-* ``DENSE`` (``opcore_dense``, registered here in transformers' ``ExpertsInterface``), for every
-  other step (a prompt, ``capture``'s forward): every expert applied to every token, each result
-  weighted by its routing weight (zero for an expert the token did not choose): each weight read
-  once, no copy, at num_experts / k times the experts' arithmetic of eager.
+  128 k expert matrices).
 
 A model without experts, or a transformers without these names, is exported as it is.
 """
@@ -29,45 +32,65 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["DENSE", "ONE_TOKEN", "dense_experts_forward", "exportable_experts"]
+__all__ = ["GATHERED", "ONE_TOKEN", "exportable_experts", "gathered_experts_forward"]
 
-DENSE = "opcore_dense"
+GATHERED = "opcore_gather_mm"
 ONE_TOKEN = "batched_mm"
+_GATHER_MM = "opcore::gather_mm"
 
 
-def dense_experts_forward(self: Any, hidden_states: Any, top_k_index: Any, top_k_weights: Any) -> Any:
+def gathered_experts_forward(self: Any, hidden_states: Any, top_k_index: Any, top_k_weights: Any) -> Any:
     """transformers' experts forward (``use_experts_implementation``'s signature and attributes:
-    has_gate, has_bias, is_transposed, has_post_expert_norm, ``_apply_gate``, ``act_fn``) with every
-    expert applied to every token: hidden_states (tokens, hidden), top_k_index / top_k_weights
-    (tokens, k) -> (tokens, hidden)."""
+    has_gate, has_bias, is_transposed, has_post_expert_norm, ``_apply_gate``, ``act_fn``) with each
+    (token, chosen expert) pair's row multiplied by that expert's weights alone
+    (``opcore::gather_mm``): hidden_states (tokens, hidden), top_k_index / top_k_weights (tokens, k)
+    -> (tokens, hidden)."""
     import torch
 
     if getattr(self, "_is_expert_parallel", False):
-        raise NotImplementedError("opcore's dense experts run every expert of one process (no expert parallelism)")
-    experts = self.num_experts
-    # (tokens, experts): a token's routing weight for each expert, 0 where it chose another
-    chosen = top_k_index.unsqueeze(-1) == torch.arange(experts, device=top_k_index.device)
-    routing = (chosen.to(top_k_weights.dtype) * top_k_weights.unsqueeze(-1)).sum(dim=1)
-    x = hidden_states.unsqueeze(0).expand(experts, -1, -1)  # (experts, tokens, hidden)
+        raise NotImplementedError("opcore's gathered experts run every expert of one process (no expert parallelism)")
+    define_gather_mm()
+    tokens, k = top_k_index.shape
+    experts = top_k_index.reshape(-1)  # (tokens * k,): the pairs, a token's k experts side by side
+    rows = hidden_states.unsqueeze(1).expand(-1, k, -1).reshape(tokens * k, hidden_states.shape[-1])
 
     def linear(inputs: Any, weight: Any, bias: Any) -> Any:
-        out = torch.matmul(inputs, weight if self.is_transposed else weight.transpose(1, 2))
-        return out + bias.unsqueeze(1) if bias is not None else out
+        # gather_mm takes (experts, in, out); transformers stores (experts, out, in) unless is_transposed
+        out = torch.ops.opcore.gather_mm(inputs, weight if self.is_transposed else weight.transpose(1, 2), experts)
+        return out + bias[experts] if bias is not None else out
 
     if self.has_gate:
-        projected = linear(x, self.gate_up_proj, self.gate_up_proj_bias if self.has_bias else None)
+        projected = linear(rows, self.gate_up_proj, self.gate_up_proj_bias if self.has_bias else None)
         projected = self._apply_gate(projected)
     else:
-        projected = self.act_fn(linear(x, self.up_proj, self.up_proj_bias if self.has_bias else None))
+        projected = self.act_fn(linear(rows, self.up_proj, self.up_proj_bias if self.has_bias else None))
     out = linear(projected, self.down_proj, self.down_proj_bias if self.has_bias else None)
     if self.has_post_expert_norm:
         out = self.post_expert_norm(out)
-    weighted = out * routing.transpose(0, 1).unsqueeze(-1).to(out.dtype)
-    return weighted.sum(dim=0).to(hidden_states.dtype)
+    weighted = out * top_k_weights.reshape(tokens * k, 1).to(out.dtype)
+    return weighted.view(tokens, k, -1).sum(dim=1).to(hidden_states.dtype)
+
+
+def define_gather_mm() -> None:
+    """``torch.ops.opcore.gather_mm(x, w, index)``: opcore's ``gather_mm`` contract as a torch custom
+    op (the cpu and cuda backends' kernel, a shape-only fake for torch.export), defined once."""
+    import torch
+
+    if hasattr(torch.ops.opcore, "gather_mm"):
+        return
+    from opcore.torchkit.torch_kernels import gather_mm
+
+    def fake(x: Any, w: Any, index: Any) -> Any:
+        return x.new_empty((x.shape[0], w.shape[2]))
+
+    torch.library.custom_op(
+        _GATHER_MM, gather_mm, mutates_args=(), schema="(Tensor x, Tensor w, Tensor index) -> Tensor"
+    )
+    torch.library.register_fake(_GATHER_MM, fake)
 
 
 def _registered() -> bool:
-    """Whether transformers has the experts interface (DENSE registered in it on the first call);
+    """Whether transformers has the experts interface (GATHERED registered in it on the first call);
     False where transformers was never imported (then no model here is one of its)."""
     if "transformers" not in sys.modules:
         return False
@@ -75,8 +98,8 @@ def _registered() -> bool:
         from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
     except ImportError:
         return False
-    if DENSE not in ALL_EXPERTS_FUNCTIONS:
-        ALL_EXPERTS_FUNCTIONS.register(DENSE, dense_experts_forward)
+    if GATHERED not in ALL_EXPERTS_FUNCTIONS:
+        ALL_EXPERTS_FUNCTIONS.register(GATHERED, gathered_experts_forward)
     return True
 
 
@@ -102,8 +125,8 @@ def _settable(model: Any) -> list[Any]:
 
 @contextlib.contextmanager
 def exportable_experts(model: Any, implementation: str) -> Iterator[bool]:
-    """Within the block, ``model``'s transformers MoE layers run ``implementation`` (``DENSE`` or
-    ``ONE_TOKEN``); restored after. Yields whether any model was switched."""
+    """Within the block, ``model``'s transformers MoE layers run ``implementation`` (``GATHERED``
+    or ``ONE_TOKEN``); restored after. Yields whether any model was switched."""
     models = _settable(model) if _registered() else []
     saved = [m.get_experts_implementation() for m in models]
     try:

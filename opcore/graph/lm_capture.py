@@ -355,7 +355,7 @@ def _lower_step(
     from torch.utils import _pytree
 
     from opcore.graph.capturing import export, program_constants
-    from opcore.graph.experts import DENSE, ONE_TOKEN
+    from opcore.graph.experts import GATHERED, ONE_TOKEN
     from opcore.graph.lowering import lower
     from opcore.graph.masks import drop_full_masks
     from opcore.graph.quantizing import quantize_weights
@@ -369,7 +369,7 @@ def _lower_step(
     started = time.perf_counter()
     try:
         # a decode step's MoE experts as gather + bmm (a graph runtime's partition takes them)
-        program = export(module, examples, {}, dynamic, experts=ONE_TOKEN if length == 1 else DENSE)
+        program = export(module, examples, {}, dynamic, experts=ONE_TOKEN if length == 1 else GATHERED)
     except CaptureError as error:
         raise CaptureError(
             f"the {'decode' if length == 1 else 'prefill'} step could not be exported: {error.args[0]}",

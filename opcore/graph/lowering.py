@@ -237,7 +237,7 @@ def _lower_call(
         if qualified in ("aten.sym_size.int", "aten.sym_numel.default"):
             _scalar_node(fx_node, qualified.split(".")[1], env, values, concrete, nodes)
             return
-        if target.namespace != "aten":
+        if target.namespace not in ("aten", "opcore"):  # opcore: opcore's own torch ops (opcore.graph.experts)
             raise CaptureError(
                 f"node {name!r} calls {qualified}, which is not an ATen op; a plan runs ATen and opcore ops",
                 op=_CAPTURE,

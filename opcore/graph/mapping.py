@@ -170,6 +170,8 @@ RULES: Mapping[str, Rule] = {
     "aten.matmul.default": _rule("matmul", x="self", y="other"),
     "aten.mm.default": _rule("matmul", x="self", y="mat2"),
     "aten.bmm.default": _rule("bmm", x="self", y="mat2"),
+    # opcore::gather_mm, the custom op prompt-length MoE experts are exported through (opcore.graph.experts)
+    "opcore.gather_mm.default": _rule("gather_mm", x="x", w="w", index="index"),
     # GPT-2's Conv1D: addmm(bias, x2d, w) with w stored (in, out), not transposed as linear's
     "aten.addmm.default": _rule("addmm", x="self", mat1="mat1", mat2="mat2", beta="beta", alpha="alpha"),
     # elementwise
