@@ -74,22 +74,50 @@ def test_greedy_tokens_equal_transformers_generate(family):
     want = model.generate(ids, max_new_tokens=20, do_sample=False, eos_token_id=None, pad_token_id=0)
     got = lm.generate(ids, max_new_tokens=20, eos_token_id=[])
     assert torch.equal(got, want), f"{family}: {got[0, 10:].tolist()} != {want[0, 10:].tolist()}"
-    if "openvino" in compilers() and family not in ("Phimoe", "DeepseekV3"):
-        # the chosen experts' weights are gathered inside a partition: the router's top-k indices
-        # are proven in range (opcore.graph.ranges); Phimoe's sparsemixer picks its experts through
-        # max.dim, scatter and concat, DeepSeek's group-limited routing through masked_fill of a
-        # top-k's scatter: the value ranges follow neither (their experts are gathered on torch)
-        plan = lm.decode_plan
-        graph = plan.graph
-        gathers = {
-            node.name
-            for node in graph.nodes
-            if node.op == "index" and getattr(node.args[0], "name", None) in graph.constants
-            and graph.values[node.args[0].name].meta.ndim == 3
-        }  # fmt: skip
-        assert gathers
-        outside = [d.node for d in plan.decisions if d.node in gathers and d.partition is None]
-        assert not outside, plan.explain()
+    # unmeasured, the decode step's experts are gather_mm steps too (no expert's weights copied)
+    assert any(node.op == "gather_mm" for node in lm.decode_plan.graph.nodes), lm.decode_plan.explain()
+
+
+def _one_token_decode_plan(model: Any, backends: Any = None) -> Any:
+    """The decode step with its experts as gather + bmm (what capture_lm measures against gather_mm)."""
+    from opcore.graph.decoder import CachedDecoder
+    from opcore.graph.lm_capture import _lower_step, _plan
+    from opcore.types import Device
+
+    place = Device.parse("cpu")
+    lowered = _lower_step(CachedDecoder(model, 1, 48), 1, 48, 1, place, experts=ONE_TOKEN)
+    return _plan(lowered, place, backends, None, partitions=True)
+
+
+@pytest.mark.skipif("openvino" not in compilers(), reason="the partitions checked are OpenVINO's")
+@pytest.mark.parametrize("family", sorted(set(FAMILIES) - {"Phimoe", "DeepseekV3"}))
+def test_gathered_expert_weights_stay_inside_the_partition(family):
+    # the chosen experts' weights are gathered inside a partition: the router's top-k indices are
+    # proven in range (opcore.graph.ranges); Phimoe's sparsemixer picks its experts through max.dim,
+    # scatter and concat, DeepSeek's group-limited routing through masked_fill of a top-k's scatter:
+    # the value ranges follow neither (their experts are gathered on torch)
+    plan = _one_token_decode_plan(build(family))
+    graph = plan.graph
+    gathers = {
+        node.name
+        for node in graph.nodes
+        if node.op == "index" and getattr(node.args[0], "name", None) in graph.constants
+        and graph.values[node.args[0].name].meta.ndim == 3
+    }  # fmt: skip
+    assert gathers
+    outside = [d.node for d in plan.decisions if d.node in gathers and d.partition is None]
+    assert not outside, plan.explain()
+
+
+def test_the_decode_step_s_two_expert_forms_compete_at_capture():
+    model = build("Qwen3Moe")
+    lm = opcore.graph.capture_lm(model, max_length=48, measure=True)
+    told = lm.decode_plan.notes[0]
+    assert told.startswith("decode step measured at capture:"), told
+    assert "ranked (experts as gather + bmm)" in told, told
+    ids = prompt()
+    want = model.generate(ids, max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert torch.equal(lm.generate(ids, max_new_tokens=12, eos_token_id=[]), want)
 
 
 def test_bfloat16_experts_decode_as_eager():

@@ -10,17 +10,18 @@ compute the same sum of the same experts with the same routing weights, without 
 shapes:
 
 * ``GATHERED`` (``opcore_gather_mm``, registered here in transformers' ``ExpertsInterface``), for a
-  prompt (capture_lm's prefill) and ``capture``'s forward: each (token, chosen expert) pair's row
-  multiplied by its expert's matrix through ``opcore::gather_mm``, a torch custom op defined here
-  that plans run as opcore's ``gather_mm`` (on a torch backend: the rows grouped by expert, one
-  matrix product per expert chosen, no weight copied). The arithmetic is eager's (``grouped_mm``),
-  and so is the sum over a token's k experts (its k rows summed in order). No graph runtime has a
-  kernel for it, so each expert product is a step of its own between partitions;
-* ``ONE_TOKEN`` (transformers' ``batched_mm``), for a step of one token a row (capture_lm's
-  decode): the chosen experts' weights gathered and multiplied in a batch (gather + bmm, which a
-  graph runtime takes into its partition): only the k chosen experts are read, but each is copied
-  once per (row, expert) pair, so it is never used for a prompt (128 tokens x k experts would copy
-  128 k expert matrices).
+  prompt (capture_lm's prefill), ``capture``'s forward and the host's decode step: each (token,
+  chosen expert) pair's row multiplied by its expert's matrix through ``opcore::gather_mm``, a
+  torch custom op defined here that plans run as opcore's ``gather_mm`` (on a torch backend: the
+  rows grouped by expert, one matrix product per expert chosen, no weight copied). The arithmetic
+  is eager's (``grouped_mm``), and so is the sum over a token's k experts (its k rows summed in
+  order). No graph runtime has a kernel for it, so each expert product is a step of its own
+  between partitions;
+* ``ONE_TOKEN`` (transformers' ``batched_mm``), for a step of one token a row (capture_lm's decode
+  on a GPU, and on the host where it measures faster: small experts): the chosen experts' weights
+  gathered and multiplied in a batch (gather + bmm, which a graph runtime takes into its
+  partition): only the k chosen experts are read, but each is copied once per (row, expert) pair,
+  so it is never used for a prompt (128 tokens x k experts would copy 128 k expert matrices).
 
 A model without experts, or a transformers without these names, is exported as it is.
 """
@@ -67,7 +68,9 @@ def gathered_experts_forward(self: Any, hidden_states: Any, top_k_index: Any, to
     out = linear(projected, self.down_proj, self.down_proj_bias if self.has_bias else None)
     if self.has_post_expert_norm:
         out = self.post_expert_norm(out)
-    weighted = out * top_k_weights.reshape(tokens * k, 1).to(out.dtype)
+    # as transformers' grouped_mm and batched_mm: the routing weights in their own dtype (float32
+    # weights lift a bfloat16 model's products to float32 before the sum)
+    weighted = out * top_k_weights.reshape(tokens * k, 1)
     return weighted.view(tokens, k, -1).sum(dim=1).to(hidden_states.dtype)
 
 

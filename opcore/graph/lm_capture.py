@@ -207,41 +207,60 @@ def _decode_plan(
     faster stays: the graph runtimes' rank is a default, and a step called once per token is where
     their fixed cost per call and their kernels for one row show (on a 2-core EPYC an OpenVINO infer
     of a tiny model costs ~90 us, ONNX Runtime's a few tens). A plan that loses is dropped before the
-    next is built, so at most two hold their runtimes' copies of the weights at once."""
+    next is built, so at most two hold their runtimes' copies of the weights at once.
+
+    A MoE model's experts compete in both exported forms (opcore.graph.experts) the same way:
+    GATHERED (the experts' products on torch between partitions, no weight copied) and ONE_TOKEN
+    (gather + bmm inside a partition, each chosen expert copied per token: the faster for small
+    experts, 2.3x slower than GATHERED at 64 experts of 1024 x 768). Unmeasured, a MoE decode step is
+    GATHERED on the host and ONE_TOKEN on a GPU (whose decode step is replayed as a CUDA graph, which
+    gather_mm's host-side grouping would break)."""
     import gc
 
+    from opcore.graph.experts import GATHERED, ONE_TOKEN
+
     split = splits(place, backends)
+    wide = split_dtypes(backends) if split else frozenset()
+    on_host = place.type.value == "cpu"
     lowered = _lower_step(
-        module, batch_size, max_length, 1, place, weighing, split, split_dtypes(backends) if split else frozenset()
+        module, batch_size, max_length, 1, place, weighing, split, wide, GATHERED if on_host else ONE_TOKEN
     )
     best = _plan(lowered, place, backends, timer, partitions=True)
-    if backends is not None or compare is None or place.type.value != "cpu":
+    if backends is not None or compare is None or not on_host:
         return best
     from opcore.graph.options import torch_route
     from opcore.graph.partition import compilers
 
     torch_backend = torch_route(best.options).backends or ("cpu",)
     label, told = "ranked", []
-    for name in sorted(compilers()):
-        try:
-            other = _plan(lowered, place, (name, *torch_backend), None, partitions=True)
-        except Exception as error:  # a runtime that cannot take this model: the others still compete
-            told.append(f"{name} alone not planned ({type(error).__name__}: {error})")
-            continue
-        try:
-            times = compare({label: _runner(best, lowered), name: _runner(other, lowered)})
-        except OpcoreError as error:  # a runtime whose plan fails on this step's inputs: it does not compete
-            if _fails(best, lowered):
-                raise
-            told.append(f"{name} alone failed ({type(error).__name__}: {str(error).splitlines()[0]})")
+    forms: list[tuple[str, Lowered | None]] = [("", lowered)]
+    if any(node.op == "gather_mm" for node in lowered.graph.nodes):
+        forms.append((" (experts as gather + bmm)", None))  # lowered when its turn comes
+    for form, ready in forms:
+        step = ready or _lower_step(module, batch_size, max_length, 1, place, weighing, split, wide, ONE_TOKEN)
+        # the first form's ranked plan is ``best`` already
+        candidates: list[tuple[str, Sequence[str] | None]] = [] if ready else [(f"ranked{form}", None)]
+        candidates += [(f"{name} alone{form}", (name, *torch_backend)) for name in sorted(compilers())]
+        for name, runs_on in candidates:
+            try:
+                other = _plan(step, place, runs_on, timer if runs_on is None else None, partitions=True)
+            except Exception as error:  # a runtime that cannot take this model: the others still compete
+                told.append(f"{name} not planned ({type(error).__name__}: {error})")
+                continue
+            try:
+                times = compare({label: _runner(best, lowered), name: _runner(other, step)})
+            except OpcoreError as error:  # a runtime whose plan fails on this step's inputs: it does not compete
+                if _fails(best, lowered):
+                    raise
+                told.append(f"{name} failed ({type(error).__name__}: {str(error).splitlines()[0]})")
+                del other
+                gc.collect()
+                continue
+            told.append(f"{label} {times[label] * 1e6:.0f} us against {name} {times[name] * 1e6:.0f} us")
+            if times[name] < times[label]:
+                best, label, lowered = other, name, step
             del other
             gc.collect()
-            continue
-        told.append(f"{label} {times[label] * 1e6:.0f} us against {name} alone {times[name] * 1e6:.0f} us")
-        if times[name] < times[label]:
-            best, label = other, f"{name} alone"
-        del other
-        gc.collect()
     best.notes.insert(0, f"decode step measured at capture: {'; '.join(told)}: runs {label}")
     return best
 
@@ -346,16 +365,18 @@ def _lower_step(
     weighing: Weighing | None = None,
     split: bool = False,
     wide: frozenset[DType] = frozenset(),
+    experts: str | None = None,
 ) -> Lowered:
     """One step exported and lowered: ``length`` 1 is the static decode step; more, the prefill with
     a dynamic sequence dim (2 .. max_length); ``weighing``: its linears quantized; ``split``: its
     attention over the just-written cache split (opcore.graph.split_attention), in float32 and in the
-    dtypes ``wide`` (``split_dtypes``)."""
+    dtypes ``wide`` (``split_dtypes``); ``experts``: how MoE experts are exported (opcore.graph.experts;
+    None: GATHERED)."""
     from torch.export import Dim
     from torch.utils import _pytree
 
     from opcore.graph.capturing import export, program_constants
-    from opcore.graph.experts import GATHERED, ONE_TOKEN
+    from opcore.graph.experts import GATHERED
     from opcore.graph.lowering import lower
     from opcore.graph.masks import drop_full_masks
     from opcore.graph.quantizing import quantize_weights
@@ -368,8 +389,7 @@ def _lower_step(
         dynamic = ({1: seq}, {1: seq}, {0: seq}, None)
     started = time.perf_counter()
     try:
-        # a decode step's MoE experts as gather + bmm (a graph runtime's partition takes them)
-        program = export(module, examples, {}, dynamic, experts=ONE_TOKEN if length == 1 else GATHERED)
+        program = export(module, examples, {}, dynamic, experts=experts or GATHERED)
     except CaptureError as error:
         raise CaptureError(
             f"the {'decode' if length == 1 else 'prefill'} step could not be exported: {error.args[0]}",
