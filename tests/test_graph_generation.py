@@ -271,18 +271,22 @@ def test_alibi_of_mpt_over_left_padded_rows():
     assert all("forward" not in vars(m) for m in model.modules())  # its attention given back
 
 
-def test_llama4_rotary_in_complex_numbers_and_its_experts_generate():
+@pytest.mark.parametrize("top_k", [1, 2])
+def test_llama4_rotary_in_complex_numbers_and_its_experts_generate(top_k):
     """Llama 4's text model: rotary frequencies made with torch.polar and multiplied as complex
-    pairs, a mixture-of-experts layer (opcore.graph.llama4_export): greedy tokens, rows alone and
-    left-padded, equal to model.generate's; the model's own forms given back after capture."""
+    pairs, a mixture-of-experts layer (opcore.graph.llama4_export) whose tokens go through the
+    experts they chose alone (gather_mm; eager runs every expert on every token): greedy tokens, rows
+    alone and left-padded, equal to model.generate's; the model's own forms given back after capture."""
     llama4 = pytest.importorskip("transformers.models.llama4.modeling_llama4", reason="transformers without Llama 4")
     config = transformers.Llama4TextConfig(
         vocab_size=VOCAB, hidden_size=64, intermediate_size=128, intermediate_size_mlp=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=1,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=top_k,
         moe_layers=[1], no_rope_layers=[1, 1], attention_chunk_size=8192, **_IDS,
     )  # fmt: skip
     model = built(transformers.Llama4ForCausalLM, config)
     lm = opcore.graph.capture_lm(model, max_length=40, batch_size=2, measure=False)
+    for plan in (lm.prefill_plan, lm.decode_plan):
+        assert sum(node.op == "gather_mm" for node in plan.graph.nodes) == 2, plan.explain()
     ids = prompt()
     want = model.generate(ids, max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0)
     assert torch.equal(lm.generate(ids, max_new_tokens=12, eos_token_id=[]), want)

@@ -6,11 +6,14 @@
   Within ``exportable_llama4`` its rotary module returns the same frequencies as a real tensor of
   (cos, sin) pairs, and the module's ``apply_rotary_emb`` multiplies the pairs out:
   ``(a + ib)(c + is) = (ac - bs) + i(as + bc)``, in float32 as the complex product is.
-* **The experts' sum.** ``Llama4TextMoe`` adds its experts' outputs with ``reshape(experts, -1,
-  hidden).sum(0)``; with a dynamic number of tokens (the prefill) torch.export cannot prove the
-  reshape's strides (a guard ``s * min(h, h * s) == h * s`` it does not reduce) and refuses the
-  prompt's range. Within the block the sum stacks the experts' row blocks instead (the same values
-  in the same order: ``stack(...).sum(0)``).
+* **Every expert on every token.** ``Llama4TextMoe`` multiplies every token by every expert (a
+  token's input scaled by its routing score, 0 for an expert it did not choose) and adds the
+  blocks up with ``reshape(experts, -1, hidden).sum(0)``, which torch.export cannot prove for a
+  dynamic number of tokens (a guard ``s * min(h, h * s) == h * s`` it does not reduce). Within the
+  block each token's row, scaled by its score, is multiplied by the k experts it chose alone
+  (``opcore::gather_mm``, as opcore.graph.experts) and their k outputs summed: the unchosen
+  experts' exact zeros are left out of the sum, so the values are eager's, at k / experts of its
+  arithmetic and weight reads.
 
 Everything is given back after the block.
 
@@ -65,18 +68,25 @@ def _apply_pairs(xq: Any, xk: Any, freqs: Any) -> tuple[Any, Any]:
 def _moe_forward(module: Any) -> Any:
     import torch
 
+    from opcore.graph.experts import define_gather_mm
+
+    define_gather_mm()
+    experts = module.experts
+
     def forward(hidden_states: Any) -> tuple[Any, Any]:
-        # as Llama4TextMoe.forward, the experts' row blocks stacked rather than reshaped
+        # as Llama4TextMoe.forward, each token through the experts its router chose alone
         hidden_states = hidden_states.reshape(-1, module.hidden_dim)
         tokens = hidden_states.shape[0]
         router_scores, router_logits = module.router(hidden_states)
-        experts = router_scores.shape[1]
-        routed_in = hidden_states.repeat(experts, 1)
-        routed_in = routed_in * router_scores.transpose(0, 1).reshape(-1, 1)
-        routed_out = module.experts(routed_in)
-        blocks = torch.stack([routed_out[e * tokens : (e + 1) * tokens] for e in range(experts)])
+        k = module.router.top_k
+        chosen = torch.topk(router_logits, k, dim=1).indices  # the router's own top-k
+        scores = router_scores.gather(1, chosen)  # (tokens, k): the sigmoid the router gave them
+        rows = (hidden_states.unsqueeze(1) * scores.unsqueeze(-1)).reshape(tokens * k, module.hidden_dim)
+        index = chosen.reshape(-1)
+        gate, up = torch.ops.opcore.gather_mm(rows, experts.gate_up_proj, index).chunk(2, dim=-1)
+        routed = torch.ops.opcore.gather_mm(up * experts.act_fn(gate), experts.down_proj, index)
         out = module.shared_expert(hidden_states)
-        out.add_(blocks.sum(dim=0))
+        out.add_(routed.view(tokens, k, module.hidden_dim).sum(dim=1))
         return out, router_logits
 
     return forward
@@ -84,8 +94,8 @@ def _moe_forward(module: Any) -> Any:
 
 @contextlib.contextmanager
 def exportable_llama4(model: Any) -> Iterator[int]:
-    """Within the block, a Llama 4 text model's rotary embedding in real arithmetic and its experts'
-    sum without a reshape (the module doc); restored after. Yields how many modules were changed
+    """Within the block, a Llama 4 text model's rotary embedding in real arithmetic and its experts
+    run on the tokens that chose them alone (the module doc); restored after. Yields how many modules were changed
     (0: not a Llama 4)."""
     rotary = modules_of(model, _LLAMA4, "Llama4TextRotaryEmbedding")
     changes = [(m, "forward", _pairs_forward(m)) for m in rotary]
