@@ -202,3 +202,14 @@ def test_the_prefill_multiplies_each_token_by_its_chosen_experts_alone(family):
                               eos_token_id=None, pad_token_id=0).logits[0]  # fmt: skip
         got = lm.session().prefill(ids)
         assert (got - want).abs().max().item() <= 1e-4
+
+
+def test_a_quantized_moe_decoder_says_its_experts_stay_float():
+    model = build("Qwen3Moe")
+    lm = opcore.graph.capture_lm(model, max_length=40, weights="int8", measure=False)
+    experts = sum(p.numel() * 4 for n, p in model.named_parameters() if p.ndim == 3) / 1e6
+    for plan in (lm.prefill_plan, lm.decode_plan):
+        said = next(note for note in plan.notes if note.startswith("weights int8"))
+        assert f"4 other float weight(s) not quantized ({experts:.1f} MB, read by gather_mm" in said, said
+    ids = prompt()
+    assert lm.generate(ids, max_new_tokens=4, eos_token_id=[]).shape == (1, 14)

@@ -155,8 +155,46 @@ def quantize_weights(
         + (" (the logits' linear kept at int8, as NNCF does)" if logits and spec.bits == 4 else "")
         + (f"; {counts['embedding']} embedding table(s) int8 per row" if counts["embedding"] else "")
         + (f"; {len(kept)} kept float (exclude={list(spec.exclude)} or not a 2-D float weight)" if kept else "")
+        + _unquantized(graph, constants, readers, set(added))
     ]
     return quantized, notes
+
+
+_VIEWS = ("transpose", "permute", "reshape", "expand", "unsqueeze")
+
+
+def _reading_ops(graph: Graph, readers: dict[str, list[int]], name: str) -> set[str]:
+    """The ops that read ``name``, through the views taken of it (a transposed expert stack is read
+    by gather_mm)."""
+    found: set[str] = set()
+    for i in readers.get(name, ()):
+        node = graph.nodes[i]
+        if node.op in _VIEWS:
+            for output in node.outputs:
+                found |= _reading_ops(graph, readers, output)
+        else:
+            found.add(node.op)
+    return found
+
+
+def _unquantized(graph: Graph, constants: dict[str, Any], readers: dict[str, list[int]], added: set[str]) -> str:
+    """The float weights of 2 or more dims that ops without a quantized form read (a MoE layer's
+    experts through gather_mm or a gather), said with their bytes: they stay float."""
+    names, ops, size = 0, set(), 0
+    for name in graph.constants:
+        tensor = constants.get(name)
+        if name in added or tensor is None or tensor.ndim < 2 or not tensor.is_floating_point():
+            continue
+        reading = _reading_ops(graph, readers, name) - set(_QUANTIZED)
+        if reading:
+            names, size = names + 1, size + tensor.numel() * tensor.element_size()
+            ops |= reading
+    if not names:
+        return ""
+    return (
+        f"; {names} other float weight(s) not quantized ({size / 1e6:.1f} MB, read by {', '.join(sorted(ops))}:"
+        " no quantized form)"
+    )
 
 
 def _storage(tensor: Any) -> tuple[Any, ...]:
