@@ -513,17 +513,25 @@ def gather(x: Tensor, dim: int, index: Tensor) -> Tensor:
         raise
 
 
+# gather_mm's rows up to which a product a row costs less than grouping them (8 rows of 1024 over 64
+# experts: 60-130 us less a call on the AMX Xeon)
+_GATHER_ROWS = 16
+
+
 def gather_mm(x: Tensor, w: Tensor, index: Tensor) -> Tensor:
-    """Row i: x[i] @ w[index[i]]. The rows are sorted by group (stable) and each group present is one
-    matrix product of its rows, so every matrix of w is read once and none is copied; a call with every
-    row in one group is one product."""
+    """Row i: x[i] @ w[index[i]]. Up to _GATHER_ROWS rows (a decode step's token times its k experts)
+    each row is one product; more rows are sorted by group (stable) and each group present is one
+    matrix product of its rows. Either way every matrix of w is read where it is, none copied; a call
+    with every row in one group is one product."""
     rows = x.shape[0]
     out = x.new_empty((rows, w.shape[2]))
     if rows == 0:
         return out
     _check_range("index", index, w.shape[0], False)
-    if rows == 1:
-        return torch.mm(x, w[int(index[0])], out=out)
+    if rows <= _GATHER_ROWS:  # a row a product: no sort, no gather of x, no scatter of the results
+        for row, group in enumerate(index.tolist()):
+            torch.mm(x[row : row + 1], w[group], out=out[row : row + 1])
+        return out
     groups, order = torch.sort(index, stable=True)
     present, counts = torch.unique_consecutive(groups, return_counts=True)
     if present.numel() == 1:
