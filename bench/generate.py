@@ -8,8 +8,10 @@ three sizes: "small" (LlamaForCausalLM, 2 layers, hidden 512, 8 heads, intermedi
 Qwen2-0.5B shape: Qwen2Config hidden 896, 24 layers, 14 heads, 2 kv heads, intermediate 4864,
 vocabulary 151936, tied embeddings); with ``--models moe`` (not in the default list) a mixture of
 experts, "moe" (Qwen3MoeConfig hidden 512, 8 layers, 8 heads, 2 kv heads, 16 experts of intermediate
-256 of which each token takes 4, vocabulary 8000, untied: 64M parameters), whose decode step reads
-only the chosen experts (its ceiling counts those, ``unread_expert_bytes``). The logits are scaled
+256 of which each token takes 4, vocabulary 8000, untied: 64M parameters) and "moe64" (hidden
+1024, 4 layers, 16 heads, 4 kv heads, 64 experts of intermediate 768 of which each token takes 8, as
+wide as Qwen3-30B-A3B's: 631M parameters), whose decode steps read only the chosen experts (their
+ceilings count those, ``unread_expert_bytes``). The logits are scaled
 by LOGIT_SCALE (16), so that they spread over tens of units as a trained model's do (random
 initialisation gives a standard deviation of ~0.5): an untied lm_head's weight is multiplied by it;
 with tied embeddings the table is the input embedding too, so the final RMSNorm's gain is multiplied
@@ -223,6 +225,12 @@ SHAPES = {
     "moe": Shape(
         "moe", "Qwen3-MoE shape, 16 experts, top 4 (Qwen3MoeConfig)", "qwen3_moe", 512, 8, 8, 2, 1024, 8000,
         False, 1000000.0, experts=16, top_k=4, expert_intermediate=256,
+    ),
+    # experts as wide as Qwen3-30B-A3B's (64 of intermediate 768, top 8) on 4 layers of hidden 1024:
+    # 631M parameters, a token reads ~77M; copying the chosen experts a step costs more than reading them
+    "moe64": Shape(
+        "moe64", "Qwen3-MoE shape, 64 experts of 768, top 8 (Qwen3MoeConfig)", "qwen3_moe", 1024, 4, 16, 4, 2048,
+        8000, False, 1000000.0, experts=64, top_k=8, expert_intermediate=768,
     ),
 }  # fmt: skip
 DEFAULT_MODELS = ("small", "135m", "0.5b")

@@ -101,6 +101,11 @@ def test_a_mixture_of_experts_counts_only_the_experts_a_step_can_read(bench):
     assert bench.weight_bytes_read(model, 2) == 4 * (params - table - experts * 8 // 16)
     assert bench.weight_bytes_read(model, 4) == 4 * (params - table)  # 4 rows x 4: every expert may be read
     assert bench.unread_expert_bytes(bench.SHAPES["small"].build(256, "meta"), 1) == 0  # no experts
+    wide = bench.SHAPES["moe64"].build(256, "meta")
+    experts = 4 * 64 * 3 * 768 * 1024
+    params = sum(p.numel() for p in wide.parameters())
+    assert params == 631_121_408
+    assert bench.weight_bytes_read(wide, 1) == 4 * (params - 8000 * 1024 - experts * 56 // 64)  # 8 of 64
 
 
 def test_the_ceiling_is_bandwidth_over_bytes_per_step_for_every_row(bench):
