@@ -78,7 +78,7 @@ def test_greedy_tokens_equal_transformers_generate(family):
     assert any(node.op == "gather_mm" for node in lm.decode_plan.graph.nodes), lm.decode_plan.explain()
 
 
-def _one_token_decode_plan(model: Any, backends: Any = None) -> Any:
+def _one_token_decode_plan(model: Any) -> Any:
     """The decode step with its experts as gather + bmm (what capture_lm measures against gather_mm)."""
     from opcore.graph.decoder import CachedDecoder
     from opcore.graph.lm_capture import _lower_step, _plan
@@ -86,7 +86,7 @@ def _one_token_decode_plan(model: Any, backends: Any = None) -> Any:
 
     place = Device.parse("cpu")
     lowered = _lower_step(CachedDecoder(model, 1, 48), 1, 48, 1, place, experts=ONE_TOKEN)
-    return _plan(lowered, place, backends, None, partitions=True)
+    return _plan(lowered, place, None, None, partitions=True)
 
 
 @pytest.mark.skipif("openvino" not in compilers(), reason="the partitions checked are OpenVINO's")
@@ -156,7 +156,8 @@ def test_capture_of_a_moe_forward_matches_eager(family):
 @pytest.mark.parametrize("implementation", [GATHERED, ONE_TOKEN])
 def test_each_exported_form_computes_what_transformers_grouped_mm_does(family, implementation):
     model = build(family)
-    ids = prompt(length=7) if implementation == GATHERED else prompt(rows=3, length=1)
+    # 12 tokens x 2 experts: gather_mm's torch kernel groups the rows (a few rows it takes one by one)
+    ids = prompt(length=12) if implementation == GATHERED else prompt(rows=3, length=1)
     with torch.no_grad():
         want = model(ids, use_cache=False).logits
         with exportable_experts(model, implementation) as switched:

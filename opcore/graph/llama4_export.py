@@ -95,8 +95,8 @@ def _moe_forward(module: Any) -> Any:
 @contextlib.contextmanager
 def exportable_llama4(model: Any) -> Iterator[int]:
     """Within the block, a Llama 4 text model's rotary embedding in real arithmetic and its experts
-    run on the tokens that chose them alone (the module doc); restored after. Yields how many modules were changed
-    (0: not a Llama 4)."""
+    run on the tokens that chose them alone (the module doc); restored after. Yields how many
+    modules were changed (0: not a Llama 4)."""
     rotary = modules_of(model, _LLAMA4, "Llama4TextRotaryEmbedding")
     changes = [(m, "forward", _pairs_forward(m)) for m in rotary]
     changes += [(m, "forward", _moe_forward(m)) for m in modules_of(model, _LLAMA4, "Llama4TextMoe")]

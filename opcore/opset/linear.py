@@ -3,8 +3,7 @@
 The fused ops decompose into the unfused ones through ``opcore.run``, so a backend that
 has only ``linear`` and ``relu`` still serves ``linear_relu``.
 
->>> from opcore.opset.nn import INDEX_DTYPES
-from opcore.types import TensorMeta, DType
+>>> from opcore.types import TensorMeta, DType
 >>> LINEAR.meta(TensorMeta((5, 3), DType.FLOAT32), TensorMeta((4, 3), DType.FLOAT32), None).shape
 (5, 4)
 """
