@@ -295,6 +295,28 @@ def test_llama4_rotary_in_complex_numbers_and_its_experts_generate(top_k):
     assert all("forward" not in vars(m) for m in model.modules())
 
 
+def test_jetmoe_experts_of_attention_and_feed_forward_generate():
+    """JetMoE routes its attention projections and its feed-forward through experts whose row
+    counts its gating turns into a Python list (opcore.graph.jetmoe_export: each sorted row's expert
+    through gather_mm instead): greedy tokens, rows alone and left-padded, equal to model.generate's;
+    its modules given back after capture."""
+    pytest.importorskip("transformers.models.jetmoe.modeling_jetmoe", reason="transformers without JetMoE")
+    config = transformers.JetMoeConfig(
+        vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_key_value_heads=2, kv_channels=16,
+        intermediate_size=128, num_local_experts=4, num_experts_per_tok=2, max_position_embeddings=128,
+        initializer_range=0.2, **_IDS,  # its default 0.01 leaves a random model's tokens all alike
+    )  # fmt: skip
+    model = built(transformers.JetMoeForCausalLM, config)
+    lm = opcore.graph.capture_lm(model, max_length=40, batch_size=2, measure=False)
+    for plan in (lm.prefill_plan, lm.decode_plan):  # attention's two and the feed-forward's two a layer
+        assert sum(node.op == "gather_mm" for node in plan.graph.nodes) == 8, plan.explain()
+    ids = prompt()
+    want = model.generate(ids, max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert torch.equal(lm.generate(ids, max_new_tokens=12, eos_token_id=[]), want)
+    assert_left_padded_batch_equals_transformers(model, lm)
+    assert all("forward" not in vars(m) for m in model.modules())
+
+
 def test_gemma3n_layers_that_share_keys_and_values_hold_no_cache():
     """Gemma 3n's last layers read the keys and values an earlier layer computed in the same step
     (transformers' DummyLayer in its cache): only the layers that store get a cache buffer."""

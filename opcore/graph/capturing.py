@@ -17,6 +17,7 @@ from opcore.graph.assembly import assemble
 from opcore.graph.decomposing import decompositions
 from opcore.graph.errors import CaptureError
 from opcore.graph.experts import GATHERED, exportable_experts
+from opcore.graph.jetmoe_export import exportable_jetmoe
 from opcore.graph.llama4_export import exportable_llama4
 from opcore.graph.measuring import Timer, interleaved
 from opcore.graph.options import PlanOptions
@@ -201,7 +202,7 @@ def export(
             fix="wrap a function in a torch.nn.Module whose forward calls it",
         )
     try:
-        with exportable_experts(model, experts), exportable_llama4(model):
+        with exportable_experts(model, experts), exportable_llama4(model), exportable_jetmoe(model):
             program = torch.export.export(model, args, dict(kwargs), dynamic_shapes=dynamic_shapes, strict=False)
         # functionalise (no in-place ops left) and decompose only what opcore.graph.decomposing names: every other
         # op stays whole; opcore's own ATen fallback runs any op no backend claims
