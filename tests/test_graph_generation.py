@@ -295,6 +295,30 @@ def test_llama4_rotary_in_complex_numbers_and_its_experts_generate(top_k):
     assert all("forward" not in vars(m) for m in model.modules())
 
 
+_POSITION_TABLES = {  # positions read at arange(cache length, ...): opcore.graph.static_cache_fixes
+    "RoFormer": dict(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=128, max_position_embeddings=128, is_decoder=True),
+    "TrOCR": dict(vocab_size=VOCAB, d_model=64, decoder_layers=2, decoder_attention_heads=4, decoder_ffn_dim=128,
+                  max_position_embeddings=128, init_std=0.2),  # its default 0.02: a random model's tokens alike
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("prefix", sorted(_POSITION_TABLES))
+def test_position_tables_read_at_the_cache_slots(prefix):
+    """RoFormer's sinusoidal and TrOCR's learned positions come from the cache's length (an .item()
+    on capture_lm's static cache): read at the step's cache slots, tokens equal model.generate's,
+    rows alone and left-padded; the modules given back after capture."""
+    config_class, model_class = getattr(transformers, f"{prefix}Config"), getattr(transformers, f"{prefix}ForCausalLM")
+    model = built(model_class, config_class(**_POSITION_TABLES[prefix], **_IDS))
+    lm = opcore.graph.capture_lm(model, max_length=40, batch_size=2, measure=False)
+    ids = prompt()
+    want = model.generate(ids, max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert torch.equal(lm.generate(ids, max_new_tokens=12, eos_token_id=[]), want)
+    assert len(set(want[0, 10:].tolist())) > 2  # a model whose tokens say something
+    assert_left_padded_batch_equals_transformers(model, lm)
+    assert all("forward" not in vars(m) for m in model.modules())
+
+
 def test_jetmoe_experts_of_attention_and_feed_forward_generate():
     """JetMoE routes its attention projections and its feed-forward through experts whose row
     counts its gating turns into a Python list (opcore.graph.jetmoe_export: each sorted row's expert

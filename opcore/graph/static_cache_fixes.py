@@ -17,6 +17,11 @@ it cuts at 0 for any count of at least 1; as a tensor the count reaches ``max(0,
 torch.export cannot trace (``.item()``). Within the block its attention sees a filled length of 0;
 its keys and values still go through the cache.
 
+RoFormer's sinusoidal positions and TrOCR's learned ones are read at ``arange(past, past + seq)``
+with ``past`` the cache's ``get_seq_length()`` (a tensor here: ``arange`` of it is an ``.item()``
+torch.export cannot trace). Within the block their position tables are read at ``cache_position``,
+the same slots (a prompt's tokens and any left padding count in both).
+
 >>> import torch
 >>> window_mask(torch.tensor([3, 4]), 6, 2).int().tolist()
 [[0, 0, 1, 1, 0, 0], [0, 0, 0, 1, 1, 0]]
@@ -34,6 +39,8 @@ __all__ = ["static_cache_attention", "window_mask"]
 
 _GPT_NEO = "transformers.models.gpt_neo.modeling_gpt_neo"
 _MPT = "transformers.models.mpt.modeling_mpt"
+_ROFORMER = "transformers.models.roformer.modeling_roformer"
+_TROCR = "transformers.models.trocr.modeling_trocr"
 
 
 def window_mask(cache_position: Any, length: int, window: int | None) -> Any:
@@ -93,6 +100,30 @@ def _mpt_forward(module: Any) -> Any:
     return call
 
 
+def _roformer_positions(module: Any, cache_position: Any) -> Any:
+    import torch
+
+    def forward(input_ids_shape: Any, past_key_values_length: Any = 0, position_ids: Any = None) -> Any:
+        # as RoFormerSinusoidalPositionalEmbedding.forward, the step's slots as its positions
+        return torch.nn.Embedding.forward(module, cache_position if position_ids is None else position_ids)
+
+    return forward
+
+
+def _trocr_positions(module: Any, cache_position: Any) -> Any:
+    import torch
+
+    def forward(input_ids: Any, past_key_values_length: Any = 0, position_ids: Any = None) -> Any:
+        # as TrOCRLearnedPositionalEmbedding.forward, the step's slots as its positions
+        if position_ids is None:
+            position_ids = cache_position.expand(input_ids.shape[0], -1)
+        else:
+            position_ids = position_ids.unsqueeze(0)
+        return torch.nn.Embedding.forward(module, position_ids + module.offset)
+
+    return forward
+
+
 @contextlib.contextmanager
 def static_cache_attention(model: Any, cache_position: Any) -> Iterator[int]:
     """Within the block, ``model``'s attention modules known to assume a growing cache compute their
@@ -100,5 +131,9 @@ def static_cache_attention(model: Any, cache_position: Any) -> Iterator[int]:
     neo = modules_of(model, _GPT_NEO, "GPTNeoSelfAttention")
     changes = [(m, "_attn", _gpt_neo_attn(m, cache_position)) for m in neo]
     changes += [(m, "forward", _mpt_forward(m)) for m in modules_of(model, _MPT, "MptAttention")]
+    roformer = modules_of(model, _ROFORMER, "RoFormerSinusoidalPositionalEmbedding")
+    changes += [(m, "forward", _roformer_positions(m, cache_position)) for m in roformer]
+    trocr = modules_of(model, _TROCR, "TrOCRLearnedPositionalEmbedding")
+    changes += [(m, "forward", _trocr_positions(m, cache_position)) for m in trocr]
     with patched(changes) as count:
         yield count
