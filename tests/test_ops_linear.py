@@ -143,9 +143,13 @@ def test_gather_mm(dtype, rows, groups):
     compare("gather_mm", torch_fn, rand((rows, 8), dtype), rand((groups, 8, 5), dtype), index)
 
 
-def test_gather_mm_on_the_cpu_backend_reads_each_group_once_in_any_order():
+@pytest.mark.parametrize("n", [7, 8])  # 8: 16-byte strides, torch's grouped GEMM takes them (7: a product a group)
+def test_gather_mm_on_the_cpu_backend_reads_each_group_once_in_any_order(n):
     """The torch kernel groups the rows: rows in any order, groups left out, one group for all."""
-    x, w = rand((64, 16)), rand((10, 16, 7))
+    from opcore.torchkit.torch_kernels import _grouped_mm_takes
+
+    x, w = rand((64, 16)), rand((10, 16, n))
+    assert _grouped_mm_takes(x, w) == (n == 8 and hasattr(torch.nn.functional, "grouped_mm"))
     for index in (torch.randint(0, 10, (64,)), torch.full((64,), 3), torch.arange(64) % 2 * 9):
         got = opcore.run("gather_mm", x, w, index, backend="cpu")
         torch.testing.assert_close(got, gather_mm_torch(x, w, index), rtol=1e-5, atol=1e-5)

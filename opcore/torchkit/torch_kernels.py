@@ -516,13 +516,26 @@ def gather(x: Tensor, dim: int, index: Tensor) -> Tensor:
 # gather_mm's rows up to which a product a row costs less than grouping them (8 rows of 1024 over 64
 # experts: 60-130 us less a call on the AMX Xeon)
 _GATHER_ROWS = 16
+# torch's grouped GEMM (torch >= 2.10): on the host 5-10% faster than a product a group, bit-identical
+_GROUPED_MM = getattr(F, "grouped_mm", None)
+
+
+def _grouped_mm_takes(x: Tensor, w: Tensor) -> bool:
+    """Whether torch's grouped GEMM takes x (rows, k) and w (groups, k, n) on the host: float32 or
+    bfloat16, every stride but a unit one and the data 16-byte aligned (its CPU kernel's rule)."""
+    if _GROUPED_MM is None or x.device.type != "cpu" or x.dtype not in (torch.float32, torch.bfloat16):
+        return False
+    size = x.element_size()
+    return all(
+        t.data_ptr() % 16 == 0 and all(stride == 1 or stride * size % 16 == 0 for stride in t.stride()) for t in (x, w)
+    )
 
 
 def gather_mm(x: Tensor, w: Tensor, index: Tensor) -> Tensor:
     """Row i: x[i] @ w[index[i]]. Up to _GATHER_ROWS rows (a decode step's token times its k experts)
     each row is one product; more rows are sorted by group (stable) and each group present is one
-    matrix product of its rows. Either way every matrix of w is read where it is, none copied; a call
-    with every row in one group is one product."""
+    matrix product of its rows (torch's grouped GEMM where it takes them). Either way every matrix
+    of w is read where it is, none copied; a call with every row in one group is one product."""
     rows = x.shape[0]
     out = x.new_empty((rows, w.shape[2]))
     if rows == 0:
@@ -537,6 +550,9 @@ def gather_mm(x: Tensor, w: Tensor, index: Tensor) -> Tensor:
     if present.numel() == 1:
         return torch.mm(x, w[int(present[0])], out=out)
     ordered = x.index_select(0, order)
+    if _GROUPED_MM is not None and _grouped_mm_takes(ordered, w):
+        ends = torch.bincount(groups, minlength=w.shape[0]).cumsum(0).to(torch.int32)
+        return out.index_copy_(0, order, _GROUPED_MM(ordered, w, offs=ends))
     products = torch.empty_like(out)
     start = 0
     for group, count in zip(present.tolist(), counts.tolist(), strict=True):

@@ -121,7 +121,7 @@ def gather_mm_samples() -> Iterable[Sample]:
     s = SampleSet("gather_mm")
     # a kernel may take few rows (a decode step's) one by one and many grouped: both sizes here
     for rows, k, groups, n in [(6, 4, 3, 5), (9, 3, 8, 2), (1, 4, 3, 5), (0, 4, 3, 5), (5, 0, 2, 3), (4, 3, 2, 0),
-                               (40, 6, 8, 3), (33, 4, 40, 2)]:  # fmt: skip
+                               (40, 6, 8, 3), (33, 4, 40, 2), (40, 8, 8, 4)]:  # fmt: skip
         s.add(f"{rows}x{k}-{groups}x{n}", s.tensor((rows, k)), s.tensor((groups, k, n)), _groups(s, rows, groups))
     s.add("one-group", s.tensor((5, 4)), s.tensor((3, 4, 2)), tensor_of([2, 2, 2, 2, 2], "int64"))
     s.add("one-group-many-rows", s.tensor((24, 4)), s.tensor((3, 4, 2)), tensor_of([1] * 24, "int64"))
