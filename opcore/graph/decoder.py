@@ -113,6 +113,15 @@ def _dummy_layer_classes() -> list[type]:
     return [found] if isinstance(found, type) else []
 
 
+def _recurrent_layer_classes() -> list[type]:
+    """transformers' cache layers holding a recurrent or convolution state (linear attention, alone or
+    beside attention: Qwen3-Next, Inkling, Zaya), where this version has them."""
+    from transformers import cache_utils
+
+    found = getattr(cache_utils, "LinearAttentionCacheLayerMixin", None)
+    return [found] if isinstance(found, type) else []
+
+
 def _head_shapes(config: Any) -> tuple[Any, Any]:
     """(kv heads, head dim) of the text config: transformers' get_head_shapes (per layer where the
     layers differ), or one shape for every layer where transformers has none (5.17 has not)."""
@@ -131,7 +140,8 @@ def _not_attention(model: Any, why: str) -> ArgumentError:
         arg="model",
         expected="a decoder whose every layer caches attention keys and values (transformers' StaticCache)",
         found=f"{type(model).__name__}: {why}",
-        fix="recurrent and hybrid models (Mamba, Jamba, RecurrentGemma) are not supported by capture_lm; "
+        fix="recurrent and hybrid models (Mamba, Jamba, RecurrentGemma, linear attention) are not supported by "
+        "capture_lm; "
         "opcore.graph.capture(model, (ids,)) runs their forward without a cache",
     )
 
@@ -159,8 +169,14 @@ class CachedDecoder(torch.nn.Module):
         # a layer that stores nothing (transformers' DummyLayer: Gemma 3n's layers reading keys and
         # values an earlier layer computed in the same step) stays as it is: no state to hold
         stateless = tuple(_dummy_layer_classes())
+        # a layer with a recurrent or convolution state beside its keys and values is a hybrid's too
+        states = tuple(_recurrent_layer_classes())
         recurrent = sorted(
-            {type(c).__name__ for c in self.cache.layers if not isinstance(c, (CacheLayerMixin, *stateless))}
+            {
+                type(c).__name__
+                for c in self.cache.layers
+                if not isinstance(c, (CacheLayerMixin, *stateless)) or isinstance(c, states)
+            }
         )
         if recurrent:
             raise _not_attention(model, f"its cache has {', '.join(recurrent)} layers")
