@@ -140,9 +140,8 @@ def _not_attention(model: Any, why: str) -> ArgumentError:
         arg="model",
         expected="a decoder whose every layer caches attention keys and values (transformers' StaticCache)",
         found=f"{type(model).__name__}: {why}",
-        fix="recurrent and hybrid models (Mamba, Jamba, RecurrentGemma, linear attention) are not supported by "
-        "capture_lm; "
-        "opcore.graph.capture(model, (ids,)) runs their forward without a cache",
+        fix="recurrent and hybrid models (Mamba, Jamba, RecurrentGemma, linear attention) are not supported "
+        "by capture_lm; opcore.graph.capture(model, (ids,)) runs their forward without a cache",
     )
 
 
