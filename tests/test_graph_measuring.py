@@ -20,7 +20,7 @@ from graph_models import MLP, LlamaBlock, seeded  # noqa: E402
 
 import opcore  # noqa: E402
 import opcore.graph  # noqa: E402
-from opcore.graph.measuring import SETTLE_S, interleaved  # noqa: E402
+from opcore.graph.measuring import LONG_ROUNDS, LONG_S, SETTLE_S, interleaved  # noqa: E402
 
 # the plan restricted to onnxruntime partitions plus the torch backend, as bench/graph.py's "plan ort"
 BACKENDS = ("onnxruntime", "cpu")
@@ -201,6 +201,27 @@ def test_interleaved_waits_out_a_previous_case_that_keeps_the_machine_busy_for_s
     assert SETTLE_S >= 0.008
     times = interleaved({label: case(label) for label in "abc"}, rounds=3)
     assert all(t < 0.003 for t in times.values()), times
+
+
+def test_interleaved_takes_fewer_samples_of_calls_that_last_long() -> None:
+    """A comparison of long calls (a prompt of a 135M decoder) takes LONG_ROUNDS samples a case, the
+    first its calibrating call: a warm-up, that call, then a settling and a timed call a round; a
+    short case beside it is sampled as often, and the times are still each case's own."""
+    calls: dict[str, int] = {"long": 0, "short": 0}
+
+    def case(label: str, seconds: float) -> Callable[[], None]:
+        def call() -> None:
+            calls[label] += 1
+            time.sleep(seconds)
+
+        return call
+
+    times = interleaved({"long": case("long", LONG_S), "short": case("short", 0.001)}, rounds=5)
+    assert calls["long"] == 2 + 2 * (LONG_ROUNDS - 1), calls
+    assert times["long"] >= LONG_S and times["short"] < LONG_S / 2, times
+    calls.update(long=0, short=0)
+    interleaved({"a": case("long", 0.002), "b": case("short", 0.001)}, rounds=5)
+    assert calls["long"] >= 1 + 5, calls  # short calls: every round
 
 
 @pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])

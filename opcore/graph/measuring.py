@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ROUNDS", "SETTLE_S", "Measured", "Timer", "interleaved", "verdict_text"]
+__all__ = ["LONG_ROUNDS", "LONG_S", "ROUNDS", "SETTLE_S", "Measured", "Timer", "interleaved", "verdict_text"]
 
 Timer = Callable[[Mapping[str, Callable[[], Any]]], Mapping[str, float]]
 
@@ -53,17 +53,28 @@ def interleaved(cases: Mapping[str, Callable[[], Any]], rounds: int = ROUNDS) ->
     called in a loop (on 2 cores an OpenVINO partition right after eager torch took 13.7 ms, 9.7 ms in
     a loop). One untimed call was not enough for a model of ~4 ms: a one-partition ONNX Runtime plan
     of bench/graph.py's CNN measured 5.9 ms at capture (fastest of 5) against 4.0 in a loop, and the
-    plan ran the torch route instead."""
-    from opcore.tuning.measure import calibrate, timed_call
+    plan ran the torch route instead.
+
+    Where a case's call lasts LONG_S or more (a 135M decoder's prompt: 250-560 ms), the comparison
+    takes LONG_ROUNDS samples, the first the calibrating call (timed after the warm-up, so settled):
+    a switch's few milliseconds are noise at that length, and five rounds of such calls were 10 s of a
+    capture_lm of 80 s."""
+    from opcore.tuning.measure import SAMPLE_US, calibrate, timed_call
 
     def sync() -> None:
         return None
 
     numbers = {}
+    samples: dict[str, list[float]] = {label: [] for label in cases}
     for label, call in cases.items():
         call()
-        numbers[label] = calibrate(call, sync)
-    samples: dict[str, list[float]] = {label: [] for label in cases}
+        first = timed_call(call, 1, sync)
+        numbers[label] = 1 if first >= SAMPLE_US else calibrate(call, sync)
+        samples[label].append(first * 1e-6)
+    if max(values[0] for values in samples.values()) >= LONG_S:
+        rounds = min(rounds, LONG_ROUNDS - 1)
+    else:
+        samples = {label: [] for label in cases}
     order = list(cases)
     shuffle = random.Random(0).shuffle
     for _ in range(rounds):
@@ -73,6 +84,10 @@ def interleaved(cases: Mapping[str, Callable[[], Any]], rounds: int = ROUNDS) ->
             samples[label].append(timed_call(cases[label], numbers[label], sync) * 1e-6)
     return {label: min(values) for label, values in samples.items()}
 
+
+# a comparison whose slowest case takes this long a call times LONG_ROUNDS samples a case (see interleaved)
+LONG_S = 0.05
+LONG_ROUNDS = 3
 
 # untimed calls of a case before each of its samples last at least this long: torch's OpenMP workers
 # and a graph runtime's pool stay busy after another case for longer than one call of a small model
