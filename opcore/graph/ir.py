@@ -163,7 +163,13 @@ class Node:
 
     def refs(self) -> tuple[str, ...]:
         """The names of the values this node reads, in argument order."""
-        return tuple(ref.name for ref in refs_in(self.args))
+        names: list[str] = []
+        for arg in self.args:  # most arguments are a value or a number: no generator for those
+            if isinstance(arg, ValueRef):
+                names.append(arg.name)
+            elif isinstance(arg, (tuple, list)):
+                names.extend(ref.name for ref in refs_in(arg))
+        return tuple(names)
 
 
 @dataclass(frozen=True, slots=True)

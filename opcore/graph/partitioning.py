@@ -18,7 +18,7 @@ strict or pinned to the backend. Every group not kept says why on its nodes (exp
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -413,12 +413,13 @@ def group_acyclic(graph: Graph, accepted: Sequence[int]) -> list[list[int]]:
             continue
         keep = target[0]
         for g in target[1:]:
-            groups[keep] |= groups.pop(g)
-        groups[keep] |= 1 << i
-        for j in range(len(graph.nodes)):
-            if groups[keep] >> j & 1:
+            merged = groups.pop(g)
+            groups[keep] |= merged
+            for j in _members(merged):
                 group_of[j] = keep
-    return [[j for j in range(len(graph.nodes)) if bits >> j & 1] for bits in groups.values()]
+        groups[keep] |= 1 << i
+        group_of[i] = keep
+    return [list(_members(bits)) for bits in groups.values()]
 
 
 def groups_union(groups: Mapping[int, int], ids: Sequence[int]) -> int:
@@ -428,23 +429,20 @@ def groups_union(groups: Mapping[int, int], ids: Sequence[int]) -> int:
     return bits
 
 
+def _members(bits: int) -> Iterator[int]:
+    """The indices of the set bits of ``bits``, lowest first (a step a member, not a bit)."""
+    while bits:
+        low = bits & -bits
+        yield low.bit_length() - 1
+        bits ^= low
+
+
 def _acyclic(members: int, ancestors: Sequence[int]) -> bool:
     """No node outside ``members`` both depends on a member and is depended on by one."""
     upstream = 0
-    j, bits = 0, members
-    while bits:
-        if bits & 1:
-            upstream |= ancestors[j]
-        bits >>= 1
-        j += 1
-    outside = upstream & ~members
-    j = 0
-    while outside:
-        if outside & 1 and ancestors[j] & members:
-            return False
-        outside >>= 1
-        j += 1
-    return True
+    for j in _members(members):
+        upstream |= ancestors[j]
+    return not any(ancestors[j] & members for j in _members(upstream & ~members))
 
 
 def make_spec(
