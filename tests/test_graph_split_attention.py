@@ -116,6 +116,17 @@ def test_split_step_is_one_partition_and_matches_eager(variant, runtime):
     _steps_match_eager(lm, model, ids, 8)
 
 
+def _written_where_eager_wrote(before, state, model, slot):
+    """The step wrote its keys and values at ``slot``, as the eager module computed them (a graph
+    runtime's projection rounds as its own GEMM does: equal to float32's precision, not bit for bit on
+    every CPU), and left every other slot as it was."""
+    for old, new, eager in zip(before, state, (model.keys, model.values), strict=True):
+        torch.testing.assert_close(new[:, :, slot], eager[:, :, slot], rtol=1e-5, atol=1e-6)
+        assert not torch.equal(new[:, :, slot], old[:, :, slot])
+        others = [i for i in range(new.shape[2]) if i != slot]
+        assert torch.equal(new[:, :, others], old[:, :, others])
+
+
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_a_row_every_key_masks_gives_zeros_as_torch(runtime):
     torch.manual_seed(0)
@@ -131,11 +142,11 @@ def test_a_row_every_key_masks_gives_zeros_as_torch(runtime):
         model.keys.copy_(state[0])
         model.values.copy_(state[1])
         want = model(ids, positions, slot, mask)
+    before = [tensor.clone() for tensor in state]
     got = lm.decode_plan.program.run([ids, positions, slot, mask, *state])[0]
     assert not got.isnan().any()
     assert (got - want).abs().max().item() <= 1e-4
-    # the step wrote its keys and values where the eager module wrote them
-    assert torch.equal(state[0][:, :, 3], model.keys[:, :, 3]) and torch.equal(state[1][:, :, 3], model.values[:, :, 3])
+    _written_where_eager_wrote(before, state, model, 3)
 
 
 @pytest.mark.parametrize(
@@ -254,9 +265,10 @@ def test_reading_the_written_cache_does_not_depend_on_when_the_write_ran(runtime
         model.keys.copy_(state[0])
         model.values.copy_(state[1])
         want = model(ids, positions, slot, mask)
+    before = [tensor.clone() for tensor in state]
     first = lm.decode_plan.program.run([ids, positions, slot, mask, *state])[0]
     assert (first - want).abs().max().item() <= 1e-4
-    assert torch.equal(state[0][:, :, 3], model.keys[:, :, 3]) and torch.equal(state[1][:, :, 3], model.values[:, :, 3])
+    _written_where_eager_wrote(before, state, model, 3)
     again = lm.decode_plan.program.run([ids, positions, slot, mask, *state])[0]  # the slot written already
     assert (again - want).abs().max().item() <= 1e-4
 
