@@ -7,13 +7,13 @@
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from opcore.errors import ArgumentError
 from opcore.graph.assembly import assemble
+from opcore.graph.aten_export import decomposed, with_source_lines
 from opcore.graph.decomposing import decompositions
 from opcore.graph.errors import CaptureError
 from opcore.graph.experts import GATHERED, exportable_experts
@@ -96,14 +96,19 @@ def capture(
     args = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
     kwargs = dict(example_kwargs or {})
     place = Device.parse(device) if device is not None else _device_of(args, kwargs)
-    with _NoCache(model) as uncached:
-        program = export(model, args, kwargs, dynamic_shapes)
     import torch
     from torch.utils import _pytree
 
-    constants = program_constants(program, place)
     flat = _pytree.tree_leaves((args, kwargs))
-    graph, notes = lower(program, flat, constants, place)
+
+    def export_and_lower(traces: bool) -> tuple[Any, dict[str, Any], Any, dict[str, str], bool]:
+        with _NoCache(model) as uncached:
+            program = export(model, args, kwargs, dynamic_shapes, traces=traces)
+        constants = program_constants(program, place)
+        graph, notes = lower(program, flat, constants, place)
+        return program, constants, graph, notes, uncached
+
+    program, constants, graph, notes, uncached = with_source_lines(export_and_lower)
     graph = replace(
         graph,
         in_spec=_pytree.treespec_dumps(program.call_spec.in_spec),
@@ -186,11 +191,18 @@ FROZEN_NOTE = (
 
 
 def export(
-    model: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic_shapes: Any, *, experts: str = GATHERED
+    model: Any,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    dynamic_shapes: Any,
+    *,
+    experts: str = GATHERED,
+    traces: bool = False,
 ) -> Any:
     """torch.export's program with nothing decomposed (every op stays whole: linear, attention, ...),
-    in functional form; the exporter's refusal becomes a CaptureError with its reason. ``experts``:
-    how a transformers MoE layer's experts are exported (opcore.graph.experts)."""
+    in functional form (opcore.graph.aten_export); the exporter's refusal becomes a CaptureError with
+    its reason. ``experts``: how a transformers MoE layer's experts are exported
+    (opcore.graph.experts); ``traces``: each node's stack trace recorded (see ``with_source_lines``)."""
     import torch
 
     if not isinstance(model, torch.nn.Module):
@@ -202,15 +214,10 @@ def export(
             fix="wrap a function in a torch.nn.Module whose forward calls it",
         )
     try:
-        with exportable_experts(model, experts), exportable_llama4(model), exportable_jetmoe(model):
-            program = torch.export.export(model, args, dict(kwargs), dynamic_shapes=dynamic_shapes, strict=False)
-        # functionalise (no in-place ops left) and decompose only what opcore.graph.decomposing names: every other
+        # functional (no in-place ops left), decomposing only what opcore.graph.decomposing names: every other
         # op stays whole; opcore's own ATen fallback runs any op no backend claims
-        with warnings.catch_warnings():
-            # torch 2.13's own run_decompositions deep-copies its call graph through a deprecated
-            # pytree path and warns about itself; nothing the caller can act on
-            warnings.filterwarnings("ignore", message=r".*treespec, LeafSpec", category=FutureWarning)
-            return program.run_decompositions(decompositions())
+        with exportable_experts(model, experts), exportable_llama4(model), exportable_jetmoe(model):
+            return decomposed(model, args, kwargs, dynamic_shapes, decompositions(), traces=traces)
     except Exception as error:
         reason = _first_lines(str(error))
         raise CaptureError(

@@ -375,6 +375,7 @@ def _lower_step(
     from torch.export import Dim
     from torch.utils import _pytree
 
+    from opcore.graph.aten_export import with_source_lines
     from opcore.graph.capturing import export, program_constants
     from opcore.graph.experts import GATHERED
     from opcore.graph.lowering import lower
@@ -388,16 +389,21 @@ def _lower_step(
         seq = Dim("seq", min=2, max=max_length)
         dynamic = ({1: seq}, {1: seq}, {0: seq}, None)
     started = time.perf_counter()
-    try:
-        program = export(module, examples, {}, dynamic, experts=experts or GATHERED)
-    except CaptureError as error:
-        raise CaptureError(
-            f"the {'decode' if length == 1 else 'prefill'} step could not be exported: {error.args[0]}",
-            op=_CAPTURE_LM,
-            fix="a transformers decoder-only *ForCausalLM or a module following the protocol in docs/generate.md",
-        ) from error
-    constants = program_constants(program, place)
-    graph, notes = lower(program, list(examples), constants, place, state=True)
+
+    def export_and_lower(traces: bool) -> tuple[Any, dict[str, Any], Any, dict[str, str]]:
+        try:
+            program = export(module, examples, {}, dynamic, experts=experts or GATHERED, traces=traces)
+        except CaptureError as error:
+            raise CaptureError(
+                f"the {'decode' if length == 1 else 'prefill'} step could not be exported: {error.args[0]}",
+                op=_CAPTURE_LM,
+                fix="a transformers decoder-only *ForCausalLM or a module following the protocol in docs/generate.md",
+            ) from error
+        constants = program_constants(program, place)
+        graph, notes = lower(program, list(examples), constants, place, state=True)
+        return program, constants, graph, notes
+
+    program, constants, graph, notes = with_source_lines(export_and_lower)
     if not graph.state:
         raise CaptureError(
             f"{type(module).__name__} mutates no buffer: capture_lm needs the KV cache as buffers written in place",

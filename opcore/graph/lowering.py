@@ -258,8 +258,14 @@ def _lower_call(
 
 def _source_line(fx_node: Any) -> str:
     """Where the model's code made ``fx_node``: its innermost frame ("modeling_mpt.py line 119:
-    position_bias = ..."), from the exporter's stack trace; "forward()" where none was recorded."""
+    position_bias = ..."), from the exporter's stack trace; "forward()" where none was recorded;
+    SourceLinesWanted where the program was exported without them (opcore.graph.aten_export)."""
+    from opcore.graph.aten_export import TRACES, SourceLinesWanted
+
     lines = [line.strip() for line in str(fx_node.meta.get("stack_trace") or "").strip().splitlines()]
+    module = fx_node.graph.owning_module
+    if not lines and module is not None and module.meta.get(TRACES) is False:
+        raise SourceLinesWanted(fx_node.name)  # exported without stack traces: again with them
     frames = [i for i, line in enumerate(lines) if line.startswith("File ")]
     if not frames:
         return "forward()"

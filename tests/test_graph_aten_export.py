@@ -1,0 +1,115 @@
+"""opcore.graph.aten_export: the one-trace export gives run_decompositions' graph; where it raises,
+the two public steps run; stack traces only where the lowering asks for a source line."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from graph_models import LlamaBlock, seeded  # noqa: E402
+
+import opcore.graph  # noqa: E402
+from opcore.graph import aten_export  # noqa: E402
+from opcore.graph.decomposing import decompositions  # noqa: E402
+
+_CHECKS = ("aten._assert_tensor_metadata", "aten._assert_scalar", "aten.sym_constrain_range")
+
+
+class Decomposed(torch.nn.Module):
+    """Ops opcore decomposes (roll, square, maximum), a composite it keeps whole (linear), an
+    in-place update of a buffer and of an intermediate, and a dynamic dim."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+        self.register_buffer("seen", torch.zeros(8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.linear(torch.roll(x, 1, dims=-1))
+        h.add_(1.0)
+        self.seen.copy_(h.sum(0))
+        return torch.maximum(torch.square(h), x) + self.seen
+
+
+def _ops(program) -> list[str]:
+    return [
+        str(node.target)
+        for node in program.graph.nodes
+        if node.op == "call_function" and not str(node.target).startswith(_CHECKS)
+    ]
+
+
+def _two_steps(model, args, dynamic) -> object:
+    program = torch.export.export(model, args, dynamic_shapes=dynamic, strict=False)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*treespec, LeafSpec", category=FutureWarning)
+        return program.run_decompositions(decompositions())
+
+
+@pytest.mark.parametrize(
+    "model, args, dynamic",
+    [
+        (Decomposed(), (torch.randn(5, 8),), ({0: torch.export.Dim("rows", min=2, max=64)},)),
+        (seeded(LlamaBlock()), (torch.randn(2, 8, 32),), None),
+    ],
+    ids=["decomposed", "llama-block"],
+)
+def test_one_trace_gives_the_ops_and_signature_of_export_and_run_decompositions(model, args, dynamic) -> None:
+    if aten_export._one_trace() is None:
+        pytest.skip("this torch has not the exporter's private one-trace path: the two steps run")
+    one = aten_export._one_trace()(model, args, {}, dynamic, dict(decompositions()))
+    two = _two_steps(model, args, dynamic)
+    assert _ops(one) == _ops(two)
+    assert "aten.roll.default" not in _ops(one) and "aten.linear.default" in _ops(one)
+    assert str(one.graph_signature) == str(two.graph_signature)  # the buffer it mutates, by name
+    with torch.no_grad():
+        torch.testing.assert_close(one.module()(*args), two.module()(*args))
+
+
+def test_where_the_one_trace_raises_the_two_steps_give_the_program(monkeypatch) -> None:
+    def raising(*args, **kwargs):
+        raise RuntimeError("a private function of another torch")
+
+    monkeypatch.setattr(aten_export, "_one_trace", lambda: raising)
+    model, x = Decomposed(), torch.randn(5, 8)
+    program = aten_export.decomposed(model, (x,), {}, None, decompositions(), traces=False)
+    assert "aten.roll.default" not in _ops(program) and program.graph_module.meta[aten_export.TRACES] is False
+    with torch.no_grad():
+        torch.testing.assert_close(program.module()(x), Decomposed.forward(model, x.clone()))
+
+
+@pytest.mark.parametrize("traces", [False, True])
+def test_stack_traces_are_recorded_only_when_asked(traces: bool) -> None:
+    program = aten_export.decomposed(
+        seeded(LlamaBlock()), (torch.randn(2, 8, 32),), {}, None, decompositions(), traces=traces
+    )
+    recorded = [node.meta.get("stack_trace") for node in program.graph.nodes if node.op == "call_function"]
+    assert any(recorded) is traces
+    assert program.graph_module.meta[aten_export.TRACES] is traces
+
+
+def test_with_source_lines_builds_again_with_traces_only_where_a_line_was_wanted() -> None:
+    asked: list[bool] = []
+
+    def build(traces: bool) -> str:
+        asked.append(traces)
+        if not traces:
+            raise aten_export.SourceLinesWanted("n")
+        return "built"
+
+    assert aten_export.with_source_lines(build) == "built" and asked == [False, True]
+    asked.clear()
+    assert aten_export.with_source_lines(lambda traces: asked.append(traces) or "once") == "once"
+    assert asked == [False]
+
+
+def test_a_failing_export_still_says_what_torch_export_said() -> None:
+    class Branching(torch.nn.Module):
+        def forward(self, x):
+            return x * 2 if x.sum() > 0 else x
+
+    with pytest.raises(opcore.graph.CaptureError, match="torch.export could not capture Branching"):
+        opcore.graph.capture(Branching(), (torch.randn(3),))
