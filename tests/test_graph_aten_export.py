@@ -4,16 +4,15 @@ the two public steps run; stack traces only where the lowering asks for a source
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import pytest
+import torch
+from graph_models import LlamaBlock, seeded
 
-torch = pytest.importorskip("torch")
-
-from graph_models import LlamaBlock, seeded  # noqa: E402
-
-import opcore.graph  # noqa: E402
-from opcore.graph import aten_export  # noqa: E402
-from opcore.graph.decomposing import decompositions  # noqa: E402
+import opcore.graph
+from opcore.graph import aten_export
+from opcore.graph.decomposing import decompositions
 
 _CHECKS = ("aten._assert_tensor_metadata", "aten._assert_scalar", "aten.sym_constrain_range")
 
@@ -21,6 +20,8 @@ _CHECKS = ("aten._assert_tensor_metadata", "aten._assert_scalar", "aten.sym_cons
 class Decomposed(torch.nn.Module):
     """Ops opcore decomposes (roll, square, maximum), a composite it keeps whole (linear), an
     in-place update of a buffer and of an intermediate, and a dynamic dim."""
+
+    seen: torch.Tensor
 
     def __init__(self) -> None:
         super().__init__()
@@ -42,7 +43,7 @@ def _ops(program) -> list[str]:
     ]
 
 
-def _two_steps(model, args, dynamic) -> object:
+def _two_steps(model, args, dynamic) -> Any:
     program = torch.export.export(model, args, dynamic_shapes=dynamic, strict=False)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r".*treespec, LeafSpec", category=FutureWarning)
@@ -58,9 +59,10 @@ def _two_steps(model, args, dynamic) -> object:
     ids=["decomposed", "llama-block"],
 )
 def test_one_trace_gives_the_ops_and_signature_of_export_and_run_decompositions(model, args, dynamic) -> None:
-    if aten_export._one_trace() is None:
+    one_trace = aten_export._one_trace()
+    if one_trace is None:
         pytest.skip("this torch has not the exporter's private one-trace path: the two steps run")
-    one = aten_export._one_trace()(model, args, {}, dynamic, dict(decompositions()))
+    one = one_trace(model, args, {}, dynamic, dict(decompositions()))
     two = _two_steps(model, args, dynamic)
     assert _ops(one) == _ops(two)
     assert "aten.roll.default" not in _ops(one) and "aten.linear.default" in _ops(one)
@@ -102,8 +104,12 @@ def test_with_source_lines_builds_again_with_traces_only_where_a_line_was_wanted
 
     assert aten_export.with_source_lines(build) == "built" and asked == [False, True]
     asked.clear()
-    assert aten_export.with_source_lines(lambda traces: asked.append(traces) or "once") == "once"
-    assert asked == [False]
+
+    def fine(traces: bool) -> str:
+        asked.append(traces)
+        return "once"
+
+    assert aten_export.with_source_lines(fine) == "once" and asked == [False]
 
 
 def test_a_failing_export_still_says_what_torch_export_said() -> None:
