@@ -119,3 +119,28 @@ def test_a_failing_export_still_says_what_torch_export_said() -> None:
 
     with pytest.raises(opcore.graph.CaptureError, match="torch.export could not capture Branching"):
         opcore.graph.capture(Branching(), (torch.randn(3),))
+
+
+class Tied(torch.nn.Module):
+    """An embedding table that is also the logits' weight (tie_word_embeddings)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(10, 4)
+        self.head = torch.nn.Linear(4, 10, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.embed(ids))
+
+
+def test_a_tied_weight_is_read_from_one_placeholder_as_run_decompositions_reads_it() -> None:
+    model, ids = Tied(), torch.tensor([[1, 2, 3]])
+    one = aten_export.decomposed(model, (ids,), {}, None, decompositions(), traces=False)
+    two = _two_steps(model, (ids,), None)
+    for program in (one, two):
+        read = [n.name for n in program.graph.nodes if n.op == "placeholder" and n.users and n.name.startswith("p_")]
+        assert len(read) == 1, read
+    assert str(one.graph_signature) == str(two.graph_signature)
+    with torch.no_grad():
+        torch.testing.assert_close(one.module()(ids), model(ids))

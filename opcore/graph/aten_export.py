@@ -6,7 +6,8 @@ decompositions: two traces of every op. ``decomposed`` asks torch's exporter for
 graph directly (its ``_export`` with ``pre_dispatch=False``), with the same decompositions and the
 same composite ops kept whole, as ``run_decompositions`` arranges them for its own trace: one trace.
 The graphs are the same ops in the same order, without the ``_assert_tensor_metadata`` checks the
-second trace adds (which the lowering drops anyway). These are torch's private functions: where
+second trace adds (which the lowering drops anyway); a tied weight is read from one placeholder as
+the second trace reads it (``_read_ties_once``). These are torch's private functions: where
 they are missing (another torch) or the one trace raises, the two public steps run instead.
 
 Stack traces: the exporter records the Python stack of every node it makes, which was 40 % of a
@@ -64,7 +65,7 @@ def decomposed(
         one, program = _one_trace(), None
         if one is not None:
             try:
-                program = one(model, args, dict(kwargs), dynamic_shapes, dict(table))
+                program = _read_ties_once(one(model, args, dict(kwargs), dynamic_shapes, dict(table)))
             except Exception:  # the two public steps below raise what torch.export says of this model
                 program = None
         if program is None:
@@ -107,6 +108,30 @@ def _one_trace() -> Callable[..., Any] | None:
             _trace._export_to_aten_ir = to_aten
 
     return export
+
+
+def _read_ties_once(program: Any) -> Any:
+    """``program`` with every read of a tied parameter (an embedding table that is also the logits'
+    weight) from its first placeholder, as run_decompositions' graph reads it: the one trace lifts
+    each name as its own input and reads both, so a plan would hold, and save, the table twice. The
+    other placeholder stays, unread, as in run_decompositions' signature."""
+    names = {
+        spec.arg.name: spec.target for spec in program.graph_signature.input_specs if spec.kind.name == "PARAMETER"
+    }
+    first: dict[tuple[Any, ...], Any] = {}
+    changed = False
+    for node in program.graph.nodes:
+        tensor = program.state_dict.get(names.get(node.name, ""))
+        if node.op != "placeholder" or tensor is None:
+            continue
+        key = (tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype)
+        if key in first:
+            changed |= bool(node.replace_all_uses_with(first[key]))
+        else:
+            first[key] = node
+    if changed:
+        program.graph_module.recompile()
+    return program
 
 
 @contextmanager
