@@ -112,23 +112,22 @@ def _one_trace() -> Callable[..., Any] | None:
 
 def _read_ties_once(program: Any) -> Any:
     """``program`` with every read of a tied parameter (an embedding table that is also the logits'
-    weight) from its first placeholder, as run_decompositions' graph reads it: the one trace lifts
+    weight) from its last placeholder, as run_decompositions' graph reads it: the one trace lifts
     each name as its own input and reads both, so a plan would hold, and save, the table twice. The
     other placeholder stays, unread, as in run_decompositions' signature."""
     names = {
         spec.arg.name: spec.target for spec in program.graph_signature.input_specs if spec.kind.name == "PARAMETER"
     }
-    first: dict[tuple[Any, ...], Any] = {}
-    changed = False
+    ties: dict[tuple[Any, ...], list[Any]] = {}
     for node in program.graph.nodes:
         tensor = program.state_dict.get(names.get(node.name, ""))
-        if node.op != "placeholder" or tensor is None:
-            continue
-        key = (tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype)
-        if key in first:
-            changed |= bool(node.replace_all_uses_with(first[key]))
-        else:
-            first[key] = node
+        if node.op == "placeholder" and tensor is not None:
+            key = (tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype)
+            ties.setdefault(key, []).append(node)
+    changed = False
+    for nodes in ties.values():
+        for node in nodes[:-1]:  # the last name is the one read, as in run_decompositions' graph
+            changed |= bool(node.replace_all_uses_with(nodes[-1]))
     if changed:
         program.graph_module.recompile()
     return program
