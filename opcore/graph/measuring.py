@@ -57,8 +57,8 @@ def interleaved(cases: Mapping[str, Callable[[], Any]], rounds: int = ROUNDS) ->
 
     Where a case's call lasts LONG_S or more (a 135M decoder's prompt: 250-560 ms), the comparison
     takes LONG_ROUNDS samples, the first the calibrating call (timed after the warm-up, so settled):
-    a switch's few milliseconds are noise at that length, and five rounds of such calls were 10 s of a
-    capture_lm of 80 s."""
+    a switch's few milliseconds are noise at that length, and five rounds of such calls were 14 s of a
+    capture_lm of 105 s (a 2-core EPYC, under load)."""
     from opcore.tuning.measure import SAMPLE_US, calibrate, timed_call
 
     def sync() -> None:
