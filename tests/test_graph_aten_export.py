@@ -13,8 +13,7 @@ from graph_models import LlamaBlock, seeded
 import opcore.graph
 from opcore.graph import aten_export
 from opcore.graph.decomposing import decompositions
-
-_CHECKS = ("aten._assert_tensor_metadata", "aten._assert_scalar", "aten.sym_constrain_range")
+from opcore.graph.lowering import _CHECKS  # the checks the lowering drops
 
 
 class Decomposed(torch.nn.Module):

@@ -15,6 +15,7 @@ from typing import Any
 
 from opcore.contracts import OpContract
 from opcore.errors import OpcoreError
+from opcore.graph.aten_export import TRACES, SourceLinesWanted
 from opcore.graph.errors import CaptureError
 from opcore.graph.input_sizes import size_from_inputs
 from opcore.graph.ir import (
@@ -260,8 +261,6 @@ def _source_line(fx_node: Any) -> str:
     """Where the model's code made ``fx_node``: its innermost frame ("modeling_mpt.py line 119:
     position_bias = ..."), from the exporter's stack trace; "forward()" where none was recorded;
     SourceLinesWanted where the program was exported without them (opcore.graph.aten_export)."""
-    from opcore.graph.aten_export import TRACES, SourceLinesWanted
-
     lines = [line.strip() for line in str(fx_node.meta.get("stack_trace") or "").strip().splitlines()]
     module = fx_node.graph.owning_module
     if not lines and module is not None and module.meta.get(TRACES) is False:

@@ -64,17 +64,15 @@ def interleaved(cases: Mapping[str, Callable[[], Any]], rounds: int = ROUNDS) ->
     def sync() -> None:
         return None
 
-    numbers = {}
-    samples: dict[str, list[float]] = {label: [] for label in cases}
+    numbers, firsts = {}, {}
     for label, call in cases.items():
         call()
-        first = timed_call(call, 1, sync)
-        numbers[label] = 1 if first >= SAMPLE_US else calibrate(call, sync)
-        samples[label].append(first * 1e-6)
-    if max(values[0] for values in samples.values()) >= LONG_S:
+        firsts[label] = timed_call(call, 1, sync) * 1e-6
+        numbers[label] = 1 if firsts[label] * 1e6 >= SAMPLE_US else calibrate(call, sync)
+    long = max(firsts.values()) >= LONG_S
+    if long:
         rounds = min(rounds, LONG_ROUNDS - 1)
-    else:
-        samples = {label: [] for label in cases}
+    samples = {label: [firsts[label]] if long else [] for label in cases}
     order = list(cases)
     shuffle = random.Random(0).shuffle
     for _ in range(rounds):
