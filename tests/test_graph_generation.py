@@ -661,6 +661,49 @@ def test_a_runtime_whose_decode_plan_fails_at_capture_does_not_compete(monkeypat
     assert torch.equal(lm.generate(ids, max_new_tokens=6, eos_token_id=[]), want)
 
 
+def test_a_runtime_alone_is_not_planned_again_where_the_ranked_plan_is_all_its_own(monkeypatch):
+    """Where the ranked decode plan runs every node in one runtime's partitions, that runtime alone would
+    be the same plan: capture_lm neither plans nor times it again (whether the ranked plan is still
+    the fastest when its turn comes or another runtime beat it already), and says so; the other
+    runtimes still compete."""
+    from opcore.graph import lm_capture
+
+    planned: list[tuple[Any, Any, Any]] = []
+    real = lm_capture._plan
+
+    def plan(lowered, place, backends, timer, partitions):
+        made = real(lowered, place, backends, timer, partitions=partitions)
+        planned.append((lowered, backends, lm_capture.only_partitions_of(made)))
+        return made
+
+    monkeypatch.setattr(lm_capture, "_plan", plan)
+    model = build("llama")
+    lm = opcore.graph.capture_lm(model, max_length=32, measure=True)
+    step, _, runtime = planned[0]  # the decode step's ranked plan comes first
+    if runtime is None:
+        pytest.skip("the ranked decode plan is not one runtime's partitions on this machine: nothing repeats it")
+    alone = [backends for lowered, backends, _ in planned[1:] if lowered is step and backends is not None]
+    assert alone and all(backends[0] != runtime for backends in alone), (runtime, alone)
+    assert f"{runtime} alone: the ranked plan already" in lm.explain()
+    others = sorted(set(compilers()) - {runtime})
+    assert sorted(backends[0] for backends in alone) == others
+    ids = prompt()
+    want = model.generate(ids, max_new_tokens=6, do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert torch.equal(lm.generate(ids, max_new_tokens=6, eos_token_id=[]), want)
+
+
+def test_only_partitions_of_names_the_one_runtime_or_none():
+    from opcore.graph.lm_capture import only_partitions_of
+
+    model = build("llama")
+    lm = opcore.graph.capture_lm(model, max_length=32, measure=False, prefill_partitions=False)
+    assert only_partitions_of(lm.prefill_plan) is None  # the torch route: every node on a kernel
+    runtimes = {d.backend for d in lm.decode_plan.decisions if d.partition is not None}
+    kernels = [d for d in lm.decode_plan.decisions if d.partition is None and d.backend != "python"]
+    want = runtimes.pop() if len(runtimes) == 1 and not kernels else None
+    assert only_partitions_of(lm.decode_plan) == want
+
+
 def test_capture_of_a_default_decoder_runs_without_its_cache():
     model = build("llama")
     ids = prompt(length=8)

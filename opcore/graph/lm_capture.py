@@ -242,12 +242,20 @@ def _decode_plan(
         # the first form's ranked plan is ``best`` already
         candidates: list[tuple[str, Sequence[str] | None]] = [] if ready else [(f"ranked{form}", None)]
         candidates += [(f"{name} alone{form}", (name, *torch_backend)) for name in sorted(compilers())]
+        # the runtime whose partitions run all of this form's ranked plan: alone, it would be the same
+        # plan, planned and compiled again and timed against itself (or against what beat it already)
+        same = only_partitions_of(best) if ready else None
         for name, runs_on in candidates:
+            if runs_on is not None and runs_on[0] == same:
+                told.append(f"{name}: the ranked{form} plan already")
+                continue
             try:
                 other = _plan(step, place, runs_on, timer if runs_on is None else None, partitions=True)
             except Exception as error:  # a runtime that cannot take this model: the others still compete
                 told.append(f"{name} not planned ({type(error).__name__}: {error})")
                 continue
+            if runs_on is None:
+                same = only_partitions_of(other)
             try:
                 times = compare({label: _runner(best, lowered), name: _runner(other, step)})
             except OpcoreError as error:  # a runtime whose plan fails on this step's inputs: it does not compete
@@ -264,6 +272,15 @@ def _decode_plan(
             gc.collect()
     best.notes.insert(0, f"decode step measured at capture: {'; '.join(told)}: runs {label}")
     return best
+
+
+def only_partitions_of(plan: Plan) -> str | None:
+    """The graph runtime whose partitions run every node of ``plan`` (the Python steps aside: state
+    writes, size computations); None where any node runs on a kernel or two runtimes share them."""
+    runtimes = {d.backend for d in plan.decisions if d.backend != "python"}
+    if len(runtimes) != 1 or any(d.partition is None for d in plan.decisions if d.backend != "python"):
+        return None
+    return runtimes.pop()
 
 
 def _fails(plan: Plan, lowered: Lowered) -> bool:

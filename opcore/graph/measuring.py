@@ -56,9 +56,11 @@ def interleaved(cases: Mapping[str, Callable[[], Any]], rounds: int = ROUNDS) ->
     plan ran the torch route instead.
 
     Where a case's call lasts LONG_S or more (a 135M decoder's prompt: 250-560 ms), the comparison
-    takes LONG_ROUNDS samples, the first the calibrating call (timed after the warm-up, so settled):
-    a switch's few milliseconds are noise at that length, and five rounds of such calls were 14 s of a
-    capture_lm of 105 s (a 2-core EPYC, under load)."""
+    takes LONG_ROUNDS samples, the first the calibrating call (timed after the warm-up, so settled),
+    and no untimed call before a sample: a switch's few milliseconds are noise at that length, and
+    five rounds of such calls were 14 s of a capture_lm of 105 s (a 2-core EPYC, under load); the
+    comparison of a 135M decoder's prompt plans calls each 4 times (6 with a settling call a round,
+    12 with five rounds)."""
     from opcore.tuning.measure import SAMPLE_US, calibrate, timed_call
 
     def sync() -> None:
@@ -78,7 +80,8 @@ def interleaved(cases: Mapping[str, Callable[[], Any]], rounds: int = ROUNDS) ->
     for _ in range(rounds):
         shuffle(order)
         for label in order:
-            _settle(cases[label])
+            if not long:  # a pool still busy after the case before lasts milliseconds: noise at LONG_S
+                _settle(cases[label])
             samples[label].append(timed_call(cases[label], numbers[label], sync) * 1e-6)
     return {label: min(values) for label, values in samples.items()}
 
