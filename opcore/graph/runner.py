@@ -121,8 +121,12 @@ class Program:
         for position, step in enumerate(self.steps):
             for slot in _slots_in(step.args):
                 last[slot.index] = position
-        for position, step in enumerate(self.steps):
-            step.release = tuple(s for s, at in last.items() if at == position and s not in keep)
+        released: list[list[int]] = [[] for _ in self.steps]
+        for s, at in last.items():  # in the order each slot was first read, as before
+            if s not in keep:
+                released[at].append(s)
+        for step, slots in zip(self.steps, released):
+            step.release = tuple(slots)
 
     def run(self, flat_inputs: Sequence[Any], *, keep: bool = False) -> list[Any]:
         """The flat outputs for the flat inputs. keep=True: return every slot instead (verify)."""
