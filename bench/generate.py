@@ -36,7 +36,9 @@ Columns (CPU):
     the better of the two for that figure);
   compile: ``model.forward = torch.compile(model.forward, fullgraph=True)`` (mode "default" on the CPU,
     "reduce-overhead" on a GPU) and a static cache; its compile time is its first call minus a warm
-    one; where it fails, the reason (``--skip compile``: Inductor compiles for minutes here);
+    one, with Inductor's on-disk cache a new empty folder (``empty_inductor_cache``: a first compile,
+    as every capture_lm is) unless TORCHINDUCTOR_CACHE_DIR is set; where it fails, the reason
+    (``--skip compile``: Inductor compiles for minutes here);
   optimum-intel: with ``--optimum``, OVModelForCausalLM (OpenVINO) in its own virtualenv under
     build/optimum-intel (torch==2.13.0 pinned and constraints.txt, one install attempt of at most
     INSTALL_S seconds; its verdict is cached in build/optimum-intel/verdict.json: delete it to try
@@ -1069,10 +1071,31 @@ def _quiet_transformers() -> Iterator[None]:
             transformers.logging.set_verbosity(verbosity)
 
 
+def empty_inductor_cache(environ: dict[str, str] | None = None) -> str:
+    """Point Inductor's on-disk cache at a new empty folder (removed at exit) unless
+    TORCHINDUCTOR_CACHE_DIR is set; what the compile column's time then is, for the header. An earlier
+    run's cache makes a compile mostly a lookup: on the 2-vCPU EPYC the small and 135M shapes compiled
+    in 4.0 and 13.2 s with the cache of a run before, 33.6 and 74.5 s without (docs/benchmarks.md).
+    capture_lm keeps nothing between processes (a saved folder and opcore.graph.load are its cache),
+    so the two are compared as first compiles."""
+    import atexit
+    import shutil
+
+    environ = os.environ if environ is None else environ
+    given = environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if given:
+        return f"Inductor cache: TORCHINDUCTOR_CACHE_DIR={given} as set (compile times may be cache hits)"
+    folder = tempfile.mkdtemp(prefix="opcore-bench-inductor-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    environ["TORCHINDUCTOR_CACHE_DIR"] = folder
+    return "Inductor cache: a new empty folder (compile times are first compiles)"
+
+
 def main(argv: list[str] | None = None) -> int:
     options = parse_args(argv)
     if options.optimum_worker:
         return optimum_worker(options)
+    inductor = empty_inductor_cache() if "compile" not in options.skip else ""
     if options.device == "cuda":
         why = no_gpu_reason()
         if why is not None:
@@ -1091,7 +1114,9 @@ def main(argv: list[str] | None = None) -> int:
     reads = ", ".join(f"{t} thread{'s' * (t != 1)} {b / 1e9:.1f} GB/s" for t, b in bandwidth.items())
     print(
         f"{name}, torch {torch.__version__}, transformers {transformers.__version__}; medians of {options.rounds} "
-        f"generate calls per column; read bandwidth ({BANDWIDTH_MB} MB torch sum, best of 5): {reads}\n",
+        f"generate calls per column; read bandwidth ({BANDWIDTH_MB} MB torch sum, best of 5): {reads}"
+        + (f"; {inductor}" if inductor else "")
+        + "\n",
         flush=True,
     )
     gc.collect()

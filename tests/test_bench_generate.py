@@ -154,3 +154,19 @@ def test_the_targets_are_judged_against_the_better_eager_and_compile(bench):
         "capture 30.0 s = 0.50 of compile's 60.0 s <= 1/3 MISSED",
     ]
     assert bench.targets(bench.SHAPES["0.5b"], group)[0] == "decode 0.65 of the bandwidth ceiling >= 0.9 MISSED"
+
+
+def test_the_compile_column_starts_from_an_empty_inductor_cache(bench):
+    import os
+
+    environ: dict[str, str] = {}
+    said = bench.empty_inductor_cache(environ)
+    folder = environ["TORCHINDUCTOR_CACHE_DIR"]
+    assert os.path.isdir(folder) and not os.listdir(folder), folder
+    assert "new empty folder" in said
+    again: dict[str, str] = {}
+    bench.empty_inductor_cache(again)
+    assert again["TORCHINDUCTOR_CACHE_DIR"] != folder  # a new one every run
+    given = {"TORCHINDUCTOR_CACHE_DIR": "/somewhere/kept"}
+    assert "as set" in bench.empty_inductor_cache(given)
+    assert given == {"TORCHINDUCTOR_CACHE_DIR": "/somewhere/kept"}  # the user's choice stands
