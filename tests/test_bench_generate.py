@@ -170,3 +170,44 @@ def test_the_compile_column_starts_from_an_empty_inductor_cache(bench):
     given = {"TORCHINDUCTOR_CACHE_DIR": "/somewhere/kept"}
     assert "as set" in bench.empty_inductor_cache(given)
     assert given == {"TORCHINDUCTOR_CACHE_DIR": "/somewhere/kept"}  # the user's choice stands
+
+
+def test_the_prompt_flops_count_every_matrix_per_token_and_the_lm_head_once(bench):
+    shape = bench.SHAPES["small"]
+    model = shape.build(64, device="meta")
+    layer = 4 * shape.hidden * shape.hidden + 3 * shape.hidden * shape.intermediate  # q, k, v, o (8 kv heads), MLP
+    prompt = 16
+    want = 2 * shape.layers * layer * prompt + 2 * shape.vocab * shape.hidden
+    want += 4 * shape.layers * shape.heads * shape.head_dim * prompt * (prompt + 1) // 2
+    assert bench.prompt_flops(model, shape, 1, prompt) == want
+    assert bench.prompt_flops(model, shape, 3, prompt) == 3 * want
+
+
+def test_a_mixture_of_experts_prompt_counts_the_top_k_share_of_the_experts(bench):
+    shape = bench.SHAPES["moe"]
+    model = shape.build(64, device="meta")
+    dense = bench.prompt_flops(model, shape, 1, 1)
+    experts = [p for p in model.parameters() if p.ndim == 3]
+    assert experts
+    stored = sum(p.numel() for p in experts)
+    every = sum(p.numel() for p in model.parameters() if p.ndim == 2) - 2 * shape.vocab * shape.hidden  # tables
+    attention = 4 * shape.layers * shape.heads * shape.head_dim
+    # one token: its top_k experts of each layer, every other matrix, the lm_head once
+    assert dense == 2 * (every + stored * shape.top_k // shape.experts) + 2 * shape.vocab * shape.hidden + attention
+
+
+def test_the_compute_floor_row_and_the_ttft_target_say_where_no_prefill_goes_below(bench):
+    columns = [_column(bench, "eager dynamic", 0.100, 100.0), _column(bench, "opcore", 0.080, 260.0, build_s=3.0)]
+    group = bench.Group(
+        1, 1, columns, ceiling=400.0, step_bytes=1, bandwidth=1.0, load=0.0, floor_s=0.075, flops=7_500_000_000, rate=1e11
+    )
+    rows = bench.rows_of(group, 1)
+    floor = next(row for row in rows if row[0] == "compute floor")
+    assert len(floor) == len(bench.HEADER)
+    assert floor[3:5] == ("75.0", "0.75x") and floor[-1] == "prompt 7.50 GFLOP at 100.0 GFLOP/s"
+    assert "TTFT 0.80x eager <= 0.7 (compute floor 0.75x) MISSED" in bench.targets(bench.SHAPES["small"], group)
+
+
+def test_the_matmul_rate_is_two_n_cubed_over_the_time(bench):
+    rate = bench.matmul_rate("cpu", torch.float32, size=64, repeats=2)
+    assert 1e6 < rate < 1e14
