@@ -129,7 +129,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -1139,7 +1139,7 @@ def _quiet_transformers() -> Iterator[None]:
             transformers.logging.set_verbosity(verbosity)
 
 
-def empty_inductor_cache(environ: dict[str, str] | None = None) -> str:
+def empty_inductor_cache(environ: MutableMapping[str, str] | None = None) -> str:
     """Point Inductor's on-disk cache at a new empty folder (removed at exit) unless
     TORCHINDUCTOR_CACHE_DIR is set; what the compile column's time then is, for the header. An earlier
     run's cache makes a compile mostly a lookup: on the 2-vCPU EPYC the small and 135M shapes compiled
@@ -1149,13 +1149,13 @@ def empty_inductor_cache(environ: dict[str, str] | None = None) -> str:
     import atexit
     import shutil
 
-    environ = os.environ if environ is None else environ
-    given = environ.get("TORCHINDUCTOR_CACHE_DIR")
+    env: MutableMapping[str, str] = os.environ if environ is None else environ
+    given = env.get("TORCHINDUCTOR_CACHE_DIR")
     if given:
         return f"Inductor cache: TORCHINDUCTOR_CACHE_DIR={given} as set (compile times may be cache hits)"
     folder = tempfile.mkdtemp(prefix="opcore-bench-inductor-")
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    environ["TORCHINDUCTOR_CACHE_DIR"] = folder
+    env["TORCHINDUCTOR_CACHE_DIR"] = folder
     return "Inductor cache: a new empty folder (compile times are first compiles)"
 
 
