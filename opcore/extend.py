@@ -182,6 +182,8 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "embedding_wq_kernel": ("opcore.onemodel.quantized", "embedding_wq_kernel"),
     "linear_wq_kernel": ("opcore.onemodel.quantized", "linear_wq_kernel"),
     "nbits_block": ("opcore.onemodel.quantized", "nbits_block"),
+    # what a plan asks of the kernels it prepares
+    "weight_copies_allowed": ("opcore.weight_copies", "weight_copies_allowed"),
     # torchkit kernels (TORCHKIT_API_VERSION): torch-based backends; these three import no torch
     "register_aten_fallback": ("opcore.torchkit.registration", "register_aten_fallback"),
     "register_torch_kernels": ("opcore.torchkit.registration", "register_torch_kernels"),
@@ -306,6 +308,8 @@ __all__ = [
     "shape_id",
     "tensor_of",
     "z",
+    # what a plan asks of the kernels it prepares
+    "weight_copies_allowed",
     # one-model builders (ONEMODEL_API_VERSION)
     "ATTRIBUTE",
     "GraphPartitionCompiler",
@@ -487,3 +491,4 @@ if TYPE_CHECKING:  # what static analysis sees
     from opcore.torchkit.prepared import batch_rows, free_positions, with_free_args
     from opcore.torchkit.registration import register_aten_fallback, register_torch_kernels, torch_dtypes
     from opcore.types import ArrayKind, Device, DeviceType, DType, Layout, TensorMeta
+    from opcore.weight_copies import weight_copies_allowed

@@ -424,3 +424,26 @@ def test_an_unknown_weights_policy_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(onednn, "float32_packing", lambda: "onednn")
     with pytest.raises(ArgumentError, match="OPCORE_CPU_WEIGHTS.*one of measure, packed, dense"):
         _prepared("linear", inputs(BIG))
+
+
+@pytest.mark.parametrize("vendor", ["onednn", "mkl"])
+@pytest.mark.parametrize("op", ["linear", "gated_mlp"])
+def test_a_plan_asking_for_no_weight_copies_gets_none(op, vendor, monkeypatch):
+    """Within weight_copies(False) (a large decoder's prefill) and OPCORE_CPU_WEIGHTS unset, the
+    prepared call runs on the weights as given, on either vendor's path; set, the variable wins."""
+    from opcore.weight_copies import weight_copies
+    from opcore_cpu import onednn, weight_choice
+
+    monkeypatch.delenv("OPCORE_CPU_WEIGHTS", raising=False)
+    monkeypatch.setattr(onednn, "float32_packing", lambda: vendor)
+    monkeypatch.setattr(weight_choice, "_answers", {})
+    args = gated_inputs() if op == "gated_mlp" else inputs(BIG)
+    with weight_copies(False):
+        assert weight_choice.policy() == "dense"
+        call = _prepared(op, args)
+    assert not any(t.is_mkldnn for t in _held_tensors(call))
+    assert weight_choice.policy() == "measure"  # outside the block, as before
+    close(call(args[0]), opcore.run(op, *args, backend="reference"), "float32")
+    monkeypatch.setenv("OPCORE_CPU_WEIGHTS", "packed")
+    with weight_copies(False):
+        assert weight_choice.policy() == "packed"

@@ -671,8 +671,8 @@ def test_a_runtime_alone_is_not_planned_again_where_the_ranked_plan_is_all_its_o
     planned: list[tuple[Any, Any, Any]] = []
     real = lm_capture._plan
 
-    def plan(lowered, place, backends, timer, partitions):
-        made = real(lowered, place, backends, timer, partitions=partitions)
+    def plan(lowered, place, backends, timer, partitions, copies=True):
+        made = real(lowered, place, backends, timer, partitions, copies)
         planned.append((lowered, backends, lm_capture.only_partitions_of(made)))
         return made
 
@@ -702,6 +702,26 @@ def test_only_partitions_of_names_the_one_runtime_or_none():
     kernels = [d for d in lm.decode_plan.decisions if d.partition is None and d.backend != "python"]
     want = runtimes.pop() if len(runtimes) == 1 and not kernels else None
     assert only_partitions_of(lm.decode_plan) == want
+
+
+def test_a_large_decoder_s_prefill_keeps_no_weight_copies(monkeypatch, tmp_path):
+    """Above COPY_BYTES of weights the prefill plan asks its kernels for no copies of the weights (the
+    decode plan's runtime holds its own form): said in its notes, kept by save/load, and the tokens
+    are eager's; the decode plan is not affected."""
+    from opcore.graph import lm_capture
+
+    monkeypatch.setattr(lm_capture, "COPY_BYTES", 0)  # the test's decoder is "large"
+    model = build("llama")
+    lm = opcore.graph.capture_lm(model, max_length=32, measure=False)
+    assert lm.prefill_plan.options.weight_copies is False
+    assert lm.decode_plan.options.weight_copies is True
+    assert any(note.startswith("no weight copies") for note in lm.prefill_plan.notes)
+    ids = prompt()
+    want = model.generate(ids, max_new_tokens=6, do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert torch.equal(lm.generate(ids, max_new_tokens=6, eos_token_id=[]), want)
+    again = opcore.graph.load(lm.save(tmp_path / "large.lm"))
+    assert again.prefill_plan.options.weight_copies is False
+    assert torch.equal(again.generate(ids, max_new_tokens=6, eos_token_id=[]), want)
 
 
 def test_capture_of_a_default_decoder_runs_without_its_cache():

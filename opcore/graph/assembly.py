@@ -19,6 +19,7 @@ from opcore.graph.plan import Plan
 from opcore.graph.planner import Decision, NodeCall, example_tensors, plan_node, scalar_call
 from opcore.graph.ranges import ValueProof, declared_sizes, value_ranges
 from opcore.graph.runner import Program, Step, slot_template
+from opcore.weight_copies import weight_copies
 
 if TYPE_CHECKING:
     from opcore.graph.exported import ExportedStep
@@ -44,8 +45,23 @@ def assemble(
     measure at plan time (see opcore.graph.measuring): partitions are kept where they are faster
     than their nodes per node, and the plan runs the torch route where that is faster than it.
     ``exported``: the exported program (capture has it, a loaded plan not): the torch route runs
-    it as one step, and the guard times that.
+    it as one step, and the guard times that. The kernels prepare their constants under
+    ``options.weight_copies`` (opcore.weight_copies).
     """
+    with weight_copies(options.weight_copies):
+        return _assembled(graph, constants, options, notes, saved, examples, timer, exported)
+
+
+def _assembled(
+    graph: Graph,
+    constants: Mapping[str, Any],
+    options: PlanOptions,
+    notes: Mapping[str, str] | None,
+    saved: Mapping[str, Any] | None,
+    examples: Sequence[Any] | None,
+    timer: Timer | None,
+    exported: ExportedStep | None,
+) -> Plan:
     if options.route == "torch":
         plan = _assemble(graph, constants, torch_route(options), notes)
         plan.options = options
@@ -184,7 +200,8 @@ def _per_node_route(graph: Graph, record: Any, constants: Mapping[str, Any], opt
     record.raises = raises_for(options, record.backend)
 
     def fallback() -> Any:
-        program, _ = nodes_program(graph, group, constants, options, example, record.inputs, record.outputs)
+        with weight_copies(options.weight_copies):  # made when first needed, long after assemble
+            program, _ = nodes_program(graph, group, constants, options, example, record.inputs, record.outputs)
         single = len(record.outputs) == 1
 
         def run(*tensors: Any) -> Any:

@@ -216,6 +216,7 @@ def save(plan: Any, path: Any, *, weights: SharedWeights | None = None) -> pathl
             "rewrites": plan.options.rewrites,
             "cuda_graph": plan.options.cuda_graph,
             "route": plan.options.route,
+            "weight_copies": plan.options.weight_copies,
         },
         "graph": {
             "inputs": list(graph.inputs),

@@ -118,9 +118,15 @@ def capture_lm(
         decode = _decode_plan(module, batch_size, max_length, place, backends, timer, weighing, compare or timer)
         prefill = None
         if max_length >= 2:
+            copies = _weight_bytes(module) <= COPY_BYTES
             prefill = _prefill_plan(
-                module, batch_size, max_length, place, backends, timer, prefill_partitions, weighing
+                module, batch_size, max_length, place, backends, timer, prefill_partitions, weighing, copies
             )
+            if not copies:
+                prefill.notes.append(
+                    f"no weight copies: the kernels run on the weights as given ({_weight_bytes(module) / 2**30:.1f} "
+                    f"GiB of weights, above {COPY_BYTES / 2**30:g} GiB; the decode plan holds its own form)"
+                )
     lm = LanguageModel(prefill, decode, batch_size=batch_size, max_length=max_length, defaults=defaults)
     lm.capture_seconds = time.perf_counter() - started
     return lm
@@ -130,6 +136,11 @@ def capture_lm(
 MEASURE_BYTES = 2**30
 # the prompt length the prefill is exported, planned and measured on (or max_length, if shorter)
 PROMPT = 128
+# above this many bytes of weights the prefill's kernels keep no copies of them (opcore.weight_copies):
+# the decode plan's runtime holds a form of its own already, and a packed copy beside it doubles the
+# plan's memory for a few percent of prefill speed (the 0.5B shape on a 2-vCPU AVX-512 EPYC: 1.9 GB
+# for a prefill 6 % faster; a 7B decoder's copies would not fit a 32 GB machine)
+COPY_BYTES = 2**30
 
 
 def _weight_bytes(module: Any) -> int:
@@ -301,6 +312,7 @@ def _prefill_plan(
     timer: Timer | None,
     partitions: bool | None,
     weighing: Weighing | None = None,
+    copies: bool = True,
 ) -> Plan:
     """The prefill's plan: on the torch route, or with graph-runtime partitions (kept by the estimated
     cost rule; their shapes are dynamic), or (``partitions`` None, measuring, on the host) the faster
@@ -314,9 +326,9 @@ def _prefill_plan(
     # (and the cpu backend measures its weight packing at) a prompt's rows, not a toy's
     lowered = _lower_step(module, batch_size, max_length, min(PROMPT, max_length), place, weighing)
     if partitions is not None or timer is None or place.type.value != "cpu":
-        return _plan(lowered, place, backends, None, bool(partitions))
-    route = _plan(lowered, place, backends, None, False)
-    planned = _plan(lowered, place, backends, None, True)
+        return _plan(lowered, place, backends, None, bool(partitions), copies)
+    route = _plan(lowered, place, backends, None, False, copies)
+    planned = _plan(lowered, place, backends, None, True, copies)
     if not planned.partitions:
         return route
     times = timer({"torch route": _runner(route, lowered), "partitions": _runner(planned, lowered)})
@@ -455,7 +467,12 @@ def _lower_step(
 
 
 def _plan(
-    lowered: Lowered, place: Device, backends: Sequence[str] | None, timer: Timer | None, partitions: bool
+    lowered: Lowered,
+    place: Device,
+    backends: Sequence[str] | None,
+    timer: Timer | None,
+    partitions: bool,
+    copies: bool = True,
 ) -> Plan:
     started = time.perf_counter()
     options = PlanOptions(
@@ -463,6 +480,7 @@ def _plan(
         device=str(place),
         partitions=partitions and place.type.value == "cpu",
         route="planned",
+        weight_copies=copies,
     )
     graph = lowered.graph
     plan = assemble(

@@ -19,7 +19,8 @@ class PlanOptions:
     route "torch": measuring at capture found the torch route faster than the planned one (or
     ``capture(route="torch")`` asked for it), so the plan runs the torch route: the exported
     program as one step where the plan has it (opcore.graph.exported), else every node on the
-    torch backend (``torch_route``); "planned": as decided."""
+    torch backend (``torch_route``); "planned": as decided. weight_copies False: the kernels keep
+    no copies of the constants they prepare (opcore.weight_copies; a large decoder's prefill)."""
 
     backends: tuple[str, ...] | None = None
     fallback: bool = True
@@ -28,6 +29,7 @@ class PlanOptions:
     rewrites: bool = True
     cuda_graph: bool = False
     route: str = "planned"
+    weight_copies: bool = True
 
 
 def torch_route(options: PlanOptions) -> PlanOptions:
@@ -36,5 +38,10 @@ def torch_route(options: PlanOptions) -> PlanOptions:
     against it; the capture-time guard times the plan against it."""
     torch_backend = "cuda" if options.device.startswith("cuda") else "cpu"
     return PlanOptions(
-        backends=(torch_backend,), fallback=True, device=options.device, partitions=False, rewrites=options.rewrites
+        backends=(torch_backend,),
+        fallback=True,
+        device=options.device,
+        partitions=False,
+        rewrites=options.rewrites,
+        weight_copies=options.weight_copies,
     )

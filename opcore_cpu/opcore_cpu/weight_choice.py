@@ -15,7 +15,8 @@ the process, so a model of 24 identical layers measures once.
 
 ``OPCORE_CPU_WEIGHTS``: ``measure`` (default), ``packed`` (always pack: the rule before),
 ``dense`` (the fused oneDNN call on the weight as given: never a copy, MKL's float32 packing on
-Intel CPUs included).
+Intel CPUs included). Unset, a plan that asks for no weight copies (``weight_copies_allowed()``
+False: capture_lm's prefill of a large decoder) gets ``dense``.
 
 >>> policy({"OPCORE_CPU_WEIGHTS": "dense"}), policy({})
 ('dense', 'measure')
@@ -29,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from opcore.extend import ArgumentError
+from opcore.extend import ArgumentError, weight_copies_allowed
 
 __all__ = ["MARGIN", "POLICIES", "POLICY_ENV", "Way", "choose", "chosen", "forget", "policy"]
 
@@ -57,10 +58,11 @@ _answers: dict[tuple[Any, ...], str] = {}
 
 
 def policy(environ: Mapping[str, str] | None = None) -> str:
-    """``OPCORE_CPU_WEIGHTS``, or "measure"; anything else is an ArgumentError naming the variable."""
+    """``OPCORE_CPU_WEIGHTS``, or where it is unset "dense" while the plan being prepared allows no
+    weight copies and "measure" otherwise; anything else is an ArgumentError naming the variable."""
     text = (os.environ if environ is None else environ).get(POLICY_ENV, "").strip().lower()
     if not text:
-        return "measure"
+        return "measure" if weight_copies_allowed() else "dense"
     if text not in POLICIES:
         raise ArgumentError(
             op="resolve",
