@@ -70,10 +70,12 @@ def capture_lm(
     it is timed); None: True up to MEASURE_BYTES (1 GiB) of weights, False above, and with ``weights=``
     the decode step's runtimes are compared whenever the quantized weights (at most one byte an
     element) fit that bound (a 0.5B int4 decoder: OpenVINO 13.3, ONNX Runtime 18.5 tok/s). Measured, a 135M
-    fp32 decoder captured in 96 s and decoded 1.37x eager (48-52 s on a 2-core EPYC since the one-trace
-    export, opcore.graph.aten_export); a 0.5B one took 142 to 174 s and 5.6 to
-    6.5 GB over its 2 GB of weights, and its guard once picked a slower route (4.6 to 6.0 tok/s); by
-    the estimated rule the 0.5B took 53 s and 3.5 GB and decoded at 8.4 tok/s (docs/benchmarks.md).
+    fp32 decoder captured in 96 s and decoded 1.37x eager (on a 2-vCPU AVX-512 EPYC: 48-52 s after the
+    one-trace export, opcore.graph.aten_export; 31 s in the twenty-fifth session, 2.0x eager); a 0.5B
+    one took 142 to 174 s and 5.6 to 6.5 GB over its 2 GB of weights, and its guard once picked a
+    slower route (4.6 to 6.0 tok/s); by the estimated rule the 0.5B took 53 s and 3.5 GB and decoded
+    at 8.4 tok/s, and in the twenty-fifth session 16 s and 1.15x its weights (its prefill without
+    weight copies: COPY_BYTES), decoding at 11.8 tok/s (docs/benchmarks.md).
 
     weights, group_size, exclude: as ``capture``'s (int8 / int4 weight-only linears, the logits' at
     int8; docs/quantized.md): prefill and decode share the quantized constants.
