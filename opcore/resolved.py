@@ -21,6 +21,7 @@ from opcore.runtime import runtime
 from opcore.settings import ContextPolicy, context_policy
 from opcore.tuning.selecting import select_tuned
 from opcore.types import ArrayKind, array_kind_of, is_tensor
+from opcore.weight_copies import weight_copies, weight_copies_allowed
 
 __all__ = ["ResolvedOp", "resolve", "resolve_with"]
 
@@ -226,8 +227,9 @@ class _Signatures:
     """
 
     __slots__ = (
-        "armed", "check", "constant_names", "example_key", "examples", "fall_back", "first", "free_at", "kernel",
-        "kinds", "mark", "policy", "prepared", "routes", "seen", "selection", "target", "template", "versioned",
+        "armed", "check", "constant_names", "copies", "example_key", "examples", "fall_back", "first", "free_at",
+        "kernel", "kinds", "mark", "policy", "prepared", "routes", "seen", "selection", "target", "template",
+        "versioned",
     )  # fmt: skip
 
     def __init__(
@@ -256,6 +258,7 @@ class _Signatures:
         self.versioned: tuple[Any, ...] = ()
         self.examples: tuple[Any, ...] = ()
         self.constant_names: frozenset[str] = frozenset()
+        self.copies = True  # whether kernels may keep copies of the constants (watch: as first prepared)
         # (guard, tail, failed, number of free arguments) where the compiled base may call the kernel
         self.armed: tuple[Any, tuple[Any, ...], Any, int] | None = None
         self.target: Any = None  # the resolved op, armed through its compiled base's _arm
@@ -266,11 +269,14 @@ class _Signatures:
         kept as the examples prepare is called with (an example's data is never read).
         """
         self.versioned, self.examples, self.constant_names = versioned, bound, constants
+        self.copies = weight_copies_allowed()  # what the first prepare was allowed: so is the next
 
     def reprepare(self) -> Callable[..., Any]:
-        """The kernel prepared again from the constants' current values (after an in-place update)."""
+        """The kernel prepared again from the constants' current values (after an in-place update),
+        under the weight-copies setting it was first prepared under (opcore.weight_copies)."""
         assert self.kernel is not None  # watch() is only called for a prepared kernel
-        self.first = _prepare(self.kernel, self.selection, self.examples, self.constant_names, self.free_at)
+        with weight_copies(self.copies):
+            self.first = _prepare(self.kernel, self.selection, self.examples, self.constant_names, self.free_at)
         return self.first
 
     def entry(self, bound: tuple[Any, ...]) -> Callable[..., Any]:

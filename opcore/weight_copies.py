@@ -2,11 +2,12 @@
 
 A kernel may prepare a constant in a layout of its own (the cpu backend packs a linear's weight for
 oneDNN or MKL: a second copy of it, faster at some shapes). A plan whose weights are large asks for
-none: ``capture_lm``'s prefill of a decoder above ``lm_capture.MEASURE_BYTES``, whose decode plan's
+none: ``capture_lm``'s prefill of a decoder above ``lm_capture.COPY_BYTES``, whose decode plan's
 graph runtime holds a copy already (``PlanOptions.weight_copies``; at the 0.5B shape on a 2-vCPU
 AVX-512 EPYC the packed prefill copies kept 1.9 GB for a prefill 6 % faster). A backend whose
 kernels can run on the weight as given reads ``weight_copies_allowed()`` while preparing; a user's
-explicit setting for the backend (``OPCORE_CPU_WEIGHTS``) wins.
+explicit setting for the backend (``OPCORE_CPU_WEIGHTS``) wins. A resolved op prepared again after
+an in-place update of its constants prepares under the setting it was first prepared under.
 
 >>> weight_copies_allowed()
 True

@@ -447,3 +447,32 @@ def test_a_plan_asking_for_no_weight_copies_gets_none(op, vendor, monkeypatch):
     monkeypatch.setenv("OPCORE_CPU_WEIGHTS", "packed")
     with weight_copies(False):
         assert weight_choice.policy() == "packed"
+
+
+def test_a_weight_updated_in_place_is_prepared_again_as_first_asked(monkeypatch):
+    """A linear resolved while no weight copies were allowed, its weight then updated in place outside
+    that block, prepares again without a copy: the setting it was first prepared under holds."""
+    from opcore.weight_copies import weight_copies
+    from opcore_cpu import onednn, weight_choice
+
+    monkeypatch.delenv("OPCORE_CPU_WEIGHTS", raising=False)
+    monkeypatch.setattr(onednn, "float32_packing", lambda: "onednn")
+    said: list[str] = []
+    real = weight_choice.policy
+
+    def policy(environ=None):
+        said.append(real(environ))
+        return said[-1]
+
+    monkeypatch.setattr(weight_choice, "policy", policy)
+    x, w, b = inputs(BIG)
+    assert isinstance(w, torch.Tensor)  # live torch constants: the resolved op watches their versions
+    with weight_copies(False):
+        linear = opcore.resolve("linear", x, w, b, constants=("w", "b"), backend="cpu")
+    assert said and set(said) == {"dense"}, said
+    said.clear()
+    with torch.no_grad():
+        w.mul_(0.5)
+    got = linear(x)
+    assert said == ["dense"], said  # prepared again, still without a copy
+    close(got, opcore.run("linear", x, w, b, backend="reference"), "float32")
