@@ -315,13 +315,7 @@ def read_bandwidth(device: str, megabytes: int = BANDWIDTH_MB, repeats: int = 5)
     """Bytes/s a torch ``sum`` reads from a buffer far larger than the caches (best of ``repeats``),
     at torch's current thread count."""
     buffer = torch.ones(megabytes * (1 << 20) // 4, dtype=torch.float32, device=device)
-    best = float("inf")
-    for _ in range(repeats + 1):  # the first call pays for page faults and the pool's start
-        _sync(device)
-        started = time.perf_counter()
-        buffer.sum()
-        _sync(device)
-        best = min(best, time.perf_counter() - started)
+    best = _best_seconds(buffer.sum, device, repeats)
     nbytes = buffer.numel() * 4
     del buffer
     return nbytes / best
@@ -333,14 +327,20 @@ def matmul_rate(device: str, dtype: torch.dtype, size: int | None = None, repeat
     size = GEMM_N if size is None else size
     a = torch.randn(size, size, device=device).to(dtype)
     b = torch.randn(size, size, device=device).to(dtype)
+    return 2 * size**3 / _best_seconds(lambda: torch.mm(a, b), device, repeats)
+
+
+def _best_seconds(call: Callable[[], Any], device: str, repeats: int) -> float:
+    """The fastest of ``repeats`` timed calls, after one untimed (it pays for page faults, the
+    pool's start and the kernel's choice), each synchronised on ``device``."""
     best = float("inf")
-    for _ in range(repeats + 1):  # the first call pays for the pool's start and the kernel's choice
+    for _ in range(repeats + 1):
         _sync(device)
         started = time.perf_counter()
-        torch.mm(a, b)
+        call()
         _sync(device)
         best = min(best, time.perf_counter() - started)
-    return 2 * size**3 / best
+    return best
 
 
 def prompt_flops(model: Any, shape: Shape, batch: int, prompt: int) -> int:
@@ -695,9 +695,13 @@ class Group:
     step_bytes: int
     bandwidth: float
     load: float
-    floor_s: float | None = None  # the compute floor: the least time to first token (prompt_flops / rate)
-    flops: int = 0  # the prompt's floating-point operations, all rows
-    rate: float = 0.0  # FLOP/s of the matmul measured at this thread count
+    flops: int = 0  # the prompt's floating-point operations, all rows (prompt_flops)
+    rate: float = 0.0  # FLOP/s of the matmul measured at this thread count (0: not measured)
+
+    @property
+    def floor_s(self) -> float | None:
+        """The compute floor: the least time to first token the matmul rate allows."""
+        return self.flops / self.rate if self.rate else None
 
 
 def bench_group(
@@ -761,8 +765,6 @@ def bench_group(
     state["peak"] = max(state.get("peak", 0.0), peak_rss_mb() or 0.0, *in_process)
     del lm
     gc.collect()
-    rate = state.get("rate", {}).get(threads, 0.0)
-    flops = prompt_flops(model, shape, batch, options.prompt)
     return Group(
         threads,
         batch,
@@ -771,9 +773,8 @@ def bench_group(
         step,
         bandwidth,
         os.getloadavg()[0],
-        floor_s=flops / rate if rate else None,
-        flops=flops,
-        rate=rate,
+        flops=prompt_flops(model, shape, batch, options.prompt),
+        rate=state["rate"][threads],
     )
 
 

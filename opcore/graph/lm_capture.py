@@ -108,25 +108,26 @@ def capture_lm(
         defaults = GenerationDefaults()
     place = Device.parse(device) if device is not None else _device_of(module)
     compare: Timer | None = None
+    weight_bytes = _weight_bytes(module)
     if measure is None:
         # quantized plans hold their codes, not the float weights: the decode step's runtimes are
         # compared where those fit the bound, even when the float model does not
         if quantized is not None and _stored_bytes(module) <= MEASURE_BYTES:
             compare = interleaved
-        measure = _weight_bytes(module) <= MEASURE_BYTES
+        measure = weight_bytes <= MEASURE_BYTES
     timer = None if measure is False else interleaved if measure is True else measure
     weighing = Weighing(quantized) if quantized is not None else None
     with torch.no_grad():
         decode = _decode_plan(module, batch_size, max_length, place, backends, timer, weighing, compare or timer)
         prefill = None
         if max_length >= 2:
-            copies = _weight_bytes(module) <= COPY_BYTES
+            copies = weight_bytes <= COPY_BYTES
             prefill = _prefill_plan(
                 module, batch_size, max_length, place, backends, timer, prefill_partitions, weighing, copies
             )
             if not copies:
                 prefill.notes.append(
-                    f"no weight copies: the kernels run on the weights as given ({_weight_bytes(module) / 2**30:.1f} "
+                    f"no weight copies: the kernels run on the weights as given ({weight_bytes / 2**30:.1f} "
                     f"GiB of weights, above {COPY_BYTES / 2**30:g} GiB; the decode plan holds its own form)"
                 )
     lm = LanguageModel(prefill, decode, batch_size=batch_size, max_length=max_length, defaults=defaults)

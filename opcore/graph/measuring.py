@@ -69,8 +69,9 @@ def interleaved(cases: Mapping[str, Callable[[], Any]], rounds: int = ROUNDS) ->
     numbers, firsts = {}, {}
     for label, call in cases.items():
         call()
-        firsts[label] = timed_call(call, 1, sync) * 1e-6
-        numbers[label] = 1 if firsts[label] * 1e6 >= SAMPLE_US else calibrate(call, sync)
+        first_us = timed_call(call, 1, sync)
+        firsts[label] = first_us * 1e-6
+        numbers[label] = 1 if first_us >= SAMPLE_US else calibrate(call, sync)
     long = max(firsts.values()) >= LONG_S
     if long:
         rounds = min(rounds, LONG_ROUNDS - 1)
