@@ -7,7 +7,8 @@ group when a group is not a power of two, opcore.onemodel.quantized.nbits_block)
 as uint8, one a byte for 8 bits and packed two a byte for 4 bits (in the graph, folded for constant
 ones: float zero points would send MatMulNBits to a path ~500x slower); no
 zero point: MatMulNBits' default middle code (128 or 8), the contract's symmetric codes. The bias
-is added after. float16 runs in float32 inside the graph.
+is MatMulNBits' own input (onnxruntime >= 1.20; one Add node fewer per linear: a 0.5B Qwen2 int4
+decode step 2-3 % faster on a 2-vCPU EPYC). float16 runs in float32 inside the graph.
 
 ``accuracy_level`` (``OPCORE_ORT_WQ_ACCURACY`` 0-4 when the kernel is first imported, default
 ``ACCURACY_LEVEL`` = 4): 4 lets the CPU
@@ -109,10 +110,15 @@ def build_linear_wq(
         raise ValueError(f"MatMulNBits needs blocks of a power of two >= 16; a group of {group} has none")
     repeat = group // block
     codes = g.op("Reshape", qweight, g.ints([out_features, in_features // block, block * bits // 8]), rank=3)
-    inputs = [g.cast(x, F32), codes, _per_block(g, scale, repeat)]
+    inputs: list[Value | None] = [g.cast(x, F32), codes, _per_block(g, scale, repeat), None, None, None]
     if zero is not None:
         zeros = _per_block(g, zero, repeat, zero.dtype)
-        inputs.append(zeros if bits == 8 else _nibbles(g, zeros, out_features, in_features // block))
+        inputs[3] = zeros if bits == 8 else _nibbles(g, zeros, out_features, in_features // block)
+    if b is not None:
+        # MatMulNBits' own bias input (one node fewer per linear with a bias); its shape inference
+        # wants the size N known, which a kernel's graph input of symbolic size is not: the Reshape
+        # says it (folded away for a partition's constant bias)
+        inputs[5] = g.op("Reshape", g.cast(b, F32), g.ints([out_features]), rank=1)
     out = g.op(
         "MatMulNBits",
         *inputs,
@@ -123,8 +129,6 @@ def build_linear_wq(
         block_size=block,
         accuracy_level=ACCURACY,
     )
-    if b is not None:
-        out = g.op("Add", out, g.cast(b, F32))
     return finish(g, out, x.dtype)
 
 
