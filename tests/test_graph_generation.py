@@ -480,6 +480,18 @@ def test_sessions_interleaved_keep_their_own_state(llama):
     assert a.length == 0 and b.length == 17
 
 
+def test_a_session_s_steps_set_one_slot_tensor_in_place(llama):
+    # a graph runtime's request keeps an input bound while its memory stays the same: the slot a step
+    # writes is one tensor per session whose value each step sets, not a new tensor per position
+    _, lm = llama
+    chat = lm.session()
+    token = chat.prefill(prompt()).argmax(-1)
+    where = chat.slot.data_ptr()
+    for _ in range(3):
+        token = chat.decode(token).argmax(-1)
+        assert chat.slot.data_ptr() == where and int(chat.slot) == chat.length - 1
+
+
 def test_a_session_continues_a_conversation(llama):
     model, lm = llama
     chat = lm.session()

@@ -104,6 +104,9 @@ class Session:
         self.mask = torch.zeros(lm.batch_size, lm.max_length, dtype=torch.long, device=device)
         self.positions = torch.zeros(lm.batch_size, dtype=torch.long, device=device)
         self.length = 0  # cache slots used
+        # the slot a decode step writes, one tensor whose value each step sets: its memory stays the
+        # same, so a graph runtime's request keeps it as set (no new input bound per token)
+        self.slot = torch.zeros(1, dtype=torch.long, device=device)
         # the decode step as a CUDA graph over this session's buffers (on cuda; made on its first step
         # with lm.cuda_graph): None not made yet, False its capture failed (the plan's notes say why)
         self.decode_graph: Any = None
@@ -179,7 +182,8 @@ class Session:
         if replay and self.lm.cuda_graph:
             logits = replay(ids, at)
         else:
-            logits = self.lm._decode(ids, self.positions[:, None], at, self.mask, self.state)
+            self.slot.fill_(at)
+            logits = self.lm._decode(ids, self.positions[:, None], self.slot, self.mask, self.state)
         self.positions += 1
         self.length += 1
         return logits[:, -1]
@@ -208,7 +212,6 @@ class LanguageModel:
         self.vocab_size = decode_plan.graph.bounds[ids][1] + 1 if ids in decode_plan.graph.bounds else None
         self.capture_seconds = 0.0
         self.load_seconds = 0.0
-        self._positions: dict[int, Any] = {}
         self._session: Session | None = None
         # on cuda, each session's decode step replays as one CUDA graph (opcore.graph.decode_graph);
         # False: every session's steps run node by node from the next step on
@@ -296,16 +299,14 @@ class LanguageModel:
         import torch
 
         if ids.shape[1] == 1:
-            return self._decode(ids, positions, int(slots[0]), mask, state)
+            return self._decode(ids, positions, slots, mask, state)
         with torch.no_grad():
             return self.prefill_plan.program.run([ids, positions, slots, mask, *state])[0]
 
-    def _decode(self, ids: Any, positions: Any, at: int, mask: Any, state: Sequence[Any]) -> Any:
+    def _decode(self, ids: Any, positions: Any, slot: Any, mask: Any, state: Sequence[Any]) -> Any:
+        """The decode plan on one token per row, written at cache slot ``slot`` (a 1-element int64 tensor)."""
         import torch
 
-        slot = self._positions.get(at)
-        if slot is None:
-            slot = self._positions[at] = torch.tensor([at], dtype=torch.long, device=ids.device)
         with torch.no_grad():
             return self.decode_plan.program.run([ids, positions, slot, mask, *state])[0]
 
