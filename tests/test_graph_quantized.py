@@ -34,11 +34,14 @@ def dequantized_copy(model, bits: int, group: int, logits_bits: int = 8):
 
     other = copy.deepcopy(model)
     for name, module in other.named_modules():
-        if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
+        stored_in_out = type(module).__name__ == "Conv1D"  # GPT-2's: x @ W + b, W stored (in, out)
+        if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)) or stored_in_out:
             b = logits_bits if name == "lm_head" or isinstance(module, torch.nn.Embedding) else bits
             g = -1 if b == 8 else group
-            qw = quantize_weight(module.weight.detach(), bits=b, group_size=g)
-            module.weight.data = torch.from_numpy(qw.dequantize("float32"))
+            weight = module.weight.detach()
+            qw = quantize_weight(weight.t() if stored_in_out else weight, bits=b, group_size=g)
+            dequantized = torch.from_numpy(qw.dequantize("float32"))
+            module.weight.data = dequantized.t().contiguous() if stored_in_out else dequantized
     return other
 
 
@@ -77,6 +80,59 @@ def test_capture_quantizes_every_linear_and_computes_the_dequantized_model(weigh
     assert (got - want).abs().max().item() <= 2e-2 * want.abs().max().item()
 
 
+# decoders whose projections are not torch's linear: Falcon's ``x @ W.T`` (matmul of a transposed
+# weight), GPT-2's Conv1D ``addmm(b, x, W)`` of a weight stored (in, out)
+_PRODUCTS = {
+    "falcon": ("FalconForCausalLM", "FalconConfig", dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4)),
+    "gpt2": ("GPT2LMHeadModel", "GPT2Config", dict(n_embd=64, n_layer=2, n_head=4, n_positions=64)),
+}
+
+
+def _product_model(family: str):
+    model_class, config_class, kwargs = _PRODUCTS[family]
+    torch.manual_seed(0)
+    return getattr(transformers, model_class)(getattr(transformers, config_class)(vocab_size=VOCAB, **kwargs)).eval()
+
+
+@pytest.mark.parametrize("family", sorted(_PRODUCTS))
+def test_a_linear_written_as_a_product_is_quantized_too(family: str) -> None:
+    model = _product_model(family)
+    ids = _ids()
+    plan = opcore.graph.capture(model, (ids,), weights="int4", group_size=16, measure=False)
+    ops = [n["op"] for n in _nodes(plan)]
+    assert "matmul" not in ops and "addmm" not in ops, ops  # the attention's products are bmm / sdpa here
+    assert ops.count("linear_wq") == 2 * 4 + 1, ops  # 4 projections a layer and the lm_head
+    assert not _float_weights(plan), _float_weights(plan)  # no float copy of a projection left
+    with torch.no_grad():
+        want = dequantized_copy(model, 4, 16)(ids).logits
+        fp32 = model(ids).logits
+    got = plan(ids).logits
+    scale = want.abs().max().item()
+    assert (got - want).abs().max().item() <= 2e-2 * scale
+    assert (got - fp32).abs().max().item() > 2e-2 * scale  # the int4 weights' own error: they were quantized
+
+
+@pytest.mark.parametrize(
+    ("family", "after"),
+    [
+        ("Cohere", dict(logit_scale=0.5)),
+        ("Granite", dict(logits_scaling=4.0)),
+        ("Gemma2", dict(final_logit_softcapping=30.0)),
+    ],
+)
+def test_the_logits_linear_stays_int8_where_the_logits_are_scaled_after_it(family: str, after: dict) -> None:
+    config = getattr(transformers, f"{family}Config")(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, tie_word_embeddings=False, **after,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = getattr(transformers, f"{family}ForCausalLM")(config).eval()
+    plan = opcore.graph.capture(model, (_ids(),), weights="int4", measure=False)
+    bits = {str(n.args[1]): n.args[5] for n in plan.graph.nodes if n.op == "linear_wq"}
+    assert [b for name, b in bits.items() if "lm_head" in name] == [8], bits
+    assert sorted(b for name, b in bits.items() if "lm_head" not in name) == [4] * 7, bits
+
+
 def test_exclude_keeps_the_named_weights_float() -> None:
     plan = opcore.graph.capture(llama(), (_ids(),), weights="int8", exclude=("lm_head", "*.mlp.*"), measure=False)
     ops = [n.op for n in plan.graph.nodes]
@@ -96,6 +152,21 @@ def test_tied_table_and_lm_head_share_one_set_of_codes() -> None:
     assert not _float_weights(plan), _float_weights(plan)  # neither name of the tied table keeps the float copy
     with torch.no_grad():
         want = dequantized_copy(model, 8, -1)(ids).logits
+    got = plan(ids).logits
+    assert (got - want).abs().max().item() <= 2e-2 * want.abs().max().item()
+
+
+def test_a_tied_table_and_lm_head_share_int8_codes_whatever_the_int4_group() -> None:
+    # the logits' linear is int8 per channel under any int4 group: one set of codes with the table
+    # (the table's per-row codes under the lm_head's name were once read as grouped: a ShapeError)
+    model = llama(tied=True)
+    ids = _ids()
+    plan = opcore.graph.capture(model, (ids,), weights="int4", group_size=32, measure=False)
+    tables = {str(n.args[1]) for n in plan.graph.nodes if n.op == "embedding_wq"}
+    heads = {str(n.args[1]) for n in plan.graph.nodes if n.op == "linear_wq" and n.args[5] == 8}
+    assert len(tables) == 1 and heads == tables, (tables, heads)
+    with torch.no_grad():
+        want = dequantized_copy(model, 4, 32)(ids).logits
     got = plan(ids).logits
     assert (got - want).abs().max().item() <= 2e-2 * want.abs().max().item()
 

@@ -1,7 +1,10 @@
 """Quantized weights in a plan: ``capture(..., weights="int8" | "int4")`` turns each ``linear`` whose
 weight is a constant into ``linear_wq`` over that weight's codes (opcore.quantize, docs/quantized.md),
 and each ``embedding`` whose table is a constant into ``embedding_wq`` over the table's int8 codes
-(one scale a row, as NNCF and ONNX Runtime GenAI keep embeddings).
+(one scale a row, as NNCF and ONNX Runtime GenAI keep embeddings). A product that is a linear written
+otherwise is one too: ``x @ W.T`` (``matmul`` of a transposed constant: Falcon's and Bloom-style
+projections), ``x @ W`` and ``addmm(b, x, W)`` of a constant stored (in, out) (GPT-2's ``Conv1D``),
+quantized as the (out, in) weight they multiply by.
 
 The pass runs on the captured graph before rewrites (so a gated MLP's three linears stay three
 quantized nodes, each runtime fusing what it can). The float weight leaves the plan where nothing
@@ -13,7 +16,8 @@ too (not a linear or an embedding) stays float for that node.
 
 Defaults as NNCF's and ONNX Runtime GenAI's: int4 weights in groups of 128 (64 or 32 where 128 does
 not divide the inputs; per output channel where none does), the lm_head (a linear producing the
-graph's output logits, the last linear of a decoder) at int8 per channel; ``exclude``: fnmatch
+graph's output logits, the last linear of a decoder, also where the logits are scaled or soft-capped
+after it) at int8 per channel; ``exclude``: fnmatch
 patterns of the weights' names in the model's state_dict ("lm_head.weight", "*.mlp.*") left float.
 
 >>> spec = WeightSpec.parse("int4", 64, ())
@@ -93,7 +97,9 @@ def quantize_weights(
     cache = {} if cache is None else cache
     readers = graph.users()
     outputs = graph.output_names()
-    logits = _logits_linears(graph, outputs)
+    producer = {o: node for node in graph.nodes for o in node.outputs}
+    logits = _logits_linears(graph, outputs, constants)
+    views_read: dict[str, Node] = {}  # a transposing view a quantized product read its weight through
     values = dict(graph.values)
     added: list[str] = []
     nodes: list[Node] = []
@@ -101,20 +107,25 @@ def quantize_weights(
     kept: list[str] = []
     made_names: dict[tuple[Any, ...], list[ValueRef | None]] = {}
     for node in graph.nodes:
-        weight = node.args[1] if node.op in _QUANTIZED and len(node.args) >= 2 else None
-        if not isinstance(weight, ValueRef) or weight.name not in constants:
+        form = _linear_form(graph, node, producer, constants)
+        if form is None:
             nodes.append(node)
             continue
+        x, weight, transposed, bias, view = form
         tensor = constants[weight.name]
         source = graph.sources.get(weight.name, weight.name)
         if tensor.ndim != 2 or not tensor.is_floating_point() or _excluded(source, spec.exclude):
             kept.append(source)
             nodes.append(node)
             continue
+        if transposed:  # stored (in, out): the codes are of the (out, in) weight it multiplies by
+            tensor = tensor.t()
         bits = 8 if node.name in logits or node.op == "embedding" else spec.bits
         group = -1 if bits == 8 and spec.group_size is None else _group(spec.group_size, tensor.shape[1], bits)
-        if node.op == "embedding":
-            group = -1  # one scale a row: the rows a token reads, and a tied lm_head's output channels
+        if node.op == "embedding" or (bits != spec.bits):
+            # one scale a row: the rows a token reads, and the logits' output channels kept at int8
+            # where int4 is asked (per channel, as NNCF keeps them, whatever group the int4 ones take)
+            group = -1
         key = (*_storage(tensor), bits, group)
         made = cache.get(key)
         if made is None:
@@ -122,18 +133,29 @@ def quantize_weights(
             made = cache[key] = qw
         names = made_names.get(key)
         if names is None:
-            names = made_names[key] = _constants(weight.name, bits, made, tensor, constants, values, added)
+            named = f"{weight.name}_t" if transposed else weight.name
+            if f"{named}_qweight{bits}" in added:  # the same weight at these bits in another layout
+                named = f"{named}_g{made.group_size}"
+            names = made_names[key] = _constants(named, bits, made, tensor, constants, values, added)
         if node.op == "embedding":
-            args: tuple[Any, ...] = (node.args[0], names[0], names[1], names[2], bits, made.group_size)
+            args: tuple[Any, ...] = (x, names[0], names[1], names[2], bits, made.group_size)
             nodes.append(Node(node.name, "embedding_wq", f"quantize:{node.target}", args, node.outputs))
             counts["embedding"] += 1
         else:
-            bias = node.args[2] if len(node.args) > 2 else None
-            args = (node.args[0], names[0], names[1], names[2], bias, bits, made.group_size)
+            args = (x, names[0], names[1], names[2], bias, bits, made.group_size)
             nodes.append(Node(node.name, "linear_wq", f"quantize:{node.target}", args, node.outputs))
             counts[f"int{bits}"] += 1
-        readers_left = [i for i in readers.get(weight.name, ()) if graph.nodes[i].name != node.name]
-        readers[weight.name] = readers_left
+        read = view.outputs[0] if view is not None else weight.name
+        readers[read] = [i for i in readers.get(read, ()) if graph.nodes[i].name != node.name]
+        if view is not None:
+            views_read[view.name] = view
+    # a transposing view no node reads any more goes, and with it its read of the float weight
+    dropped = {name for name, view in views_read.items() if not readers.get(view.outputs[0])}
+    for name in dropped:
+        weight_name = views_read[name].args[0].name
+        readers[weight_name] = [i for i in readers.get(weight_name, ()) if graph.nodes[i].name != name]
+        values.pop(views_read[name].outputs[0], None)
+    nodes = [node for node in nodes if node.name not in dropped]
     gone = [name for name in graph.constants if not readers.get(name) and name not in outputs]
     for name in gone:
         values.pop(name, None)
@@ -250,16 +272,75 @@ def _group(asked: int | None, inputs: int, bits: int) -> int:
     return next((g for g in (128, 64, 32) if inputs % g == 0 and (g % 2 == 0)), -1)
 
 
-def _logits_linears(graph: Graph, outputs: set[str]) -> set[str]:
-    """The linears whose result is a graph output, or reaches one through views alone (a decoder's
-    lm_head, sliced to the last position first or not): kept at int8 where int4 is asked."""
+# a linear's weight read through one of these is still its weight (x @ W.T)
+_SWAPS = ("transpose", "permute")
+# what a decoder may do to its logits after the lm_head: views, and scalings by numbers (Cohere's
+# logit_scale, Granite's logits_scaling, Gemma 2's soft-capping: divide, tanh, multiply)
+_AFTER_LOGITS = frozenset(
+    {"reshape", "slice", "select", "unsqueeze", "squeeze", "contiguous", "clone", "cast", "mul", "div", "tanh"}
+)
+
+
+def _linear_form(
+    graph: Graph, node: Node, producer: dict[str, Node], constants: dict[str, Any]
+) -> tuple[Any, ValueRef, bool, Any, Node | None] | None:
+    """What makes ``node`` a quantizable product: (x, the constant weight, whether it is stored (in,
+    out), the bias, the transposing view it is read through), or None. ``linear`` and ``embedding``
+    read their weight as arg 1; ``matmul(x, W.T)`` / ``matmul(x, W)`` and ``addmm(b, x, W)`` (beta
+    and alpha 1, a bias of one value per output) of a 2-D constant are linears too."""
+    args = node.args
+    if node.op in _QUANTIZED:
+        weight = args[1] if len(args) >= 2 else None
+        if not isinstance(weight, ValueRef) or weight.name not in constants:
+            return None
+        bias = args[2] if node.op == "linear" and len(args) > 2 else None
+        return args[0], weight, False, bias, None
+    if node.op == "matmul" and len(args) >= 2:
+        x, other, bias = args[0], args[1], None
+    elif node.op == "addmm" and len(args) >= 3 and tuple(args[3:5]) in ((), (1,), (1, 1)):
+        bias, x, other = args[0], args[1], args[2]
+    else:
+        return None
+    if not isinstance(x, ValueRef) or not isinstance(other, ValueRef) or x.name in constants:
+        return None
+    if other.name in constants:
+        weight, transposed, view = other, True, None
+    else:
+        view = producer.get(other.name)
+        if view is None or view.op not in _SWAPS or not _swaps_two_dims(view):
+            return None
+        weight, transposed = view.args[0], False
+        if not isinstance(weight, ValueRef) or weight.name not in constants:
+            return None
+    if constants[weight.name].ndim != 2:
+        return None
+    if bias is not None:
+        rows = constants[weight.name].shape[1 if transposed else 0]
+        if not isinstance(bias, ValueRef) or tuple(graph.meta(bias.name).shape) != (rows,):
+            return None
+    return x, weight, transposed, bias, view
+
+
+def _swaps_two_dims(view: Node) -> bool:
+    """Whether a transpose / permute node swaps the two dims of a 2-D value."""
+    if view.op == "permute":
+        return len(view.args) > 1 and tuple(view.args[1]) == (1, 0)
+    return len(view.args) > 2 and {view.args[1] % 2, view.args[2] % 2} == {0, 1}
+
+
+def _logits_linears(graph: Graph, outputs: set[str], constants: dict[str, Any]) -> set[str]:
+    """The linears whose result is a graph output, or reaches one through views and scalings by
+    numbers alone (a decoder's lm_head, sliced to the last position first or not, its logits scaled
+    or soft-capped or not): kept at int8 where int4 is asked."""
     producer = {o: node for node in graph.nodes for o in node.outputs}
     found = set()
-    views = {"reshape", "slice", "select", "unsqueeze", "squeeze", "contiguous", "clone", "cast"}
     for name in outputs:
         node = producer.get(name)
-        while node is not None and node.op in views and node.args and isinstance(node.args[0], ValueRef):
-            node = producer.get(node.args[0].name)
-        if node is not None and node.op == "linear":
+        while node is not None and node.op in _AFTER_LOGITS:
+            tensors = [a for a in node.args if isinstance(a, ValueRef) and a.name not in constants]
+            if len(tensors) != 1 or any(isinstance(a, (tuple, list)) for a in node.args):
+                break
+            node = producer.get(tensors[0].name)
+        if node is not None and _linear_form(graph, node, producer, constants) is not None and node.op != "embedding":
             found.add(node.name)
     return found
