@@ -79,7 +79,19 @@ class WeightSpec:
         return cls(bits, group_size, tuple(exclude or ()))
 
     def describe(self) -> str:
-        group = "per output channel" if self.group_size == -1 else f"groups of {self.group_size or 'the default'}"
+        """The format asked, as the notes say it.
+
+        >>> WeightSpec(8).describe(), WeightSpec(4, 64).describe()
+        ('int8 (per output channel)', 'int4 (groups of 64)')
+        >>> WeightSpec(4).describe()
+        'int4 (groups of 128, or 64 or 32 where 128 does not divide)'
+        """
+        if self.group_size == -1 or (self.group_size is None and self.bits == 8):
+            group = "per output channel"
+        elif self.group_size is None:
+            group = "groups of 128, or 64 or 32 where 128 does not divide"
+        else:
+            group = f"groups of {self.group_size}"
         return f"int{self.bits} ({group})"
 
 
