@@ -2,9 +2,9 @@
 weight is a constant into ``linear_wq`` over that weight's codes (opcore.quantize, docs/quantized.md),
 and each ``embedding`` whose table is a constant into ``embedding_wq`` over the table's int8 codes
 (one scale a row, as NNCF and ONNX Runtime GenAI keep embeddings). A product that is a linear written
-otherwise is one too: ``x @ W.T`` (``matmul`` of a transposed constant: Falcon's and Bloom-style
-projections), ``x @ W`` and ``addmm(b, x, W)`` of a constant stored (in, out) (GPT-2's ``Conv1D``),
-quantized as the (out, in) weight they multiply by.
+otherwise is one too: ``x @ W.T`` (``matmul`` of a transposed constant: Falcon's projections), and
+``x @ W`` or ``addmm(b, x, W)`` of a constant stored (in, out) (GPT-2's ``Conv1D``), quantized as the
+(out, in) weight they multiply by.
 
 The pass runs on the captured graph before rewrites (so a gated MLP's three linears stay three
 quantized nodes, each runtime fusing what it can). The float weight leaves the plan where nothing
