@@ -184,3 +184,37 @@ def test_partitions_built_and_loaded_stop_spinning_when_a_run_returns(tmp_path: 
     loaded = load_partition(tmp_path, record, spec)
     for session in (part.session, loaded.session):
         assert session.get_session_options().get_session_config_entry("session.force_spinning_stop") == "1"
+
+
+def _head_split(shape: tuple[int, ...], dynamic: dict[str, frozenset[int]]) -> tuple[Any, dict[str, Any]]:
+    """tanh(x), its dims 1 and 2 swapped, doubled: a decode step's head split of one token."""
+    x = numpy.random.default_rng(7).standard_normal(shape).astype("float32")
+    values: dict[str, Any] = {"x": x, "t": numpy.tanh(x)}
+    values["s"] = values["t"].transpose(0, 2, 1, 3)
+    values["y"] = values["s"] * 2
+    nodes = (
+        PartNode("tanh", (R("x"),), ("t",)),
+        PartNode("transpose", (R("t"), 1, 2), ("s",)),
+        PartNode("mul", (R("s"), 2), ("y",)),
+    )
+    metas = {n: TensorMeta.of(v) for n, v in values.items()}
+    # as the planner says them: each inner value's sizes with None where they change per call
+    sizes = {"t": (1, None, 4, 8), "s": (1, 4, None, 8), "y": (1, 4, None, 8)} if dynamic else {}
+    spec = PartitionSpec("p0", nodes, ("x",), {}, ("y",), metas, dynamic, sizes)
+    return compilers()["onnxruntime"].compile(spec), values
+
+
+@pytest.mark.parametrize(
+    ("shape", "dynamic", "op"),
+    [
+        ((1, 1, 4, 8), {}, "Reshape"),  # only a dim of size 1 moves: the bytes keep their order
+        ((1, 3, 4, 8), {}, "Transpose"),  # two dims of 3 and 4 swap
+        ((1, 1, 4, 8), {"x": frozenset({1})}, "Transpose"),  # a size known only at run time
+    ],
+)
+def test_a_transpose_that_moves_only_dims_of_size_1_is_a_reshape(shape: tuple, dynamic: dict, op: str) -> None:
+    part, values = _head_split(shape, dynamic)
+    ops = _op_types(part.model)
+    assert ops[op] >= 1 and ops["Transpose" if op == "Reshape" else "Reshape"] == 0, ops
+    (y,) = part(values["x"])
+    numpy.testing.assert_allclose(y, values["y"], rtol=1e-6, atol=1e-6)

@@ -48,8 +48,17 @@ OPS = (
 
 
 def _transpose(g: Graph, x: Value, perm: list[int]) -> Value:
+    """Transpose, or Identity for no move; where ``x``'s sizes are static (a partition's decode step)
+    and the dims the permutation moves past each other all have size 1 (a (1, 1, 14, 64) head split
+    of one token turned (1, 14, 1, 64)), the bytes keep their order: a Reshape, which onnxruntime runs
+    without a copy, instead of a Transpose kernel."""
     if perm == sorted(perm):
         return g.op("Identity", x)
+    sizes = [s for s in g.sizes.get(x.name, ()) if isinstance(s, int)]
+    if len(sizes) == len(perm):
+        moved = [p for p in perm if sizes[p] != 1]
+        if moved == sorted(moved):
+            return g.op("Reshape", x, g.ints([sizes[p] for p in perm]), allowzero=1, rank=len(perm))
     return g.op("Transpose", x, perm=perm)
 
 
