@@ -218,3 +218,24 @@ def test_a_transpose_that_moves_only_dims_of_size_1_is_a_reshape(shape: tuple, d
     assert ops[op] >= 1 and ops["Transpose" if op == "Reshape" else "Reshape"] == 0, ops
     (y,) = part(values["x"])
     numpy.testing.assert_allclose(y, values["y"], rtol=1e-6, atol=1e-6)
+
+
+def test_a_chain_of_reshapes_is_one_reshape() -> None:
+    # a split attention's head merge of one token: (1, 4, 1, 8) -> its size-1 transpose -> (1, 1, 32)
+    x = numpy.random.default_rng(8).standard_normal((1, 4, 1, 8)).astype("float32")
+    values: dict[str, Any] = {"x": x, "t": numpy.tanh(x)}
+    values["s"] = values["t"].transpose(0, 2, 1, 3)
+    values["m"] = values["s"].reshape(1, 1, 32)
+    values["y"] = values["m"] * 2
+    nodes = (
+        PartNode("tanh", (R("x"),), ("t",)),
+        PartNode("transpose", (R("t"), 1, 2), ("s",)),
+        PartNode("reshape", (R("s"), (1, 1, 32)), ("m",)),
+        PartNode("mul", (R("m"), 2), ("y",)),
+    )
+    metas = {n: TensorMeta.of(v) for n, v in values.items()}
+    part = compilers()["onnxruntime"].compile(PartitionSpec("p0", nodes, ("x",), {}, ("y",), metas))
+    ops = _op_types(part.model)
+    assert ops["Reshape"] == 1 and ops["Transpose"] == 0, ops
+    (y,) = part(x)
+    numpy.testing.assert_allclose(y, values["y"], rtol=1e-6, atol=1e-6)
