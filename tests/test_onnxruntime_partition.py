@@ -234,7 +234,7 @@ def test_a_chain_of_reshapes_is_one_reshape() -> None:
         PartNode("mul", (R("m"), 2), ("y",)),
     )
     metas = {n: TensorMeta.of(v) for n, v in values.items()}
-    part = compilers()["onnxruntime"].compile(PartitionSpec("p0", nodes, ("x",), {}, ("y",), metas))
+    part: Any = compilers()["onnxruntime"].compile(PartitionSpec("p0", nodes, ("x",), {}, ("y",), metas))
     ops = _op_types(part.model)
     assert ops["Reshape"] == 1 and ops["Transpose"] == 0, ops
     (y,) = part(x)
