@@ -110,7 +110,7 @@ def quantize_weights(
     readers = graph.users()
     outputs = graph.output_names()
     producer = {o: node for node in graph.nodes for o in node.outputs}
-    logits = _logits_linears(graph, outputs, constants)
+    logits = _logits_linears(graph, outputs, constants, producer)
     views_read: dict[str, Node] = {}  # a transposing view a quantized product read its weight through
     values = dict(graph.values)
     added: list[str] = []
@@ -340,11 +340,10 @@ def _swaps_two_dims(view: Node) -> bool:
     return len(view.args) > 2 and {view.args[1] % 2, view.args[2] % 2} == {0, 1}
 
 
-def _logits_linears(graph: Graph, outputs: set[str], constants: dict[str, Any]) -> set[str]:
+def _logits_linears(graph: Graph, outputs: set[str], constants: dict[str, Any], producer: dict[str, Node]) -> set[str]:
     """The linears whose result is a graph output, or reaches one through views and scalings by
     numbers alone (a decoder's lm_head, sliced to the last position first or not, its logits scaled
-    or soft-capped or not): kept at int8 where int4 is asked."""
-    producer = {o: node for node in graph.nodes for o in node.outputs}
+    or soft-capped or not): kept at int8 where int4 is asked. ``producer``: each value's node."""
     found = set()
     for name in outputs:
         node = producer.get(name)
