@@ -239,3 +239,86 @@ def test_a_chain_of_reshapes_is_one_reshape() -> None:
     assert ops["Reshape"] == 1 and ops["Transpose"] == 0, ops
     (y,) = part(x)
     numpy.testing.assert_allclose(y, values["y"], rtol=1e-6, atol=1e-6)
+
+
+class _Rotary(torch.nn.Module):
+    """A query's and a key's rotary embedding as transformers writes it (Llama's apply_rotary_pos_emb:
+    ``x * cos + rotate_half(x) * sin``, cos and sin of ``cat(f, f)`` scaled by attention_scaling);
+    ``form`` writes it another way: "wave" (cos of cat(f, 2f): not rotate-half's), "pairs"
+    (GPT-J's interleaved pairs), "partial" (the first half of each head turned), "neg read" (the
+    negated half returned too), "uneven" (its halves cut 2 past the middle)."""
+
+    def __init__(self, width: int, scaling: float = 1.0, form: str = "") -> None:
+        super().__init__()
+        self.inv_freq: torch.Tensor
+        self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, width, 2).float() / width))
+        self.scaling, self.form = scaling, form
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        f = positions[..., None].float() * self.inv_freq
+        emb = torch.cat([f, f * 2 if self.form == "wave" else f], -1)
+        cos, sin = (emb.cos() * self.scaling).unsqueeze(1), (emb.sin() * self.scaling).unsqueeze(1)
+        negated: list[torch.Tensor] = []
+
+        def turn(x: torch.Tensor) -> torch.Tensor:
+            if self.form == "pairs":
+                pairs = torch.stack([-x[..., 1::2], x[..., ::2]], -1).flatten(-2)
+                return x * cos + pairs * sin
+            half = x.shape[-1] // 2 + (2 if self.form == "uneven" else 0)
+            if self.form == "partial":
+                cut = cos.shape[-1] // 2
+                turned = _Rotary.rotate(x[..., : 2 * cut], cut, negated) * sin[..., : 2 * cut]
+                return torch.cat([x[..., : 2 * cut] * cos[..., : 2 * cut] + turned, x[..., 2 * cut :]], -1)
+            return x * cos + _Rotary.rotate(x, half, negated) * sin
+
+        out = (turn(q), turn(k))
+        return (*out, *negated) if self.form == "neg read" else out
+
+    @staticmethod
+    def rotate(x: torch.Tensor, half: int, negated: list[torch.Tensor]) -> torch.Tensor:
+        minus = -x[..., half:]
+        negated.append(minus)
+        return torch.cat([minus, x[..., :half]], -1)
+
+
+def _rotary_plan(module: torch.nn.Module, args: tuple[torch.Tensor, ...], dynamic: Any = None) -> tuple[Any, Any]:
+    import opcore.graph
+
+    plan = opcore.graph.capture(module, args, dynamic_shapes=dynamic, backends=("onnxruntime",), measure=False)
+    assert [p.backend for p in plan.partitions] == ["onnxruntime"], plan.explain()
+    return plan, plan.partitions[0].compiled.model
+
+
+@pytest.mark.parametrize(("batch", "scaling"), [(1, 1.0), (2, 1.0), (2, 0.7)])
+def test_a_rotate_half_rotary_is_one_rotary_embedding_node(batch: int, scaling: float) -> None:
+    # grouped heads (4 query, 2 key heads), positions from 5: a decode step's or a prompt's rotary
+    torch.manual_seed(0)
+    q, k = torch.randn(batch, 4, 3, 16), torch.randn(batch, 2, 3, 16)
+    positions = torch.arange(3)[None].expand(batch, 3) + 5
+    module = _Rotary(16, scaling)
+    plan, model = _rotary_plan(module, (q, k, positions))
+    ops = _op_types(model)
+    assert ops["RotaryEmbedding"] == 2 and ops["Neg"] == ops["Concat"] == ops["Slice"] == 0, ops
+    for got, want in zip(plan(q, k, positions), module(q, k, positions)):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("form", ["wave", "pairs", "partial", "neg read", "uneven", "dynamic"])
+def test_a_rotary_that_is_not_rotate_half_s_stays_as_written(form: str) -> None:
+    # each computes something RotaryEmbedding(x, cos(f), sin(f)) would not (or reads what it would
+    # remove, or has sizes known only at run time): left alone, and right
+    torch.manual_seed(1)
+    q, k = torch.randn(1, 4, 3, 16), torch.randn(1, 2, 3, 16)
+    positions = torch.arange(3)[None] + 5
+    module = _Rotary(8 if form == "partial" else 16, form=form if form != "dynamic" else "")
+    dynamic = None
+    if form == "dynamic":
+        from torch.export import Dim
+
+        length = Dim("length", min=2, max=64)
+        dynamic = ({2: length}, {2: length}, {1: length})
+    plan, model = _rotary_plan(module, (q, k, positions), dynamic)
+    if form != "partial":  # the partial one's turned half may be fused on its own: only the result is asked
+        assert _op_types(model)["RotaryEmbedding"] == 0, _op_types(model)
+    for got, want in zip(plan(q, k, positions), module(q, k, positions)):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)

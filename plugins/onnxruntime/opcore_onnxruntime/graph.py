@@ -23,6 +23,7 @@ from numpy.typing import DTypeLike
 from onnx import ModelProto, TensorProto, helper, numpy_helper
 
 from opcore.extend import PluginError, Scalar, TensorMeta
+from opcore_onnxruntime.rotary import ROTARY_OPSET, rotary_once
 
 __all__ = ["EXTERNAL_BYTES", "Graph", "Scalar", "Value", "onnx_type"]
 
@@ -153,6 +154,8 @@ class Graph:
     sizes: dict[str, tuple[int | None, ...]] = field(default_factory=dict)
     # operator domains other than ONNX's own that nodes use (com.microsoft: MatMulNBits), version 1
     domains: set[str] = field(default_factory=set)
+    # value name -> its dtype, for the model-level fusions (opcore_onnxruntime.rotary)
+    dtypes: dict[str, numpy.dtype] = field(default_factory=dict)
     _count: int = 0
 
     def _fresh(self, prefix: str) -> str:
@@ -167,6 +170,7 @@ class Graph:
         self.inputs.append(_Input(name, numpy.dtype(dtype), rank, tuple(dims) if dims is not None else None))
         if dims is not None:
             self.sizes[name] = tuple(dims)
+        self.dtypes[name] = numpy.dtype(dtype)
         return Value(name, numpy.dtype(dtype), rank)
 
     def scalar(self, scalar: Scalar) -> Value:
@@ -198,6 +202,7 @@ class Graph:
         else:
             self.initializers.append(numpy_helper.from_array(array, name))
         self.sizes[name] = array.shape
+        self.dtypes[name] = array.dtype
         return Value(name, array.dtype, array.ndim)
 
     def const(self, array: Any, dtype: numpy.dtype | str | None = None) -> Value:
@@ -261,6 +266,7 @@ class Graph:
             )
         )
         out_dtype = first.dtype if dtype is None else numpy.dtype(dtype)
+        self.dtypes[name] = out_dtype
         return Value(name, out_dtype, first.rank if rank == -1 else rank)
 
     def cast(self, value: Value, dtype: numpy.dtype | str) -> Value:
@@ -294,6 +300,14 @@ class Graph:
             return self.op("Identity", value)
         return value
 
+    def _small_constants(self) -> dict[str, numpy.ndarray]:
+        """The values of the initializers of at most 8 elements held in the model (axes, sizes)."""
+        return {
+            t.name: numpy_helper.to_array(t)
+            for t in self.initializers
+            if t.data_location != TensorProto.EXTERNAL and numpy.prod(t.dims, dtype=numpy.int64) <= 8
+        }
+
     def model(self, *outputs: Value) -> ModelProto:
         """The model with these outputs (in order)."""
         inputs = [
@@ -309,7 +323,10 @@ class Graph:
             if i.dtype is not None
         ]
         results = [helper.make_tensor_value_info(o.name, onnx_type(o.dtype), None) for o in outputs]
-        nodes = _reshapes_once(self.nodes, self.initializers, {o.name for o in outputs})
+        returned = {o.name for o in outputs}
+        nodes = _reshapes_once(self.nodes, self.initializers, returned)
+        if self.opset >= ROTARY_OPSET:
+            nodes = rotary_once(nodes, self._small_constants(), self.sizes, self.dtypes, returned)
         graph = helper.make_graph(nodes, self.name, inputs, results, initializer=self.initializers)
         return helper.make_model(
             graph,
