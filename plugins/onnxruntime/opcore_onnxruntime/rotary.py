@@ -2,16 +2,19 @@
 
 A decoder's attention turns each query and key by its position, written in PyTorch as
 ``x * cos + rotate_half(x) * sin`` with ``rotate_half(x) = cat(-x2, x1)`` and ``cos = cos(cat(f, f))``
-(transformers' Llama, Mistral, Qwen2, Gemma, ...). Captured, that is six nodes a tensor (Split,
-Neg, Concat, two Mul, Add): 12 of a layer's ~47 in a 0.5B decode step, each a kernel call of a few
-microseconds on one token's values, and onnxruntime's optimizer fuses none of them.
+(transformers' Llama, Mistral, Qwen2, Gemma, ...). Captured, that is seven nodes a tensor (two
+Slices, which onnxruntime's optimizer makes one Split, Neg, Concat, two Mul, Add): 12 of a layer's
+~47 in a 0.5B decode step, each a kernel call of a few microseconds on one token's values, and the
+optimizer fuses none of them.
 ``RotaryEmbedding`` computes the same ``x1 * c - x2 * s, x2 * c + x1 * s`` from the half-width
 ``c = cos(f)``, ``s = sin(f)``, which the match proves: its cos and sin are the cosine and sine of
-one ``Concat(f, f)`` on the last axis, broadcast over the heads (``Unsqueeze`` at axis 1).
+one ``Concat(f, f)`` on the last axis (each maybe times one number: transformers' attention
+scaling, which then scales the half-width ones), broadcast over the heads (``Unsqueeze`` at axis 1).
 
 Matched only where it computes the same thing: float32 values of static sizes, ``x`` (batch, heads,
-length, D) and ``f`` (batch, length, D / 2), every node inside the match read by the match alone.
-Anything else (a scaled cos, partial or interleaved rotary, dynamic sizes) stays as it was.
+length, D) and ``f`` (batch, length, D / 2), every node inside the match read by the match alone. A
+partial rotary (the first dims of each head turned, the rest passed) fuses on the turned slice.
+Anything else (interleaved pairs, another wave, other dtypes, dynamic sizes) stays as it was.
 
 >>> from onnx import helper
 >>> nodes = [
@@ -39,7 +42,7 @@ from onnx import helper
 
 __all__ = ["ROTARY_OPSET", "rotary_once"]
 
-# RotaryEmbedding is an ONNX op from opset 23 (onnxruntime 1.23 and later run it on the CPU)
+# RotaryEmbedding is an ONNX op from opset 23 (run on the CPU by onnxruntime 1.25, the plugin's floor, and 1.32)
 ROTARY_OPSET = 23
 
 _FLOAT32 = numpy.dtype(numpy.float32)
@@ -53,10 +56,10 @@ def _attribute(node: Any, name: str, default: Any = None) -> Any:
 
 
 class _Match:
-    """One rotary: the Add that ends it, the nodes it replaces, x and the wave."""
+    """One rotary (ended by an Add): the nodes it replaces, x and the wave."""
 
-    def __init__(self, add: Any, nodes: list[Any], x: str, wave: _Wave) -> None:
-        self.add, self.nodes, self.x, self.wave = add, nodes, x, wave
+    def __init__(self, nodes: list[Any], x: str, wave: _Wave) -> None:
+        self.nodes, self.x, self.wave = nodes, x, wave
 
 
 def _last_axis(node: Any, rank: int) -> bool:
@@ -89,7 +92,7 @@ def _match(
                 if name in reads:
                     reads[name] += 1
         if all(readers.get(o, 0) == reads[o] for o in outputs):
-            return _Match(add, inner, x, wave)
+            return _Match(inner, x, wave)
     return None
 
 

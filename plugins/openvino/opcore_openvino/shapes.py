@@ -13,8 +13,9 @@ A compile stalls the call that asks for it (a 135M decoder's prefill, 31 layer p
 7.4 s on top of a 0.26 s prompt), and it does not always pay: those layer partitions ran their
 dynamic models as fast as their static ones (260 against 251-262 ms a 100-token prompt). So each
 call's infer is timed (``timed``), and after ``JUDGED`` runs of a shape's static model it stays only
-where it beat that shape's second dynamic run (the first of a new shape is slower) by ``MARGIN``
-(a 2-layer Llama's dynamic partition took ~3.7x its static model's time, BERT's ~1.6x);
+where it ran at least ``1 + MARGIN`` times as fast as that shape's second dynamic run (the first of
+a new shape is slower; a 2-layer Llama's dynamic partition took ~3.7x its static model's time,
+BERT's ~1.6x);
 where it did not, the dynamic model runs the shape and the partition compiles no other shape:
 one compile per partition at most where static shapes gain nothing.
 
@@ -42,7 +43,7 @@ SHAPES_VAR = "OPCORE_OPENVINO_SHAPES"
 _SEEN = 256  # shapes counted before the count starts again (a plan called with ever new lengths)
 SIGHTINGS = 3  # calls of a shape before its static model is compiled: the second is its steady dynamic time
 JUDGED = 2  # runs of a static model before it is judged (its first may pay a warm-up)
-# how much faster than the dynamic model a static one must run to stay: a gain that pays its compile
+# a static model stays where it runs at least 1 + MARGIN times as fast as the dynamic one: a gain that pays its compile
 # back within ~100 calls of the shape (a layer partition here: 100-250 ms to compile, ~10 ms a call),
 # and clear of the noise of timing a few calls (+-10 % on a shared 2-core machine)
 MARGIN = 0.2
