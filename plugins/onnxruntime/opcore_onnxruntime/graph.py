@@ -14,7 +14,7 @@ into the protobuf.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,12 +23,14 @@ from numpy.typing import DTypeLike
 from onnx import ModelProto, TensorProto, helper, numpy_helper
 
 from opcore.extend import PluginError, Scalar, TensorMeta
-from opcore_onnxruntime.rotary import ROTARY_OPSET, rotary_once
+from opcore_onnxruntime.rotary import ROTARY_OPSET, rotary_once, unread_dropped
 
 __all__ = ["EXTERNAL_BYTES", "Graph", "Scalar", "Value", "onnx_type"]
 
 # Constants at least this large are passed as external initializers (shared memory).
 EXTERNAL_BYTES = 1 << 16
+# the most elements of a constant the model-level passes read (a Reshape's target, a Split's sizes, axes)
+SMALL = 64
 
 _ONNX_TYPES: dict[numpy.dtype, int] = {
     numpy.dtype(numpy.bool_): TensorProto.BOOL,
@@ -62,7 +64,7 @@ def _without_trailing_none(inputs: tuple[Value | None, ...]) -> tuple[Value | No
     return inputs[:end]
 
 
-def _reshapes_once(nodes: list[Any], initializers: list[TensorProto], outputs: set[str]) -> list[Any]:
+def _reshapes_once(nodes: list[Any], constants: Mapping[str, numpy.ndarray], outputs: set[str]) -> list[Any]:
     """``nodes`` with a Reshape of a Reshape's result reading the first one's input instead (the
     element count is the same, so the second target alone gives the shape), and the Reshapes nothing
     reads any more left out: a split attention's head merge of one token (Reshape, Reshape, a
@@ -70,22 +72,23 @@ def _reshapes_once(nodes: list[Any], initializers: list[TensorProto], outputs: s
     sizes (allowzero=1) or its target is a constant without a 0, whose meaning reads no input dim.
     onnxruntime's own optimizer leaves such chains (measured: 6 a layer in a decode step).
 
-    >>> from onnx import helper, numpy_helper
-    >>> shape = numpy_helper.from_array(numpy.asarray([4, 2], numpy.int64), "s")
+    ``constants``: the small initializers' values (the targets).
+
+    >>> from onnx import helper
+    >>> shape = {"s": numpy.asarray([4, 2], numpy.int64)}
     >>> chain = [helper.make_node("Reshape", ["x", "s"], ["a"]), helper.make_node("Reshape", ["a", "s"], ["b"])]
-    >>> [(n.input[0], n.output[0]) for n in _reshapes_once(chain, [shape], {"b"})]
+    >>> [(n.input[0], n.output[0]) for n in _reshapes_once(chain, shape, {"b"})]
     [('x', 'b')]
     """
     reshapes = {n.output[0]: n for n in nodes if n.op_type == "Reshape"}
     if not reshapes:
         return nodes
-    constants = {t.name: t for t in initializers}
 
     def independent(node: Any) -> bool:  # its target means the same whatever its input's dims
         if any(a.name == "allowzero" and a.i == 1 for a in node.attribute):
             return True
         target = constants.get(node.input[1])
-        return target is not None and 0 not in numpy_helper.to_array(target).tolist()
+        return target is not None and 0 not in target.tolist()
 
     out: list[Any] = []
     for node in nodes:
@@ -98,8 +101,7 @@ def _reshapes_once(nodes: list[Any], initializers: list[TensorProto], outputs: s
         bypass = helper.make_node("Reshape", [source, *node.input[1:]], list(node.output), name=node.name)
         bypass.attribute.extend(node.attribute)
         out.append(bypass)
-    read = {name for node in out for name in node.input} | outputs
-    return [n for n in out if n.op_type != "Reshape" or any(o in read for o in n.output)]
+    return unread_dropped(out, outputs, frozenset({"Reshape"}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,11 +303,12 @@ class Graph:
         return value
 
     def _small_constants(self) -> dict[str, numpy.ndarray]:
-        """The values of the initializers of at most 8 elements held in the model (axes, sizes)."""
+        """The values of the initializers of at most SMALL elements held in the model (axes, sizes,
+        shapes): what the model-level passes read."""
         return {
             t.name: numpy_helper.to_array(t)
             for t in self.initializers
-            if t.data_location != TensorProto.EXTERNAL and numpy.prod(t.dims, dtype=numpy.int64) <= 8
+            if t.data_location != TensorProto.EXTERNAL and numpy.prod(t.dims, dtype=numpy.int64) <= SMALL
         }
 
     def model(self, *outputs: Value) -> ModelProto:
@@ -323,10 +326,10 @@ class Graph:
             if i.dtype is not None
         ]
         results = [helper.make_tensor_value_info(o.name, onnx_type(o.dtype), None) for o in outputs]
-        returned = {o.name for o in outputs}
-        nodes = _reshapes_once(self.nodes, self.initializers, returned)
+        returned, small = {o.name for o in outputs}, self._small_constants()
+        nodes = _reshapes_once(self.nodes, small, returned)
         if self.opset >= ROTARY_OPSET:
-            nodes = rotary_once(nodes, self._small_constants(), self.sizes, self.dtypes, returned)
+            nodes = rotary_once(nodes, small, self.sizes, self.dtypes, returned)
         graph = helper.make_graph(nodes, self.name, inputs, results, initializer=self.initializers)
         return helper.make_model(
             graph,

@@ -40,7 +40,7 @@ from typing import Any
 import numpy
 from onnx import helper
 
-__all__ = ["ROTARY_OPSET", "rotary_once"]
+__all__ = ["ROTARY_OPSET", "rotary_once", "unread_dropped"]
 
 # RotaryEmbedding is an ONNX op from opset 23 (run on the CPU by onnxruntime 1.25, the plugin's floor, and 1.32)
 ROTARY_OPSET = 23
@@ -55,6 +55,31 @@ def _attribute(node: Any, name: str, default: Any = None) -> Any:
     return default
 
 
+class _Facts:
+    """What the match reads of the graph: each value's node, the small constants' values, the sizes
+    and dtypes the graph knows, and how many nodes (and graph outputs) read each value."""
+
+    def __init__(
+        self,
+        nodes: Sequence[Any],
+        constants: Mapping[str, Any],
+        sizes: Mapping[str, tuple[int | None, ...]],
+        dtypes: Mapping[str, numpy.dtype],
+        outputs: set[str],
+    ) -> None:
+        self.producer = {o: n for n in nodes for o in n.output}
+        self.constants, self.sizes, self.dtypes = constants, sizes, dtypes
+        self.readers: dict[str, int] = dict.fromkeys(outputs, 1)
+        for node in nodes:
+            for name in node.input:
+                self.readers[name] = self.readers.get(name, 0) + 1
+
+    def made(self, name: str, op_type: str) -> Any:
+        """The node of ``op_type`` that makes ``name``, or None."""
+        node = self.producer.get(name)
+        return node if node is not None and node.op_type == op_type else None
+
+
 class _Match:
     """One rotary (ended by an Add): the nodes it replaces, x and the wave."""
 
@@ -67,60 +92,43 @@ def _last_axis(node: Any, rank: int) -> bool:
     return bool(axis == -1 or axis == rank - 1)
 
 
-def _match(
-    add: Any,
-    producer: Mapping[str, Any],
-    readers: Mapping[str, int],
-    constants: Mapping[str, Any],
-    sizes: Mapping[str, tuple[int | None, ...]],
-    dtypes: Mapping[str, numpy.dtype],
-) -> _Match | None:
-    def made(name: str, op_type: str) -> Any:
-        node = producer.get(name)
-        return node if node is not None and node.op_type == op_type else None
-
+def _match(add: Any, facts: _Facts) -> _Match | None:
     for first, second in ((0, 1), (1, 0)):
-        turned = _turned(add.input[first], add.input[second], made, constants, sizes, dtypes)
+        turned = _turned(add.input[first], add.input[second], facts)
         if turned is None:
             continue
         inner, x, wave = turned
         # the nodes the Add replaces are read by the match alone (x, cos and sin may be read elsewhere)
         outputs = {o for n in inner for o in n.output}
-        reads = {o: 0 for o in outputs}
+        reads = dict.fromkeys(outputs, 0)
         for node in (*inner, add):
             for name in node.input:
                 if name in reads:
                     reads[name] += 1
-        if all(readers.get(o, 0) == reads[o] for o in outputs):
+        if all(facts.readers.get(o, 0) == reads[o] for o in outputs):
             return _Match(inner, x, wave)
     return None
 
 
-def _turned(
-    straight: str,
-    rotated: str,
-    made: Any,
-    constants: Mapping[str, Any],
-    sizes: Mapping[str, tuple[int | None, ...]],
-    dtypes: Mapping[str, numpy.dtype],
-) -> tuple[list[Any], str, _Wave] | None:
+def _turned(straight: str, rotated: str, facts: _Facts) -> tuple[list[Any], str, _Wave] | None:
     """``straight`` = x * cos and ``rotated`` = rotate_half(x) * sin: (the nodes, x, its wave), else None."""
-    times_cos, times_sin = made(straight, "Mul"), made(rotated, "Mul")
+    times_cos, times_sin = facts.made(straight, "Mul"), facts.made(rotated, "Mul")
     if times_cos is None or times_sin is None:
         return None
     for r, sin in (tuple(times_sin.input), tuple(reversed(times_sin.input))):
-        concat = made(r, "Concat")
-        neg = made(concat.input[0], "Neg") if concat is not None and len(concat.input) == 2 else None
+        concat = facts.made(r, "Concat")
+        neg = facts.made(concat.input[0], "Neg") if concat is not None and len(concat.input) == 2 else None
         if neg is None:
             continue
-        halves = _halves(concat.input[1], neg.input[0], made, constants, sizes, dtypes)
+        halves = _halves(concat.input[1], neg.input[0], facts)
         if halves is None or halves[1] not in times_cos.input:
             continue
         cut, x = halves
         cos = times_cos.input[1] if times_cos.input[0] == x else times_cos.input[0]
-        dims = sizes[x]
-        wave = _wave(cos, sin, made, constants, sizes)
-        if wave is None or dtypes.get(wave.f) != _FLOAT32 or sizes.get(wave.f) != (dims[0], dims[2], dims[3] // 2):  # type: ignore[operator]
+        dims = facts.sizes[x]
+        wave = _wave(cos, sin, facts)
+        half_sizes = (dims[0], dims[2], dims[3] // 2)  # type: ignore[operator]
+        if wave is None or facts.dtypes.get(wave.f) != _FLOAT32 or facts.sizes.get(wave.f) != half_sizes:
             return None
         if not _last_axis(concat, 4):
             return None
@@ -128,36 +136,29 @@ def _turned(
     return None
 
 
-def _halves(
-    first: str,
-    second: str,
-    made: Any,
-    constants: Mapping[str, Any],
-    sizes: Mapping[str, tuple[int | None, ...]],
-    dtypes: Mapping[str, numpy.dtype],
-) -> tuple[list[Any], str] | None:
+def _halves(first: str, second: str, facts: _Facts) -> tuple[list[Any], str] | None:
     """(the nodes, x) where ``first`` and ``second`` are x's halves on its last axis: one Split in two
     equal sizes, or two Slices ([0, D/2) and [D/2, end)); x float32 of static sizes (batch, heads,
     length, D)."""
-    split = made(first, "Split")
+    split = facts.made(first, "Split")
     if split is not None:
         x = split.input[0]
         if tuple(split.output) != (first, second) or len(split.input) < 2:
             return None
-        half = _half(x, sizes, dtypes)
-        sizes_given = constants.get(split.input[1])
+        half = _half(x, facts)
+        sizes_given = facts.constants.get(split.input[1])
         if half is None or sizes_given is None or list(sizes_given) != [half, half] or not _last_axis(split, 4):
             return None
         return [split], x
-    low, high = made(first, "Slice"), made(second, "Slice")
+    low, high = facts.made(first, "Slice"), facts.made(second, "Slice")
     if low is None or high is None or low.input[0] != high.input[0]:
         return None
     x = low.input[0]
-    half = _half(x, sizes, dtypes)
+    half = _half(x, facts)
     if half is None:
         return None
     for node, start, least_end, most_end in ((low, 0, half, half), (high, half, 2 * half, None)):
-        read = [constants.get(name) for name in node.input[1:]]
+        read = [facts.constants.get(name) for name in node.input[1:]]
         if len(read) < 3 or any(r is None or len(r) != 1 for r in read):
             return None
         begin, end, axes, *steps = (int(r[0]) for r in read)  # type: ignore[index]
@@ -168,9 +169,9 @@ def _halves(
     return [low, high], x
 
 
-def _half(x: str, sizes: Mapping[str, tuple[int | None, ...]], dtypes: Mapping[str, numpy.dtype]) -> int | None:
-    dims = sizes.get(x)
-    if dims is None or len(dims) != 4 or None in dims or dims[3] % 2 or dtypes.get(x) != _FLOAT32:  # type: ignore[operator]
+def _half(x: str, facts: _Facts) -> int | None:
+    dims = facts.sizes.get(x)
+    if dims is None or len(dims) != 4 or None in dims or dims[3] % 2 or facts.dtypes.get(x) != _FLOAT32:  # type: ignore[operator]
         return None
     return dims[3] // 2  # type: ignore[operator]
 
@@ -182,37 +183,35 @@ class _Wave:
         self.f, self.factors = f, factors
 
 
-def _wave(
-    cos: str, sin: str, made: Any, constants: Mapping[str, Any], sizes: Mapping[str, tuple[int | None, ...]]
-) -> _Wave | None:
+def _wave(cos: str, sin: str, facts: _Facts) -> _Wave | None:
     """Where ``cos`` and ``sin`` are Unsqueeze(Cos / Sin(Concat(f, f) on the last axis) [* k], axis 1)
     with k of one element (transformers' attention scaling): f and the two k."""
     found, factors = [], []
     for name, op_type in ((cos, "Cos"), (sin, "Sin")):
-        unsqueeze = made(name, "Unsqueeze")
+        unsqueeze = facts.made(name, "Unsqueeze")
         if unsqueeze is None or len(unsqueeze.input) != 2:
             return None
-        axes = constants.get(unsqueeze.input[1])
+        axes = facts.constants.get(unsqueeze.input[1])
         if axes is None or list(axes) != [1]:
             return None
         inner, factor = unsqueeze.input[0], None
-        scaled = made(inner, "Mul")
+        scaled = facts.made(inner, "Mul")
         if scaled is not None:
             for wave_in, k in (tuple(scaled.input), tuple(reversed(scaled.input))):
-                if made(wave_in, op_type) is not None and _one_element(k, made, constants, sizes):
+                if facts.made(wave_in, op_type) is not None and _one_element(k, facts):
                     inner, factor = wave_in, k
                     break
             else:
                 return None
-        wave = made(inner, op_type)
+        wave = facts.made(inner, op_type)
         if wave is None:
             return None
         found.append(wave.input[0])
         factors.append(factor)
     if found[0] != found[1]:
         return None
-    concat = made(found[0], "Concat")
-    dims = sizes.get(found[0])
+    concat = facts.made(found[0], "Concat")
+    dims = facts.sizes.get(found[0])
     if concat is None or dims is None or len(dims) != 3 or len(concat.input) != 2 or len(set(concat.input)) != 1:
         return None
     if not _last_axis(concat, 3):
@@ -220,16 +219,14 @@ def _wave(
     return _Wave(str(concat.input[0]), (factors[0], factors[1]))
 
 
-def _one_element(
-    name: str, made: Any, constants: Mapping[str, Any], sizes: Mapping[str, tuple[int | None, ...]]
-) -> bool:
+def _one_element(name: str, facts: _Facts) -> bool:
     """Whether ``name`` holds one element (a constant, a value of known sizes, or a Cast of such)."""
-    cast = made(name, "Cast")
+    cast = facts.made(name, "Cast")
     if cast is not None:
         name = cast.input[0]
-    if name in constants:
-        return bool(numpy.size(constants[name]) == 1)
-    dims = sizes.get(name)
+    if name in facts.constants:
+        return bool(numpy.size(facts.constants[name]) == 1)
+    dims = facts.sizes.get(name)
     return dims is not None and all(d == 1 for d in dims)
 
 
@@ -245,17 +242,11 @@ def rotary_once(
     reads any more (the cos and sin of the doubled ``f``) left out. ``constants``: the small
     initializers' values (the split sizes, the unsqueeze axes); ``sizes`` and ``dtypes``: those
     the graph knows; ``outputs``: the graph's outputs."""
-    producer = {o: n for n in nodes for o in n.output}
-    readers: dict[str, int] = {}
-    for node in nodes:
-        for name in node.input:
-            readers[name] = readers.get(name, 0) + 1
-    for name in outputs:
-        readers[name] = readers.get(name, 0) + 1
+    facts = _Facts(nodes, constants, sizes, dtypes, outputs)
     matches = {}
     for node in nodes:
         if node.op_type == "Add" and len(node.input) == 2:
-            found = _match(node, producer, readers, constants, sizes, dtypes)
+            found = _match(node, facts)
             if found is not None:
                 matches[id(node)] = found
     if not matches:
@@ -284,11 +275,12 @@ def rotary_once(
         out.append(
             helper.make_node("RotaryEmbedding", [found.x, *halves[key]], list(node.output), name=f"{node.name}_rotary")
         )
-    return _unread_dropped(out, outputs, frozenset({"Unsqueeze", "Cos", "Sin", "Concat", "Mul", "Cast"}))
+    return unread_dropped(out, outputs, frozenset({"Unsqueeze", "Cos", "Sin", "Concat", "Mul", "Cast"}))
 
 
-def _unread_dropped(nodes: list[Any], outputs: set[str], kinds: frozenset[str]) -> list[Any]:
-    """``nodes`` without the nodes of ``kinds`` whose outputs nothing reads (repeated: a chain goes)."""
+def unread_dropped(nodes: list[Any], outputs: set[str], kinds: frozenset[str]) -> list[Any]:
+    """``nodes`` without the nodes of ``kinds`` whose outputs nothing reads (repeated: a chain goes);
+    the model-level passes' cleanup (this one's, and graph._reshapes_once's of its bypassed Reshapes)."""
     while True:
         read = {name for node in nodes for name in node.input} | outputs
         kept = [n for n in nodes if n.op_type not in kinds or any(o in read for o in n.output)]

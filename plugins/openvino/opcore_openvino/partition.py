@@ -104,14 +104,12 @@ class OvPartition:
         return entry[1]  # type: ignore[no-any-return]
 
     def __call__(self, *inputs: numpy.ndarray) -> tuple[numpy.ndarray, ...]:
-        shapes = self._shapes
-        if shapes is None:
-            request = self._request()
-        else:
+        shapes, key, special = self._shapes, None, None
+        if shapes is not None:
             key, special, taken = shapes.request(inputs)
-            request = special if special is not None else self._request()
             if special is not None:
                 inputs = tuple(taken)
+        request = special if special is not None else self._request()
         try:
             held = feed(request, inputs, self._fed(request))  # noqa: F841 - copies made for the call must outlive it
             if shapes is None:

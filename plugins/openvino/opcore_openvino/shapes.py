@@ -15,9 +15,8 @@ dynamic models as fast as their static ones (260 against 251-262 ms a 100-token 
 call's infer is timed (``timed``), and after ``JUDGED`` runs of a shape's static model it stays only
 where it ran at least ``1 + MARGIN`` times as fast as that shape's second dynamic run (the first of
 a new shape is slower; a 2-layer Llama's dynamic partition took ~3.7x its static model's time,
-BERT's ~1.6x);
-where it did not, the dynamic model runs the shape and the partition compiles no other shape:
-one compile per partition at most where static shapes gain nothing.
+BERT's ~1.6x); where it did not, the dynamic model runs the shape and the partition compiles no
+other shape: one compile per partition at most where static shapes gain nothing.
 
 >>> shapes = Specializations.of(model)   # doctest: +SKIP
 >>> shapes.request(arrays)               # doctest: +SKIP
@@ -43,9 +42,9 @@ SHAPES_VAR = "OPCORE_OPENVINO_SHAPES"
 _SEEN = 256  # shapes counted before the count starts again (a plan called with ever new lengths)
 SIGHTINGS = 3  # calls of a shape before its static model is compiled: the second is its steady dynamic time
 JUDGED = 2  # runs of a static model before it is judged (its first may pay a warm-up)
-# a static model stays where it runs at least 1 + MARGIN times as fast as the dynamic one: a gain that pays its compile
-# back within ~100 calls of the shape (a layer partition here: 100-250 ms to compile, ~10 ms a call),
-# and clear of the noise of timing a few calls (+-10 % on a shared 2-core machine)
+# a static model stays where it runs at least 1 + MARGIN times as fast as the dynamic one: a gain
+# that pays its compile back within ~100 calls of the shape (a layer partition here: 100-250 ms to
+# compile, ~10 ms a call), and clear of the noise of timing a few calls (+-10 % on a shared 2-core machine)
 MARGIN = 0.2
 
 
@@ -64,7 +63,7 @@ class Specializations:
         # key -> CompiledModel, or None: it did not compile, or did not beat the dynamic model
         self._compiled: dict[tuple[Any, ...], Any] = {}
         self._seen: dict[tuple[Any, ...], int] = {}
-        # key -> (dynamic infer seconds, static infer seconds), the first few of each
+        # key -> (dynamic infer seconds, static infer seconds): the first SIGHTINGS - 1 and JUDGED
         self._times: dict[tuple[Any, ...], tuple[list[float], list[float]]] = {}
         self.verdict = ""  # why this partition compiles no more shapes, once judged so
         self._lock = threading.Lock()
@@ -112,7 +111,7 @@ class Specializations:
             self._times.clear()
         dynamic, statics = self._times.setdefault(key, ([], []))
         runs = statics if static else dynamic
-        if len(runs) >= SIGHTINGS:
+        if len(runs) >= (JUDGED if static else SIGHTINGS - 1):  # what the judgement reads, no more
             return
         runs.append(seconds)
         if not static or len(statics) != JUDGED or not dynamic:
