@@ -42,6 +42,25 @@ def test_the_same_weight_gives_the_same_codes_and_torch_gives_torch():
         assert numpy.array_equal(a, b) and numpy.array_equal(a, c.numpy())
 
 
+@pytest.mark.parametrize(("bits", "group", "symmetric"), [(4, 32, True), (4, 64, False), (8, -1, True), (8, 32, False)])
+@pytest.mark.parametrize("shape", [(1000, 192), (3, 69_632)], ids=["rows across chunks", "rows above a chunk"])
+def test_a_large_weight_quantizes_as_its_rows_do_one_at_a_time(bits, group, symmetric, shape):
+    # quantize_weight works through a large weight a chunk of rows at a time (its float64 passes in
+    # the cache): each row's codes, scales and zero points are those of the row quantized alone
+    from opcore import quantize
+
+    weight = numpy.random.default_rng(11).standard_normal(shape).astype(numpy.float32)
+    weight[shape[0] // 2] = 0.0  # an all-zero row: scale 0, the zero code
+    assert shape[0] * shape[1] > quantize._CHUNK
+    whole = quantize_weight(weight, bits=bits, group_size=group, symmetric=symmetric)
+    rows = [quantize_weight(row[None], bits=bits, group_size=group, symmetric=symmetric) for row in weight]
+    for index, part in enumerate(whole.tensors()):
+        if part is None:
+            assert all(r.tensors()[index] is None for r in rows)
+        else:
+            assert numpy.array_equal(part, numpy.concatenate([r.tensors()[index] for r in rows]))
+
+
 def test_symmetric_codes_stay_off_the_lowest_code_and_extremes_map_to_the_ends():
     weight = numpy.array([[-3.0, -0.5, 0.0, 1.2] * 8], numpy.float32)
     qw = quantize_weight(weight, bits=8)
