@@ -186,13 +186,18 @@ def _compile(spec: PartitionSpec, chain_of: Callable[[str], Any]) -> OnnxPartiti
     graph = Graph(spec.name, opset, ir_version)
     outputs = _results(graph, spec, chain_nodes(graph, spec, chain_of, BACKEND))
     try:
-        session, model, keep = open_session(graph, *outputs)
+        session, model, keep = open_session(graph, *outputs, dynamic=is_dynamic(spec))
     except Unsupported as error:
         found = _NODE_NAME.search(str(error))
         node = int(found.group(1)) if found and int(found.group(1)) < len(spec.nodes) else None
         op = spec.nodes[node].op if node is not None else None
         raise PartitionError(spec.name, BACKEND, first_line(error.__cause__ or error), node=node, op=op) from error
     return OnnxPartition(spec.name, session, keep, model, graph.externals, constants=_constants_of(graph, spec))
+
+
+def is_dynamic(spec: PartitionSpec) -> bool:
+    """Whether any input of the partition has a dynamic axis (its session: session_options)."""
+    return any(spec.dynamic.values())
 
 
 def _constants_of(graph: Graph, spec: PartitionSpec) -> dict[str, str]:
@@ -222,7 +227,7 @@ def load_partition(folder: pathlib.Path, record: Mapping[str, Any], spec: Partit
     constants = dict(record.get("constants") or {})
     try:
         externals = _shared_constants(path, constants, spec) if constants else {}
-        options = session_options()
+        options = session_options(is_dynamic(spec))
         names = list(externals)
         values = [onnxruntime.OrtValue.ortvalue_from_numpy(externals[n]) for n in names]
         if names:

@@ -64,9 +64,10 @@ _opset: tuple[int, int] | None = None
 _opset_lock = threading.Lock()
 
 
-def session_options() -> onnxruntime.SessionOptions:
+def session_options(dynamic: bool = False) -> onnxruntime.SessionOptions:
     """The options of every session opcore opens: fatal-only logging, and the intra-op threads stop
-    spinning when a run returns (unless ``OPCORE_ORT_KEEP_SPINNING=1``).
+    spinning when a run returns (unless ``OPCORE_ORT_KEEP_SPINNING=1``). ``dynamic``: a partition
+    with dynamic axes, which gets neither the memory pattern nor the CPU memory arena (below).
 
     onnxruntime's pool threads spin after each run, waiting for the next one. In a process that also
     runs torch (or another runtime) that spin takes the cores the next work needs: on 2 cores an
@@ -75,6 +76,13 @@ def session_options() -> onnxruntime.SessionOptions:
     the spinning inside a run and ends it when the run returns: the pair then costs its parts, a
     whole-model run (ms) is unchanged, and a tiny run pays a thread wake-up (microseconds) instead.
     docs/benchmarks.md "Thread pools in one process" has the figures.
+
+    A model run at changing sizes (a decoder's prompt, any length): the memory pattern, which
+    onnxruntime plans from a run and allocates as one block, and the arena growing to each larger
+    size stalled the first two runs of a new length — a 0.5B int4 prefill in 25 partitions, 1 thread:
+    1.2-1.4 s and 2.2-2.9 s for a 128-token prompt whose later runs take 0.6 s; a 200-token one 1.0 and
+    2.2 s against 0.9. Without both, every run took its steady time (0.59-0.62 s at 128, 0.93-0.94 s
+    at 200), and the static decode step's time did not change (19.4-20.4 against 19.6-21.0 ms).
     """
     options = onnxruntime.SessionOptions()
     # fatal only: a one-op model's "unused input" notes are noise, and a failed build is retried
@@ -85,6 +93,9 @@ def session_options() -> onnxruntime.SessionOptions:
     threads = runtime_threads(os.environ)
     if threads is not None:  # OPCORE_RUNTIME_THREADS: one budget of cores with torch's
         options.intra_op_num_threads = threads
+    if dynamic:
+        options.enable_mem_pattern = False
+        options.enable_cpu_mem_arena = False
     return options
 
 
@@ -123,10 +134,13 @@ def _probe_opset() -> tuple[int, int]:
     raise Unsupported(f"onnxruntime {onnxruntime.__version__} accepts no ONNX opset >= 18")
 
 
-def open_session(graph: Graph, *outputs: Value) -> tuple[onnxruntime.InferenceSession, ModelProto, tuple[Any, ...]]:
+def open_session(
+    graph: Graph, *outputs: Value, dynamic: bool = False
+) -> tuple[onnxruntime.InferenceSession, ModelProto, tuple[Any, ...]]:
     """An InferenceSession of ``graph`` with these outputs, the model it was made from (external
     initializers not in it), and what must stay alive while the session runs (the memory its
     external initializers share). Raises Unsupported with onnxruntime's first line when it fails.
+    ``dynamic``: session_options' (a partition with dynamic axes).
     """
     if graph.externals and not hasattr(onnxruntime.SessionOptions, "add_external_initializers"):
         graph.internalize()  # an onnxruntime without it: the weights are copied into the model
@@ -136,7 +150,7 @@ def open_session(graph: Graph, *outputs: Value) -> tuple[onnxruntime.InferenceSe
     keep: tuple[Any, ...] = (values, graph.externals) if names else ()  # the session reads this memory
     serialized, failures = model.SerializeToString(), []
     for level in OPTIMIZATION_LEVELS:  # the highest level that builds: see OPTIMIZATION_LEVELS
-        options = session_options()
+        options = session_options(dynamic)
         options.graph_optimization_level = level
         if names:
             options.add_external_initializers(names, values)
