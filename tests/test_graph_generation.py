@@ -704,6 +704,73 @@ def test_a_runtime_alone_is_not_planned_again_where_the_ranked_plan_is_all_its_o
     assert torch.equal(lm.generate(ids, max_new_tokens=6, eos_token_id=[]), want)
 
 
+def _favouring(runtime: str, seen: list[list[str]]) -> Any:
+    """A capture timer (its verdicts, without the seconds it takes) under which ``runtime`` alone
+    wins every comparison it is in; ``seen`` gets each comparison's labels."""
+
+    def timer(runners: dict) -> dict[str, float]:
+        seen.append(list(runners))
+        return {label: 0.5 if label.startswith(f"{runtime} alone") else 1.0 for label in runners}
+
+    return timer
+
+
+def test_the_prefill_also_times_the_runtime_the_decode_step_chose(monkeypatch):
+    """Where the decode step's measurement picks a graph runtime alone, the prefill's comparison
+    has that runtime's partitions as a candidate beside the torch route and the ranked partitions
+    (a 0.5B int4 decoder: the ranked route 1.0 s a 128-token prompt, ONNX Runtime alone 0.58 s), and
+    the faster runs: prompt and steps on the same kernels."""
+    from opcore.graph import lm_capture
+
+    if "onnxruntime" not in compilers():
+        pytest.skip("onnxruntime is not installed: no runtime alone to favour")
+    seen: list[list[str]] = []
+    monkeypatch.setattr(lm_capture, "interleaved", _favouring("onnxruntime", seen))
+    model = build("llama")
+    lm = opcore.graph.capture_lm(model, max_length=32, measure=True)
+    assert lm.decode_plan.notes[0].endswith("runs onnxruntime alone"), lm.decode_plan.notes[0]
+    prefill = [labels for labels in seen if "torch route" in labels]
+    assert len(prefill) == 1 and "onnxruntime alone" in prefill[0], seen
+    assert lm.prefill_plan.notes[0].endswith("runs onnxruntime alone"), lm.prefill_plan.notes[0]
+    assert lm_capture.only_partitions_of(lm.prefill_plan) == "onnxruntime" or {
+        d.backend for d in lm.prefill_plan.decisions if d.partition is not None
+    } == {"onnxruntime"}
+    ids = prompt()
+    want = model.generate(ids, max_new_tokens=6, do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert torch.equal(lm.generate(ids, max_new_tokens=6, eos_token_id=[]), want)
+
+
+def test_the_choice_of_each_token_runs_on_one_torch_thread(llama, monkeypatch):
+    """The per-token choice (a copy, mask and argmax over the vocabulary) runs with torch's pool at one
+    thread, whose workers would otherwise spin on the cores the next step's runtime threads need (a
+    0.5B int4 step on ONNX Runtime at 2 threads: 14.5 ms alone, ~20 ms after a parallel copy); the
+    caller's thread count is back before each token is handed out."""
+    from opcore.graph.sampling import Choice
+
+    _, lm = llama
+    chosen_at: list[int] = []
+    real = Choice.next
+
+    def next_token(self, logits, tokens, new_tokens):
+        chosen_at.append(torch.get_num_threads())
+        return real(self, logits, tokens, new_tokens)
+
+    monkeypatch.setattr(Choice, "next", next_token)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        streamed: list[int] = []
+        out = lm.generate(
+            prompt(), max_new_tokens=5, min_new_tokens=5, streamer=lambda t: streamed.append(torch.get_num_threads())
+        )
+        assert chosen_at == [1] * 5 and streamed == [2] * 5, (chosen_at, streamed)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    monkeypatch.undo()
+    assert torch.equal(lm.generate(prompt(), max_new_tokens=5, min_new_tokens=5), out)
+
+
 def test_only_partitions_of_names_the_one_runtime_or_none():
     from opcore.graph.lm_capture import only_partitions_of
 

@@ -280,3 +280,36 @@ def test_capture_lm_compares_decode_runtimes_when_the_codes_fit_the_measuring_bo
     lm = opcore.graph.capture_lm(model, max_length=8, weights="int8", prefill_partitions=False)
     assert timed and all(names[0] == "ranked" for names in timed), timed
     assert lm.decode_plan.notes[0].startswith("decode step measured at capture"), lm.decode_plan.notes[:2]
+
+
+def test_a_quantized_prefill_times_the_decode_step_s_runtime_against_the_torch_route(monkeypatch) -> None:
+    """Where only the decode step is measured (the float weights above MEASURE_BYTES, the codes
+    below), a decode step won by a runtime alone has the prefill compared too: the torch route
+    against that runtime's partitions, the ranked partitions not built."""
+    from opcore.graph import lm_capture
+    from opcore.graph.partition import compilers
+
+    if "onnxruntime" not in compilers():
+        pytest.skip("onnxruntime is not installed: no runtime alone to favour")
+    model = llama()
+    floats, stored = lm_capture._weight_bytes(model), lm_capture._stored_bytes(model)
+    monkeypatch.setattr(lm_capture, "MEASURE_BYTES", (stored + floats) // 2)
+    seen: list[list[str]] = []
+
+    def timer(runners: dict) -> dict[str, float]:
+        seen.append(list(runners))
+        return {label: 0.5 if label.startswith("onnxruntime alone") else 1.0 for label in runners}
+
+    monkeypatch.setattr(lm_capture, "interleaved", timer)
+    lm = opcore.graph.capture_lm(model, max_length=16, weights="int8")
+    assert lm.decode_plan.notes[0].endswith("runs onnxruntime alone"), lm.decode_plan.notes[0]
+    assert seen[-1] == ["torch route", "onnxruntime alone"], seen
+    assert lm.prefill_plan.notes[0].endswith("runs onnxruntime alone"), lm.prefill_plan.notes[0]
+    ids = _ids(8)
+    monkeypatch.undo()
+    on_onnxruntime = opcore.graph.capture_lm(
+        model, max_length=16, weights="int8", backends=("onnxruntime", "cpu"), prefill_partitions=True, measure=False
+    )
+    # the plans the comparison chose are that runtime's: the same tokens as planning on it directly
+    want = on_onnxruntime.generate(ids, max_new_tokens=6, min_new_tokens=6)
+    assert torch.equal(lm.generate(ids, max_new_tokens=6, min_new_tokens=6), want)

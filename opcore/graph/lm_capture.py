@@ -118,12 +118,22 @@ def capture_lm(
     timer = None if measure is False else interleaved if measure is True else measure
     weighing = Weighing(quantized) if quantized is not None else None
     with torch.no_grad():
-        decode = _decode_plan(module, batch_size, max_length, place, backends, timer, weighing, compare or timer)
+        decode, alone = _decode_plan(module, batch_size, max_length, place, backends, timer, weighing, compare or timer)
         prefill = None
         if max_length >= 2:
             copies = weight_bytes <= COPY_BYTES
             prefill = _prefill_plan(
-                module, batch_size, max_length, place, backends, timer, prefill_partitions, weighing, copies
+                module,
+                batch_size,
+                max_length,
+                place,
+                backends,
+                timer,
+                prefill_partitions,
+                weighing,
+                copies,
+                alone,
+                compare,
             )
             if not copies:
                 prefill.notes.append(
@@ -214,8 +224,9 @@ def _decode_plan(
     timer: Timer | None,
     weighing: Weighing | None = None,
     compare: Timer | None = None,
-) -> Plan:
-    """The decode step's plan. Without ``backends`` and with ``compare`` (the timer, or a quantized
+) -> tuple[Plan, Sequence[str] | None]:
+    """The decode step's plan, and the backends it was planned on where a graph runtime alone won
+    (None: the ranked plan). Without ``backends`` and with ``compare`` (the timer, or a quantized
     plan's own), the ranked plan (measured as ``capture`` measures with ``timer``) is timed against a
     plan on each graph runtime alone (with the torch backend
     for what it declines; its partitions kept by the estimated cost rule), one at a time, and the
@@ -242,12 +253,12 @@ def _decode_plan(
     )
     best = _plan(lowered, place, backends, timer, partitions=True)
     if backends is not None or compare is None or not on_host:
-        return best
+        return best, None
     from opcore.graph.options import torch_route
     from opcore.graph.partition import compilers
 
     torch_backend = torch_route(best.options).backends or ("cpu",)
-    label, told = "ranked", []
+    label, told, alone = "ranked", [], None
     forms: list[tuple[str, Lowered | None]] = [("", lowered)]
     if any(node.op == "gather_mm" for node in lowered.graph.nodes):
         forms.append((" (experts as gather + bmm)", None))  # lowered when its turn comes
@@ -281,11 +292,11 @@ def _decode_plan(
                 continue
             told.append(f"{label} {times[label] * 1e6:.0f} us against {name} {times[name] * 1e6:.0f} us")
             if times[name] < times[label]:
-                best, label, lowered = other, name, step
+                best, label, lowered, alone = other, name, step, runs_on
             del other
             gc.collect()
     best.notes.insert(0, f"decode step measured at capture: {'; '.join(told)}: runs {label}")
-    return best
+    return best, alone
 
 
 def only_partitions_of(plan: Plan) -> str | None:
@@ -316,33 +327,53 @@ def _prefill_plan(
     partitions: bool | None,
     weighing: Weighing | None = None,
     copies: bool = True,
+    alone: Sequence[str] | None = None,
+    compare: Timer | None = None,
 ) -> Plan:
     """The prefill's plan: on the torch route, or with graph-runtime partitions (kept by the estimated
-    cost rule; their shapes are dynamic), or (``partitions`` None, measuring, on the host) the faster
-    of the two on a prompt of min(PROMPT, max_length) tokens, the length it is exported on. Prefill
-    is GEMMs over the prompt: where a runtime's GEMMs beat torch's the partitions win (a 30-layer
-    135M decoder here: 258 ms against 560 ms for 128 tokens), on a small model the partitions' calls
-    can cost more than they save."""
+    cost rule; their shapes are dynamic), or (``partitions`` None, measuring, on the host) the fastest
+    on a prompt of min(PROMPT, max_length) tokens, the length it is exported on, of the torch route,
+    the ranked partitions and, where the decode step's measurement chose a graph runtime alone
+    (``alone``: its backends), the partitions on that runtime alone; where only the decode step is
+    measured (``compare``: a quantized model whose float weights are above MEASURE_BYTES), the torch
+    route against that runtime's partitions. Prefill is GEMMs over the
+    prompt: where a runtime's GEMMs beat torch's the partitions win (a 30-layer 135M decoder here:
+    258 ms against 560 ms for 128 tokens), on a small model the partitions' calls can cost more than
+    they save. The third candidate is the quantized decoders' (a 0.5B int4 one here: the ranked route
+    puts each ``linear_wq`` on OpenVINO, 1.0 s a 128-token prompt at 1 thread, 1.2-2.4 s at 2 threads
+    beside torch's pool; on ONNX Runtime alone, where its decode step runs, 0.58-0.6 s), and with it
+    prompt and steps compute on the same kernels."""
     import gc
 
     # exported and planned on a prompt of the length it is measured on: the kernels prepare for
     # (and the cpu backend measures its weight packing at) a prompt's rows, not a toy's
     lowered = _lower_step(module, batch_size, max_length, min(PROMPT, max_length), place, weighing)
-    if partitions is not None or timer is None or place.type.value != "cpu":
+    measure = timer or (compare if alone is not None else None)
+    if partitions is not None or measure is None or place.type.value != "cpu":
         return _plan(lowered, place, backends, None, bool(partitions), copies)
-    route = _plan(lowered, place, backends, None, False, copies)
-    planned = _plan(lowered, place, backends, None, True, copies)
-    if not planned.partitions:
-        return route
-    times = timer({"torch route": _runner(route, lowered), "partitions": _runner(planned, lowered)})
-    faster = "partitions" if times["partitions"] < times["torch route"] else "torch route"
-    chosen = planned if faster == "partitions" else route
+    plans = {"torch route": _plan(lowered, place, backends, None, False, copies)}
+    ranked = None
+    if timer is not None:  # measuring the model: its ranked partitions compete
+        ranked = _plan(lowered, place, backends, None, True, copies)
+        if ranked.partitions:
+            plans["partitions"] = ranked
+    # the ranked partitions on that runtime already: the same plan, planned again
+    if alone is not None and (ranked is None or only_partitions_of(ranked) != alone[0]):
+        other = _plan(lowered, place, alone, None, True, copies)
+        if other.partitions:
+            plans[f"{alone[0]} alone"] = other
+        del other
+    del ranked
+    if len(plans) == 1:
+        return plans["torch route"]
+    times = measure({label: _runner(plan, lowered) for label, plan in plans.items()})
+    faster = min(times, key=times.__getitem__)
+    chosen = plans[faster]
+    measured = ", ".join(f"{label} {seconds * 1e3:.1f} ms" for label, seconds in times.items())
     chosen.notes.insert(
-        0,
-        f"prefill measured at capture on {lowered.examples[0].shape[1]} tokens: the torch route "
-        f"{times['torch route'] * 1e3:.1f} ms, with partitions {times['partitions'] * 1e3:.1f} ms: runs {faster}",
+        0, f"prefill measured at capture on {lowered.examples[0].shape[1]} tokens: {measured}: runs {faster}"
     )
-    del route, planned
+    del plans
     gc.collect()
     return chosen
 
