@@ -22,7 +22,7 @@ from opcore.errors import ArgumentError, ShapeError
 from opcore.graph.sampling import Choice
 from opcore.graph.state import new_state
 
-__all__ = ["GenerationDefaults", "LanguageModel", "Session"]
+__all__ = ["GenerationDefaults", "LanguageModel", "Session", "one_thread"]
 
 _GENERATE = "LanguageModel.generate"
 

@@ -69,7 +69,9 @@ def capture_lm(
     the ranked plan (the fastest runs; each candidate holds its runtime's copy of the weights while
     it is timed); None: True up to MEASURE_BYTES (1 GiB) of weights, False above, and with ``weights=``
     the decode step's runtimes are compared whenever the quantized weights (at most one byte an
-    element) fit that bound (a 0.5B int4 decoder: OpenVINO 13.3, ONNX Runtime 18.5 tok/s). Measured, a 135M
+    element) fit that bound (a 0.5B int4 decoder: OpenVINO 13.3, ONNX Runtime 18.5 tok/s), and the
+    prefill against the runtime the decode step chose (its 128-token prompt: 1.0 s on the ranked
+    route, 0.58 s on ONNX Runtime). Measured, a 135M
     fp32 decoder captured in 96 s and decoded 1.37x eager (on a 2-vCPU AVX-512 EPYC: 48-52 s after the
     one-trace export, opcore.graph.aten_export; 31 s in the twenty-fifth session, 2.0x eager); a 0.5B
     one took 142 to 174 s and 5.6 to 6.5 GB over its 2 GB of weights, and its guard once picked a
