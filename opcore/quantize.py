@@ -227,7 +227,7 @@ def quantize_weight(w: Any, *, bits: int = 8, group_size: int | None = None, sym
     scale = numpy.empty((n, groups), scale_dtype)
     zero = None if symmetric else numpy.empty((n, groups), numpy.uint8)
     # rows a chunk at a time: each element is read by ~10 float64 passes, which stay in the cache
-    # (a 151,936 x 896 table at once: 23.8 s, 1 GB temporaries; a chunk at a time: see the docstring)
+    # (a 151,936 x 896 table at once: 23.8 s and 1 GB temporaries; a chunk at a time: 0.55 s, the same codes)
     rows = max(1, _CHUNK // max(1, k))
     for top in range(0, n, rows):
         part = slice(top, min(n, top + rows))
