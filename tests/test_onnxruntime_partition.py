@@ -187,10 +187,10 @@ def test_partitions_built_and_loaded_stop_spinning_when_a_run_returns(tmp_path: 
 
 
 @pytest.mark.parametrize("dynamic", [{}, {"x": frozenset({0})}], ids=["static", "dynamic batch"])
-def test_a_dynamic_partition_runs_without_memory_pattern_or_arena(tmp_path: pathlib.Path, dynamic: dict) -> None:
-    # the memory pattern and the arena growing to each larger size stalled the first two runs of every
-    # new prompt length of a decoder's prefill (1-3 s against 0.6 s); a static partition keeps both
-    # (onnxruntime's defaults), built and loaded alike
+def test_a_dynamic_partition_runs_without_a_memory_pattern(tmp_path: pathlib.Path, dynamic: dict) -> None:
+    # the memory pattern stalled the second run of every new prompt length of a decoder's prefill
+    # (0.8-1.7 s against 0.46-0.89 s); a static partition keeps it (onnxruntime's default), built and
+    # loaded alike, and both keep the CPU arena
     from opcore_onnxruntime.partition import load_partition
 
     part, values = _linear_flatten(dynamic)
@@ -199,12 +199,10 @@ def test_a_dynamic_partition_runs_without_memory_pattern_or_arena(tmp_path: path
     loaded = load_partition(tmp_path, record, spec)
     for session in (part.session, loaded.session):
         options = session.get_session_options()
-        assert (options.enable_mem_pattern, options.enable_cpu_mem_arena) == (
-            (False, False) if dynamic else (True, True)
-        )
+        assert (options.enable_mem_pattern, options.enable_cpu_mem_arena) == (not dynamic, True)
     x = numpy.random.default_rng(8).standard_normal((3 if dynamic else 2, 6, 16)).astype("float32")
     want = numpy.tanh((x @ values["w"].T + values["b"]).reshape(len(x), -1))
-    for _ in range(2):  # a second run at the size: the one the memory pattern stalled
+    for _ in range(2):  # a second run at the size: the one the memory pattern planned
         numpy.testing.assert_allclose(part(x)[0], want, rtol=1e-5, atol=1e-5)
 
 

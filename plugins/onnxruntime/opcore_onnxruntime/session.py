@@ -67,7 +67,7 @@ _opset_lock = threading.Lock()
 def session_options(dynamic: bool = False) -> onnxruntime.SessionOptions:
     """The options of every session opcore opens: fatal-only logging, and the intra-op threads stop
     spinning when a run returns (unless ``OPCORE_ORT_KEEP_SPINNING=1``). ``dynamic``: a partition
-    with dynamic axes, which gets neither the memory pattern nor the CPU memory arena (below).
+    with dynamic axes, which gets no memory pattern (below).
 
     onnxruntime's pool threads spin after each run, waiting for the next one. In a process that also
     runs torch (or another runtime) that spin takes the cores the next work needs: on 2 cores an
@@ -77,12 +77,14 @@ def session_options(dynamic: bool = False) -> onnxruntime.SessionOptions:
     whole-model run (ms) is unchanged, and a tiny run pays a thread wake-up (microseconds) instead.
     docs/benchmarks.md "Thread pools in one process" has the figures.
 
-    A model run at changing sizes (a decoder's prompt, any length): the memory pattern, which
-    onnxruntime plans from a run and allocates as one block, and the arena growing to each larger
-    size stalled the first two runs of a new length — a 0.5B int4 prefill in 25 partitions, 1 thread:
-    1.2-1.4 s and 2.2-2.9 s for a 128-token prompt whose later runs take 0.6 s; a 200-token one 1.0 and
-    2.2 s against 0.9. Without both, every run took its steady time (0.59-0.62 s at 128, 0.93-0.94 s
-    at 200), and the static decode step's time did not change (19.4-20.4 against 19.6-21.0 ms).
+    A model run at changing sizes (a decoder's prompt, any length): onnxruntime plans a run's
+    allocations from the one before at the same sizes (the memory pattern), and that stalled the
+    second run of every new length — a 0.5B int4 prefill in 25 partitions, 1 thread: 1.7 s, 0.8 s
+    and 1.5 s for 128, 100 and 200 tokens whose steady runs take 0.58, 0.46 and 0.89 s; a 135M fp32
+    one 0.5 s and 1.4 s against 0.33 and 0.49. Without the pattern every run after a length's first
+    took its steady time, the same steady times. The CPU arena stays: without it too the first runs
+    were no better and the 135M's 200-token prompt ran 15 % slower (558 against 486 ms), and the
+    static decode step's time does not change either way.
     """
     options = onnxruntime.SessionOptions()
     # fatal only: a one-op model's "unused input" notes are noise, and a failed build is retried
@@ -95,7 +97,6 @@ def session_options(dynamic: bool = False) -> onnxruntime.SessionOptions:
         options.intra_op_num_threads = threads
     if dynamic:
         options.enable_mem_pattern = False
-        options.enable_cpu_mem_arena = False
     return options
 
 
