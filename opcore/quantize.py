@@ -237,10 +237,7 @@ def quantize_weight(w: Any, *, bits: int = 8, group_size: int | None = None, sym
         scale[part] = got_scale.reshape(-1, groups)
         if zero is not None and got_zero is not None:
             zero[part] = got_zero.reshape(-1, groups)
-    qweight = codes
-    if bits == 4:
-        qweight = pack_int4(qweight)
-    arrays: tuple[Any, ...] = (qweight, scale, zero)
+    arrays: tuple[Any, ...] = (pack_int4(codes) if bits == 4 else codes, scale, zero)
     if as_torch:
         import torch
 
