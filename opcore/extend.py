@@ -184,6 +184,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "nbits_block": ("opcore.onemodel.quantized", "nbits_block"),
     # what a plan asks of the kernels it prepares
     "weight_copies_allowed": ("opcore.weight_copies", "weight_copies_allowed"),
+    "shape_compiles_allowed": ("opcore.shape_compiles", "shape_compiles_allowed"),
     # torchkit kernels (TORCHKIT_API_VERSION): torch-based backends; these three import no torch
     "register_aten_fallback": ("opcore.torchkit.registration", "register_aten_fallback"),
     "register_torch_kernels": ("opcore.torchkit.registration", "register_torch_kernels"),
@@ -310,6 +311,7 @@ __all__ = [
     "z",
     # what a plan asks of the kernels it prepares
     "weight_copies_allowed",
+    "shape_compiles_allowed",
     # one-model builders (ONEMODEL_API_VERSION)
     "ATTRIBUTE",
     "GraphPartitionCompiler",
@@ -468,6 +470,7 @@ if TYPE_CHECKING:  # what static analysis sees
     from opcore.quantize import QuantizedWeight, pack_int4
     from opcore.registry import Registrar
     from opcore.settings import runtime_threads
+    from opcore.shape_compiles import shape_compiles_allowed
     from opcore.testing import (
         ErrorInput,
         OpEntry,

@@ -166,6 +166,9 @@ def test_loaded_partitions_share_the_plans_weights_and_save_again(saved_lm, tmp_
             assert numpy.shares_memory(array, plan.constants[constant].numpy())
             shared += 1
     assert shared, "the loaded partitions take their initializers from the plan's constants"
+    # the prefill's dynamic partitions load as they were captured: no static compiles of a prompt length
+    assert lm.prefill_plan.options.shape_compiles is False
+    assert all(getattr(p.compiled, "_shapes", None) is None for p in lm.prefill_plan.partitions)
     # prefill and decode hold one copy in memory
     for name in lm.prefill_plan.graph.constants:
         source = lm.prefill_plan.graph.sources.get(name)

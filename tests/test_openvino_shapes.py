@@ -54,6 +54,18 @@ def test_a_shape_called_three_times_gets_its_static_model_and_the_same_results()
     assert ("<f4", (3, 20, 16)) in key and ("<i8", 20) in key, key  # the length is a constant of it
 
 
+def test_a_plan_that_asks_for_no_shape_compiles_gets_none():
+    # capture_lm's prefill (PlanOptions.shape_compiles False, tests/test_graph_generation.py end to end)
+    from opcore_openvino.shapes import Specializations
+
+    from opcore.shape_compiles import shape_compiles
+
+    _, _, part = dynamic_plan()
+    with shape_compiles(False):
+        assert Specializations.of(part.model) is None
+    assert Specializations.of(part.model) is not None
+
+
 def test_specializing_turns_off_with_the_variable(monkeypatch):
     monkeypatch.setenv("OPCORE_OPENVINO_SHAPES", "0")
     model, plan, part = dynamic_plan()

@@ -19,6 +19,7 @@ from opcore.graph.plan import Plan
 from opcore.graph.planner import Decision, NodeCall, example_tensors, plan_node, scalar_call
 from opcore.graph.ranges import ValueProof, declared_sizes, value_ranges
 from opcore.graph.runner import Program, Step, slot_template
+from opcore.shape_compiles import shape_compiles
 from opcore.weight_copies import weight_copies
 
 if TYPE_CHECKING:
@@ -46,9 +47,10 @@ def assemble(
     than their nodes per node, and the plan runs the torch route where that is faster than it.
     ``exported``: the exported program (capture has it, a loaded plan not): the torch route runs
     it as one step, and the guard times that. The kernels prepare their constants under
-    ``options.weight_copies`` (opcore.weight_copies).
+    ``options.weight_copies`` (opcore.weight_copies), the partitions compile or load under
+    ``options.shape_compiles`` (opcore.shape_compiles).
     """
-    with weight_copies(options.weight_copies):
+    with weight_copies(options.weight_copies), shape_compiles(options.shape_compiles):
         return _assembled(graph, constants, options, notes, saved, examples, timer, exported)
 
 

@@ -217,6 +217,7 @@ def save(plan: Any, path: Any, *, weights: SharedWeights | None = None) -> pathl
             "cuda_graph": plan.options.cuda_graph,
             "route": plan.options.route,
             "weight_copies": plan.options.weight_copies,
+            "shape_compiles": plan.options.shape_compiles,
         },
         "graph": {
             "inputs": list(graph.inputs),

@@ -511,14 +511,17 @@ def _plan(
     copies: bool = True,
 ) -> Plan:
     started = time.perf_counter()
+    graph = lowered.graph
     options = PlanOptions(
         backends=tuple(backends) if backends is not None else None,
         device=str(place),
         partitions=partitions and place.type.value == "cpu",
         route="planned",
         weight_copies=copies,
+        # the prefill's prompt lengths vary from call to call: its dynamic partitions compile no
+        # static model of a length met thrice (opcore.shape_compiles; a stall of seconds, no gain)
+        shape_compiles=not any(info.dynamic_axes for info in graph.values.values()),
     )
-    graph = lowered.graph
     plan = assemble(
         graph, lowered.constants, options, lowered.notes, examples=[*lowered.examples, *new_state(graph)], timer=timer
     )

@@ -20,7 +20,9 @@ class PlanOptions:
     ``capture(route="torch")`` asked for it), so the plan runs the torch route: the exported
     program as one step where the plan has it (opcore.graph.exported), else every node on the
     torch backend (``torch_route``); "planned": as decided. weight_copies False: the kernels keep
-    no copies of the constants they prepare (opcore.weight_copies; a large decoder's prefill)."""
+    no copies of the constants they prepare (opcore.weight_copies; a large decoder's prefill).
+    shape_compiles False: the graph runtimes compile no static model of a dynamic partition for the
+    shapes it meets (opcore.shape_compiles; capture_lm's prefill, whose prompt lengths vary)."""
 
     backends: tuple[str, ...] | None = None
     fallback: bool = True
@@ -30,6 +32,7 @@ class PlanOptions:
     cuda_graph: bool = False
     route: str = "planned"
     weight_copies: bool = True
+    shape_compiles: bool = True
 
 
 def torch_route(options: PlanOptions) -> PlanOptions:
@@ -44,4 +47,5 @@ def torch_route(options: PlanOptions) -> PlanOptions:
         partitions=False,
         rewrites=options.rewrites,
         weight_copies=options.weight_copies,
+        shape_compiles=options.shape_compiles,
     )

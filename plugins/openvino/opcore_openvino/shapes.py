@@ -18,6 +18,10 @@ a new shape is slower; a 2-layer Llama's dynamic partition took ~3.7x its static
 BERT's ~1.6x); where it did not, the dynamic model runs the shape and the partition compiles no
 other shape: one compile per partition at most where static shapes gain nothing.
 
+A plan whose shapes never settle asks for no such compiles (``opcore.extend.shape_compiles_allowed``
+False while its partitions compile or load): ``capture_lm``'s prefill, whose prompt lengths vary.
+Its partitions run their dynamic models, which its capture times against the torch route.
+
 >>> shapes = Specializations.of(model)   # doctest: +SKIP
 >>> shapes.request(arrays)               # doctest: +SKIP
 (key, <InferRequest>, [the arrays the request takes])
@@ -33,7 +37,7 @@ from typing import Any
 import numpy
 import openvino
 
-from opcore.extend import capacity_from_env
+from opcore.extend import capacity_from_env, shape_compiles_allowed
 from opcore_openvino.compiled import DEVICE, compile_config, core
 
 __all__ = ["SHAPES_VAR", "Specializations"]
@@ -71,7 +75,10 @@ class Specializations:
 
     @classmethod
     def of(cls, model: openvino.Model) -> Specializations | None:
-        """None for a model of static shapes, or with specializing turned off."""
+        """None for a model of static shapes, or with specializing turned off (the variable, or a
+        plan that asks for no shape compiles: opcore.extend.shape_compiles_allowed)."""
+        if not shape_compiles_allowed():
+            return None
         text = os.environ.get(SHAPES_VAR, "").strip()
         limit = 0 if text == "0" else capacity_from_env(SHAPES_VAR, 4, os.environ)
         if limit <= 0 or all(p.get_partial_shape().is_static and len(p.get_partial_shape()) for p in model.inputs):
