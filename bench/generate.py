@@ -48,6 +48,8 @@ Columns (CPU):
     machine (2026-11-27) did not finish within 180 s, so no figures for it were taken there;
   opcore: ``opcore.graph.capture_lm(model, max_length=prompt + new, batch_size=batch)`` (captured for
     each thread count and batch: its decode plan is measured at capture), capture time as "build s";
+    with ``--unmeasured`` also "opcore unmeasured", ``capture_lm(..., measure=False)``: the ranked
+    plans as they come, nothing timed at capture (what the measurements cost, and what they buy);
   bandwidth ceiling: the decode rate memory bandwidth allows. The bytes one decode step must read are
     every weight but the input embedding table (one row of it is read; with tied embeddings the
     table is counted once, as the lm_head), plus the KV cache at its full length, prompt + new (what
@@ -109,6 +111,7 @@ is printed with the RSS. No usable GPU: exit status 2, with why.
     python bench/generate.py --models small --batches 1 --threads 1 --rounds 3   # about a minute
     python bench/generate.py --models 135m --batches 1 --skip compile
     python bench/generate.py --models small --optimum       # optimum-intel too, where it installs
+    python bench/generate.py --models 135m --batches 1 --threads 1 --unmeasured   # capture_lm(measure=False) too
     python bench/generate.py --device cuda                  # on a GPU
     python bench/generate.py --models 0.5b --batches 1 --threads 1 --skip compile --weights int8,int4 --accuracy 512
     python bench/generate.py --models 135m --batches 1 --threads 1 --skip compile --dtype bfloat16 --accuracy 128
@@ -147,6 +150,8 @@ LOGIT_SCALE = 16.0
 BANDWIDTH_MB = 512
 GEMM_N = 2048  # the matmul the compute floor's rate is measured on
 SKIPPABLE = ("static", "compile", "opcore")
+# the column of --unmeasured: capture_lm(..., measure=False)
+UNMEASURED = "opcore unmeasured"
 OPTIMUM_DIR = ROOT / "build" / "optimum-intel"
 INSTALL_S = 180
 TORCH_PIN = "torch==2.13.0"
@@ -737,16 +742,21 @@ def bench_group(
             reset_peak_rss()
             columns.append(optimum_column(python, model, shape, batch, threads, options))
     lm = None
-    if "opcore" not in skip:
-        columns.append(Column("opcore"))
+    variants: list[tuple[str, bool | None]] = [("opcore", None)] if "opcore" not in skip else []
+    if options.unmeasured:
+        variants.append((UNMEASURED, False))
+    for label, measure in variants:
+        columns.append(Column(label))
 
-        def capture() -> Callable[[], Sample]:
+        def capture(measure: bool | None = measure) -> Callable[[], Sample]:
             nonlocal lm
+            lm = None  # the other variant's plans go before this one is captured
             gc.collect()
             # the graph runtimes' sessions opened by this capture share torch's budget of cores
             os.environ["OPCORE_RUNTIME_THREADS"] = str(threads)
-            lm = opcore.graph.capture_lm(model, max_length=length, batch_size=batch, device=device)
-            return lambda: opcore_generate(lm, ids, new)
+            lm = opcore.graph.capture_lm(model, max_length=length, batch_size=batch, device=device, measure=measure)
+            captured = lm
+            return lambda: opcore_generate(captured, ids, new)
 
         first_calls(columns[-1], capture, "capture")
         if lm is not None:
@@ -1017,6 +1027,21 @@ def targets(shape: Shape, group: Group) -> list[str]:
             )
     elif compiled is not None:
         found.append(f"compile targets not judged ({compiled.note})")
+    unmeasured = by.get(UNMEASURED)
+    if unmeasured is not None and unmeasured.median("decode") is not None and unmeasured.build_s is not None:
+        # the same targets for capture_lm(measure=False): what the capture's measurements cost and buy
+        fast = f"{UNMEASURED}: decode {(unmeasured.median('decode') or 0) / (eager_decode or 1):.2f}x eager"
+        if eager_ttft:
+            fast += f", TTFT {(unmeasured.median('ttft') or 0) / eager_ttft:.2f}x eager"
+        if compiled is not None and compiled.build_s and compiled.median("decode") is not None:
+            share = unmeasured.build_s / compiled.build_s
+            fast += (
+                f", {(unmeasured.median('decode') or 0) / (compiled.median('decode') or 1):.2f}x compile's decode,"
+                f" capture {unmeasured.build_s:.1f} s = {share:.2f} of compile's <= 1/3"
+            )
+            judge(fast, share <= 1 / 3 and (unmeasured.median("decode") or 0) >= (compiled.median("decode") or 0))
+        else:
+            found.append(fast + f", capture {unmeasured.build_s:.1f} s")
     return found
 
 
@@ -1034,7 +1059,7 @@ def report(shape: Shape, groups: list[Group], params: int, state: dict[str, Any]
     )
     if options.device == "cuda":
         lines.append(f"GPU memory: torch.cuda.max_memory_allocated {torch.cuda.max_memory_allocated() / 2**20:.0f} MiB")
-    opcore = [(g, c) for g in groups for c in g.columns if c.label == "opcore" and c.tokens is not None]
+    opcore = [(g, c) for g in groups for c in g.columns if c.label in ("opcore", UNMEASURED) and c.tokens is not None]
     if opcore:
         same = all(first_difference(c.tokens, g.columns[0].tokens, options.prompt) == "=" for g, c in opcore)
         lines.append(f"tokens identical (opcore vs eager, greedy): {'yes' if same else 'no'}")
@@ -1078,6 +1103,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--new", type=int, default=NEW, help="new tokens per row (>= 2)")
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="timed generate calls per column (median, min-max)")
     parser.add_argument("--skip", default="", help=f"columns to leave out: {', '.join(SKIPPABLE)}")
+    parser.add_argument(
+        "--unmeasured",
+        action="store_true",
+        help=f"a column {UNMEASURED!r} too: capture_lm(..., measure=False), the ranked plans as they come",
+    )
     parser.add_argument(
         "--optimum", action="store_true", help="optimum-intel's OVModelForCausalLM too, in a virtualenv under build/"
     )

@@ -156,6 +156,24 @@ def test_the_targets_are_judged_against_the_better_eager_and_compile(bench):
     assert bench.targets(bench.SHAPES["0.5b"], group)[0] == "decode 0.65 of the bandwidth ceiling >= 0.9 MISSED"
 
 
+def test_the_unmeasured_capture_is_judged_on_the_compile_targets_beside_the_measured_one(bench):
+    assert bench.parse_args(["--unmeasured"]).unmeasured and not bench.parse_args([]).unmeasured
+    columns = [
+        _column(bench, "eager dynamic", 0.100, 100.0),
+        _column(bench, "compile", 0.090, 200.0, build_s=60.0),
+        _column(bench, "opcore", 0.050, 260.0, build_s=30.0),
+        _column(bench, bench.UNMEASURED, 0.060, 250.0, build_s=18.0),
+    ]
+    group = bench.Group(1, 1, columns, ceiling=400.0, step_bytes=1, bandwidth=1.0, load=0.0)
+    found = bench.targets(bench.SHAPES["135m"], group)
+    assert found[-1] == (
+        "opcore unmeasured: decode 2.50x eager, TTFT 0.60x eager, 1.25x compile's decode,"
+        " capture 18.0 s = 0.30 of compile's <= 1/3 met"
+    )
+    columns[-1].build_s = 21.0
+    assert bench.targets(bench.SHAPES["135m"], group)[-1].endswith("capture 21.0 s = 0.35 of compile's <= 1/3 MISSED")
+
+
 def test_the_compile_column_starts_from_an_empty_inductor_cache(bench):
     import os
 
