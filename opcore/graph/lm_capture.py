@@ -7,7 +7,9 @@ allocated for ``batch_size`` x ``max_length``):
   sequence dim, run on the torch route node by node (compute-bound GEMMs; the torch backend's
   kernels with packed weights; no shape ever compiles anything);
 * **decode** — one token per row: a static graph, planned and measured as ``capture`` plans any model
-  (graph-runtime partitions where they beat their nodes, the guard against the torch route).
+  (graph-runtime partitions where they beat their nodes, the guard against the torch route). On the
+  host it is the prefill's graph specialized at one token (opcore.graph.specialize: one export, not
+  two), where the exported program computes what the model does at one token; else its own export.
 
 Both write the cache in place (opcore.graph.state): a step never copies it.
 
@@ -120,7 +122,15 @@ def capture_lm(
     timer = None if measure is False else interleaved if measure is True else measure
     weighing = Weighing(quantized) if quantized is not None else None
     with torch.no_grad():
-        decode, alone = _decode_plan(module, batch_size, max_length, place, backends, timer, weighing, compare or timer)
+        # one export for both steps on the host (the decode step specialized from the prefill's)
+        both = (
+            _export_both(module, batch_size, max_length, place)
+            if max_length >= 2 and place.type.value == "cpu"
+            else None
+        )
+        decode, alone = _decode_plan(
+            module, batch_size, max_length, place, backends, timer, weighing, compare or timer, both and both[1]
+        )
         prefill = None
         if max_length >= 2:
             copies = weight_bytes <= COPY_BYTES
@@ -136,6 +146,7 @@ def capture_lm(
                 copies,
                 alone,
                 compare,
+                both and both[0],
             )
             if not copies:
                 prefill.notes.append(
@@ -226,6 +237,7 @@ def _decode_plan(
     timer: Timer | None,
     weighing: Weighing | None = None,
     compare: Timer | None = None,
+    exported: Exported | None = None,
 ) -> tuple[Plan, Sequence[str] | None]:
     """The decode step's plan, and the backends it was planned on where a graph runtime alone won
     (None: the ranked plan). Without ``backends`` and with ``compare`` (the timer, or a quantized
@@ -250,9 +262,12 @@ def _decode_plan(
     split = splits(place, backends)
     wide = split_dtypes(backends) if split else frozenset()
     on_host = place.type.value == "cpu"
-    lowered = _lower_step(
-        module, batch_size, max_length, 1, place, weighing, split, wide, GATHERED if on_host else ONE_TOKEN
-    )
+    if exported is not None:  # specialized from the prefill's export (_export_both)
+        lowered = _finish_step(exported, max_length, weighing, split, wide)
+    else:
+        lowered = _lower_step(
+            module, batch_size, max_length, 1, place, weighing, split, wide, GATHERED if on_host else ONE_TOKEN
+        )
     best = _plan(lowered, place, backends, timer, partitions=True)
     if backends is not None or compare is None or not on_host:
         return best, None
@@ -331,6 +346,7 @@ def _prefill_plan(
     copies: bool = True,
     alone: Sequence[str] | None = None,
     compare: Timer | None = None,
+    exported: Exported | None = None,
 ) -> Plan:
     """The prefill's plan: on the torch route, or with graph-runtime partitions (kept by the estimated
     cost rule; their shapes are dynamic), or (``partitions`` None, measuring, on the host) the fastest
@@ -349,7 +365,10 @@ def _prefill_plan(
 
     # exported and planned on a prompt of the length it is measured on: the kernels prepare for
     # (and the cpu backend measures its weight packing at) a prompt's rows, not a toy's
-    lowered = _lower_step(module, batch_size, max_length, min(PROMPT, max_length), place, weighing)
+    if exported is not None:
+        lowered = _finish_step(exported, max_length, weighing)
+    else:
+        lowered = _lower_step(module, batch_size, max_length, min(PROMPT, max_length), place, weighing)
     measure = timer or (compare if alone is not None else None)
     if partitions is not None or measure is None or place.type.value != "cpu":
         return _plan(lowered, place, backends, None, bool(partitions), copies)
@@ -438,21 +457,46 @@ def _lower_step(
     attention over the just-written cache split (opcore.graph.split_attention), in float32 and in the
     dtypes ``wide`` (``split_dtypes``); ``experts``: how MoE experts are exported (opcore.graph.experts;
     None: GATHERED)."""
+    exported = _stateful(module, _export_step(module, batch_size, max_length, length, place, experts))
+    return _finish_step(exported, max_length, weighing, split, wide)
+
+
+@dataclass(frozen=True, slots=True)
+class Exported:
+    """One step as exported and lowered, before the rewrites: the program, its constants, the graph,
+    the ATen-fallback notes, the examples and the seconds it took."""
+
+    program: Any
+    constants: dict[str, Any]
+    graph: Any
+    notes: dict[str, str]
+    examples: tuple[Any, ...]
+    seconds: float
+    said: str = ""  # how the graph came to be, where not by its own export (explain's notes)
+
+
+def _export_step(
+    module: Any,
+    batch_size: int,
+    max_length: int,
+    length: int,
+    place: Device,
+    experts: str | None = None,
+    shortest: int = 2,
+) -> Exported:
+    """The step of ``length`` tokens exported and lowered (see ``_lower_step``); a dynamic one from
+    ``shortest`` tokens up."""
     from torch.export import Dim
-    from torch.utils import _pytree
 
     from opcore.graph.aten_export import with_source_lines
     from opcore.graph.capturing import export, program_constants
     from opcore.graph.experts import GATHERED
     from opcore.graph.lowering import lower
-    from opcore.graph.masks import drop_full_masks
-    from opcore.graph.quantizing import quantize_weights
-    from opcore.graph.rewrite import apply_rewrites
 
     examples = step_examples(batch_size, max_length, length, str(place))
     dynamic = None
     if length > 1:
-        seq = Dim("seq", min=2, max=max_length)
+        seq = Dim("seq", min=shortest, max=max_length)
         dynamic = ({1: seq}, {1: seq}, {0: seq}, None)
     started = time.perf_counter()
 
@@ -470,12 +514,120 @@ def _lower_step(
         return program, constants, graph, notes
 
     program, constants, graph, notes = with_source_lines(export_and_lower)
-    if not graph.state:
+    return Exported(program, constants, graph, notes, examples, time.perf_counter() - started)
+
+
+def _stateful(module: Any, exported: Exported) -> Exported:
+    """``exported``, where its graph writes state (the KV cache); else the CaptureError saying so."""
+    if not exported.graph.state:
         raise CaptureError(
             f"{type(module).__name__} mutates no buffer: capture_lm needs the KV cache as buffers written in place",
             op=_CAPTURE_LM,
             fix="follow the protocol in docs/generate.md (the cache as buffers, index_copy_ at cache_position)",
         )
+    return exported
+
+
+def _export_both(
+    module: Any, batch_size: int, max_length: int, place: Device
+) -> tuple[Exported, Exported | None] | None:
+    """(prefill, decode) from one export: the prefill's, its sequence dim declared from 1 token, and
+    the decode step's graph specialized from it at length 1 (opcore.graph.specialize): one export
+    where there were two (3.3-3.9 s of a 135M decoder's capture saved). The export assumes sizes of 2
+    and more (torch's 0/1 specialization: a branch of the model's code on a length of 1, ``if q_len
+    == 1``, is taken as for 2 without a guard), so the program is run once at one token against the
+    module itself first (``_agrees_at_one_token``); where they differ, or the graph holds what
+    specialize does not make static, decode is None: the caller exports that step on its own. None
+    where the export refuses the declared range: the caller exports both steps as before."""
+    from opcore.graph.specialize import NotSpecialized, specialize, symbols_of
+
+    try:
+        prefill = _export_step(module, batch_size, max_length, min(PROMPT, max_length), place, shortest=1)
+    except CaptureError:
+        return None
+    _stateful(module, prefill)
+    started = time.perf_counter()
+    graph = prefill.graph
+    try:
+        (symbol,) = set(symbols_of(graph, {graph.inputs[0]: 1}).values())
+    except (NotSpecialized, ValueError):
+        return prefill, None
+    # the prefill plan takes 2 tokens and more, as before: one token is the decode step's
+    prefill = replace(prefill, graph=_from_two_tokens(graph, symbol))
+    examples = step_examples(batch_size, max_length, 1, str(place))
+    if not _agrees_at_one_token(module, prefill.program, examples):
+        return prefill, None
+    try:
+        decode = specialize(graph, {symbol: 1})
+    except NotSpecialized:
+        return prefill, None
+    seconds = time.perf_counter() - started
+    said = f"decode graph: the prefill's export at 1 token (opcore.graph.specialize, {seconds * 1e3:.0f} ms)"
+    return prefill, Exported(prefill.program, dict(prefill.constants), decode, prefill.notes, examples, seconds, said)
+
+
+def _from_two_tokens(graph: Any, symbol: str) -> Any:
+    """``graph`` with its call signature's range of ``symbol`` (the sequence) starting at 2."""
+    signature = graph.signature
+    if signature is None or symbol not in signature.ranges:
+        return graph
+    lo, hi = signature.ranges[symbol]
+    ranges = {**signature.ranges, symbol: (max(lo, 2), hi)}
+    return replace(graph, signature=replace(signature, ranges=ranges))
+
+
+def _agrees_at_one_token(module: Any, program: Any, examples: tuple[Any, ...]) -> bool:
+    """Whether the exported program computes, for one token, the logits and the cache writes that the
+    module computes (its buffers as they were before and after). False where either raises."""
+    import torch
+
+    buffers = dict(module.named_buffers())
+    before = {name: tensor.clone() for name, tensor in buffers.items()}
+
+    def restore() -> None:
+        for name, tensor in buffers.items():
+            tensor.copy_(before[name])
+
+    try:
+        want = module(*examples)
+        written = {name: tensor.clone() for name, tensor in buffers.items()}
+        restore()
+        unlifted = program.module()
+        got = unlifted(*examples)
+        theirs = {name: tensor.clone() for name, tensor in unlifted.named_buffers()}
+    except Exception:  # a program that cannot run here is not specialized; its own export says why if it fails
+        return False
+    finally:
+        restore()
+    want, got = (value[0] if isinstance(value, (tuple, list)) else value for value in (want, got))
+    if not isinstance(got, torch.Tensor) or got.shape != want.shape:
+        return False
+    scale = float(want.abs().max()) if want.numel() else 1.0
+    if not torch.allclose(got, want, rtol=1e-3, atol=1e-4 * max(scale, 1.0)):
+        return False
+    shared = [name for name in written if name in theirs]
+    return bool(shared) and all(
+        torch.allclose(theirs[n], written[n], rtol=1e-3, atol=1e-4 * max(scale, 1.0)) for n in shared
+    )
+
+
+def _finish_step(
+    exported: Exported,
+    max_length: int,
+    weighing: Weighing | None = None,
+    split: bool = False,
+    wide: frozenset[DType] = frozenset(),
+) -> Lowered:
+    """The exported step with its state checked, its bounds, weights quantized and rewrites applied
+    (see ``_lower_step``)."""
+    from torch.utils import _pytree
+
+    from opcore.graph.masks import drop_full_masks
+    from opcore.graph.quantizing import quantize_weights
+    from opcore.graph.rewrite import apply_rewrites
+
+    started = time.perf_counter()
+    graph, constants, program = exported.graph, dict(exported.constants), exported.program
     graph = replace(
         graph,
         in_spec=_pytree.treespec_dumps(program.call_spec.in_spec),
@@ -486,7 +638,7 @@ def _lower_step(
     if weighing is not None:
         graph, said = quantize_weights(graph, constants, weighing.spec, weighing.cache)
     graph, applied = apply_rewrites(graph)
-    applied[:0] = said
+    applied[:0] = [*([exported.said] if exported.said else []), *said]
     graph, dropped = drop_full_masks(graph, constants)
     if dropped:
         applied.append(f"rewrite full attention mask dropped: {dropped} match{'es' * (dropped != 1)}")
@@ -499,7 +651,8 @@ def _lower_step(
         graph, moved = read_written(graph, constants)
         if moved:
             applied.append(f"rewrite read_written: {moved} match{'es' * (moved != 1)} (the written cache as a value)")
-    return Lowered(graph, constants, notes, applied, examples, time.perf_counter() - started)
+    seconds = exported.seconds + time.perf_counter() - started
+    return Lowered(graph, constants, exported.notes, applied, exported.examples, seconds)
 
 
 def _plan(

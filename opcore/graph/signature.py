@@ -39,7 +39,7 @@ from opcore.graph.bounds import EntryBound, index_bounds
 from opcore.graph.ir import CallSignature, Graph
 from opcore.types import TensorMeta
 
-__all__ = ["InputCheck", "call_signature", "describe_call"]
+__all__ = ["InputCheck", "call_signature", "describe_call", "size_value"]
 
 _OP = "Plan"
 
@@ -416,6 +416,17 @@ def _evaluate(node: ast.AST, env: Mapping[str, int], tensor_of: Callable[[str], 
                 tensor = tensor_of(_label(tuple(path)))
                 return tuple(tensor.shape) if func.attr == "size" else tuple(tensor.stride())
     raise _Unreadable(ast.dump(node))
+
+
+def size_value(expression: str, env: Mapping[str, int]) -> int | None:
+    """A size expression as torch.export writes it ("s0", "2*s0 + 1", "Max(1, s0)") with the symbols'
+    values in ``env``: an int, or None where it reads anything else (read by the closed interpreter
+    above, never ``eval``)."""
+    try:
+        value = _evaluate(_parse(expression), env, None)
+    except (_Unreadable, ZeroDivisionError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 # --- at capture ---------------------------------------------------------------------------------
