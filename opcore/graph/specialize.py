@@ -3,9 +3,10 @@
 ``capture_lm`` exports a decoder once, with a dynamic sequence dim (the prefill), and takes the decode
 step's graph from it at length 1: exporting the step again cost as much as the model's first export
 (3.3-3.9 s of a 135M decoder here; torch's cost is per ATen op, so exporting the exported program
-again costs the same). The export declares the sequence dim from 1 up, so the graph it gives is the
-model's at length 1 too (torch refuses the export where the model's code branches on the length
-being 1, and capture_lm then exports the step on its own).
+again costs the same). The export declares the sequence dim from 1 up, but torch traces it as 2 or
+more (its 0/1 specialization: ``if q_len == 1`` is taken as False, without a guard), so capture_lm
+first runs the exported program at one token against the model itself and specializes only where
+they agree (``lm_capture._agrees_at_one_token``); elsewhere it exports the step on its own.
 
 Specializing: every value's sizes evaluated at the symbols' values (its ``dims``), each size
 computation (``sym_size`` and the arithmetic on it, Python steps) replaced by its int in the nodes
