@@ -45,6 +45,8 @@ def symbols_of(graph: Graph, axes: Mapping[str, int]) -> dict[str, str]:
 
 def specialize(graph: Graph, env: Mapping[str, int]) -> Graph:
     """``graph`` with every size static at the symbols' values ``env`` (see the module)."""
+    if any(graph.values[name].meta is None for name in graph.inputs):
+        raise NotSpecialized("a scalar input: its value is the caller's, not a size to fold")
     values: dict[str, ValueInfo] = {}
     scalars: dict[str, int] = {}  # a size computed at run time -> its int at these values
     for name, info in graph.values.items():
