@@ -15,7 +15,7 @@ go away, which is allowed only when nothing outside the match reads them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -432,11 +432,11 @@ def apply_rewrites(graph: Graph, rewrites: tuple[Rewrite, ...] = REWRITES) -> tu
                 if replaced is None:
                     index += 1
                     continue
-                graph, gone = replaced
+                before, (graph, removed) = graph, replaced
                 counts[rewrite.name] = counts.get(rewrite.name, 0) + 1
                 changed = True
-                maps = _Maps.of(graph)
-                index = index - gone + 1  # the matched nodes all come before their root
+                maps = maps.after(before, graph, index, removed)
+                index = index - len(removed) + 1  # the matched nodes all come before their root
     graph, copies = elide_copies(graph)
     if copies:
         counts["elide clone"] = copies
@@ -479,16 +479,44 @@ class _Metas:
 
 @dataclass(frozen=True, slots=True)
 class _Maps:
-    """A graph's producers (value -> node index), readers (value -> node indices) and outputs."""
+    """A graph's producers (value -> node index), readers (value -> the names of the nodes reading
+    it, once per read) and outputs."""
 
     producer: Mapping[str, int]
-    users: Mapping[str, list[int]]
+    users: dict[str, list[str]]
     outputs: frozenset[str]
 
     @classmethod
     def of(cls, graph: Graph) -> _Maps:
         producer = {o: i for i, node in enumerate(graph.nodes) for o in node.outputs}
-        return cls(producer, graph.users(), frozenset(graph.output_names()))
+        users: dict[str, list[str]] = {}
+        for node in graph.nodes:
+            for name in node.refs():
+                users.setdefault(name, []).append(node.name)
+        return cls(producer, users, frozenset(graph.output_names()))
+
+    def after(self, before: Graph, graph: Graph, root: int, removed: Sequence[int]) -> _Maps:
+        """The maps of ``graph``: ``before`` (these maps' graph) with the nodes at ``removed`` dropped
+        and the node at ``root`` replaced by one of the same name and outputs (a rewrite's match).
+        Only the reads of those nodes change: making every reader list again per match was 80 % of
+        the rewrites' time on a 30-layer decoder's dynamic prefill (1.0 s)."""
+        users = self.users
+        for i in (*removed, root):
+            node = before.nodes[i]
+            for name in node.refs():
+                readers = users.get(name)
+                if readers is not None:
+                    readers.remove(node.name)
+                    if not readers:
+                        del users[name]
+            if i != root:
+                for name in node.outputs:
+                    users.pop(name, None)
+        fused = graph.nodes[root - len(removed)]
+        for name in fused.refs():
+            users.setdefault(name, []).append(fused.name)
+        producer = {o: i for i, node in enumerate(graph.nodes) for o in node.outputs}
+        return _Maps(producer, users, self.outputs)
 
 
 # copies a functional graph does not need: torch.export keeps eval-mode dropout as a clone, which
@@ -583,8 +611,9 @@ def drop_empty_pieces(graph: Graph) -> tuple[Graph, int]:
     return replace(graph, nodes=tuple(reversed(kept_nodes)), outputs=outputs), dropped
 
 
-def _try(graph: Graph, rewrite: Rewrite, index: int, maps: _Maps) -> tuple[Graph, int] | None:
-    """The graph with ``rewrite`` applied at node ``index`` and how many nodes went, or None."""
+def _try(graph: Graph, rewrite: Rewrite, index: int, maps: _Maps) -> tuple[Graph, list[int]] | None:
+    """The graph with ``rewrite`` applied at node ``index`` and the indices of the nodes that went
+    (ascending, all before ``index``), or None."""
     if graph.nodes[index].target not in rewrite.pattern.targets:
         return None
     match = _Match(graph, maps.producer)
@@ -593,9 +622,10 @@ def _try(graph: Graph, rewrite: Rewrite, index: int, maps: _Maps) -> tuple[Graph
     root = graph.nodes[index]
     inside = set(match.nodes)
     users, outputs = maps.users, maps.outputs
+    names = {graph.nodes[i].name for i in inside}
     for i in inside - {index}:
         name = graph.nodes[i].outputs[0]
-        if name in outputs or any(u not in inside for u in users.get(name, ())):
+        if name in outputs or any(u not in names for u in users.get(name, ())):
             return None  # something outside the match reads an inner value: keep the nodes
     bindings = match.bindings
 
@@ -618,4 +648,4 @@ def _try(graph: Graph, rewrite: Rewrite, index: int, maps: _Maps) -> tuple[Graph
     nodes = [fused if i == index else node for i, node in enumerate(graph.nodes) if i == index or i not in inside]
     gone = {graph.nodes[i].outputs[0] for i in inside - {index}}
     values = {name: info for name, info in graph.values.items() if name not in gone}
-    return replace(graph, nodes=tuple(nodes), values=values), len(inside) - 1
+    return replace(graph, nodes=tuple(nodes), values=values), sorted(inside - {index})
