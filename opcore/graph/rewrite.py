@@ -414,9 +414,9 @@ def apply_rewrites(graph: Graph, rewrites: tuple[Rewrite, ...] = REWRITES) -> tu
 
     Each rewrite in turn takes every match over the whole graph (an earlier rewrite has the first
     claim on the nodes); the sequence repeats while a pass changed something, since one fused node
-    can complete another's pattern. The graph's maps (producers, readers) are made once per change,
-    not per node tried: a 30-layer decoder (1,080 nodes, ~150 matches) took 12 minutes here the
-    other way."""
+    can complete another's pattern. The graph's maps (producers, readers) are made once per pass and
+    moved by each change (``_Maps.after``), not made per node tried: a 30-layer decoder (1,080 nodes,
+    ~150 matches) took 12 minutes here that way, and 1.0 s made again per change (0.15 s moved)."""
     registry = runtime().ensure_loaded().registry
     counts: dict[str, int] = {}
     changed = True
