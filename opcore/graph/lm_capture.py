@@ -588,27 +588,26 @@ def _agrees_at_one_token(module: Any, program: Any, examples: tuple[Any, ...]) -
         for name, tensor in buffers.items():
             tensor.copy_(before[name])
 
+    def close(got: Any, want: Any, scale: float) -> bool:
+        return (
+            isinstance(got, torch.Tensor) and got.shape == want.shape and torch.allclose(got, want, 1e-3, 1e-4 * scale)
+        )
+
     try:
         want = module(*examples)
         written = {name: tensor.clone() for name, tensor in buffers.items()}
         restore()
-        unlifted = program.module()
+        unlifted = program.module()  # its buffers: the module's own or copies, compared where they are
         got = unlifted(*examples)
-        theirs = {name: tensor.clone() for name, tensor in unlifted.named_buffers()}
+        want, got = (value[0] if isinstance(value, (tuple, list)) else value for value in (want, got))
+        scale = max(float(want.abs().max()) if want.numel() else 1.0, 1.0)
+        theirs = dict(unlifted.named_buffers())
+        shared = [name for name in written if name in theirs]
+        return bool(shared) and close(got, want, scale) and all(close(theirs[n], written[n], scale) for n in shared)
     except Exception:  # a program that cannot run here is not specialized; its own export says why if it fails
         return False
     finally:
         restore()
-    want, got = (value[0] if isinstance(value, (tuple, list)) else value for value in (want, got))
-    if not isinstance(got, torch.Tensor) or got.shape != want.shape:
-        return False
-    scale = float(want.abs().max()) if want.numel() else 1.0
-    if not torch.allclose(got, want, rtol=1e-3, atol=1e-4 * max(scale, 1.0)):
-        return False
-    shared = [name for name in written if name in theirs]
-    return bool(shared) and all(
-        torch.allclose(theirs[n], written[n], rtol=1e-3, atol=1e-4 * max(scale, 1.0)) for n in shared
-    )
 
 
 def _finish_step(
