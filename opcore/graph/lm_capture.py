@@ -538,7 +538,7 @@ def _export_both(
     == 1``, is taken as for 2 without a guard), so the program is run once at one token against the
     module itself first (``_agrees_at_one_token``); where they differ, or the graph holds what
     specialize does not make static, decode is None: the caller exports that step on its own. None
-    where the export refuses the declared range: the caller exports both steps as before."""
+    where this export fails: the caller exports both steps as before (and says why, if they fail too)."""
     from opcore.graph.specialize import NotSpecialized, specialize, symbols_of
 
     try:
@@ -617,8 +617,8 @@ def _finish_step(
     split: bool = False,
     wide: frozenset[DType] = frozenset(),
 ) -> Lowered:
-    """The exported step with its state checked, its bounds, weights quantized and rewrites applied
-    (see ``_lower_step``)."""
+    """The exported step with its call spec and bounds, its weights quantized and the rewrites
+    applied (see ``_lower_step``); ``exported.constants`` is copied, not changed."""
     from torch.utils import _pytree
 
     from opcore.graph.masks import drop_full_masks
