@@ -599,23 +599,30 @@ class TinyDecoder(torch.nn.Module):
         return self.head(torch.softmax(scores, -1) @ self.values) * 4
 
 
+def protocol_greedy(model: Any, ids: torch.Tensor, new: int) -> list[int]:
+    """The greedy tokens a module following the protocol (one row) gives after ``ids``, step by step
+    on its own cache: prefill, then one token at a time."""
+    length = ids.shape[1]
+    with torch.no_grad():
+        mask = torch.zeros(1, model.max_length, dtype=torch.long)
+        mask[:, :length] = 1
+        logits = model(ids, torch.arange(length)[None], torch.arange(length), mask)[:, -1]
+        want = []
+        for step in range(new):
+            token = logits.argmax(-1)
+            want.append(int(token))
+            at = length + step
+            mask[:, at] = 1
+            logits = model(token[:, None], torch.tensor([[at]]), torch.tensor([at]), mask)[:, -1]
+    return want
+
+
 def test_a_module_following_the_protocol_is_captured_as_is():
     torch.manual_seed(0)
     model = TinyDecoder().eval()
     lm = opcore.graph.capture_lm(model, measure=False)
     ids = torch.tensor([[3, 7, 9, 1]])
-    with torch.no_grad():
-        mask = torch.zeros(1, 24, dtype=torch.long)
-        mask[:, :4] = 1
-        logits = model(ids, torch.arange(4)[None], torch.arange(4), mask)[:, -1]
-        want = []
-        for step in range(8):
-            token = logits.argmax(-1)
-            want.append(int(token))
-            at = 4 + step
-            mask[:, at] = 1
-            logits = model(token[:, None], torch.tensor([[at]]), torch.tensor([at]), mask)[:, -1]
-    assert lm.generate(ids, max_new_tokens=8)[0, 4:].tolist() == want
+    assert lm.generate(ids, max_new_tokens=8)[0, 4:].tolist() == protocol_greedy(model, ids, 8)
 
 
 def test_a_module_without_the_protocol_is_refused_with_the_fix():

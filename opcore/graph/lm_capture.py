@@ -549,8 +549,8 @@ def _export_both(
     started = time.perf_counter()
     graph = prefill.graph
     try:
-        (symbol,) = set(symbols_of(graph, {graph.inputs[0]: 1}).values())
-    except (NotSpecialized, ValueError):
+        symbol = symbols_of(graph, {graph.inputs[0]: 1})[graph.inputs[0]]
+    except NotSpecialized:
         return prefill, None
     # the prefill plan takes 2 tokens and more, as before: one token is the decode step's
     prefill = replace(prefill, graph=_from_two_tokens(graph, symbol))

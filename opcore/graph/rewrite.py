@@ -489,10 +489,7 @@ class _Maps:
     @classmethod
     def of(cls, graph: Graph) -> _Maps:
         producer = {o: i for i, node in enumerate(graph.nodes) for o in node.outputs}
-        users: dict[str, list[str]] = {}
-        for node in graph.nodes:
-            for name in node.refs():
-                users.setdefault(name, []).append(node.name)
+        users = {value: [graph.nodes[i].name for i in readers] for value, readers in graph.users().items()}
         return cls(producer, users, frozenset(graph.output_names()))
 
     def after(self, before: Graph, graph: Graph, root: int, removed: Sequence[int]) -> _Maps:

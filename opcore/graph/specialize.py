@@ -18,6 +18,7 @@ expression it cannot read) raises ``NotSpecialized``: the caller exports the sta
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -69,6 +70,9 @@ def specialize(graph: Graph, env: Mapping[str, int]) -> Graph:
             raise NotSpecialized(f"{ref.name}: a size read from a value that is not a tensor or a size")
         return ref
 
+    def folded(name: str) -> Any:
+        return scalars[name] if name in scalars else ValueRef(name)
+
     nodes: list[Node] = []
     for node in graph.nodes:
         if node.scalar and node.op in SCALAR_OPS:
@@ -85,9 +89,9 @@ def specialize(graph: Graph, env: Mapping[str, int]) -> Graph:
             info = graph.values[name]
             if info.meta is None:
                 raise NotSpecialized(f"{node.name} ({node.op}) gives a scalar, not a size computation")
-        args = substitute(node.args, lambda n: scalars[n] if n in scalars else ValueRef(n))
+        args = substitute(node.args, folded)
         nodes.append(replace(node, args=args) if args != node.args else node)
-    outputs = substitute(graph.outputs, lambda n: scalars[n] if n in scalars else ValueRef(n))
+    outputs = substitute(graph.outputs, folded)
     signature = graph.signature
     if signature is not None:
         signature = CallSignature(signature.labels)  # static sizes: nothing left to range or guard
@@ -103,10 +107,7 @@ class _Tensor:
         self.shape = shape
 
     def numel(self) -> int:
-        count = 1
-        for size in self.shape:
-            count *= size
-        return count
+        return math.prod(self.shape)
 
 
 def _size(expression: str, env: Mapping[str, int]) -> int:
