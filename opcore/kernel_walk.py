@@ -18,7 +18,7 @@ from opcore.fast_records import record
 from opcore.kernel_records import Costly, Kernel
 from opcore.meta import common_device
 from opcore.reports import PluginStatus
-from opcore.runtime import Runtime
+from opcore.runtime import Runtime, on_change
 from opcore.settings import ContextPolicy
 from opcore.tuning.location import default_path
 from opcore.types import ArrayKind, Device, DeviceType, DType, TensorMeta, array_kind_of
@@ -109,6 +109,14 @@ class Selection:
         # when there is none to use although a file exists, why (a stale file, another thread count).
         self.measured: Entry | None = None
         self.tuning_note = ""
+
+    def copy(self) -> Selection:
+        """A new Selection of the same decisions (its lists copied): what the memo gives each caller."""
+        twin = Selection.__new__(Selection)
+        for name in Selection.__slots__:
+            setattr(twin, name, getattr(self, name))
+        twin.accepted, twin.candidates = list(self.accepted), list(self.candidates)
+        return twin
 
     @property
     def max_rank(self) -> int:
@@ -281,6 +289,12 @@ def select(
     """
     op = contract.name
     meta_args = _metas(contract, bound)
+    kinds = kinds_of(bound)
+    key = _memo_key(rt, contract, meta_args, kinds, policy, pin)
+    if key is not None:
+        known = _SELECTED.get(key)
+        if known is not None:
+            return known.copy()
     try:
         tensors = list(tensor_arguments(contract, meta_args))
         device = common_device(tensors)
@@ -306,7 +320,6 @@ def select(
         if isinstance(keyed, tuple):
             keyed = next((m for m in keyed if isinstance(m, TensorMeta)), None)
         dtype = keyed.dtype if isinstance(keyed, TensorMeta) else tensors[0][1].dtype
-    kinds = kinds_of(bound)
     order, order_source = effective_order(rt, policy)
     transfer = None
     if pin is not None:
@@ -328,7 +341,49 @@ def select(
         strict, pin, transfer=transfer,
     )  # fmt: skip
     _walk(rt, selection)
+    if key is not None and selection.error is None:
+        if len(_SELECTED) >= MEMO_SIZE:
+            _SELECTED.clear()
+        _SELECTED[key] = selection.copy()
     return selection
+
+
+# select()'s memo: a signature's Selection, by everything the walk reads (the checkers see metas only,
+# as for run()'s own cache); cleared when what dispatch would pick may have changed (opcore.runtime's
+# on_change: plugins, settings). A plan asks each node's kernels up to three times (its selection,
+# the value ranges' verdicts, the resolved call), and a decoder's layers ask the same signatures:
+# the walks of a 135M decoder's capture, 23,000 selections, were ~1.5-2 s of it.
+MEMO_SIZE = 4096
+_SELECTED: dict[tuple[Any, ...], Selection] = {}
+on_change(_SELECTED.clear)
+
+
+def _memo_key(
+    rt: Runtime,
+    contract: OpContract,
+    meta_args: tuple[Any, ...],
+    kinds: list[ArrayKind],
+    policy: ContextPolicy | None,
+    pin: str | None,
+) -> tuple[Any, ...] | None:
+    """The memo's key of a selection, or None where it must walk: a tuning file exists (its lookups
+    read the file), or an argument cannot be a key. Each value is keyed with its type (1, 1.0 and
+    True are equal in Python, not to a meta function)."""
+    if _tuning_file_exists():
+        return None
+    try:
+        typed = tuple(_typed(value) for value in meta_args)
+        key = (rt, contract, typed, tuple(kinds), policy, pin)
+        hash(key)
+    except TypeError:  # an unhashable argument (a list): walk every time
+        return None
+    return key
+
+
+def _typed(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return (tuple, tuple(_typed(item) for item in value))
+    return (value.__class__, value)
 
 
 def transfer_target(rt: Runtime, pin: str, device: Device, kinds: list[ArrayKind]) -> Device | None:

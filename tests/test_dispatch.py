@@ -142,6 +142,43 @@ def test_caches_clear_when_plugins_change() -> None:
     assert calls == [(2, 2)]
 
 
+def test_a_signatures_walk_is_remembered_until_the_runtime_changes() -> None:
+    """kernel_walk.select remembers a signature's walk (a graph plan asks each node's kernels
+    several times, a decoder's layers the same signatures): the checker and the meta function run
+    once per signature; a Python number of another type is another signature (1 and 1.0 are equal
+    keys in Python, not to a meta function); each caller gets its own Selection; a plugin registered
+    afterwards is seen."""
+    from opcore.call_plans import selection_for
+    from opcore.runtime import runtime
+
+    checked: list = []
+    metas: list = []
+
+    def meta(x, alpha):
+        metas.append(type(alpha))
+        return opcore.TensorMeta(x.shape, x.dtype)
+
+    def checker(x, alpha):
+        checked.append(x.shape)
+        return True
+
+    contract = opcore.define_op("test.scaled(Tensor x, Scalar alpha) -> Tensor", meta=meta)
+    kernels = {"test.scaled": (lambda x, alpha: x * alpha, {"checker": checker})}
+    opcore.register_plugin(make_plugin("walked", kernels, contracts=(contract,)))
+    rt = runtime().ensure_loaded()
+    first, _ = selection_for(rt, "test.scaled", (X, 2), {}, None)
+    again, _ = selection_for(rt, "test.scaled", (X, 2), {}, None)
+    assert (checked, metas) == ([(2, 2)], [int])
+    assert again is not first and again.accepted == first.accepted and again.candidates == first.candidates
+    again.candidates.clear()
+    assert selection_for(rt, "test.scaled", (X, 2), {}, None)[0].candidates == first.candidates
+    selection_for(rt, "test.scaled", (X, 2.0), {}, None)
+    assert metas == [int, float] and len(checked) == 2
+    opcore.register_plugin(make_plugin("later", {"test.scaled": (lambda x, alpha: x * alpha, {})}, priority=90))
+    chosen, _ = selection_for(rt, "test.scaled", (X, 2), {}, None)
+    assert chosen.accepted[0].backend == "later" and len(checked) == 3
+
+
 def test_caches_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("opcore._dispatchcaches.MAX_CACHED", 4)  # the slow path bounds the caches with it
     for n in range(1, 12):

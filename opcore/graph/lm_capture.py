@@ -20,6 +20,7 @@ Both write the cache in place (opcore.graph.state): a step never copies it.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -291,6 +292,9 @@ def _decode_plan(
             if runs_on is not None and runs_on[0] == same:
                 told.append(f"{name}: the ranked{form} plan already")
                 continue
+            if runs_on is not None and (few := _few_nodes(step, runs_on[0])):
+                told.append(f"{name}: not timed ({few})")
+                continue
             try:
                 other = _plan(step, place, runs_on, timer if runs_on is None else None, partitions=True)
             except Exception as error:  # a runtime that cannot take this model: the others still compete
@@ -314,6 +318,34 @@ def _decode_plan(
             gc.collect()
     best.notes.insert(0, f"decode step measured at capture: {'; '.join(told)}: runs {label}")
     return best, alone
+
+
+def _few_nodes(lowered: Lowered, runtime: str) -> str:
+    """Why ``runtime`` alone is not worth planning and timing for this step ("" where it is): its
+    compiler supports the ops of fewer than half of the step's nodes (the Python steps aside). Its
+    plan would run the rest on the torch backend node by node: about the torch route, which the
+    ranked plan was timed against already (``capture``'s guard), with a few partitions of no weight.
+    A vendor runtime of a handful of ops (the example plugin's silu and swiglu) then costs the capture
+    nothing; its partitions still compete inside the ranked plan, each against its nodes."""
+    from opcore.graph.partition import compilers
+
+    compiler = compilers().get(runtime)
+    if compiler is None:
+        return ""
+    ops = Counter(node.op for node in lowered.graph.nodes if not node.scalar and not node.op.startswith("state."))
+    held = sum(count for op, count in ops.items() if _supports(compiler, op))
+    nodes = sum(ops.values())
+    if 2 * held >= nodes:
+        return ""
+    return f"its partitions could hold {held} of the step's {nodes} nodes; the rest would run as the torch route"
+
+
+def _supports(compiler: Any, op: str) -> bool:
+    """``compiler.supports(op)``; a plugin whose answer raises does not take the op."""
+    try:
+        return bool(compiler.supports(op))
+    except Exception:
+        return False
 
 
 def only_partitions_of(plan: Plan) -> str | None:

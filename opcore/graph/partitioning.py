@@ -392,22 +392,24 @@ def group_acyclic(graph: Graph, accepted: Sequence[int]) -> list[list[int]]:
     wanted = set(accepted)
     group_of: dict[int, int] = {}
     groups: dict[int, int] = {}  # group id -> bitset of its nodes
+    upstream: dict[int, int] = {}  # group id -> bitset of every node its nodes depend on
     next_id = 0
     for i in sorted(wanted):
         near = sorted(
             {group_of[p] for name in graph.nodes[i].refs() if (p := producer.get(name)) is not None and p in group_of},
             key=lambda g: -bin(groups[g]).count("1"),
         )
+        mine, above = 1 << i, ancestors[i]
         target = None
-        if near and _acyclic(groups_union(groups, near) | (1 << i), ancestors):
+        if near and _acyclic(groups_union(groups, near) | mine, groups_union(upstream, near) | above, ancestors):
             target = near
         else:
             for g in near:
-                if _acyclic(groups[g] | (1 << i), ancestors):
+                if _acyclic(groups[g] | mine, upstream[g] | above, ancestors):
                     target = [g]
                     break
         if target is None:
-            groups[next_id] = 1 << i
+            groups[next_id], upstream[next_id] = mine, above
             group_of[i] = next_id
             next_id += 1
             continue
@@ -415,9 +417,11 @@ def group_acyclic(graph: Graph, accepted: Sequence[int]) -> list[list[int]]:
         for g in target[1:]:
             merged = groups.pop(g)
             groups[keep] |= merged
+            upstream[keep] |= upstream.pop(g)
             for j in _members(merged):
                 group_of[j] = keep
-        groups[keep] |= 1 << i
+        groups[keep] |= mine
+        upstream[keep] |= above
         group_of[i] = keep
     return [list(_members(bits)) for bits in groups.values()]
 
@@ -437,11 +441,10 @@ def _members(bits: int) -> Iterator[int]:
         bits ^= low
 
 
-def _acyclic(members: int, ancestors: Sequence[int]) -> bool:
-    """No node outside ``members`` both depends on a member and is depended on by one."""
-    upstream = 0
-    for j in _members(members):
-        upstream |= ancestors[j]
+def _acyclic(members: int, upstream: int, ancestors: Sequence[int]) -> bool:
+    """No node outside ``members`` both depends on a member and is depended on by one. ``upstream``:
+    every node a member depends on (the union of their ``ancestors``, kept per group as it grows: a
+    walk over a 1,500-node group's members for each node it took was ~1 s of a 135M decoder's capture)."""
     return not any(ancestors[j] & members for j in _members(upstream & ~members))
 
 
