@@ -964,3 +964,27 @@ def test_head_shapes_without_transformers_get_head_shapes(family, monkeypatch):
     expected = _head_shapes(config)
     monkeypatch.delattr(transformers.configuration_utils, "get_head_shapes", raising=False)
     assert _head_shapes(config) == expected
+
+
+def test_capture_collects_only_its_own_objects_and_unfreezes_after():
+    """capture_lm freezes the objects alive before its candidate plans (gc.freeze) so that the
+    collection after each losing plan looks at the new ones only, and unfreezes them after: no object
+    stays frozen. A process that froze objects itself keeps them frozen, untouched."""
+    import gc
+
+    from opcore.graph.lm_capture import _collecting_new_objects_only
+
+    assert gc.get_freeze_count() == 0
+    with _collecting_new_objects_only():
+        assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0
+    lm = opcore.graph.capture_lm(build("llama"), max_length=32, measure=True)
+    assert gc.get_freeze_count() == 0 and lm.decode_plan is not None
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with _collecting_new_objects_only():
+            assert gc.get_freeze_count() == frozen
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
