@@ -228,3 +228,20 @@ def test_the_compute_floor_row_and_the_ttft_target_say_where_no_prefill_goes_bel
 def test_the_matmul_rate_is_two_n_cubed_over_the_time(bench):
     rate = bench.matmul_rate("cpu", torch.float32, size=64, repeats=2)
     assert 1e6 < rate < 1e14
+
+
+def test_the_clear_agreement_counts_only_positions_whose_choice_the_error_cannot_flip(bench):
+    """A flip at a near-tie is not counted among the clear positions; a flip where fp32's top two are
+    far apart is; no clear position at all is said."""
+    generator = torch.Generator().manual_seed(0)
+    want = torch.randn(64, 100, generator=generator)
+    want[:32, 0] += 20.0  # 32 rows with a clear winner
+    want[32:, 1] = want[32:, 0] = want[32:].max(-1).values + 1.0  # 32 exact ties between 0 and 1
+    got = want + 0.01 * torch.randn(64, 100, generator=generator)
+    got[32:, 1] += 0.05  # every tie goes to 1
+    assert bench.clear_agreement(got, want) == "1.0000 over the 32 of 64 whose fp32 top-1 is clear"
+    got[:4, 0] -= 40.0  # four clear choices flipped
+    assert bench.clear_agreement(got, want).startswith("0.8750 over the ")
+    assert bench.clear_agreement(want + 100 * torch.randn(64, 100, generator=generator), want).startswith(
+        "no position's fp32 top-1 is clear"
+    )
