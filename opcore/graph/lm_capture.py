@@ -348,7 +348,8 @@ def _few_nodes(lowered: Lowered, runtime: str) -> str:
     """Why ``runtime`` alone is not worth planning and timing for this step ("" where it is): its
     compiler supports the ops of fewer than half of the step's nodes (the Python steps aside). Its
     plan would run the rest on the torch backend node by node: about the torch route, which the
-    ranked plan was timed against already (``capture``'s guard), with a few partitions of no weight.
+    ranked plan is timed against where capture measures (its guard), with a few partitions of no
+    weight.
     A vendor runtime of a handful of ops (the example plugin's silu and swiglu) then costs the capture
     nothing; its partitions still compete inside the ranked plan, each against its nodes."""
     from opcore.graph.partition import compilers
