@@ -290,7 +290,8 @@ def select(
     op = contract.name
     meta_args = _metas(contract, bound)
     kinds = kinds_of(bound)
-    key = _memo_key(rt, contract, meta_args, kinds, policy, pin)
+    tuned = _tuning_file_exists()  # its lookups read the file: no memo then
+    key = None if tuned else _memo_key(rt, contract, meta_args, kinds, policy, pin)
     if key is not None:
         known = _SELECTED.get(key)
         if known is not None:
@@ -340,7 +341,7 @@ def select(
         contract, meta_args, outputs, transfer or device, dtype, caller_kind, frozenset(kinds), order, order_source,
         strict, pin, transfer=transfer,
     )  # fmt: skip
-    _walk(rt, selection)
+    _walk(rt, selection, tuned)
     if key is not None and selection.error is None:
         if len(_SELECTED) >= MEMO_SIZE:
             _SELECTED.clear()
@@ -366,11 +367,9 @@ def _memo_key(
     policy: ContextPolicy | None,
     pin: str | None,
 ) -> tuple[Any, ...] | None:
-    """The memo's key of a selection, or None where it must walk: a tuning file exists (its lookups
-    read the file), or an argument cannot be a key. Each value is keyed with its type (1, 1.0 and
-    True are equal in Python, not to a meta function)."""
-    if _tuning_file_exists():
-        return None
+    """The memo's key of a selection, or None where an argument cannot be a key (a list): it walks
+    every time then. Each value is keyed with its type (1, 1.0 and True are equal in Python, not to a
+    meta function)."""
     try:
         typed = tuple(_typed(value) for value in meta_args)
         key = (rt, contract, typed, tuple(kinds), policy, pin)
@@ -399,11 +398,11 @@ def transfer_target(rt: Runtime, pin: str, device: Device, kinds: list[ArrayKind
     return Device(spec.device_types[0])
 
 
-def _walk(rt: Runtime, s: Selection) -> None:
+def _walk(rt: Runtime, s: Selection, tuned: bool) -> None:
     op = s.contract.name
     registry = rt.registry
     bucket = registry.ranked(op).get((s.device.type, s.dtype), ())
-    if _tuning_file_exists():  # else nothing of opcore.tuning loads: static ranking, deterministic
+    if tuned:  # a tuning file exists; else nothing of opcore.tuning loads: static ranking, deterministic
         from opcore.tuning.table import lookup, measured_order
 
         s.measured, s.tuning_note = lookup(rt, lambda: tuning_key(s))

@@ -134,10 +134,9 @@ def capture_lm(
             decode, alone = _decode_plan(
                 module, batch_size, max_length, place, backends, timer, weighing, compare or timer, both and both[1]
             )
-        prefill = None
-        if max_length >= 2:
-            copies = weight_bytes <= COPY_BYTES
-            with _collecting_new_objects_only():
+            prefill = None
+            if max_length >= 2:
+                copies = weight_bytes <= COPY_BYTES
                 prefill = _prefill_plan(
                     module,
                     batch_size,
@@ -152,11 +151,11 @@ def capture_lm(
                     compare,
                     both and both[0],
                 )
-            if not copies:
-                prefill.notes.append(
-                    f"no weight copies: the kernels run on the weights as given ({weight_bytes / 2**30:.1f} "
-                    f"GiB of weights, above {COPY_BYTES / 2**30:g} GiB; the decode plan holds its own form)"
-                )
+                if not copies:
+                    prefill.notes.append(
+                        f"no weight copies: the kernels run on the weights as given ({weight_bytes / 2**30:.1f} "
+                        f"GiB of weights, above {COPY_BYTES / 2**30:g} GiB; the decode plan holds its own form)"
+                    )
     lm = LanguageModel(prefill, decode, batch_size=batch_size, max_length=max_length, defaults=defaults)
     lm.capture_seconds = time.perf_counter() - started
     return lm
