@@ -31,6 +31,7 @@ from opcore.graph.assembly import assemble
 from opcore.graph.errors import CaptureError
 from opcore.graph.measuring import Timer, interleaved
 from opcore.graph.options import PlanOptions
+from opcore.graph.partition_guard import CompilerCrash, answer
 from opcore.graph.plan import Plan
 from opcore.graph.quantizing import WeightSpec
 from opcore.graph.state import new_state
@@ -365,10 +366,11 @@ def _few_nodes(lowered: Lowered, runtime: str) -> str:
 
 
 def _supports(compiler: Any, op: str) -> bool:
-    """``compiler.supports(op)``; a plugin whose answer raises does not take the op."""
+    """``compiler.supports(op)``; a plugin whose answer raises does not take the op (the plan that
+    asks it again declines the backend: opcore.graph.partitioning)."""
     try:
-        return bool(compiler.supports(op))
-    except Exception:
+        return answer(compiler, "supports", op)
+    except CompilerCrash:
         return False
 
 

@@ -37,6 +37,7 @@ from opcore.types import DType, is_numpy_bfloat16
 __all__ = [
     "COMPILE_TIMEOUT_S",
     "CompilerCrash",
+    "answer",
     "compile_timeout",
     "guarded",
     "host_array",
@@ -96,6 +97,35 @@ def compile_timeout() -> float:
 def _first_line(error: BaseException) -> str:
     text = (str(error).strip().splitlines() or [""])[0][:300]
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def answer(compiler: Any, method: str, op: str) -> bool:
+    """``compiler.<method>(op)`` as a bool: ``supports``, or the optional ``takes_sizes`` (a compiler
+    without the method answers False). An answer that raises is a CompilerCrash naming the backend,
+    handled as a compile that crashed: the plan uses no partition of the backend, or raises where
+    the plan is strict or pinned to it.
+
+    >>> class Broken:
+    ...     backend = "vend"
+    ...     def supports(self, op): raise KeyError(op)
+    >>> str(answer(Broken(), "takes_sizes", "relu")), str(answer(object(), "supports", "relu"))
+    ('False', 'False')
+    >>> try:
+    ...     answer(Broken(), "supports", "relu")
+    ... except CompilerCrash as crash:
+    ...     print(crash.reason)
+    its supports('relu') raised KeyError: 'relu'
+    """
+    check = getattr(compiler, method, None)
+    if check is None:
+        return False
+    try:
+        return bool(check(op))
+    except Exception as error:
+        backend = str(getattr(compiler, "backend", type(compiler).__name__))
+        reason = f"its {method}({op!r}) raised {_first_line(error)}"
+        headline = f"{backend}'s partition compiler failed: {reason}"
+        raise CompilerCrash("-", backend, reason, headline=headline) from error
 
 
 def guarded(backend: str, partition: str, what: str, call: Callable[[], T], timeout: float | None = None) -> T:

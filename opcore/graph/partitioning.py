@@ -29,6 +29,7 @@ from opcore.graph.measuring import Measured
 from opcore.graph.partition import CompiledPartition, PartitionCompiler, PartitionSpec, PartNode, compilers
 from opcore.graph.partition_guard import (
     CompilerCrash,
+    answer,
     compile_timeout,
     guarded,
     host_array,
@@ -225,26 +226,33 @@ def place_partitions(
     unchecked = unchecked or {}
     timeout = compile_timeout()
     for backend, compiler in graph_backends(options):
-        # nodes whose indices no range proves: their kernels check them, a partition would not
-        unsafe = {
-            name: f"its indices are not proven in range and a partition does not check them ({why})"
-            for name, why in unchecked.items()
-            if _accepts(graph, graph.nodes[_position(graph, name)], backend, compiler, verdicts)
-        }
         refused: dict[str, str] = {}
         slow: dict[str, str] = {}  # nodes of partitions measured slower than their nodes per node
         unpaid: dict[str, str] = {}  # nodes of groups the estimated cost rule (or their size) left out
         broken: dict[str, str] = {}  # every node the backend accepts, after its compiler crashed
-        while True:
+        made: list[tuple[list[int], PartitionRecord]] = []
+        try:
+            # what the compiler says of each op, asked once (a raising answer is a CompilerCrash)
+            answers = {op: _answers(compiler, op) for op in dict.fromkeys(n.op for n in graph.nodes if not n.scalar)}
+        except CompilerCrash as crash:
+            broken = _crashed(options, backend, crash, _claims(graph, backend, verdicts))
+            answers = {}
+        # nodes whose indices no range proves: their kernels check them, a partition would not
+        unsafe = {
+            name: f"its indices are not proven in range and a partition does not check them ({why})"
+            for name, why in unchecked.items()
+            if _accepts(graph, graph.nodes[_position(graph, name)], backend, answers, verdicts, compiler)
+        }
+        while answers:
             taken = claimed.keys() | refused.keys() | slow.keys() | unsafe.keys()
             accepted = [
                 i
                 for i, node in enumerate(graph.nodes)
-                if node.name not in taken and _accepts(graph, node, backend, compiler, verdicts)
+                if node.name not in taken and _accepts(graph, node, backend, answers, verdicts, compiler)
             ]
             groups = group_acyclic(graph, accepted)
             failed = False
-            made: list[tuple[list[int], PartitionRecord]] = []
+            made = []
             unpaid.clear()
             try:
                 for group in groups:
@@ -285,11 +293,7 @@ def place_partitions(
                             continue
                     made.append((group, record))
             except CompilerCrash as crash:
-                if raises_for(options, backend):
-                    raise
-                warn_partition(backend, "at capture", crash.reason, "its nodes run on kernels")
-                reason = f"{backend}'s partition compiler failed, no partition of it is used: {crash.reason}"
-                broken = {graph.nodes[i].name: reason for i in accepted}
+                broken = _crashed(options, backend, crash, [graph.nodes[i].name for i in accepted])
                 made, refused, slow, unpaid = [], {}, {}, {}
                 break
             if not failed:
@@ -334,27 +338,55 @@ def _claimed(node: Node, record: PartitionRecord, verdicts: tuple[Verdict, ...])
     return Decision(node.name, node.op, record.backend, f"{record.backend} partition", "", record.name, rows)
 
 
+def _answers(compiler: PartitionCompiler, op: str) -> tuple[bool, bool]:
+    """(supports, takes_sizes) of ``op``; a CompilerCrash where the compiler's answer raises."""
+    return answer(compiler, "supports", op), answer(compiler, "takes_sizes", op)
+
+
+def _claims(graph: Graph, backend: str, verdicts: Mapping[str, tuple[Verdict, ...]]) -> list[str]:
+    """The nodes one of ``backend``'s kernels would take (those its partitions could have held)."""
+    return [node.name for node in graph.nodes if not node.scalar and _kernel_takes(backend, verdicts[node.name])]
+
+
+def _kernel_takes(backend: str, verdicts: tuple[Verdict, ...]) -> bool:
+    return any(v.backend == backend and v.status in ("chosen", "fallback", PARTITION_ONLY) for v in verdicts)
+
+
+def _crashed(options: Any, backend: str, crash: CompilerCrash, nodes: Sequence[str]) -> dict[str, str]:
+    """A compiler that crashed (its compile, or its answer to supports/takes_sizes): raised where the
+    plan is strict or pinned to ``backend``; else one warning, and the reason for each of ``nodes``."""
+    if raises_for(options, backend):
+        raise crash
+    warn_partition(backend, "at capture", crash.reason, "its nodes run on kernels")
+    reason = f"{backend}'s partition compiler failed, no partition of it is used: {crash.reason}"
+    return dict.fromkeys(nodes, reason)
+
+
 def _accepts(
-    graph: Graph, node: Node, backend: str, compiler: PartitionCompiler, verdicts: Mapping[str, tuple[Verdict, ...]]
+    graph: Graph,
+    node: Node,
+    backend: str,
+    answers: Mapping[str, tuple[bool, bool]],
+    verdicts: Mapping[str, tuple[Verdict, ...]],
+    compiler: PartitionCompiler,
 ) -> bool:
-    if node.scalar or not compiler.supports(node.op):
+    supports, sizes = answers.get(node.op, (False, False))
+    if node.scalar or not supports:
         return False
-    if not any(
-        v.backend == backend and v.status in ("chosen", "fallback", PARTITION_ONLY) for v in verdicts[node.name]
-    ):
+    if not _kernel_takes(backend, verdicts[node.name]):
         return False
     if any(graph.values[o].meta is None for o in node.outputs):
         return False
     if getattr(compiler, "bfloat16_as", None) is None and has_bfloat16(graph, node):
         return False  # a runtime without bfloat16_as is never given a bfloat16 value
-    return part_args(graph, node, takes_sizes(compiler, node.op)) is not None
+    return part_args(graph, node, sizes) is not None
 
 
 def takes_sizes(compiler: Any, op: str) -> bool:
     """Whether ``compiler`` builds ``op`` with sizes computed at run time among its arguments (its
-    optional ``takes_sizes(op)``; a compiler without it never gets them)."""
-    check = getattr(compiler, "takes_sizes", None)
-    return bool(check(op)) if check is not None else False
+    optional ``takes_sizes(op)``; a compiler without it never gets them). A CompilerCrash where
+    its answer raises."""
+    return answer(compiler, "takes_sizes", op)
 
 
 def part_args(graph: Graph, node: Node, sizes: bool = False) -> tuple[Any, ...] | None:

@@ -39,7 +39,9 @@ OPS: dict[str, Callable[[Any], Any]] = {
 STATE: dict[str, Any] = {"mode": None}
 RELEASE = threading.Event()  # wakes a compile that hangs, once its test is over
 
-COMPILE_MODES = ("compile raises", "compile hangs")
+# a compiler's answers to supports / takes_sizes raise: as a compile that crashed (never asked twice)
+ANSWER_MODES = ("supports raises", "takes_sizes raises")
+COMPILE_MODES = ("compile raises", "compile hangs", *ANSWER_MODES)
 CALL_MODES = ("call raises", "wrong shape", "wrong dtype", "wrong count", "not arrays")
 FILE_MODES = ("load raises", "save raises")
 
@@ -79,7 +81,14 @@ class Compiler:
     backend = BACKEND
 
     def supports(self, op: str) -> bool:
+        if STATE["mode"] == "supports raises":
+            raise LookupError(f"no table for {op}")
         return op in OPS
+
+    def takes_sizes(self, op: str) -> bool:
+        if STATE["mode"] == "takes_sizes raises":
+            raise TypeError("sizes? what sizes")
+        return False
 
     def compile(self, spec: PartitionSpec) -> Part:
         if STATE["mode"] == "compile raises":
@@ -176,7 +185,11 @@ def _warned(record: list[warnings.WarningMessage]) -> list[str]:
 # every way of breaking in each scenario where it can show (a compile that hangs: its own tests below;
 # files only matter to a loaded plan; strict fails as pinned does, shown for two kinds of failure)
 CASES = [
-    *((mode, scenario) for mode in ("compile raises",) for scenario in ("default", "pinned", "strict", "run")),
+    *(
+        (mode, scenario)
+        for mode in ("compile raises", *ANSWER_MODES)
+        for scenario in ("default", "pinned", "strict", "run")
+    ),
     *((mode, scenario) for mode in CALL_MODES for scenario in ("default", "pinned", "run", "load")),
     *((mode, "strict") for mode in ("call raises", "wrong shape")),
     *((mode, "load") for mode in FILE_MODES),
@@ -236,6 +249,17 @@ def test_a_broken_partition_compiler_never_takes_the_host_down(
         assert f"{BACKEND} partition of 6 nodes failed on the example inputs" in plan.explain()
     else:  # declined at its first run: the nodes run per node from then on, said in explain
         assert "failed while running" in plan.explain()
+
+
+def test_a_compiler_whose_answer_raises_at_load_is_named(vendor: None, tmp_path: Path) -> None:
+    """A saved partition's spec asks the compiler which sizes it takes: an answer that raises is a
+    PartitionError naming the backend and how to turn it off, not the plugin's traceback."""
+    _capture("run").save(tmp_path / "plan")
+    STATE["mode"] = "takes_sizes raises"
+    with pytest.raises(PartitionError) as info:
+        opcore.graph.load(tmp_path / "plan")
+    _expect_crash(info)
+    assert "its takes_sizes('relu') raised TypeError: sizes? what sizes" in str(info.value)
 
 
 def test_a_pinned_plan_refuses_to_save_without_its_partition(vendor: None, tmp_path: Path) -> None:
