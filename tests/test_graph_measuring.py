@@ -78,6 +78,26 @@ def test_a_partition_faster_than_its_nodes_is_kept_with_the_measurement() -> Non
     assert guard in plan.notes
 
 
+def test_a_partition_of_every_node_is_timed_as_the_plan_not_against_its_nodes() -> None:
+    """A partition holding every node the plan runs on kernels is the plan: it is run once (checked),
+    and the guard's comparison against the torch route decides, not a second one against its nodes."""
+    from opcore.graph.partitioning import WHOLE
+
+    model, x = seeded(MLP(activation="silu")), torch.randn(3, 16)
+    timer = Timer(partition=1e-3, per=2e-3, this=1e-3, the=2e-3)
+    plan = opcore.graph.capture(model, (x,), backends=BACKENDS, measure=timer)
+    (record,) = plan.partitions
+    assert set(record.nodes) == {d.node for d in plan.decisions if d.backend != "python"}
+    assert record.note == WHOLE and WHOLE in plan.explain()
+    assert timer.asked == [("this plan", "the torch route", "the torch route node by node")]  # no ("partition", ...)
+    with torch.no_grad():
+        torch.testing.assert_close(plan(x), model(x), rtol=1e-5, atol=1e-5)
+    slower = Timer(partition=1e-3, per=2e-3, this=3e-3, the=2e-3)
+    route = opcore.graph.capture(model, (x,), backends=BACKENDS, measure=slower)
+    assert route.options.route == "torch" and not route.partitions
+    assert any(n.startswith("guard: measured this plan 3.0 ms, the torch route 2.0 ms") for n in route.notes)
+
+
 def test_the_guard_runs_the_torch_route_where_it_is_faster_and_says_so(tmp_path) -> None:
     model, x = llama()
     timer = Timer(partition=1e-3, per=2e-3, this=3e-3, the=2e-3)

@@ -128,6 +128,11 @@ class Measured:
         per_node = self.per_node(group, spec.inputs, spec.outputs)
         return self.compare(("partition", self.alone(record)), ("per node", per_node), spec.inputs)
 
+    def check(self, record: Any) -> None:
+        """One run of the compiled partition ``record`` alone on the example values (its first call
+        checks its outputs against the spec: partition_guard)."""
+        self.alone(record).run([self.values[name] for name in record.spec.inputs])
+
     def compare(self, first: tuple[str, Any], second: tuple[str, Any], inputs: Sequence[str]) -> tuple[bool, str]:
         """Time two programs (``(label, Program)``) on the example values of ``inputs``: whether the
         first is faster by more than opcore.tuning's tie margin (5 %: noise leaves the second, the
