@@ -555,8 +555,10 @@ def _timed(measured: Measured, record: PartitionRecord, group: Sequence[int], wh
     A partition of every node the plan would run on kernels (``whole``: the plan is that partition
     and its Python steps) is run once, not timed against its nodes per node: the plan's guard
     (opcore.graph.assembly) times the plan against the torch route, as one step and node by node,
-    which decides the same question. Building and timing the per-node side of a 1,566-node
-    decode step (a 135M decoder) took ~1.5 s of its capture."""
+    and runs the faster. (Unlike a partition that lost to its nodes, one that loses there is not
+    followed by the next graph runtime's partitions; capture_lm times each runtime alone.) Building
+    and timing the per-node side of a 1,566-node decode step (a 135M decoder) took ~1.1-1.5 s of
+    its capture."""
     if whole:
         measured.check(record)  # record.fallback is None yet: a failure raises
         return True, WHOLE
