@@ -395,6 +395,19 @@ def test_the_kit_passes_on_the_in_repo_compilers(backend: str) -> None:
         assert check_partition_error(backend, kind).status is Status.PASSED, kind
 
 
+def test_the_kit_names_a_compiler_whose_supports_raises(vendor: None) -> None:
+    """The kit asks the compiler which ops it claims: an answer that raises is a CompilerCrash naming
+    the backend and the op, not the plugin's traceback from inside pytest's collection."""
+    from opcore.testing.partitions import partition_cases
+
+    assert any(case.backend == BACKEND for case in partition_cases(BACKEND, ("relu",), samples=1))
+    STATE["mode"] = "supports raises"
+    with pytest.raises(partition_guard.CompilerCrash) as info:
+        list(partition_cases(BACKEND, ("relu",), samples=1))
+    _expect_crash(info)
+    assert "its supports(" in str(info.value) and "raised LookupError" in str(info.value)
+
+
 class Short(torch.nn.Module):
     def forward(self, x: Any) -> Any:
         return torch.sigmoid(torch.tanh(torch.relu(x)))
