@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import statistics
 import timeit
@@ -77,3 +78,17 @@ def table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     line = lambda row: "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(row, widths)))  # noqa: E731
     return "\n".join([line(header), "  ".join("-" * w for w in widths), *map(line, rows)])
+
+
+def machine_load() -> str:
+    """The load average and, where the kernel reports it (Linux PSI, /proc/pressure/cpu), the share of
+    the last 10 and 60 seconds in which some runnable task waited for a CPU. On a VM whose load
+    average counts idle pool threads (a 2-vCPU VM read 22 with nothing running, December 2026) the
+    pressure is what says whether the cores were taken while the bench ran."""
+    load = "load average " + ", ".join(f"{v:.2f}" for v in os.getloadavg())
+    try:
+        with open("/proc/pressure/cpu") as found:
+            fields = dict(item.split("=", 1) for item in found.readline().split()[1:])
+        return f"{load}; CPU pressure {float(fields['avg10']):.1f} % (10 s), {float(fields['avg60']):.1f} % (60 s)"
+    except (OSError, KeyError, ValueError):
+        return load

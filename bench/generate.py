@@ -142,7 +142,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _gpu import no_gpu_reason
-from _timing import table
+from _timing import machine_load, table
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROMPT, NEW, ROUNDS = 128, 128, 3
@@ -1071,10 +1071,9 @@ def targets(shape: Shape, group: Group) -> list[str]:
 
 
 def report(shape: Shape, groups: list[Group], params: int, state: dict[str, Any], options: argparse.Namespace) -> str:
-    load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
     title = (
         f"### {shape.name}: {shape.title}, {params / 1e6:.1f}M parameters, {options.dtype}, prompt {options.prompt} + "
-        f"{options.new} new, {options.device} (load average {load} after the runs)"
+        f"{options.new} new, {options.device} ({machine_load()} after the runs)"
     )
     rows = [row for group in groups for row in rows_of(group, options.prompt)]
     lines = [title, "", table(HEADER, rows), ""]

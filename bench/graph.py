@@ -27,7 +27,8 @@ the exported ATen targets, and the cost of the weights watch: ``plan.watch.stale
 (timeit minimum in a loop, and the median right after a run of the plan) and one refresh after an
 in-place update of one weight, and the cost of checking each call against the captured signature
 (``input checks``: per call, the guard alone, and the full check of a call of new sizes). The load
-average (``os.getloadavg``) is printed with each table.
+average (``os.getloadavg``) and the CPU pressure where Linux reports it (``_timing.machine_load``)
+are printed with each table.
 
 Targets (issue 11): ranked plan >= 1.5x eager on the Llama decoder at batch 1 and never below eager;
 a one-partition plan >= 0.95x the same engine used directly; load >= 5x faster than capture;
@@ -75,7 +76,7 @@ from torch import nn
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _gpu import no_gpu_reason
-from _timing import medians, table
+from _timing import machine_load, medians, table
 
 VOCAB, HIDDEN, LAYERS, HEADS, SEQUENCE = 4096, 512, 2, 8, 64
 THREADS = 2
@@ -699,8 +700,7 @@ def report(case: ModelCase, batch: int, result: Result, columns: tuple[str, ...]
             rows.append((label, f"{ms:.2f}", ratio, f"{result.diffs.get(label, float('nan')):.1e}", ""))
         elif label in result.notes:
             rows.append((label, "-", "-", "-", result.notes[label]))
-    load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
-    lines = [f"### {case.title}, batch {batch} (load average {load} after the run)", "", table(header, rows)]
+    lines = [f"### {case.title}, batch {batch} ({machine_load()} after the run)", "", table(header, rows)]
     lines += [f"{key}: {value}" for key, value in result.extra.items()]
     if "loaded" in result.diffs:
         lines.append(f"loaded plan max |diff|: {result.diffs['loaded']:.1e}")

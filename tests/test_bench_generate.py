@@ -245,3 +245,18 @@ def test_the_clear_agreement_counts_only_positions_whose_choice_the_error_cannot
     assert bench.clear_agreement(want + 100 * torch.randn(64, 100, generator=generator), want).startswith(
         "no position's fp32 top-1 is clear"
     )
+
+
+def test_the_tables_say_the_load_and_the_cpu_pressure_where_linux_has_it() -> None:
+    """bench/_timing.machine_load: the load average always; the CPU pressure (Linux PSI) where the
+    kernel reports it, as its 10 s and 60 s shares."""
+    import os
+    import re
+
+    timing = load_bench("_timing")
+    told = timing.machine_load()
+    assert told.startswith("load average ") and len(told.split(";")[0].split(",")) == 3, told
+    if os.path.exists("/proc/pressure/cpu"):
+        assert re.search(r"; CPU pressure \d+\.\d % \(10 s\), \d+\.\d % \(60 s\)$", told), told
+    else:
+        assert "pressure" not in told, told
