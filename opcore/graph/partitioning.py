@@ -238,6 +238,7 @@ def place_partitions(
         except CompilerCrash as crash:
             broken = _crashed(options, backend, crash, _claims(graph, backend, verdicts))
             answers = {}
+        sized = {op: sizes for op, (_, sizes) in answers.items()}.__getitem__
         # nodes whose indices no range proves: their kernels check them, a partition would not
         unsafe = {
             name: f"its indices are not proven in range and a partition does not check them ({why})"
@@ -258,7 +259,7 @@ def place_partitions(
             try:
                 for group in groups:
                     nodes = [graph.nodes[i] for i in group]
-                    spec = make_spec(graph, group, f"p{len(records) + len(made)}", constants, compiler)
+                    spec = make_spec(graph, group, f"p{len(records) + len(made)}", constants, sized)
                     small = large_enough(nodes)
                     boundary = len(spec.inputs) + len(spec.outputs)
                     ok, why = pays(nodes, boundary) if measured is None else (small is None, small or "")
@@ -341,7 +342,7 @@ def _claimed(node: Node, record: PartitionRecord, verdicts: tuple[Verdict, ...])
 
 def _answers(compiler: PartitionCompiler, op: str) -> tuple[bool, bool]:
     """(supports, takes_sizes) of ``op``; a CompilerCrash where the compiler's answer raises."""
-    return answer(compiler, "supports", op), answer(compiler, "takes_sizes", op)
+    return answer(compiler, "supports", op), takes_sizes(compiler, op)
 
 
 def _claims(graph: Graph, backend: str, verdicts: Mapping[str, tuple[Verdict, ...]]) -> list[str]:
@@ -482,10 +483,11 @@ def _acyclic(members: int, upstream: int, ancestors: Sequence[int]) -> bool:
 
 
 def make_spec(
-    graph: Graph, group: Sequence[int], name: str, constants: Mapping[str, Any], compiler: Any = None
+    graph: Graph, group: Sequence[int], name: str, constants: Mapping[str, Any], sizes: Callable[[str], bool]
 ) -> PartitionSpec:
-    """The PartitionSpec of the nodes ``group`` (indices, topological order), for ``compiler`` (the
-    sizes it takes: ``takes_sizes``; a size computed at run time is an input of meta ``SIZE``)."""
+    """The PartitionSpec of the nodes ``group`` (indices, topological order), for a compiler that takes
+    sizes computed at run time for the ops ``sizes(op)`` says (its ``takes_sizes``, asked where the
+    plan groups nodes; such a size is an input of meta ``SIZE``)."""
     nodes = [graph.nodes[i] for i in group]
     inside = {o for node in nodes for o in node.outputs}
     users = graph.users()
@@ -495,7 +497,7 @@ def make_spec(
     used_constants: list[str] = []
     part_nodes = []
     for node in nodes:
-        args = part_args(graph, node, takes_sizes(compiler, node.op))
+        args = part_args(graph, node, sizes(node.op))
         if args is None:
             raise ValueError(f"node {node.name} reads sizes computed at run time")
         part_nodes.append(PartNode(node.op, args, node.outputs))
@@ -641,7 +643,7 @@ def _restore(
     claimed: dict[str, Decision] = {}
     for name, (backend, node_names, bring_back, note) in saved.items():
         group = [index[n] for n in node_names]
-        spec = make_spec(graph, group, name, constants, compilers().get(backend))
+        spec = make_spec(graph, group, name, constants, partial(takes_sizes, compilers().get(backend)))
         compiled = bring_back(spec)
         if compiled is None:  # its compiler failed to load and to compile it: its nodes run on kernels
             continue
