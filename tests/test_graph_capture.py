@@ -186,6 +186,21 @@ def test_a_value_read_as_a_number_is_a_capture_error_naming_the_line():
     assert info.value.fix is not None and "shapes" in info.value.fix
 
 
+def test_complex_values_are_a_capture_error_whose_fix_is_real_pairs():
+    # a rotary embedding written with complex numbers: the Fix once told the user to call
+    # torch.ops.aten.polar directly, which no capture can take either
+    class Rotated(torch.nn.Module):
+        def forward(self, x, angles):
+            turned = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2)) * torch.polar(
+                torch.ones_like(angles), angles
+            )
+            return torch.view_as_real(turned).flatten(-2)
+
+    with pytest.raises(CaptureError, match=r"computes torch.complex64 values: opcore represents no complex") as info:
+        opcore.graph.capture(Rotated(), (torch.randn(2, 8), torch.randn(2, 4)), measure=False)
+    assert info.value.fix is not None and "real pairs" in info.value.fix and "directly" not in info.value.fix
+
+
 def test_submodule_path_captures_part(llama):
     model, _ = llama
     h = torch.randn(2, 8, 32)

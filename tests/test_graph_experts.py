@@ -5,6 +5,7 @@ test_graph_generation (greedy choices well apart)."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
@@ -41,6 +42,13 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "GptOss": dict(
         SMALL, head_dim=16, num_local_experts=4, sliding_window=8,
         layer_types=["sliding_attention", "full_attention"], **EXPERTS,
+    ),
+    # rotary frequencies made with torch.polar and multiplied as complex pairs (opcore.graph.complex_rotary),
+    # multi-head latent attention, a shared expert
+    "DeepseekV2": dict(
+        SMALL, num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=8,
+        v_head_dim=16, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, n_shared_experts=1,
+        first_k_dense_replace=1,
     ),
     # multi-head latent attention (a cached latent and rotary key of different widths), a dense first
     # layer, group-limited routing and a shared expert
@@ -131,6 +139,19 @@ def test_bfloat16_experts_decode_as_eager():
 def test_left_padded_batch_equals_transformers():
     model = build("Qwen3Moe")
     lm = opcore.graph.capture_lm(model, max_length=40, batch_size=2, measure=False)
+    assert_left_padded_batch_equals_transformers(model, lm)
+
+
+def test_deepseek_v2_s_complex_rotary_runs_as_real_pairs_and_is_given_back():
+    """DeepSeek-V2 multiplies q and k by torch.polar frequencies as complex pairs (once a CaptureError:
+    "would return torch.complex64"): exported in real arithmetic (opcore.graph.complex_rotary), its
+    left-padded rows equal model.generate's; the model's rotary and modeling function given back."""
+    model = build("DeepseekV2")
+    modeling = sys.modules[type(model).__module__]
+    original = modeling.apply_rotary_emb
+    lm = opcore.graph.capture_lm(model, max_length=40, batch_size=2, measure=False)
+    assert modeling.apply_rotary_emb is original
+    assert all("forward" not in vars(m) for m in model.modules())
     assert_left_padded_batch_equals_transformers(model, lm)
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from opcore.errors import ArgumentError
 from opcore.graph.assembly import assemble
 from opcore.graph.aten_export import decomposed, with_source_lines
+from opcore.graph.complex_rotary import exportable_complex_rotary
 from opcore.graph.decomposing import decompositions
 from opcore.graph.errors import CaptureError
 from opcore.graph.experts import GATHERED, exportable_experts
@@ -216,7 +217,12 @@ def export(
     try:
         # functional (no in-place ops left), decomposing only what opcore.graph.decomposing names: every other
         # op stays whole; opcore's own ATen fallback runs any op no backend claims
-        with exportable_experts(model, experts), exportable_llama4(model), exportable_jetmoe(model):
+        with (
+            exportable_experts(model, experts),
+            exportable_complex_rotary(model),
+            exportable_llama4(model),
+            exportable_jetmoe(model),
+        ):
             return decomposed(model, args, kwargs, dynamic_shapes, decompositions(), traces=traces)
     except Exception as error:
         reason = _first_lines(str(error))

@@ -392,9 +392,33 @@ def _op_node(
         try:
             lowered = _bind(rt.registry.contract(qualified), aten_args, concrete)
         except OpcoreError as error:
+            complex_value = _complex_dtype(fx_node)
+            if complex_value is not None:
+                raise CaptureError(
+                    f"node {name!r} ({qualified}) computes {complex_value} values: opcore represents no complex "
+                    "dtype (nor do ONNX Runtime's and OpenVINO's kernels take one)",
+                    op=_CAPTURE,
+                    fix="write the complex arithmetic in real pairs (a rotary embedding's (cos, sin) per frequency, "
+                    "as opcore.graph.complex_rotary does for Llama 4's and DeepSeek-V2's), or keep that part of the "
+                    "model outside the captured module",
+                ) from error
             raise CaptureError(f"node {name!r} ({qualified}): {error}", op=_CAPTURE) from error
     _add_node(fx_node, qualified, lowered, env, values, concrete, nodes)
     return None
+
+
+def _complex_dtype(fx_node: Any) -> str | None:
+    """The complex dtype of a value ``fx_node`` makes or reads ("torch.complex64"), else None."""
+    import torch
+
+    def complex_of(value: Any) -> str | None:
+        dtype = getattr(value, "dtype", None)
+        return str(dtype) if isinstance(dtype, torch.dtype) and dtype.is_complex else None
+
+    outs = fx_node.meta.get("val")
+    found = [complex_of(v) for v in (outs if isinstance(outs, (tuple, list)) else (outs,))]
+    found += [complex_of(a.meta.get("val")) for a in fx_node.all_input_nodes]
+    return next((f for f in found if f is not None), None)
 
 
 # the most elements a value folded at capture may have: a bigger one (a causal mask of a long

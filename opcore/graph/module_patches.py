@@ -1,6 +1,6 @@
 """Attributes set on a model's modules (or a modeling module's globals) for the length of an
-export, then given back: what ``static_cache_fixes`` and ``llama4_export`` change while torch.export
-traces a transformers model.
+export, then given back: what ``static_cache_fixes``, ``complex_rotary`` and ``llama4_export``
+change while torch.export traces a transformers model.
 
 >>> import types
 >>> box = types.SimpleNamespace(kept=1)
