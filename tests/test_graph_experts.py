@@ -155,6 +155,37 @@ def test_deepseek_v2_s_complex_rotary_runs_as_real_pairs_and_is_given_back():
     assert_left_padded_batch_equals_transformers(model, lm)
 
 
+# DeepSeek Sparse Attention: multi-head latent attention whose keys an indexer picks, top k per query,
+# from keys of its own it caches beside the latent; 16 index heads so that no two keys tie for the top k
+# (with 2, a quarter of the scores are ReLU's exact 0, whose order torch's topk breaks by the cache's
+# length), top 4 of a 10-token prompt so that every step selects
+SPARSE = dict(
+    SMALL, num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=8,
+    v_head_dim=16, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, n_shared_experts=1,
+    first_k_dense_replace=1, n_group=1, topk_group=1, index_topk=4, index_head_dim=16, index_n_heads=16,
+    layer_types=["indexed_attention"] * 2, mlp_layer_types=["dense", "sparse"],
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("family", ["DeepseekV32", "GlmMoeDsa"])
+def test_a_sparse_attention_s_indexer_keys_are_cached_and_written_in_place(family):
+    # the indexer's keys are a third buffer a layer (transformers' StaticIndexedLayer), written at the
+    # step's slots as the latent is: once "Cannot call update_indexer on layer 0 which is a PositionedLayer"
+    config_class = getattr(transformers, f"{family}Config", None)
+    model_class = getattr(transformers, f"{family}ForCausalLM", None)
+    if config_class is None or model_class is None:
+        pytest.skip(f"transformers {transformers.__version__} has no {family}ForCausalLM")
+    model = built(model_class, config_class(**SPARSE, **IDS))
+    lm = opcore.graph.capture_lm(model, max_length=40, batch_size=2, measure=False)
+    told = lm.explain()
+    assert "b_indexer_cache_0" in told and "b_indexer_cache_1" in told, told
+    ids = prompt(rows=2)
+    want = model.generate(ids, max_new_tokens=16, do_sample=False, eos_token_id=None, pad_token_id=0)
+    got = lm.generate(ids, max_new_tokens=16, eos_token_id=[])
+    assert torch.equal(got, want), f"{family}: {got[:, 10:].tolist()} != {want[:, 10:].tolist()}"
+    assert_left_padded_batch_equals_transformers(model, lm)
+
+
 def test_a_saved_moe_decoder_generates_the_same_in_a_fresh_process(tmp_path):
     # the plans hold the exported experts (gathers, bmm, the top-k as an ATen op): nothing of
     # transformers' experts interface is needed to load them

@@ -78,6 +78,25 @@ def _cache_layer_class() -> Any:
     return PositionedLayer
 
 
+def _indexed_layer_classes() -> tuple[type, type] | None:
+    """transformers' StaticIndexedLayer (keys and values, and the keys of a DeepSeek Sparse Attention
+    indexer: DeepSeek-V3.2, GLM-MoE-DSA), and one whose keys, values and indexer keys are all written
+    at the cache positions of the step; None where this transformers has no such layer."""
+    from transformers import cache_utils
+
+    static = getattr(cache_utils, "StaticIndexedLayer", None)
+    if not isinstance(static, type):
+        return None
+
+    class PositionedIndexedLayer(_cache_layer_class(), static):  # type: ignore[misc,valid-type]
+        def update_indexer(self, indexer_key_states: Any) -> Any:
+            keys = cast(Any, self.indexer_keys)  # allocated by lazy_initialization_indexer
+            keys.index_copy_(1, self.at, indexer_key_states)
+            return keys
+
+    return static, PositionedIndexedLayer
+
+
 def _cache_shapes(model: Any, config: Any, layers: int) -> list[tuple[int, int, int]]:
     """(kv heads, key dim, value dim) per cache layer, as the model's own attention writes them: read
     off the cache of a one-token forward (Falcon's multi-query attention keeps 1 head whatever its
@@ -180,9 +199,14 @@ class CachedDecoder(torch.nn.Module):
         if recurrent:
             raise _not_attention(model, f"its cache has {', '.join(recurrent)} layers")
         # sliding-window layers keep a rolling window whose update has control flow export cannot
-        # take; a full-length layer with the model's own sliding mask computes the same attention
+        # take; a full-length layer with the model's own sliding mask computes the same attention; a
+        # sparse attention's indexer keys (DeepSeek-V3.2) are a third buffer, written as the others
+        static_indexed, indexed = _indexed_layer_classes() or (type(None), None)
         self.layers: list[Any] = [
-            c if isinstance(c, stateless) else layer(max_length) for c in self.cache.layers
+            c if isinstance(c, stateless)
+            else indexed(max_length) if indexed is not None and isinstance(c, static_indexed)
+            else layer(max_length)
+            for c in self.cache.layers
         ]  # fmt: skip
         self.cache.layers = self.layers
         self.stored = [i for i, c in enumerate(self.layers) if not isinstance(c, stateless)]
@@ -198,6 +222,12 @@ class CachedDecoder(torch.nn.Module):
             )
             self.register_buffer(f"key_cache_{i}", self.layers[i].keys, persistent=False)
             self.register_buffer(f"value_cache_{i}", self.layers[i].values, persistent=False)
+            if indexed is not None and isinstance(self.layers[i], indexed):
+                width = getattr(config, "index_head_dim", None)
+                if not isinstance(width, int):
+                    raise _not_attention(model, "its sparse attention's indexer has no index_head_dim in its config")
+                self.layers[i].lazy_initialization_indexer(torch.zeros((batch_size, 0, width), **empty))
+                self.register_buffer(f"indexer_cache_{i}", self.layers[i].indexer_keys, persistent=False)
 
     def forward(self, input_ids: Any, position_ids: Any, cache_position: Any, attention_mask: Any) -> Any:
         for i in self.stored:
@@ -205,6 +235,8 @@ class CachedDecoder(torch.nn.Module):
             # read through the module every call: non-strict torch.export swaps the module's buffers
             # for traced ones, and a layer holding the tensor itself would write an untracked copy
             cached.keys, cached.values = getattr(self, f"key_cache_{i}"), getattr(self, f"value_cache_{i}")
+            if hasattr(self, f"indexer_cache_{i}"):
+                cached.indexer_keys = getattr(self, f"indexer_cache_{i}")
             cached.at = cache_position
             # where the step's queries start: transformers' masks read it as the cache's length
             cached.cumulative_length = cache_position[0]
