@@ -1,6 +1,8 @@
 """Reductions: sum and mean of floats (ReduceSum/ReduceMean), amax, amin (ReduceMax/ReduceMin,
-NaN kept), cumsum of floats (CumSum). Integer sums give int64, which the CPU plugin computes in
-int32, so the checkers decline them; argmax is left to the other backends."""
+NaN kept), cumsum of floats (CumSum), argmax (a stable TopK of 1: the first largest, the first NaN
+where a slice holds one, as torch). Integer sums give int64, which the CPU plugin computes in
+int32, so the checkers decline them; argmax's int64 positions likewise, except in a plan whose
+value ranges prove them (positions below the dim's size: opcore.graph.ranges)."""
 
 from __future__ import annotations
 
@@ -12,12 +14,13 @@ from opcore_openvino.compiled import ov_kernel
 from opcore_openvino.graph import Graph, Node, dtype_of, floating, ops, rank_of
 from opcore_openvino.kernels._common import BOOL, I32
 
-__all__ = ["amax", "amin", "cumsum", "mean", "sum"]
+__all__ = ["amax", "amin", "argmax", "cumsum", "mean", "sum"]
 
 # the ops this module serves, each a module-level kernel named as its op: what the plugin registers
 OPS = (
     "amax",
     "amin",
+    "argmax",
     "cumsum",
     "mean",
     "sum",
@@ -68,6 +71,32 @@ def build_amin(g: Graph, x: Node, dim: Any, keepdim: bool) -> Node:
     return _extremum(g, ops.reduce_min, x, dim, keepdim)
 
 
+def build_argmax(g: Graph, x: Node, dim: int | None, keepdim: bool) -> Node:
+    """The position of the first largest along dim; None: of x flattened, keepdim giving all-1 dims."""
+    rank = rank_of(x)
+    value = g.cast(x, I32) if dtype_of(x) == BOOL else x
+    if dim is None or not rank:
+        index = _argmax(g, ops.reshape(value, g.ints([-1]), False), 0, keepdim=False)
+        return ops.reshape(index, g.ints([1] * rank if keepdim else []), False)
+    return _argmax(g, value, dim % rank, keepdim)
+
+
+def _argmax(g: Graph, value: Node, axis: int, keepdim: bool) -> Node:
+    """TopK of 1, stable (of equal values, the first), the first NaN where the slice holds one."""
+
+    def first_largest(of: Node) -> Node:
+        top = ops.topk(of, g.const(1, I32), axis, "max", "value", "i64", stable=True)
+        index = ops.convert(top.output(1), "i64")  # a node of the positions alone (as pooling's)
+        return index if keepdim else ops.squeeze(index, g.ints([axis]))
+
+    index = first_largest(value)
+    if not floating(dtype_of(value)):
+        return index
+    nan = ops.is_nan(value)
+    any_nan = ops.reduce_logical_or(nan, g.ints([axis]), keepdim)
+    return ops.select(any_nan, first_largest(g.cast(nan, I32)), index)
+
+
 def build_cumsum(g: Graph, x: Node, dim: int, dtype: str | None) -> Node:
     """CumSum of a float32/float16 result (the checker declines the rest)."""
     out = dtype_of(x) if dtype is None else numpy.dtype(dtype)
@@ -80,4 +109,5 @@ sum = ov_kernel("sum", build_sum)
 mean = ov_kernel("mean", build_mean)
 amax = ov_kernel("amax", build_amax)
 amin = ov_kernel("amin", build_amin)
+argmax = ov_kernel("argmax", build_argmax)
 cumsum = ov_kernel("cumsum", build_cumsum)
