@@ -54,6 +54,8 @@ def test_arguments() -> None:
         ("where", (TensorMeta((4,), DType.BOOL), Reals(-63.0, 63.0), Reals(-31.0, 31.0)), -63.0, 63.0),
         ("minimum", (Reals(-INF, 20.0), 15), -INF, 15.0),
         ("clamp", (Reals(-INF, INF), 0, 63), 0.0, 63.0),
+        ("amax", (Reals(-1.0, 127.0), (1,), False), -1.0, 127.0),  # a maximum of values in [lo, hi]
+        ("amin", (Reals(-INF, 3.0),), -INF, 3.0),
         ("full_like", (TensorMeta((4,), DType.FLOAT32), 2.5, None, None), 2.5, 2.5),
         ("unsqueeze", (Reals(1.0, 2.0), 0), 1.0, 2.0),
         ("ones", ((2, 8),), 1.0, 1.0),

@@ -9,6 +9,8 @@ must not take keep their attention.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -332,3 +334,61 @@ def test_a_bfloat16_attention_is_split_where_a_runtime_computes_bfloat16(variant
     if "onnxruntime" in RUNTIMES:
         plain = opcore.graph.capture_lm(model, backends=("onnxruntime", "cpu"), measure=False)
         assert _notes(plain) == ""
+
+
+def _prefill_notes(lm) -> str:
+    return " ".join(note for note in lm.prefill_plan.notes if "read_written" in note)
+
+
+def _all_in_one_partition(plan, runtime) -> None:
+    """Every node of ``plan`` the runtimes run is in one partition of ``runtime``."""
+    summary = plan.summary()
+    found = re.match(rf"{runtime} (\d+)/(\d+) nodes in 1 partition;", summary)
+    assert found is not None and found[1] == found[2], summary
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize("decoder", [SdpaDecoder, MatmulDecoder])
+def test_a_prompt_reads_its_written_cache_as_a_value_and_is_one_partition(decoder, runtime):
+    # a prompt of any length writes its rows (a dynamic number) and its attention reads the written
+    # cache: the readers read it as a value (the slots' rows gathered), so no partition waits for a
+    # write; once 31 partitions at the 135M bench shape, one a layer
+    torch.manual_seed(0)
+    model = decoder(kv_heads=4).eval()
+    lm = opcore.graph.capture_lm(model, backends=(runtime, "cpu"), measure=False, prefill_partitions=True)
+    assert "read_written: 2 matches" in _prefill_notes(lm), lm.prefill_plan.notes
+    _all_in_one_partition(lm.prefill_plan, runtime)
+    for length in (2, 5, 13):
+        ids = torch.randint(0, VOCAB, (BATCH, length), generator=torch.Generator().manual_seed(length))
+        _steps_match_eager(lm, model, ids, 3)
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize(
+    "slots", [[3, 4, 5, 6], [9, 2, 17], [0, 23]], ids=["after a prompt", "out of order", "first and last"]
+)
+def test_a_prompt_s_rows_are_read_where_they_are_written_at_any_slots(slots, runtime):
+    # the slots a prompt writes need not start at 0 nor be in order: each slot reads the row written
+    # there, every other slot the cache as it was, whether the writes ran before the read or not
+    torch.manual_seed(0)
+    model = MatmulDecoder(kv_heads=4).eval()
+    lm = opcore.graph.capture_lm(model, backends=(runtime, "cpu"), measure=False, prefill_partitions=True)
+    _all_in_one_partition(lm.prefill_plan, runtime)
+    n = len(slots)
+    ids = torch.randint(0, VOCAB, (BATCH, n), generator=torch.Generator().manual_seed(6))
+    positions, at = torch.tensor(slots).expand(BATCH, n).contiguous(), torch.tensor(slots)
+    mask = torch.ones(BATCH, LENGTH, dtype=torch.long)
+    state = [torch.randn(BATCH, 4, LENGTH, 8), torch.randn(BATCH, 4, LENGTH, 8)]
+    with torch.no_grad():
+        model.keys.copy_(state[0])
+        model.values.copy_(state[1])
+        want = model(ids, positions, at, mask)
+    before = [tensor.clone() for tensor in state]
+    first = lm.prefill_plan.program.run([ids, positions, at, mask, *state])[0]
+    assert (first - want).abs().max().item() <= 1e-4
+    for old, new, eager in zip(before, state, (model.keys, model.values), strict=True):
+        torch.testing.assert_close(new[:, :, slots], eager[:, :, slots], rtol=1e-5, atol=1e-6)
+        others = [i for i in range(LENGTH) if i not in slots]
+        assert torch.equal(new[:, :, others], old[:, :, others])
+    again = lm.prefill_plan.program.run([ids, positions, at, mask, *state])[0]  # the slots written already
+    assert (again - want).abs().max().item() <= 1e-4

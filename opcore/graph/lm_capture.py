@@ -423,22 +423,28 @@ def _prefill_plan(
 
     # exported and planned on a prompt of the length it is measured on: the kernels prepare for
     # (and the cpu backend measures its weight packing at) a prompt's rows, not a toy's
-    if exported is not None:
-        lowered = _finish_step(exported, max_length, weighing)
-    else:
-        lowered = _lower_step(module, batch_size, max_length, min(PROMPT, max_length), place, weighing)
+    if exported is None:
+        exported = _stateful(module, _export_step(module, batch_size, max_length, min(PROMPT, max_length), place))
+    lowered = _finish_step(exported, max_length, weighing)
+    # for partitions, each write's readers read the written cache as a value (read_written): no
+    # partition waits for a write, and the prompt is one partition where it was one a layer (the
+    # 135M shape's 31); the torch route writes in place and reads the cache after, as the model does
+    # (the value costs a gather and a select the size of the cache, per write)
+    read = lowered
+    if partitions is not False and splits(place, backends):
+        read = _finish_step(exported, max_length, weighing, written=True)
     measure = timer or (compare if alone is not None else None)
     if partitions is not None or measure is None or place.type.value != "cpu":
-        return _plan(lowered, place, backends, None, bool(partitions), copies)
+        return _plan(read if partitions else lowered, place, backends, None, bool(partitions), copies)
     plans = {"torch route": _plan(lowered, place, backends, None, False, copies)}
     ranked = None
     if timer is not None:  # measuring the model: its ranked partitions compete
-        ranked = _plan(lowered, place, backends, None, True, copies)
+        ranked = _plan(read, place, backends, None, True, copies)
         if ranked.partitions:
             plans["partitions"] = ranked
     # the ranked partitions on that runtime already: the same plan, planned again
     if alone is not None and (ranked is None or only_partitions_of(ranked) != alone[0]):
-        other = _plan(lowered, place, alone, None, True, copies)
+        other = _plan(read, place, alone, None, True, copies)
         if other.partitions:
             plans[f"{alone[0]} alone"] = other
         del other
@@ -706,9 +712,12 @@ def _finish_step(
     weighing: Weighing | None = None,
     split: bool = False,
     wide: frozenset[DType] = frozenset(),
+    written: bool = False,
 ) -> Lowered:
     """The exported step with its call spec and bounds, its weights quantized and the rewrites
-    applied (see ``_lower_step``); ``exported.constants`` is copied, not changed."""
+    applied (see ``_lower_step``; ``written``: a written cache's other readers read it as a value,
+    opcore.graph.split_attention.read_written, which ``split`` applies too); ``exported.constants``
+    is copied, not changed."""
     from torch.utils import _pytree
 
     from opcore.graph.masks import drop_full_masks
@@ -731,12 +740,13 @@ def _finish_step(
     graph, dropped = drop_full_masks(graph, constants)
     if dropped:
         applied.append(f"rewrite full attention mask dropped: {dropped} match{'es' * (dropped != 1)}")
-    if split:
+    if split or written:
         from opcore.graph.split_attention import read_written, split_attention
 
-        graph, parted = split_attention(graph, constants, wide)
-        if parted:
-            applied.append(f"rewrite split_attention: {parted} match{'es' * (parted != 1)}")
+        if split:
+            graph, parted = split_attention(graph, constants, wide)
+            if parted:
+                applied.append(f"rewrite split_attention: {parted} match{'es' * (parted != 1)}")
         graph, moved = read_written(graph, constants)
         if moved:
             applied.append(f"rewrite read_written: {moved} match{'es' * (moved != 1)} (the written cache as a value)")

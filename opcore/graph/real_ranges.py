@@ -240,7 +240,9 @@ REAL_RULES: Mapping[str, RealRule] = {
     "zeros_like": lambda x, *rest: (0.0, 0.0),
     "ones_like": lambda x, *rest: (1.0, 1.0),
     **dict.fromkeys(
-        ("unsqueeze", "squeeze", "reshape", "flatten", "expand", "slice", "select", "permute", "transpose", "clone"),
+        # a maximum or minimum of values in [lo, hi] is in [lo, hi] too
+        ("unsqueeze", "squeeze", "reshape", "flatten", "expand", "slice", "select", "permute", "transpose", "clone",
+         "amax", "amin"),
         _same,
     ),
 }  # fmt: skip

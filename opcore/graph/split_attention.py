@@ -81,13 +81,15 @@ def split_attention(
 
 
 def read_written(graph: Graph, constants: MutableMapping[str, Any]) -> tuple[Graph, int]:
-    """The decode graph with every other read of a just-written cache (attention the split does not
-    match: matmuls of the model's own, ALiBi's baddbmm, soft-capped scores) reading
-    ``where(slot, new row, cache as it was)`` instead: the written cache as a value, so no partition
-    waits for the write. The same rows as the write gives, whether the write ran before or not; the
-    cost is a temporary the size of the cache, per layer and step, inside the runtime (the state
-    itself is still written in place, once). Applied to a write of one row (one position, dim 2 of a
-    4-D cache); how many writes' readers were moved."""
+    """The graph with every other read of a just-written cache (in a decode step, attention the split
+    does not match: matmuls of the model's own, ALiBi's baddbmm, soft-capped scores; in a prompt's
+    step, every read) reading ``where(slot, new row, cache as it was)`` instead: the written cache as
+    a value, so no partition waits for the write. The same rows as the write gives, whether the write
+    ran before or not; the cost is a temporary the size of the cache, per layer and step, inside the
+    runtime (the state itself is still written in place, once). A write of several rows (a prompt's,
+    a dynamic number of them, at any slots) reads each slot's row through ``_Build.rows_at``: the
+    slots compared with the cache's numbers once per step, each cache's rows gathered. Applied to
+    rows written along dim 2 of a 4-D cache; how many writes' readers were moved."""
     users = graph.users()
     producer = {out: node for node in graph.nodes for out in node.outputs}
     returned = graph.output_names()
@@ -103,19 +105,24 @@ def read_written(graph: Graph, constants: MutableMapping[str, Any]) -> tuple[Gra
         mark = build.mark()
         try:
             cached, row, where = build.meta(cache), build.meta(new), build.meta(at)
-            if cached.ndim != 4 or row.ndim != 4 or row.shape[2] != 1 or where.shape != (1,):
-                raise _NotSplit("not one row")
+            if cached.ndim != 4 or row.ndim != 4 or where.ndim != 1:
+                raise _NotSplit("not rows of a 4-D cache")
             if row.dtype is not cached.dtype:
                 raise _NotSplit("dtype")
             if cache.name in producer:  # the cache as the step received it, not a value made here
                 raise _NotSplit("cache")
             length = cached.shape[2]
-            slot = build.slot(at, length)
-            column = build.shared.get(("column", slot.name))
-            if column is None:
-                column = build.op(f"{slot.name}_column", "reshape", slot, (length, 1))
-                build.shared[("column", slot.name)] = column
-            read = build.op(f"{node.outputs[0]}_read", "where", column, new, cache)
+            if row.shape[2] == 1 and where.shape == (1,):
+                slot = build.slot(at, length)
+                column = build.shared.get(("column", slot.name))
+                if column is None:
+                    column = build.op(f"{slot.name}_column", "reshape", slot, (length, 1))
+                    build.shared[("column", slot.name)] = column
+                rows = new
+            else:  # a prompt's rows: each slot's row of ``new`` gathered (any row where none is written)
+                column, order = build.rows_at(at, length)
+                rows = build.op(f"{node.outputs[0]}_rows", "index", new, (None, None, order))
+            read = build.op(f"{node.outputs[0]}_read", "where", column, rows, cache)
             if build.meta(read).shape != cached.shape:
                 raise _NotSplit("shape")
         except _NotSplit:
@@ -201,14 +208,20 @@ class _Build:
         values = {**self.graph.values, **self.values}
         return replace(self.graph, nodes=tuple(nodes), values=values, constants=(*self.graph.constants, *self.slots))
 
+    def dims(self, ref: ValueRef) -> tuple[Any, ...]:
+        """A value's sizes, a symbol where one is dynamic."""
+        info = self.values.get(ref.name) or self.graph.values[ref.name]
+        return info.dims or tuple(self.meta(ref).shape)
+
     def meta(self, ref: ValueRef) -> TensorMeta:
         info = self.values.get(ref.name) or self.graph.values[ref.name]
         if info.meta is None:  # a size computed at run time: not an attention this takes
             raise _NotSplit(f"{ref.name} is a scalar")
         return info.meta
 
-    def op(self, name: str, op: str, *args: Any, replaces: bool = False) -> ValueRef:
-        """A node ``op(*args)`` whose output is ``name`` (``replaces``: the attention's own output)."""
+    def op(self, name: str, op: str, *args: Any, replaces: bool = False, dims: tuple[Any, ...] = ()) -> ValueRef:
+        """A node ``op(*args)`` whose output is ``name`` (``replaces``: the attention's own output);
+        ``dims``: its sizes with a symbol where one is dynamic (default: the example's sizes)."""
         if not replaces and (name in self.graph.values or name in self.values):
             raise _NotSplit(f"the graph has a value named {name}")
         contract = runtime().ensure_loaded().registry.contract(op)
@@ -221,7 +234,7 @@ class _Build:
             raise _NotSplit(f"{op} gives {len(out)} results")
         full = (*args, *bound[len(args) :])  # the defaults the contract filled in
         self.nodes.append(Node(name, op, f"rewrite:split_attention:{op}", full, (name,)))
-        self.values[name] = ValueInfo(name, out, tuple(out.shape))
+        self.values[name] = ValueInfo(name, out, dims or tuple(out.shape))
         return ValueRef(name)
 
     def attention(
@@ -271,21 +284,45 @@ class _Build:
         """Bool (length,): True at the slot this step writes (one per position input and cache length)."""
         key = ("slot", at.name, length)
         if key not in self.shared:
-            numbers = f"{SLOTS}_{length}"
-            made = f"{numbers}_at_{at.name}"
-            if numbers in self.graph.constants:
+            numbers = self.numbers(length, at)
+            made = f"{numbers.name}_at_{at.name}"
+            if numbers.name in self.graph.constants:
                 # the numbers split_attention made: read_written compares with them again, right after
                 # its write (split_attention's comparison may come later in the graph's order)
                 made = f"{made}_again"
-            elif numbers not in self.slots:
-                if numbers in self.graph.values:
-                    raise _NotSplit(f"the graph has a value named {numbers}")
-                self.slots.append(numbers)
-                self.values[numbers] = ValueInfo(
-                    numbers, TensorMeta((length,), DType.INT64, self.meta(at).device), (length,)
-                )
-            self.shared[key] = self.op(made, "eq", ValueRef(numbers), at)
+            self.shared[key] = self.op(made, "eq", numbers, at)
         return self.shared[key]
+
+    def numbers(self, length: int, at: ValueRef) -> ValueRef:
+        """The constant 0 .. length - 1 (int64, on ``at``'s device) the slots are compared with."""
+        numbers = f"{SLOTS}_{length}"
+        if numbers not in self.graph.constants and numbers not in self.slots:
+            if numbers in self.graph.values:
+                raise _NotSplit(f"the graph has a value named {numbers}")
+            self.slots.append(numbers)
+            meta = TensorMeta((length,), DType.INT64, self.meta(at).device)
+            self.values[numbers] = ValueInfo(numbers, meta, (length,))
+        return ValueRef(numbers)
+
+    def rows_at(self, at: ValueRef, length: int) -> tuple[ValueRef, ValueRef]:
+        """For a write of several rows at the slots ``at`` (n,): bool (length, 1), True at each slot
+        written, and int64 (length,), the row of the write each slot takes (0 where none: an argmax
+        along the n rows, proven below n: opcore.graph.bounds). Exact for any slots, in any order (of
+        a slot written twice, the first row). Shared by every write at ``at``."""
+        key = ("rows", at.name, length)
+        if key not in self.shared:
+            numbers = self.numbers(length, at)
+            n = self.dims(at)[0]
+            name = f"{numbers.name}_rows_{at.name}"
+            grid = self.op(f"{name}_grid", "reshape", numbers, (length, 1))
+            hits = self.op(f"{name}_hits", "eq", grid, at, dims=(length, n))
+            counted = self.op(f"{name}_counted", "cast", hits, DType.INT32, dims=(length, n))
+            index = self.op(f"{name}_index", "argmax", counted, 1, False)
+            found = self.op(f"{name}_found", "index", at, (index,))
+            hit = self.op(f"{name}_hit", "eq", found, numbers)
+            column = self.op(f"{name}_column", "reshape", hit, (length, 1))
+            self.shared[key], self.shared[(*key, "index")] = column, index
+        return self.shared[key], self.shared[(*key, "index")]
 
     def mask_scores(
         self, mask: ValueRef, slot: ValueRef, heads: int, kv_heads: int, group: int
