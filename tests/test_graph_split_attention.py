@@ -392,3 +392,39 @@ def test_a_prompt_s_rows_are_read_where_they_are_written_at_any_slots(slots, run
         assert torch.equal(new[:, :, others], old[:, :, others])
     again = lm.prefill_plan.program.run([ids, positions, at, mask, *state])[0]  # the slots written already
     assert (again - want).abs().max().item() <= 1e-4
+
+
+class IndexerDecoder(SdpaDecoder):
+    """Besides its attention, keys of one head cached as (batch, slots, dim) and written along dim 1
+    (a sparse attention's indexer keys, DeepSeek-V3.2's), read by a matmul of its own."""
+
+    def __init__(self):
+        super().__init__(kv_heads=4)
+        self.register_buffer("indexed", torch.zeros(BATCH, LENGTH, 8))
+
+    def forward(self, input_ids, position_ids, cache_position, attention_mask):
+        q, k, v = self.project(input_ids)
+        self.indexed.index_copy_(1, cache_position, k[:, 0] * 0.5)
+        self.keys.index_copy_(2, cache_position, k)
+        self.values.index_copy_(2, cache_position, v)
+        allowed = (torch.arange(LENGTH)[None, :] <= cache_position[:, None])[None, None]
+        allowed = allowed & attention_mask[:, None, None, :].bool()
+        bias = torch.matmul(q[:, 0], self.indexed.transpose(1, 2))[:, None]  # (rows, 1, length, slots)
+        scores = torch.matmul(q, self.keys.transpose(2, 3)) / self.dim**0.5 + torch.tanh(bias)
+        weights = torch.softmax(scores.masked_fill(~allowed, torch.finfo(torch.float32).min), dim=-1)
+        return self.logits(torch.matmul(weights, self.values))
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_a_cache_of_another_rank_written_along_another_dim_is_read_as_a_value(runtime):
+    # a 3-D cache written along dim 1: read as a value in the prompt's step and in the decode step alike,
+    # both one partition
+    torch.manual_seed(0)
+    model = IndexerDecoder().eval()
+    lm = opcore.graph.capture_lm(model, backends=(runtime, "cpu"), measure=False, prefill_partitions=True)
+    assert "read_written: 3 matches" in _prefill_notes(lm), lm.prefill_plan.notes
+    assert "read_written: 3 matches" in _notes(lm, "read_written"), lm.decode_plan.notes
+    _all_in_one_partition(lm.prefill_plan, runtime)
+    _all_in_one_partition(lm.decode_plan, runtime)
+    ids = torch.randint(0, VOCAB, (BATCH, 6), generator=torch.Generator().manual_seed(7))
+    _steps_match_eager(lm, model, ids, 6)

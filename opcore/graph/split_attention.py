@@ -89,7 +89,8 @@ def read_written(graph: Graph, constants: MutableMapping[str, Any]) -> tuple[Gra
     runtime (the state itself is still written in place, once). A write of several rows (a prompt's,
     a dynamic number of them, at any slots) reads each slot's row through ``_Build.rows_at``: the
     slots compared with the cache's numbers once per step, each cache's rows gathered. Applied to
-    rows written along dim 2 of a 4-D cache; how many writes' readers were moved."""
+    rows written along any dim of a cache (a 4-D cache's dim 2; a sparse attention's 3-D indexer
+    keys' dim 1); how many writes' readers were moved."""
     users = graph.users()
     producer = {out: node for node in graph.nodes for out in node.outputs}
     returned = graph.output_names()
@@ -100,28 +101,29 @@ def read_written(graph: Graph, constants: MutableMapping[str, Any]) -> tuple[Gra
         if node.op != _WRITE or node.outputs[0] in returned or not users.get(node.outputs[0]):
             continue
         cache, dim, at, new = node.args
-        if not all(isinstance(v, ValueRef) for v in (cache, at, new)) or dim not in (2, -2):
+        if not all(isinstance(v, ValueRef) for v in (cache, at, new)) or not isinstance(dim, int):
             continue
         mark = build.mark()
         try:
             cached, row, where = build.meta(cache), build.meta(new), build.meta(at)
-            if cached.ndim != 4 or row.ndim != 4 or where.ndim != 1:
-                raise _NotSplit("not rows of a 4-D cache")
+            if cached.ndim < 2 or row.ndim != cached.ndim or where.ndim != 1 or not -cached.ndim <= dim < cached.ndim:
+                raise _NotSplit("not rows of a cache")
             if row.dtype is not cached.dtype:
                 raise _NotSplit("dtype")
             if cache.name in producer:  # the cache as the step received it, not a value made here
                 raise _NotSplit("cache")
-            length = cached.shape[2]
-            if row.shape[2] == 1 and where.shape == (1,):
+            axis = dim % cached.ndim
+            length, after = cached.shape[axis], (1,) * (cached.ndim - 1 - axis)  # a slot's dims after it
+            if row.shape[axis] == 1 and where.shape == (1,):
                 slot = build.slot(at, length)
-                column = build.shared.get(("column", slot.name))
+                column = build.shared.get(("column", slot.name, after))
                 if column is None:
-                    column = build.op(f"{slot.name}_column", "reshape", slot, (length, 1))
-                    build.shared[("column", slot.name)] = column
+                    column = build.op(f"{slot.name}_column{len(after)}", "reshape", slot, (length, *after))
+                    build.shared[("column", slot.name, after)] = column
                 rows = new
             else:  # a prompt's rows: each slot's row of ``new`` gathered (any row where none is written)
-                column, order = build.rows_at(at, length)
-                rows = build.op(f"{node.outputs[0]}_rows", "index", new, (None, None, order))
+                column, order = build.rows_at(at, length, after)
+                rows = build.op(f"{node.outputs[0]}_rows", "index", new, (*(None,) * axis, order))
             read = build.op(f"{node.outputs[0]}_read", "where", column, rows, cache)
             if build.meta(read).shape != cached.shape:
                 raise _NotSplit("shape")
@@ -304,11 +306,12 @@ class _Build:
             self.values[numbers] = ValueInfo(numbers, meta, (length,))
         return ValueRef(numbers)
 
-    def rows_at(self, at: ValueRef, length: int) -> tuple[ValueRef, ValueRef]:
-        """For a write of several rows at the slots ``at`` (n,): bool (length, 1), True at each slot
-        written, and int64 (length,), the row of the write each slot takes (0 where none: an argmax
-        along the n rows, proven below n: opcore.graph.bounds). Exact for any slots, in any order (of
-        a slot written twice, the first row). Shared by every write at ``at``."""
+    def rows_at(self, at: ValueRef, length: int, after: tuple[int, ...] = (1,)) -> tuple[ValueRef, ValueRef]:
+        """For a write of several rows at the slots ``at`` (n,): bool (length, *after), True at each
+        slot written (``after``: ones for the cache's dims after the written one), and int64 (length,),
+        the row of the write each slot takes (0 where none: an argmax along the n rows, proven below n:
+        opcore.graph.bounds). Exact for any slots, in any order (of a slot written twice, the first
+        row). The comparison is made once per ``at`` and cache length, the column once per shape."""
         key = ("rows", at.name, length)
         if key not in self.shared:
             numbers = self.numbers(length, at)
@@ -319,10 +322,12 @@ class _Build:
             counted = self.op(f"{name}_counted", "cast", hits, DType.INT32, dims=(length, n))
             index = self.op(f"{name}_index", "argmax", counted, 1, False)
             found = self.op(f"{name}_found", "index", at, (index,))
-            hit = self.op(f"{name}_hit", "eq", found, numbers)
-            column = self.op(f"{name}_column", "reshape", hit, (length, 1))
-            self.shared[key], self.shared[(*key, "index")] = column, index
-        return self.shared[key], self.shared[(*key, "index")]
+            self.shared[key] = self.op(f"{name}_hit", "eq", found, numbers)
+            self.shared[(*key, "index")] = index
+        hit, index = self.shared[key], self.shared[(*key, "index")]
+        if (*key, after) not in self.shared:
+            self.shared[(*key, after)] = self.op(f"{hit.name}_column{len(after)}", "reshape", hit, (length, *after))
+        return self.shared[(*key, after)], index
 
     def mask_scores(
         self, mask: ValueRef, slot: ValueRef, heads: int, kv_heads: int, group: int
