@@ -118,15 +118,34 @@ def test_split_step_is_one_partition_and_matches_eager(variant, runtime):
     _steps_match_eager(lm, model, ids, 8)
 
 
-def _written_where_eager_wrote(before, state, model, slot):
-    """The step wrote its keys and values at ``slot``, as the eager module computed them (a graph
+def _written_where_eager_wrote(before, state, model, slots):
+    """The step wrote its keys and values at ``slots``, as the eager module computed them (a graph
     runtime's projection rounds as its own GEMM does: equal to float32's precision, not bit for bit on
     every CPU), and left every other slot as it was."""
     for old, new, eager in zip(before, state, (model.keys, model.values), strict=True):
-        torch.testing.assert_close(new[:, :, slot], eager[:, :, slot], rtol=1e-5, atol=1e-6)
-        assert not torch.equal(new[:, :, slot], old[:, :, slot])
-        others = [i for i in range(new.shape[2]) if i != slot]
+        torch.testing.assert_close(new[:, :, slots], eager[:, :, slots], rtol=1e-5, atol=1e-6)
+        assert not torch.equal(new[:, :, slots], old[:, :, slots])
+        others = [i for i in range(new.shape[2]) if i not in slots]
         assert torch.equal(new[:, :, others], old[:, :, others])
+
+
+def _twice_on_a_random_state(plan, model, ids, positions, slots):
+    """``plan`` run on a random state and again on the state it wrote (as if its writes had run before
+    its reads): both times the module's logits on the random state (1e-4), and the writes where the
+    module wrote."""
+    mask = torch.ones(BATCH, LENGTH, dtype=torch.long)
+    state = [torch.randn(BATCH, 4, LENGTH, 8), torch.randn(BATCH, 4, LENGTH, 8)]
+    at = torch.tensor(slots)
+    with torch.no_grad():
+        model.keys.copy_(state[0])
+        model.values.copy_(state[1])
+        want = model(ids, positions, at, mask)
+    before = [tensor.clone() for tensor in state]
+    first = plan.program.run([ids, positions, at, mask, *state])[0]
+    assert (first - want).abs().max().item() <= 1e-4
+    _written_where_eager_wrote(before, state, model, slots)
+    again = plan.program.run([ids, positions, at, mask, *state])[0]  # the slots written already
+    assert (again - want).abs().max().item() <= 1e-4
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
@@ -148,7 +167,7 @@ def test_a_row_every_key_masks_gives_zeros_as_torch(runtime):
     got = lm.decode_plan.program.run([ids, positions, slot, mask, *state])[0]
     assert not got.isnan().any()
     assert (got - want).abs().max().item() <= 1e-4
-    _written_where_eager_wrote(before, state, model, 3)
+    _written_where_eager_wrote(before, state, model, [3])
 
 
 @pytest.mark.parametrize(
@@ -260,19 +279,7 @@ def test_reading_the_written_cache_does_not_depend_on_when_the_write_ran(runtime
     torch.manual_seed(0)
     model = MatmulDecoder(kv_heads=4).eval()
     lm = opcore.graph.capture_lm(model, backends=(runtime, "cpu"), measure=False)
-    ids, positions, slot = torch.tensor([[7], [9]]), torch.tensor([[3], [3]]), torch.tensor([3])
-    mask = torch.ones(BATCH, LENGTH, dtype=torch.long)
-    state = [torch.randn(BATCH, 4, LENGTH, 8), torch.randn(BATCH, 4, LENGTH, 8)]
-    with torch.no_grad():
-        model.keys.copy_(state[0])
-        model.values.copy_(state[1])
-        want = model(ids, positions, slot, mask)
-    before = [tensor.clone() for tensor in state]
-    first = lm.decode_plan.program.run([ids, positions, slot, mask, *state])[0]
-    assert (first - want).abs().max().item() <= 1e-4
-    _written_where_eager_wrote(before, state, model, 3)
-    again = lm.decode_plan.program.run([ids, positions, slot, mask, *state])[0]  # the slot written already
-    assert (again - want).abs().max().item() <= 1e-4
+    _twice_on_a_random_state(lm.decode_plan, model, torch.tensor([[7], [9]]), torch.tensor([[3], [3]]), [3])
 
 
 class MatmulThenSdpa(SdpaDecoder):
@@ -376,22 +383,7 @@ def test_a_prompt_s_rows_are_read_where_they_are_written_at_any_slots(slots, run
     _all_in_one_partition(lm.prefill_plan, runtime)
     n = len(slots)
     ids = torch.randint(0, VOCAB, (BATCH, n), generator=torch.Generator().manual_seed(6))
-    positions, at = torch.tensor(slots).expand(BATCH, n).contiguous(), torch.tensor(slots)
-    mask = torch.ones(BATCH, LENGTH, dtype=torch.long)
-    state = [torch.randn(BATCH, 4, LENGTH, 8), torch.randn(BATCH, 4, LENGTH, 8)]
-    with torch.no_grad():
-        model.keys.copy_(state[0])
-        model.values.copy_(state[1])
-        want = model(ids, positions, at, mask)
-    before = [tensor.clone() for tensor in state]
-    first = lm.prefill_plan.program.run([ids, positions, at, mask, *state])[0]
-    assert (first - want).abs().max().item() <= 1e-4
-    for old, new, eager in zip(before, state, (model.keys, model.values), strict=True):
-        torch.testing.assert_close(new[:, :, slots], eager[:, :, slots], rtol=1e-5, atol=1e-6)
-        others = [i for i in range(LENGTH) if i not in slots]
-        assert torch.equal(new[:, :, others], old[:, :, others])
-    again = lm.prefill_plan.program.run([ids, positions, at, mask, *state])[0]  # the slots written already
-    assert (again - want).abs().max().item() <= 1e-4
+    _twice_on_a_random_state(lm.prefill_plan, model, ids, torch.tensor(slots).expand(BATCH, n).contiguous(), slots)
 
 
 class IndexerDecoder(SdpaDecoder):
