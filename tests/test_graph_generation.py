@@ -659,6 +659,25 @@ def test_a_recurrent_or_hybrid_model_is_refused_with_the_fix(prefix, kwargs):
         opcore.graph.capture_lm(model, max_length=32, measure=False)
 
 
+def test_a_cache_transformers_has_no_static_form_of_is_refused_naming_its_layer_type():
+    # DeepSeek-V4's compressed attention: StaticCache has no layer for it (once the reason was a bare
+    # "KeyError: 'heavily_compressed_attention'" and the Fix spoke of recurrent models alone)
+    config_class = getattr(transformers, "DeepseekV4Config", None)
+    model_class = getattr(transformers, "DeepseekV4ForCausalLM", None)
+    if config_class is None or model_class is None:
+        pytest.skip(f"transformers {transformers.__version__} has no DeepseekV4ForCausalLM")
+    config = config_class(
+        **SMALL, num_key_value_heads=2, head_dim=16, q_lora_rank=32, n_routed_experts=4, num_experts_per_tok=2,
+        moe_intermediate_size=32, sliding_window=8, index_n_heads=2, index_head_dim=16, index_topk=8,
+        layer_types=["heavily_compressed_attention"] * 2, mlp_layer_types=["hash_moe"] * 2,
+    )  # fmt: skip
+    with pytest.raises(ArgumentError) as info:
+        opcore.graph.capture_lm(model_class(config).eval(), max_length=32, measure=False)
+    text = str(info.value)
+    assert "layer types heavily_compressed_attention: transformers' StaticCache has no layer for" in text, text
+    assert "DeepSeek-V4's compressed attention" in (info.value.fix or ""), text
+
+
 def test_a_runtime_whose_decode_plan_fails_at_capture_does_not_compete(monkeypatch):
     """capture_lm times the decode step on each graph runtime alone: one whose plan raises on the
     step's inputs (a kernel declining at run time what planning could not see) is left out, said in

@@ -159,8 +159,9 @@ def _not_attention(model: Any, why: str) -> ArgumentError:
         arg="model",
         expected="a decoder whose every layer caches attention keys and values (transformers' StaticCache)",
         found=f"{type(model).__name__}: {why}",
-        fix="recurrent and hybrid models (Mamba, Jamba, RecurrentGemma, linear attention) are not supported "
-        "by capture_lm; opcore.graph.capture(model, (ids,)) runs their forward without a cache",
+        fix="recurrent and hybrid models (Mamba, Jamba, RecurrentGemma, linear attention) and caches that "
+        "transformers keeps no static form of (DeepSeek-V4's compressed attention) are not supported by "
+        "capture_lm; opcore.graph.capture(model, (ids,)) runs their forward without a cache",
     )
 
 
@@ -180,7 +181,11 @@ class CachedDecoder(torch.nn.Module):
         layer = _cache_layer_class()
         try:
             self.cache = StaticCache(max_cache_len=max_length, config=config)
-        except (AttributeError, ValueError, TypeError, KeyError) as error:  # no attention heads to cache
+        except KeyError as error:  # a layer type transformers keeps no static cache of
+            kinds = sorted({str(kind) for kind in getattr(config, "layer_types", None) or ()})
+            said = f"layer types {', '.join(kinds)}: " if kinds else ""
+            raise _not_attention(model, f"{said}transformers' StaticCache has no layer for {error}") from error
+        except (AttributeError, ValueError, TypeError) as error:  # no attention heads to cache
             raise _not_attention(model, f"{type(error).__name__}: {error}") from error
         # a recurrent layer's state (Mamba, linear attention: Jamba, RecurrentGemma) is not keys and values:
         # transformers' own test for an attention layer is CacheLayerMixin
