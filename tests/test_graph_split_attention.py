@@ -420,3 +420,17 @@ def test_a_cache_of_another_rank_written_along_another_dim_is_read_as_a_value(ru
     _all_in_one_partition(lm.decode_plan, runtime)
     ids = torch.randint(0, VOCAB, (BATCH, 6), generator=torch.Generator().manual_seed(7))
     _steps_match_eager(lm, model, ids, 6)
+
+
+def test_the_prompt_s_torch_route_writes_in_place_and_reads_the_cache_after():
+    # the written cache as a value costs a gather and a select the size of the cache per write: only
+    # the candidates with partitions take it; the torch route keeps the model's own write and read
+    torch.manual_seed(0)
+    model = MatmulDecoder(kv_heads=4).eval()
+    route = opcore.graph.capture_lm(model, measure=False, prefill_partitions=False)
+    assert _prefill_notes(route) == "" and not route.prefill_plan.partitions, route.prefill_plan.notes
+    ids = torch.randint(0, VOCAB, (BATCH, 5), generator=torch.Generator().manual_seed(8))
+    _steps_match_eager(route, model, ids, 3)
+    if RUNTIMES:
+        planned = opcore.graph.capture_lm(model, measure=False, prefill_partitions=True)
+        assert "read_written: 2 matches" in _prefill_notes(planned), planned.prefill_plan.notes
