@@ -430,9 +430,7 @@ def _prefill_plan(
     # partition waits for a write, and the prompt is one partition where it was one a layer (the
     # 135M shape's 31); the torch route writes in place and reads the cache after, as the model does
     # (the value costs a gather and a select the size of the cache, per write)
-    read = lowered
-    if partitions is not False and splits(place, backends):
-        read = _finish_step(exported, max_length, weighing, written=True)
+    read = _read_written(lowered) if partitions is not False and splits(place, backends) else lowered
     measure = timer or (compare if alone is not None else None)
     if partitions is not None or measure is None or place.type.value != "cpu":
         return _plan(read if partitions else lowered, place, backends, None, bool(partitions), copies)
@@ -712,12 +710,9 @@ def _finish_step(
     weighing: Weighing | None = None,
     split: bool = False,
     wide: frozenset[DType] = frozenset(),
-    written: bool = False,
 ) -> Lowered:
     """The exported step with its call spec and bounds, its weights quantized and the rewrites
-    applied (see ``_lower_step``; ``written``: a written cache's other readers read it as a value,
-    opcore.graph.split_attention.read_written, which ``split`` applies too); ``exported.constants``
-    is copied, not changed."""
+    applied (see ``_lower_step``); ``exported.constants`` is copied, not changed."""
     from torch.utils import _pytree
 
     from opcore.graph.masks import drop_full_masks
@@ -740,18 +735,29 @@ def _finish_step(
     graph, dropped = drop_full_masks(graph, constants)
     if dropped:
         applied.append(f"rewrite full attention mask dropped: {dropped} match{'es' * (dropped != 1)}")
-    if split or written:
-        from opcore.graph.split_attention import read_written, split_attention
+    if split:
+        from opcore.graph.split_attention import split_attention
 
-        if split:
-            graph, parted = split_attention(graph, constants, wide)
-            if parted:
-                applied.append(f"rewrite split_attention: {parted} match{'es' * (parted != 1)}")
-        graph, moved = read_written(graph, constants)
-        if moved:
-            applied.append(f"rewrite read_written: {moved} match{'es' * (moved != 1)} (the written cache as a value)")
-    seconds = exported.seconds + time.perf_counter() - started
-    return Lowered(graph, constants, exported.notes, applied, exported.examples, seconds)
+        graph, parted = split_attention(graph, constants, wide)
+        if parted:
+            applied.append(f"rewrite split_attention: {parted} match{'es' * (parted != 1)}")
+    lowered = Lowered(graph, constants, exported.notes, applied, exported.examples, exported.seconds)
+    if split:
+        lowered = _read_written(lowered)
+    return replace(lowered, seconds=exported.seconds + time.perf_counter() - started)
+
+
+def _read_written(lowered: Lowered) -> Lowered:
+    """``lowered`` with each written cache's other readers reading it as a value
+    (opcore.graph.split_attention.read_written); its constants copied, not changed."""
+    from opcore.graph.split_attention import read_written
+
+    constants = dict(lowered.constants)
+    graph, moved = read_written(lowered.graph, constants)
+    if not moved:
+        return lowered
+    said = f"rewrite read_written: {moved} match{'es' * (moved != 1)} (the written cache as a value)"
+    return replace(lowered, graph=graph, constants=constants, applied=[*lowered.applied, said])
 
 
 def _plan(

@@ -115,16 +115,11 @@ def read_written(graph: Graph, constants: MutableMapping[str, Any]) -> tuple[Gra
             axis = dim % cached.ndim
             length, after = cached.shape[axis], (1,) * (cached.ndim - 1 - axis)  # a slot's dims after it
             if row.shape[axis] == 1 and where.shape == (1,):
-                slot = build.slot(at, length)
-                column = build.shared.get(("column", slot.name, after))
-                if column is None:
-                    column = build.op(f"{slot.name}_column{len(after)}", "reshape", slot, (length, *after))
-                    build.shared[("column", slot.name, after)] = column
-                rows = new
+                written, rows = build.slot(at, length), new
             else:  # a prompt's rows: each slot's row of ``new`` gathered (any row where none is written)
-                column, order = build.rows_at(at, length, after)
+                written, order = build.rows_at(at, length)
                 rows = build.op(f"{node.outputs[0]}_rows", "index", new, (*(None,) * axis, order))
-            read = build.op(f"{node.outputs[0]}_read", "where", column, rows, cache)
+            read = build.op(f"{node.outputs[0]}_read", "where", build.column(written, length, after), rows, cache)
             if build.meta(read).shape != cached.shape:
                 raise _NotSplit("shape")
         except _NotSplit:
@@ -306,12 +301,11 @@ class _Build:
             self.values[numbers] = ValueInfo(numbers, meta, (length,))
         return ValueRef(numbers)
 
-    def rows_at(self, at: ValueRef, length: int, after: tuple[int, ...] = (1,)) -> tuple[ValueRef, ValueRef]:
-        """For a write of several rows at the slots ``at`` (n,): bool (length, *after), True at each
-        slot written (``after``: ones for the cache's dims after the written one), and int64 (length,),
-        the row of the write each slot takes (0 where none: an argmax along the n rows, proven below n:
-        opcore.graph.bounds). Exact for any slots, in any order (of a slot written twice, the first
-        row). The comparison is made once per ``at`` and cache length, the column once per shape."""
+    def rows_at(self, at: ValueRef, length: int) -> tuple[ValueRef, ValueRef]:
+        """For a write of several rows at the slots ``at`` (n,): bool (length,), True at each slot
+        written, and int64 (length,), the row of the write each slot takes (0 where none: an argmax
+        along the n rows, proven below n: opcore.graph.bounds). Exact for any slots, in any order (of
+        a slot written twice, the first row). Made once per ``at`` and cache length."""
         key = ("rows", at.name, length)
         if key not in self.shared:
             numbers = self.numbers(length, at)
@@ -324,10 +318,15 @@ class _Build:
             found = self.op(f"{name}_found", "index", at, (index,))
             self.shared[key] = self.op(f"{name}_hit", "eq", found, numbers)
             self.shared[(*key, "index")] = index
-        hit, index = self.shared[key], self.shared[(*key, "index")]
-        if (*key, after) not in self.shared:
-            self.shared[(*key, after)] = self.op(f"{hit.name}_column{len(after)}", "reshape", hit, (length, *after))
-        return self.shared[(*key, after)], index
+        return self.shared[key], self.shared[(*key, "index")]
+
+    def column(self, written: ValueRef, length: int, after: tuple[int, ...]) -> ValueRef:
+        """``written`` (length,) as (length, *after), broadcast over a cache's dims after the written
+        one (``after``: ones); made once per value and shape."""
+        key = ("column", written.name, after)
+        if key not in self.shared:
+            self.shared[key] = self.op(f"{written.name}_column{len(after)}", "reshape", written, (length, *after))
+        return self.shared[key]
 
     def mask_scores(
         self, mask: ValueRef, slot: ValueRef, heads: int, kv_heads: int, group: int
