@@ -3,6 +3,8 @@ the two public steps run; stack traces only where the lowering asks for a source
 
 from __future__ import annotations
 
+import gc
+import threading
 import warnings
 from typing import Any
 
@@ -11,7 +13,7 @@ import torch
 from graph_models import LlamaBlock, seeded
 
 import opcore.graph
-from opcore.graph import aten_export
+from opcore.graph import aten_export, collector
 from opcore.graph.decomposing import decompositions
 from opcore.graph.lowering import _CHECKS  # the checks the lowering drops
 
@@ -145,3 +147,62 @@ def test_a_tied_weight_is_read_from_one_placeholder_as_run_decompositions_reads_
     assert str(one.graph_signature) == str(two.graph_signature)
     with torch.no_grad():
         torch.testing.assert_close(one.module()(ids), model(ids))
+
+
+class Watching(torch.nn.Module):
+    """Records whether Python's automatic garbage collection was on while it was traced."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+        self.seen: list[bool] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen.append(gc.isenabled())
+        return self.linear(x)
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["exported", "export-raises"])
+def test_the_export_traces_with_automatic_collection_paused_and_gives_it_back(fails: bool) -> None:
+    """The trace makes hundreds of thousands of objects and frees few in cycles: collection is off
+    while it runs (opcore.graph.collector), and on again after, whether the export succeeds or not."""
+    model = Watching()
+    if fails:  # a branch on a value: torch.export raises
+        model.forward = lambda x: x * 2 if x.sum() > 0 else x  # type: ignore[method-assign]
+    assert gc.isenabled()
+    if fails:
+        with pytest.raises(Exception, match="data-dependent|GuardOnDataDependent"):
+            aten_export.decomposed(model, (torch.randn(2, 4),), {}, None, decompositions(), traces=False)
+    else:
+        aten_export.decomposed(model, (torch.randn(2, 4),), {}, None, decompositions(), traces=False)
+        assert model.seen and not any(model.seen), model.seen
+    assert gc.isenabled()
+
+
+def test_a_process_that_turned_collection_off_keeps_it_off() -> None:
+    gc.disable()
+    try:
+        with collector.paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_paused_blocks_overlapping_across_threads_give_collection_back_after_the_last() -> None:
+    inside, leave = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with collector.paused():
+            inside.set()
+            leave.wait(10)
+
+    worker = threading.Thread(target=hold)
+    worker.start()
+    inside.wait(10)
+    with collector.paused():
+        assert not gc.isenabled()
+    assert not gc.isenabled()  # the worker's block still holds it
+    leave.set()
+    worker.join(10)
+    assert gc.isenabled()
