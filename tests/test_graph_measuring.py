@@ -6,6 +6,7 @@ and checks only that a decision was made and said."""
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -20,7 +21,7 @@ from graph_models import MLP, LlamaBlock, seeded  # noqa: E402
 
 import opcore  # noqa: E402
 import opcore.graph  # noqa: E402
-from opcore.graph.measuring import LONG_ROUNDS, LONG_S, SETTLE_S, interleaved  # noqa: E402
+from opcore.graph.measuring import LONG_DECISIVE, LONG_ROUNDS, LONG_S, SETTLE_S, decided, interleaved  # noqa: E402
 
 # the plan restricted to onnxruntime partitions plus the torch backend, as bench/graph.py's "plan ort"
 BACKENDS = ("onnxruntime", "cpu")
@@ -236,12 +237,43 @@ def test_interleaved_takes_fewer_samples_of_calls_that_last_long() -> None:
 
         return call
 
-    times = interleaved({"long": case("long", LONG_S), "short": case("short", 0.001)}, rounds=5)
+    # within LONG_DECISIVE of each other: every round is taken
+    times = interleaved({"long": case("long", LONG_S), "short": case("short", LONG_S * 1.03)}, rounds=5)
     assert calls["long"] == 2 + (LONG_ROUNDS - 1), calls  # warm-up, calibrating sample, one a round
-    assert times["long"] >= LONG_S and times["short"] < LONG_S / 2, times
+    assert LONG_S <= times["long"] and LONG_S * 1.03 <= times["short"], times
     calls.update(long=0, short=0)
-    interleaved({"a": case("long", 0.002), "b": case("short", 0.001)}, rounds=5)
+    interleaved({"a": case("long", 0.002), "b": case("short", 0.0015)}, rounds=5)
     assert calls["long"] >= 1 + 5, calls  # short calls: every round
+
+
+def test_interleaved_stops_once_the_fastest_case_is_ahead_beyond_doubt() -> None:
+    """Two samples a case where the fastest's slowest is DECISIVE times faster than every other's
+    fastest (a decode step against its torch route): later rounds could not change the verdict."""
+    calls: dict[str, int] = {"fast": 0, "slow": 0}
+
+    def case(label: str, seconds: float) -> Callable[[], None]:
+        def call() -> None:
+            calls[label] += 1
+            time.sleep(seconds)
+
+        return call
+
+    times = interleaved({"fast": case("fast", LONG_S), "slow": case("slow", LONG_S * 1.5)}, rounds=5)
+    assert calls == {"fast": 3, "slow": 3}, calls  # warm-up, calibrating sample, one round
+    assert times["fast"] * LONG_DECISIVE <= times["slow"], times
+    calls.update(fast=0, slow=0)
+    times = interleaved({"fast": case("fast", 0.001), "slow": case("slow", 0.004)}, rounds=5)
+    a_round = math.ceil(SETTLE_S / 0.004) + 1  # the slow case's untimed calls before its sample, and the sample
+    assert calls["slow"] <= 2 + 3 * a_round < 2 + 5 * a_round, calls  # two rounds (three allowed), not five
+    assert times["fast"] < times["slow"], times
+
+
+def test_decided_needs_two_samples_a_case_and_the_margin_against_every_other() -> None:
+    assert not decided({"a": [1.0], "b": [9.0]})  # one sample: a burst could be either
+    assert decided({"a": [1.0, 1.2], "b": [2.0, 1.8], "c": [5.0, 4.0]})
+    assert not decided({"a": [1.0, 1.2], "b": [2.0, 1.7], "c": [5.0, 4.0]})  # b within DECISIVE of a's slowest
+    assert not decided({"a": [1.0, 1.0], "b": [1.2, 3.0]})
+    assert decided({"a": [1.0, 1.0], "b": [1.2, 3.0]}, LONG_DECISIVE)  # long calls: a narrower margin
 
 
 @pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
