@@ -7,11 +7,13 @@ spread would let 1e-6 of float noise flip a token, which says nothing about the 
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import subprocess
 import sys
 import textwrap
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -431,6 +433,38 @@ def test_forced_first_and_last_tokens_of_the_generation_config():
         assert torch.equal(got, want), (got, want)
         assert int(got[0, -1]) == 2
     assert int(lm.generate(prompt(length=1), max_new_tokens=3, eos_token_id=[])[0, 1]) == 5
+
+
+def test_the_generation_config_s_sampling_and_repetition_penalty_are_the_defaults(llama):
+    """A checkpoint's generation_config may ask for sampling and a repetition penalty (Qwen2.5-Instruct's
+    does: do_sample, temperature 0.7, top_p 0.8, top_k 20, repetition_penalty 1.05): where generate is
+    not told otherwise it follows them, as transformers' generate does; greedy search applies the
+    penalty too. A saved plan keeps them (to_json); one saved before they were kept reads as greedy."""
+    model, lm = llama
+    config = copy.deepcopy(model.generation_config)
+    config.do_sample, config.top_k, config.temperature, config.repetition_penalty = True, 4, 0.7, 1.3
+    defaults = GenerationDefaults.of(SimpleNamespace(generation_config=config))
+    assert defaults.do_sample and defaults.repetition_penalty == 1.3 and defaults.top_k == 4
+    assert GenerationDefaults.from_json(defaults.to_json()) == defaults
+    older = {k: v for k, v in defaults.to_json().items() if k not in ("do_sample", "repetition_penalty")}
+    assert not GenerationDefaults.from_json(older).do_sample
+    ids, kept = prompt(), lm.defaults
+    try:
+        lm.defaults = defaults
+
+        def seeded(**options: Any) -> torch.Tensor:
+            generator = torch.Generator().manual_seed(5)
+            # 38 new tokens: a greedy row of this model repeats a token within them (the penalty shows)
+            return lm.generate(ids, max_new_tokens=38, eos_token_id=[VOCAB + 7], generator=generator, **options)
+
+        assert torch.equal(seeded(), seeded(do_sample=True, top_k=4, temperature=0.7, repetition_penalty=1.3))
+        want = model.generate(
+            ids, max_new_tokens=38, min_new_tokens=38, do_sample=False, repetition_penalty=1.3, eos_token_id=VOCAB + 7
+        )
+        assert torch.equal(seeded(do_sample=False), want)
+        assert not torch.equal(seeded(do_sample=False, repetition_penalty=1.0), seeded(do_sample=False))
+    finally:
+        lm.defaults = kept
 
 
 def test_seeded_sampling_is_reproducible_and_follows_the_options(llama):

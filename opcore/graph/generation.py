@@ -37,6 +37,10 @@ class GenerationDefaults:
     top_k: int | None = None
     top_p: float | None = None
     temperature: float | None = None
+    # a checkpoint's config may ask for sampling (Qwen2.5-Instruct's: do_sample, temperature 0.7,
+    # top_p 0.8, top_k 20, repetition_penalty 1.05), which transformers' generate then does
+    do_sample: bool = False
+    repetition_penalty: float | None = None
     # transformers' ForcedBOS / ForcedEOS processors: the first token of a one-token prompt, the
     # last of max_new_tokens (BART's, Pegasus' and Marian's configs set forced_eos_token_id)
     forced_bos_token_id: int | None = None
@@ -54,6 +58,8 @@ class GenerationDefaults:
             top_k=getattr(config, "top_k", None),
             top_p=getattr(config, "top_p", None),
             temperature=getattr(config, "temperature", None),
+            do_sample=bool(getattr(config, "do_sample", False)),
+            repetition_penalty=getattr(config, "repetition_penalty", None),
             forced_bos_token_id=getattr(config, "forced_bos_token_id", None),
             forced_eos_token_ids=_ids(getattr(config, "forced_eos_token_id", None)),
         )
@@ -65,6 +71,8 @@ class GenerationDefaults:
             "top_k": self.top_k,
             "top_p": self.top_p,
             "temperature": self.temperature,
+            "do_sample": self.do_sample,
+            "repetition_penalty": self.repetition_penalty,
             "forced_bos_token_id": self.forced_bos_token_id,
             "forced_eos_token_ids": list(self.forced_eos_token_ids),
         }
@@ -77,6 +85,8 @@ class GenerationDefaults:
             top_k=record.get("top_k"),
             top_p=record.get("top_p"),
             temperature=record.get("temperature"),
+            do_sample=bool(record.get("do_sample", False)),  # plans saved before it was kept: greedy
+            repetition_penalty=record.get("repetition_penalty"),
             forced_bos_token_id=record.get("forced_bos_token_id"),
             forced_eos_token_ids=tuple(int(i) for i in record.get("forced_eos_token_ids", ())),
         )
@@ -338,7 +348,7 @@ class LanguageModel:
         *,
         max_new_tokens: int = 20,
         min_new_tokens: int = 0,
-        do_sample: bool = False,
+        do_sample: bool | None = None,
         temperature: float | None = None,
         top_k: int | None = None,
         top_p: float | None = None,
@@ -351,9 +361,11 @@ class LanguageModel:
     ) -> Any:
         """The prompt followed by up to ``max_new_tokens`` new tokens per row (batch, prompt + new),
         as transformers' ``generate``: rows that reached an eos are filled with ``pad_token_id``,
-        and generation stops when every row has. ``streamer``: a callable receiving each step's
-        tokens (batch,), or a transformers streamer (``put``/``end``). ``session``: the
-        conversation to use (None: the default one, started again).
+        and generation stops when every row has. ``do_sample``, ``temperature``, ``top_k``, ``top_p``,
+        ``repetition_penalty``, ``eos_token_id``, ``pad_token_id`` None: what the model's
+        ``generation_config`` says, as transformers does (greedy where it says nothing). ``streamer``:
+        a callable receiving each step's tokens (batch,), or a transformers streamer (``put``/``end``).
+        ``session``: the conversation to use (None: the default one, started again).
 
         >>> out = lm.generate(ids, max_new_tokens=32, do_sample=True, top_p=0.9,
         ...                   generator=torch.Generator().manual_seed(0))     # doctest: +SKIP
@@ -382,7 +394,7 @@ class LanguageModel:
         *,
         max_new_tokens: int = 20,
         min_new_tokens: int = 0,
-        do_sample: bool = False,
+        do_sample: bool | None = None,
         temperature: float | None = None,
         top_k: int | None = None,
         top_p: float | None = None,
@@ -430,7 +442,7 @@ class LanguageModel:
         rows: int,
         max_new_tokens: int,
         min_new_tokens: int,
-        do_sample: bool,
+        do_sample: bool | None,
         temperature: float | None,
         top_k: int | None,
         top_p: float | None,
@@ -454,6 +466,10 @@ class LanguageModel:
             top_k=top_k if top_k is not None else self.defaults.top_k,
             top_p=top_p if top_p is not None else self.defaults.top_p,
         )
+        if do_sample is None:
+            do_sample = self.defaults.do_sample
+        if repetition_penalty is None:
+            repetition_penalty = self.defaults.repetition_penalty
         bos = self.defaults.forced_bos_token_id
         choice = Choice(
             do_sample=bool(do_sample), repetition_penalty=repetition_penalty, min_new_tokens=min_new_tokens,
