@@ -5,6 +5,7 @@ and checks only that a decision was made and said."""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -224,19 +225,22 @@ def test_interleaved_waits_out_a_previous_case_that_keeps_the_machine_busy_for_s
     assert all(t < 0.003 for t in times.values()), times
 
 
+def _sleeping(calls: dict[str, int], label: str, seconds: float) -> Callable[[], None]:
+    """A case lasting ``seconds`` a call that counts its calls in ``calls[label]``."""
+
+    def call() -> None:
+        calls[label] += 1
+        time.sleep(seconds)
+
+    return call
+
+
 def test_interleaved_takes_fewer_samples_of_calls_that_last_long() -> None:
     """A comparison of long calls (a prompt of a 135M decoder) takes LONG_ROUNDS samples a case, the
     first its calibrating call: a warm-up, that call, then one timed call a round (no settling); a
     short case beside it is sampled as often, and the times are still each case's own."""
     calls: dict[str, int] = {"long": 0, "short": 0}
-
-    def case(label: str, seconds: float) -> Callable[[], None]:
-        def call() -> None:
-            calls[label] += 1
-            time.sleep(seconds)
-
-        return call
-
+    case = functools.partial(_sleeping, calls)
     # within LONG_DECISIVE of each other: every round is taken
     times = interleaved({"long": case("long", LONG_S), "short": case("short", LONG_S * 1.03)}, rounds=5)
     assert calls["long"] == 2 + (LONG_ROUNDS - 1), calls  # warm-up, calibrating sample, one a round
@@ -250,14 +254,7 @@ def test_interleaved_stops_once_the_fastest_case_is_ahead_beyond_doubt() -> None
     """Two samples a case where the fastest's slowest is DECISIVE times faster than every other's
     fastest (a decode step against its torch route): later rounds could not change the verdict."""
     calls: dict[str, int] = {"fast": 0, "slow": 0}
-
-    def case(label: str, seconds: float) -> Callable[[], None]:
-        def call() -> None:
-            calls[label] += 1
-            time.sleep(seconds)
-
-        return call
-
+    case = functools.partial(_sleeping, calls)
     times = interleaved({"fast": case("fast", LONG_S), "slow": case("slow", LONG_S * 1.5)}, rounds=5)
     assert calls == {"fast": 3, "slow": 3}, calls  # warm-up, calibrating sample, one round
     assert times["fast"] * LONG_DECISIVE <= times["slow"], times
