@@ -404,6 +404,21 @@ def test_min_new_tokens_holds_eos_back(llama):
     assert held.shape[1] >= ids.shape[1] + 4 and int(held[0, ids.shape[1]]) != first
 
 
+def test_max_length_counts_the_prompt_as_transformers_does(llama):
+    """generate(max_length=N) makes rows N tokens long, prompt included, as transformers' generate;
+    max_new_tokens takes precedence; a max_length not above the prompt is an ArgumentError that says
+    it counts the prompt, before any work."""
+    model, lm = llama
+    ids = prompt()
+    want = model.generate(ids, max_length=ids.shape[1] + 7, do_sample=False, eos_token_id=VOCAB + 7, pad_token_id=0)
+    got = lm.generate(ids, max_length=ids.shape[1] + 7, eos_token_id=[VOCAB + 7])
+    assert got.shape[1] == ids.shape[1] + 7 and torch.equal(got, want)
+    assert lm.generate(ids, max_length=ids.shape[1] + 7, max_new_tokens=3, eos_token_id=[]).shape[1] == ids.shape[1] + 3
+    assert len(list(lm.stream(ids, max_length=ids.shape[1] + 2, eos_token_id=[]))) == 2
+    with pytest.raises(ArgumentError, match="max_length.*counts the prompt"):
+        lm.generate(ids, max_length=ids.shape[1])
+
+
 def test_min_new_tokens_ignores_an_eos_id_outside_the_vocabulary(llama):
     """GPT-2's config says eos 50256 whatever its vocab_size: such an id is never produced, so nothing
     is masked (transformers' MinNewTokensLengthLogitsProcessor matches ids against the vocabulary)."""

@@ -92,6 +92,24 @@ class GenerationDefaults:
         )
 
 
+# generate's new tokens where neither max_new_tokens nor max_length says
+NEW_TOKENS = 20
+
+
+def _new_tokens_to(max_length: Any, prompt: int) -> int:
+    """The new tokens that make a row of ``prompt`` tokens ``max_length`` long (transformers'
+    ``max_length``: prompt and new tokens together, ``max_new_tokens`` taking precedence)."""
+    if not isinstance(max_length, int) or isinstance(max_length, bool) or max_length <= prompt:
+        raise ArgumentError(
+            op=_GENERATE,
+            arg="max_length",
+            expected=f"an int above the prompt's {prompt} tokens (max_length counts the prompt, as transformers' does)",
+            found=repr(max_length),
+            fix="pass max_new_tokens=... for the tokens to add, or a max_length above the prompt's length",
+        )
+    return max_length - prompt
+
+
 def _ids(value: Any) -> tuple[int, ...]:
     if value is None:
         return ()
@@ -346,7 +364,7 @@ class LanguageModel:
         input_ids: Any,
         attention_mask: Any = None,
         *,
-        max_new_tokens: int = 20,
+        max_new_tokens: int | None = None,
         min_new_tokens: int = 0,
         do_sample: bool | None = None,
         temperature: float | None = None,
@@ -358,10 +376,13 @@ class LanguageModel:
         generator: Any = None,
         streamer: Any = None,
         session: Session | None = None,
+        max_length: int | None = None,
     ) -> Any:
         """The prompt followed by up to ``max_new_tokens`` new tokens per row (batch, prompt + new),
         as transformers' ``generate``: rows that reached an eos are filled with ``pad_token_id``,
-        and generation stops when every row has. ``do_sample``, ``temperature``, ``top_k``, ``top_p``,
+        and generation stops when every row has. ``max_new_tokens`` None: up to ``max_length`` tokens
+        in all (prompt included, as transformers counts it) where that is given, else 20.
+        ``do_sample``, ``temperature``, ``top_k``, ``top_p``,
         ``repetition_penalty``, ``eos_token_id``, ``pad_token_id`` None: what the model's
         ``generation_config`` says, as transformers does (greedy where it says nothing). ``streamer``:
         a callable receiving each step's tokens (batch,), or a transformers streamer (``put``/``end``).
@@ -377,7 +398,7 @@ class LanguageModel:
         put = _stream_target(streamer, ids[:rows])
         for tokens in self._tokens(
             ids, mask, rows, max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p,
-            repetition_penalty, eos_token_id, pad_token_id, generator, session,
+            repetition_penalty, eos_token_id, pad_token_id, generator, session, max_length,
         ):  # fmt: skip
             produced.append(tokens)
             if put is not None:
@@ -392,7 +413,7 @@ class LanguageModel:
         input_ids: Any,
         attention_mask: Any = None,
         *,
-        max_new_tokens: int = 20,
+        max_new_tokens: int | None = None,
         min_new_tokens: int = 0,
         do_sample: bool | None = None,
         temperature: float | None = None,
@@ -403,6 +424,7 @@ class LanguageModel:
         pad_token_id: int | None = None,
         generator: Any = None,
         session: Session | None = None,
+        max_length: int | None = None,
     ) -> Iterator[Any]:
         """The new tokens (batch,) step by step, as ``generate`` makes them (its options, but streamer).
 
@@ -411,7 +433,7 @@ class LanguageModel:
         ids, mask, rows = self._pad_rows(input_ids, attention_mask)
         return self._tokens(
             ids, mask, rows, max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p,
-            repetition_penalty, eos_token_id, pad_token_id, generator, session,
+            repetition_penalty, eos_token_id, pad_token_id, generator, session, max_length,
         )  # fmt: skip
 
     def _pad_rows(self, input_ids: Any, attention_mask: Any) -> tuple[Any, Any, int]:
@@ -440,7 +462,7 @@ class LanguageModel:
         ids: Any,
         mask: Any,
         rows: int,
-        max_new_tokens: int,
+        max_new_tokens: int | None,
         min_new_tokens: int,
         do_sample: bool | None,
         temperature: float | None,
@@ -451,11 +473,14 @@ class LanguageModel:
         pad_token_id: int | None,
         generator: Any,
         session: Session | None,
+        max_length: int | None = None,
     ) -> Iterator[Any]:
 
+        ids = self._rows(ids, "input_ids")
+        if max_new_tokens is None:
+            max_new_tokens = NEW_TOKENS if max_length is None else _new_tokens_to(max_length, ids.shape[1])
         if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
             raise ArgumentError(op=_GENERATE, arg="max_new_tokens", expected="an int >= 0", found=repr(max_new_tokens))
-        ids = self._rows(ids, "input_ids")
         self._room(session.length if session is not None else 0, ids.shape[1], max_new_tokens)
         eos = _ids(eos_token_id) if eos_token_id is not None else self.defaults.eos_token_ids
         pad = pad_token_id if pad_token_id is not None else self.defaults.pad_token_id

@@ -26,6 +26,7 @@ __all__ = ["GenerationServer", "generation_app"]
 REQUEST_OPTIONS = frozenset(
     {
         "max_new_tokens",
+        "max_length",
         "min_new_tokens",
         "do_sample",
         "temperature",
