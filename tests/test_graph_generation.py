@@ -419,6 +419,17 @@ def test_max_length_counts_the_prompt_as_transformers_does(llama):
         lm.generate(ids, max_length=ids.shape[1])
 
 
+@pytest.mark.parametrize("option", [{"num_beams": 4}, {"generation_config": object()}, {"output_scores": True}])
+def test_an_option_of_transformers_generate_it_does_not_take_is_refused_naming_it(llama, option):
+    """Beam search, a GenerationConfig object, output dicts: an ArgumentError naming the option and
+    what to do instead, from generate and from stream before any step (not a bare TypeError)."""
+    _, lm = llama
+    name = next(iter(option))
+    for call in (lm.generate, lm.stream):
+        with pytest.raises(ArgumentError, match=rf"(?s){name}.*greedy search and sampling are what it does"):
+            call(prompt(), max_new_tokens=2, **option)
+
+
 def test_min_new_tokens_ignores_an_eos_id_outside_the_vocabulary(llama):
     """GPT-2's config says eos 50256 whatever its vocab_size: such an id is never produced, so nothing
     is masked (transformers' MinNewTokensLengthLogitsProcessor matches ids against the vocabulary)."""

@@ -13,7 +13,7 @@ last position. ``LanguageModel.generate`` runs the loop over a session with tran
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -94,6 +94,32 @@ class GenerationDefaults:
 
 # generate's new tokens where neither max_new_tokens nor max_length says
 NEW_TOKENS = 20
+
+# generate's options (docs/generate.md), named where a transformers option it does not take is refused
+OPTIONS = (
+    "attention_mask", "max_new_tokens", "max_length", "min_new_tokens", "do_sample", "temperature", "top_k",
+    "top_p", "repetition_penalty", "eos_token_id", "pad_token_id", "generator", "streamer", "session",
+)  # fmt: skip
+
+
+def _refuse(unsupported: Mapping[str, Any]) -> None:
+    """An ArgumentError for options of transformers' generate that opcore's does not take (beam
+    search, a GenerationConfig object, output dicts...), before any work: a TypeError would not say
+    what to do instead."""
+    if not unsupported:
+        return
+    names = sorted(unsupported)
+    raise ArgumentError(
+        op=_GENERATE,
+        arg=names[0],
+        expected=f"generate's options: {', '.join(OPTIONS)}",
+        found=", ".join(f"{name}={unsupported[name]!r}"[:80] for name in names),
+        fix=(
+            "greedy search and sampling are what it does (beam search, assisted decoding and output "
+            "dicts are not: use the model's own generate for those); a GenerationConfig's options go "
+            "as keywords (do_sample=..., top_p=...), and a captured model's generation_config is read already"
+        ),
+    )
 
 
 def _new_tokens_to(max_length: Any, prompt: int) -> int:
@@ -377,6 +403,7 @@ class LanguageModel:
         streamer: Any = None,
         session: Session | None = None,
         max_length: int | None = None,
+        **unsupported: Any,
     ) -> Any:
         """The prompt followed by up to ``max_new_tokens`` new tokens per row (batch, prompt + new),
         as transformers' ``generate``: rows that reached an eos are filled with ``pad_token_id``,
@@ -393,6 +420,7 @@ class LanguageModel:
         """
         import torch
 
+        _refuse(unsupported)
         ids, mask, rows = self._pad_rows(input_ids, attention_mask)
         produced: list[Any] = []
         put = _stream_target(streamer, ids[:rows])
@@ -425,11 +453,13 @@ class LanguageModel:
         generator: Any = None,
         session: Session | None = None,
         max_length: int | None = None,
+        **unsupported: Any,
     ) -> Iterator[Any]:
         """The new tokens (batch,) step by step, as ``generate`` makes them (its options, but streamer).
 
         >>> for tokens in lm.stream(ids, max_new_tokens=8): print(tokens.tolist())   # doctest: +SKIP
         """
+        _refuse(unsupported)
         ids, mask, rows = self._pad_rows(input_ids, attention_mask)
         return self._tokens(
             ids, mask, rows, max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p,
