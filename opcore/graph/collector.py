@@ -3,10 +3,10 @@
 An export makes and keeps hundreds of thousands of container objects (fake tensors, graph nodes,
 symbolic sizes, their metadata) and frees few of them in cycles; CPython's collector counts those
 allocations and, every so often, walks every object the process holds to find none. For a 135M
-decoder's prompt that was 9 full collections of 0.2-0.35 s each over a ~350,000-object heap, 1.0 s
-of a 6.5 s export on a 2-vCPU EPYC (5.5 s paused, three runs each; the collections during it found
-39-1,077 objects). Mercurial pauses collection around its large parses for the same reason
-(``util.nogc``).
+decoder's prompt that was three full collections of 0.21-0.35 s each over a heap of ~350,000 objects
+and more, beside many young ones: about 1.0 s of a 6.5 s export on a 2-vCPU EPYC (5.5 s paused, three
+runs each; the full collections during it found 39-1,077 objects). Mercurial pauses collection
+around its large parses for the same reason (``util.nogc``).
 
 ``paused()`` turns automatic collection off for the block and back on after it where it was on;
 an explicit ``gc.collect()`` still runs. Blocks nest and may overlap across threads: collection
