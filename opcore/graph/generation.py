@@ -95,24 +95,26 @@ class GenerationDefaults:
 # generate's new tokens where neither max_new_tokens nor max_length says
 NEW_TOKENS = 20
 
-# generate's options (docs/generate.md), named where a transformers option it does not take is refused
-OPTIONS = (
-    "attention_mask", "max_new_tokens", "max_length", "min_new_tokens", "do_sample", "temperature", "top_k",
-    "top_p", "repetition_penalty", "eos_token_id", "pad_token_id", "generator", "streamer", "session",
-)  # fmt: skip
-
 
 def _refuse(unsupported: Mapping[str, Any]) -> None:
     """An ArgumentError for options of transformers' generate that opcore's does not take (beam
     search, a GenerationConfig object, output dicts...), before any work: a TypeError would not say
-    what to do instead."""
+    what to do instead. The options it names are generate's own keywords, read from its signature."""
     if not unsupported:
         return
+    import inspect
+
     names = sorted(unsupported)
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    options = [
+        name
+        for name, parameter in inspect.signature(LanguageModel.generate).parameters.items()
+        if parameter.kind in kinds and name not in ("self", "input_ids")
+    ]
     raise ArgumentError(
         op=_GENERATE,
         arg=names[0],
-        expected=f"generate's options: {', '.join(OPTIONS)}",
+        expected=f"generate's options: {', '.join(options)}",
         found=", ".join(f"{name}={unsupported[name]!r}"[:80] for name in names),
         fix=(
             "greedy search and sampling are what it does (beam search, assisted decoding and output "
