@@ -68,8 +68,11 @@ def build_linear_wq(
     dtype = dtype_of(x)
     kind = ov_type(dtype)
     weight = ops.convert(_codes(g, qweight, bits, n, groups, group), kind)
-    if zero is None:
-        weight = ops.subtract(weight, g.const(1 << (bits - 1), dtype))
+    # the middle code as a u8 Constant converted, as a zero point is: the pattern the CPU plugin's
+    # dynamic quantization of x recognizes (a float constant there keeps x float whatever it is told)
+    middle = ops.convert(g.const(1 << (bits - 1), "uint8"), kind) if zero is None else None
+    if middle is not None:
+        weight = ops.subtract(weight, middle)
     else:
         weight = ops.subtract(weight, ops.reshape(ops.convert(zero, kind), g.ints([n, groups, 1]), False))
     scales = scale if dtype_of(scale) == dtype else ops.convert(scale, kind)
