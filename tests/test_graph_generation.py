@@ -382,6 +382,30 @@ def test_left_padded_batch_equals_each_row_alone():
     assert torch.equal(both[1, 9:], alone_short[0, 5:])
 
 
+def test_masks_of_bool_and_float_and_use_cache_are_taken_as_transformers_takes_them():
+    """A bool or float attention mask gives the tokens the tokenizer's int64 mask gives (as in
+    transformers' generate); use_cache (written for transformers) changes nothing; a mask of other
+    values than 0 and 1, of another rank or other rows is refused naming attention_mask."""
+    model = build("llama")
+    lm = opcore.graph.capture_lm(model, max_length=40, batch_size=2, measure=False)
+    ids, mask, _, _ = left_padded_rows()
+    want = assert_left_padded_batch_equals_transformers(model, lm)
+    for other in (mask.bool(), mask.float(), mask.int()):
+        assert torch.equal(lm.generate(ids, other, max_new_tokens=12, eos_token_id=[]), want)
+    for use_cache in (True, False):
+        assert torch.equal(lm.generate(ids, mask, max_new_tokens=12, eos_token_id=[], use_cache=use_cache), want)
+    streamed = list(lm.stream(ids, mask.bool(), max_new_tokens=12, eos_token_id=[]))
+    assert torch.equal(torch.stack(streamed, 1), want[:, 9:])
+    with pytest.raises(ArgumentError, match=r"attention_mask.*0 \(padding\) or 1.*found values \[0\.5\]"):
+        lm.generate(ids, mask.float() * 0.5, max_new_tokens=2)
+    with pytest.raises(ArgumentError, match=r"attention_mask.*a mask of 0 and 1 of shape \(batch, seq\)"):
+        lm.generate(ids, mask[None], max_new_tokens=2)
+    with pytest.raises(ShapeError, match=r"attention_mask.*2 row\(s\).*found 3 row\(s\)"):
+        lm.generate(ids, torch.ones(3, 9, dtype=torch.long), max_new_tokens=2)
+    with pytest.raises(ShapeError, match=r"attention_mask.*\(2, 9\).*\(2, 8\)"):
+        lm.generate(ids, mask[:, 1:], max_new_tokens=2)
+
+
 def test_each_row_stops_at_its_eos_and_is_padded_after():
     model = build("llama")
     lm = opcore.graph.capture_lm(model, max_length=40, batch_size=2, measure=False)

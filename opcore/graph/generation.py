@@ -308,11 +308,12 @@ class LanguageModel:
             try:
                 value = torch.as_tensor(value)
             except Exception as error:
-                raise ArgumentError(
-                    op=_GENERATE, arg=arg, expected="a tensor of token ids", found=type(value).__name__
-                ) from error
+                what = "a mask of 0 and 1" if arg == "attention_mask" else "a tensor of token ids"
+                raise ArgumentError(op=_GENERATE, arg=arg, expected=what, found=type(value).__name__) from error
         if value.dim() == 1:
             value = value[None]
+        if arg == "attention_mask":
+            return self._mask_rows(value).to(device=str(self.decode_plan.device), dtype=torch.long)
         if value.dim() != 2 or value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
             raise ArgumentError(
                 op=_GENERATE,
@@ -330,7 +331,7 @@ class LanguageModel:
                 fix=f"capture_lm(..., batch_size={value.shape[0]}) (generate pads fewer rows itself)",
             )
         value = value.to(device=str(self.decode_plan.device), dtype=torch.long)
-        if arg != "attention_mask" and self.vocab_size is not None and value.numel():
+        if self.vocab_size is not None and value.numel():
             low, high = int(value.min()), int(value.max())
             if low < 0 or high >= self.vocab_size:
                 raise ArgumentError(
@@ -340,6 +341,36 @@ class LanguageModel:
                     found=f"id {low if low < 0 else high}",
                     fix="tokenize with the model's own tokenizer; pad with a valid id (pad_token_id) and mask it",
                 )
+        return value
+
+    def _mask_rows(self, value: Any) -> Any:
+        """An attention mask (batch, seq) of 0 and 1, as transformers takes it: integers, bool or float
+        (a tokenizer's int64, a bool mask, a float one); other values, ranks or rows are refused."""
+        if value.dim() != 2 or value.dtype.is_complex:
+            raise ArgumentError(
+                op=_GENERATE,
+                arg="attention_mask",
+                expected="a mask of 0 and 1 of shape (batch, seq)",
+                found=f"{value.dtype} of shape {tuple(value.shape)}",
+                fix="pass the tokenizer's attention_mask (1 for tokens, 0 for padding)",
+            )
+        if value.shape[0] != self.batch_size:
+            raise ShapeError(
+                op=_GENERATE,
+                arg="attention_mask",
+                expected=f"{self.batch_size} row(s), the batch size captured",
+                found=f"{value.shape[0]} row(s)",
+                fix="pass one mask row per prompt row",
+            )
+        if value.dtype.is_floating_point and bool(((value != 0) & (value != 1)).any()):
+            # before the conversion to integers, which would turn 0.5 into 0
+            raise ArgumentError(
+                op=_GENERATE,
+                arg="attention_mask",
+                expected="0 (padding) or 1 (a token) in every place",
+                found=f"values {sorted(set(value.unique().tolist()) - {0.0, 1.0})[:4]}",
+                fix="pass the tokenizer's attention_mask (1 for tokens, 0 for padding)",
+            )
         return value
 
     def _room(self, used: int, prompt: int, new: int) -> None:
@@ -405,6 +436,7 @@ class LanguageModel:
         streamer: Any = None,
         session: Session | None = None,
         max_length: int | None = None,
+        use_cache: bool | None = None,
         **unsupported: Any,
     ) -> Any:
         """The prompt followed by up to ``max_new_tokens`` new tokens per row (batch, prompt + new),
@@ -415,7 +447,9 @@ class LanguageModel:
         ``repetition_penalty``, ``eos_token_id``, ``pad_token_id`` None: what the model's
         ``generation_config`` says, as transformers does (greedy where it says nothing). ``streamer``:
         a callable receiving each step's tokens (batch,), or a transformers streamer (``put``/``end``).
-        ``session``: the conversation to use (None: the default one, started again).
+        ``session``: the conversation to use (None: the default one, started again). ``use_cache`` is
+        taken for callers written for transformers and changes nothing: the tokens are those of
+        transformers' generate with or without its cache, and the captured cache is what runs.
 
         >>> out = lm.generate(ids, max_new_tokens=32, do_sample=True, top_p=0.9,
         ...                   generator=torch.Generator().manual_seed(0))     # doctest: +SKIP
@@ -455,6 +489,7 @@ class LanguageModel:
         generator: Any = None,
         session: Session | None = None,
         max_length: int | None = None,
+        use_cache: bool | None = None,
         **unsupported: Any,
     ) -> Iterator[Any]:
         """The new tokens (batch,) step by step, as ``generate`` makes them (its options, but streamer).
