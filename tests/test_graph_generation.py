@@ -710,6 +710,25 @@ def test_a_module_following_the_protocol_is_captured_as_is():
     assert lm.generate(ids, max_new_tokens=8)[0, 4:].tolist() == protocol_greedy(model, ids, 8)
 
 
+def test_a_model_in_training_mode_is_captured_in_eval_mode_and_given_back_training():
+    """GPT-2's dropout (0.1 by its config) left on would make each capture's graph draw at random:
+    capture_lm captures in eval mode, the tokens are eval-mode generate's, and the model goes back to
+    training (every submodule), also where capture fails."""
+    model = build("gpt2")
+    ids = prompt()
+    want = model.generate(ids, max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0)
+    model.train()
+    lm = opcore.graph.capture_lm(model, max_length=32, measure=False)
+    assert all(module.training for module in model.modules())
+    assert torch.equal(lm.generate(ids, max_new_tokens=8, eos_token_id=[]), want)
+    with pytest.raises(ArgumentError):
+        opcore.graph.capture_lm(model, max_length=32, measure=False, weights="int3")
+    assert all(module.training for module in model.modules())
+    model.eval()
+    opcore.graph.capture_lm(model, max_length=32, measure=False)
+    assert not any(module.training for module in model.modules())
+
+
 def test_a_module_without_the_protocol_is_refused_with_the_fix():
     with pytest.raises(ArgumentError, match="batch_size and max_length"):
         opcore.graph.capture_lm(torch.nn.Linear(4, 4))

@@ -87,8 +87,32 @@ def capture_lm(
     weights, group_size, exclude: as ``capture``'s (int8 / int4 weight-only linears, the logits' at
     int8; docs/quantized.md): prefill and decode share the quantized constants.
 
+    The model is captured in eval mode (no dropout) and given back in the mode it was in.
+
     >>> lm = opcore.graph.capture_lm(LlamaForCausalLM(config).eval(), max_length=128)   # doctest: +SKIP
     """
+    training = bool(getattr(model, "training", False))
+    try:
+        return _capture_lm(
+            model, max_length, batch_size, backends, device, measure, prefill_partitions, weights, group_size, exclude
+        )
+    finally:
+        if training:
+            model.train()
+
+
+def _capture_lm(
+    model: Any,
+    max_length: int,
+    batch_size: int,
+    backends: Sequence[str] | None,
+    device: str | None,
+    measure: bool | Timer | None,
+    prefill_partitions: bool | None,
+    weights: str | None,
+    group_size: int | None,
+    exclude: Sequence[str],
+) -> LanguageModel:
     import torch
 
     from opcore.graph.decoder import CachedDecoder, is_transformers_lm, protocol_sizes
