@@ -729,6 +729,32 @@ def test_a_model_in_training_mode_is_captured_in_eval_mode_and_given_back_traini
     assert not any(module.training for module in model.modules())
 
 
+@pytest.mark.parametrize("family", ["gpt2", "opt", "gpt_neo"])
+def test_a_cache_longer_than_a_table_of_positions_is_refused_naming_the_table(family):
+    """GPT-2's and GPT-Neo's learned positions (OPT's with 2 rows of offset) cover the
+    config's max_position_embeddings: transformers' generate raises IndexError past them, and a graph
+    runtime's gather gave zeros without a word (GPT-2 generated 40 tokens with 32 positions). A cache
+    up to the table's length captures; a rotary model extends past its config's number, as in
+    transformers."""
+    config_class, model_class, kwargs = _families()[family] if family in _families() else _more(family)
+    limit = 24
+    key = "n_positions" if family == "gpt2" else "max_position_embeddings"
+    model = built(model_class, config_class(**{**kwargs, key: limit}))
+    refused = rf"max_length.*at most {limit}.*learned positions.*found 25.*max_length={limit}"
+    with pytest.raises(ArgumentError, match=refused):
+        opcore.graph.capture_lm(model, max_length=limit + 1, measure=False)
+    ids = prompt(length=limit - 6)
+    want = model.generate(ids, max_new_tokens=6, do_sample=False, eos_token_id=None, pad_token_id=0)
+    lm = opcore.graph.capture_lm(model, max_length=limit, measure=False)
+    assert torch.equal(lm.generate(ids, max_new_tokens=6, eos_token_id=[]), want)
+    rotary = transformers.LlamaConfig(**{**_families()["llama"][2], "max_position_embeddings": limit})
+    llama = built(transformers.LlamaForCausalLM, rotary)
+    lm = opcore.graph.capture_lm(llama, max_length=limit + 8, measure=False)
+    ids = prompt(length=limit)
+    want = llama.generate(ids, max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert torch.equal(lm.generate(ids, max_new_tokens=8, eos_token_id=[]), want)
+
+
 def test_a_module_without_the_protocol_is_refused_with_the_fix():
     with pytest.raises(ArgumentError, match="batch_size and max_length"):
         opcore.graph.capture_lm(torch.nn.Linear(4, 4))

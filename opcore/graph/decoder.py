@@ -165,6 +165,41 @@ def _not_attention(model: Any, why: str) -> ArgumentError:
     )
 
 
+def position_table(model: Any, config: Any) -> tuple[str, int] | None:
+    """(name, positions it covers) of the model's table of learned (or precomputed sinusoidal)
+    positions, where it has one: an ``nn.Embedding`` other than the token embeddings whose rows, less
+    its offset (OPT, BART, BioGPT and TrOCR keep 2 rows ahead), are the config's
+    ``max_position_embeddings`` (GPT-2's ``n_positions``). None for rotary, ALiBi and positions
+    computed on demand (XGLM), which extend to any length, as in transformers."""
+    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        return None
+    tokens = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Embedding) and module is not tokens:
+            offset = getattr(module, "offset", 0)
+            covered = module.num_embeddings - (offset if isinstance(offset, int) else 0)
+            if covered == limit:
+                return name, covered
+    return None
+
+
+def _check_positions(model: Any, config: Any, max_length: int) -> None:
+    """A cache longer than the positions a table holds would read rows past its end: transformers'
+    generate raises IndexError there, and a graph runtime's gather gives zeros without a word."""
+    table = position_table(model, config)
+    if table is not None and max_length > table[1]:
+        name, covered = table
+        raise ArgumentError(
+            op=_CAPTURE_LM,
+            arg="max_length",
+            expected=f"at most {covered}: {type(model).__name__}'s learned positions ({name}) cover {covered} tokens",
+            found=str(max_length),
+            fix=f"capture_lm(..., max_length={covered}); a longer context needs a model whose positions extend "
+            "(rotary, ALiBi)",
+        )
+
+
 class CachedDecoder(torch.nn.Module):
     """A transformers causal LM with a static KV cache of ``batch_size`` x ``max_length`` as buffers,
     called by the protocol above."""
@@ -178,6 +213,7 @@ class CachedDecoder(torch.nn.Module):
         self.batch_size, self.max_length = batch_size, max_length
         self.keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         config = model.config.get_text_config()
+        _check_positions(model, config, max_length)
         layer = _cache_layer_class()
         try:
             self.cache = StaticCache(max_cache_len=max_length, config=config)
