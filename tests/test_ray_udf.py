@@ -163,6 +163,31 @@ def test_generation_gives_each_prompt_what_generate_gives_it_alone(plans):
         assert out["input_ids"][row].tolist() == prompt.tolist()
 
 
+def test_max_length_counts_each_row_s_own_prompt(plans):
+    """max_length (it was passed to generate beside the predictor's own max_new_tokens, which won):
+    each row up to max_length tokens with its own prompt, as generate gives the row alone, also where
+    a long prompt in its group leaves the short one too little room in the shared cache (24 slots:
+    18 + 6 against 2 + 22); a row not shorter than max_length, or max_length past the cache, is the
+    row's error."""
+    rows = [numpy.arange(1, 19, dtype=numpy.int64), numpy.array([5, 2], numpy.int64), *prompts()[:2]]
+    out = GenerationPredictor(plans / "tiny.lm", threads=1, max_length=24)(
+        {"id": numpy.arange(4), "input_ids": ragged(rows)}
+    )
+    lm = opcore.graph.load(plans / "tiny.lm")
+    for row, prompt in enumerate(rows):
+        alone = lm.generate(torch.from_numpy(prompt)[None], max_length=24)[0, len(prompt) :]
+        assert out["tokens"][row][: len(alone)].tolist() == alone.tolist(), row
+        assert len(alone) == 24 - len(prompt) and not out["tokens"][row][len(alone) :].any(), row
+    assert GenerationPredictor(plans / "tiny.lm", threads=1, max_new_tokens=3, max_length=24).max_length is None
+    for length, rows in ((25, prompts()[:1]), (4, [numpy.arange(1, 5, dtype=numpy.int64)])):
+        with pytest.raises(RowError, match=rf"row id 0: max_length {length} counts the prompt"):
+            GenerationPredictor(plans / "tiny.lm", threads=1, max_length=length)(
+                {"id": numpy.arange(1), "input_ids": ragged(rows)}
+            )
+    with pytest.raises(ArgumentError, match="max_length"):
+        GenerationPredictor(plans / "tiny.lm", threads=1, max_length=0)
+
+
 def test_a_prompt_too_long_for_the_cache_fails_naming_its_row(plans):
     too_long = [*prompts()[:2], numpy.arange(20, dtype=numpy.int64)]
     with pytest.raises(
@@ -188,6 +213,9 @@ def test_the_server_streams_what_generate_gives(plans):
     want = opcore.graph.load(plans / "tiny.lm").generate(torch.tensor([prompt]), max_new_tokens=5)[0, 4:].tolist()
     assert list(server.stream(prompt)) == want
     assert server.generate(prompt, max_new_tokens=3) == want[:3]
+    # a request's max_length (prompt included) over the server's default max_new_tokens; its own wins
+    assert server.generate(prompt, max_length=7) == want[:3]
+    assert server.generate(prompt, max_length=7, max_new_tokens=2) == want[:2]
     with pytest.raises(ArgumentError, match="argument 'session' expected one of generate's options"):
         server.generate(prompt, session=None)
     assert server.info()["fingerprint_changes"] == []

@@ -290,7 +290,9 @@ class GenerationPredictor(_Rows):
     """A Ray Data UDF that generates with a saved language model (``LanguageModel.save``): each row's
     prompt (1-D token ids, any length) becomes up to ``max_new_tokens`` new tokens in ``tokens`` (fewer
     where every row of its group reached an eos; a row that reached its eos earlier is padded with
-    ``pad_token_id``, as transformers' generate does); the prompt column stays.
+    ``pad_token_id``, as transformers' generate does); the prompt column stays. ``max_length``
+    instead: each row up to that many tokens, its own prompt included (as transformers counts a row
+    generated alone; ``max_new_tokens`` wins where both are given; neither: 20 new tokens).
     Rows run ``lm.batch_size`` at a time, left-padded to the longest prompt of the group (each row
     gets what it gets alone: docs/generate.md); generate's options (greedy by default) apply.
 
@@ -305,7 +307,8 @@ class GenerationPredictor(_Rows):
         *,
         prompt_column: str = "input_ids",
         output_column: str = "tokens",
-        max_new_tokens: int = 20,
+        max_new_tokens: int | None = None,
+        max_length: int | None = None,
         id_column: str = "id",
         on_error: str = "raise",
         threads: int | None = None,
@@ -323,7 +326,14 @@ class GenerationPredictor(_Rows):
             )
         self.prompt_column = prompt_column
         self.output_column = output_column
-        self.max_new_tokens = max_new_tokens
+        for name, value in (("max_new_tokens", max_new_tokens), ("max_length", max_length)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ArgumentError(
+                    op=self.op, arg=name, expected="an int >= 1 or None", found=repr(value), fix=f"pass {name}=<int>"
+                )
+        # transformers' precedence: max_new_tokens over max_length; neither: 20 new tokens
+        self.max_new_tokens = max_new_tokens if max_new_tokens is not None or max_length is not None else 20
+        self.max_length = max_length if self.max_new_tokens is None else None
         self.options = generate_options
         self.pad = int(generate_options.get("pad_token_id") or 0)
 
@@ -342,7 +352,12 @@ class GenerationPredictor(_Rows):
                     f"row id {ids[index]!r}: column {self.prompt_column!r} expected 1-D integer token ids, found shape "
                     f"{list(prompt.shape)} ({prompt.dtype})"
                 )
-            elif len(prompt) + self.max_new_tokens > lm.max_length:
+            elif self.max_length is not None and not len(prompt) < self.max_length <= lm.max_length:
+                errors[index] = (
+                    f"row id {ids[index]!r}: max_length {self.max_length} counts the prompt: it must be above the "
+                    f"row's {len(prompt)} prompt tokens and at most the captured max_length {lm.max_length}"
+                )
+            elif self.max_new_tokens is not None and len(prompt) + self.max_new_tokens > lm.max_length:
                 errors[index] = (
                     f"row id {ids[index]!r}: {len(prompt)} prompt tokens + max_new_tokens {self.max_new_tokens} exceed "
                     f"the captured max_length {lm.max_length}"
@@ -367,7 +382,20 @@ class GenerationPredictor(_Rows):
             prompt = torch.tensor(prompts[index], dtype=torch.long)  # a copy: Ray's batches may be read-only
             ids[row, longest - len(prompt) :] = prompt
             mask[row, longest - len(prompt) :] = 1
-        out = self.loaded.generate(ids, mask, max_new_tokens=self.max_new_tokens, **self.options)
+        # each row's own budget: with max_length, what is left of it after the row's own prompt (a
+        # left-padded row gets what it gets alone, so a row's tokens past its budget are cut off). The
+        # padded rows share the cache: a shorter row whose budget goes past the room the longest prompt
+        # leaves is generated again with the rows like it (shorter prompts each time: it ends)
+        budgets = [
+            self.max_new_tokens if self.max_new_tokens is not None else int(self.max_length or 0) - len(prompts[i])
+            for i in chunk
+        ]
+        steps = min(max(budgets), self.loaded.max_length - longest)
+        out = self.loaded.generate(ids, mask, max_new_tokens=steps, **self.options)
         new = out[:, longest:].numpy()
+        again = [index for row, index in enumerate(chunk) if budgets[row] > steps]
         for row, index in enumerate(chunk):
-            results[index] = new[row]
+            if budgets[row] <= steps:
+                results[index] = new[row][: budgets[row]]
+        if again:
+            self._generate(again, prompts, results)

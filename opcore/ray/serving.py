@@ -83,9 +83,14 @@ class GenerationServer:
         ids = torch.as_tensor([list(input_ids)], dtype=torch.long)
         if ids.shape[1] < 1:
             raise ArgumentError(op=self.op, arg="input_ids", expected="at least one token id", found="none")
+        asked = self._options(options)
+        chosen = {**self.defaults, **asked}
+        if "max_length" in asked and "max_new_tokens" not in asked:
+            # the request's length, not the server's default number of new tokens (which would win)
+            chosen.pop("max_new_tokens", None)
         session = self.lm.session()
         with torch.no_grad():
-            for tokens in self.lm.stream(ids, session=session, **{**self.defaults, **self._options(options)}):
+            for tokens in self.lm.stream(ids, session=session, **chosen):
                 yield int(tokens[0])
 
     def generate(self, input_ids: Sequence[int], **options: Any) -> list[int]:
