@@ -7,7 +7,7 @@ a weight.
 A constant qweight (``opcore.resolve``'s, a partition's) becomes the u8 / u4 Constant itself (its
 packed bytes are OpenVINO's u4 order: the even index in the low nibble); a fed one is unpacked in
 the graph (bitwise and / shift), which is correct but not compressed. Symmetric codes subtract the
-middle code (128 or 8) as a constant. The model is keyed on K and N (the decompression's reshape).
+middle code (128 or 8) as a u8 constant. The model is keyed on K and N (the decompression's reshape).
 
 ``embedding_wq``: Gather of the u8 codes (and scales, zero points) by the indices, then Convert,
 Subtract, Multiply on the rows picked; 4-bit pairs unpacked with bitwise and / shift.
@@ -68,11 +68,10 @@ def build_linear_wq(
     dtype = dtype_of(x)
     kind = ov_type(dtype)
     weight = ops.convert(_codes(g, qweight, bits, n, groups, group), kind)
-    # the middle code as a u8 Constant converted, as a zero point is: the pattern the CPU plugin's
-    # dynamic quantization of x recognizes (a float constant there keeps x float whatever it is told)
-    middle = ops.convert(g.const(1 << (bits - 1), "uint8"), kind) if zero is None else None
-    if middle is not None:
-        weight = ops.subtract(weight, middle)
+    if zero is None:
+        # the middle code as a u8 Constant converted, as a zero point is: the pattern the CPU plugin's
+        # dynamic quantization of x recognizes (a float constant there keeps x float whatever it is told)
+        weight = ops.subtract(weight, ops.convert(g.const(1 << (bits - 1), "uint8"), kind))
     else:
         weight = ops.subtract(weight, ops.reshape(ops.convert(zero, kind), g.ints([n, groups, 1]), False))
     scales = scale if dtype_of(scale) == dtype else ops.convert(scale, kind)
