@@ -534,6 +534,21 @@ def test_seeded_sampling_is_reproducible_and_follows_the_options(llama):
     assert len(set(new)) == len(new)  # a huge penalty never repeats a token
 
 
+@pytest.mark.parametrize(
+    "options", [{}, {"temperature": 4.0}, {"temperature": 4.0, "top_p": 0.9}, {"temperature": 4.0, "top_k": 0}]
+)
+def test_sampling_draws_what_transformers_draws_from_the_same_seed(llama, options):
+    """Sampled tokens equal model.generate(do_sample=True)'s from the same seed: the same processors,
+    and transformers' top_k of 50 where neither the call nor the config sets one (opcore sampled from
+    every token there); top_k=0 samples from every token in both."""
+    model, lm = llama
+    ids = prompt()
+    got = lm.generate(ids, max_new_tokens=12, do_sample=True, generator=torch.Generator().manual_seed(9), **options)
+    torch.manual_seed(9)
+    want = model.generate(ids, max_new_tokens=12, do_sample=True, pad_token_id=0, **options)
+    assert torch.equal(got, want)
+
+
 def test_streamer_gets_every_token_as_made(llama):
     _, lm = llama
     ids = prompt()

@@ -94,6 +94,9 @@ class GenerationDefaults:
 
 # generate's new tokens where neither max_new_tokens nor max_length says
 NEW_TOKENS = 20
+# sampling's top-k where neither the call nor the model's generation config sets one: transformers'
+# global default (GenerationConfig._get_default_generation_params); top_k=0 samples from every token
+TOP_K = 50
 
 
 def _refuse(unsupported: Mapping[str, Any]) -> None:
@@ -445,7 +448,8 @@ class LanguageModel:
         in all (prompt included, as transformers counts it) where that is given, else 20.
         ``do_sample``, ``temperature``, ``top_k``, ``top_p``,
         ``repetition_penalty``, ``eos_token_id``, ``pad_token_id`` None: what the model's
-        ``generation_config`` says, as transformers does (greedy where it says nothing). ``streamer``:
+        ``generation_config`` says, as transformers does (greedy where it says nothing; sampling's
+        top_k 50 where it says nothing, transformers' default: ``top_k=0`` for none). ``streamer``:
         a callable receiving each step's tokens (batch,), or a transformers streamer (``put``/``end``).
         ``session``: the conversation to use (None: the default one, started again). ``use_cache`` is
         taken for callers written for transformers and changes nothing: the tokens are those of
@@ -555,7 +559,7 @@ class LanguageModel:
             pad = eos[0] if eos else 0
         sampled: dict[str, Any] = dict(
             temperature=temperature if temperature is not None else self.defaults.temperature,
-            top_k=top_k if top_k is not None else self.defaults.top_k,
+            top_k=top_k if top_k is not None else self.defaults.top_k if self.defaults.top_k is not None else TOP_K,
             top_p=top_p if top_p is not None else self.defaults.top_p,
         )
         if do_sample is None:
