@@ -549,6 +549,27 @@ def test_sampling_draws_what_transformers_draws_from_the_same_seed(llama, option
     assert torch.equal(got, want)
 
 
+def test_fewer_rows_than_captured_sample_as_those_rows_alone():
+    """A batch-3 capture given one row pads it with copies of that row; the copies take its token, so
+    the generator draws for the caller's row alone (it drew for the copies too, and the second
+    token on differed from model.generate's)."""
+    model = build("llama")
+    lm = opcore.graph.capture_lm(model, max_length=40, batch_size=3, measure=False)
+    ids = prompt()
+    got = lm.generate(
+        ids, max_new_tokens=12, do_sample=True, temperature=4.0, generator=torch.Generator().manual_seed(4)
+    )
+    torch.manual_seed(4)
+    want = model.generate(ids, max_new_tokens=12, do_sample=True, temperature=4.0, pad_token_id=0)
+    assert torch.equal(got, want)
+    two = torch.cat([ids, prompt(seed=2)])
+    got = lm.generate(
+        two, max_new_tokens=12, do_sample=True, temperature=4.0, generator=torch.Generator().manual_seed(4)
+    )
+    torch.manual_seed(4)
+    assert torch.equal(got, model.generate(two, max_new_tokens=12, do_sample=True, temperature=4.0, pad_token_id=0))
+
+
 def test_streamer_gets_every_token_as_made(llama):
     _, lm = llama
     ids = prompt()

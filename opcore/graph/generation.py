@@ -602,7 +602,13 @@ class LanguageModel:
         padding = torch.full((ids.shape[0],), pad, dtype=torch.long, device=ids.device)
         for step in range(max_new_tokens):
             with one_thread(logits):
-                chosen = choice.next(logits, history, step)
+                if rows < logits.shape[0]:
+                    # the padding rows (copies of the first) take the first row's token: sampling
+                    # draws for the caller's rows alone, as model.generate of those rows does
+                    real = choice.next(logits[:rows], history[:rows] if history is not None else None, step)
+                    chosen = torch.cat([real, real[:1].expand(logits.shape[0] - rows)])
+                else:
+                    chosen = choice.next(logits, history, step)
                 if eos_ids is not None:
                     chosen = torch.where(unfinished, chosen, padding)
                 if history is not None:
