@@ -517,6 +517,38 @@ def test_the_generation_config_s_sampling_and_repetition_penalty_are_the_default
         lm.defaults = kept
 
 
+def test_the_generation_config_s_lengths_are_the_default_lengths(llama):
+    """Llama 2's and TinyLlama's configs set max_length (4096, 2048): transformers' generate runs to
+    it where the call gives no length, and to a configured max_new_tokens before that; opcore did 20
+    new tokens. A configured length past the cache is cut to the cache (as the default 20 is); one not
+    above the prompt is an error naming the config; saved plans keep both lengths."""
+    model, lm = llama
+    ids, kept = prompt(), lm.defaults
+    config = copy.deepcopy(model.generation_config)
+    config.eos_token_id, config.pad_token_id = VOCAB + 7, 0  # never produced: the lengths alone stop
+    try:
+        for length, new in ((ids.shape[1] + 7, None), (4096, None), (None, 5)):
+            config.max_length, config.max_new_tokens = length, new
+            lm.defaults = GenerationDefaults.of(SimpleNamespace(generation_config=config))
+            assert GenerationDefaults.from_json(lm.defaults.to_json()) == lm.defaults
+            got = lm.generate(ids)
+            if length == 4096:  # up to the 48 slots of this capture
+                assert got.shape[1] == lm.max_length
+                continue
+            want = model.generate(ids, generation_config=config, do_sample=False)
+            assert got.shape[1] == ids.shape[1] + (new or 7) and torch.equal(got, want)
+        config.max_length, config.max_new_tokens = ids.shape[1], None
+        lm.defaults = GenerationDefaults.of(SimpleNamespace(generation_config=config))
+        with pytest.raises(ArgumentError, match=r"generation_config\.max_length 10.*max_new_tokens"):
+            lm.generate(ids)
+        assert lm.generate(ids, max_new_tokens=2).shape[1] == ids.shape[1] + 2
+        config.max_length = 20  # transformers' own default (held by configs before transformers 5): 20 new
+        assert GenerationDefaults.of(SimpleNamespace(generation_config=config)).max_length is None
+    finally:
+        lm.defaults = kept
+    assert lm.generate(prompt(length=40), eos_token_id=[]).shape[1] == lm.max_length  # 20 new cut to 8
+
+
 def test_seeded_sampling_is_reproducible_and_follows_the_options(llama):
     _, lm = llama
     ids = prompt()

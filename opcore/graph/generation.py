@@ -45,6 +45,10 @@ class GenerationDefaults:
     # last of max_new_tokens (BART's, Pegasus' and Marian's configs set forced_eos_token_id)
     forced_bos_token_id: int | None = None
     forced_eos_token_ids: tuple[int, ...] = ()
+    # how long generate goes where the call does not say (Llama 2's and TinyLlama's configs set a
+    # max_length of 4096 / 2048: transformers' generate then runs until it or an eos)
+    max_new_tokens: int | None = None
+    max_length: int | None = None
 
     @classmethod
     def of(cls, model: Any) -> GenerationDefaults:
@@ -62,6 +66,10 @@ class GenerationDefaults:
             repetition_penalty=getattr(config, "repetition_penalty", None),
             forced_bos_token_id=getattr(config, "forced_bos_token_id", None),
             forced_eos_token_ids=_ids(getattr(config, "forced_eos_token_id", None)),
+            max_new_tokens=_length(getattr(config, "max_new_tokens", None)),
+            # 20 is transformers' own default (GenerationConfig() held it before transformers 5), which
+            # its generate reads as 20 new tokens, not as a length: not the model's setting
+            max_length=_length(getattr(config, "max_length", None), unset=NEW_TOKENS),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -75,6 +83,8 @@ class GenerationDefaults:
             "repetition_penalty": self.repetition_penalty,
             "forced_bos_token_id": self.forced_bos_token_id,
             "forced_eos_token_ids": list(self.forced_eos_token_ids),
+            "max_new_tokens": self.max_new_tokens,
+            "max_length": self.max_length,
         }
 
     @classmethod
@@ -89,7 +99,16 @@ class GenerationDefaults:
             repetition_penalty=record.get("repetition_penalty"),
             forced_bos_token_id=record.get("forced_bos_token_id"),
             forced_eos_token_ids=tuple(int(i) for i in record.get("forced_eos_token_ids", ())),
+            max_new_tokens=_length(record.get("max_new_tokens")),
+            max_length=_length(record.get("max_length")),
         )
+
+
+def _length(value: Any, unset: int | None = None) -> int | None:
+    """A generation config's length: a positive int other than ``unset``, else None."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1 or value == unset:
+        return None
+    return value
 
 
 # generate's new tokens where neither max_new_tokens nor max_length says
@@ -445,7 +464,8 @@ class LanguageModel:
         """The prompt followed by up to ``max_new_tokens`` new tokens per row (batch, prompt + new),
         as transformers' ``generate``: rows that reached an eos are filled with ``pad_token_id``,
         and generation stops when every row has. ``max_new_tokens`` None: up to ``max_length`` tokens
-        in all (prompt included, as transformers counts it) where that is given, else 20.
+        in all (prompt included, as transformers counts it) where that is given, else the model's
+        generation config's max_new_tokens or max_length, else 20 (these cut to the cache's room).
         ``do_sample``, ``temperature``, ``top_k``, ``top_p``,
         ``repetition_penalty``, ``eos_token_id``, ``pad_token_id`` None: what the model's
         ``generation_config`` says, as transformers does (greedy where it says nothing; sampling's
@@ -548,11 +568,15 @@ class LanguageModel:
     ) -> Iterator[Any]:
 
         ids = self._rows(ids, "input_ids")
+        used = session.length if session is not None else 0
         if max_new_tokens is None:
-            max_new_tokens = NEW_TOKENS if max_length is None else _new_tokens_to(max_length, ids.shape[1])
+            if max_length is not None:
+                max_new_tokens = _new_tokens_to(max_length, ids.shape[1])
+            else:
+                max_new_tokens = self._configured_new_tokens(ids.shape[1], used)
         if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
             raise ArgumentError(op=_GENERATE, arg="max_new_tokens", expected="an int >= 0", found=repr(max_new_tokens))
-        self._room(session.length if session is not None else 0, ids.shape[1], max_new_tokens)
+        self._room(used, ids.shape[1], max_new_tokens)
         eos = _ids(eos_token_id) if eos_token_id is not None else self.defaults.eos_token_ids
         pad = pad_token_id if pad_token_id is not None else self.defaults.pad_token_id
         if pad is None:
@@ -575,6 +599,27 @@ class LanguageModel:
             forced_eos_token_ids=self.defaults.forced_eos_token_ids, last_new_token=max_new_tokens - 1,
         )  # fmt: skip
         return self._loop(ids, mask, rows, max_new_tokens, choice, eos, pad, session)
+
+    def _configured_new_tokens(self, prompt: int, used: int) -> int:
+        """The new tokens where the call gives no length, as transformers' generate: the generation
+        config's max_new_tokens, else its max_length (the prompt counted: a prompt not below it is an
+        error there and here), else 20; cut to what the cache holds after the prompt (a config speaks
+        of the model, not of this capture, and transformers cuts its 20 at the model's positions)."""
+        room = max(self.max_length - used - prompt, 0)
+        if self.defaults.max_new_tokens is not None:
+            return min(self.defaults.max_new_tokens, room)
+        configured = self.defaults.max_length
+        if configured is None:
+            return min(NEW_TOKENS, room)
+        if configured <= prompt:
+            raise ArgumentError(
+                op=_GENERATE,
+                arg="max_length",
+                expected=f"a length above the prompt's {prompt} tokens (max_length counts the prompt)",
+                found=f"the model's generation_config.max_length {configured}",
+                fix="pass max_new_tokens=... for the tokens to add",
+            )
+        return min(configured - prompt, room)
 
     def _loop(
         self,
