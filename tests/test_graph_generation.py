@@ -549,6 +549,30 @@ def test_the_generation_config_s_lengths_are_the_default_lengths(llama):
     assert lm.generate(prompt(length=40), eos_token_id=[]).shape[1] == lm.max_length  # 20 new cut to 8
 
 
+def test_the_generation_config_s_least_length_and_what_generate_does_not_apply():
+    """A config's min_new_tokens (else min_length, the prompt counted) holds eos back as transformers'
+    generate does where the call does not say; options that change tokens and that generate does not
+    apply (beams, min_p, n-gram bans...) are said at capture (a UserWarning) and by explain."""
+    model = build("llama")
+    ids = prompt()
+    eos = int(opcore.graph.capture_lm(model, max_length=40, measure=False).generate(ids, max_new_tokens=1)[0, -1])
+    model.generation_config.eos_token_id, model.generation_config.pad_token_id = eos, 0
+    for setting in ({"min_new_tokens": 4}, {"min_length": ids.shape[1] + 3}):
+        for name, value in setting.items():
+            setattr(model.generation_config, name, value)
+        lm = opcore.graph.capture_lm(model, max_length=40, measure=False)
+        got = lm.generate(ids, max_new_tokens=8)
+        assert torch.equal(got, model.generate(ids, max_new_tokens=8, do_sample=False)), setting
+        assert got.shape[1] > ids.shape[1] + 2 and int(got[0, ids.shape[1]]) != eos, setting
+        assert lm.generate(ids, max_new_tokens=8, min_new_tokens=0).shape[1] == ids.shape[1] + 1
+        model.generation_config.min_new_tokens, model.generation_config.min_length = None, None
+    model.generation_config.no_repeat_ngram_size, model.generation_config.min_p = 2, 0.05
+    with pytest.warns(UserWarning, match=r"sets min_p=0\.05, no_repeat_ngram_size=2, which opcore's generate does not"):
+        lm = opcore.graph.capture_lm(model, max_length=40, measure=False)
+    assert "not applied by generate: min_p=0.05, no_repeat_ngram_size=2" in lm.explain()
+    assert GenerationDefaults.from_json(lm.defaults.to_json()) == lm.defaults
+
+
 def test_seeded_sampling_is_reproducible_and_follows_the_options(llama):
     _, lm = llama
     ids = prompt()

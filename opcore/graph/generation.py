@@ -49,6 +49,12 @@ class GenerationDefaults:
     # max_length of 4096 / 2048: transformers' generate then runs until it or an eos)
     max_new_tokens: int | None = None
     max_length: int | None = None
+    # the least generate makes where the call does not say: min_new_tokens, else min_length (prompt
+    # counted), as transformers' MinNewTokens / MinLength processors
+    min_new_tokens: int | None = None
+    min_length: int | None = None
+    # the config's options that change tokens and that opcore's generate does not apply ("num_beams=4")
+    not_applied: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, model: Any) -> GenerationDefaults:
@@ -70,6 +76,13 @@ class GenerationDefaults:
             # 20 is transformers' own default (GenerationConfig() held it before transformers 5), which
             # its generate reads as 20 new tokens, not as a length: not the model's setting
             max_length=_length(getattr(config, "max_length", None), unset=NEW_TOKENS),
+            min_new_tokens=_length(getattr(config, "min_new_tokens", None)),
+            min_length=_length(getattr(config, "min_length", None)),
+            not_applied=tuple(
+                f"{name}={value!r}"
+                for name, idle in NOT_APPLIED.items()
+                if (value := getattr(config, name, None)) is not None and value != idle
+            ),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -85,6 +98,9 @@ class GenerationDefaults:
             "forced_eos_token_ids": list(self.forced_eos_token_ids),
             "max_new_tokens": self.max_new_tokens,
             "max_length": self.max_length,
+            "min_new_tokens": self.min_new_tokens,
+            "min_length": self.min_length,
+            "not_applied": list(self.not_applied),
         }
 
     @classmethod
@@ -101,6 +117,9 @@ class GenerationDefaults:
             forced_eos_token_ids=tuple(int(i) for i in record.get("forced_eos_token_ids", ())),
             max_new_tokens=_length(record.get("max_new_tokens")),
             max_length=_length(record.get("max_length")),
+            min_new_tokens=_length(record.get("min_new_tokens")),
+            min_length=_length(record.get("min_length")),
+            not_applied=tuple(str(item) for item in record.get("not_applied", ())),
         )
 
 
@@ -113,6 +132,28 @@ def _length(value: Any, unset: int | None = None) -> int | None:
 
 # generate's new tokens where neither max_new_tokens nor max_length says
 NEW_TOKENS = 20
+# options of a generation config that change the tokens transformers' generate makes and that
+# opcore's does not apply, each with the value that does nothing (a config setting another is said at
+# capture: a warning, and explain)
+NOT_APPLIED: dict[str, Any] = {
+    "num_beams": 1,
+    "num_return_sequences": 1,
+    "penalty_alpha": 0.0,
+    "min_p": 0.0,
+    "typical_p": 1.0,
+    "epsilon_cutoff": 0.0,
+    "eta_cutoff": 0.0,
+    "no_repeat_ngram_size": 0,
+    "bad_words_ids": None,
+    "suppress_tokens": None,
+    "begin_suppress_tokens": None,
+    "sequence_bias": None,
+    "exponential_decay_length_penalty": None,
+    "guidance_scale": 1.0,
+    "stop_strings": None,
+    "watermarking_config": None,
+    "max_time": None,
+}
 # sampling's top-k where neither the call nor the model's generation config sets one: transformers'
 # global default (GenerationConfig._get_default_generation_params); top_k=0 samples from every token
 TOP_K = 50
@@ -446,7 +487,7 @@ class LanguageModel:
         attention_mask: Any = None,
         *,
         max_new_tokens: int | None = None,
-        min_new_tokens: int = 0,
+        min_new_tokens: int | None = None,
         do_sample: bool | None = None,
         temperature: float | None = None,
         top_k: int | None = None,
@@ -466,7 +507,7 @@ class LanguageModel:
         and generation stops when every row has. ``max_new_tokens`` None: up to ``max_length`` tokens
         in all (prompt included, as transformers counts it) where that is given, else the model's
         generation config's max_new_tokens or max_length, else 20 (these cut to the cache's room).
-        ``do_sample``, ``temperature``, ``top_k``, ``top_p``,
+        ``min_new_tokens``, ``do_sample``, ``temperature``, ``top_k``, ``top_p``,
         ``repetition_penalty``, ``eos_token_id``, ``pad_token_id`` None: what the model's
         ``generation_config`` says, as transformers does (greedy where it says nothing; sampling's
         top_k 50 where it says nothing, transformers' default: ``top_k=0`` for none). ``streamer``:
@@ -502,7 +543,7 @@ class LanguageModel:
         attention_mask: Any = None,
         *,
         max_new_tokens: int | None = None,
-        min_new_tokens: int = 0,
+        min_new_tokens: int | None = None,
         do_sample: bool | None = None,
         temperature: float | None = None,
         top_k: int | None = None,
@@ -554,7 +595,7 @@ class LanguageModel:
         mask: Any,
         rows: int,
         max_new_tokens: int | None,
-        min_new_tokens: int,
+        min_new_tokens: int | None,
         do_sample: bool | None,
         temperature: float | None,
         top_k: int | None,
@@ -577,6 +618,11 @@ class LanguageModel:
         if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
             raise ArgumentError(op=_GENERATE, arg="max_new_tokens", expected="an int >= 0", found=repr(max_new_tokens))
         self._room(used, ids.shape[1], max_new_tokens)
+        if min_new_tokens is None:
+            least = self.defaults.min_new_tokens
+            if least is None and self.defaults.min_length is not None:
+                least = max(self.defaults.min_length - ids.shape[1], 0)
+            min_new_tokens = least or 0
         eos = _ids(eos_token_id) if eos_token_id is not None else self.defaults.eos_token_ids
         pad = pad_token_id if pad_token_id is not None else self.defaults.pad_token_id
         if pad is None:

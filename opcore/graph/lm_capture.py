@@ -125,6 +125,16 @@ def _capture_lm(
     if is_transformers_lm(model):
         module = CachedDecoder(model.eval(), batch_size, max_length)
         defaults = GenerationDefaults.of(model)
+        if defaults.not_applied:
+            import warnings
+
+            warnings.warn(
+                f"{type(model).__name__}'s generation_config sets {', '.join(defaults.not_applied)}, which "
+                "opcore's generate does not apply: its tokens can differ from model.generate's (greedy search "
+                "and sampling with temperature, top-k, top-p and a repetition penalty are what it does)",
+                UserWarning,
+                stacklevel=3,
+            )
     else:
         if not isinstance(model, torch.nn.Module):
             raise ArgumentError(

@@ -43,6 +43,7 @@ def describe(lm: Any) -> dict[str, Any]:
         "state": state,
         "state_bytes": sum(item["bytes"] for item in state),
         "capture_seconds": lm.capture_seconds,
+        "generation_config_not_applied": list(lm.defaults.not_applied),
         "phases": phases,
     }
 
@@ -57,6 +58,10 @@ def render(lm: Any, format: str = "text") -> str:
         f"language model: batch {record['batch_size']}, max_length {record['max_length']}, KV cache "
         f"{len(record['state'])} buffers, {record['state_bytes'] / 1e6:.1f} MB per session (allocated once)"
     ]
+    if record["generation_config_not_applied"]:
+        lines.append(
+            "generation config: not applied by generate: " + ", ".join(record["generation_config_not_applied"])
+        )
     for phase, plan in (("prefill", lm.prefill_plan), ("decode", lm.decode_plan)):
         if plan is None:
             continue
