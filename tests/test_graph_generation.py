@@ -847,6 +847,21 @@ def test_a_cache_longer_than_a_table_of_positions_is_refused_naming_the_table(fa
     assert torch.equal(lm.generate(ids, max_new_tokens=8, eos_token_id=[]), want)
 
 
+class BranchingDecoder(TinyDecoder):
+    """TinyDecoder with a branch on its tokens' values: torch.export cannot trace it."""
+
+    def forward(self, input_ids, position_ids, cache_position, attention_mask):
+        logits = super().forward(input_ids, position_ids, cache_position, attention_mask)
+        return logits * 2 if bool(input_ids.sum() > 100) else logits
+
+
+def test_a_step_torch_export_cannot_trace_is_a_capture_error_with_what_to_do_instead():
+    """The export's own Fix speaks of capture's submodule option, which capture_lm has not: the error
+    names the step and says what is left (for a module of one's own: a step torch.export traces)."""
+    with pytest.raises(CaptureError, match=r"(?s)step could not be exported.*Fix: write the step so that torch.export"):
+        opcore.graph.capture_lm(BranchingDecoder().eval(), measure=False)
+
+
 def test_a_module_without_the_protocol_is_refused_with_the_fix():
     with pytest.raises(ArgumentError, match="batch_size and max_length"):
         opcore.graph.capture_lm(torch.nn.Linear(4, 4))

@@ -600,10 +600,21 @@ def _export_step(
         try:
             program = export(module, examples, {}, dynamic, experts=experts or GATHERED, traces=traces)
         except CaptureError as error:
+            # the export's own fix speaks of capture's options (a submodule), which capture_lm has not
+            from opcore.graph.decoder import CachedDecoder
+
+            fix = (
+                "where torch.export cannot trace this decoder's step with a static cache (try batch_size=1 "
+                "too), opcore.graph.capture(model, (ids,), {'use_cache': False}) runs its forward without a "
+                "cache"
+                if isinstance(module, CachedDecoder)
+                else "write the step so that torch.export traces it (no Python branch on a tensor's values), "
+                "as the protocol in docs/generate.md asks"
+            )
             raise CaptureError(
                 f"the {'decode' if length == 1 else 'prefill'} step could not be exported: {error.args[0]}",
                 op=_CAPTURE_LM,
-                fix="a transformers decoder-only *ForCausalLM or a module following the protocol in docs/generate.md",
+                fix=fix,
             ) from error
         constants = program_constants(program, place)
         graph, notes = lower(program, list(examples), constants, place, state=True)
