@@ -881,6 +881,8 @@ def test_a_module_without_the_protocol_is_refused_with_the_fix():
         # attention and a convolution state in every layer (StaticCache gives them attention-like
         # layers: once a CaptureError deep in the export)
         ("Zaya", dict(SMALL, num_key_value_heads=2)),
+        # a recurrent state and no attention heads at all (a raw AttributeError reading its heads before)
+        ("Rwkv", dict(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, attention_hidden_size=64)),
     ],
 )  # fmt: skip
 def test_a_recurrent_or_hybrid_model_is_refused_with_the_fix(prefix, kwargs):

@@ -114,7 +114,10 @@ def _cache_shapes(model: Any, config: Any, layers: int) -> list[tuple[int, int, 
         ]
     except Exception:  # an older cache API, or a model that needs more than ids: the config's rule
         shapes = []
-    heads, head_dim = _head_shapes(config)
+    try:
+        heads, head_dim = _head_shapes(config)
+    except (AttributeError, TypeError, ZeroDivisionError) as error:  # no attention heads (RWKV's state)
+        raise _not_attention(model, f"its config has no attention heads to cache ({error})") from error
     heads = heads if isinstance(heads, list) else [heads] * layers
     head_dim = head_dim if isinstance(head_dim, list) else [head_dim] * layers
     ruled = [(int(h), int(d), int(d)) for h, d in zip(heads, head_dim, strict=True)]
