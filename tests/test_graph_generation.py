@@ -573,6 +573,31 @@ def test_the_generation_config_s_least_length_and_what_generate_does_not_apply()
     assert GenerationDefaults.from_json(lm.defaults.to_json()) == lm.defaults
 
 
+def test_whisper_s_decoder_suppresses_tokens_and_counts_positions_with_the_padding():
+    """Whisper's generation config suppresses tokens (always, and others as the first new token), as
+    transformers' SuppressTokens processors do; its decoder's forward names no position_ids, so
+    transformers' generate lets it count positions from the cache's length, padding included: a
+    left-padded batch equals model.generate only with those positions (the rows' own count gave
+    other tokens)."""
+    config = transformers.WhisperConfig(
+        vocab_size=VOCAB, d_model=64, decoder_layers=2, decoder_attention_heads=4, decoder_ffn_dim=128,
+        encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=128, max_target_positions=64,
+        max_source_positions=32, num_mel_bins=8, decoder_start_token_id=1, pad_token_id=0, bos_token_id=1,
+        eos_token_id=2,
+    )  # fmt: skip
+    model = built(transformers.WhisperForCausalLM, config)
+    model.generation_config.begin_suppress_tokens, model.generation_config.suppress_tokens = None, None
+    lm = opcore.graph.capture_lm(model, max_length=40, batch_size=2, measure=False)
+    free = assert_left_padded_batch_equals_transformers(model, lm)
+    # the first new tokens of both rows, then the second, suppressed
+    model.generation_config.begin_suppress_tokens = sorted({int(free[0, 9]), int(free[1, 9])})
+    model.generation_config.suppress_tokens = sorted({int(free[0, 10]), int(free[1, 10])})
+    lm = opcore.graph.capture_lm(model, max_length=40, batch_size=2, measure=False)
+    assert not lm.defaults.not_applied
+    held = assert_left_padded_batch_equals_transformers(model, lm)
+    assert not torch.equal(held, free) and int(held[0, 9]) != int(free[0, 9])
+
+
 def test_seeded_sampling_is_reproducible_and_follows_the_options(llama):
     _, lm = llama
     ids = prompt()

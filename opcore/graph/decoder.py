@@ -215,6 +215,10 @@ class CachedDecoder(torch.nn.Module):
         self.model = model
         self.batch_size, self.max_length = batch_size, max_length
         self.keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        # transformers' generate passes position_ids (each row's own count, left padding skipped) only
+        # to a forward that names them; one that does not (Whisper's decoder) counts positions from the
+        # cache's length, padding included: the cache slots, which is what it is given here
+        self.counts_rows = "position_ids" in inspect.signature(model.forward).parameters
         config = model.config.get_text_config()
         _check_positions(model, config, max_length)
         layer = _cache_layer_class()
@@ -287,6 +291,8 @@ class CachedDecoder(torch.nn.Module):
         # the last position's logits only (transformers' generate asks the same): a prompt's other
         # positions would cost the lm_head's GEMM for nothing
         keep = {"logits_to_keep": 1} if self.keeps_logits else {}
+        if not self.counts_rows:
+            position_ids = cache_position[None].expand(input_ids.shape[0], -1)
         with static_cache_attention(self.model, cache_position):  # attention that assumed a growing cache
             out = self.model(
                 input_ids=input_ids,

@@ -45,6 +45,9 @@ class GenerationDefaults:
     # last of max_new_tokens (BART's, Pegasus' and Marian's configs set forced_eos_token_id)
     forced_bos_token_id: int | None = None
     forced_eos_token_ids: tuple[int, ...] = ()
+    # transformers' SuppressTokens / SuppressTokensAtBegin processors (Whisper's configs set both)
+    suppress_tokens: tuple[int, ...] = ()
+    begin_suppress_tokens: tuple[int, ...] = ()
     # how long generate goes where the call does not say (Llama 2's and TinyLlama's configs set a
     # max_length of 4096 / 2048: transformers' generate then runs until it or an eos)
     max_new_tokens: int | None = None
@@ -72,6 +75,8 @@ class GenerationDefaults:
             repetition_penalty=getattr(config, "repetition_penalty", None),
             forced_bos_token_id=getattr(config, "forced_bos_token_id", None),
             forced_eos_token_ids=_ids(getattr(config, "forced_eos_token_id", None)),
+            suppress_tokens=_ids(getattr(config, "suppress_tokens", None)),
+            begin_suppress_tokens=_ids(getattr(config, "begin_suppress_tokens", None)),
             max_new_tokens=_length(getattr(config, "max_new_tokens", None)),
             # 20 is transformers' own default (GenerationConfig() held it before transformers 5), which
             # its generate reads as 20 new tokens, not as a length: not the model's setting
@@ -96,6 +101,8 @@ class GenerationDefaults:
             "repetition_penalty": self.repetition_penalty,
             "forced_bos_token_id": self.forced_bos_token_id,
             "forced_eos_token_ids": list(self.forced_eos_token_ids),
+            "suppress_tokens": list(self.suppress_tokens),
+            "begin_suppress_tokens": list(self.begin_suppress_tokens),
             "max_new_tokens": self.max_new_tokens,
             "max_length": self.max_length,
             "min_new_tokens": self.min_new_tokens,
@@ -115,6 +122,8 @@ class GenerationDefaults:
             repetition_penalty=record.get("repetition_penalty"),
             forced_bos_token_id=record.get("forced_bos_token_id"),
             forced_eos_token_ids=tuple(int(i) for i in record.get("forced_eos_token_ids", ())),
+            suppress_tokens=tuple(int(i) for i in record.get("suppress_tokens", ())),
+            begin_suppress_tokens=tuple(int(i) for i in record.get("begin_suppress_tokens", ())),
             max_new_tokens=_length(record.get("max_new_tokens")),
             max_length=_length(record.get("max_length")),
             min_new_tokens=_length(record.get("min_new_tokens")),
@@ -145,8 +154,6 @@ NOT_APPLIED: dict[str, Any] = {
     "eta_cutoff": 0.0,
     "no_repeat_ngram_size": 0,
     "bad_words_ids": None,
-    "suppress_tokens": None,
-    "begin_suppress_tokens": None,
     "sequence_bias": None,
     "exponential_decay_length_penalty": None,
     "guidance_scale": 1.0,
@@ -643,6 +650,9 @@ class LanguageModel:
             # as transformers' processors count the row's length: bos where the prompt is one token
             forced_bos_token_id=bos if ids.shape[1] == 1 else None,
             forced_eos_token_ids=self.defaults.forced_eos_token_ids, last_new_token=max_new_tokens - 1,
+            suppress_tokens=self.defaults.suppress_tokens, begin_suppress_tokens=self.defaults.begin_suppress_tokens,
+            # transformers' begin index: the first new token, the second where a one-token prompt gets a forced bos
+            begin_new_token=1 if ids.shape[1] == 1 and bos is not None else 0,
         )  # fmt: skip
         return self._loop(ids, mask, rows, max_new_tokens, choice, eos, pad, session)
 

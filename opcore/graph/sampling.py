@@ -3,7 +3,8 @@
 transformers' ``generate`` applies, in this order: the repetition penalty (over every token of the
 row so far, prompt included), the minimum of new tokens (eos impossible until reached), the forced
 first and last tokens of the model's generation config (``forced_bos_token_id`` where the prompt is
-one token, ``forced_eos_token_id`` as the last of ``max_new_tokens``), then for sampling the
+one token, ``forced_eos_token_id`` as the last of ``max_new_tokens``), its suppressed tokens (always,
+and ``begin_suppress_tokens`` as the first new token), then for sampling the
 temperature, top-k and top-p warpers; greedy takes the argmax of the processed scores,
 sampling draws from their softmax (``torch.multinomial``, with the caller's ``torch.Generator``).
 
@@ -41,6 +42,9 @@ class Choice:
     forced_bos_token_id: int | None = None  # the first new token's, where set
     forced_eos_token_ids: tuple[int, ...] = ()  # the token(s) allowed as the new token last_new_token
     last_new_token: int | None = None
+    suppress_tokens: tuple[int, ...] = ()  # never chosen
+    begin_suppress_tokens: tuple[int, ...] = ()  # not chosen as the new token begin_new_token
+    begin_new_token: int = 0
 
     def __post_init__(self) -> None:
         _positive("temperature", self.temperature, strict=True)
@@ -78,6 +82,13 @@ class Choice:
         if forced:  # every other token impossible, the forced ones at 0
             scores = torch.full_like(scores, -float("inf"))
             scores[:, forced] = 0.0
+        suppressed = list(self.suppress_tokens)
+        if new_tokens == self.begin_new_token:
+            suppressed += self.begin_suppress_tokens
+        suppressed = [i for i in suppressed if 0 <= i < scores.shape[-1]]
+        if suppressed:
+            scores = scores.clone() if scores is logits else scores
+            scores[:, suppressed] = -float("inf")
         if not self.do_sample:
             return scores
         if self.temperature is not None and self.temperature != 1.0:
