@@ -139,6 +139,8 @@ def _length(value: Any, unset: int | None = None) -> int | None:
     return value
 
 
+_MASK_FIX = "pass the tokenizer's attention_mask (1 for tokens, 0 for padding)"
+
 # generate's new tokens where neither max_new_tokens nor max_length says
 NEW_TOKENS = 20
 # options of a generation config that change the tokens transformers' generate makes and that
@@ -275,7 +277,7 @@ class Session:
                     arg="attention_mask",
                     expected="0 (padding) or 1 (a token) in every place",
                     found=f"values {sorted(set(given.unique().tolist()) - {0, 1})[:4]}",
-                    fix="pass the tokenizer's attention_mask (1 for tokens, 0 for padding)",
+                    fix=_MASK_FIX,
                 )
         start = self.length
         slots = torch.arange(start, start + length, device=ids.device)
@@ -382,15 +384,16 @@ class LanguageModel:
                 raise ArgumentError(op=_GENERATE, arg=arg, expected=what, found=type(value).__name__) from error
         if value.dim() == 1:
             value = value[None]
-        if arg == "attention_mask":
-            return self._mask_rows(value).to(device=str(self.decode_plan.device), dtype=torch.long)
-        if value.dim() != 2 or value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
+        # an attention mask may be integers, bool or float (as transformers takes it), of 0 and 1
+        mask = arg == "attention_mask"
+        flat = value.dtype.is_floating_point or value.dtype == torch.bool
+        if value.dim() != 2 or value.dtype.is_complex or (flat and not mask):
             raise ArgumentError(
                 op=_GENERATE,
                 arg=arg,
-                expected="integer ids of shape (batch, seq)",
+                expected=f"{'a mask of 0 and 1' if mask else 'integer ids'} of shape (batch, seq)",
                 found=f"{value.dtype} of shape {tuple(value.shape)}",
-                fix="pass token ids (int64) as a (batch, seq) tensor",
+                fix=_MASK_FIX if mask else "pass token ids (int64) as a (batch, seq) tensor",
             )
         if value.shape[0] != self.batch_size:
             raise ShapeError(
@@ -398,10 +401,21 @@ class LanguageModel:
                 arg=arg,
                 expected=f"{self.batch_size} row(s), the batch size captured",
                 found=f"{value.shape[0]} row(s)",
-                fix=f"capture_lm(..., batch_size={value.shape[0]}) (generate pads fewer rows itself)",
+                fix="pass one mask row per prompt row"
+                if mask
+                else f"capture_lm(..., batch_size={value.shape[0]}) (generate pads fewer rows itself)",
+            )
+        if mask and value.dtype.is_floating_point and bool(((value != 0) & (value != 1)).any()):
+            # before the conversion to integers, which would turn 0.5 into 0
+            raise ArgumentError(
+                op=_GENERATE,
+                arg=arg,
+                expected="0 (padding) or 1 (a token) in every place",
+                found=f"values {sorted(set(value.unique().tolist()) - {0.0, 1.0})[:4]}",
+                fix=_MASK_FIX,
             )
         value = value.to(device=str(self.decode_plan.device), dtype=torch.long)
-        if self.vocab_size is not None and value.numel():
+        if not mask and self.vocab_size is not None and value.numel():
             low, high = int(value.min()), int(value.max())
             if low < 0 or high >= self.vocab_size:
                 raise ArgumentError(
@@ -411,36 +425,6 @@ class LanguageModel:
                     found=f"id {low if low < 0 else high}",
                     fix="tokenize with the model's own tokenizer; pad with a valid id (pad_token_id) and mask it",
                 )
-        return value
-
-    def _mask_rows(self, value: Any) -> Any:
-        """An attention mask (batch, seq) of 0 and 1, as transformers takes it: integers, bool or float
-        (a tokenizer's int64, a bool mask, a float one); other values, ranks or rows are refused."""
-        if value.dim() != 2 or value.dtype.is_complex:
-            raise ArgumentError(
-                op=_GENERATE,
-                arg="attention_mask",
-                expected="a mask of 0 and 1 of shape (batch, seq)",
-                found=f"{value.dtype} of shape {tuple(value.shape)}",
-                fix="pass the tokenizer's attention_mask (1 for tokens, 0 for padding)",
-            )
-        if value.shape[0] != self.batch_size:
-            raise ShapeError(
-                op=_GENERATE,
-                arg="attention_mask",
-                expected=f"{self.batch_size} row(s), the batch size captured",
-                found=f"{value.shape[0]} row(s)",
-                fix="pass one mask row per prompt row",
-            )
-        if value.dtype.is_floating_point and bool(((value != 0) & (value != 1)).any()):
-            # before the conversion to integers, which would turn 0.5 into 0
-            raise ArgumentError(
-                op=_GENERATE,
-                arg="attention_mask",
-                expected="0 (padding) or 1 (a token) in every place",
-                found=f"values {sorted(set(value.unique().tolist()) - {0.0, 1.0})[:4]}",
-                fix="pass the tokenizer's attention_mask (1 for tokens, 0 for padding)",
-            )
         return value
 
     def _room(self, used: int, prompt: int, new: int) -> None:
