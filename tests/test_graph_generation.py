@@ -586,6 +586,8 @@ def test_whisper_s_decoder_suppresses_tokens_and_counts_positions_with_the_paddi
         eos_token_id=2,
     )  # fmt: skip
     model = built(transformers.WhisperForCausalLM, config)
+    with pytest.raises(ArgumentError, match=r"at most 64: WhisperForCausalLM's learned positions"):
+        opcore.graph.capture_lm(model, max_length=65, measure=False)  # max_target_positions
     model.generation_config.begin_suppress_tokens, model.generation_config.suppress_tokens = None, None
     lm = opcore.graph.capture_lm(model, max_length=40, batch_size=2, measure=False)
     free = assert_left_padded_batch_equals_transformers(model, lm)

@@ -172,17 +172,17 @@ def position_table(model: Any, config: Any) -> tuple[str, int] | None:
     """(name, positions it covers) of the model's table of learned (or precomputed sinusoidal)
     positions, where it has one: an ``nn.Embedding`` other than the token embeddings whose rows, less
     its offset (OPT, BART, BioGPT and TrOCR keep 2 rows ahead), are the config's
-    ``max_position_embeddings`` (GPT-2's ``n_positions``). None for rotary, ALiBi and positions
-    computed on demand (XGLM), which extend to any length, as in transformers."""
-    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-        return None
+    ``max_position_embeddings`` (GPT-2's ``n_positions``, Whisper's decoder's ``max_target_positions``).
+    None for rotary, ALiBi and positions computed on demand (XGLM), which extend to any length, as in
+    transformers."""
+    names = ("max_position_embeddings", "n_positions", "max_target_positions")
+    limits = {v for v in (getattr(config, n, None) for n in names) if isinstance(v, int) and not isinstance(v, bool)}
     tokens = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
     for name, module in model.named_modules():
         if isinstance(module, torch.nn.Embedding) and module is not tokens:
             offset = getattr(module, "offset", 0)
             covered = module.num_embeddings - (offset if isinstance(offset, int) else 0)
-            if covered == limit:
+            if covered in limits and covered >= 1:
                 return name, covered
     return None
 
