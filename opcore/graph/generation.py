@@ -196,15 +196,16 @@ def _refuse(unsupported: Mapping[str, Any]) -> None:
     )
 
 
-def _new_tokens_to(max_length: Any, prompt: int) -> int:
+def _new_tokens_to(max_length: Any, prompt: int, said: str | None = None) -> int:
     """The new tokens that make a row of ``prompt`` tokens ``max_length`` long (transformers'
-    ``max_length``: prompt and new tokens together, ``max_new_tokens`` taking precedence)."""
+    ``max_length``: prompt and new tokens together, ``max_new_tokens`` taking precedence); ``said``:
+    where the length came from, for the error (the call's value where None)."""
     if not isinstance(max_length, int) or isinstance(max_length, bool) or max_length <= prompt:
         raise ArgumentError(
             op=_GENERATE,
             arg="max_length",
             expected=f"an int above the prompt's {prompt} tokens (max_length counts the prompt, as transformers' does)",
-            found=repr(max_length),
+            found=said or repr(max_length),
             fix="pass max_new_tokens=... for the tokens to add, or a max_length above the prompt's length",
         )
     return max_length - prompt
@@ -651,15 +652,8 @@ class LanguageModel:
         configured = self.defaults.max_length
         if configured is None:
             return min(NEW_TOKENS, room)
-        if configured <= prompt:
-            raise ArgumentError(
-                op=_GENERATE,
-                arg="max_length",
-                expected=f"a length above the prompt's {prompt} tokens (max_length counts the prompt)",
-                found=f"the model's generation_config.max_length {configured}",
-                fix="pass max_new_tokens=... for the tokens to add",
-            )
-        return min(configured - prompt, room)
+        said = f"the model's generation_config.max_length {configured}"
+        return min(_new_tokens_to(configured, prompt, said), room)
 
     def _loop(
         self,
@@ -687,13 +681,11 @@ class LanguageModel:
         padding = torch.full((ids.shape[0],), pad, dtype=torch.long, device=ids.device)
         for step in range(max_new_tokens):
             with one_thread(logits):
+                # the caller's rows alone: sampling draws for them as model.generate of those rows does,
+                # and the padding rows (copies of the first) take the first row's token
+                chosen = choice.next(logits[:rows], history[:rows] if history is not None else None, step)
                 if rows < logits.shape[0]:
-                    # the padding rows (copies of the first) take the first row's token: sampling
-                    # draws for the caller's rows alone, as model.generate of those rows does
-                    real = choice.next(logits[:rows], history[:rows] if history is not None else None, step)
-                    chosen = torch.cat([real, real[:1].expand(logits.shape[0] - rows)])
-                else:
-                    chosen = choice.next(logits, history, step)
+                    chosen = torch.cat([chosen, chosen[:1].expand(logits.shape[0] - rows)])
                 if eos_ids is not None:
                     chosen = torch.where(unfinished, chosen, padding)
                 if history is not None:
