@@ -345,3 +345,23 @@ def test_maximum_decomposes_and_keeps_nan_and_signed_zero():
         torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
         assert torch.equal(torch.signbit(got[~got.isnan()] if got.is_floating_point() else got),
                            torch.signbit(want[~want.isnan()] if want.is_floating_point() else want))  # fmt: skip
+
+
+class WholeReductions(nn.Module):
+    """torch.max / torch.min of a whole tensor and ``1 / x`` (dynamic rotary scaling's frequencies
+    computed in the graph: ``1.0 / base ** (arange / dim)`` at ``max(position_ids) + 1``)."""
+
+    def forward(self, x, ids):
+        return torch.max(x), torch.min(x), torch.max(ids), torch.min(ids), 1.0 / x, torch.reciprocal(ids)
+
+
+@pytest.mark.parametrize("backends", [None, ("onnxruntime", "cpu"), ON_OPENVINO])
+def test_whole_max_min_and_reciprocal_decompose_into_the_partition(backends):
+    x = torch.tensor([[0.0, -0.0, 3.0, -7.5], [float("inf"), -float("inf"), 1e-30, 0.1]])
+    ids = torch.tensor([[4, -9, 2**40], [0, 1, -(2**62)]], dtype=torch.int64)
+    plan = opcore.graph.capture(WholeReductions(), (x, ids), backends=backends, measure=False)
+    assert not [n.op for n in plan.graph.nodes if n.op.startswith("aten.")], plan.explain()
+    for got, want in zip(plan(x, ids), WholeReductions()(x, ids), strict=True):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+        assert torch.equal(torch.signbit(got), torch.signbit(want))

@@ -201,6 +201,25 @@ def test_complex_values_are_a_capture_error_whose_fix_is_real_pairs():
     assert info.value.fix is not None and "real pairs" in info.value.fix and "directly" not in info.value.fix
 
 
+def test_dynamic_shapes_missing_the_keyword_arguments_get_a_fix_that_shows_their_form():
+    from torch.export import Dim
+
+    class Scaled(torch.nn.Module):
+        def forward(self, x, scale=1.0):
+            return x * scale
+
+    seq = Dim("seq", min=2, max=64)
+    x = torch.randn(2, 8)
+    with pytest.raises(CaptureError, match="dynamic_shapes") as info:
+        opcore.graph.capture(Scaled(), (x,), {"scale": 2.0}, dynamic_shapes=({1: seq},), measure=False)
+    assert info.value.fix is not None and "per keyword argument" in info.value.fix, info.value
+    # each form the Fix names captures
+    for shapes in (({1: seq}, None), {"x": {1: seq}, "scale": None}):
+        plan = opcore.graph.capture(Scaled(), (x,), {"scale": 2.0}, dynamic_shapes=shapes, measure=False)
+        y = torch.randn(2, 20)
+        assert torch.equal(plan(y, scale=2.0), y * 2.0)
+
+
 def test_submodule_path_captures_part(llama):
     model, _ = llama
     h = torch.randn(2, 8, 32)

@@ -16,6 +16,7 @@ from opcore.graph.assembly import assemble
 from opcore.graph.aten_export import decomposed, with_source_lines
 from opcore.graph.complex_rotary import exportable_complex_rotary
 from opcore.graph.decomposing import decompositions
+from opcore.graph.dynamic_rope import traceable_dynamic_rope
 from opcore.graph.errors import CaptureError
 from opcore.graph.experts import GATHERED, exportable_experts
 from opcore.graph.jetmoe_export import exportable_jetmoe
@@ -222,6 +223,7 @@ def export(
             exportable_complex_rotary(model),
             exportable_llama4(model),
             exportable_jetmoe(model),
+            traceable_dynamic_rope(model),
         ):
             return decomposed(model, args, kwargs, dynamic_shapes, decompositions(), traces=traces)
     except Exception as error:
@@ -244,6 +246,12 @@ def _export_fix(text: str) -> str:
         return (
             "torch.export takes a size of 1 (or 0) in an example as that size for good: give the examples "
             "at least 2 along each dynamic dim (e.g. a batch of 2), the plan then takes every size in its range"
+        )
+    if "mismatch between the structure of `inputs` and `dynamic_shapes`" in text:
+        return (
+            "give dynamic_shapes one entry per example input and then per keyword argument, in order (None "
+            "for one without a dynamic dim: ({1: seq}, None) for (ids,) with {'use_cache': False}), or a "
+            "dict by the forward's parameter names ({'input_ids': {1: seq}}), as torch.export takes them"
         )
     return (
         "capture a part of the model that torch.export accepts (capture(..., submodule='path')), "

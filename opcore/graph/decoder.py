@@ -26,11 +26,13 @@ own layers whose update writes at ``cache_position``.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 import torch
 
 from opcore.errors import ArgumentError
+from opcore.graph.dynamic_rope import traceable_dynamic_rope
 from opcore.graph.static_cache_fixes import static_cache_attention
 
 __all__ = ["CachedDecoder", "is_transformers_lm", "protocol_sizes"]
@@ -125,6 +127,51 @@ def _cache_shapes(model: Any, config: Any, layers: int) -> list[tuple[int, int, 
     if len(shapes) != layers or any(len(k) != 4 or len(v) != 4 or k[1] != v[1] for k, v in read):
         return ruled
     return [ruled[i] if s is None else (int(s[0][1]), int(s[0][3]), int(s[1][3])) for i, s in enumerate(shapes)]
+
+
+def _windows(layers: Sequence[Any], max_length: int) -> dict[int, int]:
+    """Cache layer -> its window, for transformers' sliding-window (and chunked) static layers whose
+    window is shorter than ``max_length``."""
+    from transformers.cache_utils import StaticSlidingWindowLayer
+
+    return {
+        i: int(layer.max_cache_len)
+        for i, layer in enumerate(layers)
+        if isinstance(layer, StaticSlidingWindowLayer) and layer.max_cache_len < max_length
+    }
+
+
+def _parameters(module: Any) -> Mapping[str, Any]:
+    try:
+        return inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return {}
+
+
+def _mask_recorder(module: Any, seen: dict[int, list[Any]]) -> Any:
+    """A forward pre-hook keeping the attention mask ``module`` is called with, under its layer."""
+    signature = inspect.signature(module.forward)
+
+    def record(_: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        try:
+            mask = signature.bind_partial(*args, **kwargs).arguments.get("attention_mask")
+        except TypeError:
+            return
+        seen.setdefault(module.layer_idx, []).append(mask)
+
+    return record
+
+
+def _sees_slot_0(mask: Any, implementation: Any) -> bool:
+    """Whether the last query's mask lets it see slot 0: a bool mask True there, an additive one 0
+    there; no mask under SDPA or eager attention sees every key (flash and flex attention may take the
+    window otherwise: not judged)."""
+    if mask is None:
+        return implementation in ("sdpa", "eager")
+    if not isinstance(mask, torch.Tensor) or mask.dim() < 2:
+        return False
+    first = mask[..., -1, 0]
+    return bool(first.all()) if first.dtype == torch.bool else bool((first == 0).all())
 
 
 def _dummy_layer_classes() -> list[type]:
@@ -247,8 +294,10 @@ class CachedDecoder(torch.nn.Module):
         if recurrent:
             raise _not_attention(model, f"its cache has {', '.join(recurrent)} layers")
         # sliding-window layers keep a rolling window whose update has control flow export cannot
-        # take; a full-length layer with the model's own sliding mask computes the same attention; a
-        # sparse attention's indexer keys (DeepSeek-V3.2) are a third buffer, written as the others
+        # take; a full-length layer with the model's own sliding mask computes the same attention
+        # (checked below: a model may window in its dynamic cache alone); a sparse attention's
+        # indexer keys (DeepSeek-V3.2) are a third buffer, written as the others
+        windows = _windows(self.cache.layers, max_length)
         static_indexed, indexed = _indexed_layer_classes() or (type(None), None)
         self.layers: list[Any] = [
             c if isinstance(c, stateless)
@@ -276,6 +325,50 @@ class CachedDecoder(torch.nn.Module):
                     raise _not_attention(model, "its sparse attention's indexer has no index_head_dim in its config")
                 self.layers[i].lazy_initialization_indexer(torch.zeros((batch_size, 0, width), **empty))
                 self.register_buffer(f"indexer_cache_{i}", self.layers[i].indexer_keys, persistent=False)
+        if windows:
+            self._check_windows(windows)
+
+    def _check_windows(self, windows: dict[int, int]) -> None:
+        """Refuse a model whose window the mask does not keep: the attention mask of one token at the
+        last slot, read where each windowed layer's attention receives it, must hide slot 0 (farther
+        back than its window). Moshi keeps its window in transformers' dynamic cache alone (its mask is
+        causal over every key): over a full-length cache its tokens would part from ``model.generate``
+        without a word. One token through the model; the cache zeroed after."""
+        seen: dict[int, list[Any]] = {}
+        handles = [
+            module.register_forward_pre_hook(_mask_recorder(module, seen), with_kwargs=True)
+            for module in self.model.modules()
+            if module.__dict__.get("layer_idx") in windows and "attention_mask" in _parameters(module)
+        ]
+        last = self.max_length - 1
+        rows = self.batch_size
+        device = torch.device(next(self.model.parameters()).device)
+        try:
+            with torch.no_grad():
+                self(
+                    torch.zeros((rows, 1), dtype=torch.long, device=device),
+                    torch.full((rows, 1), last, dtype=torch.long, device=device),
+                    torch.tensor([last], device=device),
+                    torch.ones((rows, self.max_length), dtype=torch.long, device=device),
+                )
+        finally:
+            for handle in handles:
+                handle.remove()
+            for buffer in self.buffers(recurse=False):
+                buffer.zero_()
+        implementation = getattr(self.model.config, "_attn_implementation", None)
+        unwindowed = sorted(i for i, masks in seen.items() if any(_sees_slot_0(m, implementation) for m in masks))
+        if unwindowed:
+            window = windows[unwindowed[0]]
+            raise ArgumentError(
+                op=_CAPTURE_LM,
+                arg="max_length",
+                expected=f"at most {window}: {type(self.model).__name__}'s sliding window of {window} tokens "
+                f"(layer {unwindowed[0]}) is kept by transformers' dynamic cache alone, its attention mask "
+                "reaching every earlier key",
+                found=str(self.max_length),
+                fix=f"capture_lm(..., max_length={window}), where every key is within the window as in model.generate",
+            )
 
     def forward(self, input_ids: Any, position_ids: Any, cache_position: Any, attention_mask: Any) -> Any:
         for i in self.stored:
@@ -293,7 +386,10 @@ class CachedDecoder(torch.nn.Module):
         keep = {"logits_to_keep": 1} if self.keeps_logits else {}
         if not self.counts_rows:
             position_ids = cache_position[None].expand(input_ids.shape[0], -1)
-        with static_cache_attention(self.model, cache_position):  # attention that assumed a growing cache
+        with (
+            static_cache_attention(self.model, cache_position),  # attention that assumed a growing cache
+            traceable_dynamic_rope(self.model),  # eager too: the model's own would keep what it grew to
+        ):
             out = self.model(
                 input_ids=input_ids,
                 position_ids=position_ids,

@@ -32,7 +32,11 @@ opcore's own, of contracts the runtimes build (torch's go through ops opcore doe
   the destination; new_empty as new_zeros (its values are unspecified; every one is written after);
 - maximum and max of two tensors (XGLM's and older decoders' ``torch.max(scores, finfo.min)``): for
   floating results ``-minimum(-a, -b)`` (negation is exact: the same value, NaN and signed zero as
-  torch's maximum), for integers and bools ``where(a >= b, a, b)``.
+  torch's maximum), for integers and bools ``where(a >= b, a, b)``;
+- max and min of a whole tensor (dynamic rotary scaling's ``max(position_ids)``): amax and amin
+  over every dim;
+- reciprocal (rotary frequencies computed in the graph, ``1.0 / base ** ...``): ``1 / x`` as a div
+  by a 0-d constant one (IEEE division: the same value; integers give float32 as torch's).
 
 >>> sorted(str(op) for op in decompositions())  # doctest: +SKIP
 ['aten._weight_norm.default', 'aten.baddbmm.default', 'aten.diff.default', ...]
@@ -155,6 +159,24 @@ def _maximum(x: Any, other: Any) -> Any:
     return torch.where(torch.ge(x, other), x, other)
 
 
+def _whole(reduce: str) -> Callable[..., Any]:
+    """torch.max / torch.min of a whole tensor as amax / amin over every dim (a 0-d one as itself)."""
+
+    def whole(x: Any) -> Any:
+        import torch
+
+        return getattr(torch, reduce)(x, list(range(x.dim()))) if x.dim() else x.clone()
+
+    return whole
+
+
+def _reciprocal(x: Any) -> Any:
+    """torch.reciprocal: ``1 / x``, a true division of a 0-d one of x's dtype by x."""
+    import torch
+
+    return torch.div(x.new_ones(()), x)
+
+
 # opcore's own, by ATen overload name (those above)
 _OWN: dict[str, Callable[..., Any]] = {
     "_weight_norm.default": _weight_norm,
@@ -169,6 +191,9 @@ _OWN: dict[str, Callable[..., Any]] = {
     "new_empty.default": _new_empty,
     "maximum.default": _maximum,
     "max.other": _maximum,
+    "max.default": _whole("amax"),
+    "min.default": _whole("amin"),
+    "reciprocal.default": _reciprocal,
 }
 
 
