@@ -716,6 +716,53 @@ def test_a_session_continues_a_conversation(llama):
     assert torch.equal(second[0, 3:], want[0, whole.shape[1] :])
 
 
+def test_generate_on_several_threads_runs_each_call_on_a_cache_of_its_own(llama):
+    """Four threads generating at once from one LanguageModel, three calls each, prompts of other
+    lengths: each call's tokens are what it gives alone (they all ran on the default session's cache
+    before: tokens from the others', or an IndexError past its end)."""
+    import threading
+
+    _, lm = llama
+    prompts = [prompt(length=4 + 3 * i, seed=20 + i) for i in range(4)]
+    alone = [lm.generate(p, max_new_tokens=16, eos_token_id=[]) for p in prompts]
+    found: list[Any] = []
+
+    def run(i: int) -> None:
+        for _ in range(3):
+            found.append((i, lm.generate(prompts[i], max_new_tokens=16, eos_token_id=[])))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(found) == 12
+    assert all(torch.equal(got, alone[i]) for i, got in found)
+    assert len(lm._spare) <= 3  # at most one spare per other concurrent call, kept for the next
+    lm.generate(prompts[0], max_new_tokens=2, eos_token_id=[])
+    assert lm.default_session.length == prompts[0].shape[1] + 1  # one thread: the default session
+
+
+def test_an_unfinished_stream_keeps_its_session_and_generate_runs_beside_it(llama):
+    _, lm = llama
+    first, second = prompt(length=5, seed=31), prompt(length=8, seed=32)
+    want_first = lm.generate(first, max_new_tokens=6, eos_token_id=[])
+    want_second = lm.generate(second, max_new_tokens=6, eos_token_id=[])
+    tokens = lm.stream(first, max_new_tokens=6, eos_token_id=[])
+    made = [next(tokens), next(tokens)]
+    assert torch.equal(lm.generate(second, max_new_tokens=6, eos_token_id=[]), want_second)
+    made += list(tokens)
+    assert torch.equal(torch.stack(made, 1), want_first[:, 5:])
+    # a session a stream is still running on is refused to another call, with the fix
+    chat = lm.session()
+    running = lm.stream(first, max_new_tokens=6, eos_token_id=[], session=chat)
+    next(running)
+    with pytest.raises(ArgumentError, match=r"session.*no other generate or stream.*lm\.session\(\)"):
+        lm.generate(second, max_new_tokens=2, session=chat)
+    running.close()  # closed: the session is free again, and continues its conversation
+    assert lm.generate(second, max_new_tokens=2, eos_token_id=[], session=chat).shape == (1, 10)
+
+
 def test_too_long_is_refused_before_any_work(llama):
     _, lm = llama
     session = lm.session()

@@ -13,6 +13,7 @@ last position. ``LanguageModel.generate`` runs the loop over a session with tran
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -343,6 +344,11 @@ class LanguageModel:
         self.capture_seconds = 0.0
         self.load_seconds = 0.0
         self._session: Session | None = None
+        # sessions a generate (or stream) is running on now, and those it made while the default one
+        # was busy (another thread's generate, a stream not finished): kept for the next such call
+        self._sessions_lock = threading.Lock()
+        self._running: set[int] = set()
+        self._spare: list[Session] = []
         # on cuda, each session's decode step replays as one CUDA graph (opcore.graph.decode_graph);
         # False: every session's steps run node by node from the next step on
         self.cuda_graph = str(decode_plan.device).startswith("cuda")
@@ -504,7 +510,9 @@ class LanguageModel:
         ``generation_config`` says, as transformers does (greedy where it says nothing; sampling's
         top_k 50 where it says nothing, transformers' default: ``top_k=0`` for none). ``streamer``:
         a callable receiving each step's tokens (batch,), or a transformers streamer (``put``/``end``).
-        ``session``: the conversation to use (None: the default one, started again). ``use_cache`` is
+        ``session``: the conversation to use (None: the default one, started again; where another call
+        is running on it, from another thread or a stream not finished, a spare session: calls on
+        several threads each run on a cache of their own). ``use_cache`` is
         taken for callers written for transformers and changes nothing: the tokens are those of
         transformers' generate with or without its cache, and the captured cache is what runs.
 
@@ -666,10 +674,56 @@ class LanguageModel:
         pad: int,
         session: Session | None,
     ) -> Iterator[Any]:
+        chat = self._take(session)
+        try:
+            yield from self._run(chat, session is None, ids, mask, rows, max_new_tokens, choice, eos, pad)
+        finally:
+            self._give_back(chat, spare=session is None)
+
+    def _take(self, session: Session | None) -> Session:
+        """The session a generate runs on: the caller's, where no other generate or stream is running
+        on it (else an ArgumentError); without one, the default session where it is free, else a spare
+        (made where none is: one more cache), so that generates on several threads never share a cache."""
+        with self._sessions_lock:
+            if session is not None:
+                if id(session) in self._running:
+                    raise ArgumentError(
+                        op=_GENERATE,
+                        arg="session",
+                        expected="a session no other generate or stream is running on",
+                        found="one a generate or an unfinished stream is running on",
+                        fix="finish (or close) that stream first, or give each concurrent call its own "
+                        "lm.session(); without session=, each call runs on a free one",
+                    )
+                chat = session
+            elif id(self.default_session) not in self._running:
+                chat = self.default_session
+            else:
+                chat = self._spare.pop() if self._spare else Session(self)
+            self._running.add(id(chat))
+            return chat
+
+    def _give_back(self, chat: Session, spare: bool) -> None:
+        with self._sessions_lock:
+            self._running.discard(id(chat))
+            if spare and chat is not self._session:
+                self._spare.append(chat)
+
+    def _run(
+        self,
+        chat: Session,
+        fresh: bool,
+        ids: Any,
+        mask: Any,
+        rows: int,
+        max_new_tokens: int,
+        choice: Choice,
+        eos: tuple[int, ...],
+        pad: int,
+    ) -> Iterator[Any]:
         import torch
 
-        chat = session if session is not None else self.default_session
-        if session is None:
+        if fresh:
             chat.reset()
         if max_new_tokens == 0:
             return
