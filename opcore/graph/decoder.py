@@ -357,7 +357,8 @@ class CachedDecoder(torch.nn.Module):
             for buffer in self.buffers(recurse=False):
                 buffer.zero_()
         implementation = getattr(self.model.config, "_attn_implementation", None)
-        unwindowed = sorted(i for i, masks in seen.items() if any(_sees_slot_0(m, implementation) for m in masks))
+        # every module of the layer that takes a mask sees it (a decoder layer may pass another on)
+        unwindowed = sorted(i for i, masks in seen.items() if all(_sees_slot_0(m, implementation) for m in masks))
         if unwindowed:
             window = windows[unwindowed[0]]
             raise ArgumentError(
