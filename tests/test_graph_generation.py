@@ -677,6 +677,43 @@ def test_streamer_gets_every_token_as_made(llama):
     assert streamer.puts[0] == ids[0].tolist() and [p[0] for p in streamer.puts[1:]] == seen and streamer.ended
 
 
+def test_transformers_text_streamers_print_and_yield_what_they_do_for_model_generate(llama):
+    """TextStreamer (printed) and TextIteratorStreamer (read on this thread while generate runs on
+    another, as transformers' docs show), with and without the prompt, over a word-level tokenizer
+    built here (nothing downloaded): the same text as for model.generate."""
+    import contextlib
+    import io
+    import threading
+
+    tokenizers = pytest.importorskip("tokenizers", reason="transformers' fast tokenizers")
+    model, lm = llama
+    words = tokenizers.Tokenizer(tokenizers.models.WordLevel({f"w{i}": i for i in range(VOCAB)}, unk_token="w0"))
+    words.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=words, unk_token="w0", pad_token="w0")
+    ids = tokenizer(" ".join(f"w{i}" for i in prompt()[0].tolist()), return_tensors="pt").input_ids
+    assert torch.equal(ids, prompt())
+    ours: dict[str, Any] = dict(max_new_tokens=8, eos_token_id=[])
+    theirs: dict[str, Any] = dict(max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0)
+
+    def printed(generate: Any, options: dict[str, Any], skip_prompt: bool) -> str:
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            generate(ids, streamer=transformers.TextStreamer(tokenizer, skip_prompt=skip_prompt), **options)
+        return out.getvalue()
+
+    def iterated(generate: Any, options: dict[str, Any], skip_prompt: bool) -> str:
+        streamer = transformers.TextIteratorStreamer(tokenizer, skip_prompt=skip_prompt, timeout=60)
+        worker = threading.Thread(target=generate, args=(ids,), kwargs=dict(options, streamer=streamer))
+        worker.start()
+        text = "".join(streamer)
+        worker.join()
+        return text
+
+    for skip_prompt in (False, True):
+        for read in (printed, iterated):
+            got, want = read(lm.generate, ours, skip_prompt), read(model.generate, theirs, skip_prompt)
+            assert got == want and len(want.split()) == 8 + (0 if skip_prompt else ids.shape[1]), (got, want)
+
+
 def test_sessions_interleaved_keep_their_own_state(llama):
     _, lm = llama
     a_ids, b_ids = prompt(seed=11), prompt(seed=12)
