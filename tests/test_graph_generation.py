@@ -485,6 +485,28 @@ def test_forced_first_and_last_tokens_of_the_generation_config():
     assert int(lm.generate(prompt(length=1), max_new_tokens=3, eos_token_id=[])[0, 1]) == 5
 
 
+def test_the_repetition_penalty_leaves_a_row_s_left_padding_out_as_transformers_does():
+    """transformers' generate gives its repetition penalty each row's padding length (the slots
+    before the mask's first 1) and leaves those out: the pad id is not penalized for the padding.
+    Here the pad id is made the first row's likeliest first token: penalized (as opcore did) the row
+    takes another."""
+    pad = 7
+    config = transformers.LlamaConfig(**SMALL, num_key_value_heads=2, bos_token_id=1, eos_token_id=2, pad_token_id=pad)
+    model = built(transformers.LlamaForCausalLM, config)
+    ids, mask = prompt(rows=2, length=12, seed=3).clamp(min=pad + 1), torch.ones(2, 12, dtype=torch.long)
+    ids[0, :6], mask[0, :6] = pad, 0
+    first = model.generate(ids, attention_mask=mask, max_new_tokens=1, do_sample=False)[0, -1]
+    with torch.no_grad():
+        model.lm_head.weight[pad] = model.lm_head.weight[first] * 1.2
+    lm = opcore.graph.capture_lm(model, max_length=32, batch_size=2, measure=False)
+    want = model.generate(
+        ids, attention_mask=mask, max_new_tokens=6, do_sample=False, repetition_penalty=1.5, eos_token_id=None
+    )
+    assert want[0, 12] == pad  # the case at hand: the padding's id is the choice
+    got = lm.generate(ids, attention_mask=mask, max_new_tokens=6, repetition_penalty=1.5, eos_token_id=[])
+    assert torch.equal(got, want), (got[:, 12:].tolist(), want[:, 12:].tolist())
+
+
 def test_the_generation_config_s_sampling_and_repetition_penalty_are_the_defaults(llama):
     """A checkpoint's generation_config may ask for sampling and a repetition penalty (Qwen2.5-Instruct's
     does: do_sample, temperature 0.7, top_p 0.8, top_k 20, repetition_penalty 1.05): where generate is

@@ -212,6 +212,18 @@ def _new_tokens_to(max_length: Any, prompt: int, said: str | None = None) -> int
     return max_length - prompt
 
 
+def _penalized(ids: Any, mask: Any) -> Any:
+    """The prompt's tokens as the repetition penalty reads them: -1 in each row's left padding (the
+    slots before its mask's first 1), which transformers' generate leaves out of the penalty."""
+    import torch
+
+    if mask is None or mask.dim() != 2:
+        return ids
+    lead = (mask != 0).int().argmax(dim=1)
+    slots = torch.arange(ids.shape[1], device=ids.device)
+    return ids.masked_fill(slots[None, :] < lead[:, None], -1)
+
+
 def _ids(value: Any) -> tuple[int, ...]:
     if value is None:
         return ()
@@ -729,7 +741,7 @@ class LanguageModel:
             return
         logits = chat.prefill(ids, mask)
         # every token so far, kept only where a choice reads them (the repetition penalty)
-        history = ids if choice.repetition_penalty not in (None, 1.0) else None
+        history = _penalized(ids, mask) if choice.repetition_penalty not in (None, 1.0) else None
         unfinished = torch.ones(ids.shape[0], dtype=torch.bool, device=ids.device)
         eos_ids = torch.tensor(eos, dtype=torch.long, device=ids.device) if eos else None
         padding = torch.full((ids.shape[0],), pad, dtype=torch.long, device=ids.device)

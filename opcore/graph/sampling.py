@@ -1,7 +1,7 @@
 """Choosing the next token from a step's logits, with transformers' semantics and order.
 
 transformers' ``generate`` applies, in this order: the repetition penalty (over every token of the
-row so far, prompt included), the minimum of new tokens (eos impossible until reached), the forced
+row so far, prompt included, its left padding not), the minimum of new tokens (eos impossible until reached), the forced
 first and last tokens of the model's generation config (``forced_bos_token_id`` where the prompt is
 one token, ``forced_eos_token_id`` as the last of ``max_new_tokens``), its suppressed tokens (always,
 and ``begin_suppress_tokens`` as the first new token), then for sampling the
@@ -60,14 +60,20 @@ class Choice:
 
     def scores(self, logits: Any, tokens: Any, new_tokens: int) -> Any:
         """The processed scores (batch, vocab) of float32 ``logits`` for rows whose tokens so far are
-        ``tokens`` (batch, length; None where no option reads them), ``new_tokens`` of them generated."""
+        ``tokens`` (batch, length; None where no option reads them; -1 where a slot holds none: left
+        padding, which transformers' repetition penalty leaves out), ``new_tokens`` of them generated."""
         import torch
 
         scores = logits.float()
         if self.repetition_penalty is not None and self.repetition_penalty != 1.0 and tokens is not None:
-            seen = torch.gather(scores, 1, tokens)
-            seen = torch.where(seen < 0, seen * self.repetition_penalty, seen / self.repetition_penalty)
-            scores = scores.scatter(1, tokens, seen)
+            # each id the row holds (an id outside the vocabulary, -1 for a left-padding slot, none),
+            # penalized once, as transformers' RepetitionPenaltyLogitsProcessor
+            vocab = scores.shape[-1]
+            ids = torch.where((tokens >= 0) & (tokens < vocab), tokens, vocab)
+            present = torch.zeros((scores.shape[0], vocab + 1), dtype=torch.bool, device=scores.device)
+            present = present.scatter(1, ids, True)[:, :vocab]
+            penalized = torch.where(scores < 0, scores * self.repetition_penalty, scores / self.repetition_penalty)
+            scores = torch.where(present, penalized, scores)
         # an eos id outside the vocabulary (a config's default beside a smaller vocab) can never be
         # produced: nothing to mask, as transformers' MinNewTokensLengthLogitsProcessor does
         held = new_tokens < self.min_new_tokens
