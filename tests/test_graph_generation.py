@@ -574,7 +574,7 @@ def test_the_generation_config_s_lengths_are_the_default_lengths(llama):
 def test_the_generation_config_s_least_length_and_what_generate_does_not_apply():
     """A config's min_new_tokens (else min_length, the prompt counted) holds eos back as transformers'
     generate does where the call does not say; options that change tokens and that generate does not
-    apply (beams, min_p, n-gram bans...) are said at capture (a UserWarning) and by explain."""
+    apply (beams, contrastive search, top-h...) are said at capture (a UserWarning) and by explain."""
     model = build("llama")
     ids = prompt()
     eos = int(opcore.graph.capture_lm(model, max_length=40, measure=False).generate(ids, max_new_tokens=1)[0, -1])
@@ -588,10 +588,10 @@ def test_the_generation_config_s_least_length_and_what_generate_does_not_apply()
         assert got.shape[1] > ids.shape[1] + 2 and int(got[0, ids.shape[1]]) != eos, setting
         assert lm.generate(ids, max_new_tokens=8, min_new_tokens=0).shape[1] == ids.shape[1] + 1
         model.generation_config.min_new_tokens, model.generation_config.min_length = None, None
-    model.generation_config.no_repeat_ngram_size, model.generation_config.min_p = 2, 0.05
-    with pytest.warns(UserWarning, match=r"sets min_p=0\.05, no_repeat_ngram_size=2, which opcore's generate does not"):
+    model.generation_config.num_beams, model.generation_config.penalty_alpha = 4, 0.6
+    with pytest.warns(UserWarning, match=r"sets num_beams=4, penalty_alpha=0\.6, which opcore's generate does not"):
         lm = opcore.graph.capture_lm(model, max_length=40, measure=False)
-    assert "not applied by generate: min_p=0.05, no_repeat_ngram_size=2" in lm.explain()
+    assert "not applied by generate: num_beams=4, penalty_alpha=0.6" in lm.explain()
     assert GenerationDefaults.from_json(lm.defaults.to_json()) == lm.defaults
 
 
@@ -1192,9 +1192,9 @@ def test_the_choice_of_each_token_runs_on_one_torch_thread(llama, monkeypatch):
     chosen_at: list[int] = []
     real = Choice.next
 
-    def next_token(self, logits, tokens, new_tokens):
+    def next_token(self, logits, tokens, new_tokens, padding=None):
         chosen_at.append(torch.get_num_threads())
-        return real(self, logits, tokens, new_tokens)
+        return real(self, logits, tokens, new_tokens, padding)
 
     monkeypatch.setattr(Choice, "next", next_token)
     before = torch.get_num_threads()

@@ -57,6 +57,16 @@ class GenerationDefaults:
     # counted), as transformers' MinNewTokens / MinLength processors
     min_new_tokens: int | None = None
     min_length: int | None = None
+    # transformers' SequenceBias, NoRepeatNGram and NoBadWords processors, its min-p, typical, epsilon
+    # and eta warpers (sampling), and its MaxTimeCriteria (seconds)
+    sequence_bias: tuple[tuple[tuple[int, ...], float], ...] = ()
+    no_repeat_ngram_size: int | None = None
+    bad_words_ids: tuple[tuple[int, ...], ...] = ()
+    min_p: float | None = None
+    typical_p: float | None = None
+    epsilon_cutoff: float | None = None
+    eta_cutoff: float | None = None
+    max_time: float | None = None
     # the config's options that change tokens and that opcore's generate does not apply ("num_beams=4")
     not_applied: tuple[str, ...] = ()
 
@@ -84,6 +94,14 @@ class GenerationDefaults:
             max_length=_length(getattr(config, "max_length", None), unset=NEW_TOKENS),
             min_new_tokens=_length(getattr(config, "min_new_tokens", None)),
             min_length=_length(getattr(config, "min_length", None)),
+            sequence_bias=_biases(getattr(config, "sequence_bias", None) or None, "generation_config.sequence_bias"),
+            no_repeat_ngram_size=getattr(config, "no_repeat_ngram_size", None) or None,
+            bad_words_ids=_words(getattr(config, "bad_words_ids", None) or None, "generation_config.bad_words_ids"),
+            min_p=getattr(config, "min_p", None),
+            typical_p=getattr(config, "typical_p", None),
+            epsilon_cutoff=getattr(config, "epsilon_cutoff", None),
+            eta_cutoff=getattr(config, "eta_cutoff", None),
+            max_time=getattr(config, "max_time", None),
             not_applied=tuple(
                 f"{name}={value!r}"
                 for name, idle in NOT_APPLIED.items()
@@ -108,6 +126,14 @@ class GenerationDefaults:
             "max_length": self.max_length,
             "min_new_tokens": self.min_new_tokens,
             "min_length": self.min_length,
+            "sequence_bias": [[list(sequence), bias] for sequence, bias in self.sequence_bias],
+            "no_repeat_ngram_size": self.no_repeat_ngram_size,
+            "bad_words_ids": [list(words) for words in self.bad_words_ids],
+            "min_p": self.min_p,
+            "typical_p": self.typical_p,
+            "epsilon_cutoff": self.epsilon_cutoff,
+            "eta_cutoff": self.eta_cutoff,
+            "max_time": self.max_time,
             "not_applied": list(self.not_applied),
         }
 
@@ -129,6 +155,15 @@ class GenerationDefaults:
             max_length=_length(record.get("max_length")),
             min_new_tokens=_length(record.get("min_new_tokens")),
             min_length=_length(record.get("min_length")),
+            # plans saved before these were kept: none set
+            sequence_bias=_biases(record.get("sequence_bias") or None, "sequence_bias"),
+            no_repeat_ngram_size=record.get("no_repeat_ngram_size"),
+            bad_words_ids=_words(record.get("bad_words_ids") or None, "bad_words_ids"),
+            min_p=record.get("min_p"),
+            typical_p=record.get("typical_p"),
+            epsilon_cutoff=record.get("epsilon_cutoff"),
+            eta_cutoff=record.get("eta_cutoff"),
+            max_time=record.get("max_time"),
             not_applied=tuple(str(item) for item in record.get("not_applied", ())),
         )
 
@@ -151,18 +186,15 @@ NOT_APPLIED: dict[str, Any] = {
     "num_beams": 1,
     "num_return_sequences": 1,
     "penalty_alpha": 0.0,
-    "min_p": 0.0,
-    "typical_p": 1.0,
-    "epsilon_cutoff": 0.0,
-    "eta_cutoff": 0.0,
-    "no_repeat_ngram_size": 0,
-    "bad_words_ids": None,
-    "sequence_bias": None,
+    "top_h": None,
+    "dola_layers": None,
+    "constraints": None,
+    "force_words_ids": None,
+    "token_healing": False,
     "exponential_decay_length_penalty": None,
     "guidance_scale": 1.0,
     "stop_strings": None,
     "watermarking_config": None,
-    "max_time": None,
 }
 # sampling's top-k where neither the call nor the model's generation config sets one: transformers'
 # global default (GenerationConfig._get_default_generation_params); top_k=0 samples from every token
@@ -212,16 +244,69 @@ def _new_tokens_to(max_length: Any, prompt: int, said: str | None = None) -> int
     return max_length - prompt
 
 
-def _penalized(ids: Any, mask: Any) -> Any:
-    """The prompt's tokens as the repetition penalty reads them: -1 in each row's left padding (the
-    slots before its mask's first 1), which transformers' generate leaves out of the penalty."""
-    import torch
+# generate's options read by _processing (each the generation config's where the call leaves it None)
+_PROCESSING = (
+    "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "no_repeat_ngram_size", "bad_words_ids", "sequence_bias",
+    "max_time",
+)  # fmt: skip
 
+
+def _token_ids(value: Any) -> tuple[int, ...] | None:
+    """A non-empty sequence of token ids >= 0 as a tuple; None where it is not one."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value:
+        return None
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value):
+        return None
+    return tuple(int(i) for i in value)
+
+
+def _words(value: Any, arg: str) -> tuple[tuple[int, ...], ...]:
+    """``bad_words_ids`` (a list of lists of token ids, transformers' form) as tuples; () for None."""
+    if value is None:
+        return ()
+    words = [_token_ids(item) for item in value] if isinstance(value, Sequence) and value else [None]
+    if not all(words):
+        raise ArgumentError(
+            op=_GENERATE,
+            arg=arg,
+            expected="a non-empty list of non-empty lists of token ids >= 0 (transformers' bad_words_ids)",
+            found=repr(value)[:120],
+            fix="tokenizer(words, add_special_tokens=False).input_ids gives the lists",
+        )
+    return tuple(w for w in words if w is not None)
+
+
+def _biases(value: Any, arg: str) -> tuple[tuple[tuple[int, ...], float], ...]:
+    """``sequence_bias`` (a dict of token-id tuples to floats, or a list of [token ids, float] pairs,
+    transformers' two forms) as (tuple, float) pairs; () for None."""
+    if value is None:
+        return ()
+    pairs = list(value.items()) if isinstance(value, Mapping) else value
+    found: list[tuple[tuple[int, ...], float]] = []
+    if isinstance(pairs, Sequence) and pairs:
+        for pair in pairs:
+            if not isinstance(pair, Sequence) or len(pair) != 2:
+                break
+            ids, bias = _token_ids(pair[0]), pair[1]
+            if ids is None or not isinstance(bias, (int, float)) or isinstance(bias, bool):
+                break
+            found.append((ids, float(bias)))
+    if not found or len(found) != len(pairs):
+        raise ArgumentError(
+            op=_GENERATE,
+            arg=arg,
+            expected="a dict of token-id tuples to floats, or a list of [token ids, float] pairs (transformers' forms)",
+            found=repr(value)[:120],
+        )
+    return tuple(found)
+
+
+def _padding(mask: Any) -> Any:
+    """Each row's left-padding slots (before its mask's first 1; 0 for a row of none), as transformers'
+    generate gives them to its repetition penalty; None without a mask."""
     if mask is None or mask.dim() != 2:
-        return ids
-    lead = (mask != 0).int().argmax(dim=1)
-    slots = torch.arange(ids.shape[1], device=ids.device)
-    return ids.masked_fill(slots[None, :] < lead[:, None], -1)
+        return None
+    return (mask != 0).int().argmax(dim=1)
 
 
 def _ids(value: Any) -> tuple[int, ...]:
@@ -510,6 +595,14 @@ class LanguageModel:
         session: Session | None = None,
         max_length: int | None = None,
         use_cache: bool | None = None,
+        min_p: float | None = None,
+        typical_p: float | None = None,
+        epsilon_cutoff: float | None = None,
+        eta_cutoff: float | None = None,
+        no_repeat_ngram_size: int | None = None,
+        bad_words_ids: Sequence[Sequence[int]] | None = None,
+        sequence_bias: Any = None,
+        max_time: float | None = None,
         **unsupported: Any,
     ) -> Any:
         """The prompt followed by up to ``max_new_tokens`` new tokens per row (batch, prompt + new),
@@ -540,6 +633,9 @@ class LanguageModel:
         for tokens in self._tokens(
             ids, mask, rows, max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p,
             repetition_penalty, eos_token_id, pad_token_id, generator, session, max_length,
+            dict(min_p=min_p, typical_p=typical_p, epsilon_cutoff=epsilon_cutoff, eta_cutoff=eta_cutoff,
+                 no_repeat_ngram_size=no_repeat_ngram_size, bad_words_ids=bad_words_ids,
+                 sequence_bias=sequence_bias, max_time=max_time),
         ):  # fmt: skip
             produced.append(tokens)
             if put is not None:
@@ -567,6 +663,14 @@ class LanguageModel:
         session: Session | None = None,
         max_length: int | None = None,
         use_cache: bool | None = None,
+        min_p: float | None = None,
+        typical_p: float | None = None,
+        epsilon_cutoff: float | None = None,
+        eta_cutoff: float | None = None,
+        no_repeat_ngram_size: int | None = None,
+        bad_words_ids: Sequence[Sequence[int]] | None = None,
+        sequence_bias: Any = None,
+        max_time: float | None = None,
         **unsupported: Any,
     ) -> Iterator[Any]:
         """The new tokens (batch,) step by step, as ``generate`` makes them (its options, but streamer).
@@ -578,6 +682,9 @@ class LanguageModel:
         return self._tokens(
             ids, mask, rows, max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p,
             repetition_penalty, eos_token_id, pad_token_id, generator, session, max_length,
+            dict(min_p=min_p, typical_p=typical_p, epsilon_cutoff=epsilon_cutoff, eta_cutoff=eta_cutoff,
+                 no_repeat_ngram_size=no_repeat_ngram_size, bad_words_ids=bad_words_ids,
+                 sequence_bias=sequence_bias, max_time=max_time),
         )  # fmt: skip
 
     def _pad_rows(self, input_ids: Any, attention_mask: Any) -> tuple[Any, Any, int]:
@@ -618,9 +725,11 @@ class LanguageModel:
         generator: Any,
         session: Session | None,
         max_length: int | None = None,
+        more: Mapping[str, Any] | None = None,
     ) -> Iterator[Any]:
 
         ids = self._rows(ids, "input_ids")
+        processing = self._processing(more or {}, do_sample if do_sample is not None else self.defaults.do_sample)
         used = session.length if session is not None else 0
         if max_new_tokens is None:
             if max_length is not None:
@@ -648,6 +757,7 @@ class LanguageModel:
             do_sample = self.defaults.do_sample
         if repetition_penalty is None:
             repetition_penalty = self.defaults.repetition_penalty
+        max_time = processing.pop("max_time")
         bos = self.defaults.forced_bos_token_id
         choice = Choice(
             do_sample=bool(do_sample), repetition_penalty=repetition_penalty, min_new_tokens=min_new_tokens,
@@ -658,8 +768,45 @@ class LanguageModel:
             suppress_tokens=self.defaults.suppress_tokens, begin_suppress_tokens=self.defaults.begin_suppress_tokens,
             # transformers' begin index: the first new token, the second where a one-token prompt gets a forced bos
             begin_new_token=1 if ids.shape[1] == 1 and bos is not None else 0,
+            # a bad word that is an eos id alone stays possible, as transformers' NoBadWords keeps it
+            bad_words_ids=tuple(w for w in processing.pop("bad_words_ids") if not (len(w) == 1 and w[0] in eos)),
+            **processing,
         )  # fmt: skip
-        return self._loop(ids, mask, rows, max_new_tokens, choice, eos, pad, session)
+        return self._loop(ids, mask, rows, max_new_tokens, choice, eos, pad, session, max_time)
+
+    def _processing(self, more: Mapping[str, Any], do_sample: bool) -> dict[str, Any]:
+        """The call's sequence bias, n-gram and bad-word bans, min-p / typical / epsilon / eta warpers
+        (sampling only, as transformers applies them) and max_time, each the generation config's where
+        the call leaves it None; token ids checked against the vocabulary before any work."""
+        defaults = self.defaults
+        taken: dict[str, Any] = {name: more.get(name) for name in _PROCESSING}
+        for name in _PROCESSING:
+            if taken[name] is None:
+                taken[name] = getattr(defaults, name) or None  # (): none configured
+        taken["sequence_bias"] = _biases(taken["sequence_bias"], "sequence_bias")
+        taken["bad_words_ids"] = _words(taken["bad_words_ids"], "bad_words_ids")
+        if not do_sample:
+            for name in ("min_p", "typical_p", "epsilon_cutoff", "eta_cutoff"):
+                taken[name] = None
+        max_time = taken["max_time"]
+        if max_time is not None and (
+            not isinstance(max_time, (int, float)) or isinstance(max_time, bool) or max_time <= 0
+        ):
+            raise ArgumentError(op=_GENERATE, arg="max_time", expected="seconds > 0", found=repr(max_time))
+        if self.vocab_size is not None:
+            for name, sequences in (
+                ("sequence_bias", [sequence for sequence, _ in taken["sequence_bias"]]),
+                ("bad_words_ids", taken["bad_words_ids"]),
+            ):
+                outside = sorted({i for sequence in sequences for i in sequence if i >= self.vocab_size})
+                if outside:
+                    raise ArgumentError(
+                        op=_GENERATE,
+                        arg=name,
+                        expected=f"token ids below the vocabulary's {self.vocab_size}",
+                        found=", ".join(map(str, outside[:8])),
+                    )
+        return taken
 
     def _configured_new_tokens(self, prompt: int, used: int) -> int:
         """The new tokens where the call gives no length, as transformers' generate: the generation
@@ -685,10 +832,11 @@ class LanguageModel:
         eos: tuple[int, ...],
         pad: int,
         session: Session | None,
+        max_time: float | None = None,
     ) -> Iterator[Any]:
         chat = self._take(session)
         try:
-            yield from self._run(chat, session is None, ids, mask, rows, max_new_tokens, choice, eos, pad)
+            yield from self._run(chat, session is None, ids, mask, rows, max_new_tokens, choice, eos, pad, max_time)
         finally:
             self._give_back(chat, spare=session is None)
 
@@ -732,16 +880,22 @@ class LanguageModel:
         choice: Choice,
         eos: tuple[int, ...],
         pad: int,
+        max_time: float | None = None,
     ) -> Iterator[Any]:
+        import time
+
         import torch
 
+        started = time.monotonic()  # transformers' MaxTimeCriteria counts from before the prompt
         if fresh:
             chat.reset()
         if max_new_tokens == 0:
             return
         logits = chat.prefill(ids, mask)
-        # every token so far, kept only where a choice reads them (the repetition penalty)
-        history = _penalized(ids, mask) if choice.repetition_penalty not in (None, 1.0) else None
+        # every token so far, kept only where a choice reads them (the repetition penalty, n-grams,
+        # sequences biased or banned); each row's left padding, which the penalty leaves out
+        history = ids if choice.reads_tokens else None
+        lead = _padding(mask) if history is not None else None
         unfinished = torch.ones(ids.shape[0], dtype=torch.bool, device=ids.device)
         eos_ids = torch.tensor(eos, dtype=torch.long, device=ids.device) if eos else None
         padding = torch.full((ids.shape[0],), pad, dtype=torch.long, device=ids.device)
@@ -749,7 +903,12 @@ class LanguageModel:
             with one_thread(logits):
                 # the caller's rows alone: sampling draws for them as model.generate of those rows does,
                 # and the padding rows (copies of the first) take the first row's token
-                chosen = choice.next(logits[:rows], history[:rows] if history is not None else None, step)
+                chosen = choice.next(
+                    logits[:rows],
+                    history[:rows] if history is not None else None,
+                    step,
+                    lead[:rows] if lead is not None else None,
+                )
                 if rows < logits.shape[0]:
                     chosen = torch.cat([chosen, chosen[:1].expand(logits.shape[0] - rows)])
                 if eos_ids is not None:
@@ -761,6 +920,8 @@ class LanguageModel:
                 unfinished &= ~torch.isin(chosen, eos_ids)
                 if not bool(unfinished[:rows].any()):
                     return
+            if max_time is not None and time.monotonic() - started > max_time:
+                return
             if step + 1 < max_new_tokens:
                 logits = chat.step(chosen[:, None])
 

@@ -1,12 +1,16 @@
 """Choosing the next token from a step's logits, with transformers' semantics and order.
 
-transformers' ``generate`` applies, in this order: the repetition penalty (over every token of the
-row so far, prompt included, its left padding not), the minimum of new tokens (eos impossible until reached), the forced
-first and last tokens of the model's generation config (``forced_bos_token_id`` where the prompt is
-one token, ``forced_eos_token_id`` as the last of ``max_new_tokens``), its suppressed tokens (always,
-and ``begin_suppress_tokens`` as the first new token), then for sampling the
-temperature, top-k and top-p warpers; greedy takes the argmax of the processed scores,
-sampling draws from their softmax (``torch.multinomial``, with the caller's ``torch.Generator``).
+transformers' ``generate`` applies, in this order: a sequence bias (``sequence_bias``), the
+repetition penalty (over every token of the row so far, prompt included, its left padding not), no
+repeated n-grams (``no_repeat_ngram_size``), bad words (``bad_words_ids``: a sequence bias of -inf,
+eos left out), the minimum of new tokens (eos impossible until reached), the forced first and last
+tokens of the model's generation config (``forced_bos_token_id`` where the prompt is one token,
+``forced_eos_token_id`` as the last of ``max_new_tokens``), its suppressed tokens (always, and
+``begin_suppress_tokens`` as the first new token), then for sampling the warpers: temperature,
+top-k, top-p, min-p, typical, epsilon and eta cutoffs; greedy takes the argmax of the processed
+scores, sampling draws from their softmax (``torch.multinomial``, with the caller's
+``torch.Generator``). Each step is transformers' own arithmetic (its LogitsProcessor classes, one
+token kept at least), written here so that a loaded plan generates without transformers.
 
 >>> import torch
 >>> choose = Choice(do_sample=False)
@@ -45,6 +49,14 @@ class Choice:
     suppress_tokens: tuple[int, ...] = ()  # never chosen
     begin_suppress_tokens: tuple[int, ...] = ()  # not chosen as the new token begin_new_token
     begin_new_token: int = 0
+    # (token sequence, bias): added to the last token's score where the row ends with the others
+    sequence_bias: tuple[tuple[tuple[int, ...], float], ...] = ()
+    no_repeat_ngram_size: int | None = None  # an n-gram the row holds is not made again
+    bad_words_ids: tuple[tuple[int, ...], ...] = ()  # never completed (a single eos id left out)
+    min_p: float | None = None  # sampling: tokens below min_p x the likeliest's probability dropped
+    typical_p: float | None = None  # sampling: the locally typical tokens of this mass kept (< 1)
+    epsilon_cutoff: float | None = None  # sampling: tokens below this probability dropped (0 < e < 1)
+    eta_cutoff: float | None = None  # sampling: below min(eta, sqrt(eta) exp(-entropy)) dropped
 
     def __post_init__(self) -> None:
         _positive("temperature", self.temperature, strict=True)
@@ -57,23 +69,50 @@ class Choice:
             raise ArgumentError(
                 op=_GENERATE, arg="min_new_tokens", expected="an int >= 0", found=repr(self.min_new_tokens)
             )
+        _fraction("min_p", self.min_p, low=0.0, high=1.0)
+        _fraction("typical_p", self.typical_p, low=0.0, high=1.0, open_low=True)
+        _fraction("epsilon_cutoff", self.epsilon_cutoff, low=0.0, high=1.0)
+        _fraction("eta_cutoff", self.eta_cutoff, low=0.0, high=1.0)
+        size = self.no_repeat_ngram_size
+        if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
+            raise ArgumentError(op=_GENERATE, arg="no_repeat_ngram_size", expected="an int >= 0", found=repr(size))
 
-    def scores(self, logits: Any, tokens: Any, new_tokens: int) -> Any:
+    @property
+    def reads_tokens(self) -> bool:
+        """Whether a choice reads the row's tokens so far (else ``tokens`` may be None)."""
+        return (
+            (self.repetition_penalty is not None and self.repetition_penalty != 1.0)
+            or bool(self.no_repeat_ngram_size)
+            or any(len(sequence) > 1 for sequence, _ in self.sequence_bias)
+            or any(len(sequence) > 1 for sequence in self.bad_words_ids)
+        )
+
+    def scores(self, logits: Any, tokens: Any, new_tokens: int, padding: Any = None) -> Any:
         """The processed scores (batch, vocab) of float32 ``logits`` for rows whose tokens so far are
-        ``tokens`` (batch, length; None where no option reads them; -1 where a slot holds none: left
-        padding, which transformers' repetition penalty leaves out), ``new_tokens`` of them generated."""
+        ``tokens`` (batch, length, left padding included; None where no option reads them),
+        ``new_tokens`` of them generated; ``padding`` (batch,): each row's left-padding slots, which
+        transformers' repetition penalty leaves out (None: none)."""
         import torch
 
         scores = logits.float()
+        if self.sequence_bias:
+            scores = _biased(scores, tokens, self.sequence_bias)
         if self.repetition_penalty is not None and self.repetition_penalty != 1.0 and tokens is not None:
-            # each id the row holds (an id outside the vocabulary, -1 for a left-padding slot, none),
-            # penalized once, as transformers' RepetitionPenaltyLogitsProcessor
+            # each id the row holds (its left padding and an id outside the vocabulary not), penalized
+            # once, as transformers' RepetitionPenaltyLogitsProcessor
             vocab = scores.shape[-1]
             ids = torch.where((tokens >= 0) & (tokens < vocab), tokens, vocab)
+            if padding is not None:
+                slots = torch.arange(tokens.shape[1], device=tokens.device)
+                ids = ids.masked_fill(slots[None, :] < padding[:, None], vocab)
             present = torch.zeros((scores.shape[0], vocab + 1), dtype=torch.bool, device=scores.device)
             present = present.scatter(1, ids, True)[:, :vocab]
             penalized = torch.where(scores < 0, scores * self.repetition_penalty, scores / self.repetition_penalty)
             scores = torch.where(present, penalized, scores)
+        if self.no_repeat_ngram_size and tokens is not None:
+            scores = _no_repeated_ngrams(scores, tokens, self.no_repeat_ngram_size)
+        if self.bad_words_ids:
+            scores = _biased(scores, tokens, tuple((words, -float("inf")) for words in self.bad_words_ids))
         # an eos id outside the vocabulary (a config's default beside a smaller vocab) can never be
         # produced: nothing to mask, as transformers' MinNewTokensLengthLogitsProcessor does
         held = new_tokens < self.min_new_tokens
@@ -109,13 +148,29 @@ class Choice:
             drop = cumulative <= (1 - self.top_p)
             drop[..., -1:] = False  # keep at least one token
             scores = scores.masked_fill(drop.scatter(1, order, drop), -float("inf"))
+        if self.min_p is not None:
+            probs = torch.softmax(scores, dim=-1)
+            drop = probs < self.min_p * probs.amax(dim=-1, keepdim=True)
+            drop.scatter_(-1, torch.topk(probs, 1, dim=-1).indices, False)
+            scores = scores.masked_fill(drop, -float("inf"))
+        if self.typical_p is not None and self.typical_p < 1.0:
+            scores = _typical(scores, self.typical_p)
+        if self.epsilon_cutoff is not None and 0.0 < self.epsilon_cutoff < 1.0:
+            drop = scores.softmax(dim=-1) < self.epsilon_cutoff
+            scores = scores.masked_fill(drop & (scores < torch.topk(scores, 1)[0][..., -1, None]), -float("inf"))
+        if self.eta_cutoff is not None and 0.0 < self.eta_cutoff < 1.0:
+            eta = torch.tensor(self.eta_cutoff, device=scores.device)
+            entropy = torch.distributions.Categorical(logits=scores).entropy()
+            cut = torch.min(eta, torch.sqrt(eta) * torch.exp(-entropy))[..., None]
+            drop = scores.softmax(dim=-1) < cut
+            scores = scores.masked_fill(drop & (scores < torch.topk(scores, 1)[0][..., -1, None]), -float("inf"))
         return scores
 
-    def next(self, logits: Any, tokens: Any, new_tokens: int) -> Any:
+    def next(self, logits: Any, tokens: Any, new_tokens: int, padding: Any = None) -> Any:
         """The next token of each row (batch,)."""
         import torch
 
-        scores = self.scores(logits, tokens, new_tokens)
+        scores = self.scores(logits, tokens, new_tokens, padding)
         if not self.do_sample:
             return scores.argmax(dim=-1)
         probs = torch.softmax(scores, dim=-1)
@@ -127,3 +182,64 @@ def _positive(name: str, value: float | None, *, strict: bool) -> None:
         return
     if not isinstance(value, (int, float)) or isinstance(value, bool) or (value <= 0 if strict else value < 0):
         raise ArgumentError(op=_GENERATE, arg=name, expected="a number > 0", found=repr(value))
+
+
+def _fraction(name: str, value: Any, *, low: float, high: float, open_low: bool = False) -> None:
+    if value is None:
+        return
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or not (low < value <= high if open_low else low <= value <= high):
+        interval = f"({low:g}, {high:g}]" if open_low else f"[{low:g}, {high:g}]"
+        raise ArgumentError(op=_GENERATE, arg=name, expected=f"a float in {interval}", found=repr(value))
+
+
+def _biased(scores: Any, tokens: Any, biases: tuple[tuple[tuple[int, ...], float], ...]) -> Any:
+    """transformers' SequenceBiasLogitsProcessor: each sequence's bias added to its last token's score,
+    for one token always, for longer ones in the rows that end with the rest (biases on the same
+    token add up)."""
+    import torch
+
+    bias = torch.zeros_like(scores)
+    for sequence, value in biases:
+        *prefix, last = sequence
+        if not prefix:
+            bias[:, last] += value
+            continue
+        if tokens is None or len(prefix) > tokens.shape[1]:
+            continue
+        ending = torch.tensor(prefix, dtype=tokens.dtype, device=tokens.device)
+        matching = (tokens[:, -len(prefix) :] == ending).all(dim=-1)
+        bias[:, last] += torch.where(matching, value, 0.0).to(bias.dtype)
+    return scores + bias
+
+
+def _no_repeated_ngrams(scores: Any, tokens: Any, size: int) -> Any:
+    """transformers' NoRepeatNGramLogitsProcessor: the tokens that would complete an n-gram the row
+    (padding included) holds already are impossible."""
+    length = tokens.shape[1]
+    if length + 1 < size:
+        return scores
+    scores = scores.clone()
+    for row, held in enumerate(tokens.tolist()):
+        prefix = tuple(held[length + 1 - size :]) if size > 1 else ()
+        banned = {gram[-1] for gram in zip(*(held[i:] for i in range(size))) if gram[:-1] == prefix}
+        if banned:
+            scores[row, sorted(banned)] = -float("inf")
+    return scores
+
+
+def _typical(scores: Any, mass: float) -> Any:
+    """transformers' TypicalLogitsWarper: the tokens whose surprise is nearest the entropy, up to
+    ``mass`` of probability (one kept at least)."""
+    import torch
+
+    normalized = torch.nn.functional.log_softmax(scores, dim=-1)
+    p = torch.exp(normalized)
+    entropy = -(normalized * p).nansum(-1, keepdim=True)
+    shifted = torch.abs((-normalized) - entropy)
+    ordered, order = torch.sort(shifted, descending=False)
+    cumulative = scores.gather(-1, order).softmax(dim=-1).cumsum(dim=-1)
+    last = (cumulative < mass).sum(dim=1).clamp(max=ordered.shape[-1] - 1)
+    drop = ordered > ordered.gather(1, last.view(-1, 1))
+    drop[..., :1] = False
+    return scores.masked_fill(drop.scatter(1, order, drop), -float("inf"))

@@ -1,0 +1,204 @@
+"""generate's choice of each token against transformers' own logits processors and its generate.
+
+opcore.graph.sampling writes transformers' processors again (a loaded plan generates without
+transformers): each is compared here with transformers' class on random scores (rows with tokens
+dropped already, left padding, n-grams the rows repeat), all of them together with the list
+transformers' generate builds from a GenerationConfig (its order), and end to end: greedy and
+seeded sampling with each option equal to ``model.generate``'s tokens, from the call and from the
+model's generation config.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+import opcore.graph
+from opcore.errors import ArgumentError
+from opcore.graph.sampling import Choice
+
+transformers = pytest.importorskip("transformers", reason="compared with transformers' processors")
+process = pytest.importorskip("transformers.generation.logits_process", reason="transformers' logits processors")
+
+from test_graph_generation import SMALL, built, left_padded_rows, prompt  # noqa: E402
+
+VOCAB = 60
+EOS = 2
+
+
+def _case(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(scores (3, VOCAB) with a few -inf, tokens (3, 14) whose rows repeat n-grams, padding (3,))."""
+    generator = torch.Generator().manual_seed(seed)
+    scores = torch.randn(3, VOCAB, generator=generator) * 3
+    scores[0, :5] = -float("inf")
+    tokens = torch.randint(3, VOCAB, (3, 14), generator=generator)
+    tokens[1, 8:11] = tokens[1, 2:5]  # the row ends where it began an n-gram before
+    tokens[1, 11:] = tokens[1, 5:8]
+    tokens[2, :4] = 0  # left padding of 4 (pad id 0)
+    tokens[2, 10:] = tokens[2, 6:10]
+    return scores, tokens, torch.tensor([0, 0, 4])
+
+
+_ALONE: dict[str, tuple[dict[str, Any], Any]] = {
+    "sequence_bias": (
+        dict(sequence_bias=(((7,), 2.5), ((11, 13), -4.0), ((5, 6, 9), 1.5))),
+        lambda: process.SequenceBiasLogitsProcessor({(7,): 2.5, (11, 13): -4.0, (5, 6, 9): 1.5}),
+    ),
+    "no_repeat_ngram_1": (dict(no_repeat_ngram_size=1), lambda: process.NoRepeatNGramLogitsProcessor(1)),
+    "no_repeat_ngram_3": (dict(no_repeat_ngram_size=3), lambda: process.NoRepeatNGramLogitsProcessor(3)),
+    "bad_words": (
+        dict(bad_words_ids=((9,), (4, 17), (3, 3, 8))),
+        lambda: process.NoBadWordsLogitsProcessor([[9], [4, 17], [3, 3, 8]], eos_token_id=EOS),
+    ),
+    "min_p": (dict(do_sample=True, min_p=0.1), lambda: process.MinPLogitsWarper(0.1)),
+    "typical_p": (dict(do_sample=True, typical_p=0.6), lambda: process.TypicalLogitsWarper(0.6)),
+    "epsilon": (dict(do_sample=True, epsilon_cutoff=0.01), lambda: process.EpsilonLogitsWarper(0.01)),
+    "eta": (dict(do_sample=True, eta_cutoff=0.05), lambda: process.EtaLogitsWarper(0.05, device="cpu")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_ALONE))
+def test_each_processor_computes_what_transformers_class_does(name):
+    options, theirs = _ALONE[name]
+    for seed in range(4):
+        scores, tokens, _ = _case(seed)
+        if name == "sequence_bias":  # a row ending with a biased sequence's prefix
+            tokens[0, -2:] = torch.tensor([5, 6])
+            tokens[1, -1] = 11
+        if name == "bad_words":
+            tokens[2, -1] = 4
+        want = theirs()(tokens, scores.clone())
+        got = Choice(**options).scores(scores, tokens, new_tokens=3)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_the_repetition_penalty_leaves_the_left_padding_out_as_transformers_does():
+    scores, tokens, padding = _case()
+    want = process.RepetitionPenaltyLogitsProcessor(1.7, prompt_ignore_length=padding)(tokens, scores.clone())
+    got = Choice(repetition_penalty=1.7).scores(scores, tokens, new_tokens=3, padding=padding)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert not torch.equal(Choice(repetition_penalty=1.7).scores(scores, tokens, new_tokens=3), want)
+
+
+def test_every_option_together_in_the_order_transformers_generate_applies_them():
+    """The processors transformers' generate builds from one GenerationConfig that sets them all."""
+    config = transformers.LlamaConfig(**dict(SMALL, vocab_size=VOCAB), num_key_value_heads=2, eos_token_id=EOS)
+    model = built(transformers.LlamaForCausalLM, config)
+    options: dict[str, Any] = dict(
+        do_sample=True, temperature=0.8, top_k=30, top_p=0.95, min_p=0.02, typical_p=0.95, epsilon_cutoff=1e-4,
+        eta_cutoff=1e-4, repetition_penalty=1.3, no_repeat_ngram_size=2, bad_words_ids=[[9], [4, 17], [EOS]],
+        sequence_bias={(7,): 1.5, (11, 13): -2.0}, min_new_tokens=5,
+    )  # fmt: skip
+    scores, tokens, padding = _case(1)
+    generation_config = transformers.GenerationConfig(**options, eos_token_id=EOS, pad_token_id=0)
+    generation_config._eos_token_tensor = torch.tensor([EOS])  # as generate's _prepare_special_tokens sets it
+    processors = model._get_logits_processor(
+        generation_config=generation_config,
+        input_ids_seq_length=tokens.shape[1] - 3,
+        device="cpu",
+        model_kwargs={"attention_mask": (torch.arange(tokens.shape[1])[None, :] >= padding[:, None]).long()},
+    )
+    want = processors(tokens, scores.clone())
+    choice = Choice(
+        do_sample=True, temperature=0.8, top_k=30, top_p=0.95, min_p=0.02, typical_p=0.95, epsilon_cutoff=1e-4,
+        eta_cutoff=1e-4, repetition_penalty=1.3, no_repeat_ngram_size=2, bad_words_ids=((9,), (4, 17)),
+        sequence_bias=(((7,), 1.5), ((11, 13), -2.0)), min_new_tokens=5, eos_token_ids=(EOS,),
+    )  # fmt: skip
+    torch.testing.assert_close(choice.scores(scores, tokens, new_tokens=3, padding=padding), want, rtol=0, atol=0)
+
+
+@pytest.fixture(scope="module")
+def padded_llama():
+    model = built(transformers.LlamaForCausalLM, transformers.LlamaConfig(**SMALL, num_key_value_heads=2))
+    return model, opcore.graph.capture_lm(model, max_length=40, batch_size=2, measure=False)
+
+
+_GREEDY: dict[str, dict[str, Any]] = {
+    "no_repeat_ngram_size": dict(no_repeat_ngram_size=2),
+    "bad_words_ids": dict(bad_words_ids=[[int(t)] for t in range(100, 300)] + [[5, 6]]),
+    "sequence_bias": dict(sequence_bias={(int(t),): -3.0 for t in range(150, 250)}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_GREEDY))
+def test_greedy_with_each_ban_or_bias_equals_model_generate(padded_llama, name):
+    model, lm = padded_llama
+    ids, mask, _, _ = left_padded_rows()
+    options = _GREEDY[name]
+    want = model.generate(
+        ids, attention_mask=mask, max_new_tokens=16, do_sample=False, eos_token_id=None, pad_token_id=0, **options
+    )
+    plain = lm.generate(ids, mask, max_new_tokens=16, eos_token_id=[])
+    got = lm.generate(ids, mask, max_new_tokens=16, eos_token_id=[], **options)
+    assert torch.equal(got, want), (got[:, 9:].tolist(), want[:, 9:].tolist())
+    assert not torch.equal(got, plain)  # the option changed the tokens
+
+
+@pytest.mark.parametrize(
+    "options",
+    [dict(min_p=0.3), dict(typical_p=0.5), dict(epsilon_cutoff=0.002), dict(eta_cutoff=0.002),
+     dict(min_p=0.1, top_k=0, temperature=1.5, no_repeat_ngram_size=3)],
+)  # fmt: skip
+def test_seeded_sampling_with_each_warper_draws_what_model_generate_draws(padded_llama, options):
+    model, lm = padded_llama
+    ids, mask, _, _ = left_padded_rows()
+    torch.manual_seed(7)
+    want = model.generate(
+        ids, attention_mask=mask, max_new_tokens=12, do_sample=True, eos_token_id=None, pad_token_id=0, **options
+    )
+    torch.manual_seed(7)
+    got = lm.generate(ids, mask, max_new_tokens=12, do_sample=True, eos_token_id=[], **options)
+    assert torch.equal(got, want), (got[:, 9:].tolist(), want[:, 9:].tolist())
+
+
+def test_the_generation_config_s_bans_and_warpers_are_applied_without_a_warning():
+    import warnings
+
+    model = built(transformers.LlamaForCausalLM, transformers.LlamaConfig(**SMALL, num_key_value_heads=2))
+    config = model.generation_config
+    config.no_repeat_ngram_size, config.bad_words_ids, config.min_p = 2, [[int(t)] for t in range(100, 300)], 0.2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lm = opcore.graph.capture_lm(model, max_length=40, measure=False)
+    assert not lm.defaults.not_applied
+    ids = prompt()
+    want = model.generate(ids, max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert torch.equal(lm.generate(ids, max_new_tokens=12, eos_token_id=[]), want)
+    torch.manual_seed(3)
+    want = model.generate(ids, max_new_tokens=12, do_sample=True, eos_token_id=None, pad_token_id=0)
+    torch.manual_seed(3)
+    assert torch.equal(lm.generate(ids, max_new_tokens=12, do_sample=True, eos_token_id=[]), want)
+    from opcore.graph.generation import GenerationDefaults
+
+    assert GenerationDefaults.from_json(lm.defaults.to_json()) == lm.defaults  # kept in a saved plan
+
+
+def test_max_time_stops_after_the_token_that_passed_it(padded_llama):
+    """transformers' MaxTimeCriteria: checked after each token, from before the prompt; a time already
+    past gives one new token."""
+    _, lm = padded_llama
+    ids = prompt()
+    assert lm.generate(ids, max_new_tokens=10, eos_token_id=[], max_time=1e-9).shape == (1, ids.shape[1] + 1)
+    assert lm.generate(ids, max_new_tokens=10, eos_token_id=[], max_time=600.0).shape == (1, ids.shape[1] + 10)
+
+
+@pytest.mark.parametrize(
+    ("option", "match"),
+    [
+        (dict(bad_words_ids=[1, 2]), "bad_words_ids.*list of non-empty lists"),
+        (dict(bad_words_ids=[[]]), "bad_words_ids"),
+        (dict(bad_words_ids=[[3, 10_000]]), "bad_words_ids.*below the vocabulary's 500.*10000"),
+        (dict(sequence_bias={(3,): "a lot"}), "sequence_bias"),
+        (dict(sequence_bias={(10_000,): 1.0}), "sequence_bias.*below the vocabulary"),
+        (dict(do_sample=True, min_p=1.5), "min_p.*in \\[0, 1\\]"),
+        (dict(do_sample=True, typical_p=0.0), "typical_p"),
+        (dict(no_repeat_ngram_size=-1), "no_repeat_ngram_size"),
+        (dict(max_time=0), "max_time"),
+    ],
+)
+def test_bad_options_are_refused_naming_them_before_any_work(padded_llama, option, match):
+    _, lm = padded_llama
+    with pytest.raises(ArgumentError, match=match):
+        lm.generate(prompt(), max_new_tokens=4, **option)
