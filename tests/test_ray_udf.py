@@ -219,6 +219,15 @@ def test_the_server_streams_what_generate_gives(plans):
     with pytest.raises(ArgumentError, match="argument 'session' expected one of generate's options"):
         server.generate(prompt, session=None)
     assert server.info()["fingerprint_changes"] == []
+    # generate's bans and biases in a request, sequence_bias in its JSON form ([ids, bias] pairs)
+    lm = opcore.graph.load(plans / "tiny.lm")
+    banned = lm.generate(torch.tensor([prompt]), max_new_tokens=5, bad_words_ids=[[want[0]]])[0, 4:].tolist()
+    assert server.generate(prompt, bad_words_ids=[[want[0]]]) == banned and banned[0] != want[0]
+    assert server.generate(prompt, sequence_bias=[[[want[0]], -100.0]]) == banned
+    # requests run one after another reuse a session (the model's default one, free between them):
+    # none is allocated per request
+    server.generate(prompt, max_new_tokens=2)
+    assert server.lm.default_session.length == len(prompt) + 1 and not server.lm._spare
 
 
 def test_the_core_never_imports_ray(plans):

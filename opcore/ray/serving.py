@@ -35,13 +35,22 @@ REQUEST_OPTIONS = frozenset(
         "repetition_penalty",
         "eos_token_id",
         "pad_token_id",
+        "min_p",
+        "typical_p",
+        "epsilon_cutoff",
+        "eta_cutoff",
+        "no_repeat_ngram_size",
+        "bad_words_ids",
+        "sequence_bias",  # in JSON a list of [token ids, bias] pairs
+        "max_time",
     }
 )
 
 
 class GenerationServer:
-    """One replica: the language model loaded once (threads: its num_cpus), each request in a session
-    of its own (its own KV cache: requests never see each other's state).
+    """One replica: the language model loaded once (threads: its num_cpus), each request on a session no
+    other request is running on (requests never see each other's state; a session is reused by later
+    requests, not allocated per request).
 
     plan: the folder's path (on every node) or ``opcore.ray.put_plan(path)``; threads: None, the
     replica's num_cpus; defaults: generate's options for requests that do not set them.
@@ -88,9 +97,10 @@ class GenerationServer:
         if "max_length" in asked and "max_new_tokens" not in asked:
             # the request's length, not the server's default number of new tokens (which would win)
             chosen.pop("max_new_tokens", None)
-        session = self.lm.session()
         with torch.no_grad():
-            for tokens in self.lm.stream(ids, session=session, **chosen):
+            # no session named: each request runs on a session no other request is running on (its
+            # own KV cache while it runs), reused by the next instead of allocated per request
+            for tokens in self.lm.stream(ids, **chosen):
                 yield int(tokens[0])
 
     def generate(self, input_ids: Sequence[int], **options: Any) -> list[int]:
