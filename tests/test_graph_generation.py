@@ -675,6 +675,30 @@ def test_fewer_rows_than_captured_sample_as_those_rows_alone():
     assert torch.equal(got, model.generate(two, max_new_tokens=12, do_sample=True, temperature=4.0, pad_token_id=0))
 
 
+def test_num_return_sequences_draws_several_sequences_per_prompt_as_transformers_does():
+    """Each prompt row repeated num_return_sequences times in a row (transformers' expansion), the
+    draws those of model.generate from the same seed; from the call or the generation config; greedy
+    with more than one, or more rows than captured, refused with the fix."""
+    model = build("llama")
+    lm = opcore.graph.capture_lm(model, max_length=40, batch_size=5, measure=False)
+    ids, mask, _, _ = left_padded_rows()
+    options: dict[str, Any] = dict(max_new_tokens=10, do_sample=True, temperature=3.0, num_return_sequences=2)
+    torch.manual_seed(11)
+    want = model.generate(ids, attention_mask=mask, pad_token_id=0, eos_token_id=None, **options)
+    torch.manual_seed(11)
+    got = lm.generate(ids, mask, eos_token_id=[], **options)
+    assert got.shape == (4, 19) and torch.equal(got, want)
+    assert not torch.equal(got[0], got[1])  # two draws of one prompt
+    with pytest.raises(ArgumentError, match=r"num_return_sequences.*1 with greedy search.*do_sample=True"):
+        lm.generate(ids, mask, max_new_tokens=3, num_return_sequences=2)
+    with pytest.raises(ShapeError, match=r"capture_lm\(\.\.\., batch_size=6\)"):
+        lm.generate(ids, mask, max_new_tokens=3, do_sample=True, num_return_sequences=3)
+    model.generation_config.num_return_sequences, model.generation_config.do_sample = 2, True
+    configured = opcore.graph.capture_lm(model, max_length=40, batch_size=4, measure=False)
+    assert not configured.defaults.not_applied
+    assert configured.generate(ids, mask, max_new_tokens=3).shape == (4, 12)
+
+
 def test_streamer_gets_every_token_as_made(llama):
     _, lm = llama
     ids = prompt()

@@ -67,6 +67,7 @@ class GenerationDefaults:
     epsilon_cutoff: float | None = None
     eta_cutoff: float | None = None
     max_time: float | None = None
+    num_return_sequences: int | None = None  # sampled sequences per prompt (transformers' expansion)
     # the config's options that change tokens and that opcore's generate does not apply ("num_beams=4")
     not_applied: tuple[str, ...] = ()
 
@@ -102,6 +103,7 @@ class GenerationDefaults:
             epsilon_cutoff=getattr(config, "epsilon_cutoff", None),
             eta_cutoff=getattr(config, "eta_cutoff", None),
             max_time=getattr(config, "max_time", None),
+            num_return_sequences=getattr(config, "num_return_sequences", None),
             not_applied=tuple(
                 f"{name}={value!r}"
                 for name, idle in NOT_APPLIED.items()
@@ -134,6 +136,7 @@ class GenerationDefaults:
             "epsilon_cutoff": self.epsilon_cutoff,
             "eta_cutoff": self.eta_cutoff,
             "max_time": self.max_time,
+            "num_return_sequences": self.num_return_sequences,
             "not_applied": list(self.not_applied),
         }
 
@@ -164,6 +167,7 @@ class GenerationDefaults:
             epsilon_cutoff=record.get("epsilon_cutoff"),
             eta_cutoff=record.get("eta_cutoff"),
             max_time=record.get("max_time"),
+            num_return_sequences=record.get("num_return_sequences"),
             not_applied=tuple(str(item) for item in record.get("not_applied", ())),
         )
 
@@ -184,7 +188,6 @@ NEW_TOKENS = 20
 # capture: a warning, and explain)
 NOT_APPLIED: dict[str, Any] = {
     "num_beams": 1,
-    "num_return_sequences": 1,
     "penalty_alpha": 0.0,
     "top_h": None,
     "dola_layers": None,
@@ -603,6 +606,7 @@ class LanguageModel:
         bad_words_ids: Sequence[Sequence[int]] | None = None,
         sequence_bias: Any = None,
         max_time: float | None = None,
+        num_return_sequences: int | None = None,
         **unsupported: Any,
     ) -> Any:
         """The prompt followed by up to ``max_new_tokens`` new tokens per row (batch, prompt + new),
@@ -627,7 +631,8 @@ class LanguageModel:
         import torch
 
         _refuse(unsupported)
-        ids, mask, rows = self._pad_rows(input_ids, attention_mask)
+        copies = self._copies(num_return_sequences, do_sample)
+        ids, mask, rows = self._pad_rows(input_ids, attention_mask, copies)
         produced: list[Any] = []
         put = _stream_target(streamer, ids[:rows])
         for tokens in self._tokens(
@@ -671,6 +676,7 @@ class LanguageModel:
         bad_words_ids: Sequence[Sequence[int]] | None = None,
         sequence_bias: Any = None,
         max_time: float | None = None,
+        num_return_sequences: int | None = None,
         **unsupported: Any,
     ) -> Iterator[Any]:
         """The new tokens (batch,) step by step, as ``generate`` makes them (its options, but streamer).
@@ -678,7 +684,8 @@ class LanguageModel:
         >>> for tokens in lm.stream(ids, max_new_tokens=8): print(tokens.tolist())   # doctest: +SKIP
         """
         _refuse(unsupported)
-        ids, mask, rows = self._pad_rows(input_ids, attention_mask)
+        copies = self._copies(num_return_sequences, do_sample)
+        ids, mask, rows = self._pad_rows(input_ids, attention_mask, copies)
         return self._tokens(
             ids, mask, rows, max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p,
             repetition_penalty, eos_token_id, pad_token_id, generator, session, max_length,
@@ -687,20 +694,45 @@ class LanguageModel:
                  sequence_bias=sequence_bias, max_time=max_time),
         )  # fmt: skip
 
-    def _pad_rows(self, input_ids: Any, attention_mask: Any) -> tuple[Any, Any, int]:
-        """Prompt and mask with as many rows as captured: fewer rows are padded with copies of the
-        first (their tokens are dropped); more is a ShapeError."""
+    def _copies(self, num_return_sequences: Any, do_sample: bool | None) -> int:
+        """Sequences per prompt: the call's num_return_sequences, else the generation config's, else 1;
+        more than one only when sampling (greedy search makes the same sequence again: transformers'
+        generate refuses it too)."""
+        copies = num_return_sequences if num_return_sequences is not None else self.defaults.num_return_sequences
+        if copies is None:
+            return 1
+        if not isinstance(copies, int) or isinstance(copies, bool) or copies < 1:
+            raise ArgumentError(op=_GENERATE, arg="num_return_sequences", expected="an int >= 1", found=repr(copies))
+        sampling = do_sample if do_sample is not None else self.defaults.do_sample
+        if copies > 1 and not sampling:
+            raise ArgumentError(
+                op=_GENERATE,
+                arg="num_return_sequences",
+                expected="1 with greedy search (it makes one sequence per prompt)",
+                found=str(copies),
+                fix="pass do_sample=True to draw that many sequences per prompt",
+            )
+        return copies
+
+    def _pad_rows(self, input_ids: Any, attention_mask: Any, copies: int = 1) -> tuple[Any, Any, int]:
+        """Prompt and mask with as many rows as captured: each row ``copies`` times in a row (transformers'
+        num_return_sequences expansion); fewer rows are padded with copies of the first (their tokens
+        are dropped); more is a ShapeError."""
         import torch
 
         ids = input_ids if isinstance(input_ids, torch.Tensor) else torch.as_tensor(input_ids)
         if ids.dim() == 1:
             ids = ids[None]
-        rows = ids.shape[0]
         mask = attention_mask
         if mask is not None and not isinstance(mask, torch.Tensor):
             mask = torch.as_tensor(mask)
         if mask is not None and mask.dim() == 1:
             mask = mask[None]
+        if copies > 1 and ids.dim() == 2:
+            ids = ids.repeat_interleave(copies, dim=0)
+            if mask is not None and mask.dim() == 2:
+                mask = mask.repeat_interleave(copies, dim=0)
+        rows = ids.shape[0]
         if ids.dim() == 2 and 0 < rows < self.batch_size:
             extra = self.batch_size - rows
             ids = torch.cat([ids, ids[:1].expand(extra, -1)])
