@@ -13,6 +13,7 @@ last position. ``LanguageModel.generate`` runs the loop over a session with tran
 
 from __future__ import annotations
 
+import numbers
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -258,9 +259,10 @@ def _token_ids(value: Any) -> tuple[int, ...] | None:
     """A non-empty sequence of token ids >= 0 as a tuple; None where it is not one."""
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value:
         return None
-    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value):
+    if not all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in value):
         return None
-    return tuple(int(i) for i in value)
+    ids = tuple(int(i) for i in value)  # numpy's integers too
+    return ids if min(ids) >= 0 else None
 
 
 def _words(value: Any, arg: str) -> tuple[tuple[int, ...], ...]:
