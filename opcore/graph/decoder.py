@@ -26,7 +26,7 @@ own layers whose update writes at ``cache_position``.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, cast
 
 import torch
@@ -141,16 +141,15 @@ def _windows(layers: Sequence[Any], max_length: int) -> dict[int, int]:
     }
 
 
-def _parameters(module: Any) -> Mapping[str, Any]:
-    try:
-        return inspect.signature(module.forward).parameters
-    except (TypeError, ValueError):
-        return {}
-
-
 def _mask_recorder(module: Any, seen: dict[int, list[Any]]) -> Any:
-    """A forward pre-hook keeping the attention mask ``module`` is called with, under its layer."""
-    signature = inspect.signature(module.forward)
+    """A forward pre-hook keeping the attention mask ``module`` is called with, under its layer; None
+    for a module whose forward takes no ``attention_mask``."""
+    try:
+        signature = inspect.signature(module.forward)
+    except (TypeError, ValueError):
+        return None
+    if "attention_mask" not in signature.parameters:
+        return None
 
     def record(_: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         try:
@@ -336,9 +335,9 @@ class CachedDecoder(torch.nn.Module):
         without a word. One token through the model; the cache zeroed after."""
         seen: dict[int, list[Any]] = {}
         handles = [
-            module.register_forward_pre_hook(_mask_recorder(module, seen), with_kwargs=True)
+            module.register_forward_pre_hook(record, with_kwargs=True)
             for module in self.model.modules()
-            if module.__dict__.get("layer_idx") in windows and "attention_mask" in _parameters(module)
+            if module.__dict__.get("layer_idx") in windows and (record := _mask_recorder(module, seen)) is not None
         ]
         last = self.max_length - 1
         rows = self.batch_size

@@ -156,14 +156,11 @@ class Choice:
         if self.typical_p is not None and self.typical_p < 1.0:
             scores = _typical(scores, self.typical_p)
         if self.epsilon_cutoff is not None and 0.0 < self.epsilon_cutoff < 1.0:
-            drop = scores.softmax(dim=-1) < self.epsilon_cutoff
-            scores = scores.masked_fill(drop & (scores < torch.topk(scores, 1)[0][..., -1, None]), -float("inf"))
+            scores = _below(scores, self.epsilon_cutoff)
         if self.eta_cutoff is not None and 0.0 < self.eta_cutoff < 1.0:
             eta = torch.tensor(self.eta_cutoff, device=scores.device)
             entropy = torch.distributions.Categorical(logits=scores).entropy()
-            cut = torch.min(eta, torch.sqrt(eta) * torch.exp(-entropy))[..., None]
-            drop = scores.softmax(dim=-1) < cut
-            scores = scores.masked_fill(drop & (scores < torch.topk(scores, 1)[0][..., -1, None]), -float("inf"))
+            scores = _below(scores, torch.min(eta, torch.sqrt(eta) * torch.exp(-entropy))[..., None])
         return scores
 
     def next(self, logits: Any, tokens: Any, new_tokens: int, padding: Any = None) -> Any:
@@ -226,6 +223,15 @@ def _no_repeated_ngrams(scores: Any, tokens: Any, size: int) -> Any:
         if banned:
             scores[row, sorted(banned)] = -float("inf")
     return scores
+
+
+def _below(scores: Any, cut: Any) -> Any:
+    """transformers' Epsilon / Eta warpers: the tokens whose probability is below ``cut`` (a number,
+    or one per row) dropped, the likeliest kept."""
+    import torch
+
+    drop = scores.softmax(dim=-1) < cut
+    return scores.masked_fill(drop & (scores < torch.topk(scores, 1)[0][..., -1, None]), -float("inf"))
 
 
 def _typical(scores: Any, mass: float) -> Any:
