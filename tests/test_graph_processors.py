@@ -202,3 +202,26 @@ def test_bad_options_are_refused_naming_them_before_any_work(padded_llama, optio
     _, lm = padded_llama
     with pytest.raises(ArgumentError, match=match):
         lm.generate(prompt(), max_new_tokens=4, **option)
+
+
+_KEPT: dict[str, tuple[dict[str, Any], Any]] = {
+    "top_k": (dict(top_k=1), lambda keep: process.TopKLogitsWarper(1, min_tokens_to_keep=keep)),
+    "top_p": (dict(top_p=0.05), lambda keep: process.TopPLogitsWarper(0.05, min_tokens_to_keep=keep)),
+    "min_p": (dict(min_p=0.9), lambda keep: process.MinPLogitsWarper(0.9, min_tokens_to_keep=keep)),
+    "typical_p": (dict(typical_p=0.05), lambda keep: process.TypicalLogitsWarper(0.05, min_tokens_to_keep=keep)),
+    "epsilon": (dict(epsilon_cutoff=0.3), lambda keep: process.EpsilonLogitsWarper(0.3, min_tokens_to_keep=keep)),
+    "eta": (dict(eta_cutoff=0.3), lambda keep: process.EtaLogitsWarper(0.3, min_tokens_to_keep=keep, device="cpu")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_KEPT))
+def test_each_warper_keeps_the_tokens_beam_search_keeps_as_transformers_does(name):
+    """Beam sampling keeps 1 + the eos ids at least (transformers' min_tokens_to_keep): each warper, set
+    to cut all but one token, keeps that many."""
+    options, theirs = _KEPT[name]
+    for keep in (1, 2, 3):
+        scores, tokens, _ = _case(keep)
+        want = theirs(keep)(tokens, scores.clone())
+        got = Choice(do_sample=True, keep=keep, **options).scores(scores, tokens, new_tokens=3)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        assert int(torch.isfinite(got).sum(-1).min()) >= keep

@@ -163,6 +163,22 @@ def test_generation_gives_each_prompt_what_generate_gives_it_alone(plans):
         assert out["input_ids"][row].tolist() == prompt.tolist()
 
 
+def test_beam_search_runs_a_call_s_prompts_by_their_beams(plans):
+    """num_beams=2 over a capture of 2 rows: one prompt a call, each what generate's beam search gives
+    it alone; more beams than rows, or several sequences per prompt, refused at construction."""
+    out = GenerationPredictor(plans / "tiny.lm", threads=1, max_new_tokens=5, num_beams=2)(
+        {"id": numpy.arange(4), "input_ids": ragged(prompts())}
+    )
+    lm = opcore.graph.load(plans / "tiny.lm")
+    for row, prompt in enumerate(prompts()):
+        alone = lm.generate(torch.from_numpy(prompt)[None], max_new_tokens=5, num_beams=2)[0, len(prompt) :]
+        assert out["tokens"][row].tolist() == alone.tolist(), row
+    with pytest.raises(ArgumentError, match=r"num_beams.*from 1 to the captured batch_size \(2\).*batch_size="):
+        GenerationPredictor(plans / "tiny.lm", threads=1, num_beams=3)
+    with pytest.raises(ArgumentError, match=r"num_return_sequences.*one output row per prompt row"):
+        GenerationPredictor(plans / "tiny.lm", threads=1, num_beams=2, num_return_sequences=2)
+
+
 def test_max_length_counts_each_row_s_own_prompt(plans):
     """max_length (it was passed to generate beside the predictor's own max_new_tokens, which won):
     each row up to max_length tokens with its own prompt, as generate gives the row alone, also where
@@ -218,6 +234,9 @@ def test_the_server_streams_what_generate_gives(plans):
     assert server.generate(prompt, max_length=7, max_new_tokens=2) == want[:2]
     with pytest.raises(ArgumentError, match="argument 'session' expected one of generate's options"):
         server.generate(prompt, session=None)
+    with pytest.raises(ArgumentError, match=r"num_beams.*1: the server streams.*GenerationPredictor"):
+        server.generate(prompt, num_beams=2)
+    assert server.generate(prompt, num_beams=1) == want
     assert server.info()["fingerprint_changes"] == []
     # generate's bans and biases in a request, sequence_bias in its JSON form ([ids, bias] pairs)
     lm = opcore.graph.load(plans / "tiny.lm")
@@ -308,3 +327,18 @@ def test_the_server_answers_a_bad_http_request_with_400(plans):
     assert unknown.status_code == 400 and b"streamer" in unknown.body
     good = asyncio.run(server(request(b'{"input_ids": [3, 7, 9, 1], "max_new_tokens": 3}')))
     assert good.status_code == 200 and good.media_type == "text/plain"
+
+
+def test_a_model_whose_config_asks_for_beams_is_served_with_one_beam_said(plans, tmp_path):
+    """The server streams: a model whose generation config asks for beam search is refused unless the
+    server is told num_beams=1 (a stream would refuse each request)."""
+    from dataclasses import replace
+
+    lm = opcore.graph.load(plans / "tiny.lm")
+    lm.defaults = replace(lm.defaults, num_beams=2)
+    lm.save(tmp_path / "beams.lm")
+    with pytest.raises(ArgumentError, match=r"num_beams.*generation_config.num_beams 2.*pass num_beams=1"):
+        GenerationServer(tmp_path / "beams.lm", threads=1)
+    server = GenerationServer(tmp_path / "beams.lm", threads=1, num_beams=1, max_new_tokens=4)
+    want = lm.generate(torch.tensor([[3, 7, 9]]), max_new_tokens=4, num_beams=1)[0, 3:].tolist()
+    assert server.generate([3, 7, 9]) == want

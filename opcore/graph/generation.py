@@ -4,7 +4,8 @@ A ``Session`` holds one conversation's state: the KV cache (allocated once, for 
 size and max length), which cache slots hold tokens of each row, and each row's next position. Its
 ``prefill`` takes the prompt, its ``decode`` one token per row; both return the logits of the
 last position. ``LanguageModel.generate`` runs the loop over a session with transformers' options
-(greedy or sampling, eos per row, left padding, streaming).
+(greedy or sampling, eos per row, left padding, streaming), or its beam search
+(``opcore.graph.beam_search``).
 
 >>> lm = opcore.graph.capture_lm(model, max_length=128)                 # doctest: +SKIP
 >>> lm.generate(ids, max_new_tokens=16)                                 # doctest: +SKIP
@@ -16,13 +17,13 @@ from __future__ import annotations
 import numbers
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from opcore.errors import ArgumentError, ShapeError
-from opcore.graph.sampling import Choice
-from opcore.graph.state import new_state
+from opcore.graph.beam_search import Beams, beam_search
+from opcore.graph.sampling import Choice, one_thread
+from opcore.graph.state import new_state, slot_dims
 
 __all__ = ["GenerationDefaults", "LanguageModel", "Session", "one_thread"]
 
@@ -69,6 +70,11 @@ class GenerationDefaults:
     eta_cutoff: float | None = None
     max_time: float | None = None
     num_return_sequences: int | None = None  # sampled sequences per prompt (transformers' expansion)
+    # beam search (opcore.graph.beam_search): beams per prompt, the finished scores' length penalty,
+    # and when it stops (transformers' True / False / "never")
+    num_beams: int | None = None
+    length_penalty: float | None = None
+    early_stopping: bool | str | None = None
     # the config's options that change tokens and that opcore's generate does not apply ("num_beams=4")
     not_applied: tuple[str, ...] = ()
 
@@ -105,6 +111,9 @@ class GenerationDefaults:
             eta_cutoff=getattr(config, "eta_cutoff", None),
             max_time=getattr(config, "max_time", None),
             num_return_sequences=getattr(config, "num_return_sequences", None),
+            num_beams=getattr(config, "num_beams", None),
+            length_penalty=getattr(config, "length_penalty", None),
+            early_stopping=getattr(config, "early_stopping", None),
             not_applied=tuple(
                 f"{name}={value!r}"
                 for name, idle in NOT_APPLIED.items()
@@ -138,6 +147,9 @@ class GenerationDefaults:
             "eta_cutoff": self.eta_cutoff,
             "max_time": self.max_time,
             "num_return_sequences": self.num_return_sequences,
+            "num_beams": self.num_beams,
+            "length_penalty": self.length_penalty,
+            "early_stopping": self.early_stopping,
             "not_applied": list(self.not_applied),
         }
 
@@ -169,8 +181,26 @@ class GenerationDefaults:
             eta_cutoff=record.get("eta_cutoff"),
             max_time=record.get("max_time"),
             num_return_sequences=record.get("num_return_sequences"),
+            num_beams=record.get("num_beams"),
+            length_penalty=record.get("length_penalty"),
+            early_stopping=record.get("early_stopping"),
             not_applied=tuple(str(item) for item in record.get("not_applied", ())),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _Work:
+    """One generate (or stream) call, its options resolved and checked: what the loop runs."""
+
+    ids: Any  # (captured batch, prompt), int64 on the model's device
+    mask: Any  # (captured batch, prompt) or None
+    rows: int  # the caller's rows (the rest copies of the first, their tokens dropped)
+    max_new_tokens: int
+    choice: Choice
+    eos: tuple[int, ...]
+    pad: int
+    session: Session | None  # the caller's, None: one of the pool
+    max_time: float | None
 
 
 def _length(value: Any, unset: int | None = None) -> int | None:
@@ -188,7 +218,6 @@ NEW_TOKENS = 20
 # opcore's does not apply, each with the value that does nothing (a config setting another is said at
 # capture: a warning, and explain)
 NOT_APPLIED: dict[str, Any] = {
-    "num_beams": 1,
     "penalty_alpha": 0.0,
     "top_h": None,
     "dola_layers": None,
@@ -206,8 +235,8 @@ TOP_K = 50
 
 
 def _refuse(unsupported: Mapping[str, Any]) -> None:
-    """An ArgumentError for options of transformers' generate that opcore's does not take (beam
-    search, a GenerationConfig object, output dicts...), before any work: a TypeError would not say
+    """An ArgumentError for options of transformers' generate that opcore's does not take (assisted
+    decoding, a GenerationConfig object, output dicts...), before any work: a TypeError would not say
     what to do instead. The options it names are generate's own keywords, read from its signature."""
     if not unsupported:
         return
@@ -226,9 +255,10 @@ def _refuse(unsupported: Mapping[str, Any]) -> None:
         expected=f"generate's options: {', '.join(options)}",
         found=", ".join(f"{name}={unsupported[name]!r}"[:80] for name in names),
         fix=(
-            "greedy search and sampling are what it does (beam search, assisted decoding and output "
-            "dicts are not: use the model's own generate for those); a GenerationConfig's options go "
-            "as keywords (do_sample=..., top_p=...), and a captured model's generation_config is read already"
+            "greedy search, sampling and beam search are what it does (assisted decoding, contrastive "
+            "search and output dicts are not: use the model's own generate for those); a GenerationConfig's "
+            "options go as keywords (do_sample=..., num_beams=...), and a captured model's generation_config "
+            "is read already"
         ),
     )
 
@@ -443,6 +473,8 @@ class LanguageModel:
         ids = decode_plan.graph.inputs[0]
         # token ids a step may take: the graph's declared bounds (the embedding's rows)
         self.vocab_size = decode_plan.graph.bounds[ids][1] + 1 if ids in decode_plan.graph.bounds else None
+        # each cache buffer's slot dim (None: copied whole), which beam search's reorder narrows to
+        self.slot_dims = slot_dims(decode_plan.graph)
         self.capture_seconds = 0.0
         self.load_seconds = 0.0
         self._session: Session | None = None
@@ -609,6 +641,9 @@ class LanguageModel:
         sequence_bias: Any = None,
         max_time: float | None = None,
         num_return_sequences: int | None = None,
+        num_beams: int | None = None,
+        length_penalty: float | None = None,
+        early_stopping: bool | str | None = None,
         **unsupported: Any,
     ) -> Any:
         """The prompt followed by up to ``max_new_tokens`` new tokens per row (batch, prompt + new),
@@ -626,6 +661,9 @@ class LanguageModel:
         several threads each run on a cache of their own). ``use_cache`` is
         taken for callers written for transformers and changes nothing: the tokens are those of
         transformers' generate with or without its cache, and the captured cache is what runs.
+        ``num_beams`` > 1: beam search (with ``do_sample``, beam sampling), ``length_penalty`` and
+        ``early_stopping`` as transformers' (opcore.graph.beam_search); prompt rows x num_beams must
+        fit the batch captured, and it takes no streamer.
 
         >>> out = lm.generate(ids, max_new_tokens=32, do_sample=True, top_p=0.9,
         ...                   generator=torch.Generator().manual_seed(0))     # doctest: +SKIP
@@ -633,17 +671,30 @@ class LanguageModel:
         import torch
 
         _refuse(unsupported)
-        copies = self._copies(num_return_sequences, do_sample)
+        beams = self._beams(num_beams, length_penalty, early_stopping, num_return_sequences)
+        if beams is not None and streamer is not None:
+            raise ArgumentError(
+                op=_GENERATE,
+                arg="streamer",
+                expected="no streamer with beam search (as transformers': its tokens are known at the end)",
+                found=type(streamer).__name__,
+                fix="pass num_beams=1 to stream greedy or sampled tokens",
+            )
+        copies = beams.num_beams if beams is not None else self._copies(num_return_sequences, do_sample)
         ids, mask, rows = self._pad_rows(input_ids, attention_mask, copies)
-        produced: list[Any] = []
-        put = _stream_target(streamer, ids[:rows])
-        for tokens in self._tokens(
+        work = self._work(
             ids, mask, rows, max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p,
             repetition_penalty, eos_token_id, pad_token_id, generator, session, max_length,
             dict(min_p=min_p, typical_p=typical_p, epsilon_cutoff=epsilon_cutoff, eta_cutoff=eta_cutoff,
                  no_repeat_ngram_size=no_repeat_ngram_size, bad_words_ids=bad_words_ids,
                  sequence_bias=sequence_bias, max_time=max_time),
-        ):  # fmt: skip
+            beams,
+        )  # fmt: skip
+        if beams is not None:
+            return self._beam_search(work, beams)
+        produced: list[Any] = []
+        put = _stream_target(streamer, ids[:rows])
+        for tokens in self._loop(work):
             produced.append(tokens)
             if put is not None:
                 put(tokens)
@@ -679,22 +730,61 @@ class LanguageModel:
         sequence_bias: Any = None,
         max_time: float | None = None,
         num_return_sequences: int | None = None,
+        num_beams: int | None = None,
         **unsupported: Any,
     ) -> Iterator[Any]:
-        """The new tokens (batch,) step by step, as ``generate`` makes them (its options, but streamer).
+        """The new tokens (batch,) step by step, as ``generate`` makes them (its options, but streamer
+        and beam search: ``num_beams=1`` streams a model whose generation config asks for beams).
 
         >>> for tokens in lm.stream(ids, max_new_tokens=8): print(tokens.tolist())   # doctest: +SKIP
         """
         _refuse(unsupported)
+        beams = num_beams if num_beams is not None else self.defaults.num_beams
+        if beams is not None and beams != 1:
+            said = "" if num_beams is not None else " (the model's generation_config.num_beams)"
+            raise ArgumentError(
+                op="LanguageModel.stream",
+                arg="num_beams",
+                expected="1: stream yields each step's tokens, and beam search's are known at the end",
+                found=f"{beams!r}{said}",
+                fix="call generate(..., num_beams=...) for beam search, or pass num_beams=1 to stream",
+            )
         copies = self._copies(num_return_sequences, do_sample)
         ids, mask, rows = self._pad_rows(input_ids, attention_mask, copies)
-        return self._tokens(
+        work = self._work(
             ids, mask, rows, max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p,
             repetition_penalty, eos_token_id, pad_token_id, generator, session, max_length,
             dict(min_p=min_p, typical_p=typical_p, epsilon_cutoff=epsilon_cutoff, eta_cutoff=eta_cutoff,
                  no_repeat_ngram_size=no_repeat_ngram_size, bad_words_ids=bad_words_ids,
                  sequence_bias=sequence_bias, max_time=max_time),
         )  # fmt: skip
+        return self._loop(work)
+
+    def _beams(
+        self, num_beams: Any, length_penalty: Any, early_stopping: Any, num_return_sequences: Any
+    ) -> Beams | None:
+        """Beam search's settings, each the generation config's where the call leaves it None (then
+        transformers' defaults); None for one beam."""
+        defaults = self.defaults
+        beams = num_beams if num_beams is not None else defaults.num_beams if defaults.num_beams is not None else 1
+        if beams == 1 and isinstance(beams, int) and not isinstance(beams, bool):
+            return None
+        return Beams(
+            num_beams=beams,
+            length_penalty=length_penalty
+            if length_penalty is not None
+            else defaults.length_penalty
+            if defaults.length_penalty is not None
+            else 1.0,
+            early_stopping=early_stopping
+            if early_stopping is not None
+            else defaults.early_stopping
+            if defaults.early_stopping is not None
+            else False,
+            num_return_sequences=num_return_sequences
+            if num_return_sequences is not None
+            else defaults.num_return_sequences or 1,
+        )
 
     def _copies(self, num_return_sequences: Any, do_sample: bool | None) -> int:
         """Sequences per prompt: the call's num_return_sequences, else the generation config's, else 1;
@@ -742,7 +832,7 @@ class LanguageModel:
                 mask = torch.cat([mask, mask[:1].expand(extra, -1)])
         return ids, mask, rows
 
-    def _tokens(
+    def _work(
         self,
         ids: Any,
         mask: Any,
@@ -760,11 +850,23 @@ class LanguageModel:
         session: Session | None,
         max_length: int | None = None,
         more: Mapping[str, Any] | None = None,
-    ) -> Iterator[Any]:
-
+        beams: Beams | None = None,
+    ) -> _Work:
+        """The call's options resolved (each the generation config's where the call leaves it None) and
+        checked, before any work."""
         ids = self._rows(ids, "input_ids")
         processing = self._processing(more or {}, do_sample if do_sample is not None else self.defaults.do_sample)
         used = session.length if session is not None else 0
+        if beams is not None and used:
+            raise ArgumentError(
+                op=_GENERATE,
+                arg="session",
+                expected="a session holding no conversation: beam search starts one (its beams take the rows)",
+                found=f"a session holding {used} token(s) per row",
+                fix="session.reset() it, pass a new lm.session(), or continue with the returned sequence as the prompt",
+            )
+        if beams is not None:
+            self._beams_fit(beams)
         if max_new_tokens is None:
             if max_length is not None:
                 max_new_tokens = _new_tokens_to(max_length, ids.shape[1])
@@ -804,9 +906,11 @@ class LanguageModel:
             begin_new_token=1 if ids.shape[1] == 1 and bos is not None else 0,
             # a bad word that is an eos id alone stays possible, as transformers' NoBadWords keeps it
             bad_words_ids=tuple(w for w in processing.pop("bad_words_ids") if not (len(w) == 1 and w[0] in eos)),
+            # transformers' warpers keep an eos and one more token per beam (two without an eos)
+            keep=(len(eos) + 1 if eos else 2) if beams is not None else 1,
             **processing,
         )  # fmt: skip
-        return self._loop(ids, mask, rows, max_new_tokens, choice, eos, pad, session, max_time)
+        return _Work(ids, mask, rows, max_new_tokens, choice, eos, pad, session, max_time)
 
     def _processing(self, more: Mapping[str, Any], do_sample: bool) -> dict[str, Any]:
         """The call's sequence bias, n-gram and bad-word bans, min-p / typical / epsilon / eta warpers
@@ -856,23 +960,41 @@ class LanguageModel:
         said = f"the model's generation_config.max_length {configured}"
         return min(_new_tokens_to(configured, prompt, said), room)
 
-    def _loop(
-        self,
-        ids: Any,
-        mask: Any,
-        rows: int,
-        max_new_tokens: int,
-        choice: Choice,
-        eos: tuple[int, ...],
-        pad: int,
-        session: Session | None,
-        max_time: float | None = None,
-    ) -> Iterator[Any]:
-        chat = self._take(session)
+    def _loop(self, work: _Work) -> Iterator[Any]:
+        chat = self._take(work.session)
         try:
-            yield from self._run(chat, session is None, ids, mask, rows, max_new_tokens, choice, eos, pad, max_time)
+            yield from self._run(chat, work.session is None, work)
         finally:
-            self._give_back(chat, spare=session is None)
+            self._give_back(chat, spare=work.session is None)
+
+    def _beam_search(self, work: _Work, beams: Beams) -> Any:
+        """Beam search (opcore.graph.beam_search) on a session of the pool, which holds no conversation
+        after (its rows held beams, not a returned sequence)."""
+        chat = self._take(work.session)
+        try:
+            padding = _padding(work.mask) if work.choice.reads_tokens else None
+            return beam_search(
+                chat, work.ids, work.mask, work.rows, work.max_new_tokens, work.choice, work.eos, work.pad,
+                beams, padding[: work.rows] if padding is not None else None, work.max_time,
+            )  # fmt: skip
+        finally:
+            chat.reset()
+            self._give_back(chat, spare=work.session is None)
+
+    def _beams_fit(self, beams: Beams) -> None:
+        """A ShapeError where a cache buffer's first dim is not the batch (a module of the protocol
+        may lay its cache out otherwise): the beams' reorder moves rows of that dim."""
+        graph = self.decode_plan.graph
+        for name in graph.state:
+            shape = graph.meta(name).shape
+            if not shape or shape[0] != self.batch_size:
+                raise ShapeError(
+                    op=_GENERATE,
+                    arg="num_beams",
+                    expected=f"cache buffers whose first dim is the batch ({self.batch_size}): beam search moves rows",
+                    found=f"buffer {name!r} of shape {tuple(shape)}",
+                    fix="lay the module's cache out as (batch, ...), or generate with num_beams=1",
+                )
 
     def _take(self, session: Session | None) -> Session:
         """The session a generate runs on: the caller's, where no other generate or stream is running
@@ -903,23 +1025,13 @@ class LanguageModel:
             if spare and chat is not self._session:
                 self._spare.append(chat)
 
-    def _run(
-        self,
-        chat: Session,
-        fresh: bool,
-        ids: Any,
-        mask: Any,
-        rows: int,
-        max_new_tokens: int,
-        choice: Choice,
-        eos: tuple[int, ...],
-        pad: int,
-        max_time: float | None = None,
-    ) -> Iterator[Any]:
+    def _run(self, chat: Session, fresh: bool, work: _Work) -> Iterator[Any]:
         import time
 
         import torch
 
+        ids, mask, rows, max_new_tokens = work.ids, work.mask, work.rows, work.max_new_tokens
+        choice, eos, pad, max_time = work.choice, work.eos, work.pad, work.max_time
         started = time.monotonic()  # transformers' MaxTimeCriteria counts from before the prompt
         if fresh:
             chat.reset()
@@ -981,28 +1093,6 @@ class LanguageModel:
 
     def __repr__(self) -> str:
         return f"<opcore.graph.LanguageModel batch_size={self.batch_size} max_length={self.max_length}>"
-
-
-@contextmanager
-def one_thread(logits: Any) -> Iterator[None]:
-    """torch's intra-op pool at one thread for the block, where ``logits`` are on the CPU and the pool
-    has more: the choice of each token (a copy, a mask, an argmax or a softmax over the vocabulary) is
-    microseconds of work, but over ~32k elements torch splits it across its OpenMP workers, which then
-    spin for milliseconds (libgomp's GOMP_SPINCOUNT, fixed when torch loads) on the cores the next
-    decode step's graph-runtime threads need. Measured on 2 cores, a 0.5B int4 decode step on ONNX
-    Runtime at 2 threads: 14.5 ms a token alone, 20.1-20.7 ms with one 151,936-float copy between
-    steps on torch's two threads, 14.5-16.2 ms with that copy on one thread."""
-    import torch
-
-    threads = torch.get_num_threads()
-    if threads == 1 or logits.device.type != "cpu":
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _stream_target(streamer: Any, prompt: Any) -> Callable[[Any], Any] | None:

@@ -20,12 +20,14 @@ token kept at least), written here so that a loaded plan generates without trans
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from opcore.errors import ArgumentError
 
-__all__ = ["Choice"]
+__all__ = ["Choice", "one_thread"]
 
 _GENERATE = "LanguageModel.generate"
 
@@ -57,6 +59,9 @@ class Choice:
     typical_p: float | None = None  # sampling: the locally typical tokens of this mass kept (< 1)
     epsilon_cutoff: float | None = None  # sampling: tokens below this probability dropped (0 < e < 1)
     eta_cutoff: float | None = None  # sampling: below min(eta, sqrt(eta) exp(-entropy)) dropped
+    # the tokens each warper keeps at least (transformers' min_tokens_to_keep: 1, and 1 + the eos ids
+    # in beam search, so that a beam may go on past an eos)
+    keep: int = 1
 
     def __post_init__(self) -> None:
         _positive("temperature", self.temperature, strict=True)
@@ -139,28 +144,28 @@ class Choice:
         if self.temperature is not None and self.temperature != 1.0:
             scores = scores / self.temperature
         if self.top_k:
-            k = min(self.top_k, scores.shape[-1])
+            k = min(max(self.top_k, self.keep), scores.shape[-1])
             kth = torch.topk(scores, k)[0][..., -1, None]
             scores = scores.masked_fill(scores < kth, -float("inf"))
         if self.top_p is not None and self.top_p < 1.0:
             ordered, order = torch.sort(scores, descending=False)
             cumulative = ordered.softmax(dim=-1).cumsum(dim=-1)
             drop = cumulative <= (1 - self.top_p)
-            drop[..., -1:] = False  # keep at least one token
+            drop[..., -self.keep :] = False  # keep at least that many tokens
             scores = scores.masked_fill(drop.scatter(1, order, drop), -float("inf"))
         if self.min_p is not None:
             probs = torch.softmax(scores, dim=-1)
             drop = probs < self.min_p * probs.amax(dim=-1, keepdim=True)
-            drop.scatter_(-1, torch.topk(probs, 1, dim=-1).indices, False)
+            drop.scatter_(-1, torch.topk(probs, min(self.keep, probs.shape[-1]), dim=-1).indices, False)
             scores = scores.masked_fill(drop, -float("inf"))
         if self.typical_p is not None and self.typical_p < 1.0:
-            scores = _typical(scores, self.typical_p)
+            scores = _typical(scores, self.typical_p, self.keep)
         if self.epsilon_cutoff is not None and 0.0 < self.epsilon_cutoff < 1.0:
-            scores = _below(scores, self.epsilon_cutoff)
+            scores = _below(scores, self.epsilon_cutoff, self.keep)
         if self.eta_cutoff is not None and 0.0 < self.eta_cutoff < 1.0:
             eta = torch.tensor(self.eta_cutoff, device=scores.device)
             entropy = torch.distributions.Categorical(logits=scores).entropy()
-            scores = _below(scores, torch.min(eta, torch.sqrt(eta) * torch.exp(-entropy))[..., None])
+            scores = _below(scores, torch.min(eta, torch.sqrt(eta) * torch.exp(-entropy))[..., None], self.keep)
         return scores
 
     def next(self, logits: Any, tokens: Any, new_tokens: int, padding: Any = None) -> Any:
@@ -172,6 +177,28 @@ class Choice:
             return scores.argmax(dim=-1)
         probs = torch.softmax(scores, dim=-1)
         return torch.multinomial(probs, num_samples=1, generator=self.generator).squeeze(1)
+
+
+@contextmanager
+def one_thread(logits: Any) -> Iterator[None]:
+    """torch's intra-op pool at one thread for the block, where ``logits`` are on the CPU and the pool
+    has more: the choice of each token (a copy, a mask, an argmax or a softmax over the vocabulary) is
+    microseconds of work, but over ~32k elements torch splits it across its OpenMP workers, which then
+    spin for milliseconds (libgomp's GOMP_SPINCOUNT, fixed when torch loads) on the cores the next
+    decode step's graph-runtime threads need. Measured on 2 cores, a 0.5B int4 decode step on ONNX
+    Runtime at 2 threads: 14.5 ms a token alone, 20.1-20.7 ms with one 151,936-float copy between
+    steps on torch's two threads, 14.5-16.2 ms with that copy on one thread."""
+    import torch
+
+    threads = torch.get_num_threads()
+    if threads == 1 or logits.device.type != "cpu":
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _positive(name: str, value: float | None, *, strict: bool) -> None:
@@ -225,18 +252,19 @@ def _no_repeated_ngrams(scores: Any, tokens: Any, size: int) -> Any:
     return scores
 
 
-def _below(scores: Any, cut: Any) -> Any:
+def _below(scores: Any, cut: Any, keep: int = 1) -> Any:
     """transformers' Epsilon / Eta warpers: the tokens whose probability is below ``cut`` (a number,
-    or one per row) dropped, the likeliest kept."""
+    or one per row) dropped, the ``keep`` likeliest kept."""
     import torch
 
     drop = scores.softmax(dim=-1) < cut
-    return scores.masked_fill(drop & (scores < torch.topk(scores, 1)[0][..., -1, None]), -float("inf"))
+    kth = torch.topk(scores, min(keep, scores.shape[-1]))[0][..., -1, None]
+    return scores.masked_fill(drop & (scores < kth), -float("inf"))
 
 
-def _typical(scores: Any, mass: float) -> Any:
+def _typical(scores: Any, mass: float, keep: int = 1) -> Any:
     """transformers' TypicalLogitsWarper: the tokens whose surprise is nearest the entropy, up to
-    ``mass`` of probability (one kept at least)."""
+    ``mass`` of probability (``keep`` kept at least)."""
     import torch
 
     normalized = torch.nn.functional.log_softmax(scores, dim=-1)
@@ -247,5 +275,5 @@ def _typical(scores: Any, mass: float) -> Any:
     cumulative = scores.gather(-1, order).softmax(dim=-1).cumsum(dim=-1)
     last = (cumulative < mass).sum(dim=1).clamp(max=ordered.shape[-1] - 1)
     drop = ordered > ordered.gather(1, last.view(-1, 1))
-    drop[..., :1] = False
+    drop[..., :keep] = False
     return scores.masked_fill(drop.scatter(1, order, drop), -float("inf"))

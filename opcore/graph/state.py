@@ -31,7 +31,7 @@ from typing import Any
 from opcore.graph.errors import CaptureError
 from opcore.graph.ir import Node, ValueInfo, ValueRef
 
-__all__ = ["IN_PLACE", "new_state", "state_pairs", "write_state"]
+__all__ = ["IN_PLACE", "new_state", "slot_dims", "state_pairs", "write_state"]
 
 # the functional ops whose in-place form writes rows of the state (ATen argument order: state first)
 IN_PLACE = {"aten.index_copy.default": "state.index_copy_"}
@@ -90,3 +90,14 @@ def new_state(graph: Any, device: str | None = None) -> list[Any]:
         place = device if device is not None else str(meta.device)
         state.append(torch.zeros(meta.shape, dtype=meta.dtype.to_torch(), device=place))
     return state
+
+
+def slot_dims(graph: Any) -> list[int | None]:
+    """For each state input of ``graph``, the dim its rows are written along (the cache's slot dim, of
+    an ``index_copy_`` written in place), None where the graph copies the whole buffer."""
+    found: dict[str, int] = {}
+    for node in graph.nodes:
+        if node.op == "state.index_copy_" and isinstance(node.args[0], ValueRef) and isinstance(node.args[1], int):
+            rank = len(graph.meta(node.args[0].name).shape)
+            found[node.args[0].name] = node.args[1] % rank
+    return [found.get(name) for name in graph.state]

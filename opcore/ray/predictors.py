@@ -293,8 +293,9 @@ class GenerationPredictor(_Rows):
     ``pad_token_id``, as transformers' generate does); the prompt column stays. ``max_length``
     instead: each row up to that many tokens, its own prompt included (as transformers counts a row
     generated alone; ``max_new_tokens`` wins where both are given; neither: 20 new tokens).
-    Rows run ``lm.batch_size`` at a time, left-padded to the longest prompt of the group (each row
-    gets what it gets alone: docs/generate.md); generate's options (greedy by default) apply.
+    Rows run ``lm.batch_size`` at a time (``lm.batch_size // num_beams`` with beam search), left-padded
+    to the longest prompt of the group (each row gets what it gets alone: docs/generate.md); generate's
+    options (greedy by default) apply, one output row per prompt (num_return_sequences 1).
 
     >>> GenerationPredictor("llama.lm", max_new_tokens=8)({"id": ..., "input_ids": ...})  # doctest: +SKIP
     """
@@ -336,6 +337,27 @@ class GenerationPredictor(_Rows):
         self.max_length = max_length if self.max_new_tokens is None else None
         self.options = generate_options
         self.pad = int(generate_options.get("pad_token_id") or 0)
+        defaults = self.loaded.defaults
+        returned = generate_options.get("num_return_sequences") or defaults.num_return_sequences or 1
+        if returned != 1:
+            raise ArgumentError(
+                op=self.op,
+                arg="num_return_sequences",
+                expected="1: one output row per prompt row",
+                found=repr(returned),
+                fix="pass num_return_sequences=1 (a generation config asking for more is overridden so)",
+            )
+        # beam search takes num_beams cache rows per prompt: fewer prompts per generate call
+        beams = generate_options.get("num_beams") or defaults.num_beams or 1
+        if not isinstance(beams, int) or isinstance(beams, bool) or not 1 <= beams <= self.loaded.batch_size:
+            raise ArgumentError(
+                op=self.op,
+                arg="num_beams",
+                expected=f"an int from 1 to the captured batch_size ({self.loaded.batch_size}): each beam is a row",
+                found=repr(beams),
+                fix="capture_lm(..., batch_size=<prompts a call x num_beams>) and save again",
+            )
+        self.rows_per_call = self.loaded.batch_size // beams
 
     def __call__(self, batch: Any) -> Any:
         import torch
@@ -366,7 +388,7 @@ class GenerationPredictor(_Rows):
         good = [i for i in range(len(prompts)) if errors[i] is None]
         with torch.no_grad():
             causes = self._each_chunk(
-                good, lm.batch_size, lambda chunk: self._generate(chunk, prompts, results), ids, errors
+                good, self.rows_per_call, lambda chunk: self._generate(chunk, prompts, results), ids, errors
             )
         width = max((len(r) for r in results if r is not None), default=0)
         tokens = [r if r is not None else numpy.full(width, self.pad, numpy.int64) for r in results]

@@ -43,6 +43,7 @@ REQUEST_OPTIONS = frozenset(
         "bad_words_ids",
         "sequence_bias",  # in JSON a list of [token ids, bias] pairs
         "max_time",
+        "num_beams",  # 1 alone: a server streams, beam search's tokens are known at the end
     }
 )
 
@@ -69,6 +70,16 @@ class GenerationServer:
                 fix="serve a plan with a deployment that calls opcore.ray.PlanPredictor",
             )
         self.defaults = self._options(defaults)
+        configured = self.lm.defaults.num_beams
+        if configured not in (None, 1) and "num_beams" not in self.defaults:
+            raise ArgumentError(
+                op=self.op,
+                arg="num_beams",
+                expected="a model that streams: one beam",
+                found=f"the model's generation_config.num_beams {configured!r}",
+                fix="pass num_beams=1 to the server (greedy or sampled tokens, streamed), or run beam search "
+                "in batch with opcore.ray.GenerationPredictor",
+            )
 
     def _options(self, options: Mapping[str, Any]) -> dict[str, Any]:
         unknown = sorted(set(options) - REQUEST_OPTIONS)
@@ -78,6 +89,14 @@ class GenerationServer:
                 arg=unknown[0],
                 expected=f"one of generate's options: {', '.join(sorted(REQUEST_OPTIONS))}",
                 found=repr(options[unknown[0]]),
+            )
+        if options.get("num_beams", 1) != 1:
+            raise ArgumentError(
+                op=self.op,
+                arg="num_beams",
+                expected="1: the server streams each token as made, and beam search's are known at the end",
+                found=repr(options["num_beams"]),
+                fix="run beam search in batch with opcore.ray.GenerationPredictor(..., num_beams=...)",
             )
         return dict(options)
 
