@@ -444,10 +444,10 @@ def test_max_length_counts_the_prompt_as_transformers_does(llama):
 
 
 @pytest.mark.parametrize(
-    "option", [{"assistant_model": object()}, {"generation_config": object()}, {"output_scores": True}]
+    "option", [{"assistant_model": object()}, {"generation_config": object()}, {"output_attentions": True}]
 )
 def test_an_option_of_transformers_generate_it_does_not_take_is_refused_naming_it(llama, option):
-    """Assisted decoding, a GenerationConfig object, output dicts: an ArgumentError naming the option
+    """Assisted decoding, a GenerationConfig object, attentions: an ArgumentError naming the option
     and what to do instead, from generate and from stream before any step (not a bare TypeError)."""
     _, lm = llama
     name = next(iter(option))

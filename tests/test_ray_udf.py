@@ -177,6 +177,8 @@ def test_beam_search_runs_a_call_s_prompts_by_their_beams(plans):
         GenerationPredictor(plans / "tiny.lm", threads=1, num_beams=3)
     with pytest.raises(ArgumentError, match=r"num_return_sequences.*one output row per prompt row"):
         GenerationPredictor(plans / "tiny.lm", threads=1, num_beams=2, num_return_sequences=2)
+    with pytest.raises(ArgumentError, match=r"output_scores.*writes each row's tokens"):
+        GenerationPredictor(plans / "tiny.lm", threads=1, output_scores=True)
 
 
 def test_max_length_counts_each_row_s_own_prompt(plans):
@@ -331,14 +333,21 @@ def test_the_server_answers_a_bad_http_request_with_400(plans):
 
 def test_a_model_whose_config_asks_for_beams_is_served_with_one_beam_said(plans, tmp_path):
     """The server streams: a model whose generation config asks for beam search is refused unless the
-    server is told num_beams=1 (a stream would refuse each request)."""
+    server is told num_beams=1 (a stream would refuse each request); the batch predictor searches with
+    its beams, and writes tokens where the config asks generate for a record."""
     from dataclasses import replace
 
     lm = opcore.graph.load(plans / "tiny.lm")
-    lm.defaults = replace(lm.defaults, num_beams=2)
+    lm.defaults = replace(lm.defaults, num_beams=2, return_dict_in_generate=True)
     lm.save(tmp_path / "beams.lm")
+    out = GenerationPredictor(tmp_path / "beams.lm", threads=1, max_new_tokens=4)(
+        {"id": numpy.arange(2), "input_ids": ragged(prompts()[:2])}
+    )
+    for row, prompt in enumerate(prompts()[:2]):
+        alone = lm.generate(torch.from_numpy(prompt)[None], max_new_tokens=4).sequences[0, len(prompt) :]
+        assert out["tokens"][row].tolist() == alone.tolist()
     with pytest.raises(ArgumentError, match=r"num_beams.*generation_config.num_beams 2.*pass num_beams=1"):
         GenerationServer(tmp_path / "beams.lm", threads=1)
     server = GenerationServer(tmp_path / "beams.lm", threads=1, num_beams=1, max_new_tokens=4)
-    want = lm.generate(torch.tensor([[3, 7, 9]]), max_new_tokens=4, num_beams=1)[0, 3:].tolist()
+    want = lm.generate(torch.tensor([[3, 7, 9]]), max_new_tokens=4, num_beams=1).sequences[0, 3:].tolist()
     assert server.generate([3, 7, 9]) == want

@@ -82,13 +82,19 @@ def beam_search(
     beams: Beams,
     padding: Any = None,
     max_time: float | None = None,
-) -> Any:
+    record: list[tuple[Any, Any]] | None = None,
+) -> tuple[Any, Any, Any]:
     """The best ``beams.num_return_sequences`` sequences of each prompt (prompt and new tokens),
-    (prompts x returned, length). ``ids`` / ``mask`` (captured batch, prompt): the prompts, each row
-    repeated num_beams times in a row over the first ``rows`` (the rest copies, their tokens
-    dropped); ``session``: started again here; ``choice``: the processors (opcore.graph.sampling);
-    ``pad``: the call's or config's pad id (None: unset); ``padding`` (rows,): each row's left
-    padding, for the repetition penalty."""
+    (prompts x returned, length), their scores (prompts x returned,: summed log-probabilities over
+    new tokens ** length_penalty) and beam indices (prompts x returned, new tokens: the flat beam
+    row each token came from, -1 past the sequence's end), as transformers' output gives them.
+
+    ``ids`` / ``mask`` (captured batch, prompt): the prompts, each row repeated num_beams times in a
+    row over the first ``rows`` (the rest copies, their tokens dropped); ``session``: started again
+    here; ``choice``: the processors (opcore.graph.sampling); ``pad``: the call's or config's pad id
+    (None: unset); ``padding`` (rows,): each row's left padding, for the repetition penalty;
+    ``record``: where each step's (processed log-probabilities, logits) of the beams' rows are
+    appended (None: not kept)."""
     import torch
 
     started = time.monotonic()  # transformers' MaxTimeCriteria counts from before the prompt
@@ -127,6 +133,8 @@ def beam_search(
             history = running_sequences[:, :, :length].reshape(rows, length)
             log_probs = torch.nn.functional.log_softmax(logits[:rows].float(), dim=-1)
             log_probs = choice.scores(log_probs, history if choice.reads_tokens else None, step, padding)
+            if record is not None:
+                record.append((log_probs.clone(), logits[:rows].float().clone()))
             vocab = log_probs.shape[-1]
             log_probs = (log_probs.view(batch, k, vocab) + running_scores[:, :, None]).reshape(batch, k * vocab)
             if choice.do_sample:
@@ -184,7 +192,7 @@ def beam_search(
     sequences = sequences[:, :wanted].reshape(batch * wanted, max_length)
     indices = indices[:, :wanted].reshape(batch * wanted, max_new_tokens)
     made = int((indices + 1).bool().sum(dim=1).max()) if max_new_tokens else 0
-    return sequences[:, : prompt + made]
+    return sequences[:, : prompt + made], scores[:, :wanted].reshape(batch * wanted), indices[:, :made]
 
 
 def _gather(tensor: Any, beams: Any) -> Any:

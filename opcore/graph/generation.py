@@ -17,11 +17,12 @@ from __future__ import annotations
 import numbers
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from opcore.errors import ArgumentError, ShapeError
 from opcore.graph.beam_search import Beams, beam_search
+from opcore.graph.generate_output import GenerateOutput
 from opcore.graph.sampling import Choice, one_thread
 from opcore.graph.state import new_state, slot_dims
 
@@ -75,6 +76,10 @@ class GenerationDefaults:
     num_beams: int | None = None
     length_penalty: float | None = None
     early_stopping: bool | str | None = None
+    # what generate returns: a GenerateOutput (with each step's processed scores, logits) or the tensor
+    return_dict_in_generate: bool = False
+    output_scores: bool = False
+    output_logits: bool = False
     # the config's options that change tokens and that opcore's generate does not apply ("num_beams=4")
     not_applied: tuple[str, ...] = ()
 
@@ -114,6 +119,9 @@ class GenerationDefaults:
             num_beams=getattr(config, "num_beams", None),
             length_penalty=getattr(config, "length_penalty", None),
             early_stopping=getattr(config, "early_stopping", None),
+            return_dict_in_generate=bool(getattr(config, "return_dict_in_generate", False)),
+            output_scores=bool(getattr(config, "output_scores", False)),
+            output_logits=bool(getattr(config, "output_logits", False)),
             not_applied=tuple(
                 f"{name}={value!r}"
                 for name, idle in NOT_APPLIED.items()
@@ -150,6 +158,9 @@ class GenerationDefaults:
             "num_beams": self.num_beams,
             "length_penalty": self.length_penalty,
             "early_stopping": self.early_stopping,
+            "return_dict_in_generate": self.return_dict_in_generate,
+            "output_scores": self.output_scores,
+            "output_logits": self.output_logits,
             "not_applied": list(self.not_applied),
         }
 
@@ -184,6 +195,9 @@ class GenerationDefaults:
             num_beams=record.get("num_beams"),
             length_penalty=record.get("length_penalty"),
             early_stopping=record.get("early_stopping"),
+            return_dict_in_generate=bool(record.get("return_dict_in_generate", False)),
+            output_scores=bool(record.get("output_scores", False)),
+            output_logits=bool(record.get("output_logits", False)),
             not_applied=tuple(str(item) for item in record.get("not_applied", ())),
         )
 
@@ -201,6 +215,34 @@ class _Work:
     pad: int
     session: Session | None  # the caller's, None: one of the pool
     max_time: float | None
+    # where generate returns a GenerateOutput with scores or logits: each step's (processed scores,
+    # logits) of the caller's rows, appended by the loop; None: nothing kept
+    record: list[tuple[Any, Any]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Outputs:
+    """What a generate call returns in its GenerateOutput beside the sequences."""
+
+    scores: bool
+    logits: bool
+
+
+def _output(
+    wanted: _Outputs,
+    sequences: Any,
+    record: list[tuple[Any, Any]] | None,
+    sequences_scores: Any = None,
+    beam_indices: Any = None,
+) -> GenerateOutput:
+    steps = record or []
+    return GenerateOutput(
+        sequences=sequences,
+        scores=tuple(scores for scores, _ in steps) if wanted.scores else None,
+        logits=tuple(logits for _, logits in steps) if wanted.logits else None,
+        sequences_scores=sequences_scores if wanted.scores else None,
+        beam_indices=beam_indices,
+    )
 
 
 def _length(value: Any, unset: int | None = None) -> int | None:
@@ -236,7 +278,7 @@ TOP_K = 50
 
 def _refuse(unsupported: Mapping[str, Any]) -> None:
     """An ArgumentError for options of transformers' generate that opcore's does not take (assisted
-    decoding, a GenerationConfig object, output dicts...), before any work: a TypeError would not say
+    decoding, a GenerationConfig object, attentions...), before any work: a TypeError would not say
     what to do instead. The options it names are generate's own keywords, read from its signature."""
     if not unsupported:
         return
@@ -256,9 +298,9 @@ def _refuse(unsupported: Mapping[str, Any]) -> None:
         found=", ".join(f"{name}={unsupported[name]!r}"[:80] for name in names),
         fix=(
             "greedy search, sampling and beam search are what it does (assisted decoding, contrastive "
-            "search and output dicts are not: use the model's own generate for those); a GenerationConfig's "
-            "options go as keywords (do_sample=..., num_beams=...), and a captured model's generation_config "
-            "is read already"
+            "search, attentions and hidden states are not: use the model's own generate for those); a "
+            "GenerationConfig's options go as keywords (do_sample=..., num_beams=...), and a captured model's "
+            "generation_config is read already"
         ),
     )
 
@@ -644,6 +686,9 @@ class LanguageModel:
         num_beams: int | None = None,
         length_penalty: float | None = None,
         early_stopping: bool | str | None = None,
+        return_dict_in_generate: bool | None = None,
+        output_scores: bool | None = None,
+        output_logits: bool | None = None,
         **unsupported: Any,
     ) -> Any:
         """The prompt followed by up to ``max_new_tokens`` new tokens per row (batch, prompt + new),
@@ -663,7 +708,10 @@ class LanguageModel:
         transformers' generate with or without its cache, and the captured cache is what runs.
         ``num_beams`` > 1: beam search (with ``do_sample``, beam sampling), ``length_penalty`` and
         ``early_stopping`` as transformers' (opcore.graph.beam_search); prompt rows x num_beams must
-        fit the batch captured, and it takes no streamer.
+        fit the batch captured, and it takes no streamer. ``return_dict_in_generate``: a
+        ``GenerateOutput`` instead of the tensor, with each step's processed scores
+        (``output_scores``) and logits (``output_logits``), and beam search's sequence scores and beam
+        indices, as transformers' records.
 
         >>> out = lm.generate(ids, max_new_tokens=32, do_sample=True, top_p=0.9,
         ...                   generator=torch.Generator().manual_seed(0))     # doctest: +SKIP
@@ -682,6 +730,7 @@ class LanguageModel:
             )
         copies = beams.num_beams if beams is not None else self._copies(num_return_sequences, do_sample)
         ids, mask, rows = self._pad_rows(input_ids, attention_mask, copies)
+        wanted = self._outputs(return_dict_in_generate, output_scores, output_logits)
         work = self._work(
             ids, mask, rows, max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p,
             repetition_penalty, eos_token_id, pad_token_id, generator, session, max_length,
@@ -690,8 +739,13 @@ class LanguageModel:
                  sequence_bias=sequence_bias, max_time=max_time),
             beams,
         )  # fmt: skip
+        if wanted is not None and (wanted.scores or wanted.logits):
+            work = replace(work, record=[])
         if beams is not None:
-            return self._beam_search(work, beams)
+            sequences, sequences_scores, beam_indices = self._beam_search(work, beams)
+            if wanted is None:
+                return sequences
+            return _output(wanted, sequences, work.record, sequences_scores, beam_indices)
         produced: list[Any] = []
         put = _stream_target(streamer, ids[:rows])
         for tokens in self._loop(work):
@@ -701,7 +755,8 @@ class LanguageModel:
         if streamer is not None and hasattr(streamer, "end"):
             streamer.end()
         new = torch.stack(produced, 1) if produced else ids[:rows, :0]
-        return torch.cat([ids[:rows], new], 1)
+        sequences = torch.cat([ids[:rows], new], 1)
+        return sequences if wanted is None else _output(wanted, sequences, work.record)
 
     def stream(
         self,
@@ -759,6 +814,23 @@ class LanguageModel:
                  sequence_bias=sequence_bias, max_time=max_time),
         )  # fmt: skip
         return self._loop(work)
+
+    def _outputs(self, return_dict_in_generate: Any, output_scores: Any, output_logits: Any) -> _Outputs | None:
+        """What generate returns beside the sequences, each the generation config's where the call leaves
+        it None (transformers' defaults False); None: the sequences alone."""
+        said = {
+            "return_dict_in_generate": return_dict_in_generate,
+            "output_scores": output_scores,
+            "output_logits": output_logits,
+        }
+        for name, value in said.items():
+            if value is None:
+                said[name] = getattr(self.defaults, name)
+            elif not isinstance(value, bool):
+                raise ArgumentError(op=_GENERATE, arg=name, expected="True, False or None", found=repr(value))
+        if not said["return_dict_in_generate"]:
+            return None  # as transformers: scores and logits are given only in the record
+        return _Outputs(scores=bool(said["output_scores"]), logits=bool(said["output_logits"]))
 
     def _beams(
         self, num_beams: Any, length_penalty: Any, early_stopping: Any, num_return_sequences: Any
@@ -967,7 +1039,7 @@ class LanguageModel:
         finally:
             self._give_back(chat, spare=work.session is None)
 
-    def _beam_search(self, work: _Work, beams: Beams) -> Any:
+    def _beam_search(self, work: _Work, beams: Beams) -> tuple[Any, Any, Any]:
         """Beam search (opcore.graph.beam_search) on a session of the pool, which holds no conversation
         after (its rows held beams, not a returned sequence)."""
         chat = self._take(work.session)
@@ -975,7 +1047,7 @@ class LanguageModel:
             padding = _padding(work.mask) if work.choice.reads_tokens else None
             return beam_search(
                 chat, work.ids, work.mask, work.rows, work.max_new_tokens, work.choice, work.eos, work.pad,
-                beams, padding[: work.rows] if padding is not None else None, work.max_time,
+                beams, padding[: work.rows] if padding is not None else None, work.max_time, work.record,
             )  # fmt: skip
         finally:
             chat.reset()
@@ -1049,12 +1121,15 @@ class LanguageModel:
             with one_thread(logits):
                 # the caller's rows alone: sampling draws for them as model.generate of those rows does,
                 # and the padding rows (copies of the first) take the first row's token
-                chosen = choice.next(
+                scores = choice.scores(
                     logits[:rows],
                     history[:rows] if history is not None else None,
                     step,
                     lead[:rows] if lead is not None else None,
                 )
+                chosen = choice.pick(scores)
+                if work.record is not None:  # copies: a plan may hand back the same output buffer each step
+                    work.record.append((scores.clone(), logits[:rows].float().clone()))
                 if rows < logits.shape[0]:
                     chosen = torch.cat([chosen, chosen[:1].expand(logits.shape[0] - rows)])
                 if eos_ids is not None:

@@ -170,9 +170,13 @@ class Choice:
 
     def next(self, logits: Any, tokens: Any, new_tokens: int, padding: Any = None) -> Any:
         """The next token of each row (batch,)."""
+        return self.pick(self.scores(logits, tokens, new_tokens, padding))
+
+    def pick(self, scores: Any) -> Any:
+        """The token of each row (batch,) from its processed scores: the argmax, or a draw from their
+        softmax when sampling."""
         import torch
 
-        scores = self.scores(logits, tokens, new_tokens, padding)
         if not self.do_sample:
             return scores.argmax(dim=-1)
         probs = torch.softmax(scores, dim=-1)

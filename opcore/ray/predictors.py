@@ -337,6 +337,15 @@ class GenerationPredictor(_Rows):
         self.max_length = max_length if self.max_new_tokens is None else None
         self.options = generate_options
         self.pad = int(generate_options.get("pad_token_id") or 0)
+        records = sorted({"return_dict_in_generate", "output_scores", "output_logits"} & set(generate_options))
+        if records:
+            raise ArgumentError(
+                op=self.op,
+                arg=records[0],
+                expected="generate's options that make tokens: the predictor writes each row's tokens",
+                found=repr(generate_options[records[0]]),
+                fix="call lm.generate(..., return_dict_in_generate=True) where the scores are wanted",
+            )
         defaults = self.loaded.defaults
         returned = generate_options.get("num_return_sequences") or defaults.num_return_sequences or 1
         if returned != 1:
@@ -413,7 +422,8 @@ class GenerationPredictor(_Rows):
             for i in chunk
         ]
         steps = min(max(budgets), self.loaded.max_length - longest)
-        out = self.loaded.generate(ids, mask, max_new_tokens=steps, **self.options)
+        # the tokens alone, also where the model's generation config asks for a record
+        out = self.loaded.generate(ids, mask, max_new_tokens=steps, return_dict_in_generate=False, **self.options)
         new = out[:, longest:].numpy()
         again = [index for row, index in enumerate(chunk) if budgets[row] > steps]
         for row, index in enumerate(chunk):
