@@ -196,6 +196,10 @@ def test_max_time_stops_after_the_token_that_passed_it(padded_llama):
         (dict(do_sample=True, typical_p=0.0), "typical_p"),
         (dict(no_repeat_ngram_size=-1), "no_repeat_ngram_size"),
         (dict(max_time=0), "max_time"),
+        (dict(logits_processor=[1]), "logits_processor.*list of callables"),
+        (dict(stopping_criteria=5), "stopping_criteria.*list of callables"),
+        (dict(prefix_allowed_tokens_fn="x"), "prefix_allowed_tokens_fn.*a callable"),
+        (dict(prefix_allowed_tokens_fn=lambda batch_id, row: []), "prefix_allowed_tokens_fn.*empty list for batch_id"),
     ],
 )
 def test_bad_options_are_refused_naming_them_before_any_work(padded_llama, option, match):
@@ -225,3 +229,86 @@ def test_each_warper_keeps_the_tokens_beam_search_keeps_as_transformers_does(nam
         got = Choice(do_sample=True, keep=keep, **options).scores(scores, tokens, new_tokens=3)
         torch.testing.assert_close(got, want, rtol=0, atol=0)
         assert int(torch.isfinite(got).sum(-1).min()) >= keep
+
+
+class _Banned:
+    """A caller's processor: at every other length, the upper half of the vocabulary, the row's
+    likeliest token and the one its last token is made impossible (it reads the row and the scores)."""
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if input_ids.shape[1] % 2:
+            return scores
+        banned = torch.cat([scores.argmax(-1, keepdim=True), input_ids[:, -1:] % scores.shape[1]], 1)
+        scores = scores.scatter(1, banned, -float("inf"))
+        scores[:, scores.shape[1] // 2 :] = -float("inf")
+        return scores
+
+
+class _EndsWith:
+    def __init__(self, token: int) -> None:
+        self.token = token
+
+    def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
+        return input_ids[:, -1] == self.token
+
+
+class _Length:
+    """Done for every row at once (one bool, as a criterion may answer)."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> bool:
+        return input_ids.shape[1] >= self.length
+
+
+def _allowed(batch_id: int, row: torch.Tensor) -> list[int]:
+    """Even ids for the first prompt; for the second, ids of the form 3k+1 (the last one's neighbour
+    where it is one: the row's own tokens matter)."""
+    if batch_id == 0:
+        return list(range(0, VOCAB, 2))
+    return [int(row[-1]) + 1] if int(row[-1]) % 3 == 0 else list(range(1, VOCAB, 3))
+
+
+@pytest.fixture(scope="module")
+def six_rows() -> tuple[Any, opcore.graph.LanguageModel]:
+    model = built(transformers.LlamaForCausalLM, transformers.LlamaConfig(**SMALL, num_key_value_heads=2))
+    return model, opcore.graph.capture_lm(model, max_length=40, batch_size=6, measure=False)
+
+
+_CALLERS: dict[str, dict[str, Any]] = {
+    "processor": dict(logits_processor=transformers.LogitsProcessorList([_Banned()])),
+    "processor_sampled": dict(logits_processor=[_Banned()], do_sample=True, temperature=2.0),
+    "processor_beams": dict(logits_processor=[_Banned()], num_beams=3, num_return_sequences=2),
+    "length": dict(stopping_criteria=transformers.StoppingCriteriaList([_Length(14)])),
+    "ends_with": dict(stopping_criteria=[_EndsWith(-1)]),  # the token: set from the plain run
+    "ends_with_beams": dict(stopping_criteria=[_EndsWith(-1)], num_beams=2),
+    "prefix": dict(prefix_allowed_tokens_fn=_allowed),
+    "prefix_beams": dict(prefix_allowed_tokens_fn=_allowed, num_beams=3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_CALLERS))
+def test_the_caller_s_processors_criteria_and_prefix_function_equal_model_generate(six_rows, name):
+    """transformers' logits_processor, stopping_criteria and prefix_allowed_tokens_fn: applied where
+    its generate applies them (the caller's processors after the built-in ones, before the warpers),
+    with greedy search, sampling and beams; each changes the tokens, and they equal model.generate's."""
+    model, lm = six_rows
+    ids, mask, _, _ = left_padded_rows()
+    options = dict(_CALLERS[name], max_new_tokens=12, pad_token_id=0)
+    plain_options = {k: v for k, v in options.items() if k not in _CALLER_OPTIONS}
+    torch.manual_seed(2)
+    plain = model.generate(ids, attention_mask=mask, eos_token_id=None, **plain_options)
+    if name.startswith("ends_with"):  # the token the second row makes third; an eos: stopped rows padded
+        options["stopping_criteria"] = [_EndsWith(int(plain[-1, ids.shape[1] + 2]))]
+        options["eos_token_id"] = [VOCAB - 1]
+    torch.manual_seed(2)
+    options.setdefault("eos_token_id", None)
+    want = model.generate(ids, attention_mask=mask, **options)
+    torch.manual_seed(2)
+    got = lm.generate(ids, mask, **dict(options, eos_token_id=options["eos_token_id"] or []))
+    assert got.shape == want.shape and torch.equal(got, want), (got[:, 9:].tolist(), want[:, 9:].tolist())
+    assert got.shape != plain.shape or not torch.equal(got, plain)  # the caller's option changed the tokens
+
+
+_CALLER_OPTIONS = ("logits_processor", "stopping_criteria", "prefix_allowed_tokens_fn")

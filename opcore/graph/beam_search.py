@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from opcore.errors import ArgumentError
-from opcore.graph.sampling import one_thread
+from opcore.graph.sampling import one_thread, stopped
 
 __all__ = ["Beams", "beam_search"]
 
@@ -83,6 +83,7 @@ def beam_search(
     padding: Any = None,
     max_time: float | None = None,
     record: list[tuple[Any, Any]] | None = None,
+    stopping: Sequence[Any] = (),
 ) -> tuple[Any, Any, Any]:
     """The best ``beams.num_return_sequences`` sequences of each prompt (prompt and new tokens),
     (prompts x returned, length), their scores (prompts x returned,: summed log-probabilities over
@@ -94,7 +95,8 @@ def beam_search(
     here; ``choice``: the processors (opcore.graph.sampling); ``pad``: the call's or config's pad id
     (None: unset); ``padding`` (rows,): each row's left padding, for the repetition penalty;
     ``record``: where each step's (processed log-probabilities, logits) of the beams' rows are
-    appended (None: not kept)."""
+    appended (None: not kept); ``stopping``: the caller's stopping criteria, asked of every
+    continuation (its tokens so far), as transformers asks them."""
     import torch
 
     started = time.monotonic()  # transformers' MaxTimeCriteria counts from before the prompt
@@ -155,6 +157,10 @@ def beam_search(
                 done |= torch.isin(top_sequences[:, :, length], eos_ids)
             if max_time is not None and time.monotonic() - started > max_time:
                 done[:] = True
+            if stopping:
+                candidates = top_sequences[:, :, : length + 1].reshape(batch * keep, length + 1)
+                recorded = tuple(scores for scores, _ in record) if record is not None else None
+                done |= stopped(stopping, candidates, recorded).view(batch, keep)
 
             # the best k that go on
             going = top_log_probs + done.to(torch.float32) * _LOST

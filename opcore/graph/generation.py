@@ -23,7 +23,7 @@ from typing import Any
 from opcore.errors import ArgumentError, ShapeError
 from opcore.graph.beam_search import Beams, beam_search
 from opcore.graph.generate_output import GenerateOutput
-from opcore.graph.sampling import Choice, one_thread
+from opcore.graph.sampling import Choice, one_thread, stopped
 from opcore.graph.state import new_state, slot_dims
 
 __all__ = ["GenerationDefaults", "LanguageModel", "Session", "one_thread"]
@@ -218,6 +218,8 @@ class _Work:
     # where generate returns a GenerateOutput with scores or logits: each step's (processed scores,
     # logits) of the caller's rows, appended by the loop; None: nothing kept
     record: list[tuple[Any, Any]] | None = None
+    # the caller's stopping criteria (transformers' stopping_criteria list): (tokens, scores) -> done
+    stopping: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -376,6 +378,23 @@ def _biases(value: Any, arg: str) -> tuple[tuple[tuple[int, ...], float], ...]:
             found=repr(value)[:120],
         )
     return tuple(found)
+
+
+def _callables(value: Any, arg: str) -> tuple[Any, ...]:
+    """A list of callables (transformers' LogitsProcessorList / StoppingCriteriaList, or any sequence
+    of them) as a tuple; () for None."""
+    if value is None:
+        return ()
+    items = tuple(value) if isinstance(value, Sequence) and not isinstance(value, (str, bytes)) else None
+    if items is None or not all(callable(item) for item in items):
+        raise ArgumentError(
+            op=_GENERATE,
+            arg=arg,
+            expected="a list of callables (tokens, scores) -> "
+            + ("scores (transformers' LogitsProcessorList)" if arg == "logits_processor" else "done rows"),
+            found=repr(value)[:120],
+        )
+    return items
 
 
 def _padding(mask: Any) -> Any:
@@ -689,6 +708,9 @@ class LanguageModel:
         return_dict_in_generate: bool | None = None,
         output_scores: bool | None = None,
         output_logits: bool | None = None,
+        logits_processor: Sequence[Callable[[Any, Any], Any]] | None = None,
+        stopping_criteria: Sequence[Callable[..., Any]] | None = None,
+        prefix_allowed_tokens_fn: Callable[[int, Any], Sequence[int]] | None = None,
         **unsupported: Any,
     ) -> Any:
         """The prompt followed by up to ``max_new_tokens`` new tokens per row (batch, prompt + new),
@@ -736,7 +758,8 @@ class LanguageModel:
             repetition_penalty, eos_token_id, pad_token_id, generator, session, max_length,
             dict(min_p=min_p, typical_p=typical_p, epsilon_cutoff=epsilon_cutoff, eta_cutoff=eta_cutoff,
                  no_repeat_ngram_size=no_repeat_ngram_size, bad_words_ids=bad_words_ids,
-                 sequence_bias=sequence_bias, max_time=max_time),
+                 sequence_bias=sequence_bias, max_time=max_time, logits_processor=logits_processor,
+                 stopping_criteria=stopping_criteria, prefix_allowed_tokens_fn=prefix_allowed_tokens_fn),
             beams,
         )  # fmt: skip
         if wanted is not None and (wanted.scores or wanted.logits):
@@ -786,6 +809,9 @@ class LanguageModel:
         max_time: float | None = None,
         num_return_sequences: int | None = None,
         num_beams: int | None = None,
+        logits_processor: Sequence[Callable[[Any, Any], Any]] | None = None,
+        stopping_criteria: Sequence[Callable[..., Any]] | None = None,
+        prefix_allowed_tokens_fn: Callable[[int, Any], Sequence[int]] | None = None,
         **unsupported: Any,
     ) -> Iterator[Any]:
         """The new tokens (batch,) step by step, as ``generate`` makes them (its options, but streamer
@@ -811,7 +837,8 @@ class LanguageModel:
             repetition_penalty, eos_token_id, pad_token_id, generator, session, max_length,
             dict(min_p=min_p, typical_p=typical_p, epsilon_cutoff=epsilon_cutoff, eta_cutoff=eta_cutoff,
                  no_repeat_ngram_size=no_repeat_ngram_size, bad_words_ids=bad_words_ids,
-                 sequence_bias=sequence_bias, max_time=max_time),
+                 sequence_bias=sequence_bias, max_time=max_time, logits_processor=logits_processor,
+                 stopping_criteria=stopping_criteria, prefix_allowed_tokens_fn=prefix_allowed_tokens_fn),
         )  # fmt: skip
         return self._loop(work)
 
@@ -927,7 +954,16 @@ class LanguageModel:
         """The call's options resolved (each the generation config's where the call leaves it None) and
         checked, before any work."""
         ids = self._rows(ids, "input_ids")
-        processing = self._processing(more or {}, do_sample if do_sample is not None else self.defaults.do_sample)
+        extra = more or {}
+        processing = self._processing(extra, do_sample if do_sample is not None else self.defaults.do_sample)
+        prefix = extra.get("prefix_allowed_tokens_fn")
+        if prefix is not None and not callable(prefix):
+            raise ArgumentError(
+                op=_GENERATE,
+                arg="prefix_allowed_tokens_fn",
+                expected="a callable (batch_id, row tokens) -> allowed token ids",
+                found=type(prefix).__name__,
+            )
         used = session.length if session is not None else 0
         if beams is not None and used:
             raise ArgumentError(
@@ -980,9 +1016,12 @@ class LanguageModel:
             bad_words_ids=tuple(w for w in processing.pop("bad_words_ids") if not (len(w) == 1 and w[0] in eos)),
             # transformers' warpers keep an eos and one more token per beam (two without an eos)
             keep=(len(eos) + 1 if eos else 2) if beams is not None else 1,
+            prefix_allowed_tokens_fn=prefix, num_beams=beams.num_beams if beams is not None else 1,
+            processors=_callables(extra.get("logits_processor"), "logits_processor"),
             **processing,
         )  # fmt: skip
-        return _Work(ids, mask, rows, max_new_tokens, choice, eos, pad, session, max_time)
+        stopping = _callables(extra.get("stopping_criteria"), "stopping_criteria")
+        return _Work(ids, mask, rows, max_new_tokens, choice, eos, pad, session, max_time, stopping=stopping)
 
     def _processing(self, more: Mapping[str, Any], do_sample: bool) -> dict[str, Any]:
         """The call's sequence bias, n-gram and bad-word bans, min-p / typical / epsilon / eta warpers
@@ -1048,6 +1087,7 @@ class LanguageModel:
             return beam_search(
                 chat, work.ids, work.mask, work.rows, work.max_new_tokens, work.choice, work.eos, work.pad,
                 beams, padding[: work.rows] if padding is not None else None, work.max_time, work.record,
+                work.stopping,
             )  # fmt: skip
         finally:
             chat.reset()
@@ -1112,7 +1152,7 @@ class LanguageModel:
         logits = chat.prefill(ids, mask)
         # every token so far, kept only where a choice reads them (the repetition penalty, n-grams,
         # sequences biased or banned); each row's left padding, which the penalty leaves out
-        history = ids if choice.reads_tokens else None
+        history = ids if choice.reads_tokens or work.stopping else None
         lead = _padding(mask) if history is not None else None
         unfinished = torch.ones(ids.shape[0], dtype=torch.bool, device=ids.device)
         eos_ids = torch.tensor(eos, dtype=torch.long, device=ids.device) if eos else None
@@ -1139,8 +1179,11 @@ class LanguageModel:
             yield chosen[:rows]
             if eos_ids is not None:
                 unfinished &= ~torch.isin(chosen, eos_ids)
-                if not bool(unfinished[:rows].any()):
-                    return
+            if work.stopping and history is not None:
+                recorded = tuple(scores for scores, _ in work.record) if work.record is not None else None
+                unfinished[:rows] &= ~stopped(work.stopping, history[:rows], recorded)
+            if (eos_ids is not None or work.stopping) and not bool(unfinished[:rows].any()):
+                return
             if max_time is not None and time.monotonic() - started > max_time:
                 return
             if step + 1 < max_new_tokens:

@@ -3,14 +3,15 @@
 transformers' ``generate`` applies, in this order: a sequence bias (``sequence_bias``), the
 repetition penalty (over every token of the row so far, prompt included, its left padding not), no
 repeated n-grams (``no_repeat_ngram_size``), bad words (``bad_words_ids``: a sequence bias of -inf,
-eos left out), the minimum of new tokens (eos impossible until reached), the forced first and last
-tokens of the model's generation config (``forced_bos_token_id`` where the prompt is one token,
-``forced_eos_token_id`` as the last of ``max_new_tokens``), its suppressed tokens (always, and
-``begin_suppress_tokens`` as the first new token), then for sampling the warpers: temperature,
-top-k, top-p, min-p, typical, epsilon and eta cutoffs; greedy takes the argmax of the processed
-scores, sampling draws from their softmax (``torch.multinomial``, with the caller's
-``torch.Generator``). Each step is transformers' own arithmetic (its LogitsProcessor classes, one
-token kept at least), written here so that a loaded plan generates without transformers.
+eos left out), the minimum of new tokens (eos impossible until reached), the caller's
+``prefix_allowed_tokens_fn``, the forced first and last tokens of the model's generation config
+(``forced_bos_token_id`` where the prompt is one token, ``forced_eos_token_id`` as the last of
+``max_new_tokens``), its suppressed tokens (always, and ``begin_suppress_tokens`` as the first new
+token), the caller's ``logits_processor`` list, then for sampling the warpers: temperature, top-k,
+top-p, min-p, typical, epsilon and eta cutoffs; greedy takes the argmax of the processed scores,
+sampling draws from their softmax (``torch.multinomial``, with the caller's ``torch.Generator``).
+Each step is transformers' own arithmetic (its LogitsProcessor classes, one token kept at least),
+written here so that a loaded plan generates without transformers.
 
 >>> import torch
 >>> choose = Choice(do_sample=False)
@@ -20,14 +21,14 @@ token kept at least), written here so that a loaded plan generates without trans
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from opcore.errors import ArgumentError
 
-__all__ = ["Choice", "one_thread"]
+__all__ = ["Choice", "one_thread", "stopped"]
 
 _GENERATE = "LanguageModel.generate"
 
@@ -62,6 +63,13 @@ class Choice:
     # the tokens each warper keeps at least (transformers' min_tokens_to_keep: 1, and 1 + the eos ids
     # in beam search, so that a beam may go on past an eos)
     keep: int = 1
+    # transformers' prefix_allowed_tokens_fn(batch_id, row tokens) -> allowed ids, rows in groups of
+    # num_beams (beam search's rows of one prompt share a batch_id)
+    prefix_allowed_tokens_fn: Any = None
+    num_beams: int = 1
+    # the caller's own processors (transformers' logits_processor list): (tokens, scores) -> scores,
+    # after the built-in processors and before the warpers, as transformers merges them
+    processors: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
         _positive("temperature", self.temperature, strict=True)
@@ -90,6 +98,8 @@ class Choice:
             or bool(self.no_repeat_ngram_size)
             or any(len(sequence) > 1 for sequence, _ in self.sequence_bias)
             or any(len(sequence) > 1 for sequence in self.bad_words_ids)
+            or self.prefix_allowed_tokens_fn is not None
+            or bool(self.processors)
         )
 
     def scores(self, logits: Any, tokens: Any, new_tokens: int, padding: Any = None) -> Any:
@@ -125,6 +135,8 @@ class Choice:
         if banned:
             scores = scores.clone()
             scores[:, banned] = -float("inf")
+        if self.prefix_allowed_tokens_fn is not None:
+            scores = _prefix_allowed(scores, tokens, self.prefix_allowed_tokens_fn, self.num_beams)
         forced = [self.forced_bos_token_id] if self.forced_bos_token_id is not None and new_tokens == 0 else []
         if self.forced_eos_token_ids and new_tokens == self.last_new_token:
             forced = list(self.forced_eos_token_ids)
@@ -139,6 +151,8 @@ class Choice:
         if suppressed:
             scores = scores.clone() if scores is logits else scores
             scores[:, suppressed] = -float("inf")
+        for processor in self.processors:
+            scores = processor(tokens, scores.clone() if scores is logits else scores)
         if not self.do_sample:
             return scores
         if self.temperature is not None and self.temperature != 1.0:
@@ -205,6 +219,17 @@ def one_thread(logits: Any) -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
+def stopped(criteria: Sequence[Any], tokens: Any, scores: Any) -> Any:
+    """The rows (tokens.shape[0],) any of the caller's stopping criteria says are done (a criterion
+    may answer one bool for all rows), as transformers' StoppingCriteriaList ORs them."""
+    import torch
+
+    done = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
+    for criterion in criteria:
+        done |= torch.as_tensor(criterion(tokens, scores), dtype=torch.bool, device=tokens.device)
+    return done
+
+
 def _positive(name: str, value: float | None, *, strict: bool) -> None:
     if value is None:
         return
@@ -239,6 +264,29 @@ def _biased(scores: Any, tokens: Any, biases: tuple[tuple[tuple[int, ...], float
         matching = (tokens[:, -len(prefix) :] == ending).all(dim=-1)
         bias[:, last] += torch.where(matching, value, 0.0).to(bias.dtype)
     return scores + bias
+
+
+def _prefix_allowed(scores: Any, tokens: Any, allowed: Any, beams: int) -> Any:
+    """transformers' PrefixConstrainedLogitsProcessor: each row's scores outside the tokens
+    ``allowed(batch_id, row)`` gives are -inf; where every beam of a prompt has only -inf left, the
+    allowed tokens at 0 (the constraint holds)."""
+    import torch
+
+    mask = torch.full_like(scores, -float("inf"))
+    for row in range(tokens.shape[0]):
+        ids = allowed(row // beams, tokens[row])
+        if len(ids) == 0:
+            raise ArgumentError(
+                op=_GENERATE,
+                arg="prefix_allowed_tokens_fn",
+                expected="a non-empty list of allowed token ids for every row",
+                found=f"an empty list for batch_id {row // beams} (the constraint cannot be met)",
+                fix="return at least one token id (the eos id where the row should end)",
+            )
+        mask[row, ids] = 0
+    constrained = scores + mask
+    unsatisfiable = constrained.amax(dim=-1).isneginf().view(-1, beams).all(dim=-1, keepdim=True)
+    return torch.where(unsatisfiable.repeat_interleave(beams, dim=0), mask, constrained)
 
 
 def _no_repeated_ngrams(scores: Any, tokens: Any, size: int) -> Any:
