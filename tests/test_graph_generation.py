@@ -576,7 +576,7 @@ def test_the_generation_config_s_lengths_are_the_default_lengths(llama):
 def test_the_generation_config_s_least_length_and_what_generate_does_not_apply():
     """A config's min_new_tokens (else min_length, the prompt counted) holds eos back as transformers'
     generate does where the call does not say; options that change tokens and that generate does not
-    apply (contrastive search, top-h...) are said at capture (a UserWarning) and by explain."""
+    apply (contrastive search, DoLa...) are said at capture (a UserWarning) and by explain."""
     model = build("llama")
     ids = prompt()
     eos = int(opcore.graph.capture_lm(model, max_length=40, measure=False).generate(ids, max_new_tokens=1)[0, -1])
@@ -590,10 +590,10 @@ def test_the_generation_config_s_least_length_and_what_generate_does_not_apply()
         assert got.shape[1] > ids.shape[1] + 2 and int(got[0, ids.shape[1]]) != eos, setting
         assert lm.generate(ids, max_new_tokens=8, min_new_tokens=0).shape[1] == ids.shape[1] + 1
         model.generation_config.min_new_tokens, model.generation_config.min_length = None, None
-    model.generation_config.top_h, model.generation_config.penalty_alpha = 0.4, 0.6
-    with pytest.warns(UserWarning, match=r"sets penalty_alpha=0\.6, top_h=0\.4, which opcore's generate does not"):
+    model.generation_config.dola_layers, model.generation_config.penalty_alpha = "low", 0.6
+    with pytest.warns(UserWarning, match=r"sets penalty_alpha=0\.6, dola_layers='low', which opcore's generate"):
         lm = opcore.graph.capture_lm(model, max_length=40, measure=False)
-    assert "not applied by generate: penalty_alpha=0.6, top_h=0.4" in lm.explain()
+    assert "not applied by generate: penalty_alpha=0.6, dola_layers='low'" in lm.explain()
     assert GenerationDefaults.from_json(lm.defaults.to_json()) == lm.defaults
 
 

@@ -56,6 +56,12 @@ _ALONE: dict[str, tuple[dict[str, Any], Any]] = {
     "typical_p": (dict(do_sample=True, typical_p=0.6), lambda: process.TypicalLogitsWarper(0.6)),
     "epsilon": (dict(do_sample=True, epsilon_cutoff=0.01), lambda: process.EpsilonLogitsWarper(0.01)),
     "eta": (dict(do_sample=True, eta_cutoff=0.05), lambda: process.EtaLogitsWarper(0.05, device="cpu")),
+    "top_h": (dict(do_sample=True, top_h=0.4), lambda: process.TopHLogitsWarper(0.4)),
+    # the rows are 14 tokens, 3 of them new: a prompt of 11; the penalty starts after the first new one
+    "exponential_decay": (
+        dict(exponential_decay_length_penalty=(1, 1.5), eos_token_ids=(EOS, 7)),
+        lambda: process.ExponentialDecayLengthPenalty((1, 1.5), [EOS, 7], input_ids_seq_length=11),
+    ),
 }
 
 
@@ -89,7 +95,8 @@ def test_every_option_together_in_the_order_transformers_generate_applies_them()
     options: dict[str, Any] = dict(
         do_sample=True, temperature=0.8, top_k=30, top_p=0.95, min_p=0.02, typical_p=0.95, epsilon_cutoff=1e-4,
         eta_cutoff=1e-4, repetition_penalty=1.3, no_repeat_ngram_size=2, bad_words_ids=[[9], [4, 17], [EOS]],
-        sequence_bias={(7,): 1.5, (11, 13): -2.0}, min_new_tokens=5,
+        sequence_bias={(7,): 1.5, (11, 13): -2.0}, min_new_tokens=2, top_h=0.95,
+        exponential_decay_length_penalty=(1, 1.3),
     )  # fmt: skip
     scores, tokens, padding = _case(1)
     generation_config = transformers.GenerationConfig(**options, eos_token_id=EOS, pad_token_id=0)
@@ -104,7 +111,8 @@ def test_every_option_together_in_the_order_transformers_generate_applies_them()
     choice = Choice(
         do_sample=True, temperature=0.8, top_k=30, top_p=0.95, min_p=0.02, typical_p=0.95, epsilon_cutoff=1e-4,
         eta_cutoff=1e-4, repetition_penalty=1.3, no_repeat_ngram_size=2, bad_words_ids=((9,), (4, 17)),
-        sequence_bias=(((7,), 1.5), ((11, 13), -2.0)), min_new_tokens=5, eos_token_ids=(EOS,),
+        sequence_bias=(((7,), 1.5), ((11, 13), -2.0)), min_new_tokens=2, eos_token_ids=(EOS,), top_h=0.95,
+        exponential_decay_length_penalty=(1, 1.3),
     )  # fmt: skip
     torch.testing.assert_close(choice.scores(scores, tokens, new_tokens=3, padding=padding), want, rtol=0, atol=0)
 
@@ -138,7 +146,7 @@ def test_greedy_with_each_ban_or_bias_equals_model_generate(padded_llama, name):
 
 @pytest.mark.parametrize(
     "options",
-    [dict(min_p=0.3), dict(typical_p=0.5), dict(epsilon_cutoff=0.002), dict(eta_cutoff=0.002),
+    [dict(min_p=0.3), dict(typical_p=0.5), dict(epsilon_cutoff=0.002), dict(eta_cutoff=0.002), dict(top_h=0.3),
      dict(min_p=0.1, top_k=0, temperature=1.5, no_repeat_ngram_size=3)],
 )  # fmt: skip
 def test_seeded_sampling_with_each_warper_draws_what_model_generate_draws(padded_llama, options):
@@ -196,6 +204,8 @@ def test_max_time_stops_after_the_token_that_passed_it(padded_llama):
         (dict(do_sample=True, typical_p=0.0), "typical_p"),
         (dict(no_repeat_ngram_size=-1), "no_repeat_ngram_size"),
         (dict(max_time=0), "max_time"),
+        (dict(do_sample=True, top_h=0), "top_h.*in \\(0, 1\\]"),
+        (dict(exponential_decay_length_penalty=(2,)), "exponential_decay_length_penalty.*start_index, decay_factor"),
         (dict(logits_processor=[1]), "logits_processor.*list of callables"),
         (dict(stopping_criteria=5), "stopping_criteria.*list of callables"),
         (dict(prefix_allowed_tokens_fn="x"), "prefix_allowed_tokens_fn.*a callable"),
@@ -312,3 +322,18 @@ def test_the_caller_s_processors_criteria_and_prefix_function_equal_model_genera
 
 
 _CALLER_OPTIONS = ("logits_processor", "stopping_criteria", "prefix_allowed_tokens_fn")
+
+
+def test_the_exponential_decay_length_penalty_ends_rows_as_model_generate_does(padded_llama):
+    """Past its start, each eos score is raised (transformers' ExponentialDecayLengthPenalty): rows end
+    sooner than without it, where model.generate's do."""
+    model, lm = padded_llama
+    ids, mask, _, _ = left_padded_rows()
+    plain = model.generate(ids, attention_mask=mask, max_new_tokens=16, pad_token_id=0, eos_token_id=None)
+    eos = sorted({int(t) for t in plain[:, ids.shape[1] + 10 :].flatten()})[:3]  # ids it makes late, made eos
+    options = dict(max_new_tokens=16, pad_token_id=0, eos_token_id=eos, exponential_decay_length_penalty=(2, 1.6))
+    want = model.generate(ids, attention_mask=mask, **options)
+    got = lm.generate(ids, mask, **options)
+    assert got.shape == want.shape and torch.equal(got, want), (got[:, 9:].tolist(), want[:, 9:].tolist())
+    without = lm.generate(ids, mask, **{**options, "exponential_decay_length_penalty": None})
+    assert got.shape[1] < without.shape[1] or not torch.equal(got, without)

@@ -70,6 +70,10 @@ class GenerationDefaults:
     epsilon_cutoff: float | None = None
     eta_cutoff: float | None = None
     max_time: float | None = None
+    # transformers' TopH warper (sampling) and ExponentialDecayLengthPenalty ((start, factor): eos
+    # scores raised by factor ** (new tokens - start) past start)
+    top_h: float | None = None
+    exponential_decay_length_penalty: tuple[int, float] | None = None
     num_return_sequences: int | None = None  # sampled sequences per prompt (transformers' expansion)
     # beam search (opcore.graph.beam_search): beams per prompt, the finished scores' length penalty,
     # and when it stops (transformers' True / False / "never")
@@ -115,6 +119,8 @@ class GenerationDefaults:
             epsilon_cutoff=getattr(config, "epsilon_cutoff", None),
             eta_cutoff=getattr(config, "eta_cutoff", None),
             max_time=getattr(config, "max_time", None),
+            top_h=getattr(config, "top_h", None),
+            exponential_decay_length_penalty=_decay(getattr(config, "exponential_decay_length_penalty", None)),
             num_return_sequences=getattr(config, "num_return_sequences", None),
             num_beams=getattr(config, "num_beams", None),
             length_penalty=getattr(config, "length_penalty", None),
@@ -154,6 +160,8 @@ class GenerationDefaults:
             "epsilon_cutoff": self.epsilon_cutoff,
             "eta_cutoff": self.eta_cutoff,
             "max_time": self.max_time,
+            "top_h": self.top_h,
+            "exponential_decay_length_penalty": list(self.exponential_decay_length_penalty or ()) or None,
             "num_return_sequences": self.num_return_sequences,
             "num_beams": self.num_beams,
             "length_penalty": self.length_penalty,
@@ -191,6 +199,8 @@ class GenerationDefaults:
             epsilon_cutoff=record.get("epsilon_cutoff"),
             eta_cutoff=record.get("eta_cutoff"),
             max_time=record.get("max_time"),
+            top_h=record.get("top_h"),
+            exponential_decay_length_penalty=_decay(record.get("exponential_decay_length_penalty")),
             num_return_sequences=record.get("num_return_sequences"),
             num_beams=record.get("num_beams"),
             length_penalty=record.get("length_penalty"),
@@ -263,12 +273,10 @@ NEW_TOKENS = 20
 # capture: a warning, and explain)
 NOT_APPLIED: dict[str, Any] = {
     "penalty_alpha": 0.0,
-    "top_h": None,
     "dola_layers": None,
     "constraints": None,
     "force_words_ids": None,
     "token_healing": False,
-    "exponential_decay_length_penalty": None,
     "guidance_scale": 1.0,
     "stop_strings": None,
     "watermarking_config": None,
@@ -325,8 +333,35 @@ def _new_tokens_to(max_length: Any, prompt: int, said: str | None = None) -> int
 # generate's options read by _processing (each the generation config's where the call leaves it None)
 _PROCESSING = (
     "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "no_repeat_ngram_size", "bad_words_ids", "sequence_bias",
-    "max_time",
+    "max_time", "top_h", "exponential_decay_length_penalty",
 )  # fmt: skip
+
+
+def _decay(value: Any, arg: str | None = None) -> tuple[int, float] | None:
+    """``exponential_decay_length_penalty`` (transformers' (start_index, decay_factor)) as a tuple;
+    None for None. ``arg``: the option's name for an ArgumentError where it is not one (None: a
+    config's value, taken as transformers' would be)."""
+    if value is None:
+        return None
+    pair = tuple(value) if isinstance(value, Sequence) and not isinstance(value, (str, bytes)) else ()
+    if (
+        len(pair) == 2
+        and isinstance(pair[0], int)
+        and not isinstance(pair[0], bool)
+        and pair[0] >= 0
+        and isinstance(pair[1], (int, float))
+        and not isinstance(pair[1], bool)
+        and pair[1] > 0
+    ):
+        return int(pair[0]), float(pair[1])
+    if arg is None:
+        return None
+    raise ArgumentError(
+        op=_GENERATE,
+        arg=arg,
+        expected="(start_index, decay_factor): an int >= 0 and a number > 0 (transformers' form)",
+        found=repr(value)[:120],
+    )
 
 
 def _token_ids(value: Any) -> tuple[int, ...] | None:
@@ -701,6 +736,8 @@ class LanguageModel:
         bad_words_ids: Sequence[Sequence[int]] | None = None,
         sequence_bias: Any = None,
         max_time: float | None = None,
+        top_h: float | None = None,
+        exponential_decay_length_penalty: tuple[int, float] | None = None,
         num_return_sequences: int | None = None,
         num_beams: int | None = None,
         length_penalty: float | None = None,
@@ -758,7 +795,8 @@ class LanguageModel:
             repetition_penalty, eos_token_id, pad_token_id, generator, session, max_length,
             dict(min_p=min_p, typical_p=typical_p, epsilon_cutoff=epsilon_cutoff, eta_cutoff=eta_cutoff,
                  no_repeat_ngram_size=no_repeat_ngram_size, bad_words_ids=bad_words_ids,
-                 sequence_bias=sequence_bias, max_time=max_time, logits_processor=logits_processor,
+                 sequence_bias=sequence_bias, max_time=max_time, top_h=top_h,
+                 exponential_decay_length_penalty=exponential_decay_length_penalty, logits_processor=logits_processor,
                  stopping_criteria=stopping_criteria, prefix_allowed_tokens_fn=prefix_allowed_tokens_fn),
             beams,
         )  # fmt: skip
@@ -807,6 +845,8 @@ class LanguageModel:
         bad_words_ids: Sequence[Sequence[int]] | None = None,
         sequence_bias: Any = None,
         max_time: float | None = None,
+        top_h: float | None = None,
+        exponential_decay_length_penalty: tuple[int, float] | None = None,
         num_return_sequences: int | None = None,
         num_beams: int | None = None,
         logits_processor: Sequence[Callable[[Any, Any], Any]] | None = None,
@@ -837,7 +877,8 @@ class LanguageModel:
             repetition_penalty, eos_token_id, pad_token_id, generator, session, max_length,
             dict(min_p=min_p, typical_p=typical_p, epsilon_cutoff=epsilon_cutoff, eta_cutoff=eta_cutoff,
                  no_repeat_ngram_size=no_repeat_ngram_size, bad_words_ids=bad_words_ids,
-                 sequence_bias=sequence_bias, max_time=max_time, logits_processor=logits_processor,
+                 sequence_bias=sequence_bias, max_time=max_time, top_h=top_h,
+                 exponential_decay_length_penalty=exponential_decay_length_penalty, logits_processor=logits_processor,
                  stopping_criteria=stopping_criteria, prefix_allowed_tokens_fn=prefix_allowed_tokens_fn),
         )  # fmt: skip
         return self._loop(work)
@@ -1034,8 +1075,11 @@ class LanguageModel:
                 taken[name] = getattr(defaults, name) or None  # (): none configured
         taken["sequence_bias"] = _biases(taken["sequence_bias"], "sequence_bias")
         taken["bad_words_ids"] = _words(taken["bad_words_ids"], "bad_words_ids")
+        taken["exponential_decay_length_penalty"] = _decay(
+            taken["exponential_decay_length_penalty"], "exponential_decay_length_penalty"
+        )
         if not do_sample:
-            for name in ("min_p", "typical_p", "epsilon_cutoff", "eta_cutoff"):
+            for name in ("min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "top_h"):
                 taken[name] = None
         max_time = taken["max_time"]
         if max_time is not None and (

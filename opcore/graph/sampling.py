@@ -6,9 +6,10 @@ repeated n-grams (``no_repeat_ngram_size``), bad words (``bad_words_ids``: a seq
 eos left out), the minimum of new tokens (eos impossible until reached), the caller's
 ``prefix_allowed_tokens_fn``, the forced first and last tokens of the model's generation config
 (``forced_bos_token_id`` where the prompt is one token, ``forced_eos_token_id`` as the last of
-``max_new_tokens``), its suppressed tokens (always, and ``begin_suppress_tokens`` as the first new
-token), the caller's ``logits_processor`` list, then for sampling the warpers: temperature, top-k,
-top-p, min-p, typical, epsilon and eta cutoffs; greedy takes the argmax of the processed scores,
+``max_new_tokens``), the exponential decay length penalty (eos raised past a length), its suppressed
+tokens (always, and ``begin_suppress_tokens`` as the first new token), the caller's
+``logits_processor`` list, then for sampling the warpers: temperature, top-h, top-k, top-p, min-p,
+typical, epsilon and eta cutoffs; greedy takes the argmax of the processed scores,
 sampling draws from their softmax (``torch.multinomial``, with the caller's ``torch.Generator``).
 Each step is transformers' own arithmetic (its LogitsProcessor classes, one token kept at least),
 written here so that a loaded plan generates without transformers.
@@ -60,6 +61,11 @@ class Choice:
     typical_p: float | None = None  # sampling: the locally typical tokens of this mass kept (< 1)
     epsilon_cutoff: float | None = None  # sampling: tokens below this probability dropped (0 < e < 1)
     eta_cutoff: float | None = None  # sampling: below min(eta, sqrt(eta) exp(-entropy)) dropped
+    # sampling: the likeliest tokens (of the top 100) whose entropy terms sum to top_h x the entropy
+    top_h: float | None = None
+    # (start, factor): past ``start`` new tokens, each eos score raised by |score| x (factor ** (new
+    # tokens - start) - 1) (transformers' ExponentialDecayLengthPenalty; with eos ids only)
+    exponential_decay_length_penalty: tuple[int, float] | None = None
     # the tokens each warper keeps at least (transformers' min_tokens_to_keep: 1, and 1 + the eos ids
     # in beam search, so that a beam may go on past an eos)
     keep: int = 1
@@ -86,6 +92,7 @@ class Choice:
         _fraction("typical_p", self.typical_p, low=0.0, high=1.0, open_low=True)
         _fraction("epsilon_cutoff", self.epsilon_cutoff, low=0.0, high=1.0)
         _fraction("eta_cutoff", self.eta_cutoff, low=0.0, high=1.0)
+        _fraction("top_h", self.top_h, low=0.0, high=1.0, open_low=True)
         size = self.no_repeat_ngram_size
         if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
             raise ArgumentError(op=_GENERATE, arg="no_repeat_ngram_size", expected="an int >= 0", found=repr(size))
@@ -144,6 +151,14 @@ class Choice:
         if forced:  # every other token impossible, the forced ones at 0
             scores = torch.full_like(scores, -float("inf"))
             scores[:, forced] = 0.0
+        decay = self.exponential_decay_length_penalty
+        eos = [i for i in self.eos_token_ids if 0 <= i < scores.shape[-1]]
+        if decay is not None and eos and new_tokens > decay[0]:
+            at = scores[:, eos]
+            raised = (torch.abs(at) * (pow(decay[1], new_tokens - decay[0]) - 1)).masked_fill(~torch.isfinite(at), 0.0)
+            penalties = torch.zeros_like(scores)
+            penalties[:, eos] = raised
+            scores = scores + penalties
         suppressed = list(self.suppress_tokens)
         if new_tokens == self.begin_new_token:
             suppressed += self.begin_suppress_tokens
@@ -157,6 +172,8 @@ class Choice:
             return scores
         if self.temperature is not None and self.temperature != 1.0:
             scores = scores / self.temperature
+        if self.top_h is not None:
+            scores = _entropy_kept(scores, self.top_h)
         if self.top_k:
             k = min(max(self.top_k, self.keep), scores.shape[-1])
             kth = torch.topk(scores, k)[0][..., -1, None]
@@ -312,6 +329,23 @@ def _below(scores: Any, cut: Any, keep: int = 1) -> Any:
     drop = scores.softmax(dim=-1) < cut
     kth = torch.topk(scores, min(keep, scores.shape[-1]))[0][..., -1, None]
     return scores.masked_fill(drop & (scores < kth), -float("inf"))
+
+
+def _entropy_kept(scores: Any, top_h: float) -> Any:
+    """transformers' TopHLogitsWarper: of the 100 likeliest tokens, those (in order) whose entropy terms
+    sum to at most top_h x the entropy of that distribution; the likeliest always."""
+    import torch
+
+    top, order = torch.topk(scores, min(100, scores.shape[-1]), dim=-1, largest=True, sorted=True)
+    distribution = torch.distributions.Categorical(logits=top)
+    probs = distribution.probs
+    cumulative = torch.cumsum(-probs * torch.log(probs), dim=-1)
+    chosen = cumulative <= (distribution.entropy() * top_h).unsqueeze(-1)
+    chosen[:, 0] = True
+    kept = torch.zeros_like(scores, dtype=torch.bool).scatter_(1, order, chosen)
+    processed = scores.clone()
+    processed[~kept] = -float("inf")
+    return processed
 
 
 def _typical(scores: Any, mass: float, keep: int = 1) -> Any:

@@ -43,6 +43,8 @@ REQUEST_OPTIONS = frozenset(
         "bad_words_ids",
         "sequence_bias",  # in JSON a list of [token ids, bias] pairs
         "max_time",
+        "top_h",
+        "exponential_decay_length_penalty",  # in JSON [start_index, decay_factor]
         "num_beams",  # 1 alone: a server streams, beam search's tokens are known at the end
     }
 )
