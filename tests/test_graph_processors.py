@@ -337,3 +337,51 @@ def test_the_exponential_decay_length_penalty_ends_rows_as_model_generate_does(p
     assert got.shape == want.shape and torch.equal(got, want), (got[:, 9:].tolist(), want[:, 9:].tolist())
     without = lm.generate(ids, mask, **{**options, "exponential_decay_length_penalty": None})
     assert got.shape[1] < without.shape[1] or not torch.equal(got, without)
+
+
+def _byte_level_tokenizer() -> Any:
+    """A GPT-2 style byte-level BPE tokenizer of the models' vocabulary size, trained here on random words (nothing
+    downloaded)."""
+    import random
+
+    tokenizers = pytest.importorskip("tokenizers", reason="transformers' fast tokenizers")
+    bpe = tokenizers.Tokenizer(tokenizers.models.BPE())
+    bpe.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = tokenizers.decoders.ByteLevel()
+    rng = random.Random(0)
+    text = [" ".join("".join(rng.choice("etaoinshrdlu") for _ in range(rng.randint(2, 7))) for _ in range(12))
+            for _ in range(400)]  # fmt: skip
+    alphabet = tokenizers.pre_tokenizers.ByteLevel.alphabet()
+    size = SMALL["vocab_size"]
+    trainer = tokenizers.trainers.BpeTrainer(vocab_size=size, initial_alphabet=alphabet, show_progress=False)
+    bpe.train_from_iterator(text, trainer)
+    assert bpe.get_vocab_size() == size
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=bpe)
+
+
+def test_stop_strings_end_rows_as_model_generate_does_with_the_tokenizer(padded_llama):
+    """stop_strings with the model's tokenizer (transformers' StopStringCriteria over its token
+    strings), from the call and the generation config; without a tokenizer the error transformers
+    gives, as an ArgumentError with the fix."""
+    model, lm = padded_llama
+    tokenizer = _byte_level_tokenizer()
+    ids, mask, _, _ = left_padded_rows()
+    plain = model.generate(ids, attention_mask=mask, max_new_tokens=12, pad_token_id=0, eos_token_id=None)
+    # the second row's third new token or a later one that reads as letters (a byte-level token may be
+    # part of a character)
+    texts = [tokenizer.decode([int(t)]).strip() for t in plain[1, ids.shape[1] + 2 :]]
+    stop = next(text for text in texts if text.isalpha() and text.isascii())
+    options: dict[str, Any] = dict(max_new_tokens=12, pad_token_id=0, eos_token_id=[SMALL["vocab_size"] - 1])
+    want = model.generate(ids, attention_mask=mask, stop_strings=[stop], tokenizer=tokenizer, **options)
+    got = lm.generate(ids, mask, stop_strings=[stop], tokenizer=tokenizer, **options)
+    assert torch.equal(got, want), (got[:, 9:].tolist(), want[:, 9:].tolist())
+    assert not torch.equal(got, lm.generate(ids, mask, **options))  # a row stopped early
+    with pytest.raises(ArgumentError, match=r"tokenizer.*stop strings are set \(stop_strings: .*tokenizer="):
+        lm.generate(ids, mask, stop_strings=stop, **options)
+    model.generation_config.stop_strings = stop
+    configured = opcore.graph.capture_lm(model, max_length=40, batch_size=2, measure=False)
+    model.generation_config.stop_strings = None
+    assert not configured.defaults.not_applied
+    assert torch.equal(configured.generate(ids, mask, tokenizer=tokenizer, **options), want)
+    with pytest.raises(ArgumentError, match=r"generation_config.stop_strings"):
+        configured.generate(ids, mask, **options)

@@ -74,6 +74,8 @@ class GenerationDefaults:
     # scores raised by factor ** (new tokens - start) past start)
     top_h: float | None = None
     exponential_decay_length_penalty: tuple[int, float] | None = None
+    # transformers' StopStringCriteria: a row ends where its text ends with one (generate needs the tokenizer)
+    stop_strings: tuple[str, ...] = ()
     num_return_sequences: int | None = None  # sampled sequences per prompt (transformers' expansion)
     # beam search (opcore.graph.beam_search): beams per prompt, the finished scores' length penalty,
     # and when it stops (transformers' True / False / "never")
@@ -121,6 +123,7 @@ class GenerationDefaults:
             max_time=getattr(config, "max_time", None),
             top_h=getattr(config, "top_h", None),
             exponential_decay_length_penalty=_decay(getattr(config, "exponential_decay_length_penalty", None)),
+            stop_strings=_strings(getattr(config, "stop_strings", None)),
             num_return_sequences=getattr(config, "num_return_sequences", None),
             num_beams=getattr(config, "num_beams", None),
             length_penalty=getattr(config, "length_penalty", None),
@@ -162,6 +165,7 @@ class GenerationDefaults:
             "max_time": self.max_time,
             "top_h": self.top_h,
             "exponential_decay_length_penalty": list(self.exponential_decay_length_penalty or ()) or None,
+            "stop_strings": list(self.stop_strings),
             "num_return_sequences": self.num_return_sequences,
             "num_beams": self.num_beams,
             "length_penalty": self.length_penalty,
@@ -201,6 +205,7 @@ class GenerationDefaults:
             max_time=record.get("max_time"),
             top_h=record.get("top_h"),
             exponential_decay_length_penalty=_decay(record.get("exponential_decay_length_penalty")),
+            stop_strings=_strings(record.get("stop_strings")),
             num_return_sequences=record.get("num_return_sequences"),
             num_beams=record.get("num_beams"),
             length_penalty=record.get("length_penalty"),
@@ -278,7 +283,6 @@ NOT_APPLIED: dict[str, Any] = {
     "force_words_ids": None,
     "token_healing": False,
     "guidance_scale": 1.0,
-    "stop_strings": None,
     "watermarking_config": None,
 }
 # sampling's top-k where neither the call nor the model's generation config sets one: transformers'
@@ -335,6 +339,20 @@ _PROCESSING = (
     "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "no_repeat_ngram_size", "bad_words_ids", "sequence_bias",
     "max_time", "top_h", "exponential_decay_length_penalty",
 )  # fmt: skip
+
+
+def _strings(value: Any, arg: str | None = None) -> tuple[str, ...]:
+    """``stop_strings`` (a string or a list of them, transformers' forms) as a tuple; () for None.
+    ``arg``: the option's name for an ArgumentError (None: a config's value, dropped where it is not
+    one)."""
+    if value is None:
+        return ()
+    strings = (value,) if isinstance(value, str) else tuple(value) if isinstance(value, Sequence) else ()
+    if strings and all(isinstance(item, str) and item for item in strings):
+        return strings
+    if arg is None:
+        return ()
+    raise ArgumentError(op=_GENERATE, arg=arg, expected="a non-empty string or a list of them", found=repr(value)[:120])
 
 
 def _decay(value: Any, arg: str | None = None) -> tuple[int, float] | None:
@@ -413,6 +431,23 @@ def _biases(value: Any, arg: str) -> tuple[tuple[tuple[int, ...], float], ...]:
             found=repr(value)[:120],
         )
     return tuple(found)
+
+
+def _stop_strings_criterion(stop_strings: tuple[str, ...], tokenizer: Any, configured: bool) -> Any:
+    """transformers' StopStringCriteria over ``tokenizer`` (its token strings decide where a text
+    ends with a stop string); an ArgumentError without a tokenizer, as transformers' generate raises."""
+    if tokenizer is None:
+        said = "the model's generation_config.stop_strings" if configured else "stop_strings"
+        raise ArgumentError(
+            op=_GENERATE,
+            arg="tokenizer",
+            expected=f"the model's tokenizer where stop strings are set ({said}: {list(stop_strings)!r})",
+            found="None",
+            fix="generate(..., tokenizer=tokenizer), as transformers' generate asks",
+        )
+    from transformers.generation.stopping_criteria import StopStringCriteria
+
+    return StopStringCriteria(tokenizer=tokenizer, stop_strings=list(stop_strings))
 
 
 def _callables(value: Any, arg: str) -> tuple[Any, ...]:
@@ -738,6 +773,8 @@ class LanguageModel:
         max_time: float | None = None,
         top_h: float | None = None,
         exponential_decay_length_penalty: tuple[int, float] | None = None,
+        stop_strings: str | Sequence[str] | None = None,
+        tokenizer: Any = None,
         num_return_sequences: int | None = None,
         num_beams: int | None = None,
         length_penalty: float | None = None,
@@ -797,7 +834,8 @@ class LanguageModel:
                  no_repeat_ngram_size=no_repeat_ngram_size, bad_words_ids=bad_words_ids,
                  sequence_bias=sequence_bias, max_time=max_time, top_h=top_h,
                  exponential_decay_length_penalty=exponential_decay_length_penalty, logits_processor=logits_processor,
-                 stopping_criteria=stopping_criteria, prefix_allowed_tokens_fn=prefix_allowed_tokens_fn),
+                 stopping_criteria=stopping_criteria, prefix_allowed_tokens_fn=prefix_allowed_tokens_fn,
+                 stop_strings=stop_strings, tokenizer=tokenizer),
             beams,
         )  # fmt: skip
         if wanted is not None and (wanted.scores or wanted.logits):
@@ -847,6 +885,8 @@ class LanguageModel:
         max_time: float | None = None,
         top_h: float | None = None,
         exponential_decay_length_penalty: tuple[int, float] | None = None,
+        stop_strings: str | Sequence[str] | None = None,
+        tokenizer: Any = None,
         num_return_sequences: int | None = None,
         num_beams: int | None = None,
         logits_processor: Sequence[Callable[[Any, Any], Any]] | None = None,
@@ -879,7 +919,8 @@ class LanguageModel:
                  no_repeat_ngram_size=no_repeat_ngram_size, bad_words_ids=bad_words_ids,
                  sequence_bias=sequence_bias, max_time=max_time, top_h=top_h,
                  exponential_decay_length_penalty=exponential_decay_length_penalty, logits_processor=logits_processor,
-                 stopping_criteria=stopping_criteria, prefix_allowed_tokens_fn=prefix_allowed_tokens_fn),
+                 stopping_criteria=stopping_criteria, prefix_allowed_tokens_fn=prefix_allowed_tokens_fn,
+                 stop_strings=stop_strings, tokenizer=tokenizer),
         )  # fmt: skip
         return self._loop(work)
 
@@ -1062,6 +1103,10 @@ class LanguageModel:
             **processing,
         )  # fmt: skip
         stopping = _callables(extra.get("stopping_criteria"), "stopping_criteria")
+        stop = extra.get("stop_strings")
+        stop_strings = _strings(stop, "stop_strings") if stop is not None else self.defaults.stop_strings
+        if stop_strings:
+            stopping = (_stop_strings_criterion(stop_strings, extra.get("tokenizer"), stop is None), *stopping)
         return _Work(ids, mask, rows, max_new_tokens, choice, eos, pad, session, max_time, stopping=stopping)
 
     def _processing(self, more: Mapping[str, Any], do_sample: bool) -> dict[str, Any]:
