@@ -1207,28 +1207,6 @@ def test_the_prefill_also_times_the_runtime_the_decode_step_chose(monkeypatch):
     assert torch.equal(lm.generate(ids, max_new_tokens=6, eos_token_id=[]), want)
 
 
-@pytest.mark.parametrize(("share", "switches"), [(0.97, False), (0.9, True)])
-def test_a_runtime_alone_replaces_the_ranked_decode_step_only_where_clearly_faster(monkeypatch, share, switches):
-    """A runtime alone within 5% of the ranked plan's time does not replace it (two captures of one
-    model measure further apart than that, and a switch makes the prefill time a third route); 10%
-    faster does."""
-    from opcore.graph import lm_capture
-
-    if "onnxruntime" not in compilers():
-        pytest.skip("onnxruntime is not installed: no runtime alone to time")
-
-    def timer(runners: dict) -> dict[str, float]:
-        return {label: share if label.startswith("onnxruntime alone") else 1.0 for label in runners}
-
-    monkeypatch.setattr(lm_capture, "interleaved", timer)
-    lm = opcore.graph.capture_lm(build("llama"), max_length=32, measure=True)
-    note = lm.decode_plan.notes[0]
-    if "onnxruntime alone: the ranked plan already" in note:
-        pytest.skip("the ranked decode step is all on onnxruntime here: nothing to keep or replace")
-    assert note.endswith("runs onnxruntime alone") == switches, note
-    assert ("(within 5%: ranked kept)" in note) != switches, note
-
-
 def test_the_choice_of_each_token_runs_on_one_torch_thread(llama, monkeypatch):
     """The per-token choice (a copy, mask and argmax over the vocabulary) runs with torch's pool at one
     thread, whose workers would otherwise spin on the cores the next step's runtime threads need (a

@@ -200,11 +200,6 @@ def _capture_lm(
 MEASURE_BYTES = 2**30
 # the prompt length the prefill is exported, planned and measured on (or max_length, if shorter)
 PROMPT = 128
-# a graph runtime alone replaces the decode step's plan only where it takes under this share of its
-# time: closer results are within what two captures of one model measure apart (the 135M shape on a
-# 2-vCPU Zen 5 EPYC: its ranked plan 13.4 ms a step in one capture, 16.1 ms in the next), and each
-# switch also makes the prefill time a third route (2.5-3 s of capture there) for no gain it can show
-CLEARLY_FASTER = 0.95
 # above this many bytes of weights the prefill's kernels keep no copies of them (opcore.weight_copies):
 # the decode plan's runtime holds a form of its own already, and a packed copy beside it doubles the
 # plan's memory for a few percent of prefill speed (the 0.5B shape on a 2-vCPU AVX-512 EPYC: 1.9 GB
@@ -311,8 +306,7 @@ def _decode_plan(
     faster stays: the graph runtimes' rank is a default, and a step called once per token is where
     their fixed cost per call and their kernels for one row show (on a 2-core EPYC an OpenVINO infer
     of a tiny model costs ~90 us, ONNX Runtime's a few tens). A plan that loses is dropped before the
-    next is built, so at most two hold their runtimes' copies of the weights at once. A candidate
-    replaces the plan it is timed against only where it is clearly faster (CLEARLY_FASTER).
+    next is built, so at most two hold their runtimes' copies of the weights at once.
 
     A MoE model's experts compete in both exported forms (opcore.graph.experts) the same way:
     GATHERED (the experts' products on torch between partitions, no weight copied) and ONE_TOKEN
@@ -376,10 +370,8 @@ def _decode_plan(
                 gc.collect()
                 continue
             told.append(f"{label} {times[label] * 1e6:.0f} us against {name} {times[name] * 1e6:.0f} us")
-            if times[name] < times[label] * CLEARLY_FASTER:
+            if times[name] < times[label]:
                 best, label, lowered, alone = other, name, step, runs_on
-            elif times[name] < times[label]:
-                told[-1] += f" (within {1 - CLEARLY_FASTER:.0%}: {label} kept)"
             del other
             gc.collect()
     best.notes.insert(0, f"decode step measured at capture: {'; '.join(told)}: runs {label}")
