@@ -807,7 +807,9 @@ class LanguageModel:
         fit the batch captured, and it takes no streamer. ``return_dict_in_generate``: a
         ``GenerateOutput`` instead of the tensor, with each step's processed scores
         (``output_scores``) and logits (``output_logits``), and beam search's sequence scores and beam
-        indices, as transformers' records.
+        indices, as transformers' records. ``logits_processor``, ``stopping_criteria``,
+        ``prefix_allowed_tokens_fn`` and ``stop_strings`` (with ``tokenizer``): the caller's own, applied
+        where transformers' generate applies them (docs/generate.md).
 
         >>> out = lm.generate(ids, max_new_tokens=32, do_sample=True, top_p=0.9,
         ...                   generator=torch.Generator().manual_seed(0))     # doctest: +SKIP
@@ -1269,7 +1271,7 @@ class LanguageModel:
             if eos_ids is not None:
                 unfinished &= ~torch.isin(chosen, eos_ids)
             if work.stopping and history is not None:
-                recorded = tuple(scores for scores, _ in work.record) if work.record is not None else None
+                recorded = tuple(made for made, _ in work.record) if work.record is not None else None
                 unfinished[:rows] &= ~stopped(work.stopping, history[:rows], recorded)
             if (eos_ids is not None or work.stopping) and not bool(unfinished[:rows].any()):
                 return
