@@ -207,3 +207,64 @@ def test_beam_search_on_cuda_reorders_the_replayed_graph_s_cache():
     want = model.generate(ids, attention_mask=mask, eos_token_id=None, **options)
     assert torch.equal(lm.generate(ids, mask, eos_token_id=[], **options), want)
     assert lm.default_session.decode_graph, lm.decode_plan.notes
+
+
+def _random_options(rng: Any, reached: list[int]) -> dict[str, Any]:
+    """One random combination of generate's options: greedy, sampling, beams or beam sampling, with
+    any of the processors, warpers, lengths and eos ids (ids the search reaches)."""
+    options: dict[str, Any] = dict(max_new_tokens=rng.randint(1, 14), pad_token_id=rng.choice([0, 1]))
+    mode = rng.choice(["greedy", "sample", "beams", "beam_sample"])
+    if "sample" in mode:
+        options["do_sample"] = True
+        warpers = [("temperature", rng.choice([0.7, 1.5, 3.0])), ("top_k", rng.choice([0, 5, 50])),
+                   ("top_p", rng.choice([0.5, 0.9])), ("min_p", 0.05), ("typical_p", 0.8), ("epsilon_cutoff", 1e-3),
+                   ("eta_cutoff", 1e-3), ("top_h", 0.7)]  # fmt: skip
+        options.update((name, value) for name, value in warpers if rng.random() < 0.3)
+    if mode in ("beams", "beam_sample"):
+        options["num_beams"] = rng.choice([2, 3, 4])
+        if rng.random() < 0.5:
+            options["num_return_sequences"] = rng.randint(1, options["num_beams"])
+        if rng.random() < 0.5:
+            options["length_penalty"] = rng.choice([-1.0, 0.0, 0.5, 2.0])
+        if rng.random() < 0.5:
+            options["early_stopping"] = rng.choice([True, False, "never"])
+    elif mode == "sample" and rng.random() < 0.3:
+        options["num_return_sequences"] = rng.choice([2, 3, 4])
+    options["eos_token_id"] = rng.choice([None, reached[:1], reached[1:3], reached[-2:]])
+    processors = [("repetition_penalty", rng.choice([0.8, 1.3])), ("no_repeat_ngram_size", rng.choice([1, 2, 3])),
+                  ("bad_words_ids", [[reached[0]], [reached[1], reached[2]]]),
+                  ("sequence_bias", {(reached[2],): 3.0, (reached[0], reached[3]): -2.0}),
+                  ("min_new_tokens", rng.randint(0, options["max_new_tokens"])),
+                  ("exponential_decay_length_penalty", (2, 1.5))]  # fmt: skip
+    options.update((name, value) for name, value in processors if rng.random() < 0.25)
+    if not options["eos_token_id"]:
+        options.pop("exponential_decay_length_penalty", None)  # transformers' needs an eos
+    return options
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_combinations_of_options_equal_model_generate(beams, seed):
+    """Options no test above combines: 20 random combinations a seed (one or two prompt rows), each
+    the tokens model.generate makes, from the same torch seed where they sample."""
+    import random
+    import warnings
+
+    model, lm, ids, mask, reached = beams
+    reached = [*reached, 3, 4, 5, 6]
+    rng = random.Random(seed)
+    compared = 0
+    while compared < 20:
+        options = _random_options(rng, reached)
+        rows, rows_mask = (ids, mask) if rng.random() < 0.7 else (ids[:1], mask[:1])
+        copies = max(options.get("num_beams", 1), options.get("num_return_sequences", 1))
+        if rows.shape[0] * copies > lm.batch_size:
+            continue
+        draw = rng.randint(0, 10**6)
+        torch.manual_seed(draw)
+        with warnings.catch_warnings():  # transformers' notes on option mixes (the reference's, not opcore's)
+            warnings.simplefilter("ignore")
+            want = model.generate(rows, attention_mask=rows_mask, **options)
+        torch.manual_seed(draw)
+        got = lm.generate(rows, rows_mask, **dict(options, eos_token_id=options["eos_token_id"] or []))
+        assert got.shape == want.shape and torch.equal(got, want), (options, got.tolist(), want.tolist())
+        compared += 1
