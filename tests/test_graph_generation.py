@@ -1216,13 +1216,13 @@ def test_the_choice_of_each_token_runs_on_one_torch_thread(llama, monkeypatch):
 
     _, lm = llama
     chosen_at: list[int] = []
-    real = Choice.next
+    real = Choice.pick
 
-    def next_token(self, logits, tokens, new_tokens, padding=None):
+    def pick(self, scores):
         chosen_at.append(torch.get_num_threads())
-        return real(self, logits, tokens, new_tokens, padding)
+        return real(self, scores)
 
-    monkeypatch.setattr(Choice, "next", next_token)
+    monkeypatch.setattr(Choice, "pick", pick)
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
@@ -1398,9 +1398,11 @@ def test_capture_collects_only_its_own_objects_and_unfreezes_after():
     assert gc.get_freeze_count() == 0 and lm.decode_plan is not None
     gc.freeze()
     try:
-        frozen = gc.get_freeze_count()
+        # a frozen object that dies leaves the count (it fell by 2 in one CI run): the count may go down
+        # a little, never to 0 (unfrozen) nor up by these new objects (frozen again)
+        frozen, fresh = gc.get_freeze_count(), [{} for _ in range(1000)]
         with _collecting_new_objects_only():
-            assert gc.get_freeze_count() == frozen
-        assert gc.get_freeze_count() == frozen
+            assert 0 < gc.get_freeze_count() <= frozen
+        assert 0 < gc.get_freeze_count() <= frozen and len(fresh) == 1000
     finally:
         gc.unfreeze()
