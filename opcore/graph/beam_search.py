@@ -159,8 +159,7 @@ def beam_search(
                 done[:] = True
             if stopping:
                 candidates = top_sequences[:, :, : length + 1].reshape(batch * keep, length + 1)
-                recorded = tuple(made for made, _ in record) if record is not None else None
-                done |= stopped(stopping, candidates, recorded).view(batch, keep)
+                done |= stopped(stopping, candidates, record).view(batch, keep)
 
             # the best k that go on
             going = top_log_probs + done.to(torch.float32) * _LOST

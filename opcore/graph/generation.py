@@ -1271,8 +1271,7 @@ class LanguageModel:
             if eos_ids is not None:
                 unfinished &= ~torch.isin(chosen, eos_ids)
             if work.stopping and history is not None:
-                recorded = tuple(made for made, _ in work.record) if work.record is not None else None
-                unfinished[:rows] &= ~stopped(work.stopping, history[:rows], recorded)
+                unfinished[:rows] &= ~stopped(work.stopping, history[:rows], work.record)
             if (eos_ids is not None or work.stopping) and not bool(unfinished[:rows].any()):
                 return
             if max_time is not None and time.monotonic() - started > max_time:

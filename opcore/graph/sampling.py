@@ -136,9 +136,9 @@ class Choice:
         if self.bad_words_ids:
             scores = _biased(scores, tokens, tuple((words, -float("inf")) for words in self.bad_words_ids))
         # an eos id outside the vocabulary (a config's default beside a smaller vocab) can never be
-        # produced: nothing to mask, as transformers' MinNewTokensLengthLogitsProcessor does
-        held = new_tokens < self.min_new_tokens
-        banned = [i for i in self.eos_token_ids if 0 <= i < scores.shape[-1]] if held else []
+        # produced: nothing to mask or raise, as transformers' MinNewTokensLengthLogitsProcessor does
+        eos = [i for i in self.eos_token_ids if 0 <= i < scores.shape[-1]]
+        banned = eos if new_tokens < self.min_new_tokens else []
         if banned:
             scores = scores.clone()
             scores[:, banned] = -float("inf")
@@ -152,7 +152,6 @@ class Choice:
             scores = torch.full_like(scores, -float("inf"))
             scores[:, forced] = 0.0
         decay = self.exponential_decay_length_penalty
-        eos = [i for i in self.eos_token_ids if 0 <= i < scores.shape[-1]]
         if decay is not None and eos and new_tokens > decay[0]:
             at = scores[:, eos]
             raised = (torch.abs(at) * (pow(decay[1], new_tokens - decay[0]) - 1)).masked_fill(~torch.isfinite(at), 0.0)
@@ -236,11 +235,14 @@ def one_thread(logits: Any) -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def stopped(criteria: Sequence[Any], tokens: Any, scores: Any) -> Any:
+def stopped(criteria: Sequence[Any], tokens: Any, record: Sequence[tuple[Any, Any]] | None) -> Any:
     """The rows (tokens.shape[0],) any of the caller's stopping criteria says are done (a criterion
-    may answer one bool for all rows), as transformers' StoppingCriteriaList ORs them."""
+    may answer one bool for all rows), as transformers' StoppingCriteriaList ORs them. The criteria
+    get the scores of the steps so far where generate keeps a record of (scores, logits), else None,
+    as transformers gives them its scores only where it keeps them."""
     import torch
 
+    scores = tuple(made for made, _ in record) if record is not None else None
     done = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
     for criterion in criteria:
         done |= torch.as_tensor(criterion(tokens, scores), dtype=torch.bool, device=tokens.device)
