@@ -251,6 +251,18 @@ def test_the_server_streams_what_generate_gives(plans):
     assert server.lm.default_session.length == len(prompt) + 1 and not server.lm._spare
 
 
+def test_the_server_drafts_with_prompt_lookup_where_the_model_verifies(tmp_path):
+    """A language model captured with draft_tokens: a request's prompt_lookup_num_tokens streams the
+    tokens generate makes without it."""
+    torch.manual_seed(0)
+    opcore.graph.capture_lm(TinyDecoder(batch_size=2).eval(), measure=False, draft_tokens=3).save(tmp_path / "d.lm")
+    server = GenerationServer(tmp_path / "d.lm", threads=1, max_new_tokens=10)
+    prompt = [3, 4, 5, 3, 4, 5, 3, 4]
+    want = server.generate(prompt)
+    assert server.generate(prompt, prompt_lookup_num_tokens=3, max_matching_ngram_size=1) == want
+    assert list(server.stream(prompt, prompt_lookup_num_tokens=2)) == want
+
+
 def test_the_core_never_imports_ray(plans):
     script = (
         "import sys, torch, opcore, opcore.graph; "

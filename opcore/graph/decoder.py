@@ -261,6 +261,9 @@ class CachedDecoder(torch.nn.Module):
         self.model = model
         self.batch_size, self.max_length = batch_size, max_length
         self.keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        # the positions whose logits a step returns, the last ones: 1 (prefill, decode); a verify step
+        # of drafted tokens (opcore.graph.prompt_lookup) is exported with all of its own
+        self.keep = 1
         # transformers' generate passes position_ids (each row's own count, left padding skipped) only
         # to a forward that names them; one that does not (Whisper's decoder) counts positions from the
         # cache's length, padding included: the cache slots, which is what it is given here
@@ -383,7 +386,7 @@ class CachedDecoder(torch.nn.Module):
             cached.cumulative_length = cache_position[0]
         # the last position's logits only (transformers' generate asks the same): a prompt's other
         # positions would cost the lm_head's GEMM for nothing
-        keep = {"logits_to_keep": 1} if self.keeps_logits else {}
+        keep = {"logits_to_keep": self.keep} if self.keeps_logits else {}
         if not self.counts_rows:
             position_ids = cache_position[None].expand(input_ids.shape[0], -1)
         with (

@@ -23,6 +23,7 @@ from typing import Any
 from opcore.errors import ArgumentError, ShapeError
 from opcore.graph.beam_search import Beams, beam_search
 from opcore.graph.generate_output import GenerateOutput
+from opcore.graph.prompt_lookup import NGRAM_SIZE, Lookup, lookup_steps
 from opcore.graph.sampling import Choice, one_thread, stopped
 from opcore.graph.state import new_state, slot_dims
 
@@ -86,6 +87,10 @@ class GenerationDefaults:
     return_dict_in_generate: bool = False
     output_scores: bool = False
     output_logits: bool = False
+    # prompt lookup decoding (opcore.graph.prompt_lookup): the tokens drafted from the row's own
+    # n-grams per verify step, and the longest n-gram matched
+    prompt_lookup_num_tokens: int | None = None
+    max_matching_ngram_size: int | None = None
     # the config's options that change tokens and that opcore's generate does not apply ("num_beams=4")
     not_applied: tuple[str, ...] = ()
 
@@ -131,6 +136,8 @@ class GenerationDefaults:
             return_dict_in_generate=bool(getattr(config, "return_dict_in_generate", False)),
             output_scores=bool(getattr(config, "output_scores", False)),
             output_logits=bool(getattr(config, "output_logits", False)),
+            prompt_lookup_num_tokens=_length(getattr(config, "prompt_lookup_num_tokens", None)),
+            max_matching_ngram_size=_length(getattr(config, "max_matching_ngram_size", None)),
             not_applied=tuple(
                 f"{name}={value!r}"
                 for name, idle in NOT_APPLIED.items()
@@ -173,6 +180,8 @@ class GenerationDefaults:
             "return_dict_in_generate": self.return_dict_in_generate,
             "output_scores": self.output_scores,
             "output_logits": self.output_logits,
+            "prompt_lookup_num_tokens": self.prompt_lookup_num_tokens,
+            "max_matching_ngram_size": self.max_matching_ngram_size,
             "not_applied": list(self.not_applied),
         }
 
@@ -213,6 +222,8 @@ class GenerationDefaults:
             return_dict_in_generate=bool(record.get("return_dict_in_generate", False)),
             output_scores=bool(record.get("output_scores", False)),
             output_logits=bool(record.get("output_logits", False)),
+            prompt_lookup_num_tokens=_length(record.get("prompt_lookup_num_tokens")),
+            max_matching_ngram_size=_length(record.get("max_matching_ngram_size")),
             not_applied=tuple(str(item) for item in record.get("not_applied", ())),
         )
 
@@ -235,6 +246,8 @@ class _Work:
     record: list[tuple[Any, Any]] | None = None
     # the caller's stopping criteria (transformers' stopping_criteria list): (tokens, scores) -> done
     stopping: tuple[Any, ...] = ()
+    # prompt lookup decoding's drafts (None: one token a step)
+    lookup: Lookup | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -582,6 +595,65 @@ class Session:
         self.length += 1
         return logits[:, -1]
 
+    def verify(self, ids: Any) -> Any:
+        """Write ``ids`` (batch, n), 1 <= n <= lm.draft_tokens + 1, into the cache after what it holds
+        in one call of the verify step (``capture_lm(..., draft_tokens=)``); the logits (batch, n, vocab)
+        of each position, where a decode step per token gives those of the last. Prompt lookup
+        decoding writes the last token and the drafted ones, then ``crop``s the drafts the model did
+        not make. The step is of a fixed length: fewer tokens are padded, their slots written and
+        masked after (the cache needs room for the full step)."""
+        import torch
+
+        lm = self.lm
+        if lm.verify_plan is None:
+            raise ArgumentError(
+                op="Session.verify",
+                arg="ids",
+                expected="a language model captured with a verify step",
+                found="draft_tokens=0 at capture",
+                fix="capture_lm(..., draft_tokens=10)",
+            )
+        ids = lm._rows(ids, "ids")
+        count, length = ids.shape[1], lm.draft_tokens + 1
+        if not 1 <= count <= length:
+            raise ShapeError(
+                op="Session.verify",
+                arg="ids",
+                expected=f"1 to {length} tokens per row (draft_tokens + 1)",
+                found=str(tuple(ids.shape)),
+            )
+        lm._room(self.length, length, 0)
+        at = self.length
+        if count < length:
+            ids = torch.cat([ids, ids[:, -1:].expand(-1, length - count)], 1)
+        slots = torch.arange(at, at + length, device=ids.device)
+        positions = self.positions[:, None] + torch.arange(length, device=ids.device)
+        self.mask[:, at : at + length] = 1
+        with torch.no_grad():
+            logits = lm.verify_plan.program.run([ids, positions, slots, self.mask, *self.state])[0]
+        self.mask[:, at + count : at + length] = 0
+        self.positions += count
+        self.length += count
+        return logits[:, :count]
+
+    def crop(self, length: int) -> None:
+        """Keep the first ``length`` slots of the conversation (negative: drop that many from its end),
+        as transformers' ``DynamicCache.crop``: what the dropped slots hold is masked until written
+        again."""
+        if not isinstance(length, int) or isinstance(length, bool):
+            raise ArgumentError(op="Session.crop", arg="length", expected="an int", found=repr(length))
+        keep = self.length + length if length < 0 else length
+        if not 0 <= keep <= self.length:
+            raise ArgumentError(
+                op="Session.crop",
+                arg="length",
+                expected=f"0 to {self.length} slots (or -{self.length} to 0 to drop from the end)",
+                found=str(length),
+            )
+        self.positions -= self.mask[:, keep : self.length].sum(-1)
+        self.mask[:, keep : self.length] = 0
+        self.length = keep
+
 
 class LanguageModel:
     """A decoder captured for generation (``opcore.graph.capture_lm``): a prefill plan and a decode
@@ -595,9 +667,13 @@ class LanguageModel:
         batch_size: int,
         max_length: int,
         defaults: GenerationDefaults | None = None,
+        verify_plan: Any = None,
     ) -> None:
         self.prefill_plan = prefill_plan  # None when max_length is 1
         self.decode_plan = decode_plan
+        # the verify step of prompt lookup decoding: draft_tokens + 1 tokens, the logits of each (None: none)
+        self.verify_plan = verify_plan
+        self.draft_tokens = verify_plan.graph.meta(verify_plan.graph.inputs[0]).shape[1] - 1 if verify_plan else 0
         self.batch_size = batch_size
         self.max_length = max_length
         self.defaults = defaults or GenerationDefaults()
@@ -785,6 +861,8 @@ class LanguageModel:
         logits_processor: Sequence[Callable[[Any, Any], Any]] | None = None,
         stopping_criteria: Sequence[Callable[..., Any]] | None = None,
         prefix_allowed_tokens_fn: Callable[[int, Any], Sequence[int]] | None = None,
+        prompt_lookup_num_tokens: int | None = None,
+        max_matching_ngram_size: int | None = None,
         **unsupported: Any,
     ) -> Any:
         """The prompt followed by up to ``max_new_tokens`` new tokens per row (batch, prompt + new),
@@ -809,7 +887,10 @@ class LanguageModel:
         (``output_scores``) and logits (``output_logits``), and beam search's sequence scores and beam
         indices, as transformers' records. ``logits_processor``, ``stopping_criteria``,
         ``prefix_allowed_tokens_fn`` and ``stop_strings`` (with ``tokenizer``): the caller's own, applied
-        where transformers' generate applies them (docs/generate.md).
+        where transformers' generate applies them (docs/generate.md). ``prompt_lookup_num_tokens``:
+        prompt lookup decoding (opcore.graph.prompt_lookup; one prompt row, a model captured with
+        ``draft_tokens`` at least that many), drafts of up to that many tokens from the row's own
+        n-grams of up to ``max_matching_ngram_size`` (2) tokens, each verified in one step.
 
         >>> out = lm.generate(ids, max_new_tokens=32, do_sample=True, top_p=0.9,
         ...                   generator=torch.Generator().manual_seed(0))     # doctest: +SKIP
@@ -826,6 +907,14 @@ class LanguageModel:
                 found=type(streamer).__name__,
                 fix="pass num_beams=1 to stream greedy or sampled tokens",
             )
+        if beams is not None and prompt_lookup_num_tokens is not None:
+            raise ArgumentError(
+                op=_GENERATE,
+                arg="prompt_lookup_num_tokens",
+                expected="no beam search with prompt lookup (transformers' generate refuses both together)",
+                found=f"num_beams={beams.num_beams}",
+                fix="pass num_beams=1, or leave prompt_lookup_num_tokens out",
+            )
         copies = beams.num_beams if beams is not None else self._copies(num_return_sequences, do_sample)
         ids, mask, rows = self._pad_rows(input_ids, attention_mask, copies)
         wanted = self._outputs(return_dict_in_generate, output_scores, output_logits)
@@ -837,7 +926,8 @@ class LanguageModel:
                  sequence_bias=sequence_bias, max_time=max_time, top_h=top_h,
                  exponential_decay_length_penalty=exponential_decay_length_penalty, logits_processor=logits_processor,
                  stopping_criteria=stopping_criteria, prefix_allowed_tokens_fn=prefix_allowed_tokens_fn,
-                 stop_strings=stop_strings, tokenizer=tokenizer),
+                 stop_strings=stop_strings, tokenizer=tokenizer, prompt_lookup_num_tokens=prompt_lookup_num_tokens,
+                 max_matching_ngram_size=max_matching_ngram_size),
             beams,
         )  # fmt: skip
         if wanted is not None and (wanted.scores or wanted.logits):
@@ -894,6 +984,8 @@ class LanguageModel:
         logits_processor: Sequence[Callable[[Any, Any], Any]] | None = None,
         stopping_criteria: Sequence[Callable[..., Any]] | None = None,
         prefix_allowed_tokens_fn: Callable[[int, Any], Sequence[int]] | None = None,
+        prompt_lookup_num_tokens: int | None = None,
+        max_matching_ngram_size: int | None = None,
         **unsupported: Any,
     ) -> Iterator[Any]:
         """The new tokens (batch,) step by step, as ``generate`` makes them (its options, but streamer
@@ -922,7 +1014,8 @@ class LanguageModel:
                  sequence_bias=sequence_bias, max_time=max_time, top_h=top_h,
                  exponential_decay_length_penalty=exponential_decay_length_penalty, logits_processor=logits_processor,
                  stopping_criteria=stopping_criteria, prefix_allowed_tokens_fn=prefix_allowed_tokens_fn,
-                 stop_strings=stop_strings, tokenizer=tokenizer),
+                 stop_strings=stop_strings, tokenizer=tokenizer, prompt_lookup_num_tokens=prompt_lookup_num_tokens,
+                 max_matching_ngram_size=max_matching_ngram_size),
         )  # fmt: skip
         return self._loop(work)
 
@@ -1109,7 +1202,56 @@ class LanguageModel:
         stop_strings = _strings(stop, "stop_strings") if stop is not None else self.defaults.stop_strings
         if stop_strings:
             stopping = (_stop_strings_criterion(stop_strings, extra.get("tokenizer"), stop is None), *stopping)
-        return _Work(ids, mask, rows, max_new_tokens, choice, eos, pad, session, max_time, stopping=stopping)
+        lookup = self._lookup(extra.get("prompt_lookup_num_tokens"), extra.get("max_matching_ngram_size"), rows, beams)
+        return _Work(
+            ids, mask, rows, max_new_tokens, choice, eos, pad, session, max_time, stopping=stopping, lookup=lookup
+        )
+
+    def _lookup(self, num_tokens: Any, ngram_size: Any, rows: int, beams: Beams | None) -> Lookup | None:
+        """Prompt lookup's settings: the call's ``prompt_lookup_num_tokens`` (checked: one prompt row, a
+        verify step of that many drafts at least; generate refuses it with beams), else the generation
+        config's where this capture has a verify step (cut to its drafts; one token a step for several
+        rows or beams, which it serves as transformers does not); None: one token a step."""
+        if num_tokens is None:
+            configured = self.defaults.prompt_lookup_num_tokens
+            if configured is None or not self.draft_tokens or rows != 1 or beams is not None:
+                return None
+            num_tokens = min(configured, self.draft_tokens)
+        if not isinstance(num_tokens, int) or isinstance(num_tokens, bool) or num_tokens < 1:
+            raise ArgumentError(
+                op=_GENERATE, arg="prompt_lookup_num_tokens", expected="an int >= 1", found=repr(num_tokens)
+            )
+        if ngram_size is None:
+            ngram_size = self.defaults.max_matching_ngram_size or NGRAM_SIZE
+        if not isinstance(ngram_size, int) or isinstance(ngram_size, bool) or ngram_size < 1:
+            raise ArgumentError(
+                op=_GENERATE, arg="max_matching_ngram_size", expected="an int >= 1", found=repr(ngram_size)
+            )
+        if not self.draft_tokens:
+            raise ArgumentError(
+                op=_GENERATE,
+                arg="prompt_lookup_num_tokens",
+                expected="a language model captured with a verify step for the drafts",
+                found=f"{num_tokens}, and this one was captured with draft_tokens=0",
+                fix=f"opcore.graph.capture_lm(model, ..., draft_tokens={num_tokens})",
+            )
+        if num_tokens > self.draft_tokens:
+            raise ArgumentError(
+                op=_GENERATE,
+                arg="prompt_lookup_num_tokens",
+                expected=f"at most {self.draft_tokens}, the drafts the verify step was captured for",
+                found=str(num_tokens),
+                fix=f"prompt_lookup_num_tokens={self.draft_tokens}, or capture_lm(..., draft_tokens={num_tokens})",
+            )
+        if rows != 1:
+            raise ArgumentError(
+                op=_GENERATE,
+                arg="prompt_lookup_num_tokens",
+                expected="one prompt row (and one sequence for it), as transformers' assisted generation",
+                found=f"{rows} rows",
+                fix="generate each prompt on its own, or leave prompt_lookup_num_tokens out",
+            )
+        return Lookup(num_tokens, ngram_size)
 
     def _processing(self, more: Mapping[str, Any], do_sample: bool) -> dict[str, Any]:
         """The call's sequence bias, n-gram and bad-word bans, min-p / typical / epsilon / eta warpers
@@ -1165,7 +1307,16 @@ class LanguageModel:
     def _loop(self, work: _Work) -> Iterator[Any]:
         chat = self._take(work.session)
         try:
-            yield from self._run(chat, work.session is None, work)
+            if work.lookup is None:
+                yield from self._run(chat, work.session is None, work)
+            else:
+                if work.session is None:
+                    chat.reset()
+                yield from lookup_steps(
+                    chat, work.ids, work.mask, work.rows, work.max_new_tokens, work.choice, work.eos, work.lookup,
+                    _padding(work.mask) if work.choice.reads_tokens else None, work.max_time, work.record,
+                    work.stopping,
+                )  # fmt: skip
         finally:
             self._give_back(chat, spare=work.session is None)
 

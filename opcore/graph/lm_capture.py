@@ -57,6 +57,7 @@ def capture_lm(
     weights: str | None = None,
     group_size: int | None = None,
     exclude: Sequence[str] = (),
+    draft_tokens: int | None = None,
 ) -> LanguageModel:
     """Capture a decoder-only language model for generation: a ``LanguageModel`` with ``generate``,
     step-level ``prefill``/``decode``, sessions, ``save`` and ``explain``.
@@ -87,6 +88,12 @@ def capture_lm(
     weights, group_size, exclude: as ``capture``'s (int8 / int4 weight-only linears, the logits' at
     int8; docs/quantized.md): prefill and decode share the quantized constants.
 
+    draft_tokens: the most drafted tokens one step verifies, for prompt lookup decoding
+    (``generate(..., prompt_lookup_num_tokens=n)``, n <= draft_tokens; opcore.graph.prompt_lookup): a
+    third plan, the verify step, of draft_tokens + 1 tokens returning the logits of each, holding its
+    runtime's own form of the weights as the other two do. None: the generation config's
+    ``prompt_lookup_num_tokens``, else 0 (no verify step).
+
     The model is captured in eval mode (no dropout) and given back in the mode it was in.
 
     >>> lm = opcore.graph.capture_lm(LlamaForCausalLM(config).eval(), max_length=128)   # doctest: +SKIP
@@ -94,7 +101,17 @@ def capture_lm(
     training = bool(getattr(model, "training", False))
     try:
         return _capture_lm(
-            model, max_length, batch_size, backends, device, measure, prefill_partitions, weights, group_size, exclude
+            model,
+            max_length,
+            batch_size,
+            backends,
+            device,
+            measure,
+            prefill_partitions,
+            weights,
+            group_size,
+            exclude,
+            draft_tokens,
         )
     finally:
         if training:
@@ -112,6 +129,7 @@ def _capture_lm(
     weights: str | None,
     group_size: int | None,
     exclude: Sequence[str],
+    draft_tokens: int | None = None,
 ) -> LanguageModel:
     import torch
 
@@ -147,6 +165,7 @@ def _capture_lm(
         batch_size, max_length = protocol_sizes(model)
         module = model.eval()
         defaults = GenerationDefaults()
+    drafts = _draft_tokens(draft_tokens, defaults.prompt_lookup_num_tokens, max_length)
     place = Device.parse(device) if device is not None else _device_of(module)
     compare: Timer | None = None
     weight_bytes = _weight_bytes(module)
@@ -191,7 +210,15 @@ def _capture_lm(
                         f"no weight copies: the kernels run on the weights as given ({weight_bytes / 2**30:.1f} "
                         f"GiB of weights, above {COPY_BYTES / 2**30:g} GiB; the decode plan holds its own form)"
                     )
-    lm = LanguageModel(prefill, decode, batch_size=batch_size, max_length=max_length, defaults=defaults)
+            verify = None
+            if drafts:
+                runs_on = alone if alone is not None else backends
+                verify = _verify_plan(
+                    module, batch_size, max_length, drafts, place, runs_on, weighing, weight_bytes <= COPY_BYTES
+                )
+    lm = LanguageModel(
+        prefill, decode, batch_size=batch_size, max_length=max_length, defaults=defaults, verify_plan=verify
+    )
     lm.capture_seconds = time.perf_counter() - started
     return lm
 
@@ -495,6 +522,74 @@ def _prefill_plan(
     return chosen
 
 
+def _draft_tokens(value: Any, configured: Any, max_length: int) -> int:
+    """The verify step's drafted tokens: the call's, else the generation config's
+    prompt_lookup_num_tokens, else 0; checked against the cache (the step writes after at least one
+    token)."""
+    if value is None:
+        value = configured if isinstance(configured, int) and not isinstance(configured, bool) else 0
+        value = min(max(value, 0), max(max_length - 2, 0))
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ArgumentError(op=_CAPTURE_LM, arg="draft_tokens", expected="an int >= 0", found=repr(value))
+    if value and value + 2 > max_length:
+        raise ArgumentError(
+            op=_CAPTURE_LM,
+            arg="draft_tokens",
+            expected=f"at most max_length - 2 = {max_length - 2}: the verify step writes the last token and "
+            "the drafted ones after at least one token of the prompt",
+            found=str(value),
+            fix=f"capture_lm(..., draft_tokens={max(max_length - 2, 0)}) or a longer max_length",
+        )
+    return value
+
+
+def _verify_plan(
+    module: Any,
+    batch_size: int,
+    max_length: int,
+    drafts: int,
+    place: Device,
+    backends: Sequence[str] | None,
+    weighing: Weighing | None,
+    copies: bool,
+) -> Plan:
+    """The verify step's plan (opcore.graph.prompt_lookup): ``drafts`` + 1 tokens in, the logits of
+    each out, exported with a static length (a length of the prompt's dynamic dim would need the
+    logits of a variable number of positions: torch.export guards a slice of the last n to n tokens
+    and more). Planned on ``backends`` (the runtime the decode step chose, where it chose one alone),
+    its partitions by the estimated cost rule: it runs as often as the decode step, on a few rows more."""
+    from opcore.graph.decoder import CachedDecoder
+    from opcore.graph.ir import ValueRef
+
+    length = drafts + 1
+    cached = isinstance(module, CachedDecoder)
+    if cached:
+        module.keep = length
+    try:
+        exported = _stateful(module, _export_step(module, batch_size, max_length, length, place, static=True))
+    finally:
+        if cached:
+            module.keep = 1
+    lowered = _finish_step(exported, max_length, weighing)
+    graph = lowered.graph
+    out = graph.outputs[0]
+    shape = tuple(graph.meta(out.name).shape) if isinstance(out, ValueRef) else ()
+    if len(shape) != 3 or shape[1] != length:
+        raise CaptureError(
+            f"the verify step of {length} tokens returns logits of shape {shape}: prompt lookup needs the "
+            "logits of every position of the step",
+            op=_CAPTURE_LM,
+            fix="return logits of shape (batch, tokens, vocab) from the module's forward (docs/generate.md, "
+            "'Your own module'), or capture_lm(..., draft_tokens=0)",
+        )
+    read = _read_written(lowered) if splits(place, backends) else lowered
+    plan = _plan(read, place, backends, None, True, copies)
+    plan.notes.insert(
+        0, f"verify step: {length} tokens a call (the last token and up to {drafts} drafted), the logits of each"
+    )
+    return plan
+
+
 def _runner(plan: Plan, lowered: Lowered) -> Any:
     program, feed = plan.program, [*lowered.examples, *new_state(plan.graph)]
 
@@ -579,9 +674,10 @@ def _export_step(
     place: Device,
     experts: str | None = None,
     shortest: int = 2,
+    static: bool = False,
 ) -> Exported:
     """The step of ``length`` tokens exported and lowered (see ``_lower_step``); a dynamic one from
-    ``shortest`` tokens up."""
+    ``shortest`` tokens up (``static``: of ``length`` tokens only)."""
     from torch.export import Dim
 
     from opcore.graph.aten_export import with_source_lines
@@ -591,7 +687,7 @@ def _export_step(
 
     examples = step_examples(batch_size, max_length, length, str(place))
     dynamic = None
-    if length > 1:
+    if length > 1 and not static:
         seq = Dim("seq", min=shortest, max=max_length)
         dynamic = ({1: seq}, {1: seq}, {0: seq}, None)
     started = time.perf_counter()
@@ -612,7 +708,8 @@ def _export_step(
                 "as the protocol in docs/generate.md asks"
             )
             raise CaptureError(
-                f"the {'decode' if length == 1 else 'prefill'} step could not be exported: {error.args[0]}",
+                f"the {'decode' if length == 1 else 'verify' if static else 'prefill'} step could not be exported: "
+                f"{error.args[0]}",
                 op=_CAPTURE_LM,
                 fix=fix,
             ) from error

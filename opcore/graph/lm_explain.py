@@ -27,7 +27,7 @@ def describe(lm: Any) -> dict[str, Any]:
         meta = graph.meta(name)
         state.append({"name": name, "shape": list(meta.shape), "dtype": meta.dtype.value, "bytes": _bytes(meta)})
     phases: dict[str, Any] = {}
-    for phase, plan in (("prefill", lm.prefill_plan), ("decode", lm.decode_plan)):
+    for phase, plan in _phases(lm):
         if plan is None:
             continue
         record = plan_record(plan)
@@ -43,6 +43,7 @@ def describe(lm: Any) -> dict[str, Any]:
         "state": state,
         "state_bytes": sum(item["bytes"] for item in state),
         "capture_seconds": lm.capture_seconds,
+        "draft_tokens": getattr(lm, "draft_tokens", 0),
         "generation_config_not_applied": list(lm.defaults.not_applied),
         "phases": phases,
     }
@@ -62,7 +63,7 @@ def render(lm: Any, format: str = "text") -> str:
         lines.append(
             "generation config: not applied by generate: " + ", ".join(record["generation_config_not_applied"])
         )
-    for phase, plan in (("prefill", lm.prefill_plan), ("decode", lm.decode_plan)):
+    for phase, plan in _phases(lm):
         if plan is None:
             continue
         lines.append("")
@@ -74,8 +75,14 @@ def render(lm: Any, format: str = "text") -> str:
         for note in plan.notes:
             lines.append(f"  note: {note}")
     lines.append("")
-    lines.append("per node: lm.decode_plan.explain(), lm.prefill_plan.explain()")
+    verify = ", lm.verify_plan.explain()" if getattr(lm, "verify_plan", None) is not None else ""
+    lines.append(f"per node: lm.decode_plan.explain(), lm.prefill_plan.explain(){verify}")
     return "\n".join(lines)
+
+
+def _phases(lm: Any) -> tuple[tuple[str, Any], ...]:
+    """(phase, plan) of the prefill, the decode step and, captured with draft_tokens, the verify step."""
+    return (("prefill", lm.prefill_plan), ("decode", lm.decode_plan), ("verify", getattr(lm, "verify_plan", None)))
 
 
 def _bytes(meta: Any) -> int:

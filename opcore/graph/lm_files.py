@@ -1,15 +1,16 @@
-"""A captured language model on disk: ``lm.json`` and the two plans' folders (plan file rules:
+"""A captured language model on disk: ``lm.json`` and the plans' folders (plan file rules:
 JSON, safetensors, portable partition files, a fingerprint; nothing is unpickled).
 
     folder/lm.json        format "opcore-lm", sizes, generation defaults
     folder/prefill/       Plan.save of the prefill plan (absent when max_length is 1)
     folder/decode/        Plan.save of the decode plan
+    folder/verify/        Plan.save of the verify step's plan (captured with draft_tokens; else absent)
 
-Both plans' ``weights.safetensors`` are one file (``opcore.graph.weights_file``: each distinct
-tensor once, written in ``decode/`` and hard-linked into ``prefill/``, copied where the file system
+The plans' ``weights.safetensors`` are one file (``opcore.graph.weights_file``: each distinct
+tensor once, written in ``decode/`` and hard-linked into the others, copied where the file system
 has no links), so each plan's folder still loads on its own; partitions refer to its bytes instead
 of holding copies where their runtime can (ONNX Runtime's). Loading shares one copy in memory
-between the two plans.
+between the plans.
 
 Loading (``opcore.graph.load``) is ``opcore.graph.loading.load_lm``: this module writes and knows
 the layout, and imports neither the plans' builder nor the language model record.
@@ -40,6 +41,8 @@ def is_lm_folder(path: Any) -> bool:
 def save(lm: Any, path: Any) -> pathlib.Path:
     folder = pathlib.Path(path)
     plans = {"decode": lm.decode_plan, **({"prefill": lm.prefill_plan} if lm.prefill_plan is not None else {})}
+    if lm.verify_plan is not None:
+        plans["verify"] = lm.verify_plan
     table = weight_table(list(plans.values()))
     (folder / "decode").mkdir(parents=True, exist_ok=True)
     file = folder / "decode" / WEIGHTS_FILE
@@ -52,6 +55,7 @@ def save(lm: Any, path: Any) -> pathlib.Path:
         "batch_size": lm.batch_size,
         "max_length": lm.max_length,
         "prefill": lm.prefill_plan is not None,
+        "verify": lm.verify_plan is not None,
         "defaults": lm.defaults.to_json(),
     }
     (folder / LM_FILE).write_text(json.dumps(document, indent=1))

@@ -246,7 +246,7 @@ def _compare_kernels(plan: Any, kernels: Mapping[str, Any]) -> None:
 
 
 def load_lm(path: Any) -> Any:
-    """The language model ``LanguageModel.save`` wrote to folder ``path``: both plans loaded, one copy
+    """The language model ``LanguageModel.save`` wrote to folder ``path``: its plans loaded, one copy
     of the weights shared between them."""
     started = time.perf_counter()
     folder = pathlib.Path(path)
@@ -266,12 +266,15 @@ def load_lm(path: Any) -> Any:
     decode = load(folder / "decode")
     shared = {decode.graph.sources[n]: decode.constants[n] for n in decode.graph.constants if n in decode.graph.sources}
     prefill = load(folder / "prefill", shared=shared) if document.get("prefill") else None
+    # folders saved before the verify step existed have none
+    verify = load(folder / "verify", shared=shared) if document.get("verify") else None
     lm = LanguageModel(
         prefill,
         decode,
         batch_size=int(document["batch_size"]),
         max_length=int(document["max_length"]),
         defaults=GenerationDefaults.from_json(document.get("defaults", {})),
+        verify_plan=verify,
     )
     lm.load_seconds = time.perf_counter() - started
     return lm

@@ -46,6 +46,9 @@ REQUEST_OPTIONS = frozenset(
         "top_h",
         "exponential_decay_length_penalty",  # in JSON [start_index, decay_factor]
         "num_beams",  # 1 alone: a server streams, beam search's tokens are known at the end
+        # prompt lookup decoding, where the language model was captured with draft_tokens
+        "prompt_lookup_num_tokens",
+        "max_matching_ngram_size",
     }
 )
 

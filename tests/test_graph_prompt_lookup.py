@@ -1,0 +1,355 @@
+"""generate(prompt_lookup_num_tokens=...): prompt lookup decoding on a verify step.
+
+The drafts are transformers' (PromptLookupCandidateGenerator); the greedy tokens are
+``model.generate``'s with and without prompt lookup, on prompts whose n-grams repeat (so that drafts
+are made and accepted: counted) and on the families of test_graph_generation; sampling is seeded and
+reproducible; the step-level verify and crop agree with decode steps; refusals name the fix.
+Models as in test_graph_generation (lm_head scaled).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import pytest
+import torch
+
+import opcore.graph
+from opcore.errors import ArgumentError, ShapeError
+from opcore.graph.errors import CaptureError
+from opcore.graph.generation import Session
+from opcore.graph.prompt_lookup import candidates
+
+transformers = pytest.importorskip("transformers", reason="compared with transformers' prompt lookup")
+
+from test_graph_generation import VOCAB, TinyDecoder, build, prompt  # noqa: E402
+
+DRAFTS = 6
+
+
+def repeating(length: int = 12, seed: int = 1) -> torch.Tensor:
+    """A prompt holding its own n-grams: a random run twice, then the start of a third."""
+    run = prompt(1, length, seed)
+    return torch.cat([run, run, run[:, :5]], 1)
+
+
+class Verifies:
+    """Counts the verify calls of every session and the tokens each wrote."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.sizes: list[int] = []
+        original = Session.verify
+
+        def counted(session: Session, ids: Any) -> Any:
+            logits = original(session, ids)
+            self.sizes.append(logits.shape[1])
+            return logits
+
+        monkeypatch.setattr(Session, "verify", counted)
+
+
+@pytest.fixture(scope="module")
+def llama() -> tuple[Any, opcore.graph.LanguageModel]:
+    model = build("llama")
+    return model, opcore.graph.capture_lm(model, max_length=96, measure=False, draft_tokens=DRAFTS)
+
+
+def test_drafts_are_transformers_prompt_lookup_candidates():
+    """Random rows of a few ids (n-grams repeat), every n-gram size and draft length, eos ids inside
+    the drafts: the same tokens as transformers' generator finds (without processors)."""
+    from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
+
+    rng = random.Random(0)
+    found = 0
+    for _ in range(300):
+        row = [rng.randrange(6) for _ in range(rng.randrange(1, 30))]
+        num, ngram = rng.randrange(1, 8), rng.randrange(1, 4)
+        eos = [rng.randrange(6)] if rng.random() < 0.5 else []
+        generator = PromptLookupCandidateGenerator(
+            eos_token_id=torch.tensor(eos) if eos else None,
+            num_output_tokens=num,
+            max_matching_ngram_size=ngram,
+            max_length=1000,
+        )
+        ids = torch.tensor([row])
+        made, _ = generator.get_candidates(ids)
+        want = made[0, len(row) :].tolist()
+        assert candidates(row, num, ngram, eos) == want, (row, num, ngram, eos)
+        found += bool(want)
+    assert found > 100
+
+
+@pytest.mark.parametrize("drafts", [1, 3, DRAFTS])
+def test_greedy_tokens_equal_transformers_with_and_without_prompt_lookup(llama, drafts, monkeypatch):
+    model, lm = llama
+    verifies = Verifies(monkeypatch)
+    ids = repeating()
+    plain = model.generate(ids, max_new_tokens=40, do_sample=False)
+    looked = model.generate(ids, max_new_tokens=40, do_sample=False, prompt_lookup_num_tokens=drafts)
+    assert torch.equal(plain, looked)
+    got = lm.generate(ids, max_new_tokens=40, prompt_lookup_num_tokens=drafts)
+    assert torch.equal(got, plain)
+    assert verifies.sizes and max(verifies.sizes) <= drafts + 1
+    # drafts were accepted: fewer calls than tokens
+    assert len(verifies.sizes) < 39
+
+
+@pytest.mark.parametrize("family", ["gpt2", "qwen2", "opt", "mistral", "phi3", "gemma", "falcon"])
+def test_greedy_prompt_lookup_on_other_families(family, monkeypatch):
+    model = build(family)
+    lm = opcore.graph.capture_lm(model, max_length=64, measure=False, draft_tokens=4)
+    verifies = Verifies(monkeypatch)
+    ids = repeating()
+    want = model.generate(ids, max_new_tokens=24, do_sample=False, eos_token_id=None, pad_token_id=0)
+    got = lm.generate(ids, max_new_tokens=24, prompt_lookup_num_tokens=4, eos_token_id=[])
+    assert torch.equal(got, want), family
+    assert verifies.sizes
+
+
+def test_processors_read_the_drafts_and_an_eos_inside_a_draft_ends_the_row(llama, monkeypatch):
+    """A repetition penalty and an n-gram ban see each position's row with the drafts before it (as
+    transformers' assisted loop processes them); the minimum length holds an eos back; an eos the
+    model makes inside a run of accepted drafts ends the sequence there."""
+    model, lm = llama
+    ids = repeating()
+    for given in (
+        dict(repetition_penalty=1.3),
+        dict(no_repeat_ngram_size=3),
+        dict(min_new_tokens=12),
+        dict(max_new_tokens=7),
+    ):
+        options = dict(dict(max_new_tokens=30), **given)
+        want = model.generate(ids, do_sample=False, pad_token_id=0, eos_token_id=None, **options)
+        got = lm.generate(ids, prompt_lookup_num_tokens=DRAFTS, eos_token_id=[], **options)
+        assert torch.equal(got, want), options
+    plain = model.generate(ids, max_new_tokens=30, do_sample=False, eos_token_id=None)
+    new = plain[0, ids.shape[1] :].tolist()
+    # the eos ids the model loops over, held back until drafts run: the row ends at a verify call
+    ended = 0
+    for eos in sorted(set(new[6:20])):
+        verifies = Verifies(monkeypatch)
+        options = dict(max_new_tokens=40, min_new_tokens=12, eos_token_id=eos)
+        want = model.generate(ids, do_sample=False, pad_token_id=0, **options)
+        got = lm.generate(ids, prompt_lookup_num_tokens=DRAFTS, **options)
+        assert torch.equal(got, want), eos
+        ended += int(got[0, -1]) == eos and got.shape[1] < ids.shape[1] + 40 and bool(verifies.sizes)
+    assert ended
+
+
+def test_records_and_stopping_criteria_as_transformers_assisted_generate(llama):
+    """Each token's processed scores and logits are recorded (the verify step's position for an
+    accepted draft); the caller's criteria are asked once per verify call, as transformers asks."""
+    model, lm = llama
+    ids = repeating()
+    options = dict(max_new_tokens=20, do_sample=False, return_dict_in_generate=True, output_scores=True,
+                   output_logits=True, repetition_penalty=1.2)  # fmt: skip
+    want = model.generate(ids, prompt_lookup_num_tokens=DRAFTS, eos_token_id=None, pad_token_id=0, **options)
+    got = lm.generate(ids, prompt_lookup_num_tokens=DRAFTS, eos_token_id=[], **options)
+    assert torch.equal(got.sequences, want.sequences)
+    assert len(got.scores) == len(want.scores) == len(got.logits) == 20
+    for mine, theirs in zip(got.logits, want.logits, strict=True):
+        torch.testing.assert_close(mine, theirs, atol=1e-4, rtol=1e-4)
+    for mine, theirs in zip(got.scores, want.scores, strict=True):
+        torch.testing.assert_close(mine, theirs, atol=1e-4, rtol=1e-4)
+
+    seen: list[int] = []
+
+    def longer_than(tokens: torch.Tensor, scores: Any) -> torch.Tensor:
+        seen.append(tokens.shape[1])
+        return torch.tensor([tokens.shape[1] >= ids.shape[1] + 9])
+
+    got = lm.generate(ids, max_new_tokens=30, prompt_lookup_num_tokens=DRAFTS, stopping_criteria=[longer_than])
+    assert got.shape[1] >= ids.shape[1] + 9
+    assert got.shape[1] == seen[-1]
+    assert torch.equal(got, model.generate(ids, max_new_tokens=30)[:, : got.shape[1]])
+
+
+def test_seeded_sampling_is_reproducible_and_follows_the_warpers(llama):
+    _, lm = llama
+    ids = repeating()
+
+    def draw(seed: int, **options: Any) -> torch.Tensor:
+        return lm.generate(ids, max_new_tokens=24, do_sample=True, prompt_lookup_num_tokens=DRAFTS,
+                           generator=torch.Generator().manual_seed(seed), **options)  # fmt: skip
+
+    assert torch.equal(draw(3), draw(3))
+    assert not torch.equal(draw(3, temperature=3.0), draw(4, temperature=3.0))
+    greedy = lm.generate(ids, max_new_tokens=24)
+    assert torch.equal(draw(5, top_k=1), greedy)
+
+
+def test_stream_and_streamer_receive_every_token(llama):
+    _, lm = llama
+    ids = repeating()
+    want = lm.generate(ids, max_new_tokens=30)
+    streamed = [int(t) for t in lm.stream(ids, max_new_tokens=30, prompt_lookup_num_tokens=DRAFTS)]
+    assert streamed == want[0, ids.shape[1] :].tolist()
+    put: list[int] = []
+    lm.generate(ids, max_new_tokens=30, prompt_lookup_num_tokens=DRAFTS, streamer=lambda t: put.extend(t.tolist()))
+    assert put == streamed
+
+
+def test_a_session_continues_after_prompt_lookup(llama):
+    """The session holds the accepted tokens only: the next turn sees the same cache as without drafts."""
+    _, lm = llama
+    ids = repeating()
+    turns = []
+    for drafts in (None, DRAFTS):
+        chat = lm.session()
+        first = lm.generate(ids, max_new_tokens=20, session=chat, prompt_lookup_num_tokens=drafts)
+        more = lm.generate(first[:, -1:], max_new_tokens=12, session=chat, prompt_lookup_num_tokens=drafts)
+        turns.append((first, more, chat.length))
+    assert torch.equal(turns[0][0], turns[1][0]) and torch.equal(turns[0][1], turns[1][1])
+    assert turns[0][2] == turns[1][2]
+
+
+def test_verify_then_crop_agrees_with_decode_steps(llama):
+    """Step level: the verify step's logits per position are those of one decode step per token
+    (<= 1e-4), and crop takes back the slots (the next logits as if never written)."""
+    _, lm = llama
+    ids = prompt(1, 10)
+    tokens = prompt(1, DRAFTS + 1, seed=5)
+    chat = lm.session()
+    chat.prefill(ids)
+    verified = chat.verify(tokens)
+    assert verified.shape[:2] == (1, DRAFTS + 1) and chat.length == 10 + DRAFTS + 1
+    chat.crop(-(DRAFTS - 1))
+    assert chat.length == 12
+    after_crop = chat.decode(tokens[:, 2])
+    stepped = lm.session()
+    stepped.prefill(ids)
+    for i in range(DRAFTS + 1):
+        torch.testing.assert_close(verified[:, i], stepped.decode(tokens[:, i]), atol=1e-4, rtol=1e-4)
+    again = lm.session()
+    again.prefill(ids)
+    again.decode(tokens[:, 0])
+    again.decode(tokens[:, 1])
+    torch.testing.assert_close(after_crop, again.decode(tokens[:, 2]), atol=1e-4, rtol=1e-4)
+    short = lm.session()
+    short.prefill(ids)
+    assert short.verify(tokens[:, :2]).shape[1] == 2 and short.length == 12
+    with pytest.raises(ShapeError, match="1 to 7 tokens"):
+        short.verify(torch.zeros(1, DRAFTS + 2, dtype=torch.long))
+    with pytest.raises(ArgumentError, match="0 to 12 slots"):
+        short.crop(13)
+
+
+def test_the_cache_s_end_falls_back_to_decode_steps(llama, monkeypatch):
+    """Up to max_length exactly: where the verify step has no room, one token a step."""
+    model, lm = llama
+    ids = torch.cat([repeating()] * 2, 1)[:, :60]
+    verifies = Verifies(monkeypatch)
+    got = lm.generate(ids, max_new_tokens=lm.max_length - 60, prompt_lookup_num_tokens=DRAFTS)
+    assert torch.equal(got, model.generate(ids, max_new_tokens=lm.max_length - 60, do_sample=False))
+    assert verifies.sizes
+
+
+def test_refusals_name_the_fix(llama):
+    _, lm = llama
+    ids = repeating()
+    with pytest.raises(ArgumentError, match="draft_tokens=8"):
+        lm.generate(ids, prompt_lookup_num_tokens=8)
+    plain = opcore.graph.capture_lm(build("llama"), max_length=32, measure=False)
+    assert plain.verify_plan is None and plain.draft_tokens == 0
+    with pytest.raises(ArgumentError, match="draft_tokens=3"):
+        plain.generate(prompt(), prompt_lookup_num_tokens=3)
+    with pytest.raises(ArgumentError, match="num_beams=1"):
+        lm.generate(ids, prompt_lookup_num_tokens=2, num_beams=2)
+    with pytest.raises(ArgumentError, match="an int >= 1"):
+        lm.generate(ids, prompt_lookup_num_tokens=0)
+    with pytest.raises(ArgumentError, match="max_matching_ngram_size"):
+        lm.generate(ids, prompt_lookup_num_tokens=2, max_matching_ngram_size=0)
+    with pytest.raises(ArgumentError, match="max_length - 2 = 30"):
+        opcore.graph.capture_lm(build("llama"), max_length=32, measure=False, draft_tokens=31)
+    with pytest.raises(ArgumentError, match="an int >= 0"):
+        opcore.graph.capture_lm(build("llama"), max_length=32, measure=False, draft_tokens=-1)
+
+
+def test_several_rows_are_refused_and_the_config_s_lookup_serves_one(monkeypatch):
+    """Two prompt rows: refused where the call asks (transformers' assisted generation takes one);
+    a generation config's prompt_lookup_num_tokens is the capture's draft_tokens and generate's
+    default, and two rows then run one token a step."""
+    model = build("llama")
+    model.generation_config.prompt_lookup_num_tokens = 3
+    lm = opcore.graph.capture_lm(model, max_length=64, batch_size=2, measure=False)
+    assert lm.draft_tokens == 3
+    ids = repeating()
+    with pytest.raises(ArgumentError, match="one prompt row"):
+        lm.generate(torch.cat([ids, ids]), prompt_lookup_num_tokens=3)
+    verifies = Verifies(monkeypatch)
+    rows = lm.generate(torch.cat([ids, ids]), max_new_tokens=16)
+    assert not verifies.sizes
+    one = lm.generate(ids, max_new_tokens=16)
+    assert verifies.sizes
+    model.generation_config.prompt_lookup_num_tokens = None
+    want = model.generate(ids, max_new_tokens=16, do_sample=False)
+    assert torch.equal(one, want) and torch.equal(rows, torch.cat([want, want]))
+
+
+def test_a_protocol_module_returning_every_position_verifies_and_one_returning_the_last_is_refused():
+    model = TinyDecoder(max_length=32).eval()
+    torch.manual_seed(0)
+    lm = opcore.graph.capture_lm(model, measure=False, draft_tokens=3)
+    ids = torch.tensor([[3, 4, 5, 3, 4, 5, 3, 4]])
+    want = lm.generate(ids, max_new_tokens=12)
+    assert torch.equal(lm.generate(ids, max_new_tokens=12, prompt_lookup_num_tokens=3), want)
+
+    class LastOnly(TinyDecoder):
+        def forward(self, input_ids, position_ids, cache_position, attention_mask):
+            return super().forward(input_ids, position_ids, cache_position, attention_mask)[:, -1:]
+
+    with pytest.raises(CaptureError, match="every position"):
+        opcore.graph.capture_lm(LastOnly(max_length=32).eval(), measure=False, draft_tokens=3)
+
+
+def test_explain_and_a_saved_folder_keep_the_verify_step(llama, tmp_path):
+    model, lm = llama
+    text = lm.explain()
+    assert "verify: " in text and f"up to {DRAFTS} drafted" in text
+    assert json.loads(lm.explain("json"))["draft_tokens"] == DRAFTS
+    folder = lm.save(tmp_path / "lm")
+    assert (folder / "verify" / "plan.json").is_file()
+    ids = repeating()
+    want = model.generate(ids, max_new_tokens=30, do_sample=False)
+    script = textwrap.dedent(
+        f"""
+        import torch, opcore.graph
+        lm = opcore.graph.load({str(folder)!r})
+        ids = torch.tensor({ids.tolist()})
+        print(lm.draft_tokens, lm.generate(ids, max_new_tokens=30, prompt_lookup_num_tokens={DRAFTS}).tolist())
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
+    drafts, tokens = done.stdout.split(" ", 1)
+    assert int(drafts) == DRAFTS and json.loads(tokens) == want.tolist()
+
+
+def test_quantized_weights_verify_with_the_same_codes():
+    """int8 weights: the verify step holds the same codes as the decode step (its tokens are the
+    quantized model's greedy tokens with and without drafts)."""
+    model = build("llama")
+    lm = opcore.graph.capture_lm(model, max_length=64, measure=False, weights="int8", draft_tokens=4)
+    ids = repeating()
+    want = lm.generate(ids, max_new_tokens=24)
+    assert torch.equal(lm.generate(ids, max_new_tokens=24, prompt_lookup_num_tokens=4), want)
+    assert VOCAB == lm.vocab_size
+
+
+@pytest.mark.gpu
+def test_prompt_lookup_on_cuda_beside_the_replayed_decode_step():
+    """On cuda the decode steps replay as a CUDA graph over the session's buffers; the verify step
+    runs its plan node by node on the same buffers, and crop changes them in place: the tokens are
+    greedy search's."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU visible")
+    model: Any = build("llama").cuda()
+    lm = opcore.graph.capture_lm(model, max_length=96, device="cuda", measure=False, draft_tokens=DRAFTS)
+    ids = repeating().cuda()
+    want = model.generate(ids, max_new_tokens=40, do_sample=False)
+    assert torch.equal(lm.generate(ids, max_new_tokens=40, prompt_lookup_num_tokens=DRAFTS), want)
+    assert lm.default_session.decode_graph, lm.decode_plan.notes
