@@ -239,8 +239,8 @@ def test_verify_then_crop_agrees_with_decode_steps(llama):
         short.crop(13)
 
 
-def test_the_cache_s_end_falls_back_to_decode_steps(llama, monkeypatch):
-    """Up to max_length exactly: where the verify step has no room, one token a step."""
+def test_drafts_are_cut_to_the_cache_s_end(llama, monkeypatch):
+    """Up to max_length exactly: the drafts near the end are cut to the slots left."""
     model, lm = llama
     ids = torch.cat([repeating()] * 2, 1)[:, :60]
     verifies = Verifies(monkeypatch)
@@ -307,6 +307,22 @@ def test_a_protocol_module_returning_every_position_verifies_and_one_returning_t
         opcore.graph.capture_lm(LastOnly(max_length=32).eval(), measure=False, draft_tokens=3)
 
 
+def test_a_model_whose_step_is_not_causal_is_refused_with_the_fix():
+    """RoBERTa as a causal LM without is_decoder attends both ways inside a step: drafts verified in
+    one step would change its tokens. With is_decoder it verifies."""
+    config = transformers.RobertaConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                        intermediate_size=128, max_position_embeddings=80)  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.RobertaForCausalLM(config).eval()
+    with pytest.raises(CaptureError, match="not causal.*is_decoder = True"):
+        opcore.graph.capture_lm(model, max_length=40, measure=False, draft_tokens=3)
+    model.config.is_decoder = True
+    lm = opcore.graph.capture_lm(model, max_length=40, measure=False, draft_tokens=3)
+    ids = torch.cat([prompt(1, 6)] * 2, 1)
+    want = model.generate(ids, max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert torch.equal(lm.generate(ids, max_new_tokens=12, prompt_lookup_num_tokens=3, eos_token_id=[]), want)
+
+
 def test_explain_and_a_saved_folder_keep_the_verify_step(llama, tmp_path):
     model, lm = llama
     text = lm.explain()
@@ -353,3 +369,32 @@ def test_prompt_lookup_on_cuda_beside_the_replayed_decode_step():
     want = model.generate(ids, max_new_tokens=40, do_sample=False)
     assert torch.equal(lm.generate(ids, max_new_tokens=40, prompt_lookup_num_tokens=DRAFTS), want)
     assert lm.default_session.decode_graph, lm.decode_plan.notes
+
+
+def _jetmoe() -> Any:
+    pytest.importorskip("transformers.models.jetmoe.modeling_jetmoe", reason="transformers without JetMoE")
+    config = transformers.JetMoeConfig(
+        vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        kv_channels=128, intermediate_size=128, num_local_experts=4, num_experts_per_tok=2,
+        max_position_embeddings=256, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    return transformers.JetMoeForCausalLM(config).eval()
+
+
+def test_partitions_whose_logits_part_from_the_torch_route_s_are_not_run():
+    """OpenVINO's partitions of JetMoE's attention over a dynamic length give other logits than the
+    torch route (found by this session's sweep; its cause not found): the verify step and a measured
+    prefill check every route against the torch route on varied tokens and run the torch route where
+    they part, saying so. A timer that calls the partitions faster cannot choose them."""
+    model = _jetmoe()
+    always_partitions = lambda cases: {label: 1.0 if label == "torch route" else 0.001 for label in cases}  # noqa: E731
+    lm = opcore.graph.capture_lm(
+        model, max_length=48, measure=always_partitions, backends=("openvino", "cpu"), draft_tokens=4
+    )
+    assert "from the torch route's (relative): runs the torch route" in lm.verify_plan.notes[0]
+    assert "partitions dropped: its logits" in lm.prefill_plan.notes[0], lm.prefill_plan.notes[0]
+    assert not lm.verify_plan.partitions and not lm.prefill_plan.partitions
+    ids = repeating()
+    want = model.generate(ids, max_new_tokens=16, do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert torch.equal(lm.generate(ids, max_new_tokens=16, eos_token_id=[], prompt_lookup_num_tokens=4), want)

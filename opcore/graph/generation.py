@@ -480,6 +480,16 @@ def _callables(value: Any, arg: str) -> tuple[Any, ...]:
     return items
 
 
+def _drafts(verify_plan: Any) -> int:
+    """The drafted tokens a verify step takes: its tokens' dynamic length's upper bound, less the last
+    token."""
+    graph = verify_plan.graph
+    length = graph.meta(graph.inputs[0]).shape[1]
+    if isinstance(length, int):
+        return length - 1
+    return int(graph.signature.ranges[str(length)][1]) - 1
+
+
 def _padding(mask: Any) -> Any:
     """Each row's left-padding slots (before its mask's first 1; 0 for a row of none), as transformers'
     generate gives them to its repetition penalty; None without a mask."""
@@ -600,8 +610,7 @@ class Session:
         in one call of the verify step (``capture_lm(..., draft_tokens=)``); the logits (batch, n, vocab)
         of each position, where a decode step per token gives those of the last. Prompt lookup
         decoding writes the last token and the drafted ones, then ``crop``s the drafts the model did
-        not make. The step is of a fixed length: fewer tokens are padded, their slots written and
-        masked after (the cache needs room for the full step)."""
+        not make. One token is the decode step's (its logits (batch, 1, vocab))."""
         import torch
 
         lm = self.lm
@@ -622,19 +631,18 @@ class Session:
                 expected=f"1 to {length} tokens per row (draft_tokens + 1)",
                 found=str(tuple(ids.shape)),
             )
-        lm._room(self.length, length, 0)
+        lm._room(self.length, count, 0)
+        if count == 1:
+            return self.step(ids)[:, None]
         at = self.length
-        if count < length:
-            ids = torch.cat([ids, ids[:, -1:].expand(-1, length - count)], 1)
-        slots = torch.arange(at, at + length, device=ids.device)
-        positions = self.positions[:, None] + torch.arange(length, device=ids.device)
-        self.mask[:, at : at + length] = 1
+        slots = torch.arange(at, at + count, device=ids.device)
+        positions = self.positions[:, None] + torch.arange(count, device=ids.device)
+        self.mask[:, at : at + count] = 1
         with torch.no_grad():
             logits = lm.verify_plan.program.run([ids, positions, slots, self.mask, *self.state])[0]
-        self.mask[:, at + count : at + length] = 0
         self.positions += count
         self.length += count
-        return logits[:, :count]
+        return logits
 
     def crop(self, length: int) -> None:
         """Keep the first ``length`` slots of the conversation (negative: drop that many from its end),
@@ -673,7 +681,7 @@ class LanguageModel:
         self.decode_plan = decode_plan
         # the verify step of prompt lookup decoding: draft_tokens + 1 tokens, the logits of each (None: none)
         self.verify_plan = verify_plan
-        self.draft_tokens = verify_plan.graph.meta(verify_plan.graph.inputs[0]).shape[1] - 1 if verify_plan else 0
+        self.draft_tokens = _drafts(verify_plan) if verify_plan is not None else 0
         self.batch_size = batch_size
         self.max_length = max_length
         self.defaults = defaults or GenerationDefaults()

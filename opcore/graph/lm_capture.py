@@ -90,8 +90,8 @@ def capture_lm(
 
     draft_tokens: the most drafted tokens one step verifies, for prompt lookup decoding
     (``generate(..., prompt_lookup_num_tokens=n)``, n <= draft_tokens; opcore.graph.prompt_lookup): a
-    third plan, the verify step, of draft_tokens + 1 tokens returning the logits of each, holding its
-    runtime's own form of the weights as the other two do. None: the generation config's
+    third plan, the verify step, of 2 to draft_tokens + 1 tokens returning the logits of each, holding
+    its runtime's own form of the weights as the other two do. None: the generation config's
     ``prompt_lookup_num_tokens``, else 0 (no verify step).
 
     The model is captured in eval mode (no dropout) and given back in the mode it was in.
@@ -510,16 +510,79 @@ def _prefill_plan(
     del ranked
     if len(plans) == 1:
         return plans["torch route"]
+    # a route whose logits part from the torch route's on a prompt of varied tokens (a runtime's
+    # lowering wrong for this model) does not compete, however fast
+    wrong = []
+    for label, apart in _apart_from_route(plans, "torch route", lowered, weighing).items():
+        wrong.append(f"{label} dropped: its logits {apart:.1e} from the torch route's (relative)")
+        del plans[label]
+    if len(plans) == 1:
+        chosen = plans["torch route"]
+        chosen.notes.insert(0, "prefill: runs the torch route; " + "; ".join(wrong))
+        return chosen
     times = measure({label: _runner(plan, lowered) for label, plan in plans.items()})
+    measured = ", ".join(f"{label} {seconds * 1e3:.1f} ms" for label, seconds in times.items())
     faster = min(times, key=times.__getitem__)
     chosen = plans[faster]
-    measured = ", ".join(f"{label} {seconds * 1e3:.1f} ms" for label, seconds in times.items())
     chosen.notes.insert(
-        0, f"prefill measured at capture on {lowered.examples[0].shape[1]} tokens: {measured}: runs {faster}"
+        0,
+        f"prefill measured at capture on {lowered.examples[0].shape[1]} tokens: {measured}: runs {faster}"
+        + "".join(f"; {said}" for said in wrong),
     )
     del plans
     gc.collect()
     return chosen
+
+
+def _apart_from_route(
+    plans: dict[str, Plan], route: str, lowered: Lowered, weighing: Weighing | None
+) -> dict[str, float]:
+    """The plans (by label) whose logits are farther from plan ``route``'s than the tolerance, and how
+    far (the largest difference over the route's largest magnitude), each run once on the step's
+    examples with varied token ids (the examples' ids are all 0: every position alike, which an
+    attention that mixes positions wrongly still gets right) and a new cache."""
+    import torch
+
+    ids, *rest = lowered.examples
+    bound = lowered.graph.bounds.get(lowered.graph.inputs[0])
+    high = bound[1] + 1 if bound is not None else 2
+    varied = torch.randint(0, high, ids.shape, generator=torch.Generator().manual_seed(0)).to(ids.device)
+
+    def logits(plan: Plan) -> Any:
+        with torch.no_grad():
+            out = plan.program.run([varied, *rest, *new_state(plan.graph)])[0]
+        return out.detach().float().clone()
+
+    want = logits(plans[route])
+    scale = max(float(want.abs().max()) if want.numel() else 0.0, 1e-6)
+    tolerance = _tolerance(lowered, weighing)
+    far = {}
+    for label, plan in plans.items():
+        if label == route:
+            continue
+        got = logits(plan)
+        apart = float((got - want).abs().max()) / scale if got.shape == want.shape else float("inf")
+        if apart > tolerance:
+            far[label] = apart
+    return far
+
+
+# how far a route's logits may be from the torch route's on the same graph (relative to their
+# scale): float32 computed in another order stays near 1e-6; a quantized or half-precision graph's
+# runtimes round activations their own way (ONNX Runtime's MatMulNBits quantizes them per block).
+# A lowering that is wrong for a model is far beyond either (JetMoE's attention on OpenVINO's
+# dynamic prefill: 0.15-0.72)
+AGREE_FLOAT32 = 1e-3
+AGREE_ROUNDED = 5e-2
+
+
+def _tolerance(lowered: Lowered, weighing: Weighing | None) -> float:
+    """AGREE_FLOAT32 for a float32 graph of float weights, else AGREE_ROUNDED."""
+    from opcore.graph.ir import ValueRef
+
+    out = lowered.graph.outputs[0]
+    dtype = lowered.graph.meta(out.name).dtype if isinstance(out, ValueRef) else None
+    return AGREE_FLOAT32 if weighing is None and dtype == DType.FLOAT32 else AGREE_ROUNDED
 
 
 def _draft_tokens(value: Any, configured: Any, max_length: int) -> int:
@@ -553,20 +616,21 @@ def _verify_plan(
     weighing: Weighing | None,
     copies: bool,
 ) -> Plan:
-    """The verify step's plan (opcore.graph.prompt_lookup): ``drafts`` + 1 tokens in, the logits of
-    each out, exported with a static length (a length of the prompt's dynamic dim would need the
-    logits of a variable number of positions: torch.export guards a slice of the last n to n tokens
-    and more). Planned on ``backends`` (the runtime the decode step chose, where it chose one alone),
-    its partitions by the estimated cost rule: it runs as often as the decode step, on a few rows more."""
+    """The verify step's plan (opcore.graph.prompt_lookup): 2 to ``drafts`` + 1 tokens in (a dynamic
+    length: a short draft costs its own positions), the logits of each out (transformers'
+    ``logits_to_keep=0``; the prompt's step keeps the last position's alone, and a slice of the last
+    n positions from a dynamic length makes torch.export guard the length at n and more). Planned on
+    ``backends`` (the runtime the decode step chose, where it chose one alone), its partitions by the
+    estimated cost rule: it runs as often as the decode step, on a few positions more."""
     from opcore.graph.decoder import CachedDecoder
     from opcore.graph.ir import ValueRef
 
     length = drafts + 1
     cached = isinstance(module, CachedDecoder)
     if cached:
-        module.keep = length
+        module.keep = 0  # transformers' logits_to_keep=0: every position's
     try:
-        exported = _stateful(module, _export_step(module, batch_size, max_length, length, place, static=True))
+        exported = _stateful(module, _export_step(module, batch_size, max_length, length, place, longest=length))
     finally:
         if cached:
             module.keep = 1
@@ -574,9 +638,10 @@ def _verify_plan(
     graph = lowered.graph
     out = graph.outputs[0]
     shape = tuple(graph.meta(out.name).shape) if isinstance(out, ValueRef) else ()
-    if len(shape) != 3 or shape[1] != length:
+    tokens = graph.meta(graph.inputs[0]).shape[1]
+    if len(shape) != 3 or shape[1] != tokens:
         raise CaptureError(
-            f"the verify step of {length} tokens returns logits of shape {shape}: prompt lookup needs the "
+            f"the verify step of {tokens} tokens returns logits of shape {shape}: prompt lookup needs the "
             "logits of every position of the step",
             op=_CAPTURE_LM,
             fix="return logits of shape (batch, tokens, vocab) from the module's forward (docs/generate.md, "
@@ -584,10 +649,50 @@ def _verify_plan(
         )
     read = _read_written(lowered) if splits(place, backends) else lowered
     plan = _plan(read, place, backends, None, True, copies)
+    said = ""
+    if plan.partitions:
+        # the partitions' logits against the torch route's: a runtime's lowering wrong for this model
+        # (as OpenVINO's for JetMoE's attention here) leaves the torch route
+        route = _plan(lowered, place, backends, None, False, copies)
+        far = _apart_from_route({"route": route, "partitions": plan}, "route", lowered, weighing)
+        if far:
+            plan = route
+            said = (
+                f"; its partitions' logits were {far['partitions']:.1e} from the torch route's (relative): "
+                "runs the torch route"
+            )
+        del route
+    if not _causal(plan, lowered):
+        raise CaptureError(
+            f"{type(getattr(module, 'model', module)).__name__}'s step is not causal: the logits of a step's "
+            "first token change with the tokens after it, so drafts verified in one step would change the "
+            "tokens greedy search makes (a BERT-style model without is_decoder=True attends both ways)",
+            op=_CAPTURE_LM,
+            fix="set model.config.is_decoder = True before capture where the model is meant as a decoder, "
+            "or capture_lm(..., draft_tokens=0)",
+        )
     plan.notes.insert(
-        0, f"verify step: {length} tokens a call (the last token and up to {drafts} drafted), the logits of each"
+        0,
+        f"verify step: {length} tokens a call (the last token and up to {drafts} drafted), the logits of each" + said,
     )
     return plan
+
+
+def _causal(plan: Plan, lowered: Lowered) -> bool:
+    """Whether the step's first logits stay the same when the tokens after the first change (two runs
+    of the plan on the examples, each on a new cache): a causal decoder's do, to rounding."""
+    import torch
+
+    ids, *rest = lowered.examples
+    firsts = []
+    for later in (0, 1):
+        changed = ids.clone()
+        changed[:, 1:] = later
+        with torch.no_grad():
+            logits = plan.program.run([changed, *rest, *new_state(plan.graph)])[0]
+        firsts.append(logits[:, 0].float().clone())
+    scale = float(firsts[0].abs().max()) or 1.0
+    return float((firsts[0] - firsts[1]).abs().max()) <= 1e-4 * scale
 
 
 def _runner(plan: Plan, lowered: Lowered) -> Any:
@@ -674,10 +779,10 @@ def _export_step(
     place: Device,
     experts: str | None = None,
     shortest: int = 2,
-    static: bool = False,
+    longest: int | None = None,
 ) -> Exported:
     """The step of ``length`` tokens exported and lowered (see ``_lower_step``); a dynamic one from
-    ``shortest`` tokens up (``static``: of ``length`` tokens only)."""
+    ``shortest`` tokens up to ``longest`` (None: max_length)."""
     from torch.export import Dim
 
     from opcore.graph.aten_export import with_source_lines
@@ -687,8 +792,8 @@ def _export_step(
 
     examples = step_examples(batch_size, max_length, length, str(place))
     dynamic = None
-    if length > 1 and not static:
-        seq = Dim("seq", min=shortest, max=max_length)
+    if length > 1:
+        seq = Dim("seq", min=shortest, max=longest or max_length)
         dynamic = ({1: seq}, {1: seq}, {0: seq}, None)
     started = time.perf_counter()
 
@@ -708,7 +813,7 @@ def _export_step(
                 "as the protocol in docs/generate.md asks"
             )
             raise CaptureError(
-                f"the {'decode' if length == 1 else 'verify' if static else 'prefill'} step could not be exported: "
+                f"the {'decode' if length == 1 else 'verify' if longest else 'prefill'} step could not be exported: "
                 f"{error.args[0]}",
                 op=_CAPTURE_LM,
                 fix=fix,

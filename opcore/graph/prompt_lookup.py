@@ -3,15 +3,15 @@
 transformers' ``generate(..., prompt_lookup_num_tokens=n)`` (its ``PromptLookupCandidateGenerator``
 and ``_assisted_decoding``, batch 1): the last ``max_matching_ngram_size`` (2) tokens of the row,
 then fewer, are looked up in the row itself, first match from the left; the up to ``n`` tokens that
-followed that match are the draft (cut before an eos). One call of the verify step
-(``capture_lm(..., draft_tokens=)``: the last token and the draft in, the logits of each position
-out) scores them all; each position's logits are processed as generate's step at that length would
-process them (the row up to it, drafts included), and the draft is accepted while it agrees with
-the token chosen there (greedy: the argmax; sampling: one draw per position, ``torch.multinomial``
-over all positions at once, as transformers draws them). The first disagreement's chosen token comes
-free: every call makes one token or more. The cache is cropped back to the accepted tokens
-(``Session.crop``). Without a match (or without room in the cache for the verify step) the step is
-generate's own one-token decode step.
+followed that match are the draft (cut before an eos, and to the new tokens and cache slots left).
+One call of the verify step (``capture_lm(..., draft_tokens=)``: the last token and the draft in, 2
+to draft_tokens + 1 of them, the logits of each position out) scores them all; each position's
+logits are processed as generate's step at that length would process them (the row up to it,
+drafts included), and the draft is accepted while it agrees with the token chosen there (greedy:
+the argmax; sampling: one draw per position, ``torch.multinomial`` over all positions at once, as
+transformers draws them). The first disagreement's chosen token comes free: every call makes one
+token or more. The cache is cropped back to the accepted tokens (``Session.crop``). Without a match
+the step is generate's own one-token decode step.
 
 Greedy tokens are those of greedy search (a draft changes how many steps make them, not which), up
 to the rounding of logits computed for several positions at once; the caller's stopping criteria
@@ -108,9 +108,11 @@ def lookup_steps(
     while True:
         drafted: list[int] = []
         budget = max_new_tokens - produced
-        room = chat.length + limit + 1 <= chat.lm.max_length
-        if produced and room and budget > 1:
-            drafted = candidates(history[0].tolist(), min(lookup.num_tokens, limit, budget - 1), lookup.ngram_size, eos)
+        if produced and budget > 1:
+            # the verify step writes the last token and the drafts: as many as the cache has room for
+            room = chat.lm.max_length - chat.length - 1
+            most = min(lookup.num_tokens, limit, budget - 1, room)
+            drafted = candidates(history[0].tolist(), most, lookup.ngram_size, eos) if most > 0 else []
         if drafted:
             with torch.no_grad():
                 last = history[:, -1:]
@@ -128,10 +130,11 @@ def lookup_steps(
                 if record is not None:
                     record.append((scores.clone(), logits[:rows].float().clone()))
             made = picked[:1]
-        for token in made.tolist():
-            history = torch.cat([history, torch.full((batch, 1), token, dtype=torch.long, device=ids.device)], 1)
+        made = made.to(ids.device)
+        history = torch.cat([history, made[None].expand(batch, -1)], 1)
+        for token in made:
             produced += 1
-            yield torch.full((rows,), token, dtype=torch.long, device=ids.device)
+            yield token.expand(rows)
         if eos and int(made[-1]) in eos:
             return
         if stopping and bool(stopped(stopping, history[:rows], record).all()):
@@ -155,26 +158,38 @@ def _accepted(
     record: list[tuple[Any, Any]] | None,
 ) -> Any:
     """The tokens (1-D) a verify call made: the drafts up to the first the model disagrees with, and
-    the token it chose there (or after the last draft), cut at ``budget`` and after an eos."""
+    the token it chose there (or after the last draft), cut at ``budget`` and after an eos. Greedy
+    search processes the positions one at a time and stops at the first disagreement (the later
+    positions' tokens would be dropped); sampling processes all and draws them in one call, as
+    transformers does (so that a generator's draws do not depend on where the drafts end)."""
     import torch
 
     count = verified.shape[1]
     rows_logits = verified[:rows].float()
+    processed: list[Any] = []
     with one_thread(verified):
-        processed = []
-        for i in range(count):
+
+        def scored(i: int) -> Any:
             tokens = torch.cat([history[:rows], draft[:rows, :i]], 1)
-            processed.append(choice.scores(rows_logits[:, i], tokens, produced + i, lead))
-        scores = torch.stack(processed, 1)  # (rows, count, vocab)
-        # one pick over the positions of the first row: its draws in one call, as transformers'
-        chosen = choice.pick(scores[0])
-    agree = (chosen[:-1] == draft[0]).long()
-    matches = int(agree.cumprod(0).sum())
+            return choice.scores(rows_logits[:, i], tokens, produced + i, lead)
+
+        if choice.do_sample:
+            processed = [scored(i) for i in range(count)]
+            chosen = choice.pick(torch.stack(processed, 1)[0]).tolist()
+        else:
+            chosen = []
+            for i in range(count):
+                processed.append(scored(i))
+                chosen.append(int(processed[-1][0].argmax()))
+                if i < count - 1 and chosen[-1] != int(draft[0, i]):
+                    break
+    drafts = draft[0].tolist()
+    matches = next((i for i, token in enumerate(chosen[:-1]) if token != drafts[i]), len(chosen) - 1)
     made = chosen[: matches + 1][:budget]
-    ends = [i for i, token in enumerate(made.tolist()) if token in eos]
+    ends = [i for i, token in enumerate(made) if token in eos]
     if ends:
         made = made[: ends[0] + 1]
     if record is not None:
-        for i in range(made.shape[0]):
-            record.append((scores[:, i].clone(), rows_logits[:, i].clone()))
-    return made
+        for i in range(len(made)):
+            record.append((processed[i].clone(), rows_logits[:, i].clone()))
+    return torch.tensor(made, dtype=torch.long)
