@@ -24,26 +24,19 @@ import argparse
 import functools
 import gc
 import os
-import random
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
 
 import torch
+from _decoder_bench import add_common, check_options, run_models, take_turns, timed
 from _timing import machine_load, table
 from generate import SHAPES, _ints, _quiet_transformers, prompt_ids
 
 DEFAULT_MODELS = ("small", "135m")
-
-
-def timed(call: Callable[[], Any]) -> tuple[float, Any]:
-    started = time.perf_counter()
-    out = call()
-    return time.perf_counter() - started, out
 
 
 def bench_model(name: str, options: argparse.Namespace) -> str:
@@ -66,15 +59,7 @@ def bench_model(name: str, options: argparse.Namespace) -> str:
                 "eager": functools.partial(model.generate, ids, num_beams=beams, **settings),
                 "opcore": functools.partial(lm.generate, ids, num_beams=beams, **settings),
             }
-            with torch.no_grad():
-                outputs = {column: call() for column, call in calls.items()}  # untimed first calls
-                seconds: dict[str, list[float]] = {column: [] for column in calls}
-                order = list(calls)
-                for round_ in range(options.rounds):
-                    random.Random(round_).shuffle(order)
-                    for column in order:
-                        spent, _ = timed(calls[column])
-                        seconds[column].append(spent)
+            outputs, seconds = take_turns(calls, options.rounds)
             eager = statistics.median(seconds["eager"])
             same = "yes" if torch.equal(outputs["opcore"], outputs["eager"]) else "NO"
             for column in calls:
@@ -102,39 +87,19 @@ def bench_model(name: str, options: argparse.Namespace) -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--models", default=",".join(DEFAULT_MODELS), help=f"comma-separated, of {', '.join(SHAPES)}")
+    add_common(parser, DEFAULT_MODELS)
     parser.add_argument("--beams", default="4", help="comma-separated beam counts (default 4)")
     parser.add_argument("--batch", type=int, default=1, help="prompt rows (default 1)")
     parser.add_argument("--prompt", type=int, default=128, help="prompt tokens per row")
     parser.add_argument("--new", type=int, default=64, help="new tokens per sequence")
-    parser.add_argument("--rounds", type=int, default=3, help="timed calls per column (median, min-max)")
-    parser.add_argument("--threads", type=int, default=1, help="torch's and opcore's threads (default 1)")
     options = parser.parse_args(argv)
-    options.models = [name for name in options.models.split(",") if name]
-    unknown = [name for name in options.models if name not in SHAPES]
-    if unknown or not options.models:
-        parser.error(f"--models: unknown {', '.join(unknown) or '(none)'}; expected some of {', '.join(SHAPES)}")
     options.beams = _ints(options.beams, "--beams", parser)
-    for name in ("batch", "prompt", "new", "rounds", "threads"):
-        if getattr(options, name) < 1:
-            parser.error(f"--{name}: expected an integer >= 1")
+    check_options(options, parser, ("batch", "prompt", "new"))
     return options
 
 
 def main(argv: list[str] | None = None) -> int:
-    options = parse_args(argv)
-    import transformers
-
-    torch.set_num_threads(options.threads)  # opcore's runtimes take torch's thread count
-    print(
-        f"{os.cpu_count()} CPUs, torch {torch.__version__}, transformers {transformers.__version__}; "
-        f"medians of {options.rounds} generate calls per column; {machine_load()} before the runs\n",
-        flush=True,
-    )
-    for name in options.models:
-        print(bench_model(name, options), end="\n\n", flush=True)
-        gc.collect()
-    return 0
+    return run_models(parse_args(argv), bench_model)
 
 
 if __name__ == "__main__":

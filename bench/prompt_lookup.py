@@ -30,27 +30,20 @@ import argparse
 import functools
 import gc
 import os
-import random
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
 
 import torch
+from _decoder_bench import add_common, check_options, run_models, take_turns, timed
 from _timing import machine_load, table
 from generate import SHAPES, _quiet_transformers, prompt_ids
 
 DEFAULT_MODELS = ("small", "135m")
 STEP_CALLS = 20
-
-
-def timed(call: Callable[[], Any]) -> tuple[float, Any]:
-    started = time.perf_counter()
-    out = call()
-    return time.perf_counter() - started, out
 
 
 def prompts(vocab: int, length: int) -> dict[str, torch.Tensor]:
@@ -122,15 +115,8 @@ def bench_model(name: str, options: argparse.Namespace) -> str:
                 "opcore": functools.partial(lm.generate, ids, **settings),
                 "opcore, prompt lookup": functools.partial(lm.generate, ids, **settings, **lookup),
             }
+            outputs, seconds = take_turns(calls, options.rounds)
             with torch.no_grad():
-                outputs = {column: call() for column, call in calls.items()}  # untimed first calls
-                seconds: dict[str, list[float]] = {column: [] for column in calls}
-                order = list(calls)
-                for round_ in range(options.rounds):
-                    random.Random(round_).shuffle(order)
-                    for column in order:
-                        spent, _ = timed(calls[column])
-                        seconds[column].append(spent)
                 verifies, steps = counted_calls(calls["opcore, prompt lookup"])
             # the first token is the prompt's; each decode step makes one, each verify call the rest
             per_verify = (options.new - 1 - steps) / verifies if verifies else 0.0
@@ -168,37 +154,17 @@ def bench_model(name: str, options: argparse.Namespace) -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--models", default=",".join(DEFAULT_MODELS), help=f"comma-separated, of {', '.join(SHAPES)}")
+    add_common(parser, DEFAULT_MODELS)
     parser.add_argument("--drafts", type=int, default=10, help="prompt_lookup_num_tokens and draft_tokens (10)")
     parser.add_argument("--prompt", type=int, default=128, help="prompt tokens")
     parser.add_argument("--new", type=int, default=128, help="new tokens")
-    parser.add_argument("--rounds", type=int, default=3, help="timed calls per column (median, min-max)")
-    parser.add_argument("--threads", type=int, default=1, help="torch's and opcore's threads (default 1)")
     options = parser.parse_args(argv)
-    options.models = [name for name in options.models.split(",") if name]
-    unknown = [name for name in options.models if name not in SHAPES]
-    if unknown or not options.models:
-        parser.error(f"--models: unknown {', '.join(unknown) or '(none)'}; expected some of {', '.join(SHAPES)}")
-    for name in ("drafts", "prompt", "new", "rounds", "threads"):
-        if getattr(options, name) < 1:
-            parser.error(f"--{name}: expected an integer >= 1")
+    check_options(options, parser, ("drafts", "prompt", "new"))
     return options
 
 
 def main(argv: list[str] | None = None) -> int:
-    options = parse_args(argv)
-    import transformers
-
-    torch.set_num_threads(options.threads)  # opcore's runtimes take torch's thread count
-    print(
-        f"{os.cpu_count()} CPUs, torch {torch.__version__}, transformers {transformers.__version__}; "
-        f"medians of {options.rounds} generate calls per column; {machine_load()} before the runs\n",
-        flush=True,
-    )
-    for name in options.models:
-        print(bench_model(name, options), end="\n\n", flush=True)
-        gc.collect()
-    return 0
+    return run_models(parse_args(argv), bench_model)
 
 
 if __name__ == "__main__":
