@@ -261,8 +261,9 @@ class CachedDecoder(torch.nn.Module):
         self.model = model
         self.batch_size, self.max_length = batch_size, max_length
         self.keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
-        # the positions whose logits a step returns, the last ones: 1 (prefill, decode); a verify step
-        # of drafted tokens (opcore.graph.prompt_lookup) is exported with all of its own
+        # the positions whose logits a step returns (transformers' logits_to_keep): the last one for the
+        # prompt and the decode step; 0, every position, for the verify step of drafted tokens
+        # (opcore.graph.prompt_lookup)
         self.keep = 1
         # transformers' generate passes position_ids (each row's own count, left padding skipped) only
         # to a forward that names them; one that does not (Whisper's decoder) counts positions from the
