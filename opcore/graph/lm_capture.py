@@ -547,9 +547,14 @@ def _varied(lowered: Lowered) -> tuple[Any, ...]:
     return (varied, *rest)
 
 
+def _runner(plan: Plan, lowered: Lowered) -> Any:
+    """``plan`` run on the step's examples and a new cache (the decode step's timed cases)."""
+    return _Kept(plan, lowered.examples)
+
+
 class _Kept:
     """A plan run on ``feed`` and a new cache, its first logits kept (cloned): a timer's case, and
-    what the check against the torch route reads (run once more where the timer made no call)."""
+    what the checks against the torch route read (run once more where the timer made no call)."""
 
     def __init__(self, plan: Plan, feed: tuple[Any, ...]) -> None:
         self.program, self.feed = plan.program, [*feed, *new_state(plan.graph)]
@@ -690,27 +695,13 @@ def _verify_plan(
 def _causal(plan: Plan, lowered: Lowered) -> bool:
     """Whether the step's first logits stay the same when the tokens after the first change (two runs
     of the plan on the examples, each on a new cache): a causal decoder's do, to rounding."""
-    import torch
-
     ids, *rest = lowered.examples
     firsts = []
     for later in (0, 1):
         changed = ids.clone()
         changed[:, 1:] = later
-        with torch.no_grad():
-            logits = plan.program.run([changed, *rest, *new_state(plan.graph)])[0]
-        firsts.append(logits[:, 0].float().clone())
-    scale = float(firsts[0].abs().max()) or 1.0
-    return float((firsts[0] - firsts[1]).abs().max()) <= 1e-4 * scale
-
-
-def _runner(plan: Plan, lowered: Lowered) -> Any:
-    program, feed = plan.program, [*lowered.examples, *new_state(plan.graph)]
-
-    def run() -> Any:
-        return program.run(feed)
-
-    return run
+        firsts.append(_Kept(plan, (changed, *rest)).logits()[:, 0])
+    return _apart(firsts[1], firsts[0]) <= 1e-4
 
 
 def step_examples(batch_size: int, max_length: int, length: int, device: Any) -> tuple[Any, ...]:
