@@ -384,17 +384,33 @@ def _jetmoe() -> Any:
 
 def test_partitions_whose_logits_part_from_the_torch_route_s_are_not_run():
     """OpenVINO's partitions of JetMoE's attention over a dynamic length give other logits than the
-    torch route (found by this session's sweep; its cause not found): the verify step and a measured
-    prefill check every route against the torch route on varied tokens and run the torch route where
-    they part, saying so. A timer that calls the partitions faster cannot choose them."""
+    torch route (found by the thirty-seventh session's sweep with the pinned OpenVINO; its cause not
+    found): the verify step and a measured prefill check every route against the torch route on
+    varied tokens and run the torch route where they part, saying so. A timer that calls the
+    partitions faster cannot choose them. Whether this OpenVINO parts is measured first (its
+    partitions of the prompt's step, unchecked, against eager): where it computes them right, the
+    check keeps them."""
+    from opcore.graph.partition import compilers
+
+    if "openvino" not in compilers():
+        pytest.skip("the OpenVINO plugin is not installed: no partitions of it to check")
     model = _jetmoe()
+    ids = repeating()
+    unchecked = opcore.graph.capture_lm(
+        model, max_length=48, measure=False, prefill_partitions=True, backends=("openvino", "cpu")
+    )
+    with torch.no_grad():
+        want_first = model(ids).logits[:, -1]
+    parts = float((unchecked.prefill(ids) - want_first).abs().max()) > 1e-3 * float(want_first.abs().max())
     always_partitions = lambda cases: {label: 1.0 if label == "torch route" else 0.001 for label in cases}  # noqa: E731
     lm = opcore.graph.capture_lm(
         model, max_length=48, measure=always_partitions, backends=("openvino", "cpu"), draft_tokens=4
     )
-    assert "from the torch route's (relative): runs the torch route" in lm.verify_plan.notes[0]
-    assert "partitions dropped: its logits" in lm.prefill_plan.notes[0], lm.prefill_plan.notes[0]
-    assert not lm.verify_plan.partitions and not lm.prefill_plan.partitions
-    ids = repeating()
+    if parts:
+        assert "from the torch route's (relative): runs the torch route" in lm.verify_plan.notes[0]
+        assert "partitions dropped: its logits" in lm.prefill_plan.notes[0], lm.prefill_plan.notes[0]
+        assert not lm.verify_plan.partitions and not lm.prefill_plan.partitions
+    else:
+        assert "dropped" not in lm.prefill_plan.notes[0] and lm.prefill_plan.partitions
     want = model.generate(ids, max_new_tokens=16, do_sample=False, eos_token_id=None, pad_token_id=0)
     assert torch.equal(lm.generate(ids, max_new_tokens=16, eos_token_id=[], prompt_lookup_num_tokens=4), want)
