@@ -355,6 +355,11 @@ def _decode_plan(
             module, batch_size, max_length, 1, place, weighing, split, wide, GATHERED if on_host else ONE_TOKEN
         )
     best = _plan(lowered, place, backends, timer, partitions=True)
+    check = _StepCheck(place, backends, weighing)
+    if wrong := check.apart(best, lowered):
+        best = check.reference(lowered)[0]
+        best.notes.insert(0, f"decode step: the ranked plan's partitions dropped ({wrong}): runs the torch route")
+        return best, None
     if backends is not None or compare is None or not on_host:
         return best, None
     from opcore.graph.options import torch_route
@@ -387,6 +392,11 @@ def _decode_plan(
                 continue
             if runs_on is None:
                 same = only_partitions_of(other)
+            if wrong := check.apart(other, step):
+                told.append(f"{name} dropped: {wrong}")
+                del other
+                gc.collect()
+                continue
             try:
                 times = compare({label: _runner(best, lowered), name: _runner(other, step)})
             except OpcoreError as error:  # a runtime whose plan fails on this step's inputs: it does not compete
@@ -403,6 +413,57 @@ def _decode_plan(
             gc.collect()
     best.notes.insert(0, f"decode step measured at capture: {'; '.join(told)}: runs {label}")
     return best, alone
+
+
+class _StepCheck:
+    """The decode step's plans against its nodes run on the kernels (the torch route on the host),
+    one token at position ``AT`` of a cache holding seeded values (a step at the cache's start
+    attends to its own position alone, which a wrong attention still gets right): a runtime whose
+    lowering is wrong for this model does not run, however fast. One reference per lowered form."""
+
+    def __init__(self, place: Device, backends: Sequence[str] | None, weighing: Weighing | None) -> None:
+        self.place, self.backends, self.weighing = place, backends, weighing
+        self.references: dict[int, tuple[Plan, tuple[Any, ...], list[Any], Any]] = {}
+
+    def reference(self, step: Lowered) -> tuple[Plan, tuple[Any, ...], list[Any], Any]:
+        known = self.references.get(id(step))
+        if known is None:
+            route = _plan(step, self.place, self.backends, None, False, copies=False)  # no packed weights held
+            feed, state = _filled(step)
+            known = self.references[id(step)] = (route, feed, state, _Kept(route, feed, state).logits())
+        return known
+
+    def apart(self, plan: Plan, step: Lowered) -> str:
+        """How far ``plan``'s logits part from the reference's ("" where they agree, or it has no partitions)."""
+        if not plan.partitions:
+            return ""
+        _, feed, state, want = self.reference(step)
+        apart = _apart(_Kept(plan, feed, state).logits(), want)
+        if apart <= _tolerance(step, self.weighing):
+            return ""
+        at = int(feed[2][0])
+        return f"its logits {apart:.1e} from the torch route's (relative) at position {at} of a filled cache"
+
+
+# the position of the decode step's check (or the cache's last, if shorter)
+AT = 24
+
+
+def _filled(step: Lowered) -> tuple[tuple[Any, ...], list[Any]]:
+    """The decode step's inputs at position AT (varied ids, the mask over AT + 1 tokens) and a cache
+    holding seeded values of the scale of a model's keys and values."""
+    import torch
+
+    ids, positions, slot, mask = _varied(step)
+    at = min(AT, mask.shape[1] - 1)
+    mask = torch.zeros_like(mask)
+    mask[:, : at + 1] = 1
+    seeded = torch.Generator().manual_seed(1)
+    state = new_state(step.graph)
+    for value in state:
+        if value.is_floating_point():
+            value.copy_(torch.randn(value.shape, generator=seeded).to(value.dtype))
+    return (ids, torch.full_like(positions, at), torch.full_like(slot, at), mask), state
 
 
 def _few_nodes(lowered: Lowered, runtime: str) -> str:
@@ -494,7 +555,14 @@ def _prefill_plan(
     read = _read_written(lowered) if partitions is not False and splits(place, backends) else lowered
     measure = timer or (compare if alone is not None else None)
     if partitions is not None or measure is None or place.type.value != "cpu":
-        return _plan(read if partitions else lowered, place, backends, None, bool(partitions), copies)
+        if not partitions:
+            return _plan(lowered, place, backends, None, False, copies)
+        plan, said = _checked(
+            _plan(read, place, backends, None, True, copies), lowered, place, backends, weighing, copies
+        )
+        if said:
+            plan.notes.insert(0, f"prefill (prefill_partitions=True){said}")
+        return plan
     plans = {"torch route": _plan(lowered, place, backends, None, False, copies)}
     ranked = None
     if timer is not None:  # measuring the model: its ranked partitions compete
@@ -553,11 +621,13 @@ def _runner(plan: Plan, lowered: Lowered) -> Any:
 
 
 class _Kept:
-    """A plan run on ``feed`` and a new cache, its first logits kept (cloned): a timer's case, and
-    what the checks against the torch route read (run once more where the timer made no call)."""
+    """A plan run on ``feed`` and a new cache (or a copy of ``state``), its first logits kept
+    (cloned): a timer's case, and what the checks against the torch route read (run once more where
+    the timer made no call)."""
 
-    def __init__(self, plan: Plan, feed: tuple[Any, ...]) -> None:
-        self.program, self.feed = plan.program, [*feed, *new_state(plan.graph)]
+    def __init__(self, plan: Plan, feed: tuple[Any, ...], state: Sequence[Any] | None = None) -> None:
+        cache = [value.clone() for value in state] if state is not None else new_state(plan.graph)
+        self.program, self.feed = plan.program, [*feed, *cache]
         self.first: Any = None
 
     def __call__(self) -> Any:
@@ -664,18 +734,7 @@ def _verify_plan(
             "'Your own module'), or capture_lm(..., draft_tokens=0)",
         )
     read = _read_written(lowered) if splits(place, backends) else lowered
-    plan = _plan(read, place, backends, None, True, copies)
-    said = ""
-    if plan.partitions:
-        # the partitions' logits against the torch route's: a runtime's lowering wrong for this model
-        # (as OpenVINO's for JetMoE's attention here) leaves the torch route
-        route = _plan(lowered, place, backends, None, False, copies)
-        varied = _varied(lowered)
-        apart = _apart(_Kept(plan, varied).logits(), _Kept(route, varied).logits())
-        if apart > _tolerance(lowered, weighing):
-            plan = route
-            said = f"; its partitions' logits were {apart:.1e} from the torch route's (relative): runs the torch route"
-        del route
+    plan, said = _checked(_plan(read, place, backends, None, True, copies), lowered, place, backends, weighing, copies)
     if not _causal(plan, lowered):
         raise CaptureError(
             f"{type(getattr(module, 'model', module)).__name__}'s step is not causal: the logits of a step's "
@@ -690,6 +749,28 @@ def _verify_plan(
         f"verify step: {length} tokens a call (the last token and up to {drafts} drafted), the logits of each" + said,
     )
     return plan
+
+
+def _checked(
+    plan: Plan,
+    lowered: Lowered,
+    place: Device,
+    backends: Sequence[str] | None,
+    weighing: Weighing | None,
+    copies: bool,
+) -> tuple[Plan, str]:
+    """``plan`` where it has no partitions or their logits agree with the torch route's on a prompt of
+    varied tokens, else the torch route; and what to say of it ("" where ``plan`` stays): a
+    runtime's lowering wrong for this model (OpenVINO's attention at head size 128 over a dynamic
+    length was one: docs/backends/openvino.md) leaves the torch route."""
+    if not plan.partitions:
+        return plan, ""
+    route = _plan(lowered, place, backends, None, False, copies)
+    varied = _varied(lowered)
+    apart = _apart(_Kept(plan, varied).logits(), _Kept(route, varied).logits())
+    if apart <= _tolerance(lowered, weighing):
+        return plan, ""
+    return route, f"; its partitions' logits were {apart:.1e} from the torch route's (relative): runs the torch route"
 
 
 def _causal(plan: Plan, lowered: Lowered) -> bool:

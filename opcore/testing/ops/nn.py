@@ -183,6 +183,14 @@ def sdpa_samples() -> Iterable[Sample]:
         q, k, v = s.tensor((1, 2, 3, 4)), s.tensor((1, 2, 5, 4)), s.tensor((1, 2, 5, 2))
         mask = tensor_of(mask_values, mask_dtype)
         s.add(f"fully-masked-row-{mask_dtype}", q, k, v, attn_mask=mask, note="zeros")
+    # decoders' head sizes (kernels block the head dim by 64 and more) under a bool mask with padded
+    # keys and a fully masked row
+    for head in (64, 128, 256):
+        keep = numpy.ones((12, 20), bool)
+        keep[:, 15:] = False
+        keep[3] = False
+        q, k, v = s.tensor((1, 2, 12, head)), s.tensor((1, 2, 20, head)), s.tensor((1, 2, 20, head))
+        s.add(f"head-{head}-masked-rows", q, k, v, attn_mask=tensor_of(keep, "bool"), note="zeros")
     for scale in (0.0, -1.0, 0.3):
         s.add(f"scale-{scale}", s.tensor((2, 3, 4, 8)), s.tensor((2, 3, 5, 8)), s.tensor((2, 3, 5, 6)), scale=scale)
     for i, (q_shape, k_shape, v_shape) in enumerate(_GQA_SHAPES):

@@ -159,7 +159,11 @@ def build_sdpa(
     # a fully masked row gives zeros, as torch, not NaN
     keep = attn_mask if dtype_of(attn_mask) == BOOL else ops.not_equal(attn_mask, g.const(-numpy.inf, dtype))
     any_kept = ops.reduce_logical_or(keep, g.ints([-1]), True)
-    return ops.select(any_kept, out, g.const(0, dtype))
+    # the rows' flags broadcast over the value's dim first: the CPU plugin (2026.4) fuses a Select
+    # whose flags are (..., L, 1) into its attention subgraph and computes it wrong where the query
+    # length is dynamic and the head size 128, 192 or 256 (JetMoE's prefill: logits 0.15-0.72 off)
+    rows = ops.broadcast(any_kept, ops.concat([g.dims(any_kept, 0, -1), g.dims(out, -1)], 0))
+    return ops.select(rows, out, g.const(0, dtype))
 
 
 def _fix_shape(node: Node, shape: tuple[int, ...]) -> None:
