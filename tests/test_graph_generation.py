@@ -444,7 +444,7 @@ def test_max_length_counts_the_prompt_as_transformers_does(llama):
 
 
 @pytest.mark.parametrize(
-    "option", [{"assistant_model": object()}, {"generation_config": object()}, {"output_attentions": True}]
+    "option", [{"penalty_alpha": 0.6}, {"generation_config": object()}, {"output_attentions": True}]
 )
 def test_an_option_of_transformers_generate_it_does_not_take_is_refused_naming_it(llama, option):
     """Assisted decoding, a GenerationConfig object, attentions: an ArgumentError naming the option
@@ -452,7 +452,10 @@ def test_an_option_of_transformers_generate_it_does_not_take_is_refused_naming_i
     _, lm = llama
     name = next(iter(option))
     for call in (lm.generate, lm.stream):
-        with pytest.raises(ArgumentError, match=rf"(?s){name}.*greedy search, sampling and beam search are what"):
+        with pytest.raises(
+            ArgumentError,
+            match=rf"(?s){name}.*greedy search, sampling, beam search, prompt lookup and assisted generation are",
+        ):
             call(prompt(), max_new_tokens=2, **option)
 
 

@@ -21,6 +21,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from opcore.errors import ArgumentError, ShapeError
+from opcore.graph.assisted import CONFIDENCE as ASSISTANT_CONFIDENCE
+from opcore.graph.assisted import NUM_TOKENS as NUM_ASSISTANT_TOKENS
+from opcore.graph.assisted import Assistant
 from opcore.graph.beam_search import Beams, beam_search
 from opcore.graph.generate_output import GenerateOutput
 from opcore.graph.prompt_lookup import NGRAM_SIZE, Lookup, lookup_steps
@@ -246,8 +249,9 @@ class _Work:
     record: list[tuple[Any, Any]] | None = None
     # the caller's stopping criteria (transformers' stopping_criteria list): (tokens, scores) -> done
     stopping: tuple[Any, ...] = ()
-    # prompt lookup decoding's drafts (None: one token a step)
-    lookup: Lookup | None = None
+    # where the drafts come from: prompt lookup decoding's n-grams, or an assistant model (None: one
+    # token a step)
+    lookup: Lookup | Assistant | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,8 +308,8 @@ TOP_K = 50
 
 
 def _refuse(unsupported: Mapping[str, Any]) -> None:
-    """An ArgumentError for options of transformers' generate that opcore's does not take (assisted
-    decoding, a GenerationConfig object, attentions...), before any work: a TypeError would not say
+    """An ArgumentError for options of transformers' generate that opcore's does not take (contrastive
+    search, a GenerationConfig object, attentions...), before any work: a TypeError would not say
     what to do instead. The options it names are generate's own keywords, read from its signature."""
     if not unsupported:
         return
@@ -324,8 +328,9 @@ def _refuse(unsupported: Mapping[str, Any]) -> None:
         expected=f"generate's options: {', '.join(options)}",
         found=", ".join(f"{name}={unsupported[name]!r}"[:80] for name in names),
         fix=(
-            "greedy search, sampling and beam search are what it does (assisted decoding, contrastive "
-            "search, attentions and hidden states are not: use the model's own generate for those); a "
+            "greedy search, sampling, beam search, prompt lookup and assisted generation are what it does "
+            "(contrastive search, guidance, attentions and hidden states are not: use the model's own "
+            "generate for those); a "
             "GenerationConfig's options go as keywords (do_sample=..., num_beams=...), and a captured model's "
             "generation_config is read already"
         ),
@@ -871,6 +876,9 @@ class LanguageModel:
         prefix_allowed_tokens_fn: Callable[[int, Any], Sequence[int]] | None = None,
         prompt_lookup_num_tokens: int | None = None,
         max_matching_ngram_size: int | None = None,
+        assistant_model: LanguageModel | None = None,
+        num_assistant_tokens: int | None = None,
+        assistant_confidence_threshold: float | None = None,
         **unsupported: Any,
     ) -> Any:
         """The prompt followed by up to ``max_new_tokens`` new tokens per row (batch, prompt + new),
@@ -899,6 +907,11 @@ class LanguageModel:
         prompt lookup decoding (opcore.graph.prompt_lookup; one prompt row, a model captured with
         ``draft_tokens`` at least that many), drafts of up to that many tokens from the row's own
         n-grams of up to ``max_matching_ngram_size`` (2) tokens, each verified in one step.
+        ``assistant_model``: assisted generation (opcore.graph.assisted; a LanguageModel of the same
+        vocabulary, one prompt row, this model captured with ``draft_tokens``): the assistant drafts up
+        to ``num_assistant_tokens`` (20, cut to ``draft_tokens``) tokens a verify call, stopping after
+        one it gives less than ``assistant_confidence_threshold`` (0.4) of its probability; greedy
+        search's tokens, speculative sampling's when sampling.
 
         >>> out = lm.generate(ids, max_new_tokens=32, do_sample=True, top_p=0.9,
         ...                   generator=torch.Generator().manual_seed(0))     # doctest: +SKIP
@@ -915,14 +928,18 @@ class LanguageModel:
                 found=type(streamer).__name__,
                 fix="pass num_beams=1 to stream greedy or sampled tokens",
             )
-        if beams is not None and prompt_lookup_num_tokens is not None:
-            raise ArgumentError(
-                op=_GENERATE,
-                arg="prompt_lookup_num_tokens",
-                expected="no beam search with prompt lookup (transformers' generate refuses both together)",
-                found=f"num_beams={beams.num_beams}",
-                fix="pass num_beams=1, or leave prompt_lookup_num_tokens out",
-            )
+        for name, drafting in (
+            ("prompt_lookup_num_tokens", prompt_lookup_num_tokens),
+            ("assistant_model", assistant_model),
+        ):
+            if beams is not None and drafting is not None:
+                raise ArgumentError(
+                    op=_GENERATE,
+                    arg=name,
+                    expected="no beam search with drafts (transformers' generate refuses both together)",
+                    found=f"num_beams={beams.num_beams}",
+                    fix=f"pass num_beams=1, or leave {name} out",
+                )
         copies = beams.num_beams if beams is not None else self._copies(num_return_sequences, do_sample)
         ids, mask, rows = self._pad_rows(input_ids, attention_mask, copies)
         wanted = self._outputs(return_dict_in_generate, output_scores, output_logits)
@@ -935,7 +952,9 @@ class LanguageModel:
                  exponential_decay_length_penalty=exponential_decay_length_penalty, logits_processor=logits_processor,
                  stopping_criteria=stopping_criteria, prefix_allowed_tokens_fn=prefix_allowed_tokens_fn,
                  stop_strings=stop_strings, tokenizer=tokenizer, prompt_lookup_num_tokens=prompt_lookup_num_tokens,
-                 max_matching_ngram_size=max_matching_ngram_size),
+                 max_matching_ngram_size=max_matching_ngram_size, assistant_model=assistant_model,
+                 num_assistant_tokens=num_assistant_tokens,
+                 assistant_confidence_threshold=assistant_confidence_threshold),
             beams,
         )  # fmt: skip
         if wanted is not None and (wanted.scores or wanted.logits):
@@ -994,6 +1013,9 @@ class LanguageModel:
         prefix_allowed_tokens_fn: Callable[[int, Any], Sequence[int]] | None = None,
         prompt_lookup_num_tokens: int | None = None,
         max_matching_ngram_size: int | None = None,
+        assistant_model: LanguageModel | None = None,
+        num_assistant_tokens: int | None = None,
+        assistant_confidence_threshold: float | None = None,
         **unsupported: Any,
     ) -> Iterator[Any]:
         """The new tokens (batch,) step by step, as ``generate`` makes them (its options, but streamer
@@ -1023,7 +1045,9 @@ class LanguageModel:
                  exponential_decay_length_penalty=exponential_decay_length_penalty, logits_processor=logits_processor,
                  stopping_criteria=stopping_criteria, prefix_allowed_tokens_fn=prefix_allowed_tokens_fn,
                  stop_strings=stop_strings, tokenizer=tokenizer, prompt_lookup_num_tokens=prompt_lookup_num_tokens,
-                 max_matching_ngram_size=max_matching_ngram_size),
+                 max_matching_ngram_size=max_matching_ngram_size, assistant_model=assistant_model,
+                 num_assistant_tokens=num_assistant_tokens,
+                 assistant_confidence_threshold=assistant_confidence_threshold),
         )  # fmt: skip
         return self._loop(work)
 
@@ -1210,10 +1234,98 @@ class LanguageModel:
         stop_strings = _strings(stop, "stop_strings") if stop is not None else self.defaults.stop_strings
         if stop_strings:
             stopping = (_stop_strings_criterion(stop_strings, extra.get("tokenizer"), stop is None), *stopping)
-        lookup = self._lookup(extra.get("prompt_lookup_num_tokens"), extra.get("max_matching_ngram_size"), rows, beams)
+        lookup: Lookup | Assistant | None
+        if extra.get("assistant_model") is not None:
+            lookup = self._assistant(extra, rows)
+        else:
+            lookup = self._lookup(
+                extra.get("prompt_lookup_num_tokens"), extra.get("max_matching_ngram_size"), rows, beams
+            )
         return _Work(
             ids, mask, rows, max_new_tokens, choice, eos, pad, session, max_time, stopping=stopping, lookup=lookup
         )
+
+    def _assistant(self, extra: Mapping[str, Any], rows: int) -> Assistant:
+        """Assisted generation's settings (opcore.graph.assisted), checked: a captured assistant of this
+        vocabulary on this device, one prompt row, a verify step, no prompt lookup beside it."""
+        assistant = extra["assistant_model"]
+        arg = "assistant_model"
+        if not isinstance(assistant, LanguageModel):
+            raise ArgumentError(
+                op=_GENERATE,
+                arg=arg,
+                expected="a LanguageModel (opcore.graph.capture_lm of the smaller model)",
+                found=type(assistant).__name__,
+                fix="assistant = opcore.graph.capture_lm(small_model); lm.generate(..., assistant_model=assistant)",
+            )
+        if extra.get("prompt_lookup_num_tokens") is not None:
+            raise ArgumentError(
+                op=_GENERATE,
+                arg="prompt_lookup_num_tokens",
+                expected="drafts from one source (transformers' generate refuses both together)",
+                found="both prompt_lookup_num_tokens and assistant_model",
+                fix="leave one of them out",
+            )
+        if assistant.vocab_size != self.vocab_size:
+            raise ArgumentError(
+                op=_GENERATE,
+                arg=arg,
+                expected=f"a model of this one's vocabulary ({self.vocab_size} token ids)",
+                found=f"{assistant.vocab_size} token ids",
+                fix="an assistant of the same tokenizer (assistants of another are not supported)",
+            )
+        if str(assistant.decode_plan.device) != str(self.decode_plan.device):
+            raise ArgumentError(
+                op=_GENERATE,
+                arg=arg,
+                expected=f"an assistant on {self.decode_plan.device}, as this model",
+                found=str(assistant.decode_plan.device),
+                fix=f"capture the assistant with capture_lm(..., device={str(self.decode_plan.device)!r})",
+            )
+        count = extra.get("num_assistant_tokens")
+        if count is None:
+            count = min(NUM_ASSISTANT_TOKENS, self.draft_tokens) or NUM_ASSISTANT_TOKENS
+        count = self._drafting("num_assistant_tokens", count, rows, arg)
+        threshold = extra.get("assistant_confidence_threshold", None)
+        threshold = ASSISTANT_CONFIDENCE if threshold is None else threshold
+        if not isinstance(threshold, (int, float)) or isinstance(threshold, bool) or not 0 <= threshold <= 1:
+            raise ArgumentError(
+                op=_GENERATE, arg="assistant_confidence_threshold", expected="a number in [0, 1]", found=repr(threshold)
+            )
+        return Assistant(assistant, count, float(threshold) or None)
+
+    def _drafting(self, name: str, count: Any, rows: int, source: str | None = None) -> int:
+        """``count`` drafts a verify call (the option ``name``), checked: an int >= 1, at most the verify
+        step's drafts, one prompt row (``source``: the option that asks for drafts; ``name`` itself
+        where None)."""
+        source = source or name
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ArgumentError(op=_GENERATE, arg=name, expected="an int >= 1", found=repr(count))
+        if not self.draft_tokens:
+            raise ArgumentError(
+                op=_GENERATE,
+                arg=source,
+                expected="a language model captured with a verify step for the drafts",
+                found=f"{name}={count}, and this one was captured with draft_tokens=0",
+                fix=f"opcore.graph.capture_lm(model, ..., draft_tokens={count})",
+            )
+        if count > self.draft_tokens:
+            raise ArgumentError(
+                op=_GENERATE,
+                arg=name,
+                expected=f"at most {self.draft_tokens}, the drafts the verify step was captured for",
+                found=str(count),
+                fix=f"{name}={self.draft_tokens}, or capture_lm(..., draft_tokens={count})",
+            )
+        if rows != 1:
+            raise ArgumentError(
+                op=_GENERATE,
+                arg=source,
+                expected="one prompt row (and one sequence for it), as transformers' assisted generation",
+                found=f"{rows} rows",
+                fix=f"generate each prompt on its own, or leave {source} out",
+            )
+        return count
 
     def _lookup(self, num_tokens: Any, ngram_size: Any, rows: int, beams: Beams | None) -> Lookup | None:
         """Prompt lookup's settings: the call's ``prompt_lookup_num_tokens`` (checked: one prompt row, a
@@ -1225,39 +1337,12 @@ class LanguageModel:
             if configured is None or not self.draft_tokens or rows != 1 or beams is not None:
                 return None
             num_tokens = min(configured, self.draft_tokens)
-        if not isinstance(num_tokens, int) or isinstance(num_tokens, bool) or num_tokens < 1:
-            raise ArgumentError(
-                op=_GENERATE, arg="prompt_lookup_num_tokens", expected="an int >= 1", found=repr(num_tokens)
-            )
+        num_tokens = self._drafting("prompt_lookup_num_tokens", num_tokens, rows)
         if ngram_size is None:
             ngram_size = self.defaults.max_matching_ngram_size or NGRAM_SIZE
         if not isinstance(ngram_size, int) or isinstance(ngram_size, bool) or ngram_size < 1:
             raise ArgumentError(
                 op=_GENERATE, arg="max_matching_ngram_size", expected="an int >= 1", found=repr(ngram_size)
-            )
-        if not self.draft_tokens:
-            raise ArgumentError(
-                op=_GENERATE,
-                arg="prompt_lookup_num_tokens",
-                expected="a language model captured with a verify step for the drafts",
-                found=f"{num_tokens}, and this one was captured with draft_tokens=0",
-                fix=f"opcore.graph.capture_lm(model, ..., draft_tokens={num_tokens})",
-            )
-        if num_tokens > self.draft_tokens:
-            raise ArgumentError(
-                op=_GENERATE,
-                arg="prompt_lookup_num_tokens",
-                expected=f"at most {self.draft_tokens}, the drafts the verify step was captured for",
-                found=str(num_tokens),
-                fix=f"prompt_lookup_num_tokens={self.draft_tokens}, or capture_lm(..., draft_tokens={num_tokens})",
-            )
-        if rows != 1:
-            raise ArgumentError(
-                op=_GENERATE,
-                arg="prompt_lookup_num_tokens",
-                expected="one prompt row (and one sequence for it), as transformers' assisted generation",
-                found=f"{rows} rows",
-                fix="generate each prompt on its own, or leave prompt_lookup_num_tokens out",
             )
         return Lookup(num_tokens, ngram_size)
 

@@ -76,6 +76,25 @@ def candidates(
     return []
 
 
+class NGramDrafts:
+    """Prompt lookup's drafts: the row's own n-grams (``candidates``)."""
+
+    def __init__(self, lookup: Lookup, eos: tuple[int, ...]) -> None:
+        self.lookup, self.eos = lookup, eos
+
+    def propose(self, history: Any, most: int, produced: int) -> tuple[list[int], Any]:
+        """Up to ``most`` tokens continuing ``history``'s first row (no scores of their own: None)."""
+        return candidates(
+            history[0].tolist(), min(most, self.lookup.num_tokens), self.lookup.ngram_size, self.eos
+        ), None
+
+    def settle(self, agreed: int) -> None:
+        """Nothing to keep in step with."""
+
+    def close(self) -> None:
+        """Nothing held."""
+
+
 def lookup_steps(
     chat: Any,
     ids: Any,
@@ -84,65 +103,76 @@ def lookup_steps(
     max_new_tokens: int,
     choice: Choice,
     eos: tuple[int, ...],
-    lookup: Lookup,
+    lookup: Any,
     lead: Any = None,
     max_time: float | None = None,
     record: list[tuple[Any, Any]] | None = None,
     stopping: tuple[Any, ...] = (),
 ) -> Iterator[Any]:
-    """The new tokens (rows,) one at a time, as generate's loop yields them, made by prompt lookup
-    decoding on session ``chat`` (emptied or continued by the caller) for the prompt ``ids``
-    (captured batch, prompt; the caller's rows first, the rest copies of the first, whose tokens
-    follow its own). ``lead``: each row's left padding (the repetition penalty leaves it out);
+    """The new tokens (rows,) one at a time, as generate's loop yields them, made by drafts verified
+    on session ``chat`` (emptied or continued by the caller) for the prompt ``ids`` (captured batch,
+    prompt; the caller's rows first, the rest copies of the first, whose tokens follow its own):
+    ``lookup`` a ``Lookup`` (prompt lookup decoding) or an ``opcore.graph.assisted.Assistant``
+    (assisted generation). ``lead``: each row's left padding (the repetition penalty leaves it out);
     ``record``: each token's (processed scores, logits) appended where kept."""
     import torch
 
-    started = time.monotonic()  # transformers' MaxTimeCriteria counts from before the prompt
+    from opcore.graph.assisted import Assistant, ModelDrafts
+
     if max_new_tokens == 0:
         return
-    batch = ids.shape[0]
-    limit = chat.lm.draft_tokens
-    history = ids
-    logits = chat.prefill(ids, mask)
-    produced = 0
-    while True:
-        drafted: list[int] = []
-        budget = max_new_tokens - produced
-        if produced and budget > 1:
-            # the verify step writes the last token and the drafts: as many as the cache has room for
-            room = chat.lm.max_length - chat.length - 1
-            most = min(lookup.num_tokens, limit, budget - 1, room)
-            drafted = candidates(history[0].tolist(), most, lookup.ngram_size, eos) if most > 0 else []
-        if drafted:
-            with torch.no_grad():
-                last = history[:, -1:]
-                draft = torch.tensor(drafted, dtype=torch.long, device=ids.device)[None].expand(batch, -1)
-                verified = chat.verify(torch.cat([last, draft], 1))
-            made = _accepted(verified, history, draft, rows, produced, choice, lead, eos, budget, record)
-            # the cache holds the last token and the drafts before the last made token, which is new
-            chat.crop(chat.length - verified.shape[1] + made.shape[0])
-        else:
-            if produced:
-                logits = chat.step(history[:, -1:])
-            with one_thread(logits):
-                scores = choice.scores(logits[:rows], history[:rows], produced, lead)
-                picked = choice.pick(scores)
-                if record is not None:
-                    record.append((scores.clone(), logits[:rows].float().clone()))
-            made = picked[:1]
-        made = made.to(ids.device)
-        history = torch.cat([history, made[None].expand(batch, -1)], 1)
-        for token in made:
-            produced += 1
-            yield token.expand(rows)
-        if eos and int(made[-1]) in eos:
-            return
-        if stopping and bool(stopped(stopping, history[:rows], record).all()):
-            return
-        if produced >= max_new_tokens:
-            return
-        if max_time is not None and time.monotonic() - started > max_time:
-            return
+    drafts = ModelDrafts(lookup, choice, lead, eos, mask) if isinstance(lookup, Assistant) else NGramDrafts(lookup, eos)
+    try:
+        started = time.monotonic()  # transformers' MaxTimeCriteria counts from before the prompt
+        batch = ids.shape[0]
+        limit = chat.lm.draft_tokens
+        history = ids
+        logits = chat.prefill(ids, mask)
+        produced = 0
+        while True:
+            drafted: list[int] = []
+            scored: Any = None
+            budget = max_new_tokens - produced
+            if produced and budget > 1:
+                # the verify step writes the last token and the drafts: as many as the cache has room for
+                room = chat.lm.max_length - chat.length - 1
+                most = min(limit, budget - 1, room)
+                if most > 0:
+                    with torch.no_grad():
+                        drafted, scored = drafts.propose(history, most, produced)
+            if drafted:
+                with torch.no_grad():
+                    last = history[:, -1:]
+                    draft = torch.tensor(drafted, dtype=torch.long, device=ids.device)[None].expand(batch, -1)
+                    verified = chat.verify(torch.cat([last, draft], 1))
+                made = _accepted(verified, history, draft, rows, produced, choice, lead, eos, budget, record, scored)
+                # the cache holds the last token and the drafts before the last made token, which is new
+                chat.crop(chat.length - verified.shape[1] + made.shape[0])
+            else:
+                if produced:
+                    logits = chat.step(history[:, -1:])
+                with one_thread(logits):
+                    scores = choice.scores(logits[:rows], history[:rows], produced, lead)
+                    picked = choice.pick(scores)
+                    if record is not None:
+                        record.append((scores.clone(), logits[:rows].float().clone()))
+                made = picked[:1]
+            made = made.to(ids.device)
+            history = torch.cat([history, made[None].expand(batch, -1)], 1)
+            drafts.settle(history.shape[1] - 1)  # the last made token is in neither cache yet
+            for token in made:
+                produced += 1
+                yield token.expand(rows)
+            if eos and int(made[-1]) in eos:
+                return
+            if stopping and bool(stopped(stopping, history[:rows], record).all()):
+                return
+            if produced >= max_new_tokens:
+                return
+            if max_time is not None and time.monotonic() - started > max_time:
+                return
+    finally:
+        drafts.close()
 
 
 def _accepted(
@@ -156,12 +186,15 @@ def _accepted(
     eos: tuple[int, ...],
     budget: int,
     record: list[tuple[Any, Any]] | None,
+    scored: Any = None,
 ) -> Any:
     """The tokens (1-D) a verify call made: the drafts up to the first the model disagrees with, and
     the token it chose there (or after the last draft), cut at ``budget`` and after an eos. Greedy
     search processes the positions one at a time and stops at the first disagreement (the later
     positions' tokens would be dropped); sampling processes all and draws them in one call, as
-    transformers does (so that a generator's draws do not depend on where the drafts end)."""
+    transformers does (so that a generator's draws do not depend on where the drafts end), or, where
+    the drafts come with the assistant's processed scores (``scored``), keeps them by speculative
+    sampling (opcore.graph.assisted.speculative)."""
     import torch
 
     count = verified.shape[1]
@@ -169,17 +202,22 @@ def _accepted(
     processed: list[Any] = []
     with one_thread(verified):
 
-        def scored(i: int) -> Any:
+        def score(i: int) -> Any:
             tokens = torch.cat([history[:rows], draft[:rows, :i]], 1)
             return choice.scores(rows_logits[:, i], tokens, produced + i, lead)
 
         if choice.do_sample:
-            processed = [scored(i) for i in range(count)]
-            chosen = choice.pick(torch.stack(processed, 1)[0]).tolist()
+            processed = [score(i) for i in range(count)]
+            if scored is not None:
+                from opcore.graph.assisted import speculative
+
+                chosen = speculative(torch.stack(processed, 1)[0], scored, draft[0].tolist(), choice)
+            else:
+                chosen = choice.pick(torch.stack(processed, 1)[0]).tolist()
         else:
             chosen = []
             for i in range(count):
-                processed.append(scored(i))
+                processed.append(score(i))
                 chosen.append(int(processed[-1][0].argmax()))
                 if i < count - 1 and chosen[-1] != int(draft[0, i]):
                     break
