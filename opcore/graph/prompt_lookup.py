@@ -33,9 +33,12 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opcore.graph.sampling import Choice, one_thread, stopped
+
+if TYPE_CHECKING:
+    from opcore.graph.assisted import Assistant
 
 __all__ = ["Lookup", "candidates", "lookup_steps"]
 
@@ -103,7 +106,7 @@ def lookup_steps(
     max_new_tokens: int,
     choice: Choice,
     eos: tuple[int, ...],
-    lookup: Any,
+    lookup: Lookup | Assistant,
     lead: Any = None,
     max_time: float | None = None,
     record: list[tuple[Any, Any]] | None = None,
@@ -117,11 +120,11 @@ def lookup_steps(
     ``record``: each token's (processed scores, logits) appended where kept."""
     import torch
 
-    from opcore.graph.assisted import Assistant, ModelDrafts
+    from opcore.graph.assisted import ModelDrafts
 
     if max_new_tokens == 0:
         return
-    drafts = ModelDrafts(lookup, choice, lead, eos, mask) if isinstance(lookup, Assistant) else NGramDrafts(lookup, eos)
+    drafts = NGramDrafts(lookup, eos) if isinstance(lookup, Lookup) else ModelDrafts(lookup, choice, lead, eos, mask)
     try:
         started = time.monotonic()  # transformers' MaxTimeCriteria counts from before the prompt
         batch = ids.shape[0]
