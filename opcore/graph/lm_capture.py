@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -355,10 +355,17 @@ def _decode_plan(
             module, batch_size, max_length, 1, place, weighing, split, wide, GATHERED if on_host else ONE_TOKEN
         )
     best = _plan(lowered, place, backends, timer, partitions=True)
-    check = _StepCheck(place, backends, weighing)
-    if wrong := check.apart(best, lowered):
-        best = check.reference(lowered)[0]
-        best.notes.insert(0, f"decode step: the ranked plan's partitions dropped ({wrong}): runs the torch route")
+    # each plan with partitions against the torch route at a filled cache (no packed weights held by
+    # the reference: it runs only where the ranked plan parts)
+    check = _Reference(place, backends, weighing, False, _filled)
+    filled = f"at position {min(AT, max_length - 1)} of a filled cache"
+    if (apart := check.parted(best, lowered)) is not None:
+        best = check.route(lowered)
+        best.notes.insert(
+            0,
+            f"decode step: the ranked plan's partitions dropped (its logits {apart:.1e} from the torch route's "
+            f"(relative) {filled}): runs the torch route",
+        )
         return best, None
     if backends is not None or compare is None or not on_host:
         return best, None
@@ -392,8 +399,8 @@ def _decode_plan(
                 continue
             if runs_on is None:
                 same = only_partitions_of(other)
-            if wrong := check.apart(other, step):
-                told.append(f"{name} dropped: {wrong}")
+            if (apart := check.parted(other, step)) is not None:
+                told.append(f"{name} dropped: its logits {apart:.1e} from the torch route's (relative) {filled}")
                 del other
                 gc.collect()
                 continue
@@ -415,43 +422,53 @@ def _decode_plan(
     return best, alone
 
 
-class _StepCheck:
-    """The decode step's plans against its nodes run on the kernels (the torch route on the host),
-    one token at position ``AT`` of a cache holding seeded values (a step at the cache's start
-    attends to its own position alone, which a wrong attention still gets right): a runtime whose
-    lowering is wrong for this model does not run, however fast. One reference per lowered form."""
+class _Reference:
+    """A step's plans against its nodes run on the kernels (the torch route on the host) on one feed
+    (``feed``: the step's inputs and its cache, None for a new one), one route per lowered form:
+    a runtime whose lowering is wrong for this model does not run, however fast. ``copies``: the
+    route's weight copies (opcore.weight_copies), for where it runs in the plan's place."""
 
-    def __init__(self, place: Device, backends: Sequence[str] | None, weighing: Weighing | None) -> None:
-        self.place, self.backends, self.weighing = place, backends, weighing
-        self.references: dict[int, tuple[Plan, tuple[Any, ...], list[Any], Any]] = {}
+    def __init__(
+        self,
+        place: Device,
+        backends: Sequence[str] | None,
+        weighing: Weighing | None,
+        copies: bool,
+        feed: Callable[[Lowered], tuple[tuple[Any, ...], list[Any] | None]],
+    ) -> None:
+        self.place, self.backends, self.weighing, self.copies, self.feed = place, backends, weighing, copies, feed
+        self.references: dict[int, tuple[Plan, tuple[Any, ...], list[Any] | None, Any]] = {}
 
-    def reference(self, step: Lowered) -> tuple[Plan, tuple[Any, ...], list[Any], Any]:
+    def _known(self, step: Lowered) -> tuple[Plan, tuple[Any, ...], list[Any] | None, Any]:
         known = self.references.get(id(step))
         if known is None:
-            route = _plan(step, self.place, self.backends, None, False, copies=False)  # no packed weights held
-            feed, state = _filled(step)
+            route = _plan(step, self.place, self.backends, None, False, self.copies)
+            feed, state = self.feed(step)
             known = self.references[id(step)] = (route, feed, state, _Kept(route, feed, state).logits())
         return known
 
-    def apart(self, plan: Plan, step: Lowered) -> str:
-        """How far ``plan``'s logits part from the reference's ("" where they agree, or it has no partitions)."""
+    def route(self, step: Lowered) -> Plan:
+        """The torch route of ``step``."""
+        return self._known(step)[0]
+
+    def parted(self, plan: Plan, step: Lowered) -> float | None:
+        """How far ``plan``'s logits part from the route's, relative to their scale, where beyond the
+        bound (``_tolerance``); None where they agree or ``plan`` has no partitions."""
         if not plan.partitions:
-            return ""
-        _, feed, state, want = self.reference(step)
+            return None
+        _, feed, state, want = self._known(step)
         apart = _apart(_Kept(plan, feed, state).logits(), want)
-        if apart <= _tolerance(step, self.weighing):
-            return ""
-        at = int(feed[2][0])
-        return f"its logits {apart:.1e} from the torch route's (relative) at position {at} of a filled cache"
+        return apart if apart > _tolerance(step, self.weighing) else None
 
 
 # the position of the decode step's check (or the cache's last, if shorter)
 AT = 24
 
 
-def _filled(step: Lowered) -> tuple[tuple[Any, ...], list[Any]]:
+def _filled(step: Lowered) -> tuple[tuple[Any, ...], list[Any] | None]:
     """The decode step's inputs at position AT (varied ids, the mask over AT + 1 tokens) and a cache
-    holding seeded values of the scale of a model's keys and values."""
+    holding seeded values of the scale of a model's keys and values: a step at the cache's start
+    attends to its own position alone, which a wrong attention still gets right."""
     import torch
 
     ids, positions, slot, mask = _varied(step)
@@ -763,13 +780,11 @@ def _checked(
     varied tokens, else the torch route; and what to say of it ("" where ``plan`` stays): a
     runtime's lowering wrong for this model (OpenVINO's attention at head size 128 over a dynamic
     length was one: docs/backends/openvino.md) leaves the torch route."""
-    if not plan.partitions:
+    check = _Reference(place, backends, weighing, copies, lambda step: (_varied(step), None))
+    apart = check.parted(plan, lowered)
+    if apart is None:
         return plan, ""
-    route = _plan(lowered, place, backends, None, False, copies)
-    varied = _varied(lowered)
-    apart = _apart(_Kept(plan, varied).logits(), _Kept(route, varied).logits())
-    if apart <= _tolerance(lowered, weighing):
-        return plan, ""
+    route = check.route(lowered)
     return route, f"; its partitions' logits were {apart:.1e} from the torch route's (relative): runs the torch route"
 
 
