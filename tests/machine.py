@@ -25,10 +25,12 @@ def needs_backend(name: str) -> None:
 
 def onednn_reason(dtype: str | DType) -> str | None:
     """None where the cpu backend's oneDNN kernels take ``dtype`` here; else the reason its checker gives."""
-    from opcore_cpu.system import onednn_bfloat16_reason
+    from opcore_cpu.system import onednn_bfloat16_reason, onednn_float16_reason
 
     if DType(dtype) is DType.BFLOAT16:
         return onednn_bfloat16_reason()
+    if DType(dtype) is DType.FLOAT16:
+        return onednn_float16_reason()
     return None
 
 

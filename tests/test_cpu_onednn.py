@@ -16,7 +16,7 @@ from opcase import TOLERANCES, rand, reseed  # noqa: E402
 import opcore  # noqa: E402
 from opcore.kernel_records import Costly  # noqa: E402
 from opcore.types import DType, TensorMeta  # noqa: E402
-from opcore_cpu import choice  # noqa: E402
+from opcore_cpu import choice, system  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("error")
 
@@ -46,7 +46,7 @@ def chosen(op, *args, **kwargs):
     return opcore.explain(op, *args, **kwargs).chosen
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("op", LINEAR_OPS)
 def test_fused_linear_matches_the_reference(op, dtype):
     for bias in (True, False):
@@ -128,10 +128,25 @@ def test_checker_declines_what_onednn_cannot_take(shape, bias, reason):
 def test_checker_declines_one_dimensional_weights_and_other_dtypes():
     vector = choice.linear_checker(TensorMeta((4096, 64), DType.FLOAT32), TensorMeta((64,), DType.FLOAT32), None)
     assert "2-D weight" in vector
-    half = choice.linear_checker(TensorMeta((64, 256), DType.FLOAT16), TensorMeta((256, 256), DType.FLOAT16), None)
-    assert "float32 and bfloat16, not float16" in half
-    assert chosen("linear_relu", *inputs(BIG, "float16")) == "cpu/aten"  # no onednn kernel declared for float16
-    assert chosen("linear_relu", *inputs(BIG, "float64")) == "cpu/aten"
+    double = choice.linear_checker(TensorMeta((64, 256), DType.FLOAT64), TensorMeta((256, 256), DType.FLOAT64), None)
+    assert "float32, bfloat16 and float16, not float64" in double
+    assert chosen("linear_relu", *inputs(BIG, "float64")) == "cpu/aten"  # no onednn kernel declared for float64
+
+
+def test_float16_takes_onednn_from_two_rows_where_the_cpu_has_avx512_fp16():
+    w = TensorMeta((256, 256), DType.FLOAT16)
+    one, two = TensorMeta((1, 256), DType.FLOAT16), TensorMeta((2, 256), DType.FLOAT16)
+    reason = onednn_reason("float16")
+    if reason is None:  # AVX512-FP16 or AMX-FP16 here: one row is ATen's GEMV (measured), two are oneDNN's
+        assert choice.linear_checker(two, w, None) is True
+        single = choice.linear_checker(one, w, None)
+        assert isinstance(single, Costly) and single.startswith("1 row (float16): at one row ATen's float16 GEMV")
+        gated = choice.gated_mlp_checker(one, w, w, w)
+        assert isinstance(gated, Costly) and gated == single
+        assert chosen("linear_relu", *inputs((1, 256, 256), "float16")) == "cpu/aten"
+    else:  # declined whatever the size, for the CPU's reason
+        assert choice.linear_checker(two, w, None) == reason == choice.linear_checker(one, w, None)
+        assert reason == system.FLOAT16_NO_FP16 or "keeps oneDNN below AVX512_CORE_FP16" in reason
 
 
 def test_bfloat16_crossover_is_lower():
@@ -150,7 +165,7 @@ def test_bfloat16_crossover_is_lower():
 # --- prepare: packed weights through resolve ---------------------------------------------------
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("op", LINEAR_OPS)
 def test_resolve_with_constant_weights_packs_them(op, dtype):
     x, w, b = inputs(BIG, dtype)
@@ -210,7 +225,7 @@ def gated_inputs(dtype="float32", rows=32, hidden=256, intermediate=512):
     )
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 def test_gated_mlp_fused(dtype):
     args = gated_inputs(dtype)
     check_onednn_choice(opcore.explain("gated_mlp", *args), dtype)

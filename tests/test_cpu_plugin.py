@@ -140,6 +140,39 @@ def test_an_isa_cap_below_avx512_declines_bfloat16(monkeypatch, variable):
     assert system.onednn_bfloat16_reason() is None and choice.linear_checker(x, w, None) is True
 
 
+@pytest.mark.parametrize("value", ["AVX2", "AVX512_CORE_BF16"])
+def test_an_isa_cap_below_avx512_fp16_declines_float16(monkeypatch, value):
+    pytest.importorskip("torch")
+    from opcore_cpu import choice
+
+    for name in system.ISA_CAP_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    uncapped = system.onednn_float16_reason()  # this CPU's own answer
+    x, w = TensorMeta((64, 256), DType.FLOAT16), TensorMeta((256, 256), DType.FLOAT16)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", value)
+    capped = f"ONEDNN_MAX_CPU_ISA={value} keeps oneDNN below AVX512_CORE_FP16"
+    reason = system.onednn_float16_reason()
+    if system.native_float16_flags(system.cpu_flags()):
+        assert reason.startswith(capped) and reason.endswith("unset ONEDNN_MAX_CPU_ISA to use them"), reason
+    else:  # the CPU's reason comes first where it has neither AVX512-FP16 nor AMX-FP16
+        assert reason == uncapped == system.FLOAT16_NO_FP16
+    assert choice.linear_checker(x, w, None) == reason
+    for at_or_above in ("AVX512_CORE_FP16", "avx512_core_amx", "DEFAULT"):
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", at_or_above)
+        assert system.onednn_float16_reason() == uncapped
+    # the cap on a CPU that has AVX512-FP16 (torch's answer and the flags replaced: this one may not)
+    monkeypatch.setattr(system, "_torch_fp16_supported", lambda: True)
+    monkeypatch.setattr(system, "cpu_flags", lambda: frozenset({"avx512f", "avx512_fp16"}))
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", value)
+    assert system.onednn_float16_reason().startswith(capped)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_FP16")
+    assert system.onednn_float16_reason() is None and choice.linear_checker(x, w, None) is True
+    # and on one without it: torch says no, the CPU's reason whatever the cap
+    monkeypatch.setattr(system, "_torch_fp16_supported", lambda: False)
+    monkeypatch.setattr(system, "cpu_flags", lambda: frozenset({"avx512f", "avx512_bf16"}))
+    assert system.onednn_float16_reason() == system.FLOAT16_NO_FP16
+
+
 def test_the_newer_isa_variable_wins(monkeypatch):
     monkeypatch.setenv("DNNL_MAX_CPU_ISA", "AVX512_CORE")
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "SSE41")
@@ -185,12 +218,11 @@ def test_onednn_dtypes_are_the_ones_onednn_takes():
         if dtype in ONEDNN_DTYPES and onednn_reason(dtype) is None:
             assert fused(x, w, None, "relu", [], "").dtype == x.dtype
         elif dtype in ONEDNN_DTYPES:  # declared, and declined by the checker here: oneDNN refuses it
-            with pytest.raises(RuntimeError, match="could not create a primitive descriptor"):
+            message = None if dtype is DType.FLOAT16 else "could not create a primitive descriptor"
+            with pytest.raises(RuntimeError, match=message):
                 fused(x, w, None, "relu", [], "")
         else:
-            with pytest.raises(RuntimeError):  # float64: not a oneDNN type; float16: no AVX512-FP16 here
-                if dtype is DType.FLOAT16 and torch.ops.mkldnn._is_mkldnn_fp16_supported():
-                    pytest.skip("this CPU has native float16: oneDNN could take it (not declared yet)")
+            with pytest.raises(RuntimeError):  # float64: not a oneDNN type
                 fused(x, w, None, "relu", [], "")
 
 

@@ -3,7 +3,8 @@
 The crossovers are the static fallback only: a problem below one is declined as ``Costly`` (oneDNN
 could run it, a constant measured on one machine says ATen is faster), which a measured ranking
 (``opcore.tune``, ``OPCORE_TUNE=1``) on this machine overrides. What oneDNN cannot run at all (a
-bfloat16 GEMM on a CPU without AVX-512, a 1-D weight) is a plain decline.
+bfloat16 GEMM on a CPU without AVX-512, a float16 one without AVX512-FP16 or AMX-FP16, a 1-D weight) is a
+plain decline.
 
 These run at selection time on TensorMeta (never on data; the answer is cached per signature),
 and this module imports no torch, because the plugin hands these functions to the registry at load.
@@ -16,10 +17,11 @@ and this module imports no torch, because the plugin hands these functions to th
 from __future__ import annotations
 
 from opcore.extend import Costly, DType, Layout, TensorMeta
-from opcore_cpu.system import onednn_bfloat16_reason
+from opcore_cpu.system import onednn_bfloat16_reason, onednn_float16_reason
 
 __all__ = [
     "MAX_WQ_FLOAT32_WEIGHT",
+    "MIN_FLOAT16_ROWS",
     "MIN_WORK",
     "conv_checker",
     "gated_mlp_checker",
@@ -43,23 +45,36 @@ __all__ = [
 #             1x128x128     21.0 /  18.7 /  17.4     4x512x512     46.8 /  43.5 /  35.9
 #   -> ATen's bfloat16 linear already runs oneDNN's matmul (plus a relu pass), so past its fixed
 #      cost the fused call does not lose; the tiniest problems stay on ATen.
+#   float16 (a 2-vCPU Xeon with AVX512-FP16 and AMX, no AMX-FP16; Dec 6):
+#             4x64x64       36.9 /  32.9 /  30.9     4x512x512     99.2 /  95.1 /  81.6
+#             2x4096x4096 4125.1 / 4010.0 / 2714.6   1x1024x1024  197.6 / 343.4 / 283.8
+#             1x4096x4096 2333.0 / 4429.6 / 2880.6
+#   -> past the fixed cost the fused call wins from two rows, but at one row ATen's own float16 GEMV
+#      beats oneDNN's, packed or not: one row stays on ATen (MIN_FLOAT16_ROWS).
 # docs/backends/cpu.md has the full tables.
 MIN_WORK: dict[DType, int] = {
     DType.FLOAT32: 1 << 22,
     DType.BFLOAT16: 1 << 15,
+    DType.FLOAT16: 1 << 15,
 }
+MIN_FLOAT16_ROWS = 2
 FIXED_COST_NOTE = "oneDNN's fixed ~20 us cost per call loses to ATen here"
+FLOAT16_GEMV_NOTE = "at one row ATen's float16 GEMV beats oneDNN's (packed or not) here"
 
 
 def _dtype_reason(dtype: DType) -> str | None:
     if dtype is DType.BFLOAT16:
         return onednn_bfloat16_reason()
+    if dtype is DType.FLOAT16:
+        return onednn_float16_reason()
     if dtype not in MIN_WORK:
-        return f"oneDNN's fused kernels here take float32 and bfloat16, not {dtype}"
+        return f"oneDNN's fused kernels take float32, bfloat16 and float16, not {dtype}"
     return None
 
 
-def _work_reason(work: int, dtype: DType, what: str) -> str | None:
+def _work_reason(rows: int, work: int, dtype: DType, what: str) -> str | None:
+    if dtype is DType.FLOAT16 and rows < MIN_FLOAT16_ROWS:
+        return Costly(f"{rows} row ({dtype}): {FLOAT16_GEMV_NOTE}")
     least = MIN_WORK[dtype]
     if work < least:
         return Costly(f"{what} = {work} < {least} ({dtype}): {FIXED_COST_NOTE}")
@@ -88,7 +103,7 @@ def linear_checker(x: TensorMeta, w: TensorMeta, b: TensorMeta | None, *_: objec
     if x.numel == 0 or n == 0:
         return "an empty input or output (nothing for oneDNN to do)"
     m = x.numel // k
-    return _work_reason(m * k * n, x.dtype, "M*K*N") or True
+    return _work_reason(m, m * k * n, x.dtype, "M*K*N") or True
 
 
 def gated_mlp_checker(x: TensorMeta, w_gate: TensorMeta, w_up: TensorMeta, w_down: TensorMeta) -> bool | str:
@@ -102,7 +117,7 @@ def gated_mlp_checker(x: TensorMeta, w_gate: TensorMeta, w_up: TensorMeta, w_dow
     if x.numel == 0 or w_down.shape[0] == 0:
         return "an empty input or output (nothing for oneDNN to do)"
     m = x.numel // hidden
-    return _work_reason(m * hidden * intermediate, x.dtype, "M*hidden*intermediate") or True
+    return _work_reason(m, m * hidden * intermediate, x.dtype, "M*hidden*intermediate") or True
 
 
 # Smallest multiply-add count (N*OC*OH*OW * IC/groups*KH*KW) at which oneDNN's fused convolution
@@ -114,9 +129,12 @@ def gated_mlp_checker(x: TensorMeta, w_gate: TensorMeta, w_up: TensorMeta, w_dow
 #             64ch 28x28 (28.9M): 577.6 / 580.1 / 568.3
 #   bfloat16  32ch 16x16:          73.8 /  78.5 /  54.4    32ch 32x32:        151.5 / 155.7 / 152.1
 #             64ch 28x28:         336.8 / 342.1 / 301.2
+#   float16 (the Xeon above) 4ch 8x8: 84.2 / 95.5 / 53.6   32ch 32x32: 344.9 / 348.3 / 287.3
+#             64ch 28x28:         735.2 / 748.9 / 652.0
 MIN_CONV_WORK: dict[DType, int] = {
     DType.FLOAT32: 1 << 23,
     DType.BFLOAT16: 1 << 23,
+    DType.FLOAT16: 1 << 23,
 }
 
 

@@ -25,7 +25,7 @@ CPU_DIFFERENCES: Mapping[str, frozenset[DType]] = {}
 # every op this backend serves with torch (the built-in ops and this plugin's conv2d_relu/silu)
 CPU_DTYPES: Mapping[str, frozenset[DType]] = torch_dtypes((*BUILTIN_CONTRACTS, *CONTRACTS), CPU_DIFFERENCES)
 
-# oneDNN's fused inner product and convolution: float32 everywhere, bfloat16 with AVX-512 (the
-# checker declines it on older CPUs). float16 needs AVX512-FP16 or AMX-FP16, which the machines
-# this was built on lack, so it is not declared (it would be untested); float64 oneDNN refuses.
-ONEDNN_DTYPES = frozenset({DType.FLOAT32, DType.BFLOAT16})
+# oneDNN's fused inner product and convolution: float32 everywhere, bfloat16 with AVX-512 and float16
+# with AVX512-FP16 or AMX-FP16 (Sapphire Rapids and later; the checkers decline each elsewhere, and
+# ATen's kernels take it); float64 oneDNN refuses.
+ONEDNN_DTYPES = frozenset({DType.FLOAT32, DType.BFLOAT16, DType.FLOAT16})

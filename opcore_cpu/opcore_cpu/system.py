@@ -31,6 +31,7 @@ from opcore.extend import (
 
 __all__ = [
     "BELOW_AVX512",
+    "BELOW_AVX512_FP16",
     "ISA_CAP_VARIABLES",
     "MIN_TORCH",
     "cpu_flags",
@@ -40,7 +41,9 @@ __all__ = [
     "is_available",
     "isa_summary",
     "native_bfloat16_flags",
+    "native_float16_flags",
     "onednn_bfloat16_reason",
+    "onednn_float16_reason",
     "onednn_isa_cap",
     "onednn_version",
 ]
@@ -50,6 +53,9 @@ TORCHKIT_BUILT_FOR = 1  # the opcore.torchkit surface (TORCHKIT_API_VERSION) the
 # /proc/cpuinfo flags that change what oneDNN can do here, in the order the doctor lists them
 ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16")
 BFLOAT16_NO_AVX512 = "this CPU has no AVX-512 (oneDNN's bfloat16 kernels need AVX512BW/VL/DQ or AMX)"
+FLOAT16_NO_FP16 = "this CPU has no AVX512-FP16 or AMX-FP16 (oneDNN's float16 kernels need one of them)"
+# oneDNN ISA caps that keep it below avx512_core_fp16 (the float16 kernels' level)
+BELOW_AVX512_FP16 = BELOW_AVX512 | {"AVX512_CORE", "AVX512_CORE_VNNI", "AVX512_CORE_BF16"}
 
 
 def _torch_version() -> str | None:
@@ -166,17 +172,63 @@ def onednn_bfloat16_reason() -> str | None:
     >>> onednn_bfloat16_reason() in (None, BFLOAT16_NO_AVX512)                    # doctest: +SKIP
     True
     """
-    cap = onednn_cap_below_avx512()
-    if not _torch_bf16_supported() and not (cap is not None and native_bfloat16_flags(cpu_flags())):
-        return BFLOAT16_NO_AVX512
-    # torch 2.13 asks oneDNN, which read the cap when torch loaded (and then says no on an AVX-512 CPU);
-    # older torch asks the CPU: either way the cap is the reason where the CPU has what bfloat16 needs
+    return _native_reason(
+        _torch_bf16_supported(),
+        onednn_cap_below_avx512(),
+        native_bfloat16_flags(cpu_flags()),
+        BFLOAT16_NO_AVX512,
+        "AVX-512 (its bfloat16 kernels need AVX512BW/VL/DQ or AMX)",
+    )
+
+
+def _native_reason(supported: bool, cap: tuple[str, str] | None, native: bool, missing: str, level: str) -> str | None:
+    """None where torch says oneDNN runs the dtype natively and no ISA cap keeps oneDNN below ``level``;
+    else the CPU's reason (``missing``) or the cap's."""
+    if not supported and not (cap is not None and native):
+        return missing
+    # torch 2.13 asks oneDNN, which read the cap when torch loaded (and then says no on a CPU that has
+    # the ISA); older torch asks the CPU: either way the cap is the reason where the CPU has what it needs
     if cap is not None:
-        return (
-            f"{cap[0]}={cap[1]} keeps oneDNN below AVX-512 (its bfloat16 kernels need AVX512BW/VL/DQ or AMX); "
-            f"unset {cap[0]} to use them"
-        )
+        return f"{cap[0]}={cap[1]} keeps oneDNN below {level}; unset {cap[0]} to use them"
     return None
+
+
+@functools.cache
+def _torch_fp16_supported() -> bool:
+    import torch  # asked at selection time, when a torch kernel is about to run anyway
+
+    # torch's own test before it lets oneDNN run float16: AVX512-FP16 or AMX-FP16 (as oneDNN, capped, sees it)
+    return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
+
+
+def onednn_float16_reason() -> str | None:
+    """None where oneDNN's float16 kernels run natively on this machine (AVX512-FP16 or AMX-FP16, as
+    on Sapphire Rapids and later Xeons); otherwise why they do not: the CPU lacks both (torch's own
+    test), or ``ONEDNN_MAX_CPU_ISA`` caps oneDNN below ``AVX512_CORE_FP16``.
+
+    The oneDNN kernels' checkers decline float16 with this reason (ATen's kernels then take it);
+    tests derive their expectations from it (imports torch on first call).
+
+    >>> onednn_float16_reason() in (None, FLOAT16_NO_FP16)                        # doctest: +SKIP
+    True
+    """
+    cap = onednn_isa_cap()
+    return _native_reason(
+        _torch_fp16_supported(),
+        cap if cap is not None and cap[1] in BELOW_AVX512_FP16 else None,
+        native_float16_flags(cpu_flags()),
+        FLOAT16_NO_FP16,
+        "AVX512_CORE_FP16 (its float16 kernels need AVX512-FP16 or AMX-FP16)",
+    )
+
+
+def native_float16_flags(flags: frozenset[str]) -> bool:
+    """Whether these /proc/cpuinfo flags have what oneDNN's float16 kernels need (AVX512-FP16 or AMX-FP16).
+
+    >>> native_float16_flags(frozenset({"avx512f", "avx512_bf16"}))
+    False
+    """
+    return "avx512_fp16" in flags or "amx_fp16" in flags
 
 
 def native_bfloat16_flags(flags: frozenset[str]) -> bool:
