@@ -416,28 +416,56 @@ STEP_OPS = (
 )  # fmt: skip
 
 
-@pytest.fixture
-def wrong_runtime(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """A graph runtime whose lowering is wrong for every model: the tests' numpy partitions (on the
-    reference backend's kernels) with each float output reversed along its last dim."""
+def _altered_runtime(monkeypatch: pytest.MonkeyPatch, alter: Any, ops: tuple[str, ...] = STEP_OPS) -> Any:
+    """The tests' numpy partitions (on the reference backend's kernels), each float output passed
+    through ``alter``, installed as the only graph runtime ("reference")."""
     from test_graph_partitioning import NumpyCompiler, NumpyPartition
 
     from opcore.graph import partition, partitioning
 
-    class Reversed(NumpyPartition):
+    class Altered(NumpyPartition):
         def __call__(self, *inputs: Any) -> tuple[Any, ...]:
-            return tuple(out[..., ::-1].copy() if out.dtype.kind == "f" else out for out in super().__call__(*inputs))
+            return tuple(alter(out) if out.dtype.kind == "f" else out for out in super().__call__(*inputs))
 
-    class ReversedCompiler(NumpyCompiler):
-        def compile(self, spec: Any) -> Reversed:
+    class AlteredCompiler(NumpyCompiler):
+        def compile(self, spec: Any) -> Altered:
             super().compile(spec)
-            return Reversed(spec)
+            return Altered(spec)
 
-    compiler = ReversedCompiler(ops=STEP_OPS)
+    compiler = AlteredCompiler(ops=ops)
     for module in (partition, partitioning):
         monkeypatch.setattr(module, "compilers", lambda: {"reference": compiler})
     monkeypatch.setattr(partitioning, "COST", partitioning.Cost(call_us=0.0, boundary_us=0.0))
     return compiler
+
+
+@pytest.fixture
+def wrong_runtime(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A graph runtime whose lowering is wrong for every model: each float output reversed along its last dim."""
+    return _altered_runtime(monkeypatch, lambda out: out[..., ::-1].copy())
+
+
+@pytest.mark.parametrize(("off", "dropped"), [(0.08, False), (0.3, True)])
+def test_a_quantized_step_s_runtime_may_round_its_own_way_but_not_part(monkeypatch, off, dropped):
+    """A quantized graph's runtimes round activations their own way (ONNX Runtime's int8 MatMulNBits
+    was 5.1e-2 of the logits' scale from the torch route at the Qwen2-0.5B shape's decode step, and a
+    bound of 5e-2 dropped its faster plan): outputs scaled by 1.08 stay within the quantized bound
+    (further than 5e-2 off), by 1.3 they part."""
+    from opcore.graph import lm_capture
+
+    ops = (*STEP_OPS, "linear_wq", "embedding_wq")
+    runtime = _altered_runtime(monkeypatch, lambda out: out * (1 + off), ops)
+    distances: list[float] = []
+    apart = lm_capture._apart
+    monkeypatch.setattr(lm_capture, "_apart", lambda got, want: distances.append(apart(got, want)) or distances[-1])
+    model: Any = build("llama")
+    lm = opcore.graph.capture_lm(model, max_length=48, measure=False, backends=("reference", "cpu"), weights="int8")
+    assert runtime.compiled and distances, "no partition was compiled: nothing was checked"
+    note = lm.decode_plan.notes[0]
+    assert note.startswith("decode step: the ranked plan's partitions dropped (its logits ") is dropped, note
+    assert bool(lm.decode_plan.partitions) is not dropped
+    if not dropped:  # kept, though further off than the bound of 5e-2 that dropped ONNX Runtime's plan
+        assert 0.06 < max(distances) < lm_capture.AGREE_ROUNDED, distances
 
 
 def test_partitions_whose_logits_part_from_the_torch_route_s_are_not_run(wrong_runtime: Any):

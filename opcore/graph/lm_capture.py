@@ -672,11 +672,14 @@ def _apart(got: Any, want: Any) -> float:
 
 # how far a route's logits may be from the torch route's on the same graph (relative to their
 # scale): float32 computed in another order stays near 1e-6; a quantized or half-precision graph's
-# runtimes round activations their own way (ONNX Runtime's MatMulNBits quantizes them per block).
-# A lowering that is wrong for a model is far beyond either (JetMoE's attention on OpenVINO's
-# dynamic prefill: 0.15-0.72)
+# runtimes round activations their own way, an error that grows with depth: ONNX Runtime's
+# MatMulNBits (accuracy level 4) quantizes x per block, 5.1e-2 from the torch route's logits at the
+# Qwen2-0.5B shape's decode step in int8 (24 layers; its root-mean-square error as large: a spread,
+# not one outlier), which a bound of 5e-2 dropped on an AMX Xeon. A lowering that is wrong for a model
+# is far beyond either (JetMoE's attention on OpenVINO's dynamic prefill: 0.15-0.72 in float32; the
+# CPU plugin's attention bug behind it: 1.4 and more)
 AGREE_FLOAT32 = 1e-3
-AGREE_ROUNDED = 5e-2
+AGREE_ROUNDED = 0.15
 
 
 def _tolerance(lowered: Lowered, weighing: Weighing | None) -> float:
