@@ -418,6 +418,46 @@ def test_each_row_stops_at_its_eos_and_is_padded_after():
     assert got[0, 6 + 2] == eos and bool((got[0, 6 + 3 :] == VOCAB - 1).all())
 
 
+@pytest.mark.parametrize("backends", [None, ("cpu",)], ids=["ranked", "torch route"])
+def test_a_pad_id_outside_the_vocabulary_pads_the_output_and_is_never_fed(backends):
+    """-100 (a loss's ignore index) or the vocabulary's size as pad_token_id: a finished row's output is
+    that pad, the model is fed an id it has meanwhile (transformers' own generate feeds the pad to its
+    embedding and raises IndexError; a runtime's gather may read past its table), and the other row
+    makes what it makes with an in-vocabulary pad, which equals transformers'."""
+    model = build("llama")
+    lm = opcore.graph.capture_lm(model, max_length=40, batch_size=2, measure=False, backends=backends)
+    ids = torch.cat([prompt(length=6, seed=5), prompt(length=6, seed=6)])
+    free = lm.generate(ids, max_new_tokens=8, eos_token_id=[])
+    eos = int(free[0, 6 + 1])  # row 0 ends at its second new token
+    want = model.generate(ids, max_new_tokens=8, do_sample=False, eos_token_id=eos, pad_token_id=VOCAB - 1)
+    for pad in (-100, VOCAB):
+        got = lm.generate(ids, max_new_tokens=8, eos_token_id=eos, pad_token_id=pad)
+        assert bool((got[0, 6 + 2 :] == pad).all())
+        assert torch.equal(got.masked_fill(got == pad, VOCAB - 1), want)
+
+
+def test_options_of_the_wrong_kind_are_refused_before_any_work(llama):
+    """A generator that is not a torch.Generator, eos or pad ids that are not ints: an ArgumentError
+    naming the option, raised before the prompt runs (not torch's TypeError from a draw mid-way)."""
+    _, lm = llama
+    session = lm.session()
+    cases = [
+        ({"do_sample": True, "generator": 5}, r"'generator' expected a torch.Generator"),
+        ({"eos_token_id": "a"}, r"'eos_token_id' expected a token id \(int\) or a list of them"),
+        ({"eos_token_id": [1, 2.5]}, r"'eos_token_id'"),
+        ({"eos_token_id": True}, r"'eos_token_id'"),
+        ({"pad_token_id": "x"}, r"'pad_token_id' expected a token id"),
+    ]
+    for options, message in cases:
+        with pytest.raises(ArgumentError, match=message):
+            lm.generate(prompt(), max_new_tokens=3, session=session, **options)
+        assert session.length == 0
+    ids = prompt()
+    plain = lm.generate(ids, max_new_tokens=3, eos_token_id=[])
+    as_tensor = lm.generate(ids, max_new_tokens=3, eos_token_id=torch.tensor([VOCAB + 7]), pad_token_id=torch.tensor(0))
+    assert torch.equal(plain, as_tensor)
+
+
 def test_min_new_tokens_holds_eos_back(llama):
     _, lm = llama
     ids = prompt()

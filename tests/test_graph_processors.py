@@ -65,6 +65,21 @@ _ALONE: dict[str, tuple[dict[str, Any], Any]] = {
 }
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_greedy_picks_what_argmax_picks_on_ties_infinities_and_nan(dtype):
+    """Greedy search's token is transformers' ``argmax``: the first of tied maxima, the first NaN, the
+    first +inf, 0 for a row of -inf (rows of few distinct values, so ties are everywhere)."""
+    generator = torch.Generator().manual_seed(0)
+    scores = torch.randint(-3, 3, (64, 300), generator=generator).to(dtype)
+    scores[1, 7] = scores[1, 250] = float("nan")
+    scores[2] = -float("inf")
+    scores[3, 5] = scores[3, 9] = float("inf")
+    scores[4, :] = 2
+    got = Choice().pick(scores)
+    assert torch.equal(got, scores.argmax(dim=-1))
+    assert got[:5].tolist() == [int(scores[0].argmax()), 7, 0, 5, 0]
+
+
 @pytest.mark.parametrize("name", sorted(_ALONE))
 def test_each_processor_computes_what_transformers_class_does(name):
     options, theirs = _ALONE[name]

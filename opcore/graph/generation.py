@@ -511,6 +511,56 @@ def _ids(value: Any) -> tuple[int, ...]:
     return tuple(int(v) for v in value)
 
 
+def _integer(value: Any) -> int | None:
+    """``value`` as an int where it is one (a Python or numpy int, a one-element integer tensor:
+    ``operator.index``); None where it is not (a bool, a float, a string)."""
+    import operator
+
+    if isinstance(value, bool) or str(getattr(value, "dtype", "")) == "torch.bool":
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
+def _check_generator(generator: Any, device: Any, sampling: bool) -> None:
+    """A call's ``generator``: a ``torch.Generator``, on the model's device type where it draws."""
+    import torch
+
+    if not isinstance(generator, torch.Generator):
+        raise ArgumentError(
+            op=_GENERATE,
+            arg="generator",
+            expected="a torch.Generator (or None: torch's global one)",
+            found=type(generator).__name__,
+            fix="generator=torch.Generator().manual_seed(0)",
+        )
+    where = getattr(getattr(device, "type", None), "value", str(device))
+    if sampling and generator.device.type != where:
+        raise ArgumentError(
+            op=_GENERATE,
+            arg="generator",
+            expected=f"a generator on {where}, where the model's logits are drawn from",
+            found=f"a generator on {generator.device.type}",
+            fix=f"generator=torch.Generator(device={where!r}).manual_seed(0)",
+        )
+
+
+def _call_ids(value: Any, arg: str) -> tuple[int, ...]:
+    """A call's ``eos_token_id``: an int, or a list (or tensor) of them (empty: none), as transformers
+    takes it; an ArgumentError for anything else."""
+    single = _integer(value)
+    if single is not None:
+        return (single,)
+    items = value.reshape(-1).tolist() if hasattr(value, "reshape") and hasattr(value, "tolist") else value
+    if isinstance(items, Sequence) and not isinstance(items, (str, bytes)):
+        ids = [_integer(item) for item in items]
+        if all(i is not None for i in ids):
+            return tuple(i for i in ids if i is not None)
+    raise ArgumentError(op=_GENERATE, arg=arg, expected="a token id (int) or a list of them", found=repr(value)[:120])
+
+
 class Session:
     """One conversation: its own KV cache and positions. Sessions of one model never see each
     other's state; ``reset()`` starts the conversation again (the cache is reused, not zeroed: what
@@ -1197,10 +1247,17 @@ class LanguageModel:
             if least is None and self.defaults.min_length is not None:
                 least = max(self.defaults.min_length - ids.shape[1], 0)
             min_new_tokens = least or 0
-        eos = _ids(eos_token_id) if eos_token_id is not None else self.defaults.eos_token_ids
-        pad = pad_token_id if pad_token_id is not None else self.defaults.pad_token_id
+        eos = _call_ids(eos_token_id, "eos_token_id") if eos_token_id is not None else self.defaults.eos_token_ids
+        pad = _integer(pad_token_id) if pad_token_id is not None else self.defaults.pad_token_id
+        if pad_token_id is not None and pad is None:
+            raise ArgumentError(
+                op=_GENERATE, arg="pad_token_id", expected="a token id (int)", found=repr(pad_token_id)[:120]
+            )
         if pad is None:
             pad = eos[0] if eos else 0
+        if generator is not None:
+            sampling = do_sample if do_sample is not None else self.defaults.do_sample
+            _check_generator(generator, self.decode_plan.device, bool(sampling))
         sampled: dict[str, Any] = dict(
             temperature=temperature if temperature is not None else self.defaults.temperature,
             top_k=top_k if top_k is not None else self.defaults.top_k if self.defaults.top_k is not None else TOP_K,
@@ -1492,6 +1549,11 @@ class LanguageModel:
         unfinished = torch.ones(ids.shape[0], dtype=torch.bool, device=ids.device)
         eos_ids = torch.tensor(eos, dtype=torch.long, device=ids.device) if eos else None
         padding = torch.full((ids.shape[0],), pad, dtype=torch.long, device=ids.device)
+        # a finished row is fed its pad while the others go on, as transformers' generate does; a pad
+        # outside the vocabulary (-100, a vocabulary's size), which its embedding refuses there and a
+        # runtime's gather may read past, is fed as id 0 (the row's output is the pad; what the row
+        # computes from then on is never read)
+        outside = pad < 0 or (self.vocab_size is not None and pad >= self.vocab_size)
         for step in range(max_new_tokens):
             with one_thread(logits):
                 # the caller's rows alone: sampling draws for them as model.generate of those rows does,
@@ -1521,7 +1583,7 @@ class LanguageModel:
             if max_time is not None and time.monotonic() - started > max_time:
                 return
             if step + 1 < max_new_tokens:
-                logits = chat.step(chosen[:, None])
+                logits = chat.step((chosen.masked_fill(chosen == pad, 0) if outside else chosen)[:, None])
 
     # --- explain, save -------------------------------------------------------------------------
 
