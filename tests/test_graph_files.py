@@ -122,6 +122,41 @@ def test_other_schema_version_is_refused(saved, tmp_path):
     assert isinstance(info.value, opcore.OpcoreError)
 
 
+def test_a_weights_file_cut_short_or_damaged_is_a_plan_file_error(saved, tmp_path):
+    """A copy that did not finish (the header whole, the data cut), bytes added after the data, or
+    bytes changed in the header: a PlanFileError naming the file, not safetensors' own exception."""
+    import shutil
+
+    folder, _, _, _ = saved
+    cut = tmp_path / "cut.plan"
+    shutil.copytree(folder, cut)
+    weights = cut / "weights.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) - 64])
+    with pytest.raises(PlanFileError, match=r"weights.safetensors holds \d+ bytes where its header describes \d+"):
+        opcore.graph.load(cut)
+    longer = tmp_path / "longer.plan"
+    shutil.copytree(folder, longer)
+    (longer / "weights.safetensors").write_bytes(data + bytes(64))  # safetensors refuses what no header covers
+    with pytest.raises(PlanFileError, match="weights.safetensors is not a readable safetensors.*not fully covered"):
+        opcore.graph.load(longer)
+    damaged = tmp_path / "damaged.plan"
+    shutil.copytree(folder, damaged)
+    (damaged / "weights.safetensors").write_bytes(data[:8] + b"[" + data[9:])
+    with pytest.raises(PlanFileError, match="weights.safetensors is not a readable safetensors file"):
+        opcore.graph.load(damaged)
+
+
+def test_saving_where_a_folder_cannot_be_is_a_plan_file_error(saved, tmp_path):
+    """A file at the path: a PlanFileError naming it, and the file left as it was."""
+    _, plan, _, _ = saved
+    taken = tmp_path / "taken"
+    taken.write_text("mine")
+    with pytest.raises(PlanFileError, match=r"Plan.save\(\): cannot write a folder at .*taken"):
+        plan.save(taken)
+    assert taken.read_text() == "mine"
+
+
 def test_fingerprint_mismatch_is_said(saved, tmp_path):
     folder, _, x, model = saved
 

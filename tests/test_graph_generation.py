@@ -437,8 +437,9 @@ def test_a_pad_id_outside_the_vocabulary_pads_the_output_and_is_never_fed(backen
 
 
 def test_options_of_the_wrong_kind_are_refused_before_any_work(llama):
-    """A generator that is not a torch.Generator, eos or pad ids that are not ints: an ArgumentError
-    naming the option, raised before the prompt runs (not torch's TypeError from a draw mid-way)."""
+    """A generator that is not a torch.Generator, eos or pad ids that are not ints, a session that is
+    not one of this model's: an ArgumentError naming the option, raised before the prompt runs (not
+    torch's TypeError from a draw mid-way, nor another model's cache run on this one's weights)."""
     _, lm = llama
     session = lm.session()
     cases = [
@@ -452,6 +453,12 @@ def test_options_of_the_wrong_kind_are_refused_before_any_work(llama):
         with pytest.raises(ArgumentError, match=message):
             lm.generate(prompt(), max_new_tokens=3, session=session, **options)
         assert session.length == 0
+    with pytest.raises(ArgumentError, match=r"'session' expected a session of this model.*found str"):
+        lm.generate(prompt(), max_new_tokens=3, session="chat")
+    other = opcore.graph.capture_lm(build("llama", seed=3), max_length=48, measure=False).session()
+    with pytest.raises(ArgumentError, match="found a session of another model"):
+        lm.generate(prompt(), max_new_tokens=3, session=other)
+    assert other.length == 0
     ids = prompt()
     plain = lm.generate(ids, max_new_tokens=3, eos_token_id=[])
     as_tensor = lm.generate(ids, max_new_tokens=3, eos_token_id=torch.tensor([VOCAB + 7]), pad_token_id=torch.tensor(0))
@@ -917,6 +924,16 @@ def test_bad_ids_are_refused_with_the_argument_named(llama):
 
 def test_saved_model_generates_the_same_in_a_fresh_process(llama, tmp_path):
     assert_generates_the_same_in_a_fresh_process(llama[1], tmp_path)
+
+
+def test_saving_onto_a_file_is_a_plan_file_error_and_leaves_it(llama, tmp_path):
+    from opcore.graph.errors import PlanFileError
+
+    taken = tmp_path / "chat.lm"
+    taken.write_text("mine")
+    with pytest.raises(PlanFileError, match=r"LanguageModel.save\(\): cannot write a folder at .*chat.lm"):
+        llama[1].save(taken)
+    assert taken.read_text() == "mine"
 
 
 def assert_generates_the_same_in_a_fresh_process(lm: opcore.graph.LanguageModel, tmp_path: Any) -> None:

@@ -43,6 +43,7 @@ __all__ = [
     "fingerprint",
     "fingerprint_changes",
     "graph_from",
+    "made_folder",
     "plan_options",
     "read_document",
     "save",
@@ -176,13 +177,27 @@ def fingerprint_changes(saved: Mapping[str, Any], device: str) -> list[str]:
 # --- save -----------------------------------------------------------------------------------
 
 
+def made_folder(path: Any, op: str) -> pathlib.Path:
+    """The folder ``path`` (made, with its parents, where missing) a save writes into; a PlanFileError
+    naming it where it cannot be (a file there, no permission), before anything is written."""
+    folder = pathlib.Path(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise PlanFileError(
+            f"cannot write a folder at {folder}: {error.strerror or error}",
+            op=op,
+            fix="pass the path of a folder (new, or one a save wrote before) where you may write",
+        ) from error
+    return folder
+
+
 def save(plan: Any, path: Any, *, weights: SharedWeights | None = None) -> pathlib.Path:
     """Write ``plan`` to folder ``path``; ``weights``: a weights file already written for it (a
     language model's plans share one), linked into the folder instead of written again."""
     from opcore.partition_protocol import saving_weights
 
-    folder = pathlib.Path(path)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = made_folder(path, "Plan.save")
     graph: Graph = plan.graph
     if weights is None:
         table = weight_table([plan])

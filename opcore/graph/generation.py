@@ -1212,6 +1212,14 @@ class LanguageModel:
     ) -> _Work:
         """The call's options resolved (each the generation config's where the call leaves it None) and
         checked, before any work."""
+        if session is not None and (not isinstance(session, Session) or session.lm is not self):
+            raise ArgumentError(
+                op=_GENERATE,
+                arg="session",
+                expected="a session of this model (lm.session())",
+                found=type(session).__name__ if not isinstance(session, Session) else "a session of another model",
+                fix="session = lm.session() of the model you call generate on (or leave session out)",
+            )
         ids = self._rows(ids, "input_ids")
         extra = more or {}
         processing = self._processing(extra, do_sample if do_sample is not None else self.defaults.do_sample)

@@ -24,6 +24,7 @@ import json
 import pathlib
 from typing import Any
 
+from opcore.graph.files import made_folder
 from opcore.graph.files import save as save_plan
 from opcore.graph.weights_file import WEIGHTS_FILE, SharedWeights, weight_table, write
 
@@ -39,7 +40,7 @@ def is_lm_folder(path: Any) -> bool:
 
 
 def save(lm: Any, path: Any) -> pathlib.Path:
-    folder = pathlib.Path(path)
+    folder = made_folder(path, "LanguageModel.save")
     plans = {"decode": lm.decode_plan, **({"prefill": lm.prefill_plan} if lm.prefill_plan is not None else {})}
     if lm.verify_plan is not None:
         plans["verify"] = lm.verify_plan

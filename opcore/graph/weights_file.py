@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from opcore.errors import OpcoreError
 from opcore.graph.errors import PlanFileError
 from opcore.partition_protocol import SavedBytes
 
@@ -107,16 +108,29 @@ def header(path: pathlib.Path) -> dict[str, dict[str, Any]]:
     except (OSError, ValueError) as error:
         raise PlanFileError(f"{path} is not a readable safetensors file: {error}", op=_LOAD) from error
     start = 8 + size
-    return {
-        key: {
-            "dtype": entry["dtype"],
-            "shape": tuple(entry["shape"]),
-            "offset": start + entry["data_offsets"][0],
-            "length": entry["data_offsets"][1] - entry["data_offsets"][0],
+    try:
+        entries = {
+            key: {
+                "dtype": entry["dtype"],
+                "shape": tuple(entry["shape"]),
+                "offset": start + entry["data_offsets"][0],
+                "length": entry["data_offsets"][1] - entry["data_offsets"][0],
+            }
+            for key, entry in document.items()
+            if key != "__metadata__"
         }
-        for key, entry in document.items()
-        if key != "__metadata__"
-    }
+    except (AttributeError, KeyError, TypeError, IndexError) as error:
+        raise PlanFileError(f"{path} is not a readable safetensors file: its header is not one", op=_LOAD) from error
+    described = max((entry["offset"] + entry["length"] for entry in entries.values()), default=start)
+    held = os.path.getsize(path)
+    if held < described:
+        raise PlanFileError(
+            f"{path} holds {held} bytes where its header describes {described}: the file is cut short "
+            "(a copy or a save that did not finish)",
+            op=_LOAD,
+            fix="save the plan again, or copy the whole folder",
+        )
+    return entries
 
 
 def places(
@@ -176,16 +190,21 @@ def read(
     found: dict[str, Any] = {}
     by_key: dict[str, Any] = {}
     host = "cpu" if device.startswith("cuda") else device  # read on the host, then moved
-    with safe_open(str(path), framework="pt", device=host) as file:
-        for name in names:
-            key = keys.get(name, name)
-            held = shared.get(sources.get(name) or "")
-            entry = entries[key]
-            if held is not None and tuple(held.shape) == entry["shape"]:
-                if _DTYPES.get(str(held.dtype).removeprefix("torch.")) == entry["dtype"]:
-                    found[name] = held
-                    continue
-            if key not in by_key:
-                by_key[key] = file.get_tensor(key).to(device)
-            found[name] = by_key[key]
+    try:
+        with safe_open(str(path), framework="pt", device=host) as file:
+            for name in names:
+                key = keys.get(name, name)
+                held = shared.get(sources.get(name) or "")
+                entry = entries[key]
+                if held is not None and tuple(held.shape) == entry["shape"]:
+                    if _DTYPES.get(str(held.dtype).removeprefix("torch.")) == entry["dtype"]:
+                        found[name] = held
+                        continue
+                if key not in by_key:
+                    by_key[key] = file.get_tensor(key).to(device)
+                found[name] = by_key[key]
+    except OpcoreError:
+        raise
+    except Exception as error:  # safetensors' SafetensorError (a damaged header or data), an OSError
+        raise PlanFileError(f"{path} is not a readable safetensors file: {error}", op=_LOAD) from error
     return found
