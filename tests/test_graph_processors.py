@@ -233,6 +233,33 @@ def test_bad_options_are_refused_naming_them_before_any_work(padded_llama, optio
         lm.generate(prompt(), max_new_tokens=4, **option)
 
 
+def _first_five(tokens, scores):
+    return scores[:, :5]
+
+
+@pytest.mark.parametrize(
+    "option, match",
+    [
+        (dict(logits_processor=[lambda tokens, scores: scores, _first_five]), r"processor 1 \(_first_five\) returned"),
+        (dict(logits_processor=[lambda tokens, scores: None]), r"shape they were given, \(2, 500\).*returned NoneType"),
+        (dict(stopping_criteria=[lambda tokens, scores: "yes"]), r"bool tensor of one per row \(2,\).*returned str"),
+        (dict(stopping_criteria=[lambda tokens, scores: torch.zeros(3, dtype=torch.bool)]), r"Tensor of shape \(3,\)"),
+        (dict(stopping_criteria=[lambda tokens, scores: torch.zeros(2)]), r"\(torch.float32\)"),
+    ],
+)
+def test_a_processor_or_criterion_answering_the_wrong_thing_is_named(padded_llama, option, match):
+    """The caller's processors must return scores of the shape given (a narrower tensor was taken as
+    the vocabulary's first ids), criteria a bool or one per row: an ArgumentError naming which, where
+    it answered (a processor's own exception stays its own)."""
+    _, lm = padded_llama
+    with pytest.raises(ArgumentError, match=match):
+        lm.generate(prompt(rows=2), max_new_tokens=4, **option)
+    with pytest.raises(ZeroDivisionError):
+        lm.generate(prompt(rows=2), max_new_tokens=4, logits_processor=[lambda tokens, scores: 1 / 0])
+    done = lm.generate(prompt(rows=2), max_new_tokens=4, stopping_criteria=[lambda tokens, scores: True])
+    assert done.shape[1] == prompt(rows=2).shape[1] + 1  # a plain bool ends every row
+
+
 _KEPT: dict[str, tuple[dict[str, Any], Any]] = {
     "top_k": (dict(top_k=1), lambda keep: process.TopKLogitsWarper(1, min_tokens_to_keep=keep)),
     "top_p": (dict(top_p=0.05), lambda keep: process.TopPLogitsWarper(0.05, min_tokens_to_keep=keep)),

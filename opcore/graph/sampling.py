@@ -165,8 +165,17 @@ class Choice:
         if suppressed:
             scores = scores.clone() if scores is logits else scores
             scores[:, suppressed] = -float("inf")
-        for processor in self.processors:
-            scores = processor(tokens, scores.clone() if scores is logits else scores)
+        for index, processor in enumerate(self.processors):
+            given = scores.clone() if scores is logits else scores
+            scores = processor(tokens, given)
+            if not isinstance(scores, torch.Tensor) or scores.shape != given.shape:
+                raise ArgumentError(
+                    op=_GENERATE,
+                    arg="logits_processor",
+                    expected=f"processors returning scores of the shape they were given, {tuple(given.shape)}",
+                    found=f"processor {index} ({_name(processor)}) returned {_described(scores)}",
+                    fix="return the (batch, vocab) scores tensor from __call__(input_ids, scores)",
+                )
         if not self.do_sample:
             return scores
         if self.temperature is not None and self.temperature != 1.0:
@@ -246,10 +255,35 @@ def stopped(criteria: Sequence[Any], tokens: Any, record: Sequence[tuple[Any, An
     import torch
 
     scores = tuple(made for made, _ in record) if record is not None else None
-    done = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
-    for criterion in criteria:
-        done |= torch.as_tensor(criterion(tokens, scores), dtype=torch.bool, device=tokens.device)
+    rows = tokens.shape[0]
+    done = torch.zeros(rows, dtype=torch.bool, device=tokens.device)
+    for index, criterion in enumerate(criteria):
+        answer = criterion(tokens, scores)
+        try:
+            said = torch.as_tensor(answer, device=tokens.device)
+        except (TypeError, ValueError, RuntimeError):
+            said = None
+        if said is None or said.dtype.is_floating_point or said.is_complex() or said.shape not in ((), (rows,)):
+            raise ArgumentError(
+                op=_GENERATE,
+                arg="stopping_criteria",
+                expected=f"criteria answering a bool, or a bool tensor of one per row ({rows},)",
+                found=f"criterion {index} ({_name(criterion)}) returned {_described(answer)}",
+                fix="return a bool (every row) or a (batch,) bool tensor from __call__(input_ids, scores)",
+            )
+        done |= said.to(torch.bool)
     return done
+
+
+def _name(callable_: Any) -> str:
+    return getattr(callable_, "__qualname__", None) or type(callable_).__qualname__
+
+
+def _described(value: Any) -> str:
+    shape = getattr(value, "shape", None)
+    if shape is not None:
+        return f"{type(value).__name__} of shape {tuple(shape)} ({getattr(value, 'dtype', '?')})"
+    return f"{type(value).__name__} {repr(value)[:40]}"
 
 
 def _positive(name: str, value: float | None, *, strict: bool) -> None:
