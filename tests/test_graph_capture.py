@@ -603,6 +603,24 @@ def test_clone_and_alias_map_to_clone_without_rewrites():
         assert torch.equal(got, want)
 
 
+def test_backends_and_measure_of_the_wrong_kind_and_a_model_without_weights_are_refused_before_export():
+    """A lone backend name is that backend (its letters were names "not installed"); a list that is
+    not of names, a measure that is neither a bool nor a timer, and a model on the meta device (no
+    weights: export traced it into nodes no backend covers) are ArgumentErrors naming the argument."""
+    model, x = torch.nn.Linear(8, 4).eval(), torch.randn(2, 8)
+    alone = opcore.graph.capture(model, (x,), backends="cpu", measure=False)
+    assert {d.backend for d in alone.decisions} == {"cpu"}
+    wrong = (({"backends": [1]}, "backends"), ({"backends": []}, "backends"), ({"measure": "yes"}, "measure"))
+    for kwargs, arg in wrong:
+        with pytest.raises(opcore.ArgumentError) as info:
+            opcore.graph.capture(model, (x,), **kwargs)
+        assert info.value.arg == arg
+    with torch.device("meta"):
+        empty = torch.nn.Linear(8, 4)
+    with pytest.raises(opcore.ArgumentError, match=r"2 of its 2 parameters and buffers on the meta device.*'weight'"):
+        opcore.graph.capture(empty.eval(), (x,))
+
+
 def test_a_function_is_no_model_and_the_error_says_how_to_wrap_it():
     with pytest.raises(opcore.ArgumentError, match="torch.nn.Module") as info:
         opcore.graph.capture(torch.relu, (torch.randn(2, 3),))

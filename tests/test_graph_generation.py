@@ -1081,6 +1081,20 @@ def test_a_step_torch_export_cannot_trace_is_a_capture_error_with_what_to_do_ins
         opcore.graph.capture_lm(BranchingDecoder().eval(), measure=False)
 
 
+def test_capture_lm_refuses_a_model_without_weights_and_options_of_the_wrong_kind_before_export():
+    config_class, family, kwargs = _families()["llama"]
+    with torch.device("meta"):
+        empty = family(config_class(**kwargs)).eval()
+    with pytest.raises(ArgumentError, match=r"on the meta device \(no data\).*Fix: load the weights first"):
+        opcore.graph.capture_lm(empty, max_length=16)
+    model = build("llama")
+    wrong = (({"measure": "yes"}, "measure"), ({"backends": 5}, "backends"), ({"group_size": 32}, "group_size"))
+    for kwargs, arg in wrong:
+        with pytest.raises(ArgumentError) as info:
+            opcore.graph.capture_lm(model, max_length=16, **kwargs)
+        assert info.value.arg == arg
+
+
 def test_a_module_without_the_protocol_is_refused_with_the_fix():
     with pytest.raises(ArgumentError, match="batch_size and max_length"):
         opcore.graph.capture_lm(torch.nn.Linear(4, 4))

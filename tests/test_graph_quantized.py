@@ -193,12 +193,23 @@ def test_exclude_keeps_an_embedding_float() -> None:
         ({"weights": "int3"}, "weights"),
         ({"weights": "int4", "group_size": 0}, "group_size"),
         ({"weights": "int8", "route": "torch"}, "route"),
+        ({"group_size": 64}, "group_size"),  # without weights= it would be ignored
+        ({"exclude": ("lm_head.weight",)}, "exclude"),
+        ({"weights": "int8", "exclude": 5}, "exclude"),
+        ({"weights": "int8", "exclude": [None]}, "exclude"),
     ],
 )
 def test_bad_weight_options_are_clear_errors(kwargs: dict, arg: str) -> None:
     with pytest.raises(ArgumentError) as caught:
         opcore.graph.capture(llama(), (_ids(),), measure=False, **kwargs)
     assert caught.value.arg == arg
+
+
+def test_one_pattern_given_as_a_string_is_one_pattern() -> None:
+    """exclude="*embed_tokens*" is that pattern (its letters, each a pattern, excluded nothing)."""
+    plan = opcore.graph.capture(llama(), (_ids(),), weights="int8", exclude="*embed_tokens*", measure=False)
+    ops = [n.op for n in plan.graph.nodes]
+    assert "embedding" in ops and "embedding_wq" not in ops and "linear_wq" in ops
 
 
 def test_a_group_that_does_not_divide_the_inputs_is_a_clear_error() -> None:

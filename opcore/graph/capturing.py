@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from opcore.errors import ArgumentError
+from opcore.graph.asked import asked_backends, asked_measure, loaded
 from opcore.graph.assembly import assemble
 from opcore.graph.aten_export import decomposed, with_source_lines
 from opcore.graph.complex_rotary import exportable_complex_rotary
@@ -93,8 +94,11 @@ def capture(
             found=repr(route),
             fix="leave route=None (the guard decides) or pass route='torch' (the exported program as one step)",
         )
+    backends = asked_backends(backends, _CAPTURE)
+    measure = asked_measure(measure, _CAPTURE)
     started = time.perf_counter()
     model = _part(model, submodule)
+    loaded(model, _CAPTURE)
     args = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
     kwargs = dict(example_kwargs or {})
     place = Device.parse(device) if device is not None else _device_of(args, kwargs)

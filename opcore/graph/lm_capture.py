@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from opcore.errors import ArgumentError, OpcoreError
+from opcore.graph.asked import asked_backends, asked_measure, loaded
 from opcore.graph.assembly import assemble
 from opcore.graph.errors import CaptureError
 from opcore.graph.measuring import Timer, interleaved
@@ -137,6 +138,9 @@ def _capture_lm(
     from opcore.graph.generation import GenerationDefaults, LanguageModel
 
     _check_sizes(max_length, batch_size)
+    backends = asked_backends(backends, _CAPTURE_LM)
+    measure = asked_measure(measure, _CAPTURE_LM)
+    loaded(model, _CAPTURE_LM)
     quantized = WeightSpec.parse(weights, group_size, exclude, op=_CAPTURE_LM)
     started = time.perf_counter()
     module: Any

@@ -59,6 +59,15 @@ class WeightSpec:
         cls, weights: str | None, group_size: int | None, exclude: Sequence[str] | None, op: str = _OP
     ) -> WeightSpec | None:
         if weights is None:
+            for name, value in (("group_size", group_size), ("exclude", exclude)):
+                if value:
+                    raise ArgumentError(
+                        op=op,
+                        arg=name,
+                        expected=f"{name} together with weights='int8' or 'int4' (it says how to quantize)",
+                        found=f"{name}={value!r} without weights=",
+                        fix=f"add weights='int4' (or 'int8'), or leave {name} out",
+                    )
             return None
         bits = _FORMS.get(str(weights).lower()) if isinstance(weights, str) else None
         if bits is None:
@@ -76,7 +85,17 @@ class WeightSpec:
                 expected="None, -1 (per output channel) or a positive group size (32, 64, 128)",
                 found=repr(group_size),
             )
-        return cls(bits, group_size, tuple(exclude or ()))
+        patterns = (exclude,) if isinstance(exclude, str) else exclude
+        if patterns is not None and (
+            not isinstance(patterns, (list, tuple)) or not all(isinstance(p, str) for p in patterns)
+        ):
+            raise ArgumentError(
+                op=op,
+                arg="exclude",
+                expected="a pattern of state_dict names or a list of them ('lm_head.weight', '*.mlp.*')",
+                found=repr(exclude)[:120],
+            )
+        return cls(bits, group_size, tuple(patterns or ()))
 
     def describe(self) -> str:
         """The format asked, as the notes say it.
