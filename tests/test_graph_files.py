@@ -147,6 +147,20 @@ def test_a_weights_file_cut_short_or_damaged_is_a_plan_file_error(saved, tmp_pat
         opcore.graph.load(damaged)
 
 
+def test_a_file_or_a_plan_json_that_is_no_plan_is_a_plan_file_error(tmp_path):
+    """A path to a file (opcore plan /etc/passwd was an internal error), a plan.json holding a JSON list
+    or binary bytes: a PlanFileError naming the path."""
+    lone = tmp_path / "lone.json"
+    lone.write_text("{}")
+    with pytest.raises(PlanFileError, match=r"lone.json is a file, not a saved folder.*Fix: pass the folder Plan.save"):
+        opcore.graph.load(lone)
+    for name, data in (("list.plan", b"[1, 2]"), ("binary.plan", b"\xff\xfe\x00plan")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "plan.json").write_bytes(data)
+        with pytest.raises(PlanFileError, match=rf"{name}.plan.json is not (an opcore plan \(list\)|JSON)"):
+            opcore.graph.load(tmp_path / name)
+
+
 def test_saving_where_a_folder_cannot_be_is_a_plan_file_error(saved, tmp_path):
     """A file at the path: a PlanFileError naming it, and the file left as it was."""
     _, plan, _, _ = saved

@@ -46,6 +46,7 @@ __all__ = [
     "made_folder",
     "plan_options",
     "read_document",
+    "read_json",
     "save",
 ]
 
@@ -325,14 +326,10 @@ def plan_options(saved: Mapping[str, Any]) -> PlanOptions:
 
 
 def read_document(folder: pathlib.Path) -> dict[str, Any]:
-    try:
-        document = json.loads((folder / PLAN_FILE).read_text())
-    except FileNotFoundError as error:
-        raise PlanFileError(f"{folder} has no {PLAN_FILE}", op=_LOAD, fix="pass the folder Plan.save wrote") from error
-    except json.JSONDecodeError as error:
-        raise PlanFileError(f"{folder / PLAN_FILE} is not JSON: {error}", op=_LOAD) from error
+    document = read_json(folder, PLAN_FILE, "Plan.save (or LanguageModel.save: its lm.json)")
     if not isinstance(document, dict) or document.get("format") != FORMAT:
-        raise PlanFileError(f"{folder / PLAN_FILE} is not an opcore plan (format {document.get('format')!r})", op=_LOAD)
+        kind = f"format {document.get('format')!r}" if isinstance(document, dict) else type(document).__name__
+        raise PlanFileError(f"{folder / PLAN_FILE} is not an opcore plan ({kind})", op=_LOAD)
     version = document.get("schema_version")
     if version != SCHEMA_VERSION:
         raise PlanFileError(
@@ -341,6 +338,24 @@ def read_document(folder: pathlib.Path) -> dict[str, Any]:
             fix="capture the model again with this opcore, or load it with the opcore that saved it",
         )
     return document
+
+
+def read_json(folder: pathlib.Path, name: str, saver: str) -> Any:
+    """The JSON document ``folder / name``; a PlanFileError naming the path where the folder is a
+    file or lacks ``name`` (the fix names ``saver``, what writes it), or where it cannot be read or
+    is not JSON."""
+    path = folder / name
+    fix = f"pass the folder {saver} wrote"
+    if folder.is_file():
+        raise PlanFileError(f"{folder} is a file, not a saved folder", op=_LOAD, fix=fix)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as error:
+        raise PlanFileError(f"{folder} has no {name}", op=_LOAD, fix=fix) from error
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise PlanFileError(f"{path} is not JSON: {error}", op=_LOAD) from error
+    except OSError as error:
+        raise PlanFileError(f"{path} cannot be read: {error.strerror or error}", op=_LOAD) from error
 
 
 def graph_from(record: Mapping[str, Any]) -> Graph:

@@ -7,7 +7,6 @@ every node decided again for this process by the plan's builder (``opcore.graph.
 
 from __future__ import annotations
 
-import json
 import pathlib
 import time
 from collections.abc import Mapping
@@ -22,6 +21,7 @@ from opcore.graph.files import (
     graph_from,
     plan_options,
     read_document,
+    read_json,
 )
 from opcore.graph.generation import GenerationDefaults, LanguageModel
 from opcore.graph.ir import FACTORIES, SCALAR_OPS, STATE_OPS, Graph
@@ -250,10 +250,7 @@ def load_lm(path: Any) -> Any:
     of the weights shared between them."""
     started = time.perf_counter()
     folder = pathlib.Path(path)
-    try:
-        document = json.loads((folder / LM_FILE).read_text())
-    except json.JSONDecodeError as error:
-        raise PlanFileError(f"{folder / LM_FILE} is not JSON: {error}", op=_LOAD) from error
+    document = read_json(folder, LM_FILE, "LanguageModel.save")
     if not isinstance(document, dict) or document.get("format") != LM_FORMAT:
         raise PlanFileError(f"{folder / LM_FILE} is not an opcore language model file", op=_LOAD)
     if document.get("schema_version") != LM_SCHEMA_VERSION:
