@@ -189,3 +189,29 @@ def test_quantized_weights_are_refused_on_fused_layers_and_unknown_names():
         opcore.nn.LinearReLU(8, 8, weights="int8")
     with pytest.raises(opcore.ArgumentError, match="None, 'int8' or 'int4'"):
         opcore.nn.Linear(8, 8, weights="int2")
+    with pytest.raises(opcore.ArgumentError, match="'group_size' expected group_size together with weights="):
+        opcore.nn.Linear(64, 8, group_size=32)  # it would have been ignored
+
+
+def test_building_on_what_is_not_a_torch_module_of_the_kind_is_an_argument_error():
+    """from_torch / from_linears / convert on the wrong object: an ArgumentError naming the argument
+    and what it got (an AttributeError from deep inside, before)."""
+    cases = [
+        (
+            lambda: opcore.nn.Linear.from_torch(torch.nn.ReLU()),
+            "Linear.from_torch.*'linear' expected a torch.nn.Linear, found ReLU",
+        ),
+        (
+            lambda: opcore.nn.RMSNorm.from_torch(torch.nn.LayerNorm(8)),
+            "'norm' expected a torch.nn.RMSNorm, found LayerNorm",
+        ),
+        (lambda: opcore.nn.LayerNorm.from_torch(torch.nn.Linear(8, 8)), "'norm' expected a torch.nn.LayerNorm"),
+        (
+            lambda: opcore.nn.GatedMLP.from_linears(torch.nn.Linear(8, 16), "up", torch.nn.Linear(16, 8)),
+            "'up' expected",
+        ),
+        (lambda: opcore.nn.convert("model"), "convert.*'model' expected a torch.nn.Module, found str"),
+    ]
+    for build, match in cases:
+        with pytest.raises(opcore.ArgumentError, match=match):
+            build()

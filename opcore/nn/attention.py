@@ -22,9 +22,19 @@ import torch.nn.functional as F
 from opcore.errors import ArgumentError, ShapeError
 from opcore.nn.binding import Bound, Single, Step
 from opcore.nn.linear import linear_step
-from opcore.nn.state import DEFAULT_EXAMPLE_ROWS, LinearLike, LinearWeights, PreparedModule, torch_dtype, unbound
+from opcore.nn.state import (
+    DEFAULT_EXAMPLE_ROWS,
+    LinearLike,
+    LinearWeights,
+    PreparedModule,
+    source,
+    torch_dtype,
+    unbound,
+)
 
 __all__ = ["Attention"]
+
+_FROM_LINEARS = "opcore.nn.Attention.from_linears"
 
 Tensor = torch.Tensor
 DEFAULT_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -122,6 +132,10 @@ class Attention(PreparedModule):
         >>> names = ("q", "k", "v", "o")
         >>> opcore.nn.Attention.from_linears(a.q, a.k, a.v, a.o, heads=16, causal=True, names=names)  # doctest: +SKIP
         """
+        for arg, layer in zip(("q", "k", "v", "o"), (q, k, v, o)):
+            source(
+                layer, (torch.nn.Linear, LinearWeights), "opcore.nn.Attention.from_linears", arg, "a torch.nn.Linear"
+            )
         biases = {layer.bias is not None for layer in (q, k, v, o)}
         if len(biases) != 1:
             raise ArgumentError(

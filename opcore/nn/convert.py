@@ -33,7 +33,7 @@ from torch import nn
 from opcore.errors import ArgumentError, OpcoreError
 from opcore.nn.linear import Linear, LinearGELU, LinearReLU, LinearSiLU
 from opcore.nn.normalization import LayerNorm, RMSNorm
-from opcore.nn.state import DEFAULT_EXAMPLE_ROWS, PreparedModule, torch_dtype
+from opcore.nn.state import DEFAULT_EXAMPLE_ROWS, PreparedModule, source, torch_dtype
 
 __all__ = ["ConversionReport", "Replacement", "Skipped", "convert", "register_conversion", "unregister_conversion"]
 
@@ -140,6 +140,7 @@ def convert(
     >>> type(fast[0]).__name__, report.replaced[0].replacement                                         # doctest: +SKIP
     ('LinearSiLU', 'LinearSiLU')
     """
+    source(model, (nn.Module,), "opcore.nn.convert", "model", "a torch.nn.Module")
     if on_error not in ("raise", "keep"):
         raise ArgumentError(op="opcore.nn.convert", arg="on_error", expected="'raise' or 'keep'", found=repr(on_error))
     target = model if inplace else copy.deepcopy(model)

@@ -21,7 +21,16 @@ from torch import nn
 
 from opcore.errors import ArgumentError
 from opcore.nn.binding import Bound, Fused, Single, Step
-from opcore.nn.state import DEFAULT_EXAMPLE_ROWS, PreparedModule, init_linear, share, torch_dtype, unbound
+from opcore.nn.state import (
+    DEFAULT_EXAMPLE_ROWS,
+    LinearWeights,
+    PreparedModule,
+    init_linear,
+    share,
+    source,
+    torch_dtype,
+    unbound,
+)
 
 __all__ = ["WEIGHTS", "Linear", "LinearGELU", "LinearReLU", "LinearSiLU", "linear_step", "quantized_step"]
 
@@ -106,6 +115,14 @@ class Linear(PreparedModule):
                 found=repr(weights),
                 fix="use opcore.nn.Linear(weights=...) followed by the activation",
             )
+        if weights is None and group_size is not None:
+            raise ArgumentError(
+                op=what,
+                arg="group_size",
+                expected="group_size together with weights='int8' or 'int4' (it says how to quantize)",
+                found=f"group_size={group_size!r} without weights=",
+                fix="add weights='int4' (or 'int8'), or leave group_size out",
+            )
         self.weights, self.group_size = weights, group_size
         kinds = {"dtype": torch_dtype(dtype), "device": device}
         self.in_features = in_features
@@ -132,6 +149,9 @@ class Linear(PreparedModule):
 
         >>> fast = opcore.nn.Linear.from_torch(torch.nn.Linear(64, 32))   # doctest: +SKIP
         """
+        source(
+            linear, (nn.Linear, LinearWeights), f"opcore.nn.{cls.__name__}.from_torch", "linear", "a torch.nn.Linear"
+        )
         module = cls(
             linear.in_features,
             linear.out_features,

@@ -18,7 +18,15 @@ import torch.nn.functional as F
 from opcore.errors import ArgumentError, ShapeError
 from opcore.nn.binding import Bound, Fused, Single, Step
 from opcore.nn.linear import linear_step
-from opcore.nn.state import DEFAULT_EXAMPLE_ROWS, LinearLike, LinearWeights, PreparedModule, torch_dtype, unbound
+from opcore.nn.state import (
+    DEFAULT_EXAMPLE_ROWS,
+    LinearLike,
+    LinearWeights,
+    PreparedModule,
+    source,
+    torch_dtype,
+    unbound,
+)
 
 __all__ = ["GatedMLP"]
 
@@ -94,6 +102,8 @@ class GatedMLP(PreparedModule):
 
         >>> mlp = opcore.nn.GatedMLP.from_linears(m.gate, m.up, m.down, names=("gate", "up", "down"))  # doctest: +SKIP
         """
+        for arg, layer in zip(("gate", "up", "down"), (gate, up, down)):
+            source(layer, (torch.nn.Linear, LinearWeights), "opcore.nn.GatedMLP.from_linears", arg, "a torch.nn.Linear")
         for name, layer in zip(("gate", "up", "down"), (gate, up, down)):
             if layer.bias is not None:
                 raise ArgumentError(

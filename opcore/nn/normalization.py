@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from opcore.nn.binding import Bound, Single, Step
-from opcore.nn.state import DEFAULT_EXAMPLE_ROWS, PreparedModule, share, torch_dtype, unbound
+from opcore.nn.state import DEFAULT_EXAMPLE_ROWS, PreparedModule, share, source, torch_dtype, unbound
 
 __all__ = ["LayerNorm", "RMSNorm"]
 
@@ -95,6 +95,7 @@ class RMSNorm(_Norm):
         example_rows: int = DEFAULT_EXAMPLE_ROWS,
     ) -> RMSNorm:
         """This module on the weight of ``norm`` (shared unless ``dtype`` casts it)."""
+        source(norm, (nn.RMSNorm, RMSNorm), "opcore.nn.RMSNorm.from_torch", "norm", "a torch.nn.RMSNorm")
         module = cls(
             norm.normalized_shape,
             norm.eps,
@@ -170,6 +171,7 @@ class LayerNorm(_Norm):
         example_rows: int = DEFAULT_EXAMPLE_ROWS,
     ) -> LayerNorm:
         """This module on the parameters of ``norm`` (shared unless ``dtype`` casts them)."""
+        source(norm, (nn.LayerNorm, LayerNorm), "opcore.nn.LayerNorm.from_torch", "norm", "a torch.nn.LayerNorm")
         module = cls(
             norm.normalized_shape,
             norm.eps,

@@ -242,6 +242,13 @@ def _name(dtype: torch.dtype | None) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def source(value: Any, kinds: tuple[type, ...], op: str, arg: str, expected: str) -> None:
+    """An ArgumentError where ``value`` (what a ``from_torch``, ``from_linears`` or ``convert`` builds
+    on) is none of ``kinds``."""
+    if not isinstance(value, kinds):
+        raise ArgumentError(op=op, arg=arg, expected=expected, found=type(value).__name__)
+
+
 class LinearLike(Protocol):
     """A ``torch.nn.Linear`` or a ``LinearWeights``: the projections ``from_linears`` and ``adopt`` take.
 
