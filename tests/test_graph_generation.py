@@ -465,6 +465,18 @@ def test_options_of_the_wrong_kind_are_refused_before_any_work(llama):
     assert torch.equal(plain, as_tensor)
 
 
+def test_right_padding_is_warned_of_as_transformers_does_and_generates_what_it_generates():
+    model = build("llama")
+    lm = opcore.graph.capture_lm(model, max_length=40, batch_size=2, measure=False)
+    ids = torch.cat([prompt(length=8, seed=5), prompt(length=8, seed=6)])
+    mask = torch.ones_like(ids)
+    ids[1, -3:], mask[1, -3:] = 0, 0
+    with pytest.warns(UserWarning, match=r"right padding in row\(s\) \[1\].*padding_side='left'"):
+        got = lm.generate(ids, mask, max_new_tokens=5, eos_token_id=[])
+    want = model.generate(ids, attention_mask=mask, max_new_tokens=5, do_sample=False, pad_token_id=0)
+    assert torch.equal(got, want)
+
+
 def test_min_new_tokens_holds_eos_back(llama):
     _, lm = llama
     ids = prompt()

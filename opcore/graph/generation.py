@@ -511,6 +511,25 @@ def _ids(value: Any) -> tuple[int, ...]:
     return tuple(int(v) for v in value)
 
 
+def _warn_right_padding(mask: Any, rows: int) -> None:
+    """A UserWarning where a row of the caller's ends with padding (its mask's last place 0), as
+    transformers' generate warns of right padding: a decoder goes on from the row's last place, so
+    its new tokens follow the padding (as there: the tokens equal model.generate's)."""
+    if mask is None or getattr(mask, "dim", lambda: 0)() != 2 or not mask.shape[1]:
+        return
+    ending = (mask[:rows, -1] == 0).nonzero().flatten().tolist()
+    if ending:
+        import warnings
+
+        warnings.warn(
+            f"opcore generate: right padding in row(s) {ending[:8]} (the attention mask ends with 0): a "
+            "decoder-only model goes on after the padding; tokenize with padding_side='left' "
+            "(transformers' generate warns the same)",
+            UserWarning,
+            stacklevel=4,
+        )
+
+
 def _integer(value: Any) -> int | None:
     """``value`` as an int where it is one (a Python or numpy int, a one-element integer tensor:
     ``operator.index``); None where it is not (a bool, a float, a string)."""
@@ -1221,6 +1240,7 @@ class LanguageModel:
                 fix="session = lm.session() of the model you call generate on (or leave session out)",
             )
         ids = self._rows(ids, "input_ids")
+        _warn_right_padding(mask, rows)
         extra = more or {}
         processing = self._processing(extra, do_sample if do_sample is not None else self.defaults.do_sample)
         prefix = extra.get("prefix_allowed_tokens_fn")
