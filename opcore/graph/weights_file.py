@@ -30,7 +30,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from opcore.errors import OpcoreError
 from opcore.graph.errors import PlanFileError
 from opcore.partition_protocol import SavedBytes
 
@@ -190,21 +189,28 @@ def read(
     found: dict[str, Any] = {}
     by_key: dict[str, Any] = {}
     host = "cpu" if device.startswith("cuda") else device  # read on the host, then moved
+
+    def damaged(error: Exception) -> PlanFileError:  # safetensors' SafetensorError, an OSError
+        return PlanFileError(f"{path} is not a readable safetensors file: {error}", op=_LOAD)
+
     try:
-        with safe_open(str(path), framework="pt", device=host) as file:
-            for name in names:
-                key = keys.get(name, name)
-                held = shared.get(sources.get(name) or "")
-                entry = entries[key]
-                if held is not None and tuple(held.shape) == entry["shape"]:
-                    if _DTYPES.get(str(held.dtype).removeprefix("torch.")) == entry["dtype"]:
-                        found[name] = held
-                        continue
-                if key not in by_key:
-                    by_key[key] = file.get_tensor(key).to(device)
-                found[name] = by_key[key]
-    except OpcoreError:
-        raise
-    except Exception as error:  # safetensors' SafetensorError (a damaged header or data), an OSError
-        raise PlanFileError(f"{path} is not a readable safetensors file: {error}", op=_LOAD) from error
+        opened = safe_open(str(path), framework="pt", device=host)
+    except Exception as error:
+        raise damaged(error) from error
+    with opened as file:
+        for name in names:
+            key = keys.get(name, name)
+            held = shared.get(sources.get(name) or "")
+            entry = entries[key]
+            if held is not None and tuple(held.shape) == entry["shape"]:
+                if _DTYPES.get(str(held.dtype).removeprefix("torch.")) == entry["dtype"]:
+                    found[name] = held
+                    continue
+            if key not in by_key:
+                try:
+                    tensor = file.get_tensor(key)
+                except Exception as error:
+                    raise damaged(error) from error
+                by_key[key] = tensor.to(device)  # on the device: its own errors (out of memory) are its own
+            found[name] = by_key[key]
     return found
