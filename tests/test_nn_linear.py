@@ -193,6 +193,28 @@ def test_quantized_weights_are_refused_on_fused_layers_and_unknown_names():
         opcore.nn.Linear(64, 8, group_size=32)  # it would have been ignored
 
 
+def test_an_input_of_another_rank_must_end_with_the_features_or_it_is_a_shape_error():
+    """Inputs of a rank other than the resolved one are flattened around the call: one whose last size
+    is not the features was reshaped into other rows first (a torch reshape error after a call, or
+    none where the sizes divided); a 0-D one too."""
+    cases = [
+        (
+            opcore.nn.Linear(4, 3),
+            torch.randn(2, 2, 8),
+            r"Linear\(\): argument 'input' expected a tensor whose last sizes are \(4,\)",
+        ),
+        (opcore.nn.Linear(4, 3), torch.tensor(1.0), r"found shape \(\)"),
+        (opcore.nn.GatedMLP(8, 16), torch.randn(2, 3, 7), r"GatedMLP.*last sizes are \(8,\)"),
+        (opcore.nn.RMSNorm(8), torch.randn(2, 3, 7), r"RMSNorm.*last sizes are \(8,\)"),
+        (opcore.nn.LayerNorm((3, 8)), torch.randn(5, 2, 4, 8), r"LayerNorm.*last sizes are \(3, 8\)"),
+    ]
+    with torch.no_grad():
+        for module, x, match in cases:
+            with pytest.raises(opcore.ShapeError, match=match):
+                module(x)
+        assert opcore.nn.Linear(4, 3)(torch.randn(2, 3, 4)).shape == (2, 3, 3)
+
+
 def test_building_on_what_is_not_a_torch_module_of_the_kind_is_an_argument_error():
     """from_torch / from_linears / convert on the wrong object: an ArgumentError naming the argument
     and what it got (an AttributeError from deep inside, before)."""

@@ -188,6 +188,7 @@ class Linear(PreparedModule):
             self._check_input(x)
         if x.ndim == 2:
             return self._call(x)
+        self._check_trailing(x, (self.in_features,))
         return self._call(x.reshape(-1, self.in_features)).reshape(*x.shape[:-1], self.out_features)
 
     def _autograd(self, x: Tensor) -> Tensor:

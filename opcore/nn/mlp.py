@@ -165,6 +165,7 @@ class GatedMLP(PreparedModule):
             self._check_input(x)
         if x.ndim == 2:
             return self._call(x)
+        self._check_trailing(x, (self.hidden_features,))
         return self._call(x.reshape(-1, self.hidden_features)).reshape(*x.shape[:-1], self.out_features)
 
     def _autograd(self, x: Tensor) -> Tensor:

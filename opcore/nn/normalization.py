@@ -52,6 +52,7 @@ class _Norm(PreparedModule):
         shape = self.normalized_shape
         if x.ndim == len(shape) + 1:
             return self._call(x)
+        self._check_trailing(x, tuple(shape))
         return self._call(x.reshape(-1, *shape)).reshape(x.shape)
 
 

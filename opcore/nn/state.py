@@ -34,7 +34,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from opcore.errors import ArgumentError, DeviceError, DTypeError, OpcoreError
+from opcore.errors import ArgumentError, DeviceError, DTypeError, OpcoreError, ShapeError
 from opcore.nn.binding import BackendRequest, Bound, Step, bind, parse_backend
 from opcore.torchkit.watch import TensorWatch
 
@@ -200,6 +200,17 @@ class PreparedModule(nn.Module):
                 "(module.requires_grad_(False)), or build it with grad='autograd' for the torch.nn.functional path",
             )
         return self._autograd(*inputs)
+
+    def _check_trailing(self, x: torch.Tensor, trailing: tuple[int, ...]) -> None:
+        """A ShapeError where ``x`` (an input of another rank than the resolved one, flattened around
+        the call) does not end with ``trailing``: a reshape would have read its values in other rows."""
+        if x.ndim < len(trailing) or tuple(x.shape[x.ndim - len(trailing) :]) != trailing:
+            raise ShapeError(
+                op=f"opcore.nn.{type(self).__name__}",
+                arg="input",
+                expected=f"a tensor whose last sizes are {trailing}",
+                found=f"shape {tuple(x.shape)}",
+            )
 
     def _check_input(self, x: torch.Tensor) -> None:
         if x.dtype != self._dtype:
