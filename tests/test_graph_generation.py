@@ -918,6 +918,19 @@ def test_too_long_is_refused_before_any_work(llama):
     assert session.length == 0
 
 
+def test_a_session_s_own_calls_are_named_in_their_errors(llama):
+    """Session.decode / verify / prefill refuse bad ids naming themselves (not LanguageModel.generate,
+    which the caller did not call)."""
+    _, lm = llama
+    chat = lm.session()
+    chat.prefill(prompt())
+    with pytest.raises(ArgumentError, match=r"Session.decode\(\): argument 'tokens' expected integer ids"):
+        chat.decode(torch.tensor([1.5]))
+    with pytest.raises(ArgumentError, match=r"Session.prefill\(\): argument 'input_ids'.*found id 500"):
+        chat.prefill(torch.tensor([[1, VOCAB]]))
+    assert chat.length == prompt().shape[1]
+
+
 def test_bad_ids_are_refused_with_the_argument_named(llama):
     _, lm = llama
     with pytest.raises(ArgumentError, match=r"input_ids.*\[0, 500\).*found id 500"):

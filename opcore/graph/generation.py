@@ -612,7 +612,7 @@ class Session:
         vocab) of each row's last position. attention_mask (batch, seq): 0 for left padding."""
         import torch
 
-        ids = self.lm._rows(input_ids, "input_ids")
+        ids = self.lm._rows(input_ids, "input_ids", "Session.prefill")
         length = ids.shape[1]
         if length == 0:
             raise ShapeError(
@@ -625,7 +625,7 @@ class Session:
         if attention_mask is None:
             given = torch.ones_like(ids)
         else:
-            given = self.lm._rows(attention_mask, "attention_mask")
+            given = self.lm._rows(attention_mask, "attention_mask", "Session.prefill")
             if given.shape != ids.shape:
                 raise ShapeError(
                     op="Session.prefill",
@@ -654,7 +654,7 @@ class Session:
 
     def decode(self, tokens: Any) -> Any:
         """Write one token per row (batch,) into the cache; the logits (batch, vocab)."""
-        ids = self.lm._rows(tokens.reshape(-1, 1) if hasattr(tokens, "reshape") else tokens, "tokens")
+        ids = self.lm._rows(tokens.reshape(-1, 1) if hasattr(tokens, "reshape") else tokens, "tokens", "Session.decode")
         if ids.shape[1] != 1:
             raise ShapeError(
                 op="Session.decode", arg="tokens", expected="one token per row", found=str(tuple(ids.shape))
@@ -696,7 +696,7 @@ class Session:
                 found="draft_tokens=0 at capture",
                 fix="capture_lm(..., draft_tokens=10)",
             )
-        ids = lm._rows(ids, "ids")
+        ids = lm._rows(ids, "ids", "Session.verify")
         count, length = ids.shape[1], lm.draft_tokens + 1
         if not 1 <= count <= length:
             raise ShapeError(
@@ -803,7 +803,9 @@ class LanguageModel:
         """Start the default session again."""
         self.default_session.reset()
 
-    def _rows(self, value: Any, arg: str) -> Any:
+    def _rows(self, value: Any, arg: str, op: str = _GENERATE) -> Any:
+        """``value`` (ids or a mask) as a (batch, seq) tensor on the model's device, checked: an error
+        names ``op``, the call it came through."""
         import torch
 
         if not isinstance(value, torch.Tensor):
@@ -811,7 +813,7 @@ class LanguageModel:
                 value = torch.as_tensor(value)
             except Exception as error:
                 what = "a mask of 0 and 1" if arg == "attention_mask" else "a tensor of token ids"
-                raise ArgumentError(op=_GENERATE, arg=arg, expected=what, found=type(value).__name__) from error
+                raise ArgumentError(op=op, arg=arg, expected=what, found=type(value).__name__) from error
         if value.dim() == 1:
             value = value[None]
         # an attention mask may be integers, bool or float (as transformers takes it), of 0 and 1
@@ -819,7 +821,7 @@ class LanguageModel:
         flat = value.dtype.is_floating_point or value.dtype == torch.bool
         if value.dim() != 2 or value.dtype.is_complex or (flat and not mask):
             raise ArgumentError(
-                op=_GENERATE,
+                op=op,
                 arg=arg,
                 expected=f"{'a mask of 0 and 1' if mask else 'integer ids'} of shape (batch, seq)",
                 found=f"{value.dtype} of shape {tuple(value.shape)}",
@@ -827,7 +829,7 @@ class LanguageModel:
             )
         if value.shape[0] != self.batch_size:
             raise ShapeError(
-                op=_GENERATE,
+                op=op,
                 arg=arg,
                 expected=f"{self.batch_size} row(s), the batch size captured",
                 found=f"{value.shape[0]} row(s)",
@@ -838,7 +840,7 @@ class LanguageModel:
         if mask and value.dtype.is_floating_point and bool(((value != 0) & (value != 1)).any()):
             # before the conversion to integers, which would turn 0.5 into 0
             raise ArgumentError(
-                op=_GENERATE,
+                op=op,
                 arg=arg,
                 expected="0 (padding) or 1 (a token) in every place",
                 found=f"values {sorted(set(value.unique().tolist()) - {0.0, 1.0})[:4]}",
@@ -849,7 +851,7 @@ class LanguageModel:
             low, high = int(value.min()), int(value.max())
             if low < 0 or high >= self.vocab_size:
                 raise ArgumentError(
-                    op=_GENERATE,
+                    op=op,
                     arg=arg,
                     expected=f"token ids in [0, {self.vocab_size}) (the model's vocabulary)",
                     found=f"id {low if low < 0 else high}",
