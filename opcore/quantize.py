@@ -26,6 +26,7 @@ __all__ = [
     "QuantizedWeight",
     "default_group_size",
     "dequantize",
+    "no_options_without_weights",
     "pack_int4",
     "quantize_weight",
     "unpack_int4",
@@ -163,6 +164,24 @@ def _host(array: Any) -> Any:
     if str(tensor.dtype) == "torch.bfloat16":
         tensor = tensor.float()
     return tensor.numpy()
+
+
+def no_options_without_weights(op: str, **options: Any) -> None:
+    """An ArgumentError naming the first of ``options`` (group_size=, exclude=: how to quantize) that
+    is given (not None, not an empty list) where no ``weights=`` format was asked: it would be ignored.
+
+    >>> no_options_without_weights("x", group_size=None, exclude=())
+    """
+    for name, value in options.items():
+        if value is None or (isinstance(value, (list, tuple)) and not value):
+            continue
+        raise ArgumentError(
+            op=op,
+            arg=name,
+            expected=f"{name} together with weights='int8' or 'int4' (it says how to quantize)",
+            found=f"{name}={value!r} without weights=",
+            fix=f"add weights='int4' (or 'int8'), or leave {name} out",
+        )
 
 
 def default_group_size(bits: int, in_features: int) -> int:

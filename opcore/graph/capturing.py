@@ -146,7 +146,7 @@ def capture(
             applied.append(f"rewrite full attention mask dropped: {dropped} match{'es' * (dropped != 1)}")
     captured = time.perf_counter()
     options = PlanOptions(
-        backends=tuple(backends) if backends is not None else None,
+        backends=backends,
         fallback=fallback,
         device=str(place),
         partitions=partitions,

@@ -515,7 +515,7 @@ def _warn_right_padding(mask: Any, rows: int) -> None:
     """A UserWarning where a row of the caller's ends with padding (its mask's last place 0), as
     transformers' generate warns of right padding: a decoder goes on from the row's last place, so
     its new tokens follow the padding (as there: the tokens equal model.generate's)."""
-    if mask is None or getattr(mask, "dim", lambda: 0)() != 2 or not mask.shape[1]:
+    if mask is None or mask.dim() != 2 or not mask.shape[1]:
         return
     ending = (mask[:rows, -1] == 0).nonzero().flatten().tolist()
     if ending:
@@ -555,7 +555,7 @@ def _check_generator(generator: Any, device: Any, sampling: bool) -> None:
             found=type(generator).__name__,
             fix="generator=torch.Generator().manual_seed(0)",
         )
-    where = getattr(getattr(device, "type", None), "value", str(device))
+    where = device.type.value
     if sampling and generator.device.type != where:
         raise ArgumentError(
             op=_GENERATE,

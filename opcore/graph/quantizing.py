@@ -34,6 +34,7 @@ from typing import Any
 
 from opcore.errors import ArgumentError
 from opcore.graph.ir import Graph, Node, ValueInfo, ValueRef
+from opcore.quantize import no_options_without_weights
 from opcore.types import TensorMeta
 
 __all__ = ["WeightSpec", "quantize_weights"]
@@ -59,15 +60,7 @@ class WeightSpec:
         cls, weights: str | None, group_size: int | None, exclude: Sequence[str] | None, op: str = _OP
     ) -> WeightSpec | None:
         if weights is None:
-            for name, value in (("group_size", group_size), ("exclude", exclude)):
-                if value:
-                    raise ArgumentError(
-                        op=op,
-                        arg=name,
-                        expected=f"{name} together with weights='int8' or 'int4' (it says how to quantize)",
-                        found=f"{name}={value!r} without weights=",
-                        fix=f"add weights='int4' (or 'int8'), or leave {name} out",
-                    )
+            no_options_without_weights(op, group_size=group_size, exclude=exclude)
             return None
         bits = _FORMS.get(str(weights).lower()) if isinstance(weights, str) else None
         if bits is None:

@@ -34,8 +34,6 @@ from opcore.nn.state import (
 
 __all__ = ["Attention"]
 
-_FROM_LINEARS = "opcore.nn.Attention.from_linears"
-
 Tensor = torch.Tensor
 DEFAULT_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj")
 _EXAMPLE_SEQUENCE = 8  # the sdpa example's length: its kernels take any length

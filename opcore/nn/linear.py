@@ -31,6 +31,7 @@ from opcore.nn.state import (
     torch_dtype,
     unbound,
 )
+from opcore.quantize import no_options_without_weights
 
 __all__ = ["WEIGHTS", "Linear", "LinearGELU", "LinearReLU", "LinearSiLU", "linear_step", "quantized_step"]
 
@@ -115,14 +116,8 @@ class Linear(PreparedModule):
                 found=repr(weights),
                 fix="use opcore.nn.Linear(weights=...) followed by the activation",
             )
-        if weights is None and group_size is not None:
-            raise ArgumentError(
-                op=what,
-                arg="group_size",
-                expected="group_size together with weights='int8' or 'int4' (it says how to quantize)",
-                found=f"group_size={group_size!r} without weights=",
-                fix="add weights='int4' (or 'int8'), or leave group_size out",
-            )
+        if weights is None:
+            no_options_without_weights(what, group_size=group_size)
         self.weights, self.group_size = weights, group_size
         kinds = {"dtype": torch_dtype(dtype), "device": device}
         self.in_features = in_features
