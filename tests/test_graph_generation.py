@@ -502,12 +502,10 @@ def test_max_length_counts_the_prompt_as_transformers_does(llama):
         lm.generate(ids, max_length=ids.shape[1])
 
 
-@pytest.mark.parametrize(
-    "option", [{"penalty_alpha": 0.6}, {"generation_config": object()}, {"output_attentions": True}]
-)
+@pytest.mark.parametrize("option", [{"penalty_alpha": 0.6}, {"output_attentions": True}])
 def test_an_option_of_transformers_generate_it_does_not_take_is_refused_naming_it(llama, option):
-    """Assisted decoding, a GenerationConfig object, attentions: an ArgumentError naming the option
-    and what to do instead, from generate and from stream before any step (not a bare TypeError)."""
+    """Contrastive search, attentions: an ArgumentError naming the option and what to do instead,
+    from generate and from stream before any step (not a bare TypeError)."""
     _, lm = llama
     name = next(iter(option))
     for call in (lm.generate, lm.stream):
@@ -569,6 +567,43 @@ def test_the_repetition_penalty_leaves_a_row_s_left_padding_out_as_transformers_
     assert want[0, 12] == pad  # the case at hand: the padding's id is the choice
     got = lm.generate(ids, attention_mask=mask, max_new_tokens=6, repetition_penalty=1.5, eos_token_id=[])
     assert torch.equal(got, want), (got[:, 12:].tolist(), want[:, 12:].tolist())
+
+
+def test_a_generation_config_given_to_generate_is_merged_with_the_model_s_as_transformers_does(llama):
+    """``generate(ids, generation_config=GenerationConfig(...))``, as written for transformers: the
+    options it sets replace the model's for that call (one it leaves at GenerationConfig()'s default
+    keeps the model's), keywords win over both, ``inputs=`` names the prompt; the model's own defaults
+    are as they were after. Tokens equal transformers' for the same call."""
+    from transformers import GenerationConfig
+
+    model, lm = llama
+    ids, kept = prompt(), lm.defaults
+    config = GenerationConfig(max_new_tokens=30, repetition_penalty=1.3, eos_token_id=VOCAB + 7, pad_token_id=0)
+    for options in ({}, {"max_new_tokens": 4}, {"repetition_penalty": 1.0}):
+        want = model.generate(ids, generation_config=config, do_sample=False, **options)
+        got = lm.generate(inputs=ids, generation_config=config, **options)
+        assert got.shape[1] == ids.shape[1] + options.get("max_new_tokens", 30) and torch.equal(got, want), options
+    # 30 new tokens: a greedy row of this model repeats a token within them (the penalty shows)
+    assert not torch.equal(lm.generate(ids, generation_config=config), lm.generate(ids, max_new_tokens=30))
+    streamed = torch.stack(list(lm.stream(ids, generation_config=config)), 1)
+    assert torch.equal(streamed, lm.generate(ids, generation_config=config)[:, ids.shape[1] :])
+    assert lm.defaults is kept
+
+
+def test_a_generation_config_or_prompt_it_cannot_take_is_refused_before_any_work(llama):
+    from transformers import GenerationConfig
+
+    _, lm = llama
+    ids = prompt()
+    for call in (lm.generate, lm.stream):
+        with pytest.raises(ArgumentError, match=r"generation_config.*a transformers GenerationConfig, found dict"):
+            call(ids, generation_config={"max_new_tokens": 3})
+        with pytest.raises(ArgumentError, match=r"(?s)generation_config.*penalty_alpha=0\.6.*own generate"):
+            call(ids, generation_config=GenerationConfig(penalty_alpha=0.6, top_k=4))
+        with pytest.raises(ArgumentError, match=r"inputs.*once.*found both"):
+            call(ids, inputs=ids, max_new_tokens=2)
+        with pytest.raises(ArgumentError, match=r"input_ids.*found neither"):
+            call(max_new_tokens=2)
 
 
 def test_the_generation_config_s_sampling_and_repetition_penalty_are_the_defaults(llama):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numbers
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from opcore.errors import ArgumentError, ShapeError
@@ -307,6 +307,45 @@ NOT_APPLIED: dict[str, Any] = {
 TOP_K = 50
 
 
+def _prompt(input_ids: Any, inputs: Any, op: str) -> Any:
+    """The prompt, given as ``input_ids`` or as transformers' ``inputs``; an ArgumentError for neither
+    or both."""
+    if (input_ids is None) == (inputs is None):
+        both = input_ids is not None
+        raise ArgumentError(
+            op=op,
+            arg="inputs" if both else "input_ids",
+            expected="the prompt's token ids (batch, seq) once: input_ids, or inputs as transformers names it",
+            found="both" if both else "neither",
+            fix="pass one of them: lm.generate(ids, ...), generate(input_ids=ids) or generate(inputs=ids)",
+        )
+    return input_ids if input_ids is not None else inputs
+
+
+@dataclass(frozen=True)
+class _Configured:
+    """What GenerationDefaults.of reads a generation config from (a model's attribute)."""
+
+    generation_config: Any
+
+
+def _blank_config(config: Any, op: str) -> Any:
+    """A GenerationConfig of ``config``'s class with every option at its default; an ArgumentError
+    where ``config`` is no transformers GenerationConfig."""
+    try:
+        if not callable(getattr(config, "to_diff_dict", None)):
+            raise TypeError("no to_diff_dict")
+        return type(config)()
+    except Exception as error:
+        raise ArgumentError(
+            op=op,
+            arg="generation_config",
+            expected="a transformers GenerationConfig",
+            found=type(config).__name__,
+            fix="pass GenerationConfig(max_new_tokens=..., ...), or its options as keywords",
+        ) from error
+
+
 def _refuse(unsupported: Mapping[str, Any]) -> None:
     """An ArgumentError for options of transformers' generate that opcore's does not take (contrastive
     search, a GenerationConfig object, attentions...), before any work: a TypeError would not say
@@ -331,8 +370,8 @@ def _refuse(unsupported: Mapping[str, Any]) -> None:
             "greedy search, sampling, beam search, prompt lookup and assisted generation are what it does "
             "(contrastive search, guidance, attentions and hidden states are not: use the model's own "
             "generate for those); a "
-            "GenerationConfig's options go as keywords (do_sample=..., num_beams=...), and a captured model's "
-            "generation_config is read already"
+            "GenerationConfig goes as generation_config=, or its options as keywords (do_sample=..., "
+            "num_beams=...), and a captured model's generation_config is read already"
         ),
     )
 
@@ -906,9 +945,11 @@ class LanguageModel:
 
     def generate(
         self,
-        input_ids: Any,
+        input_ids: Any = None,
         attention_mask: Any = None,
         *,
+        inputs: Any = None,
+        generation_config: Any = None,
         max_new_tokens: int | None = None,
         min_new_tokens: int | None = None,
         do_sample: bool | None = None,
@@ -954,9 +995,13 @@ class LanguageModel:
     ) -> Any:
         """The prompt followed by up to ``max_new_tokens`` new tokens per row (batch, prompt + new),
         as transformers' ``generate``: rows that reached an eos are filled with ``pad_token_id``,
-        and generation stops when every row has. ``max_new_tokens`` None: up to ``max_length`` tokens
-        in all (prompt included, as transformers counts it) where that is given, else the model's
-        generation config's max_new_tokens or max_length, else 20 (these cut to the cache's room).
+        and generation stops when every row has. The prompt is ``input_ids``, or ``inputs`` as
+        transformers names it. ``generation_config``: a transformers GenerationConfig whose options
+        (those it sets away from GenerationConfig()'s defaults) replace the model's generation config's
+        for this call, as transformers merges them; keywords win over both. ``max_new_tokens`` None:
+        up to ``max_length`` tokens in all (prompt included, as transformers counts it) where that is
+        given, else the model's generation config's max_new_tokens or max_length, else 20 (these cut
+        to the cache's room).
         ``min_new_tokens``, ``do_sample``, ``temperature``, ``top_k``, ``top_p``,
         ``repetition_penalty``, ``eos_token_id``, ``pad_token_id`` None: what the model's
         ``generation_config`` says, as transformers does (greedy where it says nothing; sampling's
@@ -990,7 +1035,9 @@ class LanguageModel:
         import torch
 
         _refuse(unsupported)
-        beams = self._beams(num_beams, length_penalty, early_stopping, num_return_sequences)
+        input_ids = _prompt(input_ids, inputs, _GENERATE)
+        defaults = self._call_defaults(generation_config, _GENERATE)
+        beams = self._beams(defaults, num_beams, length_penalty, early_stopping, num_return_sequences)
         if beams is not None and streamer is not None:
             raise ArgumentError(
                 op=_GENERATE,
@@ -1011,11 +1058,11 @@ class LanguageModel:
                     found=f"num_beams={beams.num_beams}",
                     fix=f"pass num_beams=1, or leave {name} out",
                 )
-        copies = beams.num_beams if beams is not None else self._copies(num_return_sequences, do_sample)
+        copies = beams.num_beams if beams is not None else self._copies(defaults, num_return_sequences, do_sample)
         ids, mask, rows = self._pad_rows(input_ids, attention_mask, copies)
-        wanted = self._outputs(return_dict_in_generate, output_scores, output_logits)
+        wanted = self._outputs(defaults, return_dict_in_generate, output_scores, output_logits)
         work = self._work(
-            ids, mask, rows, max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p,
+            defaults, ids, mask, rows, max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p,
             repetition_penalty, eos_token_id, pad_token_id, generator, session, max_length,
             dict(min_p=min_p, typical_p=typical_p, epsilon_cutoff=epsilon_cutoff, eta_cutoff=eta_cutoff,
                  no_repeat_ngram_size=no_repeat_ngram_size, bad_words_ids=bad_words_ids,
@@ -1049,9 +1096,11 @@ class LanguageModel:
 
     def stream(
         self,
-        input_ids: Any,
+        input_ids: Any = None,
         attention_mask: Any = None,
         *,
+        inputs: Any = None,
+        generation_config: Any = None,
         max_new_tokens: int | None = None,
         min_new_tokens: int | None = None,
         do_sample: bool | None = None,
@@ -1095,7 +1144,9 @@ class LanguageModel:
         >>> for tokens in lm.stream(ids, max_new_tokens=8): print(tokens.tolist())   # doctest: +SKIP
         """
         _refuse(unsupported)
-        beams = num_beams if num_beams is not None else self.defaults.num_beams
+        input_ids = _prompt(input_ids, inputs, "LanguageModel.stream")
+        defaults = self._call_defaults(generation_config, "LanguageModel.stream")
+        beams = num_beams if num_beams is not None else defaults.num_beams
         if beams is not None and beams != 1:
             said = "" if num_beams is not None else " (the model's generation_config.num_beams)"
             raise ArgumentError(
@@ -1105,10 +1156,10 @@ class LanguageModel:
                 found=f"{beams!r}{said}",
                 fix="call generate(..., num_beams=...) for beam search, or pass num_beams=1 to stream",
             )
-        copies = self._copies(num_return_sequences, do_sample)
+        copies = self._copies(defaults, num_return_sequences, do_sample)
         ids, mask, rows = self._pad_rows(input_ids, attention_mask, copies)
         work = self._work(
-            ids, mask, rows, max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p,
+            defaults, ids, mask, rows, max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p,
             repetition_penalty, eos_token_id, pad_token_id, generator, session, max_length,
             dict(min_p=min_p, typical_p=typical_p, epsilon_cutoff=epsilon_cutoff, eta_cutoff=eta_cutoff,
                  no_repeat_ngram_size=no_repeat_ngram_size, bad_words_ids=bad_words_ids,
@@ -1122,7 +1173,35 @@ class LanguageModel:
         )  # fmt: skip
         return self._loop(work)
 
-    def _outputs(self, return_dict_in_generate: Any, output_scores: Any, output_logits: Any) -> _Outputs | None:
+    def _call_defaults(self, generation_config: Any, op: str) -> GenerationDefaults:
+        """The defaults of one call: the model's, or with ``generation_config`` (a transformers
+        GenerationConfig) each option it sets away from GenerationConfig()'s own default in their
+        place, as transformers' generate merges a config passed to it with the model's. Options of
+        it that opcore does not apply (contrastive search, guidance...) are an ArgumentError, as the
+        same keywords are."""
+        if generation_config is None:
+            return self.defaults
+        blank = _blank_config(generation_config, op)
+        given = GenerationDefaults.of(_Configured(generation_config))
+        unset = GenerationDefaults.of(_Configured(blank))
+        if given.not_applied != unset.not_applied:
+            raise ArgumentError(
+                op=op,
+                arg="generation_config",
+                expected="a GenerationConfig of options generate applies",
+                found=f"one that sets {', '.join(sorted(set(given.not_applied) - set(unset.not_applied)))}",
+                fix="use the model's own generate for that decoding, or leave those options at their defaults",
+            )
+        said = {
+            name: getattr(given, name)
+            for name in (item.name for item in fields(GenerationDefaults))
+            if getattr(given, name) != getattr(unset, name)
+        }
+        return replace(self.defaults, **said)
+
+    def _outputs(
+        self, defaults: GenerationDefaults, return_dict_in_generate: Any, output_scores: Any, output_logits: Any
+    ) -> _Outputs | None:
         """What generate returns beside the sequences, each the generation config's where the call leaves
         it None (transformers' defaults False); None: the sequences alone."""
         said = {
@@ -1132,7 +1211,7 @@ class LanguageModel:
         }
         for name, value in said.items():
             if value is None:
-                said[name] = getattr(self.defaults, name)
+                said[name] = getattr(defaults, name)
             elif not isinstance(value, bool):
                 raise ArgumentError(op=_GENERATE, arg=name, expected="True, False or None", found=repr(value))
         if not said["return_dict_in_generate"]:
@@ -1140,11 +1219,15 @@ class LanguageModel:
         return _Outputs(scores=bool(said["output_scores"]), logits=bool(said["output_logits"]))
 
     def _beams(
-        self, num_beams: Any, length_penalty: Any, early_stopping: Any, num_return_sequences: Any
+        self,
+        defaults: GenerationDefaults,
+        num_beams: Any,
+        length_penalty: Any,
+        early_stopping: Any,
+        num_return_sequences: Any,
     ) -> Beams | None:
         """Beam search's settings, each the generation config's where the call leaves it None (then
         transformers' defaults); None for one beam."""
-        defaults = self.defaults
         beams = num_beams if num_beams is not None else defaults.num_beams if defaults.num_beams is not None else 1
         if beams == 1 and isinstance(beams, int) and not isinstance(beams, bool):
             return None
@@ -1165,16 +1248,16 @@ class LanguageModel:
             else defaults.num_return_sequences or 1,
         )
 
-    def _copies(self, num_return_sequences: Any, do_sample: bool | None) -> int:
+    def _copies(self, defaults: GenerationDefaults, num_return_sequences: Any, do_sample: bool | None) -> int:
         """Sequences per prompt: the call's num_return_sequences, else the generation config's, else 1;
         more than one only when sampling (greedy search makes the same sequence again: transformers'
         generate refuses it too)."""
-        copies = num_return_sequences if num_return_sequences is not None else self.defaults.num_return_sequences
+        copies = num_return_sequences if num_return_sequences is not None else defaults.num_return_sequences
         if copies is None:
             return 1
         if not isinstance(copies, int) or isinstance(copies, bool) or copies < 1:
             raise ArgumentError(op=_GENERATE, arg="num_return_sequences", expected="an int >= 1", found=repr(copies))
-        sampling = do_sample if do_sample is not None else self.defaults.do_sample
+        sampling = do_sample if do_sample is not None else defaults.do_sample
         if copies > 1 and not sampling:
             raise ArgumentError(
                 op=_GENERATE,
@@ -1213,6 +1296,7 @@ class LanguageModel:
 
     def _work(
         self,
+        defaults: GenerationDefaults,
         ids: Any,
         mask: Any,
         rows: int,
@@ -1244,7 +1328,7 @@ class LanguageModel:
         ids = self._rows(ids, "input_ids")
         _warn_right_padding(mask, rows)
         extra = more or {}
-        processing = self._processing(extra, do_sample if do_sample is not None else self.defaults.do_sample)
+        processing = self._processing(defaults, extra, do_sample if do_sample is not None else defaults.do_sample)
         prefix = extra.get("prefix_allowed_tokens_fn")
         if prefix is not None and not callable(prefix):
             raise ArgumentError(
@@ -1268,17 +1352,17 @@ class LanguageModel:
             if max_length is not None:
                 max_new_tokens = _new_tokens_to(max_length, ids.shape[1])
             else:
-                max_new_tokens = self._configured_new_tokens(ids.shape[1], used)
+                max_new_tokens = self._configured_new_tokens(defaults, ids.shape[1], used)
         if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
             raise ArgumentError(op=_GENERATE, arg="max_new_tokens", expected="an int >= 0", found=repr(max_new_tokens))
         self._room(used, ids.shape[1], max_new_tokens)
         if min_new_tokens is None:
-            least = self.defaults.min_new_tokens
-            if least is None and self.defaults.min_length is not None:
-                least = max(self.defaults.min_length - ids.shape[1], 0)
+            least = defaults.min_new_tokens
+            if least is None and defaults.min_length is not None:
+                least = max(defaults.min_length - ids.shape[1], 0)
             min_new_tokens = least or 0
-        eos = _call_ids(eos_token_id, "eos_token_id") if eos_token_id is not None else self.defaults.eos_token_ids
-        pad = _integer(pad_token_id) if pad_token_id is not None else self.defaults.pad_token_id
+        eos = _call_ids(eos_token_id, "eos_token_id") if eos_token_id is not None else defaults.eos_token_ids
+        pad = _integer(pad_token_id) if pad_token_id is not None else defaults.pad_token_id
         if pad_token_id is not None and pad is None:
             raise ArgumentError(
                 op=_GENERATE, arg="pad_token_id", expected="a token id (int)", found=repr(pad_token_id)[:120]
@@ -1286,26 +1370,26 @@ class LanguageModel:
         if pad is None:
             pad = eos[0] if eos else 0
         if generator is not None:
-            sampling = do_sample if do_sample is not None else self.defaults.do_sample
+            sampling = do_sample if do_sample is not None else defaults.do_sample
             _check_generator(generator, self.decode_plan.device, bool(sampling))
         sampled: dict[str, Any] = dict(
-            temperature=temperature if temperature is not None else self.defaults.temperature,
-            top_k=top_k if top_k is not None else self.defaults.top_k if self.defaults.top_k is not None else TOP_K,
-            top_p=top_p if top_p is not None else self.defaults.top_p,
+            temperature=temperature if temperature is not None else defaults.temperature,
+            top_k=top_k if top_k is not None else defaults.top_k if defaults.top_k is not None else TOP_K,
+            top_p=top_p if top_p is not None else defaults.top_p,
         )
         if do_sample is None:
-            do_sample = self.defaults.do_sample
+            do_sample = defaults.do_sample
         if repetition_penalty is None:
-            repetition_penalty = self.defaults.repetition_penalty
+            repetition_penalty = defaults.repetition_penalty
         max_time = processing.pop("max_time")
-        bos = self.defaults.forced_bos_token_id
+        bos = defaults.forced_bos_token_id
         choice = Choice(
             do_sample=bool(do_sample), repetition_penalty=repetition_penalty, min_new_tokens=min_new_tokens,
             eos_token_ids=eos, generator=generator, **(sampled if do_sample else {}),
             # as transformers' processors count the row's length: bos where the prompt is one token
             forced_bos_token_id=bos if ids.shape[1] == 1 else None,
-            forced_eos_token_ids=self.defaults.forced_eos_token_ids, last_new_token=max_new_tokens - 1,
-            suppress_tokens=self.defaults.suppress_tokens, begin_suppress_tokens=self.defaults.begin_suppress_tokens,
+            forced_eos_token_ids=defaults.forced_eos_token_ids, last_new_token=max_new_tokens - 1,
+            suppress_tokens=defaults.suppress_tokens, begin_suppress_tokens=defaults.begin_suppress_tokens,
             # transformers' begin index: the first new token, the second where a one-token prompt gets a forced bos
             begin_new_token=1 if ids.shape[1] == 1 and bos is not None else 0,
             # a bad word that is an eos id alone stays possible, as transformers' NoBadWords keeps it
@@ -1318,7 +1402,7 @@ class LanguageModel:
         )  # fmt: skip
         stopping = _callables(extra.get("stopping_criteria"), "stopping_criteria")
         stop = extra.get("stop_strings")
-        stop_strings = _strings(stop, "stop_strings") if stop is not None else self.defaults.stop_strings
+        stop_strings = _strings(stop, "stop_strings") if stop is not None else defaults.stop_strings
         if stop_strings:
             stopping = (_stop_strings_criterion(stop_strings, extra.get("tokenizer"), stop is None), *stopping)
         lookup: Lookup | Assistant | None
@@ -1326,7 +1410,7 @@ class LanguageModel:
             lookup = self._assistant(extra, rows)
         else:
             lookup = self._lookup(
-                extra.get("prompt_lookup_num_tokens"), extra.get("max_matching_ngram_size"), rows, beams
+                defaults, extra.get("prompt_lookup_num_tokens"), extra.get("max_matching_ngram_size"), rows, beams
             )
         return _Work(
             ids, mask, rows, max_new_tokens, choice, eos, pad, session, max_time, stopping=stopping, lookup=lookup
@@ -1414,30 +1498,31 @@ class LanguageModel:
             )
         return count
 
-    def _lookup(self, num_tokens: Any, ngram_size: Any, rows: int, beams: Beams | None) -> Lookup | None:
+    def _lookup(
+        self, defaults: GenerationDefaults, num_tokens: Any, ngram_size: Any, rows: int, beams: Beams | None
+    ) -> Lookup | None:
         """Prompt lookup's settings: the call's ``prompt_lookup_num_tokens`` (checked: one prompt row, a
         verify step of that many drafts at least; generate refuses it with beams), else the generation
         config's where this capture has a verify step (cut to its drafts; one token a step for several
         rows or beams, which it serves as transformers does not); None: one token a step."""
         if num_tokens is None:
-            configured = self.defaults.prompt_lookup_num_tokens
+            configured = defaults.prompt_lookup_num_tokens
             if configured is None or not self.draft_tokens or rows != 1 or beams is not None:
                 return None
             num_tokens = min(configured, self.draft_tokens)
         num_tokens = self._drafting("prompt_lookup_num_tokens", num_tokens, rows)
         if ngram_size is None:
-            ngram_size = self.defaults.max_matching_ngram_size or NGRAM_SIZE
+            ngram_size = defaults.max_matching_ngram_size or NGRAM_SIZE
         if not isinstance(ngram_size, int) or isinstance(ngram_size, bool) or ngram_size < 1:
             raise ArgumentError(
                 op=_GENERATE, arg="max_matching_ngram_size", expected="an int >= 1", found=repr(ngram_size)
             )
         return Lookup(num_tokens, ngram_size)
 
-    def _processing(self, more: Mapping[str, Any], do_sample: bool) -> dict[str, Any]:
+    def _processing(self, defaults: GenerationDefaults, more: Mapping[str, Any], do_sample: bool) -> dict[str, Any]:
         """The call's sequence bias, n-gram and bad-word bans, min-p / typical / epsilon / eta warpers
         (sampling only, as transformers applies them) and max_time, each the generation config's where
         the call leaves it None; token ids checked against the vocabulary before any work."""
-        defaults = self.defaults
         taken: dict[str, Any] = {name: more.get(name) for name in _PROCESSING}
         for name in _PROCESSING:
             if taken[name] is None:
@@ -1470,15 +1555,15 @@ class LanguageModel:
                     )
         return taken
 
-    def _configured_new_tokens(self, prompt: int, used: int) -> int:
+    def _configured_new_tokens(self, defaults: GenerationDefaults, prompt: int, used: int) -> int:
         """The new tokens where the call gives no length, as transformers' generate: the generation
         config's max_new_tokens, else its max_length (the prompt counted: a prompt not below it is an
         error there and here), else 20; cut to what the cache holds after the prompt (a config speaks
         of the model, not of this capture, and transformers cuts its 20 at the model's positions)."""
         room = max(self.max_length - used - prompt, 0)
-        if self.defaults.max_new_tokens is not None:
-            return min(self.defaults.max_new_tokens, room)
-        configured = self.defaults.max_length
+        if defaults.max_new_tokens is not None:
+            return min(defaults.max_new_tokens, room)
+        configured = defaults.max_length
         if configured is None:
             return min(NEW_TOKENS, room)
         said = f"the model's generation_config.max_length {configured}"
