@@ -53,6 +53,7 @@ def describe() -> Mapping[str, str]:
     probe(lines, "opset", _opset)
     probe(lines, "session cache", SESSIONS.describe)
     probe(lines, "threads", _threads)
+    probe(lines, "denormals", _denormals)
     return lines
 
 
@@ -62,3 +63,15 @@ def _threads() -> str:
     if keeps_spinning():
         return f"onnxruntime's default: the pool spins after each run ({KEEP_SPINNING}=1)"
     return f"the pool stops spinning when a run returns [set {KEEP_SPINNING}=1 to keep onnxruntime's default]"
+
+
+def _denormals() -> str:
+    import sys
+
+    from opcore_onnxruntime.denormals import DENORMALS, flushes, wanted
+
+    if not wanted():
+        return f"onnxruntime's default: computed ({DENORMALS}=keep)"
+    if "torch" in sys.modules and not flushes(()):  # the doctor loads no torch to find out
+        return "computed: torch cannot set this CPU's flush-to-zero flags"
+    return f"flushed to zero in plan partitions [set {DENORMALS}=keep to keep onnxruntime's default]"

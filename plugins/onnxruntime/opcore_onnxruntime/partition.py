@@ -17,6 +17,7 @@ from __future__ import annotations
 import pathlib
 import re
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 import numpy
@@ -34,7 +35,7 @@ from opcore.extend import (
     first_line,
     saved_bytes,
 )
-from opcore_onnxruntime import __version__
+from opcore_onnxruntime import __version__, denormals
 from opcore_onnxruntime.graph import Graph, Value
 from opcore_onnxruntime.session import open_session, session_options, target_opset
 
@@ -55,7 +56,8 @@ class OnnxPartition:
     """
 
     __slots__ = (
-        "_keep", "_names", "_outputs", "_run", "constants", "externals", "model", "name", "opset", "session", "source",
+        "_keep", "_names", "_outputs", "_run", "constants", "externals", "flush", "model", "name", "opset", "session",
+        "source",
     )  # fmt: skip
 
     backend = BACKEND
@@ -69,8 +71,10 @@ class OnnxPartition:
         externals: Mapping[str, numpy.ndarray] | None = None,
         source: pathlib.Path | None = None,
         constants: Mapping[str, str] | None = None,
+        flush: bool = False,
     ) -> None:
         self.name = name
+        self.flush = flush  # runs with denormals flushed to zero (opcore_onnxruntime.denormals)
         self.source = source  # the .onnx file it was loaded from (None: built here)
         self.session = session
         self.model = model  # None when loaded from files (saving reads them again)
@@ -89,8 +93,11 @@ class OnnxPartition:
         return f"OnnxPartition({self.name!r}, {len(self._names)} inputs, {len(self._outputs)} outputs)"
 
     def __call__(self, *inputs: numpy.ndarray) -> tuple[numpy.ndarray, ...]:
+        feeds = dict(zip(self._names, inputs))
         try:
-            return tuple(self._run(self._outputs, dict(zip(self._names, inputs)), None))
+            if self.flush:
+                return tuple(denormals.run(self._run, self._outputs, feeds, None))
+            return tuple(self._run(self._outputs, feeds, None))
         except Exception as error:
             raise Unsupported(f"partition {self.name} on onnxruntime failed: {first_line(error)}") from error
 
@@ -185,14 +192,21 @@ def _compile(spec: PartitionSpec, chain_of: Callable[[str], Any]) -> OnnxPartiti
     opset, ir_version = target_opset()
     graph = Graph(spec.name, opset, ir_version)
     outputs = _results(graph, spec, chain_nodes(graph, spec, chain_of, BACKEND))
+    flush = flushes(spec)
     try:
-        session, model, keep = open_session(graph, *outputs, dynamic=is_dynamic(spec))
+        session, model, keep = open_session(graph, *outputs, dynamic=is_dynamic(spec), flush=flush)
     except Unsupported as error:
         found = _NODE_NAME.search(str(error))
         node = int(found.group(1)) if found and int(found.group(1)) < len(spec.nodes) else None
         op = spec.nodes[node].op if node is not None else None
         raise PartitionError(spec.name, BACKEND, first_line(error.__cause__ or error), node=node, op=op) from error
-    return OnnxPartition(spec.name, session, keep, model, graph.externals, constants=_constants_of(graph, spec))
+    constants = _constants_of(graph, spec)
+    return OnnxPartition(spec.name, session, keep, model, graph.externals, constants=constants, flush=flush)
+
+
+def flushes(spec: PartitionSpec) -> bool:
+    """Whether the partition runs with denormals flushed to zero (opcore_onnxruntime.denormals)."""
+    return denormals.flushes(meta.dtype for meta in spec.metas.values())
 
 
 def is_dynamic(spec: PartitionSpec) -> bool:
@@ -227,12 +241,15 @@ def load_partition(folder: pathlib.Path, record: Mapping[str, Any], spec: Partit
     constants = dict(record.get("constants") or {})
     try:
         externals = _shared_constants(path, constants, spec) if constants else {}
-        options = session_options(is_dynamic(spec))
+        flush = flushes(spec)
+        options = session_options(is_dynamic(spec), flush)
         names = list(externals)
         values = [onnxruntime.OrtValue.ortvalue_from_numpy(externals[n]) for n in names]
         if names:
             options.add_external_initializers(names, values)
-        session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        session = denormals.made(
+            partial(onnxruntime.InferenceSession, str(path), options, providers=["CPUExecutionProvider"])
+        )
     except PartitionError:
         raise
     except Exception as error:
@@ -245,7 +262,7 @@ def load_partition(folder: pathlib.Path, record: Mapping[str, Any], spec: Partit
             f"the plan expects {len(spec.inputs)} and {len(spec.outputs)}",
         )
     keep = (values, externals) if names else ()
-    return OnnxPartition(spec.name, session, keep, externals=externals, source=path, constants=constants)
+    return OnnxPartition(spec.name, session, keep, externals=externals, source=path, constants=constants, flush=flush)
 
 
 def _shared_constants(

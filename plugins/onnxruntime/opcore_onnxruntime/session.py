@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy
@@ -27,6 +28,7 @@ import onnxruntime
 from onnx import ModelProto, helper
 
 from opcore.extend import ATTRIBUTE, OPERAND, TENSOR, TENSORS, OneModelOp, Unsupported, first_line, runtime_threads
+from opcore_onnxruntime import denormals
 from opcore_onnxruntime.cache import SESSIONS
 from opcore_onnxruntime.graph import Graph, Value
 
@@ -64,10 +66,12 @@ _opset: tuple[int, int] | None = None
 _opset_lock = threading.Lock()
 
 
-def session_options(dynamic: bool = False) -> onnxruntime.SessionOptions:
+def session_options(dynamic: bool = False, flush: bool = False) -> onnxruntime.SessionOptions:
     """The options of every session opcore opens: fatal-only logging, and the intra-op threads stop
     spinning when a run returns (unless ``OPCORE_ORT_KEEP_SPINNING=1``). ``dynamic``: a partition
-    with dynamic axes, which gets no memory pattern (below).
+    with dynamic axes, which gets no memory pattern (below). ``flush``: the pool threads flush
+    denormals to zero (a partition's session: opcore_onnxruntime.denormals; make it with
+    ``denormals.made``, which gives the creating thread its flags back).
 
     onnxruntime's pool threads spin after each run, waiting for the next one. In a process that also
     runs torch (or another runtime) that spin takes the cores the next work needs: on 2 cores an
@@ -97,6 +101,8 @@ def session_options(dynamic: bool = False) -> onnxruntime.SessionOptions:
         options.intra_op_num_threads = threads
     if dynamic:
         options.enable_mem_pattern = False
+    if flush:
+        options.add_session_config_entry("session.set_denormal_as_zero", "1")
     return options
 
 
@@ -136,12 +142,13 @@ def _probe_opset() -> tuple[int, int]:
 
 
 def open_session(
-    graph: Graph, *outputs: Value, dynamic: bool = False
+    graph: Graph, *outputs: Value, dynamic: bool = False, flush: bool = False
 ) -> tuple[onnxruntime.InferenceSession, ModelProto, tuple[Any, ...]]:
     """An InferenceSession of ``graph`` with these outputs, the model it was made from (external
     initializers not in it), and what must stay alive while the session runs (the memory its
     external initializers share). Raises Unsupported with onnxruntime's first line when it fails.
-    ``dynamic``: session_options' (a partition with dynamic axes).
+    ``dynamic``, ``flush``: session_options' (a partition with dynamic axes; one that flushes
+    denormals, made so that the calling thread keeps its own flags).
     """
     if graph.externals and not hasattr(onnxruntime.SessionOptions, "add_external_initializers"):
         graph.internalize()  # an onnxruntime without it: the weights are copied into the model
@@ -151,12 +158,14 @@ def open_session(
     keep: tuple[Any, ...] = (values, graph.externals) if names else ()  # the session reads this memory
     serialized, failures = model.SerializeToString(), []
     for level in OPTIMIZATION_LEVELS:  # the highest level that builds: see OPTIMIZATION_LEVELS
-        options = session_options(dynamic)
+        options = session_options(dynamic, flush)
         options.graph_optimization_level = level
         if names:
             options.add_external_initializers(names, values)
         try:
-            session = onnxruntime.InferenceSession(serialized, options, providers=["CPUExecutionProvider"])
+            session = denormals.made(
+                partial(onnxruntime.InferenceSession, serialized, options, providers=["CPUExecutionProvider"])
+            )
         except Exception as error:
             failures.append(error)
             continue
