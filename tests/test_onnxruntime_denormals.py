@@ -13,7 +13,6 @@ import torch
 
 pytest.importorskip("onnxruntime", reason="the onnxruntime partition compiler needs onnxruntime")
 
-from opcore.errors import ArgumentError
 from opcore.graph.partition import PartitionSpec, PartNode, ValueRef, compilers
 from opcore.types import TensorMeta
 
@@ -123,12 +122,16 @@ def test_a_float16_partition_keeps_its_denormals(monkeypatch: pytest.MonkeyPatch
     assert not part.flush and _config(part) is None
 
 
-def test_a_bad_setting_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    from opcore_onnxruntime.denormals import DENORMALS
+def test_a_setting_it_cannot_read_keeps_onnxruntime_s_default_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    from opcore_onnxruntime import denormals
+    from opcore_onnxruntime.doctor import describe
 
-    monkeypatch.setenv(DENORMALS, "off")
-    with pytest.raises(ArgumentError, match="OPCORE_ORT_DENORMALS.*'off'"):
-        _scaled()
+    monkeypatch.setenv(denormals.DENORMALS, "off")
+    monkeypatch.setattr(denormals, "_warned", set())
+    with pytest.warns(UserWarning, match=r"OPCORE_ORT_DENORMALS='off' is neither .*onnxruntime's default is kept"):
+        part, _ = _scaled()
+    assert not part.flush
+    assert describe()["denormals"].startswith("computed: OPCORE_ORT_DENORMALS='off' is neither")
 
 
 def test_a_masked_softmax_flushed_equals_torch_s(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from opcore.extend import ArgumentError
-
-__all__ = ["DENORMALS", "flushes", "made", "run", "wanted"]
+__all__ = ["DENORMALS", "flushes", "made", "misread", "run", "wanted"]
 
 DENORMALS = "OPCORE_ORT_DENORMALS"  # "keep": onnxruntime's default (denormals computed)
 
@@ -44,17 +43,30 @@ _OFF, _ON = (False, False), (True, True)
 
 
 def wanted() -> bool:
-    """Whether partitions flush (unless ``OPCORE_ORT_DENORMALS=keep``); an ArgumentError for a value
-    that is neither."""
+    """Whether partitions flush: unless ``OPCORE_ORT_DENORMALS=keep``. Any other value than keep or
+    flush keeps onnxruntime's default too, with a warning (once per value) naming it: a setting
+    nobody can read is not taken as a wish to flush."""
     value = os.environ.get(DENORMALS, "")
-    if value not in ("", "keep", "flush"):
-        raise ArgumentError(
-            arg=DENORMALS,
-            expected="'keep' (onnxruntime's default: denormals computed) or 'flush' (opcore's default)",
-            found=repr(value),
-            fix=f"unset {DENORMALS}, or set it to keep",
-        )
+    problem = misread(value)
+    if problem is not None:
+        if value not in _warned:
+            _warned.add(value)
+            warnings.warn(problem, UserWarning, stacklevel=2)
+        return False
     return value != "keep"
+
+
+def misread(value: str) -> str | None:
+    """What is wrong with ``value`` as ``OPCORE_ORT_DENORMALS`` (None: nothing)."""
+    if value in ("", "keep", "flush"):
+        return None
+    return (
+        f"{DENORMALS}={value!r} is neither 'keep' (onnxruntime's default: denormals computed) nor 'flush' "
+        "(opcore's default): onnxruntime's default is kept. Fix: unset it, or set it to keep or flush."
+    )
+
+
+_warned: set[str] = set()
 
 
 def flushes(dtypes: Iterable[Any]) -> bool:

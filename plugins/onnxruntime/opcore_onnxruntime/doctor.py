@@ -66,11 +66,16 @@ def _threads() -> str:
 
 
 def _denormals() -> str:
+    import os
     import sys
 
-    from opcore_onnxruntime.denormals import DENORMALS, flushes, wanted
+    from opcore_onnxruntime.denormals import DENORMALS, flushes, misread
 
-    if not wanted():
+    value = os.environ.get(DENORMALS, "")
+    problem = misread(value)
+    if problem is not None:
+        return f"computed: {problem}"
+    if value == "keep":
         return f"onnxruntime's default: computed ({DENORMALS}=keep)"
     if "torch" in sys.modules and not flushes(()):  # the doctor loads no torch to find out
         return "computed: torch cannot set this CPU's flush-to-zero flags"
