@@ -606,6 +606,32 @@ def test_a_generation_config_or_prompt_it_cannot_take_is_refused_before_any_work
             call(max_new_tokens=2)
 
 
+def test_config_options_given_as_keywords_are_applied_as_transformers_applies_them(llama):
+    """min_length, forced_bos/eos_token_id, suppress_tokens and begin_suppress_tokens as keywords, as
+    transformers' generate takes any config option: tokens equal model.generate's with the same
+    keywords; a value of the wrong kind is an ArgumentError naming the option."""
+    model, lm = llama
+    ids = prompt()
+    first = int(lm.generate(ids, max_new_tokens=1, eos_token_id=[])[0, -1])
+    second = int(lm.generate(ids, max_new_tokens=2, eos_token_id=[])[0, -1])
+    cases = (
+        {"min_length": ids.shape[1] + 4, "eos_token_id": first},
+        {"forced_eos_token_id": 7},
+        {"suppress_tokens": [first, second]},
+        {"begin_suppress_tokens": [first]},
+    )
+    for options in cases:
+        ours = {"eos_token_id": None, **options}
+        want = model.generate(ids, max_new_tokens=6, do_sample=False, pad_token_id=0, **ours)
+        got = lm.generate(ids, max_new_tokens=6, **{"eos_token_id": [], **options})
+        assert torch.equal(got, want), (options, got, want)
+    assert int(lm.generate(ids, max_new_tokens=6, eos_token_id=[], forced_eos_token_id=7)[0, -1]) == 7
+    assert first not in lm.generate(ids, max_new_tokens=6, eos_token_id=[], suppress_tokens=[first])[0, 10:].tolist()
+    for name, value in (("min_length", -1), ("suppress_tokens", ["a"]), ("forced_bos_token_id", 1.5)):
+        with pytest.raises(ArgumentError, match=rf"argument '{name}'"):
+            lm.generate(ids, max_new_tokens=2, **{name: value})
+
+
 def test_the_generation_config_s_sampling_and_repetition_penalty_are_the_defaults(llama):
     """A checkpoint's generation_config may ask for sampling and a repetition penalty (Qwen2.5-Instruct's
     does: do_sample, temperature 0.7, top_p 0.8, top_k 20, repetition_penalty 1.05): where generate is

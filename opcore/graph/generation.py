@@ -346,6 +346,47 @@ def _blank_config(config: Any, op: str) -> Any:
         ) from error
 
 
+# options of a generation config that generate takes as keywords beyond its signature's, as
+# transformers' generate takes any config option as a keyword: name -> GenerationDefaults' field
+CONFIG_KEYWORDS = {
+    "min_length": "min_length",
+    "forced_bos_token_id": "forced_bos_token_id",
+    "forced_eos_token_id": "forced_eos_token_ids",
+    "suppress_tokens": "suppress_tokens",
+    "begin_suppress_tokens": "begin_suppress_tokens",
+}
+
+
+def _config_keywords(
+    defaults: GenerationDefaults, unsupported: Mapping[str, Any], op: str
+) -> tuple[GenerationDefaults, dict[str, Any]]:
+    """``defaults`` with the call's CONFIG_KEYWORDS in place (each checked: an ArgumentError naming
+    it), and the keywords left over."""
+    rest = dict(unsupported)
+    said: dict[str, Any] = {}
+    for name, field_name in CONFIG_KEYWORDS.items():
+        if name not in rest:
+            continue
+        value = rest.pop(name)
+        if value is None:
+            continue
+        single = name in ("min_length", "forced_bos_token_id")
+        try:
+            if single or isinstance(value, numbers.Integral):
+                if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+                    raise TypeError(name)
+                said[field_name] = int(value) if single else (int(value),)
+            else:
+                ids = tuple(value)
+                if any(isinstance(i, bool) or not isinstance(i, numbers.Integral) or i < 0 for i in ids):
+                    raise TypeError(name)
+                said[field_name] = tuple(int(i) for i in ids)
+        except TypeError as error:
+            expected = "an int >= 0" if name == "min_length" else "a token id (int)" if single else "token ids (ints)"
+            raise ArgumentError(op=op, arg=name, expected=expected, found=repr(value)[:120]) from error
+    return (replace(defaults, **said) if said else defaults), rest
+
+
 def _refuse(unsupported: Mapping[str, Any]) -> None:
     """An ArgumentError for options of transformers' generate that opcore's does not take (contrastive
     search, a GenerationConfig object, attentions...), before any work: a TypeError would not say
@@ -360,7 +401,7 @@ def _refuse(unsupported: Mapping[str, Any]) -> None:
         name
         for name, parameter in inspect.signature(LanguageModel.generate).parameters.items()
         if parameter.kind in kinds and name not in ("self", "input_ids")
-    ]
+    ] + sorted(CONFIG_KEYWORDS)
     raise ArgumentError(
         op=_GENERATE,
         arg=names[0],
@@ -998,7 +1039,10 @@ class LanguageModel:
         and generation stops when every row has. The prompt is ``input_ids``, or ``inputs`` as
         transformers names it. ``generation_config``: a transformers GenerationConfig whose options
         (those it sets away from GenerationConfig()'s defaults) replace the model's generation config's
-        for this call, as transformers merges them; keywords win over both. ``max_new_tokens`` None:
+        for this call, as transformers merges them; keywords win over both (also ``min_length``,
+        ``forced_bos_token_id``, ``forced_eos_token_id``, ``suppress_tokens`` and
+        ``begin_suppress_tokens``: CONFIG_KEYWORDS, config options taken as keywords as transformers
+        takes them). ``max_new_tokens`` None:
         up to ``max_length`` tokens in all (prompt included, as transformers counts it) where that is
         given, else the model's generation config's max_new_tokens or max_length, else 20 (these cut
         to the cache's room).
@@ -1034,9 +1078,10 @@ class LanguageModel:
         """
         import torch
 
+        defaults = self._call_defaults(generation_config, _GENERATE)
+        defaults, unsupported = _config_keywords(defaults, unsupported, _GENERATE)
         _refuse(unsupported)
         input_ids = _prompt(input_ids, inputs, _GENERATE)
-        defaults = self._call_defaults(generation_config, _GENERATE)
         beams = self._beams(defaults, num_beams, length_penalty, early_stopping, num_return_sequences)
         if beams is not None and streamer is not None:
             raise ArgumentError(
@@ -1143,9 +1188,10 @@ class LanguageModel:
 
         >>> for tokens in lm.stream(ids, max_new_tokens=8): print(tokens.tolist())   # doctest: +SKIP
         """
+        defaults = self._call_defaults(generation_config, "LanguageModel.stream")
+        defaults, unsupported = _config_keywords(defaults, unsupported, "LanguageModel.stream")
         _refuse(unsupported)
         input_ids = _prompt(input_ids, inputs, "LanguageModel.stream")
-        defaults = self._call_defaults(generation_config, "LanguageModel.stream")
         beams = num_beams if num_beams is not None else defaults.num_beams
         if beams is not None and beams != 1:
             said = "" if num_beams is not None else " (the model's generation_config.num_beams)"
