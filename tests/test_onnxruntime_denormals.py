@@ -193,3 +193,21 @@ def test_doctor_says_which(monkeypatch: pytest.MonkeyPatch, setting: str | None,
     else:
         monkeypatch.setenv(DENORMALS, setting)
     assert describe()["denormals"].startswith(says)
+
+
+def test_a_caller_s_own_flush_setting_survives_the_first_session() -> None:
+    # onnxruntime clears the creating thread's flush-to-zero flag when the process's first session is
+    # made without the option (the opset probe, a one-op session): given back
+    import subprocess
+    import sys
+
+    script = """
+import numpy, torch, opcore
+torch.set_flush_denormal(True)
+from opcore_onnxruntime.denormals import flags
+y = opcore.run("relu", numpy.ones((2, 3), numpy.float32), backend="onnxruntime")
+print(flags())
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[-2] == "(True, True)"

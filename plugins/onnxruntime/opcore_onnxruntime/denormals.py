@@ -15,7 +15,9 @@ creates it (the caller's torch and numpy would flush from then on: a saved plan 
 process), but not for a run on the caller's thread, which is where a one-thread run happens. So a
 partition's session is made with the option and the creating thread's flags are given back
 (``made``), and each run sets the calling thread's flags for itself only (``run``): the caller's
-numerics never change. Results differ from onnxruntime's default only where a value below
+numerics never change (every session opcore makes goes through ``made``: a process's first session
+made without the option clears the creating thread's flush-to-zero flag, which a caller who set
+``torch.set_flush_denormal(True)`` would lose). Results differ from onnxruntime's default only where a value below
 1.2e-38 became 0. Not for a partition holding float16 values (AVX512-FP16 flushes float16's
 denormals, up to 6.1e-5, too), nor for one-op sessions (opcore.run keeps onnxruntime's numerics).
 ``OPCORE_ORT_DENORMALS=keep`` keeps onnxruntime's default everywhere; ``opcore doctor`` says which.
@@ -114,12 +116,9 @@ _found: list[Callable[[bool], bool] | None] = []
 
 def _setter() -> Callable[[bool], bool] | None:
     """``torch.set_flush_denormal`` where torch is installed and the CPU has the flags; else None.
-    Found once, by setting both flags and giving them back (not tried while the thread has only
-    one of them, which could not be given back)."""
+    Found once, by setting both flags and giving them back (a thread holding one flag already shows
+    the CPU has them: not tried then, as one flag could not be given back)."""
     if not _found:
-        before = flags()
-        if before not in (_OFF, _ON):
-            return None
         torch = sys.modules.get("torch")
         if torch is None:
             try:
@@ -127,9 +126,11 @@ def _setter() -> Callable[[bool], bool] | None:
             except ImportError:
                 torch = None
         setter = getattr(torch, "set_flush_denormal", None)
-        if setter is not None and not setter(True):  # False: a CPU without the flags
-            setter = None
-        if setter is not None and before == _OFF:
-            setter(False)
+        before = flags()
+        if setter is not None and before in (_OFF, _ON):
+            if not setter(True):  # False: a CPU without the flags
+                setter = None
+            elif before == _OFF:
+                setter(False)
         _found.append(setter)
     return _found[0]

@@ -132,8 +132,13 @@ def _probe_opset() -> tuple[int, int]:
         graph = Graph("probe", opset, ir_version)
         model = graph.model(graph.op("Identity", graph.input(numpy.dtype(numpy.float32), 1)))
         try:
-            onnxruntime.InferenceSession(
-                model.SerializeToString(), session_options(), providers=["CPUExecutionProvider"]
+            denormals.made(
+                partial(
+                    onnxruntime.InferenceSession,
+                    model.SerializeToString(),
+                    session_options(),
+                    providers=["CPUExecutionProvider"],
+                )
             )
         except Exception:
             continue
