@@ -31,6 +31,29 @@ def _caller_flags_restored() -> Any:
     torch.set_flush_denormal(False)
 
 
+def test_a_process_without_torch_loaded_runs_onnxruntime_s_default(tmp_path: pathlib.Path) -> None:
+    # a partition loaded and run on its own takes numpy alone and must not import torch for this
+    import subprocess
+    import sys
+
+    part, _ = _scaled()
+    record = part.save(tmp_path)
+    script = f"""
+import sys, numpy
+from opcore.graph.partition import PartitionSpec, PartNode, ValueRef
+from opcore.types import TensorMeta
+from opcore_onnxruntime.partition import load_partition
+x = numpy.full((4,), {TINY!r}, "float32")
+spec = PartitionSpec("p0", (PartNode("mul", (ValueRef("x"), 0.01), ("y",)),), ("x",), {{}}, ("y",),
+                     {{"x": TensorMeta.of(x), "y": TensorMeta.of(x)}})
+loaded = load_partition({str(tmp_path)!r}, {record!r}, spec)
+print(loaded.flush, bool((loaded(x)[0] > 0).all()), "torch" in sys.modules)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[-2] == "False True False"
+
+
 def _scaled(dtype: str = "float32", size: int = 4) -> tuple[Any, PartitionSpec]:
     """A partition computing x * 0.01 (and its spec)."""
     x = numpy.full((size,), TINY, dtype)
@@ -168,6 +191,7 @@ def test_the_first_session_of_a_process_leaves_the_caller_s_flags(tmp_path: path
     record = part.save(tmp_path)
     script = f"""
 import numpy
+import torch  # as in a plan's process: the flags are set through torch, never imported for it
 from opcore.graph.partition import PartitionSpec, PartNode, ValueRef
 from opcore.types import TensorMeta
 from opcore_onnxruntime.partition import load_partition

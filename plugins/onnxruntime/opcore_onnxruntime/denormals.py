@@ -21,8 +21,9 @@ made without the option clears the creating thread's flush-to-zero flag, which a
 1.2e-38 became 0. Not for a partition holding float16 values (AVX512-FP16 flushes float16's
 denormals, up to 6.1e-5, too), nor for one-op sessions (opcore.run keeps onnxruntime's numerics).
 ``OPCORE_ORT_DENORMALS=keep`` keeps onnxruntime's default everywhere; ``opcore doctor`` says which.
-The flags are set through torch (``torch.set_flush_denormal``, both flags at once): without torch,
-or on a CPU without the flags, nothing is flushed.
+The flags are set through torch (``torch.set_flush_denormal``, both flags at once), which this module
+never imports: in a process without torch loaded (a partition loaded and run on its own, with
+numpy), or on a CPU without the flags, nothing is flushed.
 """
 
 from __future__ import annotations
@@ -115,16 +116,15 @@ _found: list[Callable[[bool], bool] | None] = []
 
 
 def _setter() -> Callable[[bool], bool] | None:
-    """``torch.set_flush_denormal`` where torch is installed and the CPU has the flags; else None.
-    Found once, by setting both flags and giving them back (a thread holding one flag already shows
-    the CPU has them: not tried then, as one flag could not be given back)."""
+    """``torch.set_flush_denormal`` where torch is loaded and the CPU has the flags; else None. Never
+    imports torch (a partition loaded and run on its own takes numpy alone, and imports no torch):
+    until a process loads it, nothing is flushed. Found once torch is there, by setting both flags
+    and giving them back (a thread holding one flag already shows the CPU has them: not tried then,
+    as one flag could not be given back)."""
     if not _found:
         torch = sys.modules.get("torch")
         if torch is None:
-            try:
-                import torch
-            except ImportError:
-                torch = None
+            return None  # not kept: torch may be loaded later
         setter = getattr(torch, "set_flush_denormal", None)
         before = flags()
         if setter is not None and before in (_OFF, _ON):
