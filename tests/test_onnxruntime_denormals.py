@@ -33,25 +33,39 @@ def _caller_flags_restored() -> Any:
 
 def test_a_process_without_torch_loaded_runs_onnxruntime_s_default(tmp_path: pathlib.Path) -> None:
     # a partition loaded and run on its own takes numpy alone and must not import torch for this
-    import subprocess
-    import sys
+    printed = 'loaded.flush, bool((loaded(x)[0] > 0).all()), "torch" in sys.modules'
+    assert _loaded_in_a_fresh_process(tmp_path, "", printed) == "False True False"
 
+
+def _loaded_in_a_fresh_process(tmp_path: pathlib.Path, first: str, printed: str) -> str:
+    """What a new Python process prints (``printed``, a tuple's items) after running ``first`` and
+    loading ``_scaled()``'s saved partition as ``loaded`` (its input ``x``) before any other session."""
     part, _ = _scaled()
     record = part.save(tmp_path)
     script = f"""
 import sys, numpy
+{first}
 from opcore.graph.partition import PartitionSpec, PartNode, ValueRef
 from opcore.types import TensorMeta
 from opcore_onnxruntime.partition import load_partition
+from opcore_onnxruntime.denormals import flags
 x = numpy.full((4,), {TINY!r}, "float32")
 spec = PartitionSpec("p0", (PartNode("mul", (ValueRef("x"), 0.01), ("y",)),), ("x",), {{}}, ("y",),
                      {{"x": TensorMeta.of(x), "y": TensorMeta.of(x)}})
 loaded = load_partition({str(tmp_path)!r}, {record!r}, spec)
-print(loaded.flush, bool((loaded(x)[0] > 0).all()), "torch" in sys.modules)
+print({printed})
 """
+    return _last_line(script)
+
+
+def _last_line(script: str) -> str:
+    """The last line ``script`` prints, run in a new Python process (which must succeed)."""
+    import subprocess
+    import sys
+
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split("\n")[-2] == "False True False"
+    return done.stdout.split("\n")[-2]
 
 
 def _scaled(dtype: str = "float32", size: int = 4) -> tuple[Any, PartitionSpec]:
@@ -184,27 +198,9 @@ def test_a_masked_softmax_flushed_equals_torch_s(monkeypatch: pytest.MonkeyPatch
 def test_the_first_session_of_a_process_leaves_the_caller_s_flags(tmp_path: pathlib.Path) -> None:
     # onnxruntime sets the creating thread's flags from the first session a process makes (only the
     # first's): a saved plan's partition, loaded first in a new process, is that session
-    import subprocess
-    import sys
-
-    part, _ = _scaled()
-    record = part.save(tmp_path)
-    script = f"""
-import numpy
-import torch  # as in a plan's process: the flags are set through torch, never imported for it
-from opcore.graph.partition import PartitionSpec, PartNode, ValueRef
-from opcore.types import TensorMeta
-from opcore_onnxruntime.partition import load_partition
-from opcore_onnxruntime.denormals import flags
-x = numpy.full((4,), {TINY!r}, "float32")
-spec = PartitionSpec("p0", (PartNode("mul", (ValueRef("x"), 0.01), ("y",)),), ("x",), {{}}, ("y",),
-                     {{"x": TensorMeta.of(x), "y": TensorMeta.of(x)}})
-loaded = load_partition({str(tmp_path)!r}, {record!r}, spec)
-print(flags(), loaded.flush, bool((loaded(x)[0] == 0).all()), flags())
-"""
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split("\n")[-2] == "(False, False) True True (False, False)"
+    first = "import torch  # as in a plan's process: the flags are set through torch, never imported for it"
+    printed = "flags(), loaded.flush, bool((loaded(x)[0] == 0).all()), flags()"
+    assert _loaded_in_a_fresh_process(tmp_path, first, printed) == "(False, False) True True (False, False)"
 
 
 @pytest.mark.parametrize(("setting", "says"), [(None, "flushed to zero"), ("keep", "onnxruntime's default")])
@@ -222,9 +218,6 @@ def test_doctor_says_which(monkeypatch: pytest.MonkeyPatch, setting: str | None,
 def test_a_caller_s_own_flush_setting_survives_the_first_session() -> None:
     # onnxruntime clears the creating thread's flush-to-zero flag when the process's first session is
     # made without the option (the opset probe, a one-op session): given back
-    import subprocess
-    import sys
-
     script = """
 import numpy, torch, opcore
 torch.set_flush_denormal(True)
@@ -232,6 +225,4 @@ from opcore_onnxruntime.denormals import flags
 y = opcore.run("relu", numpy.ones((2, 3), numpy.float32), backend="onnxruntime")
 print(flags())
 """
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split("\n")[-2] == "(True, True)"
+    assert _last_line(script) == "(True, True)"

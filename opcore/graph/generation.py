@@ -332,18 +332,19 @@ class _Configured:
 def _blank_config(config: Any, op: str) -> Any:
     """A GenerationConfig of ``config``'s class with every option at its default; an ArgumentError
     where ``config`` is no transformers GenerationConfig."""
+    refused = ArgumentError(
+        op=op,
+        arg="generation_config",
+        expected="a transformers GenerationConfig",
+        found=type(config).__name__,
+        fix="pass GenerationConfig(max_new_tokens=..., ...), or its options as keywords",
+    )
+    if not callable(getattr(config, "to_diff_dict", None)):
+        raise refused
     try:
-        if not callable(getattr(config, "to_diff_dict", None)):
-            raise TypeError("no to_diff_dict")
         return type(config)()
     except Exception as error:
-        raise ArgumentError(
-            op=op,
-            arg="generation_config",
-            expected="a transformers GenerationConfig",
-            found=type(config).__name__,
-            fix="pass GenerationConfig(max_new_tokens=..., ...), or its options as keywords",
-        ) from error
+        raise refused from error
 
 
 # options of a generation config that generate takes as keywords beyond its signature's, as
@@ -1078,9 +1079,7 @@ class LanguageModel:
         """
         import torch
 
-        defaults = self._call_defaults(generation_config, _GENERATE)
-        defaults, unsupported = _config_keywords(defaults, unsupported, _GENERATE)
-        _refuse(unsupported)
+        defaults = self._call_defaults(generation_config, unsupported, _GENERATE)
         input_ids = _prompt(input_ids, inputs, _GENERATE)
         beams = self._beams(defaults, num_beams, length_penalty, early_stopping, num_return_sequences)
         if beams is not None and streamer is not None:
@@ -1188,9 +1187,7 @@ class LanguageModel:
 
         >>> for tokens in lm.stream(ids, max_new_tokens=8): print(tokens.tolist())   # doctest: +SKIP
         """
-        defaults = self._call_defaults(generation_config, "LanguageModel.stream")
-        defaults, unsupported = _config_keywords(defaults, unsupported, "LanguageModel.stream")
-        _refuse(unsupported)
+        defaults = self._call_defaults(generation_config, unsupported, "LanguageModel.stream")
         input_ids = _prompt(input_ids, inputs, "LanguageModel.stream")
         beams = num_beams if num_beams is not None else defaults.num_beams
         if beams is not None and beams != 1:
@@ -1219,12 +1216,20 @@ class LanguageModel:
         )  # fmt: skip
         return self._loop(work)
 
-    def _call_defaults(self, generation_config: Any, op: str) -> GenerationDefaults:
+    def _call_defaults(self, generation_config: Any, unsupported: Mapping[str, Any], op: str) -> GenerationDefaults:
         """The defaults of one call: the model's, or with ``generation_config`` (a transformers
         GenerationConfig) each option it sets away from GenerationConfig()'s own default in their
-        place, as transformers' generate merges a config passed to it with the model's. Options of
-        it that opcore does not apply (contrastive search, guidance...) are an ArgumentError, as the
-        same keywords are."""
+        place, as transformers' generate merges a config passed to it with the model's; then the
+        call's CONFIG_KEYWORDS among ``unsupported`` (the keywords generate's signature does not
+        name), any other of them an ArgumentError (``_refuse``). Options of the config that opcore
+        does not apply (contrastive search, guidance...) are an ArgumentError, as the same keywords
+        are."""
+        defaults, rest = _config_keywords(self._configured(generation_config, op), unsupported, op)
+        _refuse(rest)
+        return defaults
+
+    def _configured(self, generation_config: Any, op: str) -> GenerationDefaults:
+        """The model's defaults merged with ``generation_config`` (see ``_call_defaults``)."""
         if generation_config is None:
             return self.defaults
         blank = _blank_config(generation_config, op)
