@@ -18,6 +18,10 @@ from opcore.types import TensorMeta
 
 DENORMAL_AS_ZERO = "session.set_denormal_as_zero"
 TINY = 1e-38  # the smallest normal float32 is 1.18e-38: a hundredth of it is a denormal
+# the flags are the CPU's (x86's MXCSR): where torch cannot set them, partitions keep onnxruntime's default
+needs_flags = pytest.mark.skipif(
+    not torch.set_flush_denormal(False), reason="torch cannot set this CPU's flush-to-zero flags"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -89,6 +93,7 @@ def _config(part: Any) -> str | None:
         return None
 
 
+@needs_flags
 def test_a_partition_flushes_denormals_and_the_caller_keeps_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
     from opcore_onnxruntime.denormals import DENORMALS, flags
 
@@ -103,6 +108,7 @@ def test_a_partition_flushes_denormals_and_the_caller_keeps_its_own(monkeypatch:
     assert (x * numpy.float32(0.01) > 0).all()
 
 
+@needs_flags
 def test_the_pool_threads_flush_too(monkeypatch: pytest.MonkeyPatch) -> None:
     # two intra-op threads: onnxruntime splits a large elementwise op between the caller and a pool
     # thread, which gets its flags from the session option
@@ -115,6 +121,7 @@ def test_the_pool_threads_flush_too(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not part(numpy.full((1 << 20,), TINY, "float32"))[0].any()
 
 
+@needs_flags
 def test_a_caller_that_flushes_already_keeps_flushing(monkeypatch: pytest.MonkeyPatch) -> None:
     from opcore_onnxruntime.denormals import DENORMALS, flags
 
@@ -128,6 +135,7 @@ def test_a_caller_that_flushes_already_keeps_flushing(monkeypatch: pytest.Monkey
         torch.set_flush_denormal(False)
 
 
+@needs_flags
 def test_a_loaded_partition_flushes_too(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:
     from opcore_onnxruntime.denormals import DENORMALS, flags
     from opcore_onnxruntime.partition import load_partition
@@ -171,6 +179,7 @@ def test_a_setting_it_cannot_read_keeps_onnxruntime_s_default_and_says_so(monkey
     assert describe()["denormals"].startswith("computed: OPCORE_ORT_DENORMALS='off' is neither")
 
 
+@needs_flags
 def test_a_masked_softmax_flushed_equals_torch_s(monkeypatch: pytest.MonkeyPatch) -> None:
     # what the flush is for: scores a mask sets to -inf (all but a few), whose exp underflows
     from opcore_onnxruntime.denormals import DENORMALS
@@ -195,6 +204,7 @@ def test_a_masked_softmax_flushed_equals_torch_s(monkeypatch: pytest.MonkeyPatch
     assert (got[..., 20:] == 0).all()
 
 
+@needs_flags
 def test_the_first_session_of_a_process_leaves_the_caller_s_flags(tmp_path: pathlib.Path) -> None:
     # onnxruntime sets the creating thread's flags from the first session a process makes (only the
     # first's): a saved plan's partition, loaded first in a new process, is that session
@@ -203,7 +213,9 @@ def test_the_first_session_of_a_process_leaves_the_caller_s_flags(tmp_path: path
     assert _loaded_in_a_fresh_process(tmp_path, first, printed) == "(False, False) True True (False, False)"
 
 
-@pytest.mark.parametrize(("setting", "says"), [(None, "flushed to zero"), ("keep", "onnxruntime's default")])
+@pytest.mark.parametrize(
+    ("setting", "says"), [pytest.param(None, "flushed to zero", marks=needs_flags), ("keep", "onnxruntime's default")]
+)
 def test_doctor_says_which(monkeypatch: pytest.MonkeyPatch, setting: str | None, says: str) -> None:
     from opcore_onnxruntime.denormals import DENORMALS
     from opcore_onnxruntime.doctor import describe
@@ -215,6 +227,7 @@ def test_doctor_says_which(monkeypatch: pytest.MonkeyPatch, setting: str | None,
     assert describe()["denormals"].startswith(says)
 
 
+@needs_flags
 def test_a_caller_s_own_flush_setting_survives_the_first_session() -> None:
     # onnxruntime clears the creating thread's flush-to-zero flag when the process's first session is
     # made without the option (the opset probe, a one-op session): given back
