@@ -89,7 +89,7 @@ def describe(plan: Any) -> dict[str, Any]:
         # "torch": the torch route runs (in one step where "exported_program", else node by node)
         "route": plan.options.route,
         "exported_program": getattr(plan, "exported", None) is not None,
-        "notes": list(plan.notes),
+        "notes": [*_compiler_failures(plan.decisions), *plan.notes],
         "partitions": [p.describe() for p in plan.partitions],
         "nodes": nodes,
     }
@@ -141,6 +141,20 @@ def render(plan: Any, format: str = "text") -> str:
     if absent:
         lines.append("not loaded: " + "; ".join(f"{backend} ({why})" for backend, why in sorted(absent.items())))
     return "\n".join(lines)
+
+
+def _compiler_failures(decisions: Any) -> list[str]:
+    """Per graph backend whose partition compiler failed for the whole graph, its reason, once: every
+    node it would have taken carries it (opcore.graph.partitioning.COMPILER_FAILED), and a plan all
+    on kernels says why on its first lines, not only deep in the per-node listing."""
+    from opcore.graph.partitioning import COMPILER_FAILED
+
+    found: dict[str, str] = {}
+    for decision in decisions:
+        for verdict in decision.verdicts:
+            if verdict.reason.startswith(COMPILER_FAILED.format(backend=verdict.backend, why="")):
+                found.setdefault(verdict.backend, verdict.reason)
+    return list(found.values())
 
 
 def _meta_text(info: Any) -> str:

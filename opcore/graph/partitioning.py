@@ -10,10 +10,13 @@ per call and the copies at its boundary); it is compiled now, at plan time, and 
 can measure (``measuring.Measured``: at capture, on the example inputs) the estimate gives way to a
 time: the compiled partition is kept only where it runs faster than its nodes run per node. A compile failure
 takes the failing node out (found by the compiler, or by compiling prefixes) and groups the rest
-again, with the reason recorded on the node. A compiler that fails otherwise (any other exception,
-no answer in time) or a partition that fails or breaks its spec is isolated as a kernel is
-(opcore.graph.partition_guard): declined with one warning, or a PartitionError where the plan is
-strict or pinned to the backend. Every group not kept says why on its nodes (explain).
+again, with the reason recorded on the node; a failure that is no node's (the first node fails alone,
+and a node of another op alone fails the same way: a runtime that fails every model) takes all the
+backend's nodes out at once, with one reason that explain shows first. A compiler that fails
+otherwise (any other exception, no answer in time) or a partition that fails or breaks its spec is
+isolated as a kernel is (opcore.graph.partition_guard): declined with one warning, or a
+PartitionError where the plan is strict or pinned to the backend. Every group not kept says why on
+its nodes (explain).
 """
 
 from __future__ import annotations
@@ -232,6 +235,7 @@ def place_partitions(
         unpaid: dict[str, str] = {}  # nodes of groups the estimated cost rule (or their size) left out
         broken: dict[str, str] = {}  # every node the backend accepts, after its compiler crashed
         made: list[tuple[list[int], PartitionRecord]] = []
+        compiled_once = False  # a compile of this backend succeeded: its failures are its nodes'
         try:
             # what the compiler says of each op, asked once (a raising answer is a CompilerCrash)
             answers = {op: _answers(compiler, op) for op in dict.fromkeys(n.op for n in graph.nodes if not n.scalar)}
@@ -253,7 +257,7 @@ def place_partitions(
                 if node.name not in taken and _accepts(graph, node, backend, answers, verdicts, compiler)
             ]
             groups = group_acyclic(graph, accepted)
-            failed = False
+            failed = whole = False
             made = []
             unpaid.clear()
             try:
@@ -274,9 +278,19 @@ def place_partitions(
                         raise
                     except OpcoreError as error:
                         bad = _failing_node(compiler, spec, error, timeout)
+                        other = None if bad or compiled_once else _other_op(graph, accepted, nodes[0].op)
+                        alone = None if other is None else make_spec(graph, [other], spec.name, constants, sized)
+                        common = alone and _common_failure(compiler, nodes[0].op, alone, error, timeout)
+                        if common:  # no node's: the backend's nodes all go, at once
+                            reason = COMPILER_FAILED.format(backend=backend, why=common)
+                            refused.update((graph.nodes[i].name, reason) for i in accepted)
+                            unpaid.clear()
+                            whole = True
+                            break
                         refused[nodes[bad].name] = f"{backend} could not compile it in a partition: {_reason(error)}"
                         failed = True
                         break
+                    compiled_once = True
                     record = record_of(graph, spec, backend, [n.name for n in nodes], compiled, why)
                     if measured is not None:
                         try:
@@ -298,7 +312,7 @@ def place_partitions(
                 broken = _crashed(options, backend, crash, [graph.nodes[i].name for i in accepted])
                 made, refused, slow, unpaid = [], {}, {}, {}
                 break
-            if not failed:
+            if whole or not failed:
                 break
         for group, record in made:
             if any(name in refused for name in record.nodes):
@@ -360,8 +374,12 @@ def _crashed(options: Any, backend: str, crash: CompilerCrash, nodes: Sequence[s
     if raises_for(options, backend):
         raise crash
     warn_partition(backend, "at capture", crash.reason, "its nodes run on kernels")
-    reason = f"{backend}'s partition compiler failed, no partition of it is used: {crash.reason}"
-    return dict.fromkeys(nodes, reason)
+    return dict.fromkeys(nodes, COMPILER_FAILED.format(backend=backend, why=crash.reason))
+
+
+# the reason on each node of a backend whose compiler failed for the whole graph (it crashed, or its
+# every compile fails: _common_failure); explain says it once, on its first lines, not only per node
+COMPILER_FAILED = "{backend}'s partition compiler failed, no partition of it is used: {why}"
 
 
 def _accepts(
@@ -589,6 +607,31 @@ def _failing_node(compiler: PartitionCompiler, spec: PartitionSpec, error: Excep
         except OpcoreError:
             bad = middle
     return bad - 1
+
+
+def _other_op(graph: Graph, accepted: Sequence[int], op: str) -> int | None:
+    """The last accepted node whose op is not ``op`` (None: there is none), compiled alone where a
+    node of ``op`` failed alone: a failure both share is no node's."""
+    return next((i for i in reversed(accepted) if graph.nodes[i].op != op), None)
+
+
+def _common_failure(
+    compiler: PartitionCompiler, op: str, alone: PartitionSpec, error: Exception, timeout: float | None
+) -> str | None:
+    """Why no partition compiles, where ``alone`` (one node of another op than ``op``, whose node
+    failed alone with ``error``) fails the same way: the same exception type and reason. Then every
+    compile fails (an option the runtime rejects, a setting with a bad value), and refusing the nodes
+    one by one would cost a compile and a bisection each (53 compiles for 16 nodes, the plan all on
+    kernels) and tell explain's first lines nothing. None where ``alone`` compiles or fails otherwise:
+    two ops a runtime refuses in its own words each (``no rule for mul``) are refused one by one."""
+    try:
+        guarded(compiler.backend, alone.name, "compile", partial(compiler.compile, alone), timeout)
+    except CompilerCrash:
+        raise
+    except OpcoreError as other:
+        if type(other) is type(error) and _reason(other) == _reason(error):
+            return f"every compile fails ({op} alone and {alone.nodes[0].op} alone alike): {_reason(error)}"
+    return None
 
 
 def order_units(graph: Graph, partitions: Sequence[PartitionRecord]) -> list[int | PartitionRecord]:
