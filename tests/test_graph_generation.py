@@ -243,7 +243,10 @@ def test_no_export_or_compile_after_capture_for_any_prompt_length(which, request
         out = lm.generate(prompt(length=length), max_new_tokens=48 - length, eos_token_id=[])
         assert out.shape == (1, 48)
     assert calls == []
-    assert lm.prefill_plan.options.shape_compiles is False and lm.decode_plan.options.shape_compiles is True
+    # the decode step's window (a dynamic size: a new one every WINDOW_STEP tokens) compiles no static
+    # model either; a step without one is static
+    windowless = lm.window_slots is None
+    assert lm.prefill_plan.options.shape_compiles is False and lm.decode_plan.options.shape_compiles is windowless
     for part in lm.prefill_plan.partitions:
         assert getattr(part.compiled, "_shapes", None) is None, part
 

@@ -24,9 +24,11 @@ BATCH, LENGTH, VOCAB = 2, 24, 50
 class SdpaDecoder(torch.nn.Module):
     """q/k/v projections, the cache written at cache_position (index_copy_), one attention."""
 
-    def __init__(self, heads=4, kv_heads=2, dim=8, mask="bool", causal=False, reread=False, head_mask=False):
+    def __init__(
+        self, heads=4, kv_heads=2, dim=8, mask="bool", causal=False, reread=False, head_mask=False, length=LENGTH
+    ):
         super().__init__()
-        self.batch_size, self.max_length = BATCH, LENGTH
+        self.batch_size, self.max_length = BATCH, length
         self.heads, self.kv_heads, self.dim = heads, kv_heads, dim
         self.mask, self.causal, self.reread, self.head_mask = mask, causal, reread, head_mask
         width = heads * dim
@@ -34,8 +36,8 @@ class SdpaDecoder(torch.nn.Module):
         self.q = torch.nn.Linear(width, width)
         self.kv = torch.nn.Linear(width, 2 * kv_heads * dim)
         self.out = torch.nn.Linear(width, VOCAB)
-        self.register_buffer("keys", torch.zeros(BATCH, kv_heads, LENGTH, dim))
-        self.register_buffer("values", torch.zeros(BATCH, kv_heads, LENGTH, dim))
+        self.register_buffer("keys", torch.zeros(BATCH, kv_heads, length, dim))
+        self.register_buffer("values", torch.zeros(BATCH, kv_heads, length, dim))
 
     def project(self, input_ids):
         """The tokens' query, key and value, heads second."""
@@ -70,7 +72,7 @@ class SdpaDecoder(torch.nn.Module):
 def _eager_steps(model, ids, steps):
     """The module's logits for the prompt's last row and each greedy step after it, run eagerly."""
     rows, length = ids.shape
-    mask = torch.zeros(rows, LENGTH, dtype=torch.long)
+    mask = torch.zeros(rows, model.max_length, dtype=torch.long)
     mask[:, :length] = 1
     for cache in model.buffers():  # every cache empty, as a new session's
         cache.zero_()
@@ -164,7 +166,7 @@ def test_a_row_every_key_masks_gives_zeros_as_torch(runtime):
         model.values.copy_(state[1])
         want = model(ids, positions, slot, mask)
     before = [tensor.clone() for tensor in state]
-    got = lm.decode_plan.program.run([ids, positions, slot, mask, *state])[0]
+    got = lm._decode(ids, positions, slot, mask, state, 3)
     assert not got.isnan().any()
     assert (got - want).abs().max().item() <= 1e-4
     _written_where_eager_wrote(before, state, model, [3])
@@ -434,3 +436,54 @@ def test_the_prompt_s_torch_route_writes_in_place_and_reads_the_cache_after():
     if RUNTIMES:
         planned = opcore.graph.capture_lm(model, measure=False, prefill_partitions=True)
         assert "read_written: 2 matches" in _prefill_notes(planned), planned.prefill_plan.notes
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize("mask", ["bool", "float"])
+def test_the_windowed_step_reads_the_slots_up_to_its_position_and_gives_every_slots_logits(runtime, mask):
+    # 80 slots: the window grows 32 -> 64 -> 80 as the steps pass slots 32 and 64; the slots after the
+    # position hold another conversation's keys (a crop leaves them), which the mask hides either way
+    from opcore.graph.split_attention import WINDOW, WINDOW_STEP, window_length
+
+    torch.manual_seed(0)
+    model = SdpaDecoder(mask=mask, length=80).eval()
+    lm = opcore.graph.capture_lm(model, backends=(runtime, "cpu"), measure=False)
+    assert WINDOW in lm.decode_plan.graph.inputs and lm.window_slots is not None
+    assert "decode window" in " ".join(lm.decode_plan.notes)
+    assert "in 1 partition" in lm.decode_plan.summary()
+    assert [window_length(at, 80) for at in (0, 31, 32, 63, 64, 79)] == [32, 32, 64, 64, 80, 80]
+    ids = torch.randint(0, VOCAB, (BATCH, 3), generator=torch.Generator().manual_seed(5))
+    session = _steps_match_eager(lm, model, ids, 70)  # to slot 72: windows of 32, 64 and 80
+    # a step at slot 40 given W = 64 (its window), 41 and 80 (every slot): one set of logits
+    session.crop(40)
+    token = torch.tensor([[3], [4]])
+    session.mask[:, 40] = 1
+    session.slot.fill_(40)
+    program = lm.decode_plan.program
+    given = [token, session.positions[:, None], session.slot, session.mask]
+    with torch.no_grad():
+        runs = [program.run([*given, lm.window_slots[:w], *session.state])[0] for w in (64, 41, 80)]
+    assert WINDOW_STEP == 32
+    for other in runs[1:]:
+        assert (other - runs[0]).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_an_attention_without_a_mask_reads_every_slot(runtime):
+    # no mask: the empty slots' keys take part (as eager's), so no window may leave them out
+    from opcore.graph.split_attention import WINDOW
+
+    torch.manual_seed(0)
+    model = SdpaDecoder(mask="none", length=80).eval()
+    lm = opcore.graph.capture_lm(model, backends=(runtime, "cpu"), measure=False)
+    assert "split_attention: 1 match" in _notes(lm)
+    assert WINDOW not in lm.decode_plan.graph.inputs and lm.window_slots is None
+    ids = torch.randint(0, VOCAB, (BATCH, 3), generator=torch.Generator().manual_seed(5))
+    _steps_match_eager(lm, model, ids, 4)
+
+
+def test_a_step_with_no_split_attention_takes_no_window():
+    from opcore.graph.split_attention import WINDOW
+
+    lm = opcore.graph.capture_lm(SdpaDecoder(length=80).eval(), backends=("cpu",), measure=False)
+    assert WINDOW not in lm.decode_plan.graph.inputs and lm.window_slots is None

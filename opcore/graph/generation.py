@@ -28,6 +28,7 @@ from opcore.graph.beam_search import Beams, beam_search
 from opcore.graph.generate_output import GenerateOutput
 from opcore.graph.prompt_lookup import NGRAM_SIZE, Lookup, lookup_steps
 from opcore.graph.sampling import Choice, one_thread, stopped
+from opcore.graph.split_attention import WINDOW, window_length
 from opcore.graph.state import new_state, slot_dims
 
 __all__ = ["GenerationDefaults", "LanguageModel", "Session", "one_thread"]
@@ -755,7 +756,7 @@ class Session:
             logits = replay(ids, at)
         else:
             self.slot.fill_(at)
-            logits = self.lm._decode(ids, self.positions[:, None], self.slot, self.mask, self.state)
+            logits = self.lm._decode(ids, self.positions[:, None], self.slot, self.mask, self.state, at)
         self.positions += 1
         self.length += 1
         return logits[:, -1]
@@ -856,6 +857,13 @@ class LanguageModel:
         # on cuda, each session's decode step replays as one CUDA graph (opcore.graph.decode_graph);
         # False: every session's steps run node by node from the next step on
         self.cuda_graph = str(decode_plan.device).startswith("cuda")
+        # a windowed decode step (opcore.graph.split_attention) reads the cache's first W slots, W its
+        # position + 1 rounded up to WINDOW_STEP: the slot numbers it takes, sliced from these
+        self.window_slots = None
+        if WINDOW in decode_plan.graph.inputs:
+            import torch
+
+            self.window_slots = torch.arange(max_length, device=str(decode_plan.device))
 
     # --- sessions and steps ------------------------------------------------------------------
 
@@ -954,16 +962,20 @@ class LanguageModel:
         import torch
 
         if ids.shape[1] == 1:
-            return self._decode(ids, positions, slots, mask, state)
+            return self._decode(ids, positions, slots, mask, state, int(slots[0]))
         with torch.no_grad():
             return self.prefill_plan.program.run([ids, positions, slots, mask, *state])[0]
 
-    def _decode(self, ids: Any, positions: Any, slot: Any, mask: Any, state: Sequence[Any]) -> Any:
-        """The decode plan on one token per row, written at cache slot ``slot`` (a 1-element int64 tensor)."""
+    def _decode(self, ids: Any, positions: Any, slot: Any, mask: Any, state: Sequence[Any], at: int) -> Any:
+        """The decode plan on one token per row, written at cache slot ``slot`` (a 1-element int64
+        tensor holding ``at``); a windowed step reads the slots up to ``at`` rounded up (``window``)."""
         import torch
 
         with torch.no_grad():
-            return self.decode_plan.program.run([ids, positions, slot, mask, *state])[0]
+            if self.window_slots is None:
+                return self.decode_plan.program.run([ids, positions, slot, mask, *state])[0]
+            window = self.window_slots[: window_length(at, self.max_length)]
+            return self.decode_plan.program.run([ids, positions, slot, mask, window, *state])[0]
 
     def _decode_graph(self, session: Session, ids: Any, at: int) -> Any:
         """``session``'s decode step captured as a CUDA graph, or False where its capture failed (the

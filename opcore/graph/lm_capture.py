@@ -35,6 +35,7 @@ from opcore.graph.options import PlanOptions
 from opcore.graph.partition_guard import CompilerCrash, answer
 from opcore.graph.plan import Plan
 from opcore.graph.quantizing import WeightSpec
+from opcore.graph.split_attention import WINDOW, window_length
 from opcore.graph.state import new_state
 from opcore.types import Device, DType
 
@@ -475,7 +476,7 @@ def _filled(step: Lowered) -> tuple[tuple[Any, ...], list[Any] | None]:
     attends to its own position alone, which a wrong attention still gets right."""
     import torch
 
-    ids, positions, slot, mask = _varied(step)
+    ids, positions, slot, mask, *window = _varied(step)
     at = min(AT, mask.shape[1] - 1)
     mask = torch.zeros_like(mask)
     mask[:, : at + 1] = 1
@@ -484,7 +485,7 @@ def _filled(step: Lowered) -> tuple[tuple[Any, ...], list[Any] | None]:
     for value in state:
         if value.is_floating_point():
             value.copy_(torch.randn(value.shape, generator=seeded).to(value.dtype))
-    return (ids, torch.full_like(positions, at), torch.full_like(slot, at), mask), state
+    return (ids, torch.full_like(positions, at), torch.full_like(slot, at), mask, *window), state
 
 
 def _few_nodes(lowered: Lowered, runtime: str) -> str:
@@ -1088,10 +1089,19 @@ def _finish_step(
     if split:
         from opcore.graph.split_attention import split_attention
 
-        graph, parted = split_attention(graph, constants, wide)
+        graph, parted = split_attention(graph, constants, wide, window=max_length)
         if parted:
             applied.append(f"rewrite split_attention: {parted} match{'es' * (parted != 1)}")
-    lowered = Lowered(graph, constants, exported.notes, applied, exported.examples, exported.seconds)
+    examples = exported.examples
+    if WINDOW in graph.inputs:
+        import torch
+
+        # the step is timed and checked at the window of a step after a prompt of PROMPT tokens (the
+        # check's position AT within it): what it reads in a conversation, not the whole cache
+        width = window_length(min(PROMPT, max_length - 1), max_length)
+        examples = (*examples, torch.arange(width, device=examples[0].device))
+        applied.append(f"decode window: the split attention reads the cache's first W slots (W <= {max_length})")
+    lowered = Lowered(graph, constants, exported.notes, applied, examples, exported.seconds)
     if split:
         lowered = _read_written(lowered)
     return replace(lowered, seconds=exported.seconds + time.perf_counter() - started)

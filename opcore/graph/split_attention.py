@@ -42,25 +42,43 @@ from opcore.graph.ir import Graph, Node, ValueInfo, ValueRef, substitute
 from opcore.runtime import runtime
 from opcore.types import DType, TensorMeta
 
-__all__ = ["SLOTS", "read_written", "split_attention"]
+__all__ = ["SLOTS", "WINDOW", "WINDOW_STEP", "read_written", "split_attention", "window_length"]
 
 SLOTS = "decode_slots"  # + "_<length>": the constant arange(length) the written slot is compared with
+# the windowed step's input: the slot numbers 0 .. W - 1 its split attention reads (W dynamic); also
+# the name of W's symbol
+WINDOW = "decode_window"
+# a windowed step's W is its position + 1 rounded up to a multiple of this: a runtime sees one new
+# size per WINDOW_STEP tokens, and a step reads at most WINDOW_STEP - 1 slots more than it holds
+WINDOW_STEP = 32
 _ATTENTION = "scaled_dot_product_attention"
 _WRITE = "state.index_copy_"
 _INF = float("inf")
+_END = 2**63 - 1  # a slice's end past any size (torch.export writes the same)
 
 
 def split_attention(
-    graph: Graph, constants: MutableMapping[str, Any], wide: frozenset[DType] = frozenset()
+    graph: Graph, constants: MutableMapping[str, Any], wide: frozenset[DType] = frozenset(), window: int | None = None
 ) -> tuple[Graph, int]:
     """The decode graph with each attention over a just-written cache split as above (``constants``
     gains the slot numbers the rewrite compares with); how many were split. ``wide``: dtypes besides
     float32 whose attention is split too, for a runtime that computes them in float32 (OpenVINO does
     bfloat16): the cache is read in its own dtype (a cast would convert all of it every step), the
-    scores a bool mask makes float32 and the weights cast back to it before they meet the values."""
+    scores a bool mask makes float32 and the weights cast back to it before they meet the values.
+
+    ``window`` (the step's ``max_length``): each split attention over a cache of that many slots,
+    written at the step's ``cache_position`` input (the protocol's third, opcore.graph.decoder), reads
+    the cache's first W slots alone, W a dynamic size given by a new input (``WINDOW``, int64 (W,):
+    the slot numbers 0 .. W - 1, placed before the state inputs; 1 <= W <= max_length): keys, values
+    and mask gathered at those slots, so that a step reads the part of the cache that holds tokens.
+    The caller passes W > the slot written; the slots after it are masked (the protocol's causality),
+    so any such W gives the same logits. An attention without a mask (it reads every slot, the empty
+    ones too) and a cache of another length or written elsewhere (a ring) are read whole. Without a
+    windowed attention the graph takes no such input."""
     users = graph.users()
     producer = {out: node for node in graph.nodes for out in node.outputs}
-    build = _Build(graph)
+    position = graph.inputs[2] if window is not None and len(graph.inputs) > 3 else None
+    build = _Build(graph, window_at=position, window_length=window)
     nodes: list[Node] = []
     split = 0
     for node in graph.nodes:
@@ -77,7 +95,15 @@ def split_attention(
             continue
         nodes.extend(build.nodes[mark[0] :])
         split += 1
-    return (build.graph_with(nodes, constants), split) if split else (graph, 0)
+    if not split:
+        return graph, 0
+    return build.graph_with(nodes, constants), split
+
+
+def window_length(at: int, length: int) -> int:
+    """W of a windowed step writing slot ``at`` of a cache of ``length`` slots: ``at`` + 1 rounded up
+    to WINDOW_STEP, at most ``length``."""
+    return min(length, -(-(at + 1) // WINDOW_STEP) * WINDOW_STEP)
 
 
 def read_written(graph: Graph, constants: MutableMapping[str, Any]) -> tuple[Graph, int]:
@@ -175,6 +201,11 @@ def _match(
     return k_cache, v_cache, k_new, v_new, k_at
 
 
+# what _Build.mark keeps: the nodes' count, the shared values, the values' infos, the slot constants
+# and the window's length
+_Mark = tuple[int, dict[tuple[Any, ...], ValueRef], dict[str, ValueInfo], list[str], int | None]
+
+
 @dataclass
 class _Build:
     """Appends contract nodes (their metas from the contracts' own meta functions) and shares what
@@ -185,25 +216,56 @@ class _Build:
     values: dict[str, ValueInfo] = field(default_factory=dict)
     slots: list[str] = field(default_factory=list)  # the slot-number constants made, one per cache length
     shared: dict[tuple[Any, ...], ValueRef] = field(default_factory=dict)
+    # the position input and cache length whose split attentions read the WINDOW input's slots alone
+    window_at: str | None = None
+    window_length: int | None = None
+    window: int | None = None  # the cache length the WINDOW input was made for, once made
+    windowed: bool = False  # the attention being built reads the WINDOW input's slots
 
-    def mark(self) -> tuple[int, dict[tuple[Any, ...], ValueRef], dict[str, ValueInfo], list[str]]:
+    def mark(self) -> _Mark:
         """Where the build stands now, for ``undo``."""
-        return len(self.nodes), dict(self.shared), dict(self.values), list(self.slots)
+        return len(self.nodes), dict(self.shared), dict(self.values), list(self.slots), self.window
 
-    def undo(self, mark: tuple[int, dict[tuple[Any, ...], ValueRef], dict[str, ValueInfo], list[str]]) -> None:
+    def undo(self, mark: _Mark) -> None:
         """Forget everything built since ``mark`` (a match the contracts refused)."""
-        count, self.shared, self.values, self.slots = mark
+        count, self.shared, self.values, self.slots, self.window = mark
         del self.nodes[count:]
 
     def graph_with(self, nodes: list[Node], constants: MutableMapping[str, Any]) -> Graph:
-        """The graph with ``nodes`` and the values built; ``constants`` gains the slot numbers made."""
+        """The graph with ``nodes`` and the values built; ``constants`` gains the slot numbers made;
+        the WINDOW input (where made) placed before the state inputs, its W ranging over 1 .. the
+        cache's length, its values bounded by the slots."""
         import torch
 
         for name in self.slots:
             meta = self.meta(ValueRef(name))
             constants[name] = torch.arange(meta.shape[0], dtype=torch.long, device=str(meta.device))
         values = {**self.graph.values, **self.values}
-        return replace(self.graph, nodes=tuple(nodes), values=values, constants=(*self.graph.constants, *self.slots))
+        graph = replace(self.graph, nodes=tuple(nodes), values=values, constants=(*self.graph.constants, *self.slots))
+        if self.window is None:
+            return graph
+        inputs = list(graph.inputs)
+        at = min((inputs.index(name) for name in graph.state), default=len(inputs))
+        inputs.insert(at, WINDOW)
+        signature = graph.signature
+        if signature is not None:
+            labels = list(signature.labels)
+            labels.insert(at, WINDOW)
+            ranges = {**signature.ranges, WINDOW: (1, self.window)}
+            signature = replace(signature, labels=tuple(labels), ranges=ranges)
+        bounds = {**graph.bounds, WINDOW: (0, self.window - 1)}
+        return replace(graph, inputs=tuple(inputs), signature=signature, bounds=bounds)
+
+    def slots_read(self, at: ValueRef, length: int) -> ValueRef:
+        """The WINDOW input (int64 (W,)), made for a cache of ``length`` slots on ``at``'s device; every
+        windowed attention of the graph reads caches of one length."""
+        if self.window is None:
+            if WINDOW in self.graph.values:
+                raise _NotSplit(f"the graph has a value named {WINDOW}")
+            self.window = length
+            meta = TensorMeta((length,), DType.INT64, self.meta(at).device)
+            self.values[WINDOW] = ValueInfo(WINDOW, meta, (WINDOW,))
+        return ValueRef(WINDOW)
 
     def dims(self, ref: ValueRef) -> tuple[Any, ...]:
         """A value's sizes, a symbol where one is dynamic."""
@@ -245,25 +307,41 @@ class _Build:
             raise _NotSplit("heads")
         group = heads // kv_heads
         name = f"{node.name}_split"
+        # W: the cache's length, or the WINDOW input's dynamic size (the sizes below that hold it)
+        w: int | str = length
+        # without a mask the attention reads every slot, the empty ones too: no window
+        self.windowed = mask is not None and at.name == self.window_at and length == self.window_length
+        if self.windowed:
+            read = self.slots_read(at, length)
+            w = WINDOW
+            k_cache = self.op(f"{name}_kw", "index", k_cache, (None, None, read), dims=(batch, kv_heads, w, dim))
+            v_dims = (batch, kv_heads, w, values.shape[3])
+            v_cache = self.op(f"{name}_vw", "index", v_cache, (None, None, read), dims=v_dims)
+            if mask is not None:
+                mask = self.mask_window(mask, read)
         grouped = self.op(f"{name}_q", "reshape", query, (batch, kv_heads, group, dim))
         scaled = self.op(f"{name}_qs", "mul", grouped, scale if scale is not None else 1.0 / math.sqrt(dim))
-        old = self.op(f"{name}_old", "matmul", scaled, self.op(f"{name}_kt", "transpose", k_cache, 2, 3))
+        k_t = self.op(f"{name}_kt", "transpose", k_cache, 2, 3, dims=(batch, kv_heads, dim, w))
+        old = self.op(f"{name}_old", "matmul", scaled, k_t, dims=(batch, kv_heads, group, w))
         new = self.op(f"{name}_new", "matmul", scaled, self.op(f"{name}_knt", "transpose", k_new, 2, 3))
         slot = self.slot(at, length)
         if mask is None:
-            old = self.op(f"{name}_old_masked", "where", slot, -_INF, old)
+            old = self.op(f"{name}_old_masked", "where", slot, -_INF, old, dims=(batch, kv_heads, group, w))
         else:
             old_add, new_add, seen = self.mask_scores(mask, slot, heads, kv_heads, group)
-            old = self.op(f"{name}_old_masked", "add", old, old_add)
+            old = self.op(f"{name}_old_masked", "add", old, old_add, dims=(batch, kv_heads, group, w))
             new = self.op(f"{name}_new_masked", "add", new, new_add)
-        scores = self.op(f"{name}_scores", "cat", (old, new), -1)
-        weights = self.op(f"{name}_p", "softmax", scores, -1)
+        wide_dims = (batch, kv_heads, group, length + 1 if isinstance(w, int) else f"{w} + 1")
+        scores = self.op(f"{name}_scores", "cat", (old, new), -1, dims=wide_dims)
+        weights = self.op(f"{name}_p", "softmax", scores, -1, dims=wide_dims)
         if mask is not None:  # a row every key masks: zeros, as torch's attention (softmax would give NaN)
-            weights = self.op(f"{name}_p0", "where", seen, weights, 0.0)
-        p_old = self.op(f"{name}_p_old", "slice", weights, 3, 0, length, 1)
-        p_new = self.op(f"{name}_p_new", "slice", weights, 3, length, length + 1, 1)
+            weights = self.op(f"{name}_p0", "where", seen, weights, 0.0, dims=wide_dims)
+        # the cache's weights, then the new key's: counted from the end where W is dynamic
+        old_dims = (batch, kv_heads, group, w)
+        p_old = self.op(f"{name}_p_old", "slice", weights, 3, 0, -1, 1, dims=old_dims)
+        p_new = self.op(f"{name}_p_new", "slice", weights, 3, -1, _END, 1)
         if self.meta(p_old).dtype is not q.dtype:  # a bool mask's scores are float32: back to the cache's dtype
-            p_old = self.op(f"{name}_p_old_cast", "cast", p_old, q.dtype)
+            p_old = self.op(f"{name}_p_old_cast", "cast", p_old, q.dtype, dims=old_dims)
             p_new = self.op(f"{name}_p_new_cast", "cast", p_new, q.dtype)
         mixed = self.op(
             f"{name}_sum",
@@ -278,8 +356,12 @@ class _Build:
             raise _NotSplit("shape")
 
     def slot(self, at: ValueRef, length: int) -> ValueRef:
-        """Bool (length,): True at the slot this step writes (one per position input and cache length)."""
+        """Bool (length,): True at the slot this step writes (one per position input and cache length);
+        (W,) over the WINDOW input's slots where windowed."""
         key = ("slot", at.name, length)
+        if self.windowed and key not in self.shared:
+            read = self.slots_read(at, length)
+            self.shared[key] = self.op(f"{WINDOW}_at_{at.name}", "eq", read, at, dims=(WINDOW,))
         if key not in self.shared:
             numbers = self.numbers(length, at)
             made = f"{numbers.name}_at_{at.name}"
@@ -320,6 +402,16 @@ class _Build:
             self.shared[(*key, "index")] = index
         return self.shared[key], self.shared[(*key, "index")]
 
+    def mask_window(self, mask: ValueRef, read: ValueRef) -> ValueRef:
+        """The attention's mask at the WINDOW input's slots (its last dim gathered), once per mask."""
+        key = ("window", mask.name)
+        if key not in self.shared:
+            meta = self.meta(mask)
+            dims = (*self.dims(mask)[:-1], WINDOW)
+            index = (*(None,) * (meta.ndim - 1), read)
+            self.shared[key] = self.op(f"{mask.name}_window", "index", mask, index, dims=dims)
+        return self.shared[key]
+
     def column(self, written: ValueRef, length: int, after: tuple[int, ...]) -> ValueRef:
         """``written`` (length,) as (length, *after), broadcast over a cache's dims after the written
         one (``after``: ones); made once per value and shape."""
@@ -344,12 +436,18 @@ class _Build:
                 raise _NotSplit("mask")
             grouped = (rows, kv_heads, group, length) if mask_heads == heads else (rows, 1, 1, length)
             name = f"{mask.name}_split{kv_heads}x{group}"
-            shaped = self.op(f"{name}_grouped", "reshape", mask, grouped)
+            # where windowed, the length is W (reshaped as -1) and the scores' sizes carry its symbol
+            w: int | str = WINDOW if self.windowed else length
+            sized = (*grouped[:3], w)
+            shape = (*grouped[:3], -1) if self.windowed else grouped
+            shaped = self.op(f"{name}_grouped", "reshape", mask, shape, dims=sized)
             if meta.dtype is DType.BOOL:
-                shaped = self.op(f"{name}_scores", "where", shaped, 0.0, -_INF)
-            old = self.op(f"{name}_old", "where", slot, -_INF, shaped)
-            new = self.op(f"{name}_new", "sum", self.op(f"{name}_at", "where", slot, shaped, 0.0), (-1,), True)
-            open_old = self.op(f"{name}_open", "cast", self.op(f"{name}_finite", "ne", old, -_INF), DType.FLOAT32)
+                shaped = self.op(f"{name}_scores", "where", shaped, 0.0, -_INF, dims=sized)
+            old = self.op(f"{name}_old", "where", slot, -_INF, shaped, dims=sized)
+            at_slot = self.op(f"{name}_at", "where", slot, shaped, 0.0, dims=sized)
+            new = self.op(f"{name}_new", "sum", at_slot, (-1,), True)
+            finite = self.op(f"{name}_finite", "ne", old, -_INF, dims=sized)
+            open_old = self.op(f"{name}_open", "cast", finite, DType.FLOAT32, dims=sized)
             seen = self.op(
                 f"{name}_seen",
                 "logical_or",

@@ -58,7 +58,6 @@ _ONNX_MODES = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}
 
 def build_index(g: Graph, x: Value, indices: tuple[Value | None, ...]) -> Value:
     layout = index_layout(x.rank or 0, [None if i is None else i.rank or 0 for i in indices])
-    a = g.op("Transpose", x, perm=layout.perm) if layout.perm != sorted(layout.perm) else x
     zero = g.const(numpy.asarray(0, dtype=_INT64))
     fixed: list[Value] = []
     for d in layout.given:
@@ -67,6 +66,12 @@ def build_index(g: Graph, x: Value, indices: tuple[Value | None, ...]) -> Value:
         # negative indices count from the end (GatherND takes them too, but this keeps one rule)
         idx = g.op("Where", g.op("Less", idx, zero, dtype=numpy.bool_), g.op("Add", idx, size), idx)
         fixed.append(idx)
+    if len(fixed) == 1:
+        # x[:, :, i]: one Gather along that dim, torch's result as it is; GatherND would take x
+        # transposed, a copy of all of it (a decode step's window of a cache: every slot, each step)
+        (d,) = layout.given
+        return g.op("Gather", x, fixed[0], axis=d, rank=(x.rank or 0) - 1 + (fixed[0].rank or 0))
+    a = g.op("Transpose", x, perm=layout.perm) if layout.perm != sorted(layout.perm) else x
     # the indices broadcast together: each plus a zero of the common shape
     total = fixed[0]
     for idx in fixed[1:]:

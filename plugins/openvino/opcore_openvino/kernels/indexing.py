@@ -59,7 +59,6 @@ _OV_MODES = {"reflect": "reflect", "replicate": "edge"}
 def build_index(g: Graph, x: Node, indices: tuple[Node | None, ...]) -> Node:
     rank = rank_of(x)
     layout = index_layout(rank, [None if i is None else rank_of(i) for i in indices])
-    a = ops.transpose(x, g.ints(layout.perm)) if layout.perm != tuple(range(rank)) else x
     zero = g.const(0, "int64")
     fixed: list[Node] = []
     for d in layout.given:
@@ -67,6 +66,9 @@ def build_index(g: Graph, x: Node, indices: tuple[Node | None, ...]) -> Node:
         size = ops.squeeze(g.dims(x, d, d + 1), g.ints([0]))
         # negative indices count from the end
         fixed.append(ops.select(ops.less(idx, zero), ops.add(idx, size), idx))
+    if len(fixed) == 1:  # x[:, :, i]: one Gather along that dim, x not transposed (copied) first
+        return ops.gather(x, fixed[0], layout.given[0])
+    a = ops.transpose(x, g.ints(layout.perm)) if layout.perm != tuple(range(rank)) else x
     total = fixed[0]  # the indices broadcast together: each plus a zero of the common shape
     for idx in fixed[1:]:
         total = ops.add(total, idx)

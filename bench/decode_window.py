@@ -1,0 +1,127 @@
+"""The decode step's window (opcore.graph.split_attention, ``window``) against reading every slot, and
+against transformers' own step, in one run.
+
+A captured decoder's cache has ``max_length`` slots. Its decode step's split attention reads the
+first W of them, W the step's position + 1 rounded up to WINDOW_STEP (an input of the plan), where it
+read all ``max_length`` before: the step's cost then follows the conversation, not the capture's
+``max_length``. Per shape and ``max_length``, after a 128-token prompt, one decode step near position
+140 is timed three ways (medians of interleaved rounds):
+
+* **window**: the plan as ``generate`` runs it (W = 160);
+* **every slot**: the same plan given W = ``max_length`` (what a step read before the window);
+* **transformers**: the model's own forward of one token on its DynamicCache of the same length
+  (eager, what ``model.generate`` runs per token).
+
+The window's and every slot's logits must agree (the slots past the position are masked either way).
+One thread by default (torch's and the runtimes'); the load is printed.
+
+    python bench/decode_window.py                                  # small and 135m, 256 and 2048
+    python bench/decode_window.py --shapes 0.5b --weights int4 --lengths 256,2048,4096
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _timing import machine_load, medians, table
+
+PROMPT = 128
+
+
+def rows_of(shape_name: str, weights: str | None, length: int, rounds: int, backends: Any) -> list[tuple[str, ...]]:
+    """One shape at one max_length: the three decode steps' medians."""
+    from generate import SHAPES
+
+    import opcore.graph
+    from opcore.graph.split_attention import window_length
+
+    shape = SHAPES[shape_name]
+    model = shape.build(length)
+    started = time.perf_counter()
+    lm = opcore.graph.capture_lm(model, max_length=length, weights=weights, backends=backends)
+    print(f"  {shape_name} max_length {length}: captured in {time.perf_counter() - started:.1f} s; "
+          f"decode: {lm.decode_plan.summary()}", flush=True)  # fmt: skip
+    if lm.window_slots is None:
+        raise SystemExit(f"{shape_name}: the decode step has no window (no split attention): nothing to compare")
+    ids = torch.randint(3, min(shape.vocab, 1000), (1, PROMPT), generator=torch.Generator().manual_seed(0))
+    chat = lm.session()
+    chat.prefill(ids)
+    token = torch.tensor([[5]])
+    for _ in range(12):
+        chat.step(token)
+    at = chat.length  # the slot every timed step writes (the same one: the state stays as it is)
+    chat.slot.fill_(at)
+    chat.mask[:, at] = 1
+    positions = chat.positions[:, None]
+    program = lm.decode_plan.program
+
+    def step(width: int) -> Any:
+        return program.run([token, positions, chat.slot, chat.mask, lm.window_slots[:width], *chat.state])[0]
+
+    width = window_length(at, length)
+    with torch.no_grad():
+        apart = float((step(width) - step(length)).abs().max())
+    if apart > 1e-3:
+        raise SystemExit(f"{shape_name}: the window's logits are {apart:.1e} from every slot's")
+    cases: dict[str, Callable[[], Any]] = {"window": partial(step, width), "every slot": partial(step, length)}
+    if weights is None:  # transformers' own step on the float model (a quantized plan has no such twin)
+        with torch.no_grad():
+            held = torch.cat([ids, token.expand(1, at - PROMPT)], 1)  # the session's tokens
+            cache = model(held, use_cache=True).past_key_values
+        one = torch.tensor([[5]])
+        where = torch.tensor([at])
+
+        def eager() -> Any:
+            with torch.no_grad():
+                out = model(one, past_key_values=cache, cache_position=where, use_cache=True)
+            cache.crop(-1)  # the cache back to its length: each round times the same step
+            return out.logits
+
+        cases["transformers"] = eager
+    with torch.no_grad():
+        times = medians(cases, repeats=rounds)
+    name = f"{shape_name}{' ' + weights if weights else ''}, max_length {length}"
+    eager_time = times.get("transformers")
+    return [
+        (name, f"{at} (W {width})", f"{times['window'] * 1e3:.2f} ms", f"{times['every slot'] * 1e3:.2f} ms",
+         f"{times['every slot'] / times['window']:.2f}x",
+         f"{eager_time * 1e3:.2f} ms" if eager_time else "-",
+         f"{eager_time / times['window']:.2f}x" if eager_time else "-")
+    ]  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--shapes", default="small,135m", help="bench/generate.py shapes (comma-separated)")
+    parser.add_argument("--weights", default=None, help="capture_lm's weights= (int8, int4); default float32")
+    parser.add_argument("--lengths", default="256,2048", help="max_length values (comma-separated)")
+    parser.add_argument("--backends", default=None, help="capture_lm's backends= (comma-separated); default all")
+    parser.add_argument("--threads", type=int, default=1, help="torch's and the runtimes' threads")
+    parser.add_argument("--rounds", type=int, default=31)
+    options = parser.parse_args(argv)
+    torch.set_num_threads(options.threads)
+    os.environ["OPCORE_RUNTIME_THREADS"] = str(options.threads)
+    backends = tuple(options.backends.split(",")) if options.backends else None
+    lengths = tuple(int(v) for v in options.lengths.split(","))
+    print(f"{os.cpu_count()} cores, {options.threads} thread(s), torch {torch.__version__}; {machine_load()}")
+    rows: list[tuple[str, ...]] = []
+    for shape_name in options.shapes.split(","):
+        for length in lengths:
+            rows += rows_of(shape_name, options.weights, length, options.rounds, backends)
+    header = ("model", "position", "window", "every slot", "window's gain", "transformers", "vs transformers")
+    print(table(header, rows))
+    print(machine_load())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
