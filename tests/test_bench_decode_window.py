@@ -1,0 +1,32 @@
+"""bench/decode_window.py: one tiny run prints the window's, every slot's and transformers' step for
+each max_length (the figures themselves come from running it by hand)."""
+
+from __future__ import annotations
+
+import pytest
+from bench_modules import load_bench
+
+pytest.importorskip("transformers", reason="the bench builds its models from transformers configs")
+torch = pytest.importorskip("torch")
+
+
+def test_a_tiny_run_prints_every_row(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from opcore.graph.partition import compilers
+
+    if not compilers():
+        pytest.skip("no graph runtime: the decode step keeps its fused attention, which has no window")
+    bench = load_bench("decode_window")
+    monkeypatch.setenv("OPCORE_RUNTIME_THREADS", "1")  # the bench sets it: given back after the test
+    threads = torch.get_num_threads()
+    try:
+        assert bench.main(["--shapes", "small", "--lengths", "160,224", "--rounds", "3"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    assert "load average" in out and "1 thread(s)" in out
+    # a step at slot 140 reads 160 slots, whatever the cache's length; its logits agree with every slot's
+    rows = [line.split() for line in out.splitlines() if line.startswith("small, max_length")]
+    assert [row[:5] for row in rows] == [["small,", "max_length", length, "140", "(W"] for length in ("160", "224")], (
+        out
+    )
+    assert all(row[5] == "160)" for row in rows), out
