@@ -347,3 +347,26 @@ def test_a_rotary_that_is_not_rotate_half_s_stays_as_written(form: str) -> None:
         assert _op_types(model)["RotaryEmbedding"] == 0, _op_types(model)
     for got, want in zip(plan(q, k, positions), module(q, k, positions)):
         torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_caches_gathered_at_one_window_take_one_gather_each_and_share_its_index() -> None:
+    # a windowed decode step: two caches of 64 slots read at the slots 0 .. W - 1 (x[:, :, window]):
+    # a Gather along the slot dim each, no transpose of a cache, negative indices counted from the end
+    # once for both (the window's and a negative index's results as numpy's)
+    rng = numpy.random.default_rng(9)
+    keys, vals = (rng.standard_normal((1, 2, 64, 8)).astype("float32") for _ in range(2))
+    window = numpy.array([0, 1, 2, -1], dtype=numpy.int64)
+    values: dict[str, Any] = {"k": keys, "v": vals, "w": window}
+    values["kw"], values["vw"] = keys[:, :, window], vals[:, :, window]
+    values["y"] = values["kw"] + values["vw"]
+    nodes = (
+        PartNode("index", (R("k"), (None, None, R("w"))), ("kw",)),
+        PartNode("index", (R("v"), (None, None, R("w"))), ("vw",)),
+        PartNode("add", (R("kw"), R("vw"), 1), ("y",)),
+    )
+    metas = {n: TensorMeta.of(v) for n, v in values.items()}
+    part: Any = compilers()["onnxruntime"].compile(PartitionSpec("p0", nodes, ("k", "v", "w"), {}, ("y",), metas))
+    ops = _op_types(part.model)
+    assert ops["Gather"] == 2 and ops["GatherND"] == 0 and ops["Transpose"] == 0 and ops["Where"] == 1, ops
+    (y,) = part(keys, vals, window)
+    numpy.testing.assert_allclose(y, values["y"], rtol=1e-6, atol=1e-6)

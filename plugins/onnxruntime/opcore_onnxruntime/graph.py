@@ -158,6 +158,10 @@ class Graph:
     domains: set[str] = field(default_factory=set)
     # value name -> its dtype, for the model-level fusions (opcore_onnxruntime.rotary)
     dtypes: dict[str, numpy.dtype] = field(default_factory=dict)
+    # values a builder made once for all its nodes alike, by the builder's key (index's indices with
+    # negatives counted from the end, per indices and static size: a decode step's 60 cache gathers
+    # at one window share one; onnxruntime does not merge equal nodes reading equal constants)
+    shared: dict[tuple[Any, ...], Value] = field(default_factory=dict)
     _count: int = 0
 
     def _fresh(self, prefix: str) -> str:

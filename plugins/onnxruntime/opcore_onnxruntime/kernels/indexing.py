@@ -56,22 +56,35 @@ def build_pad(g: Graph, x: Value, pad: tuple[int, ...], mode: str, value: bool |
 _ONNX_MODES = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}
 
 
+def _from_the_end(g: Graph, x: Value, d: int, index: Value) -> Value:
+    """``index`` (int64) with its negative values counted from the end of ``x``'s dim ``d`` (GatherND
+    takes them too, but this keeps one rule); made once per indices and static size."""
+    static = g.size(x, d)
+    key = ("index", index.name, static)
+    if static is not None and key in g.shared:
+        return g.shared[key]
+    idx = g.cast(index, _INT64)
+    zero = g.const(numpy.asarray(0, dtype=_INT64))
+    if static is None:
+        size = g.op("Reshape", g.shape(x, d, d + 1), g.ints([]), rank=0)
+    else:
+        size = g.const(numpy.asarray(static, dtype=_INT64))
+    idx = g.op("Where", g.op("Less", idx, zero, dtype=numpy.bool_), g.op("Add", idx, size), idx)
+    if static is not None:
+        g.shared[key] = idx
+    return idx
+
+
 def build_index(g: Graph, x: Value, indices: tuple[Value | None, ...]) -> Value:
     layout = index_layout(x.rank or 0, [None if i is None else i.rank or 0 for i in indices])
-    zero = g.const(numpy.asarray(0, dtype=_INT64))
-    fixed: list[Value] = []
-    for d in layout.given:
-        idx = g.cast(indices[d], _INT64)  # type: ignore[arg-type]
-        size = g.op("Reshape", g.shape(x, d, d + 1), g.ints([]), rank=0)
-        # negative indices count from the end (GatherND takes them too, but this keeps one rule)
-        idx = g.op("Where", g.op("Less", idx, zero, dtype=numpy.bool_), g.op("Add", idx, size), idx)
-        fixed.append(idx)
+    fixed = [_from_the_end(g, x, d, indices[d]) for d in layout.given]  # type: ignore[arg-type]
     if len(fixed) == 1:
         # x[:, :, i]: one Gather along that dim, torch's result as it is; GatherND would take x
         # transposed, a copy of all of it (a decode step's window of a cache: every slot, each step)
         (d,) = layout.given
         return g.op("Gather", x, fixed[0], axis=d, rank=(x.rank or 0) - 1 + (fixed[0].rank or 0))
     a = g.op("Transpose", x, perm=layout.perm) if layout.perm != sorted(layout.perm) else x
+    zero = g.const(numpy.asarray(0, dtype=_INT64))
     # the indices broadcast together: each plus a zero of the common shape
     total = fixed[0]
     for idx in fixed[1:]:
