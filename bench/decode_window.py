@@ -8,11 +8,14 @@ read all ``max_length`` before: the step's cost then follows the conversation, n
 140 is timed three ways (medians of interleaved rounds):
 
 * **window**: the plan as ``generate`` runs it (W = 160);
-* **every slot**: the same plan given W = ``max_length`` (what a step read before the window);
+* **every slot**: the same plan given W = ``max_length`` (every slot read, as before the window,
+  and copied by the window's gathers too: an upper bound of the step before the window);
 * **transformers**: the model's own forward of one token on its DynamicCache of the same length
   (eager, what ``model.generate`` runs per token).
 
-The window's and every slot's logits must agree (the slots past the position are masked either way).
+The prompt's prefill (128 tokens at slots 0-127, W 128) is timed the same three ways (transformers:
+its forward of the prompt on a new DynamicCache). The window's and every slot's logits must agree
+(the slots past the position are masked either way).
 One thread by default (torch's and the runtimes'); the load is printed.
 
     python bench/decode_window.py                                  # small and 135m, 256 and 2048
@@ -38,7 +41,7 @@ PROMPT = 128
 
 
 def rows_of(shape_name: str, weights: str | None, length: int, rounds: int, backends: Any) -> list[tuple[str, ...]]:
-    """One shape at one max_length: the three decode steps' medians."""
+    """One shape at one max_length: the three decode steps' medians, and the prompt's."""
     from generate import SHAPES
 
     import opcore.graph
@@ -90,13 +93,53 @@ def rows_of(shape_name: str, weights: str | None, length: int, rounds: int, back
     with torch.no_grad():
         times = medians(cases, repeats=rounds)
     name = f"{shape_name}{' ' + weights if weights else ''}, max_length {length}"
+    rows = [_row(f"{name}: decode step", f"{at} (W {width})", times, 2)]
+    prompt = prompt_times(lm, model, ids, length, weights is None, max(rounds // 3, 5))
+    if prompt is not None:
+        rows.append(_row(f"{name}: prefill {PROMPT}", f"0-{PROMPT - 1} (W {prompt[1]})", prompt[0], 1))
+    return rows
+
+
+def prompt_times(lm: Any, model: Any, ids: Any, length: int, eager: bool, rounds: int) -> Any:
+    """The prompt's prefill at its window and at every slot (and transformers' own forward of it, on
+    a new DynamicCache), medians; None where the prefill takes no window."""
+    from opcore.graph.split_attention import WINDOW, window_length
+
+    plan = lm.prefill_plan
+    if plan is None or WINDOW not in plan.graph.inputs:
+        return None
+    chat = lm.session()
+    mask = chat.mask.clone()
+    mask[:, :PROMPT] = 1
+    slots = torch.arange(PROMPT)
+    positions = slots[None]
+
+    def prefill(width: int) -> Any:
+        return plan.program.run([ids, positions, slots, mask, lm.window_slots[:width], *chat.state])[0]
+
+    width = window_length(PROMPT - 1, length)
+    with torch.no_grad():
+        apart = float((prefill(width) - prefill(length)).abs().max())
+    if apart > 1e-3:
+        raise SystemExit(f"the prompt's logits at its window are {apart:.1e} from every slot's")
+    cases: dict[str, Callable[[], Any]] = {"window": partial(prefill, width), "every slot": partial(prefill, length)}
+    if eager:
+
+        def forward() -> Any:
+            with torch.no_grad():
+                return model(ids, use_cache=True).logits
+
+        cases["transformers"] = forward
+    with torch.no_grad():
+        return medians(cases, repeats=rounds), width
+
+
+def _row(name: str, where: str, times: dict[str, float], digits: int) -> tuple[str, ...]:
     eager_time = times.get("transformers")
-    return [
-        (name, f"{at} (W {width})", f"{times['window'] * 1e3:.2f} ms", f"{times['every slot'] * 1e3:.2f} ms",
-         f"{times['every slot'] / times['window']:.2f}x",
-         f"{eager_time * 1e3:.2f} ms" if eager_time else "-",
-         f"{eager_time / times['window']:.2f}x" if eager_time else "-")
-    ]  # fmt: skip
+    return (name, where, f"{times['window'] * 1e3:.{digits}f} ms", f"{times['every slot'] * 1e3:.{digits}f} ms",
+            f"{times['every slot'] / times['window']:.2f}x",
+            f"{eager_time * 1e3:.{digits}f} ms" if eager_time else "-",
+            f"{eager_time / times['window']:.2f}x" if eager_time else "-")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     for shape_name in options.shapes.split(","):
         for length in lengths:
             rows += rows_of(shape_name, options.weights, length, options.rounds, backends)
-    header = ("model", "position", "window", "every slot", "window's gain", "transformers", "vs transformers")
+    header = ("model, step", "slots", "window", "every slot", "window's gain", "transformers", "vs transformers")
     print(table(header, rows))
     print(machine_load())
     return 0

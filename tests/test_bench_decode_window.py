@@ -25,8 +25,13 @@ def test_a_tiny_run_prints_every_row(capsys: pytest.CaptureFixture[str], monkeyp
     out = capsys.readouterr().out
     assert "load average" in out and "1 thread(s)" in out
     # a step at slot 140 reads 160 slots, whatever the cache's length; its logits agree with every slot's
-    rows = [line.split() for line in out.splitlines() if line.startswith("small, max_length")]
-    assert [row[:5] for row in rows] == [["small,", "max_length", length, "140", "(W"] for length in ("160", "224")], (
-        out
-    )
-    assert all(row[5] == "160)" for row in rows), out
+    rows = [line.split(None, 5) for line in out.splitlines() if line.startswith("small, max_length")]
+    # per max_length a decode step at slot 140 reading 160 slots and a prompt reading 128, whatever the
+    # cache's length; each one's logits agree with every slot's (the bench checks)
+    assert [row[:5] for row in rows] == [
+        ["small,", "max_length", f"{length}:", *step]
+        for length in ("160", "224")
+        for step in (["decode", "step"], ["prefill", "128"])
+    ], out
+    assert [row[5].split()[:2] for row in rows] == [["140", "(W"], ["0-127", "(W"]] * 2, out
+    assert [row[5].split()[2] for row in rows] == ["160)", "128)"] * 2, out

@@ -5,6 +5,7 @@ test_graph_generation (greedy choices well apart)."""
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any
 
@@ -129,11 +130,28 @@ def test_the_decode_step_s_two_expert_forms_compete_at_capture():
 
 
 def test_bfloat16_experts_decode_as_eager():
+    # teacher-forced on eager's 12 greedy tokens: each step picks eager's token, but where eager's two
+    # best scores are within 2 bfloat16 steps of each other (a near tie: at step 6 here 219 leads 193
+    # by 0.0156, one step at that scale), which a sum in another order (the decode window's W slots
+    # against eager's cache of the prompt's length) may flip
     model = build("Mixtral", dtype=torch.bfloat16)
     lm = opcore.graph.capture_lm(model, max_length=40, measure=False)
     ids = prompt()
-    want = model.generate(ids, max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0)
-    assert torch.equal(lm.generate(ids, max_new_tokens=12, eos_token_id=[]), want)
+    want = model.generate(
+        ids, max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0,
+        output_scores=True, return_dict_in_generate=True,
+    )  # fmt: skip
+    chat = lm.session()
+    logits = chat.prefill(ids)
+    near = 0
+    for step, (token, scores) in enumerate(zip(want.sequences[0, ids.shape[1] :], want.scores, strict=True)):
+        best, second = scores[0].float().topk(2).values.tolist()
+        if best - second <= 2 * 2.0 ** (math.floor(math.log2(abs(best) or 1.0)) - 7):
+            near += 1
+        else:
+            assert int(logits[0].float().argmax()) == int(token), f"step {step}"
+        logits = chat.decode(token[None])
+    assert near <= 3  # the comparison holds at most steps
 
 
 def test_left_padded_batch_equals_transformers():

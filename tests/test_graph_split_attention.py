@@ -482,8 +482,60 @@ def test_an_attention_without_a_mask_reads_every_slot(runtime):
     _steps_match_eager(lm, model, ids, 4)
 
 
-def test_a_step_with_no_split_attention_takes_no_window():
+def test_the_torch_routes_fused_attention_reads_the_window_too():
+    # no graph runtime: the decode step keeps torch's one attention, given the window's keys, values
+    # and mask (opcore.graph.split_attention.window_prompt); without a mask nothing is windowed
     from opcore.graph.split_attention import WINDOW
 
-    lm = opcore.graph.capture_lm(SdpaDecoder(length=80).eval(), backends=("cpu",), measure=False)
-    assert WINDOW not in lm.decode_plan.graph.inputs and lm.window_slots is None
+    torch.manual_seed(0)
+    model = SdpaDecoder(length=80).eval()
+    lm = opcore.graph.capture_lm(model, backends=("cpu",), measure=False)
+    assert WINDOW in lm.decode_plan.graph.inputs and WINDOW in lm.prefill_plan.graph.inputs
+    assert "attention window: 1 attention" in " ".join(lm.decode_plan.notes)
+    assert any(d.op == "scaled_dot_product_attention" for d in lm.decode_plan.decisions)
+    ids = torch.randint(0, VOCAB, (BATCH, 3), generator=torch.Generator().manual_seed(5))
+    _steps_match_eager(lm, model, ids, 40)  # windows of 32 and 64
+    unmasked = opcore.graph.capture_lm(SdpaDecoder(mask="none", length=80).eval(), backends=("cpu",), measure=False)
+    assert unmasked.window_slots is None
+
+
+@pytest.mark.parametrize("runtime", [*RUNTIMES, "cpu"])
+def test_prompts_read_the_window_up_to_their_last_slot_and_give_the_modules_logits(runtime):
+    # 80 slots: a prompt of 40 tokens (a window of 64 slots), then one of 30 written after it (80),
+    # then, cropped back to 10, one of 7 (32) over slots that still hold the first prompt's keys
+    torch.manual_seed(0)
+    model = SdpaDecoder(length=80).eval()
+    partitions = runtime != "cpu"
+    lm = opcore.graph.capture_lm(
+        model, backends=(runtime, "cpu") if partitions else ("cpu",), measure=False, prefill_partitions=partitions
+    )
+    assert "attention window: 1 attention" in " ".join(lm.prefill_plan.notes)
+    generator = torch.Generator().manual_seed(6)
+    session = lm.session()
+    mask = torch.zeros(BATCH, 80, dtype=torch.long)
+    for cut, length in ((None, 40), (None, 30), (10, 7)):
+        if cut is not None:
+            session.crop(cut)
+            mask[:, cut:] = 0
+        ids = torch.randint(0, VOCAB, (BATCH, length), generator=generator)
+        start = session.length
+        mask[:, start : start + length] = 1
+        slots = torch.arange(start, start + length)
+        got = session.prefill(ids)
+        with torch.no_grad():
+            want = _eager_prompt(model, ids, slots, mask, session)
+        assert (got - want).abs().max().item() <= 1e-4, (cut, length)
+
+
+def _eager_prompt(model, ids, slots, mask, session):
+    """The module's logits for the prompt's last row, run eagerly on a copy of the session's cache as
+    it was before the prompt (the rows the prompt wrote are written again)."""
+    saved = [model.keys.clone(), model.values.clone()]
+    try:
+        model.keys.copy_(session.state[0])
+        model.values.copy_(session.state[1])
+        positions = slots.expand(ids.shape[0], -1)
+        return model(ids, positions, slots, mask)[:, -1]
+    finally:
+        model.keys.copy_(saved[0])
+        model.values.copy_(saved[1])

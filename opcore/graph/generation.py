@@ -860,7 +860,8 @@ class LanguageModel:
         # a windowed decode step (opcore.graph.split_attention) reads the cache's first W slots, W its
         # position + 1 rounded up to WINDOW_STEP: the slot numbers it takes, sliced from these
         self.window_slots = None
-        if WINDOW in decode_plan.graph.inputs:
+        plans = (decode_plan, prefill_plan)
+        if any(plan is not None and WINDOW in plan.graph.inputs for plan in plans):
             import torch
 
             self.window_slots = torch.arange(max_length, device=str(decode_plan.device))
@@ -963,8 +964,13 @@ class LanguageModel:
 
         if ids.shape[1] == 1:
             return self._decode(ids, positions, slots, mask, state, int(slots[0]))
+        plan = self.prefill_plan
         with torch.no_grad():
-            return self.prefill_plan.program.run([ids, positions, slots, mask, *state])[0]
+            if self.window_slots is None or WINDOW not in plan.graph.inputs:
+                return plan.program.run([ids, positions, slots, mask, *state])[0]
+            # the prompt's attentions read the slots up to its last, rounded up (its window)
+            window = self.window_slots[: window_length(int(slots[-1]), self.max_length)]
+            return plan.program.run([ids, positions, slots, mask, window, *state])[0]
 
     def _decode(self, ids: Any, positions: Any, slot: Any, mask: Any, state: Sequence[Any], at: int) -> Any:
         """The decode plan on one token per row, written at cache slot ``slot`` (a 1-element int64
@@ -972,7 +978,7 @@ class LanguageModel:
         import torch
 
         with torch.no_grad():
-            if self.window_slots is None:
+            if self.window_slots is None or WINDOW not in self.decode_plan.graph.inputs:
                 return self.decode_plan.program.run([ids, positions, slot, mask, *state])[0]
             window = self.window_slots[: window_length(at, self.max_length)]
             return self.decode_plan.program.run([ids, positions, slot, mask, window, *state])[0]

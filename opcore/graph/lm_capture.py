@@ -6,12 +6,15 @@ allocated for ``batch_size`` x ``max_length``):
 * **prefill** — the prompt, any length from 2 to ``max_length``: one torch.export with a dynamic
   sequence dim, run on the torch route node by node (compute-bound GEMMs; the torch backend's
   kernels with packed weights; no shape ever compiles anything);
-* **decode** — one token per row: a static graph, planned and measured as ``capture`` plans any model
-  (graph-runtime partitions where they beat their nodes, the guard against the torch route). On the
-  host it is the prefill's graph specialized at one token (opcore.graph.specialize: one export, not
-  two), where the exported program computes what the model does at one token; else its own export.
+* **decode** — one token per row: a graph of one token, planned and measured as ``capture`` plans any
+  model (graph-runtime partitions where they beat their nodes, the guard against the torch route). On
+  the host it is the prefill's graph specialized at one token (opcore.graph.specialize: one export,
+  not two), where the exported program computes what the model does at one token; else its own export.
 
-Both write the cache in place (opcore.graph.state): a step never copies it.
+Both write the cache in place (opcore.graph.state): a step never copies it. On the host both read a
+window of it: their attentions over the cache take its first W slots, W an input the session sets
+past the last slot written (opcore.graph.split_attention: ``window``, ``window_prompt``), so a step
+costs what the conversation holds, not ``max_length``.
 
 >>> lm = opcore.graph.capture_lm(model, max_length=256)                    # doctest: +SKIP
 >>> out = lm.generate(ids, max_new_tokens=32)                              # doctest: +SKIP
@@ -354,7 +357,7 @@ def _decode_plan(
     wide = split_dtypes(backends) if split else frozenset()
     on_host = place.type.value == "cpu"
     if exported is not None:  # specialized from the prefill's export (_export_both)
-        lowered = _finish_step(exported, max_length, weighing, split, wide)
+        lowered = _finish_step(exported, max_length, weighing, split, wide, on_host)
     else:
         lowered = _lower_step(
             module, batch_size, max_length, 1, place, weighing, split, wide, GATHERED if on_host else ONE_TOKEN
@@ -569,7 +572,7 @@ def _prefill_plan(
     # (and the cpu backend measures its weight packing at) a prompt's rows, not a toy's
     if exported is None:
         exported = _stateful(module, _export_step(module, batch_size, max_length, min(PROMPT, max_length), place))
-    lowered = _finish_step(exported, max_length, weighing)
+    lowered = _finish_step(exported, max_length, weighing, window=place.type.value == "cpu")
     # for partitions, each write's readers read the written cache as a value (read_written): no
     # partition waits for a write, and the prompt is one partition where it was one a layer (the
     # 135M shape's 31); the torch route writes in place and reads the cache after, as the model does
@@ -852,13 +855,13 @@ def _lower_step(
     wide: frozenset[DType] = frozenset(),
     experts: str | None = None,
 ) -> Lowered:
-    """One step exported and lowered: ``length`` 1 is the static decode step; more, the prefill with
-    a dynamic sequence dim (2 .. max_length); ``weighing``: its linears quantized; ``split``: its
+    """One step exported and lowered: ``length`` 1 is the decode step; more, the prefill with a
+    dynamic sequence dim (2 .. max_length); ``weighing``: its linears quantized; ``split``: its
     attention over the just-written cache split (opcore.graph.split_attention), in float32 and in the
     dtypes ``wide`` (``split_dtypes``); ``experts``: how MoE experts are exported (opcore.graph.experts;
-    None: GATHERED)."""
+    None: GATHERED). On the host its attentions read a window of the cache (``_finish_step``)."""
     exported = _stateful(module, _export_step(module, batch_size, max_length, length, place, experts))
-    return _finish_step(exported, max_length, weighing, split, wide)
+    return _finish_step(exported, max_length, weighing, split, wide, place.type.value == "cpu")
 
 
 @dataclass(frozen=True, slots=True)
@@ -1061,9 +1064,12 @@ def _finish_step(
     weighing: Weighing | None = None,
     split: bool = False,
     wide: frozenset[DType] = frozenset(),
+    window: bool = False,
 ) -> Lowered:
     """The exported step with its call spec and bounds, its weights quantized and the rewrites
-    applied (see ``_lower_step``); ``exported.constants`` is copied, not changed."""
+    applied (see ``_lower_step``; ``window``: its attentions over the cache read the first W slots,
+    W an input: opcore.graph.split_attention's ``window`` where split, else ``window_prompt``);
+    ``exported.constants`` is copied, not changed."""
     from torch.utils import _pytree
 
     from opcore.graph.masks import drop_full_masks
@@ -1086,21 +1092,30 @@ def _finish_step(
     graph, dropped = drop_full_masks(graph, constants)
     if dropped:
         applied.append(f"rewrite full attention mask dropped: {dropped} match{'es' * (dropped != 1)}")
+    if window and not split:
+        from opcore.graph.split_attention import window_prompt
+
+        graph, windowed = window_prompt(graph, constants, max_length)
+        if windowed:
+            read = f"{windowed} attention{'s' * (windowed != 1)} read the cache's first W slots (W <= {max_length})"
+            applied.append(f"attention window: {read}")
     if split:
         from opcore.graph.split_attention import split_attention
 
-        graph, parted = split_attention(graph, constants, wide, window=max_length)
+        graph, parted = split_attention(graph, constants, wide, window=max_length if window else None)
         if parted:
             applied.append(f"rewrite split_attention: {parted} match{'es' * (parted != 1)}")
     examples = exported.examples
     if WINDOW in graph.inputs:
         import torch
 
-        # the step is timed and checked at the window of a step after a prompt of PROMPT tokens (the
-        # check's position AT within it): what it reads in a conversation, not the whole cache
-        width = window_length(min(PROMPT, max_length - 1), max_length)
+        # a decode step is timed and checked at the window of a step after a prompt of PROMPT tokens
+        # (the check's position AT within it), a prompt at its own: what they read in a conversation
+        tokens = examples[0].shape[1]
+        width = window_length(min(PROMPT, max_length - 1) if tokens == 1 else tokens - 1, max_length)
         examples = (*examples, torch.arange(width, device=examples[0].device))
-        applied.append(f"decode window: the split attention reads the cache's first W slots (W <= {max_length})")
+        if split:
+            applied.append(f"decode window: the split attention reads the cache's first W slots (W <= {max_length})")
     lowered = Lowered(graph, constants, exported.notes, applied, examples, exported.seconds)
     if split:
         lowered = _read_written(lowered)

@@ -42,7 +42,7 @@ from opcore.graph.ir import Graph, Node, ValueInfo, ValueRef, substitute
 from opcore.runtime import runtime
 from opcore.types import DType, TensorMeta
 
-__all__ = ["SLOTS", "WINDOW", "WINDOW_STEP", "read_written", "split_attention", "window_length"]
+__all__ = ["SLOTS", "WINDOW", "WINDOW_STEP", "read_written", "split_attention", "window_length", "window_prompt"]
 
 SLOTS = "decode_slots"  # + "_<length>": the constant arange(length) the written slot is compared with
 # the windowed step's input: the slot numbers 0 .. W - 1 its split attention reads (W dynamic); also
@@ -98,6 +98,61 @@ def split_attention(
     if not split:
         return graph, 0
     return build.graph_with(nodes, constants), split
+
+
+def window_prompt(graph: Graph, constants: MutableMapping[str, Any], max_length: int) -> tuple[Graph, int]:
+    """A prompt's graph whose attentions over the main cache read its first W slots, as the decode
+    step's split attention does (``split_attention``'s ``window``; the same WINDOW input, W > the last
+    slot the prompt writes): an attention whose key and value are each written (``state.index_copy_``,
+    along dim 2) into a cache of ``max_length`` slots at the step's ``cache_position`` input, with a
+    mask whose last dim is those slots and not ``is_causal``, reads the key, value and mask gathered at
+    the window's slots. The prompt's scores and softmax then span W slots, not ``max_length`` (the
+    slots after the prompt are masked: the protocol's causality). How many attentions read a window;
+    ``constants`` is not changed (the window is an input)."""
+    producer = {out: node for node in graph.nodes for out in node.outputs}
+    position = graph.inputs[2] if len(graph.inputs) > 3 else None
+    build = _Build(graph, window_at=position, window_length=max_length)
+    nodes: list[Node] = []
+    windowed = 0
+    for node in graph.nodes:
+        if node.op != _ATTENTION or len(node.args) != 8 or position is None:
+            nodes.append(node)
+            continue
+        query, key, value, mask, dropout, causal, scale, gqa = node.args
+        writes = [producer.get(ref.name) if isinstance(ref, ValueRef) else None for ref in (key, value)]
+        if (
+            dropout
+            or causal
+            or not isinstance(mask, ValueRef)
+            or any(w is None or w.op != _WRITE or w.args[1] not in (2, -2) for w in writes)
+            or any(not isinstance(w.args[2], ValueRef) or w.args[2].name != position for w in writes)  # type: ignore[union-attr]
+        ):
+            nodes.append(node)
+            continue
+        mark = build.mark()
+        try:
+            keys, values, masked = build.meta(key), build.meta(value), build.meta(mask)
+            if keys.ndim != 4 or values.ndim != 4 or keys.shape[2] != max_length or masked.shape[-1] != max_length:
+                raise _NotSplit("not the main cache")
+            read = build.slots_read(writes[0].args[2], max_length)  # type: ignore[union-attr,arg-type]
+            k_dims, v_dims = (
+                (*build.dims(key)[:2], WINDOW, keys.shape[3]),
+                (*build.dims(value)[:2], WINDOW, values.shape[3]),
+            )
+            name = f"{node.name}_window"
+            k = build.op(f"{name}_k", "index", key, (None, None, read), dims=k_dims)
+            v = build.op(f"{name}_v", "index", value, (None, None, read), dims=v_dims)
+            m = build.mask_window(mask, read)
+        except _NotSplit:
+            build.undo(mark)
+            nodes.append(node)
+            continue
+        nodes.extend(build.nodes[mark[0] :])
+        nodes.append(replace(node, args=(query, k, v, m, dropout, causal, scale, gqa)))
+        windowed += 1
+    if not windowed:
+        return graph, 0
+    return build.graph_with(nodes, constants), windowed
 
 
 def window_length(at: int, length: int) -> int:
