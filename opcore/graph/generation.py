@@ -857,8 +857,9 @@ class LanguageModel:
         # on cuda, each session's decode step replays as one CUDA graph (opcore.graph.decode_graph);
         # False: every session's steps run node by node from the next step on
         self.cuda_graph = str(decode_plan.device).startswith("cuda")
-        # a windowed decode step (opcore.graph.split_attention) reads the cache's first W slots, W its
-        # position + 1 rounded up to WINDOW_STEP: the slot numbers it takes, sliced from these
+        # a windowed step (opcore.graph.split_attention: the decode step's, a prompt's) reads the
+        # cache's first W slots, W its last slot + 1 rounded up to WINDOW_STEP: the slot numbers it
+        # takes, sliced from these
         self.window_slots = None
         plans = (decode_plan, prefill_plan)
         if any(plan is not None and WINDOW in plan.graph.inputs for plan in plans):

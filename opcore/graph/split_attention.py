@@ -27,6 +27,12 @@ the heads or one per head. Anything else keeps its attention,
 and ``read_written`` then gives its readers the written cache as a value instead (``where(slot,
 new row, cache as it was)``: a temporary the size of the cache, which the split does not need).
 
+**The window** (``window=max_length``, and ``window_prompt`` for the attentions the split does not
+take: a prompt's, the torch route's decode step): an attention over the main cache reads its first W
+slots alone, W given by an input (``WINDOW``) the session sets past the last slot written, so that a
+step costs what the conversation holds, not ``max_length`` (docs/generate.md, "Steps read the slots
+they hold").
+
 >>> graph, split = split_attention(graph, constants)     # doctest: +SKIP
 """
 
@@ -45,8 +51,8 @@ from opcore.types import DType, TensorMeta
 __all__ = ["SLOTS", "WINDOW", "WINDOW_STEP", "read_written", "split_attention", "window_length", "window_prompt"]
 
 SLOTS = "decode_slots"  # + "_<length>": the constant arange(length) the written slot is compared with
-# the windowed step's input: the slot numbers 0 .. W - 1 its split attention reads (W dynamic); also
-# the name of W's symbol
+# a windowed step's input (a decode step's or a prompt's): the slot numbers 0 .. W - 1 its attentions
+# read (W dynamic); also the name of W's symbol
 WINDOW = "decode_window"
 # a windowed step's W is its position + 1 rounded up to a multiple of this: a runtime sees one new
 # size per WINDOW_STEP tokens, and a step reads at most WINDOW_STEP - 1 slots more than it holds
@@ -372,8 +378,7 @@ class _Build:
             k_cache = self.op(f"{name}_kw", "index", k_cache, (None, None, read), dims=(batch, kv_heads, w, dim))
             v_dims = (batch, kv_heads, w, values.shape[3])
             v_cache = self.op(f"{name}_vw", "index", v_cache, (None, None, read), dims=v_dims)
-            if mask is not None:
-                mask = self.mask_window(mask, read)
+            mask = self.mask_window(mask, read)  # windowed: a mask is there
         grouped = self.op(f"{name}_q", "reshape", query, (batch, kv_heads, group, dim))
         scaled = self.op(f"{name}_qs", "mul", grouped, scale if scale is not None else 1.0 / math.sqrt(dim))
         k_t = self.op(f"{name}_kt", "transpose", k_cache, 2, 3, dims=(batch, kv_heads, dim, w))
