@@ -17,6 +17,7 @@ import opcore.graph  # noqa: E402
 from opcore.graph import capturing, lm_capture  # noqa: E402
 from opcore.graph.ir import SCALAR_OPS  # noqa: E402
 from opcore.graph.specialize import NotSpecialized, specialize, symbols_of  # noqa: E402
+from opcore.graph.split_attention import WINDOW  # noqa: E402
 from opcore.types import Device, TensorMeta  # noqa: E402
 
 CPU = Device.parse("cpu")
@@ -45,12 +46,15 @@ def test_a_decoder_is_exported_once_and_its_steps_equal_transformers(family, mon
     want = model.generate(ids, max_new_tokens=16, do_sample=False, eos_token_id=None, pad_token_id=0)
     assert torch.equal(lm.generate(ids, max_new_tokens=16, eos_token_id=[]), want)
     graph = lm.decode_plan.graph
-    assert all(not info.dynamic_axes for info in graph.values.values())
+    # the one token made static: the only dynamic size left is the window's (the cache's slots it reads)
+    dynamic = {str(info.dims[axis]) for info in graph.values.values() for axis in info.dynamic_axes}
+    assert all(WINDOW in size for size in dynamic), dynamic
     assert not any(node.scalar and node.op in SCALAR_OPS for node in graph.nodes), "no size computed per step"
     assert graph.values[graph.inputs[0]].meta.shape == (1, 1)
     assert "decode graph: the prefill's export at 1 token" in lm.decode_plan.explain()
     ranges = lm.prefill_plan.graph.signature.ranges  # exported from 1 token, the prefill still takes 2 and more
-    assert ranges and all(lo >= 2 for lo, _ in ranges.values()), ranges
+    tokens = {size: span for size, span in ranges.items() if size != WINDOW}
+    assert tokens and all(lo >= 2 for lo, _ in tokens.values()), ranges
 
 
 def test_the_specialized_step_computes_what_the_static_export_does():
@@ -72,7 +76,11 @@ def test_the_specialized_step_computes_what_the_static_export_does():
             positions[:] = position
             slots[:] = position
             mask[:, : position + 1] = 1
-            got, want = (plan.program.run([ids, positions, slots, mask, *state]) for plan, state in zip(plans, states))
+            window = [torch.arange(32)]  # every slot, where a plan reads a window of them
+            got, want = (
+                plan.program.run([ids, positions, slots, mask, *window[: WINDOW in plan.graph.inputs], *state])
+                for plan, state in zip(plans, states)
+            )
             assert torch.allclose(got[0], want[0], atol=1e-5, rtol=1e-5)
             for mine, theirs in zip(*states):
                 assert torch.equal(mine, theirs)
