@@ -859,10 +859,11 @@ class LanguageModel:
         self.cuda_graph = str(decode_plan.device).startswith("cuda")
         # a windowed step (opcore.graph.split_attention: the decode step's, a prompt's) reads the
         # cache's first W slots, W its last slot + 1 rounded up to WINDOW_STEP: the slot numbers it
-        # takes, sliced from these
+        # takes, sliced from these (None: neither step reads a window)
+        self._decode_window = WINDOW in decode_plan.graph.inputs
+        self._prefill_window = prefill_plan is not None and WINDOW in prefill_plan.graph.inputs
         self.window_slots = None
-        plans = (decode_plan, prefill_plan)
-        if any(plan is not None and WINDOW in plan.graph.inputs for plan in plans):
+        if self._decode_window or self._prefill_window:
             import torch
 
             self.window_slots = torch.arange(max_length, device=str(decode_plan.device))
@@ -961,28 +962,25 @@ class LanguageModel:
             )
 
     def _step(self, ids: Any, positions: Any, slots: Any, mask: Any, state: Sequence[Any]) -> Any:
-        import torch
-
         if ids.shape[1] == 1:
             return self._decode(ids, positions, slots, mask, state, int(slots[0]))
-        plan = self.prefill_plan
-        with torch.no_grad():
-            if self.window_slots is None or WINDOW not in plan.graph.inputs:
-                return plan.program.run([ids, positions, slots, mask, *state])[0]
-            # the prompt's attentions read the slots up to its last, rounded up (its window)
-            window = self.window_slots[: window_length(int(slots[-1]), self.max_length)]
-            return plan.program.run([ids, positions, slots, mask, window, *state])[0]
+        window = int(slots[-1]) if self._prefill_window else None
+        return self._logits(self.prefill_plan, [ids, positions, slots, mask], state, window)
 
     def _decode(self, ids: Any, positions: Any, slot: Any, mask: Any, state: Sequence[Any], at: int) -> Any:
         """The decode plan on one token per row, written at cache slot ``slot`` (a 1-element int64
-        tensor holding ``at``); a windowed step reads the slots up to ``at`` rounded up (``window``)."""
+        tensor holding ``at``)."""
+        return self._logits(self.decode_plan, [ids, positions, slot, mask], state, at if self._decode_window else None)
+
+    def _logits(self, plan: Any, given: list[Any], state: Sequence[Any], last: int | None) -> Any:
+        """``plan``'s logits on the protocol's inputs ``given`` and ``state``; where it reads a window,
+        the slots up to ``last`` (the last slot the step writes) rounded up (``window_length``)."""
         import torch
 
+        if last is not None:
+            given.append(self.window_slots[: window_length(last, self.max_length)])  # type: ignore[index]
         with torch.no_grad():
-            if self.window_slots is None or WINDOW not in self.decode_plan.graph.inputs:
-                return self.decode_plan.program.run([ids, positions, slot, mask, *state])[0]
-            window = self.window_slots[: window_length(at, self.max_length)]
-            return self.decode_plan.program.run([ids, positions, slot, mask, window, *state])[0]
+            return plan.program.run([*given, *state])[0]
 
     def _decode_graph(self, session: Session, ids: Any, at: int) -> Any:
         """``session``'s decode step captured as a CUDA graph, or False where its capture failed (the

@@ -38,7 +38,7 @@ from opcore.graph.options import PlanOptions
 from opcore.graph.partition_guard import CompilerCrash, answer
 from opcore.graph.plan import Plan
 from opcore.graph.quantizing import WeightSpec
-from opcore.graph.split_attention import WINDOW, window_length
+from opcore.graph.split_attention import WINDOW, read_written, split_attention, window_length, window_prompt
 from opcore.graph.state import new_state
 from opcore.types import Device, DType
 
@@ -1093,15 +1093,11 @@ def _finish_step(
     if dropped:
         applied.append(f"rewrite full attention mask dropped: {dropped} match{'es' * (dropped != 1)}")
     if window and not split:
-        from opcore.graph.split_attention import window_prompt
-
         graph, windowed = window_prompt(graph, constants, max_length)
         if windowed:
             read = f"{windowed} attention{'s' * (windowed != 1)} read the cache's first W slots (W <= {max_length})"
             applied.append(f"attention window: {read}")
     if split:
-        from opcore.graph.split_attention import split_attention
-
         graph, parted = split_attention(graph, constants, wide, window=max_length if window else None)
         if parted:
             applied.append(f"rewrite split_attention: {parted} match{'es' * (parted != 1)}")
@@ -1125,8 +1121,6 @@ def _finish_step(
 def _read_written(lowered: Lowered) -> Lowered:
     """``lowered`` with each written cache's other readers reading it as a value
     (opcore.graph.split_attention.read_written); its constants copied, not changed."""
-    from opcore.graph.split_attention import read_written
-
     constants = dict(lowered.constants)
     graph, moved = read_written(lowered.graph, constants)
     if not moved:

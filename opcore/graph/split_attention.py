@@ -141,13 +141,8 @@ def window_prompt(graph: Graph, constants: MutableMapping[str, Any], max_length:
             if keys.ndim != 4 or values.ndim != 4 or keys.shape[2] != max_length or masked.shape[-1] != max_length:
                 raise _NotSplit("not the main cache")
             read = build.slots_read(writes[0].args[2], max_length)  # type: ignore[union-attr,arg-type]
-            k_dims, v_dims = (
-                (*build.dims(key)[:2], WINDOW, keys.shape[3]),
-                (*build.dims(value)[:2], WINDOW, values.shape[3]),
-            )
-            name = f"{node.name}_window"
-            k = build.op(f"{name}_k", "index", key, (None, None, read), dims=k_dims)
-            v = build.op(f"{name}_v", "index", value, (None, None, read), dims=v_dims)
+            k = build.gathered(f"{node.name}_window_k", key, read)
+            v = build.gathered(f"{node.name}_window_v", value, read)
             m = build.mask_window(mask, read)
         except _NotSplit:
             build.undo(mark)
@@ -281,7 +276,6 @@ class _Build:
     window_at: str | None = None
     window_length: int | None = None
     window: int | None = None  # the cache length the WINDOW input was made for, once made
-    windowed: bool = False  # the attention being built reads the WINDOW input's slots
 
     def mark(self) -> _Mark:
         """Where the build stands now, for ``undo``."""
@@ -371,24 +365,23 @@ class _Build:
         # W: the cache's length, or the WINDOW input's dynamic size (the sizes below that hold it)
         w: int | str = length
         # without a mask the attention reads every slot, the empty ones too: no window
-        self.windowed = mask is not None and at.name == self.window_at and length == self.window_length
-        if self.windowed:
+        windowed = mask is not None and at.name == self.window_at and length == self.window_length
+        if windowed:
             read = self.slots_read(at, length)
             w = WINDOW
-            k_cache = self.op(f"{name}_kw", "index", k_cache, (None, None, read), dims=(batch, kv_heads, w, dim))
-            v_dims = (batch, kv_heads, w, values.shape[3])
-            v_cache = self.op(f"{name}_vw", "index", v_cache, (None, None, read), dims=v_dims)
-            mask = self.mask_window(mask, read)  # windowed: a mask is there
+            k_cache = self.gathered(f"{name}_kw", k_cache, read)
+            v_cache = self.gathered(f"{name}_vw", v_cache, read)
+            mask = self.mask_window(mask, read)
         grouped = self.op(f"{name}_q", "reshape", query, (batch, kv_heads, group, dim))
         scaled = self.op(f"{name}_qs", "mul", grouped, scale if scale is not None else 1.0 / math.sqrt(dim))
         k_t = self.op(f"{name}_kt", "transpose", k_cache, 2, 3, dims=(batch, kv_heads, dim, w))
         old = self.op(f"{name}_old", "matmul", scaled, k_t, dims=(batch, kv_heads, group, w))
         new = self.op(f"{name}_new", "matmul", scaled, self.op(f"{name}_knt", "transpose", k_new, 2, 3))
-        slot = self.slot(at, length)
+        slot = self.slot(at, length, windowed)
         if mask is None:
             old = self.op(f"{name}_old_masked", "where", slot, -_INF, old, dims=(batch, kv_heads, group, w))
         else:
-            old_add, new_add, seen = self.mask_scores(mask, slot, heads, kv_heads, group)
+            old_add, new_add, seen = self.mask_scores(mask, slot, heads, kv_heads, group, windowed)
             old = self.op(f"{name}_old_masked", "add", old, old_add, dims=(batch, kv_heads, group, w))
             new = self.op(f"{name}_new_masked", "add", new, new_add)
         wide_dims = (batch, kv_heads, group, length + 1 if isinstance(w, int) else f"{w} + 1")
@@ -415,11 +408,11 @@ class _Build:
         if got.shape != want.shape or got.dtype is not want.dtype:
             raise _NotSplit("shape")
 
-    def slot(self, at: ValueRef, length: int) -> ValueRef:
+    def slot(self, at: ValueRef, length: int, windowed: bool = False) -> ValueRef:
         """Bool (length,): True at the slot this step writes (one per position input and cache length);
-        (W,) over the WINDOW input's slots where windowed."""
-        key = ("slot", at.name, length)
-        if self.windowed and key not in self.shared:
+        (W,) over the WINDOW input's slots where ``windowed``."""
+        key = ("slot", at.name, length, windowed)
+        if windowed and key not in self.shared:
             read = self.slots_read(at, length)
             self.shared[key] = self.op(f"{WINDOW}_at_{at.name}", "eq", read, at, dims=(WINDOW,))
         if key not in self.shared:
@@ -462,6 +455,11 @@ class _Build:
             self.shared[(*key, "index")] = index
         return self.shared[key], self.shared[(*key, "index")]
 
+    def gathered(self, name: str, cache: ValueRef, read: ValueRef) -> ValueRef:
+        """``cache`` (batch, heads, slots, dim) at the WINDOW input's slots: (batch, heads, W, dim)."""
+        dims = self.dims(cache)
+        return self.op(name, "index", cache, (None, None, read), dims=(*dims[:2], WINDOW, *dims[3:]))
+
     def mask_window(self, mask: ValueRef, read: ValueRef) -> ValueRef:
         """The attention's mask at the WINDOW input's slots (its last dim gathered), once per mask."""
         key = ("window", mask.name)
@@ -481,12 +479,13 @@ class _Build:
         return self.shared[key]
 
     def mask_scores(
-        self, mask: ValueRef, slot: ValueRef, heads: int, kv_heads: int, group: int
+        self, mask: ValueRef, slot: ValueRef, heads: int, kv_heads: int, group: int, windowed: bool = False
     ) -> tuple[ValueRef, ValueRef, ValueRef]:
         """The mask as scores to add to the cache's (the written slot -inf) and to the new key's (the
         mask at that slot), grouped as the query heads are, and whether a row sees any key at all;
-        computed once per mask and grouping. No maximum is taken over -inf (OpenVINO's ReduceMax
-        gives the lowest finite float there, which would let a masked new key be seen)."""
+        computed once per mask and grouping (``windowed``: the mask and slot are the WINDOW's). No
+        maximum is taken over -inf (OpenVINO's ReduceMax gives the lowest finite float there, which
+        would let a masked new key be seen)."""
         key = ("mask", mask.name, slot.name, kv_heads, group)
         if key not in self.shared:
             meta = self.meta(mask)
@@ -497,9 +496,9 @@ class _Build:
             grouped = (rows, kv_heads, group, length) if mask_heads == heads else (rows, 1, 1, length)
             name = f"{mask.name}_split{kv_heads}x{group}"
             # where windowed, the length is W (reshaped as -1) and the scores' sizes carry its symbol
-            w: int | str = WINDOW if self.windowed else length
+            w: int | str = WINDOW if windowed else length
             sized = (*grouped[:3], w)
-            shape = (*grouped[:3], -1) if self.windowed else grouped
+            shape = (*grouped[:3], -1) if windowed else grouped
             shaped = self.op(f"{name}_grouped", "reshape", mask, shape, dims=sized)
             if meta.dtype is DType.BOOL:
                 shaped = self.op(f"{name}_scores", "where", shaped, 0.0, -_INF, dims=sized)
