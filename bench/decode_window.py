@@ -45,7 +45,7 @@ def rows_of(shape_name: str, weights: str | None, length: int, rounds: int, back
     from generate import SHAPES
 
     import opcore.graph
-    from opcore.graph.split_attention import window_length
+    from opcore.graph.split_attention import WINDOW, window_length
 
     shape = SHAPES[shape_name]
     model = shape.build(length)
@@ -53,7 +53,7 @@ def rows_of(shape_name: str, weights: str | None, length: int, rounds: int, back
     lm = opcore.graph.capture_lm(model, max_length=length, weights=weights, backends=backends)
     print(f"  {shape_name} max_length {length}: captured in {time.perf_counter() - started:.1f} s; "
           f"decode: {lm.decode_plan.summary()}", flush=True)  # fmt: skip
-    if lm.window_slots is None:
+    if WINDOW not in lm.decode_plan.graph.inputs:
         raise SystemExit(f"{shape_name}: the decode step has no window (no split attention): nothing to compare")
     ids = torch.randint(3, min(shape.vocab, 1000), (1, PROMPT), generator=torch.Generator().manual_seed(0))
     chat = lm.session()
@@ -71,11 +71,7 @@ def rows_of(shape_name: str, weights: str | None, length: int, rounds: int, back
         return program.run([token, positions, chat.slot, chat.mask, lm.window_slots[:width], *chat.state])[0]
 
     width = window_length(at, length)
-    with torch.no_grad():
-        apart = float((step(width) - step(length)).abs().max())
-    if apart > 1e-3:
-        raise SystemExit(f"{shape_name}: the window's logits are {apart:.1e} from every slot's")
-    cases: dict[str, Callable[[], Any]] = {"window": partial(step, width), "every slot": partial(step, length)}
+    eager: Callable[[], Any] | None = None
     if weights is None:  # transformers' own step on the float model (a quantized plan has no such twin)
         with torch.no_grad():
             held = torch.cat([ids, token.expand(1, at - PROMPT)], 1)  # the session's tokens
@@ -83,15 +79,13 @@ def rows_of(shape_name: str, weights: str | None, length: int, rounds: int, back
         one = torch.tensor([[5]])
         where = torch.tensor([at])
 
-        def eager() -> Any:
-            with torch.no_grad():
-                out = model(one, past_key_values=cache, cache_position=where, use_cache=True)
+        def one_step() -> Any:
+            out = model(one, past_key_values=cache, cache_position=where, use_cache=True)
             cache.crop(-1)  # the cache back to its length: each round times the same step
             return out.logits
 
-        cases["transformers"] = eager
-    with torch.no_grad():
-        times = medians(cases, repeats=rounds)
+        eager = one_step
+    times = _timed(step, width, length, eager, rounds, f"{shape_name}'s decode step")
     name = f"{shape_name}{' ' + weights if weights else ''}, max_length {length}"
     rows = [_row(f"{name}: decode step", f"{at} (W {width})", times, 2)]
     prompt = prompt_times(lm, model, ids, length, weights is None, max(rounds // 3, 5))
@@ -118,20 +112,23 @@ def prompt_times(lm: Any, model: Any, ids: Any, length: int, eager: bool, rounds
         return plan.program.run([ids, positions, slots, mask, lm.window_slots[:width], *chat.state])[0]
 
     width = window_length(PROMPT - 1, length)
-    with torch.no_grad():
-        apart = float((prefill(width) - prefill(length)).abs().max())
-    if apart > 1e-3:
-        raise SystemExit(f"the prompt's logits at its window are {apart:.1e} from every slot's")
-    cases: dict[str, Callable[[], Any]] = {"window": partial(prefill, width), "every slot": partial(prefill, length)}
-    if eager:
+    forward = (lambda: model(ids, use_cache=True).logits) if eager else None
+    return _timed(prefill, width, length, forward, rounds, "the prompt"), width
 
-        def forward() -> Any:
-            with torch.no_grad():
-                return model(ids, use_cache=True).logits
 
-        cases["transformers"] = forward
+def _timed(
+    run: Callable[[int], Any], width: int, length: int, eager: Callable[[], Any] | None, rounds: int, what: str
+) -> dict[str, float]:
+    """Medians of ``run`` at the window's ``width`` and at every slot (``length``), and of ``eager``
+    where given, without grad; first, the two runs' logits must agree (the slots after are masked)."""
     with torch.no_grad():
-        return medians(cases, repeats=rounds), width
+        apart = float((run(width) - run(length)).abs().max())
+        if apart > 1e-3:
+            raise SystemExit(f"{what}: the logits at its window are {apart:.1e} from every slot's")
+        cases: dict[str, Callable[[], Any]] = {"window": partial(run, width), "every slot": partial(run, length)}
+        if eager is not None:
+            cases["transformers"] = eager
+        return medians(cases, repeats=rounds)
 
 
 def _row(name: str, where: str, times: dict[str, float], digits: int) -> tuple[str, ...]:

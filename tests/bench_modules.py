@@ -21,3 +21,16 @@ def load_bench(name: str) -> Any:
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def run_main(bench: Any, argv: list[str], monkeypatch: Any) -> int:
+    """``bench.main(argv)`` for a bench that sets torch's threads and OPCORE_RUNTIME_THREADS itself:
+    both given back after it (the variable through ``monkeypatch``)."""
+    import torch
+
+    monkeypatch.setenv("OPCORE_RUNTIME_THREADS", "1")  # the bench sets it: given back after the test
+    threads = torch.get_num_threads()
+    try:
+        return int(bench.main(argv))
+    finally:
+        torch.set_num_threads(threads)

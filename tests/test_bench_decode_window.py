@@ -4,10 +4,10 @@ each max_length (the figures themselves come from running it by hand)."""
 from __future__ import annotations
 
 import pytest
-from bench_modules import load_bench
+from bench_modules import load_bench, run_main
 
 pytest.importorskip("transformers", reason="the bench builds its models from transformers configs")
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch", reason="the bench runs models on torch")
 
 
 def test_a_tiny_run_prints_every_row(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -16,15 +16,9 @@ def test_a_tiny_run_prints_every_row(capsys: pytest.CaptureFixture[str], monkeyp
     if not compilers():
         pytest.skip("no graph runtime: the decode step keeps its fused attention, which has no window")
     bench = load_bench("decode_window")
-    monkeypatch.setenv("OPCORE_RUNTIME_THREADS", "1")  # the bench sets it: given back after the test
-    threads = torch.get_num_threads()
-    try:
-        assert bench.main(["--shapes", "small", "--lengths", "160,224", "--rounds", "3"]) == 0
-    finally:
-        torch.set_num_threads(threads)
+    assert run_main(bench, ["--shapes", "small", "--lengths", "160,224", "--rounds", "3"], monkeypatch) == 0
     out = capsys.readouterr().out
     assert "load average" in out and "1 thread(s)" in out
-    # a step at slot 140 reads 160 slots, whatever the cache's length; its logits agree with every slot's
     rows = [line.split(None, 5) for line in out.splitlines() if line.startswith("small, max_length")]
     # per max_length a decode step at slot 140 reading 160 slots and a prompt reading 128, whatever the
     # cache's length; each one's logits agree with every slot's (the bench checks)

@@ -6,21 +6,16 @@ from __future__ import annotations
 import os
 
 import pytest
-from bench_modules import load_bench
+from bench_modules import load_bench, run_main
 
 pytest.importorskip("onnxruntime", reason="the bench compares onnxruntime partitions")
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch", reason="the bench runs models on torch")
 
 
 def test_a_tiny_run_prints_every_row(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     bench = load_bench("denormals")
-    monkeypatch.setenv("OPCORE_RUNTIME_THREADS", "1")  # the bench sets it: given back after the test
     monkeypatch.delenv(bench.DENORMALS, raising=False)
-    threads = torch.get_num_threads()
-    try:
-        assert bench.main(["--shapes", "small", "--lengths", "160", "--rounds", "3"]) == 0
-    finally:
-        torch.set_num_threads(threads)
+    assert run_main(bench, ["--shapes", "small", "--lengths", "160", "--rounds", "3"], monkeypatch) == 0
     out = capsys.readouterr().out
     assert "load average" in out and "1 thread(s)" in out
     for row in (
