@@ -199,6 +199,32 @@ def test_value_ranges_take_assumed_inputs_and_declared_sizes() -> None:
     assert not [name for name, why in index_bounds(graph, plan.constants).unchecked.items() if "places" in why]
 
 
+class Reordered(nn.Module):
+    """Rows of a dynamic-length sequence read at positions gathered from arange(seq): still 0 .. seq - 1,
+    whatever the sequence's length (a prompt's rows read at a window's slots are such an index)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.words = nn.Embedding(50, 4)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        places = torch.arange(ids.shape[1])
+        return self.words(ids)[:, places[places]]
+
+
+def test_an_index_gathered_from_positions_is_proven_in_range() -> None:
+    seq = torch.export.Dim("seq", min=2, max=64)
+    ids = torch.randint(0, 49, (1, 8))
+    model = Reordered().eval()
+    plan = opcore.graph.capture(model, (ids,), dynamic_shapes=({1: seq},), measure=False)
+    indexing = [n.name for n in plan.graph.nodes if n.op == "index"]
+    assert len(indexing) == 2, [n.op for n in plan.graph.nodes]
+    assert index_bounds(plan.graph, plan.constants).unchecked == {}
+    for length in (2, 9, 64):
+        ids = torch.randint(0, 49, (1, length))
+        torch.testing.assert_close(plan(ids), model(ids))
+
+
 class Shifted(nn.Module):
     def __init__(self) -> None:
         super().__init__()

@@ -131,10 +131,10 @@ def _written_where_eager_wrote(before, state, model, slots):
         assert torch.equal(new[:, :, others], old[:, :, others])
 
 
-def _twice_on_a_random_state(plan, model, ids, positions, slots):
+def _twice_on_a_random_state(plan, model, ids, positions, slots, window=None):
     """``plan`` run on a random state and again on the state it wrote (as if its writes had run before
     its reads): both times the module's logits on the random state (1e-4), and the writes where the
-    module wrote."""
+    module wrote. ``window``: the slots a windowed plan reads."""
     mask = torch.ones(BATCH, LENGTH, dtype=torch.long)
     state = [torch.randn(BATCH, 4, LENGTH, 8), torch.randn(BATCH, 4, LENGTH, 8)]
     at = torch.tensor(slots)
@@ -143,10 +143,11 @@ def _twice_on_a_random_state(plan, model, ids, positions, slots):
         model.values.copy_(state[1])
         want = model(ids, positions, at, mask)
     before = [tensor.clone() for tensor in state]
-    first = plan.program.run([ids, positions, at, mask, *state])[0]
+    given = [ids, positions, at, mask, *([] if window is None else [window])]
+    first = plan.program.run([*given, *state])[0]
     assert (first - want).abs().max().item() <= 1e-4
     _written_where_eager_wrote(before, state, model, slots)
-    again = plan.program.run([ids, positions, at, mask, *state])[0]  # the slots written already
+    again = plan.program.run([*given, *state])[0]  # the slots written already
     assert (again - want).abs().max().item() <= 1e-4
 
 
@@ -376,16 +377,23 @@ def test_a_prompt_reads_its_written_cache_as_a_value_and_is_one_partition(decode
 @pytest.mark.parametrize(
     "slots", [[3, 4, 5, 6], [9, 2, 17], [0, 23]], ids=["after a prompt", "out of order", "first and last"]
 )
-def test_a_prompt_s_rows_are_read_where_they_are_written_at_any_slots(slots, runtime):
+@pytest.mark.parametrize("decoder", [MatmulDecoder, SdpaDecoder])
+def test_a_prompt_s_rows_are_read_where_they_are_written_at_any_slots(decoder, slots, runtime):
     # the slots a prompt writes need not start at 0 nor be in order: each slot reads the row written
-    # there, every other slot the cache as it was, whether the writes ran before the read or not
+    # there, every other slot the cache as it was, whether the writes ran before the read or not; an
+    # attention reading a window (the slots up to the last written) makes that value at the window's
+    # slots alone
     torch.manual_seed(0)
-    model = MatmulDecoder(kv_heads=4).eval()
+    model = decoder(kv_heads=4).eval()
     lm = opcore.graph.capture_lm(model, backends=(runtime, "cpu"), measure=False, prefill_partitions=True)
     _all_in_one_partition(lm.prefill_plan, runtime)
+    windowed = decoder is SdpaDecoder
+    assert ("2 at the window's slots alone" in _prefill_notes(lm)) == windowed, lm.prefill_plan.notes
     n = len(slots)
     ids = torch.randint(0, VOCAB, (BATCH, n), generator=torch.Generator().manual_seed(6))
-    _twice_on_a_random_state(lm.prefill_plan, model, ids, torch.tensor(slots).expand(BATCH, n).contiguous(), slots)
+    positions = torch.tensor(slots).expand(BATCH, n).contiguous()
+    window = torch.arange(max(slots) + 1) if windowed else None
+    _twice_on_a_random_state(lm.prefill_plan, model, ids, positions, slots, window)
 
 
 class IndexerDecoder(SdpaDecoder):
@@ -510,6 +518,8 @@ def test_prompts_read_the_window_up_to_their_last_slot_and_give_the_modules_logi
         model, backends=(runtime, "cpu") if partitions else ("cpu",), measure=False, prefill_partitions=partitions
     )
     assert "attention window: 1 attention" in " ".join(lm.prefill_plan.notes)
+    # on partitions, the written cache is made as a value at the window's slots alone
+    assert ("2 at the window's slots alone" in _prefill_notes(lm)) == partitions, lm.prefill_plan.notes
     generator = torch.Generator().manual_seed(6)
     session = lm.session()
     mask = torch.zeros(BATCH, 80, dtype=torch.long)

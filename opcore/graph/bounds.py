@@ -153,8 +153,9 @@ def _dim_symbol(graph: Graph, ref: Any, dim: int) -> str | None:
     return size if isinstance(size, str) else None
 
 
-# ops whose result holds some of the values of their first argument (and no others)
-_SUBSETS = _VIEWS | {"slice", "select"}
+# ops whose result holds some of the values of their first argument (and no others): a gather
+# (``index``) picks its elements, wherever the indices point
+_SUBSETS = _VIEWS | {"slice", "select", "index"}
 
 
 def _below(graph: Graph, name: str, producer: Mapping[str, Node]) -> str | None:

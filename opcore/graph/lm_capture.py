@@ -1122,10 +1122,11 @@ def _read_written(lowered: Lowered) -> Lowered:
     """``lowered`` with each written cache's other readers reading it as a value
     (opcore.graph.split_attention.read_written); its constants copied, not changed."""
     constants = dict(lowered.constants)
-    graph, moved = read_written(lowered.graph, constants)
+    graph, moved, windowed = read_written(lowered.graph, constants)
     if not moved:
         return lowered
-    said = f"rewrite read_written: {moved} match{'es' * (moved != 1)} (the written cache as a value)"
+    at = f"; {windowed} at the window's slots alone" if windowed else ""
+    said = f"rewrite read_written: {moved} match{'es' * (moved != 1)} (the written cache as a value{at})"
     return replace(lowered, graph=graph, constants=constants, applied=[*lowered.applied, said])
 
 

@@ -162,7 +162,7 @@ def window_length(at: int, length: int) -> int:
     return min(length, -(-(at + 1) // WINDOW_STEP) * WINDOW_STEP)
 
 
-def read_written(graph: Graph, constants: MutableMapping[str, Any]) -> tuple[Graph, int]:
+def read_written(graph: Graph, constants: MutableMapping[str, Any]) -> tuple[Graph, int, int]:
     """The graph with every other read of a just-written cache (in a decode step, attention the split
     does not match: matmuls of the model's own, ALiBi's baddbmm, soft-capped scores; in a prompt's
     step, every read) reading ``where(slot, new row, cache as it was)`` instead: the written cache as
@@ -172,13 +172,17 @@ def read_written(graph: Graph, constants: MutableMapping[str, Any]) -> tuple[Gra
     a dynamic number of them, at any slots) reads each slot's row through ``_Build.rows_at``: the
     slots compared with the cache's numbers once per step, each cache's rows gathered. Applied to
     rows written along any dim of a cache (a 4-D cache's dim 2; a sparse attention's 3-D indexer
-    keys' dim 1); how many writes' readers were moved."""
+    keys' dim 1). Where every reader of a write gathers it at a window (``window_prompt``), the value
+    is made at the window's slots alone: the slot tests gathered there, the cache gathered there,
+    ``where`` over W slots, no cache-sized temporary. How many writes' readers were moved, and how
+    many of those at a window."""
     users = graph.users()
     producer = {out: node for node in graph.nodes for out in node.outputs}
     returned = graph.output_names()
     build = _Build(graph)
     renamed: dict[str, ValueRef] = {}
     added: dict[str, list[Node]] = {}  # per write, the nodes made for its readers (inputs first)
+    dropped: set[str] = set()  # readers made again among a write's nodes (its window's gathers)
     for node in graph.nodes:
         if node.op != _WRITE or node.outputs[0] in returned or not users.get(node.outputs[0]):
             continue
@@ -196,7 +200,21 @@ def read_written(graph: Graph, constants: MutableMapping[str, Any]) -> tuple[Gra
                 raise _NotSplit("cache")
             axis = dim % cached.ndim
             length, after = cached.shape[axis], (1,) * (cached.ndim - 1 - axis)  # a slot's dims after it
-            if row.shape[axis] == 1 and where.shape == (1,):
+            one = row.shape[axis] == 1 and where.shape == (1,)
+            readers = [graph.nodes[i] for i in users[node.outputs[0]]]
+            if all(_window_gather(reader, node.outputs[0], axis) for reader in readers):
+                # each reader gathers the written cache at the window: the value is made at the
+                # window's slots alone (a W-slot temporary, not a cache-sized one)
+                try:
+                    for reader in readers:
+                        build.written_window(reader, cache, at, new, axis, length, one)
+                except _NotSplit:  # the whole cache's value, below
+                    build.undo(mark)
+                else:
+                    dropped.update(reader.outputs[0] for reader in readers)
+                    added[node.outputs[0]] = build.nodes[mark[0] :]
+                    continue
+            if one:
                 written, rows = build.slot(at, length), new
             else:  # a prompt's rows: each slot's row of ``new`` gathered (any row where none is written)
                 written, order = build.rows_at(at, length)
@@ -209,15 +227,31 @@ def read_written(graph: Graph, constants: MutableMapping[str, Any]) -> tuple[Gra
             continue
         renamed[node.outputs[0]] = read
         added[node.outputs[0]] = build.nodes[mark[0] :]
-    if not renamed:
-        return graph, 0
+    if not added:
+        return graph, 0, 0
     placed: list[Node] = []
     for node in graph.nodes:
+        if node.outputs[0] in dropped:
+            continue
         # what a write's readers now read comes right after the write: its inputs (the position, the
-        # new row, the cache input) are all read by the write, so all are made before it
+        # new row, the cache input; a window's slots, a step input) are all made before it
         placed.append(replace(node, args=substitute(node.args, lambda n: renamed.get(n, ValueRef(n)))))
         placed.extend(added.get(node.outputs[0], ()))
-    return build.graph_with(placed, constants), len(renamed)
+    return build.graph_with(placed, constants), len(added), len(added) - len(renamed)
+
+
+def _window_gather(node: Node, cache: str, axis: int) -> bool:
+    """Whether ``node`` reads the value ``cache`` as a window's gather (``window_prompt``'s, the
+    split's: ``cache[..., WINDOW]`` along ``axis``) alone."""
+    if node.op != "index" or len(node.args) != 2 or node.args[0] != ValueRef(cache):
+        return False
+    index = node.args[1]
+    return (
+        isinstance(index, tuple)
+        and len(index) == axis + 1
+        and all(i is None for i in index[:axis])
+        and index[axis] == ValueRef(WINDOW)
+    )
 
 
 class _NotSplit(Exception):
@@ -469,6 +503,36 @@ class _Build:
             index = (*(None,) * (meta.ndim - 1), read)
             self.shared[key] = self.op(f"{mask.name}_window", "index", mask, index, dims=dims)
         return self.shared[key]
+
+    def written_window(
+        self, reader: Node, cache: ValueRef, at: ValueRef, new: ValueRef, axis: int, length: int, one: bool
+    ) -> None:
+        """``reader`` (the written cache gathered at the WINDOW input's slots along ``axis``) made as
+        the written cache's value at those slots: ``where(written there, the row written there, the
+        cache there)``, every operand W slots long (the slot tests and row numbers, over all
+        ``length`` slots, made once per step and gathered at the window once)."""
+        read, dims = ValueRef(WINDOW), self.dims(ValueRef(reader.outputs[0]))
+        if self.meta(read).shape != (length,):
+            raise _NotSplit("a window of another cache's length")
+        lead = (None,) * axis
+        written = self.slot(at, length) if one else self.rows_at(at, length)[0]
+        key = ("window written", written.name)
+        if key not in self.shared:
+            here = self.op(f"{written.name}_window", "index", written, (read,), dims=(WINDOW,))
+            after = (1,) * (len(dims) - 1 - axis)
+            self.shared[key] = self.op(f"{here.name}_column", "reshape", here, (-1, *after), dims=(WINDOW, *after))
+        name = reader.outputs[0]
+        rows = new
+        if not one:  # a prompt's rows: each window slot's row of ``new``
+            order_key = ("window order", written.name)
+            if order_key not in self.shared:
+                order = self.rows_at(at, length)[1]
+                self.shared[order_key] = self.op(f"{order.name}_window", "index", order, (read,), dims=(WINDOW,))
+            rows = self.op(f"{name}_rows", "index", new, (*lead, self.shared[order_key]), dims=dims)
+        old = self.op(f"{name}_cache", "index", cache, (*lead, read), dims=dims)
+        made = self.op(name, "where", self.shared[key], rows, old, replaces=True, dims=dims)
+        if self.meta(made).shape != self.graph.meta(name).shape:
+            raise _NotSplit("shape")
 
     def column(self, written: ValueRef, length: int, after: tuple[int, ...]) -> ValueRef:
         """``written`` (length,) as (length, *after), broadcast over a cache's dims after the written
