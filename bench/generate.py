@@ -763,7 +763,7 @@ def bench_group(
         first_calls(columns[-1], capture, "capture")
         if lm is not None:
             columns[-1].build_s = lm.capture_seconds
-            columns[-1].note = lm.decode_plan.summary()
+            columns[-1].note = f"{lm.decode_plan.summary()}; prefill {_prefill_route(lm)}"
     for weights in options.weights if device == "cpu" else ():
         columns.append(quantized_column(model, shape, ids, new, length, batch, threads, weights, state))
     rounds(columns, options.rounds)
@@ -845,9 +845,20 @@ def quantized_column(
     runs = f"; decode runs {measured[0].rsplit('runs ', 1)[-1]}" if measured else "; decode planned, not timed"
     column.note = (
         f"own ceiling {ceiling:.1f} tok/s ({step / 1e6:.0f} MB a step); weights resident {resident / 1e6:.0f} MB "
-        f"({resident / fp32:.2f}x fp32), saved {saved / 1e6:.0f} MB ({saved / fp32:.2f}x){runs}"
+        f"({resident / fp32:.2f}x fp32), saved {saved / 1e6:.0f} MB ({saved / fp32:.2f}x){runs}; "
+        f"prefill {_prefill_route(lm)}"
     )
     return column
+
+
+def _prefill_route(lm: Any) -> str:
+    """What the prompt runs: the route capture's measurement chose (its note's last words), else the
+    plan's placement."""
+    measured = [n for n in lm.prefill_plan.notes if n.startswith("prefill measured at capture")]
+    if measured:
+        return "runs " + measured[0].split(": runs ", 1)[-1].split(";", 1)[0]
+    summary = lm.prefill_plan.summary()
+    return summary.split(";", 1)[0]
 
 
 def accuracy(model: Any, shape: Shape, weights: str, positions: int) -> str:

@@ -260,3 +260,17 @@ def test_the_tables_say_the_load_and_the_cpu_pressure_where_linux_has_it() -> No
         assert re.search(r"; CPU pressure \d+\.\d % \(10 s\), \d+\.\d % \(60 s\)$", told), told
     else:
         assert "pressure" not in told, told
+
+
+def test_the_note_says_which_route_the_prompt_runs(bench):
+    # the prompt's route is measured at capture (or chosen by the rule): the note says which ran, as
+    # the decode step's summary says where the steps ran
+    import opcore.graph
+
+    model = bench.SHAPES["small"].build(16)
+    measured = opcore.graph.capture_lm(model, max_length=16)
+    chosen = bench._prefill_route(measured)
+    assert chosen.startswith("runs ") and chosen[5:] in measured.prefill_plan.notes[0], measured.prefill_plan.notes
+    torch_route = opcore.graph.capture_lm(model, max_length=16, measure=False, prefill_partitions=False)
+    assert bench._prefill_route(torch_route) == torch_route.prefill_plan.summary().split(";")[0]
+    assert bench._prefill_route(torch_route).startswith("cpu ")
