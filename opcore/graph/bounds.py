@@ -160,7 +160,7 @@ _SUBSETS = _VIEWS | {"slice", "select", "index"}
 
 def _below(graph: Graph, name: str, producer: Mapping[str, Node]) -> str | None:
     """The symbol ``s`` of a size computed at run time such that ``name`` holds positions 0 .. s - 1
-    (an ``arange(s)``, an ``argmax`` along a dim of size s, through views, slices and an added 0),
+    (an ``arange(s)``, an ``argmax`` along a dim of size s, through views, slices, gathers and an added 0),
     else None: what an index into a dim of size ``s`` needs, which intervals alone cannot show when
     ``s`` varies per call."""
     while True:
