@@ -239,6 +239,27 @@ def test_verify_then_crop_agrees_with_decode_steps(llama):
         short.crop(13)
 
 
+def test_the_verify_step_reads_the_window_up_to_its_last_slot(llama):
+    """On the host the verify step's attentions read the slots up to the last one it writes (W rounded
+    up to WINDOW_STEP, as a prompt's): drafts written across a window's end (slots 28-34: W 64), over
+    slots that still hold another conversation's keys, give one decode step per token's logits."""
+    from opcore.graph.split_attention import WINDOW
+
+    _, lm = llama
+    assert WINDOW in lm.verify_plan.graph.inputs
+    assert "attention window" in " ".join(lm.verify_plan.notes), lm.verify_plan.notes
+    chat = lm.session()
+    chat.prefill(prompt(1, 80, seed=3))  # keys in every slot up to 79, then taken back
+    chat.crop(0)
+    ids, tokens = prompt(1, 28), prompt(1, DRAFTS + 1, seed=5)
+    chat.prefill(ids)
+    verified = chat.verify(tokens)
+    stepped = lm.session()
+    stepped.prefill(ids)
+    for i in range(DRAFTS + 1):
+        torch.testing.assert_close(verified[:, i], stepped.decode(tokens[:, i]), atol=1e-4, rtol=1e-4)
+
+
 def test_drafts_are_cut_to_the_cache_s_end(llama, monkeypatch):
     """Up to max_length exactly: the drafts near the end are cut to the slots left."""
     model, lm = llama

@@ -794,8 +794,12 @@ class Session:
         slots = torch.arange(at, at + count, device=ids.device)
         positions = self.positions[:, None] + torch.arange(count, device=ids.device)
         self.mask[:, at : at + count] = 1
-        with torch.no_grad():
-            logits = lm.verify_plan.program.run([ids, positions, slots, self.mask, *self.state])[0]
+        logits = lm._logits(
+            lm.verify_plan,
+            [ids, positions, slots, self.mask],
+            self.state,
+            at + count - 1 if lm._verify_window else None,
+        )
         self.positions += count
         self.length += count
         return logits
@@ -857,13 +861,14 @@ class LanguageModel:
         # on cuda, each session's decode step replays as one CUDA graph (opcore.graph.decode_graph);
         # False: every session's steps run node by node from the next step on
         self.cuda_graph = str(decode_plan.device).startswith("cuda")
-        # a windowed step (opcore.graph.split_attention: the decode step's, a prompt's) reads the
-        # cache's first W slots, W its last slot + 1 rounded up to WINDOW_STEP: the slot numbers it
-        # takes, sliced from these (None: neither step reads a window)
+        # a windowed step (opcore.graph.split_attention: the decode step's, a prompt's, the verify
+        # step's) reads the cache's first W slots, W its last slot + 1 rounded up to WINDOW_STEP: the
+        # slot numbers it takes, sliced from these (None: no step reads a window)
         self._decode_window = WINDOW in decode_plan.graph.inputs
         self._prefill_window = prefill_plan is not None and WINDOW in prefill_plan.graph.inputs
+        self._verify_window = verify_plan is not None and WINDOW in verify_plan.graph.inputs
         self.window_slots = None
-        if self._decode_window or self._prefill_window:
+        if self._decode_window or self._prefill_window or self._verify_window:
             import torch
 
             self.window_slots = torch.arange(max_length, device=str(decode_plan.device))
