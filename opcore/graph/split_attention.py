@@ -202,12 +202,13 @@ def read_written(graph: Graph, constants: MutableMapping[str, Any]) -> tuple[Gra
             length, after = cached.shape[axis], (1,) * (cached.ndim - 1 - axis)  # a slot's dims after it
             one = row.shape[axis] == 1 and where.shape == (1,)
             readers = [graph.nodes[i] for i in users[node.outputs[0]]]
-            if all(_window_gather(reader, node.outputs[0], axis) for reader in readers):
-                # each reader gathers the written cache at the window: the value is made at the
-                # window's slots alone (a W-slot temporary, not a cache-sized one)
+            if not one and all(_window_gather(reader, node.outputs[0], axis) for reader in readers):
+                # a prompt's rows whose every reader gathers the written cache at the window: the
+                # value is made at the window's slots alone (a W-slot temporary, not a cache-sized
+                # one; a decode step's window is the split's, which reads no write)
                 try:
                     for reader in readers:
-                        build.written_window(reader, cache, at, new, axis, length, one)
+                        build.written_window(reader, cache, at, new, axis, length)
                 except _NotSplit:  # the whole cache's value, below
                     build.undo(mark)
                 else:
@@ -505,30 +506,26 @@ class _Build:
         return self.shared[key]
 
     def written_window(
-        self, reader: Node, cache: ValueRef, at: ValueRef, new: ValueRef, axis: int, length: int, one: bool
+        self, reader: Node, cache: ValueRef, at: ValueRef, new: ValueRef, axis: int, length: int
     ) -> None:
-        """``reader`` (the written cache gathered at the WINDOW input's slots along ``axis``) made as
-        the written cache's value at those slots: ``where(written there, the row written there, the
-        cache there)``, every operand W slots long (the slot tests and row numbers, over all
-        ``length`` slots, made once per step and gathered at the window once)."""
+        """``reader`` (the cache a prompt's rows ``new`` were written into at slots ``at``, gathered at
+        the WINDOW input's slots along ``axis``) made as the written cache's value at those slots:
+        ``where(written there, the row written there, the cache there)``, every operand W slots long
+        (the slot tests and row numbers, over all ``length`` slots, made once per step and gathered at
+        the window once)."""
         read, dims = ValueRef(WINDOW), self.dims(ValueRef(reader.outputs[0]))
         if self.meta(read).shape != (length,):
             raise _NotSplit("a window of another cache's length")
         lead = (None,) * axis
-        written = self.slot(at, length) if one else self.rows_at(at, length)[0]
+        written, order = self.rows_at(at, length)
         key = ("window written", written.name)
         if key not in self.shared:
             here = self.op(f"{written.name}_window", "index", written, (read,), dims=(WINDOW,))
             after = (1,) * (len(dims) - 1 - axis)
             self.shared[key] = self.op(f"{here.name}_column", "reshape", here, (-1, *after), dims=(WINDOW, *after))
+            self.shared[(*key, "order")] = self.op(f"{order.name}_window", "index", order, (read,), dims=(WINDOW,))
         name = reader.outputs[0]
-        rows = new
-        if not one:  # a prompt's rows: each window slot's row of ``new``
-            order_key = ("window order", written.name)
-            if order_key not in self.shared:
-                order = self.rows_at(at, length)[1]
-                self.shared[order_key] = self.op(f"{order.name}_window", "index", order, (read,), dims=(WINDOW,))
-            rows = self.op(f"{name}_rows", "index", new, (*lead, self.shared[order_key]), dims=dims)
+        rows = self.op(f"{name}_rows", "index", new, (*lead, self.shared[(*key, "order")]), dims=dims)
         old = self.op(f"{name}_cache", "index", cache, (*lead, read), dims=dims)
         made = self.op(name, "where", self.shared[key], rows, old, replaces=True, dims=dims)
         if self.meta(made).shape != self.graph.meta(name).shape:
