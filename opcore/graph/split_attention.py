@@ -490,10 +490,11 @@ class _Build:
             self.shared[(*key, "index")] = index
         return self.shared[key], self.shared[(*key, "index")]
 
-    def gathered(self, name: str, cache: ValueRef, read: ValueRef) -> ValueRef:
-        """``cache`` (batch, heads, slots, dim) at the WINDOW input's slots: (batch, heads, W, dim)."""
+    def gathered(self, name: str, cache: ValueRef, read: ValueRef, axis: int = 2) -> ValueRef:
+        """``cache`` at the WINDOW input's slots along ``axis`` (a 4-D cache's slots by default:
+        (batch, heads, W, dim))."""
         dims = self.dims(cache)
-        return self.op(name, "index", cache, (None, None, read), dims=(*dims[:2], WINDOW, *dims[3:]))
+        return self.op(name, "index", cache, (*(None,) * axis, read), dims=(*dims[:axis], WINDOW, *dims[axis + 1 :]))
 
     def mask_window(self, mask: ValueRef, read: ValueRef) -> ValueRef:
         """The attention's mask at the WINDOW input's slots (its last dim gathered), once per mask."""
@@ -516,17 +517,16 @@ class _Build:
         read, dims = ValueRef(WINDOW), self.dims(ValueRef(reader.outputs[0]))
         if self.meta(read).shape != (length,):
             raise _NotSplit("a window of another cache's length")
-        lead = (None,) * axis
         written, order = self.rows_at(at, length)
         key = ("window written", written.name)
         if key not in self.shared:
-            here = self.op(f"{written.name}_window", "index", written, (read,), dims=(WINDOW,))
+            here = self.gathered(f"{written.name}_window", written, read, 0)
             after = (1,) * (len(dims) - 1 - axis)
             self.shared[key] = self.op(f"{here.name}_column", "reshape", here, (-1, *after), dims=(WINDOW, *after))
-            self.shared[(*key, "order")] = self.op(f"{order.name}_window", "index", order, (read,), dims=(WINDOW,))
+            self.shared[(*key, "order")] = self.gathered(f"{order.name}_window", order, read, 0)
         name = reader.outputs[0]
-        rows = self.op(f"{name}_rows", "index", new, (*lead, self.shared[(*key, "order")]), dims=dims)
-        old = self.op(f"{name}_cache", "index", cache, (*lead, read), dims=dims)
+        rows = self.op(f"{name}_rows", "index", new, (*(None,) * axis, self.shared[(*key, "order")]), dims=dims)
+        old = self.gathered(f"{name}_cache", cache, read, axis)
         made = self.op(name, "where", self.shared[key], rows, old, replaces=True, dims=dims)
         if self.meta(made).shape != self.graph.meta(name).shape:
             raise _NotSplit("shape")
