@@ -366,6 +366,98 @@ def test_the_caller_s_processors_criteria_and_prefix_function_equal_model_genera
 _CALLER_OPTIONS = ("logits_processor", "stopping_criteria", "prefix_allowed_tokens_fn")
 
 
+def _replacing_case(name: str, length: int, vocab: int, plain: torch.Tensor) -> tuple[dict[str, Any], list[Any]]:
+    """(the option, the caller's processors of the classes transformers builds from it): a strong
+    option and mild processors, so that applying both would change the tokens."""
+    evens = list(range(0, vocab, 2))
+    eos = int(plain[-1, length + 2])  # the token the second row makes third
+    if name == "repetition_penalty":
+        return dict(repetition_penalty=50.0), [process.RepetitionPenaltyLogitsProcessor(1.0)]
+    if name == "no_repeat_ngram_size":
+        return dict(no_repeat_ngram_size=1), [process.NoRepeatNGramLogitsProcessor(30)]
+    if name == "suppress_tokens":
+        return dict(suppress_tokens=evens), [process.SuppressTokensLogitsProcessor([1])]
+    if name == "sequence_bias":
+        return dict(sequence_bias={(t,): -50.0 for t in evens}), [process.SequenceBiasLogitsProcessor({(1,): -1.0})]
+    if name == "min_length":  # the eos allowed by the caller's
+        return dict(min_length=length + 6, eos_token_id=[eos]), [process.MinLengthLogitsProcessor(0, eos)]
+    if name == "min_new_tokens":  # transformers builds MinLength from it too: both replaced
+        both = [process.MinLengthLogitsProcessor(0, eos), process.MinNewTokensLengthLogitsProcessor(length, 0, eos)]
+        return dict(min_new_tokens=6, eos_token_id=[eos]), both
+    # the caller's forces token 5 as the third new one, and the option's last token is not forced
+    return dict(forced_eos_token_id=vocab - 2), [process.ForcedEOSTokenLogitsProcessor(length + 3, 5)]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "repetition_penalty", "no_repeat_ngram_size", "suppress_tokens", "sequence_bias", "min_length",
+        "min_new_tokens", "forced_eos",
+    ],
+)  # fmt: skip
+def test_the_caller_s_processor_of_a_class_generate_builds_takes_the_option_s_place(padded_llama, name):
+    """transformers' merge: a caller's processor of the class its generate builds from an option runs
+    at that processor's place instead of it; the tokens equal model.generate's, and the option alone
+    gives others."""
+    model, lm = padded_llama
+    ids, mask, _, _ = left_padded_rows()
+    length, vocab = ids.shape[1], model.config.vocab_size
+    base: dict[str, Any] = dict(max_new_tokens=8, pad_token_id=0, eos_token_id=[vocab - 1])
+    plain = lm.generate(ids, mask, **base)
+    option, processors = _replacing_case(name, length, vocab, plain)
+    options = dict(base, **option, logits_processor=transformers.LogitsProcessorList(processors))
+    want = model.generate(ids, attention_mask=mask, **options)
+    got = lm.generate(ids, mask, **options)
+    assert got.shape == want.shape and torch.equal(got, want), (got[:, length:].tolist(), want[:, length:].tolist())
+    alone = lm.generate(ids, mask, **dict(base, **option))
+    assert alone.shape != got.shape or not torch.equal(alone, got)
+
+
+def test_a_processor_whose_option_is_unset_or_a_second_of_its_class_runs_after_the_built_in_ones(padded_llama):
+    """Where generate builds no processor of that class (its option unset), or the class's first took
+    the place, the caller's runs after the built-in processors, as transformers' merge appends it."""
+    model, lm = padded_llama
+    ids, mask, _, _ = left_padded_rows()
+    vocab = model.config.vocab_size
+    options: dict[str, Any] = dict(max_new_tokens=8, pad_token_id=0, eos_token_id=[vocab - 1], repetition_penalty=3.0)
+    second = process.RepetitionPenaltyLogitsProcessor(0.2)
+    for processors in ([process.RepetitionPenaltyLogitsProcessor(1.0), second], [second]):
+        given = dict(options, logits_processor=transformers.LogitsProcessorList(processors))
+        if len(processors) == 1:
+            given.pop("repetition_penalty")
+        assert torch.equal(lm.generate(ids, mask, **given), model.generate(ids, attention_mask=mask, **given))
+
+
+_OWN_KINDS = ("longer", "shorter", "eos", "time")
+
+
+@pytest.mark.parametrize("kind", _OWN_KINDS)
+def test_the_caller_s_criterion_of_a_kind_generate_makes_takes_its_place(padded_llama, kind):
+    """transformers' merge: a caller's MaxLengthCriteria, EosTokenCriteria or MaxTimeCriteria replaces
+    the one generate makes from max_new_tokens, eos_token_id or max_time (a longer length runs past
+    max_new_tokens; the criterion's eos ends rows instead of the option's); the tokens equal
+    model.generate's, and differ from the run without the criterion."""
+    model, lm = padded_llama
+    ids, mask, _, _ = left_padded_rows()
+    length = ids.shape[1]
+    options: dict[str, Any] = dict(max_new_tokens=6, pad_token_id=0, eos_token_id=[VOCAB - 1])
+    plain = lm.generate(ids, mask, **options)
+    if kind == "longer":
+        criterion: Any = transformers.MaxLengthCriteria(length + 14)
+    elif kind == "shorter":
+        criterion = transformers.MaxLengthCriteria(length + 3)
+    elif kind == "eos":  # the token the second row makes third
+        criterion = transformers.EosTokenCriteria(int(plain[-1, length + 2]))
+    else:  # the option's time is past after the first token; the caller's is not
+        criterion, options["max_time"] = transformers.MaxTimeCriteria(600.0), 1e-9
+    options["stopping_criteria"] = transformers.StoppingCriteriaList([criterion])
+    want = model.generate(ids, attention_mask=mask, **options)
+    got = lm.generate(ids, mask, **options)
+    assert got.shape == want.shape and torch.equal(got, want), (got[:, length:].tolist(), want[:, length:].tolist())
+    without = lm.generate(ids, mask, **{k: v for k, v in options.items() if k != "stopping_criteria"})
+    assert got.shape != without.shape or not torch.equal(got, without)
+
+
 def test_the_exponential_decay_length_penalty_ends_rows_as_model_generate_does(padded_llama):
     """Past its start, each eos score is raised (transformers' ExponentialDecayLengthPenalty): rows end
     sooner than without it, where model.generate's do."""
@@ -427,3 +519,35 @@ def test_stop_strings_end_rows_as_model_generate_does_with_the_tokenizer(padded_
     assert torch.equal(configured.generate(ids, mask, tokenizer=tokenizer, **options), want)
     with pytest.raises(ArgumentError, match=r"generation_config.stop_strings"):
         configured.generate(ids, mask, **options)
+
+
+@pytest.mark.parametrize("sample", [False, True])
+def test_renormalize_logits_returns_log_probabilities_as_model_generate_does(padded_llama, sample):
+    """transformers' LogitNormalization, after every processor and warper: the same tokens, and each
+    step's scores are log-probabilities equal to model.generate's (without it they are not)."""
+    model, lm = padded_llama
+    ids, mask, _, _ = left_padded_rows()
+    options: dict[str, Any] = dict(
+        max_new_tokens=5, pad_token_id=0, eos_token_id=[model.config.vocab_size - 1], repetition_penalty=1.5,
+        return_dict_in_generate=True, output_scores=True, renormalize_logits=True,
+    )  # fmt: skip
+    if sample:
+        options.update(do_sample=True, top_k=10, temperature=0.7)
+    torch.manual_seed(4)
+    want = model.generate(ids, attention_mask=mask, **options)
+    torch.manual_seed(4)
+    got = lm.generate(ids, mask, **options)
+    assert torch.equal(got.sequences, want.sequences)
+    for mine, theirs in zip(got.scores, want.scores, strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(mine.logsumexp(-1), torch.zeros(mine.shape[0]), rtol=0, atol=1e-5)
+    torch.manual_seed(4)
+    plain = lm.generate(ids, mask, **dict(options, renormalize_logits=False))
+    assert torch.equal(plain.sequences, got.sequences)
+    assert not torch.allclose(plain.scores[0].logsumexp(-1), torch.zeros(ids.shape[0]), atol=1e-3)
+
+
+def test_renormalize_logits_must_be_a_bool(padded_llama):
+    _, lm = padded_llama
+    with pytest.raises(ArgumentError, match="renormalize_logits.*a bool"):
+        lm.generate(prompt(), max_new_tokens=2, renormalize_logits="yes")

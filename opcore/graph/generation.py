@@ -27,7 +27,7 @@ from opcore.graph.assisted import Assistant
 from opcore.graph.beam_search import Beams, beam_search
 from opcore.graph.generate_output import GenerateOutput
 from opcore.graph.prompt_lookup import NGRAM_SIZE, Lookup, lookup_steps
-from opcore.graph.sampling import Choice, one_thread, stopped
+from opcore.graph.sampling import REPLACEABLE, Choice, one_thread, stopped
 from opcore.graph.split_attention import WINDOW, window_length
 from opcore.graph.state import new_state, slot_dims
 
@@ -79,6 +79,8 @@ class GenerationDefaults:
     # scores raised by factor ** (new tokens - start) past start)
     top_h: float | None = None
     exponential_decay_length_penalty: tuple[int, float] | None = None
+    # transformers' LogitNormalization: the processed scores as log-probabilities, last
+    renormalize_logits: bool = False
     # transformers' StopStringCriteria: a row ends where its text ends with one (generate needs the tokenizer)
     stop_strings: tuple[str, ...] = ()
     num_return_sequences: int | None = None  # sampled sequences per prompt (transformers' expansion)
@@ -132,6 +134,7 @@ class GenerationDefaults:
             max_time=getattr(config, "max_time", None),
             top_h=getattr(config, "top_h", None),
             exponential_decay_length_penalty=_decay(getattr(config, "exponential_decay_length_penalty", None)),
+            renormalize_logits=getattr(config, "renormalize_logits", False) is True,
             stop_strings=_strings(getattr(config, "stop_strings", None)),
             num_return_sequences=getattr(config, "num_return_sequences", None),
             num_beams=getattr(config, "num_beams", None),
@@ -176,6 +179,7 @@ class GenerationDefaults:
             "max_time": self.max_time,
             "top_h": self.top_h,
             "exponential_decay_length_penalty": list(self.exponential_decay_length_penalty or ()) or None,
+            "renormalize_logits": self.renormalize_logits,
             "stop_strings": list(self.stop_strings),
             "num_return_sequences": self.num_return_sequences,
             "num_beams": self.num_beams,
@@ -218,6 +222,7 @@ class GenerationDefaults:
             max_time=record.get("max_time"),
             top_h=record.get("top_h"),
             exponential_decay_length_penalty=_decay(record.get("exponential_decay_length_penalty")),
+            renormalize_logits=record.get("renormalize_logits") is True,
             stop_strings=_strings(record.get("stop_strings")),
             num_return_sequences=record.get("num_return_sequences"),
             num_beams=record.get("num_beams"),
@@ -437,7 +442,7 @@ def _new_tokens_to(max_length: Any, prompt: int, said: str | None = None) -> int
 # generate's options read by _processing (each the generation config's where the call leaves it None)
 _PROCESSING = (
     "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "no_repeat_ngram_size", "bad_words_ids", "sequence_bias",
-    "max_time", "top_h", "exponential_decay_length_penalty",
+    "max_time", "top_h", "exponential_decay_length_penalty", "renormalize_logits",
 )  # fmt: skip
 
 
@@ -548,6 +553,73 @@ def _stop_strings_criterion(stop_strings: tuple[str, ...], tokenizer: Any, confi
     from transformers.generation.stopping_criteria import StopStringCriteria
 
     return StopStringCriteria(tokenizer=tokenizer, stop_strings=list(stop_strings))
+
+
+def _replacing(
+    processors: tuple[Any, ...], built: Mapping[str, bool]
+) -> tuple[tuple[Any, ...], tuple[tuple[str, Any], ...]]:
+    """The caller's processors split as transformers' merge treats them: (the ones applied after the
+    built-in processors, (stage, processor) for each that takes the place of one generate builds
+    from an option: the first of the caller's of that exact class, where ``built`` says the option
+    is set)."""
+    rest: list[Any] = []
+    replacing: dict[str, Any] = {}
+    for processor in processors:
+        kind = type(processor)
+        stage = REPLACEABLE.get(kind.__name__) if kind.__module__.startswith("transformers.") else None
+        if stage is not None and built.get(stage, False) and stage not in replacing:
+            replacing[stage] = processor
+        else:
+            rest.append(processor)
+    return tuple(rest), tuple(replacing.items())
+
+
+# transformers' stopping criteria that its generate makes from the options (max_length, max_time,
+# stop_strings, eos_token_id): a caller's criterion of one of these exact types takes the place of
+# generate's own (_merge_criteria_processor_list: "the custom ... will take precedence")
+_STOPS = ("MaxLengthCriteria", "MaxTimeCriteria", "StopStringCriteria", "EosTokenCriteria")
+
+
+def _own_stops(stopping: Sequence[Any], beams: bool) -> dict[str, Any]:
+    """The first of the caller's criteria of each of transformers' own kinds (_STOPS), by kind. In
+    beam search a MaxLengthCriteria or EosTokenCriteria stays one more stop: there transformers'
+    beams end at the config's eos, and its buffers are as long as max_new_tokens says (a longer
+    MaxLengthCriteria raises an IndexError in transformers 5.23)."""
+    own: dict[str, Any] = {}
+    for criterion in stopping:
+        kind = type(criterion)
+        if kind.__module__.startswith("transformers.") and kind.__name__ in _STOPS:
+            if not beams or kind.__name__ not in ("EosTokenCriteria", "MaxLengthCriteria"):
+                own.setdefault(kind.__name__, criterion)
+    return own
+
+
+def _criterion_new_tokens(criterion: Any, prompt: int) -> int:
+    """The new tokens a caller's MaxLengthCriteria allows a prompt of ``prompt`` tokens: up to its
+    ``max_length``, and one at least (transformers' loop makes a token before it asks the criteria)."""
+    length = getattr(criterion, "max_length", None)
+    if not isinstance(length, int) or isinstance(length, bool):
+        raise ArgumentError(
+            op=_GENERATE,
+            arg="stopping_criteria",
+            expected="a MaxLengthCriteria whose max_length is an int",
+            found=repr(length)[:80],
+        )
+    return max(length - prompt, 1)
+
+
+def _criterion_ids(criterion: Any) -> tuple[int, ...]:
+    """The token ids a caller's EosTokenCriteria ends rows at."""
+    ids: Any = getattr(criterion, "eos_token_id", None)
+    values = ids.reshape(-1).tolist() if hasattr(ids, "reshape") else ids if isinstance(ids, (list, tuple)) else [ids]
+    if not values or not all(isinstance(i, int) and not isinstance(i, bool) for i in values):
+        raise ArgumentError(
+            op=_GENERATE,
+            arg="stopping_criteria",
+            expected="an EosTokenCriteria of int token ids",
+            found=repr(ids)[:80],
+        )
+    return tuple(values)
 
 
 def _callables(value: Any, arg: str) -> tuple[Any, ...]:
@@ -1038,6 +1110,7 @@ class LanguageModel:
         max_time: float | None = None,
         top_h: float | None = None,
         exponential_decay_length_penalty: tuple[int, float] | None = None,
+        renormalize_logits: bool | None = None,
         stop_strings: str | Sequence[str] | None = None,
         tokenizer: Any = None,
         num_return_sequences: int | None = None,
@@ -1134,6 +1207,7 @@ class LanguageModel:
                  no_repeat_ngram_size=no_repeat_ngram_size, bad_words_ids=bad_words_ids,
                  sequence_bias=sequence_bias, max_time=max_time, top_h=top_h,
                  exponential_decay_length_penalty=exponential_decay_length_penalty, logits_processor=logits_processor,
+                 renormalize_logits=renormalize_logits,
                  stopping_criteria=stopping_criteria, prefix_allowed_tokens_fn=prefix_allowed_tokens_fn,
                  stop_strings=stop_strings, tokenizer=tokenizer, prompt_lookup_num_tokens=prompt_lookup_num_tokens,
                  max_matching_ngram_size=max_matching_ngram_size, assistant_model=assistant_model,
@@ -1190,6 +1264,7 @@ class LanguageModel:
         max_time: float | None = None,
         top_h: float | None = None,
         exponential_decay_length_penalty: tuple[int, float] | None = None,
+        renormalize_logits: bool | None = None,
         stop_strings: str | Sequence[str] | None = None,
         tokenizer: Any = None,
         num_return_sequences: int | None = None,
@@ -1230,6 +1305,7 @@ class LanguageModel:
                  no_repeat_ngram_size=no_repeat_ngram_size, bad_words_ids=bad_words_ids,
                  sequence_bias=sequence_bias, max_time=max_time, top_h=top_h,
                  exponential_decay_length_penalty=exponential_decay_length_penalty, logits_processor=logits_processor,
+                 renormalize_logits=renormalize_logits,
                  stopping_criteria=stopping_criteria, prefix_allowed_tokens_fn=prefix_allowed_tokens_fn,
                  stop_strings=stop_strings, tokenizer=tokenizer, prompt_lookup_num_tokens=prompt_lookup_num_tokens,
                  max_matching_ngram_size=max_matching_ngram_size, assistant_model=assistant_model,
@@ -1428,11 +1504,20 @@ class LanguageModel:
                 max_new_tokens = self._configured_new_tokens(defaults, ids.shape[1], used)
         if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 0:
             raise ArgumentError(op=_GENERATE, arg="max_new_tokens", expected="an int >= 0", found=repr(max_new_tokens))
+        # the caller's criteria of the kinds generate makes take their places (transformers' merge)
+        stopping = _callables(extra.get("stopping_criteria"), "stopping_criteria")
+        own = _own_stops(stopping, beams is not None)
+        configured = max_new_tokens  # the forced eos's last token counts from it, as transformers' config
+        if "MaxLengthCriteria" in own:
+            max_new_tokens = _criterion_new_tokens(own["MaxLengthCriteria"], ids.shape[1])
         self._room(used, ids.shape[1], max_new_tokens)
+        # the processors transformers' generate builds for the minimum: MinLength for the config's
+        # min_length, and MinNewTokensLength beside it for min_new_tokens (it sets min_length from it)
+        minimum: tuple[str, ...] = ("min_length", "min_new_tokens")
         if min_new_tokens is None:
             least = defaults.min_new_tokens
             if least is None and defaults.min_length is not None:
-                least = max(defaults.min_length - ids.shape[1], 0)
+                least, minimum = max(defaults.min_length - ids.shape[1], 0), ("min_length",)
             min_new_tokens = least or 0
         eos = _call_ids(eos_token_id, "eos_token_id") if eos_token_id is not None else defaults.eos_token_ids
         pad = _integer(pad_token_id) if pad_token_id is not None else defaults.pad_token_id
@@ -1456,12 +1541,26 @@ class LanguageModel:
             repetition_penalty = defaults.repetition_penalty
         max_time = processing.pop("max_time")
         bos = defaults.forced_bos_token_id
+        built = {  # the processors transformers' generate builds from these options, by stage
+            "sequence_bias": bool(processing["sequence_bias"]),
+            "repetition_penalty": repetition_penalty is not None and repetition_penalty != 1.0,
+            "no_repeat_ngram_size": bool(processing["no_repeat_ngram_size"]),
+            "bad_words_ids": bool(processing["bad_words_ids"]),
+            **{stage: bool(min_new_tokens and eos) for stage in minimum},
+            "prefix_allowed_tokens_fn": prefix is not None,
+            "forced_bos_token_id": bos is not None,
+            "forced_eos_token_id": bool(defaults.forced_eos_token_ids),
+            "exponential_decay_length_penalty": processing["exponential_decay_length_penalty"] is not None,
+            "suppress_tokens": bool(defaults.suppress_tokens),
+            "begin_suppress_tokens": bool(defaults.begin_suppress_tokens),
+        }
+        processors, replacing = _replacing(_callables(extra.get("logits_processor"), "logits_processor"), built)
         choice = Choice(
             do_sample=bool(do_sample), repetition_penalty=repetition_penalty, min_new_tokens=min_new_tokens,
             eos_token_ids=eos, generator=generator, **(sampled if do_sample else {}),
             # as transformers' processors count the row's length: bos where the prompt is one token
             forced_bos_token_id=bos if ids.shape[1] == 1 else None,
-            forced_eos_token_ids=defaults.forced_eos_token_ids, last_new_token=max_new_tokens - 1,
+            forced_eos_token_ids=defaults.forced_eos_token_ids, last_new_token=configured - 1,
             suppress_tokens=defaults.suppress_tokens, begin_suppress_tokens=defaults.begin_suppress_tokens,
             # transformers' begin index: the first new token, the second where a one-token prompt gets a forced bos
             begin_new_token=1 if ids.shape[1] == 1 and bos is not None else 0,
@@ -1470,14 +1569,21 @@ class LanguageModel:
             # transformers' warpers keep an eos and one more token per beam (two without an eos)
             keep=(len(eos) + 1 if eos else 2) if beams is not None else 1,
             prefix_allowed_tokens_fn=prefix, num_beams=beams.num_beams if beams is not None else 1,
-            processors=_callables(extra.get("logits_processor"), "logits_processor"),
+            processors=processors, replacing=replacing, minimum=minimum,
             **processing,
         )  # fmt: skip
-        stopping = _callables(extra.get("stopping_criteria"), "stopping_criteria")
         stop = extra.get("stop_strings")
         stop_strings = _strings(stop, "stop_strings") if stop is not None else defaults.stop_strings
-        if stop_strings:
+        if stop_strings and "StopStringCriteria" not in own:
             stopping = (_stop_strings_criterion(stop_strings, extra.get("tokenizer"), stop is None), *stopping)
+        if "MaxTimeCriteria" in own:  # the caller's, in the list, counts the time instead
+            max_time = None
+        stop_eos = eos
+        if "EosTokenCriteria" in own:  # its ids end the rows (and finished rows take the pad)
+            stop_eos = _criterion_ids(own["EosTokenCriteria"])
+        # the ones generate's loop does itself: the length (max_new_tokens above), eos (stop_eos)
+        taken = [own[kind] for kind in ("MaxLengthCriteria", "EosTokenCriteria") if kind in own]
+        stopping = tuple(c for c in stopping if not any(c is t for t in taken))
         lookup: Lookup | Assistant | None
         if extra.get("assistant_model") is not None:
             lookup = self._assistant(extra, rows)
@@ -1486,7 +1592,7 @@ class LanguageModel:
                 defaults, extra.get("prompt_lookup_num_tokens"), extra.get("max_matching_ngram_size"), rows, beams
             )
         return _Work(
-            ids, mask, rows, max_new_tokens, choice, eos, pad, session, max_time, stopping=stopping, lookup=lookup
+            ids, mask, rows, max_new_tokens, choice, stop_eos, pad, session, max_time, stopping=stopping, lookup=lookup
         )
 
     def _assistant(self, extra: Mapping[str, Any], rows: int) -> Assistant:
@@ -1608,6 +1714,10 @@ class LanguageModel:
         if not do_sample:
             for name in ("min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "top_h"):
                 taken[name] = None
+        renormalize = taken["renormalize_logits"]
+        if renormalize is not None and not isinstance(renormalize, bool):
+            raise ArgumentError(op=_GENERATE, arg="renormalize_logits", expected="a bool", found=repr(renormalize))
+        taken["renormalize_logits"] = bool(renormalize)
         max_time = taken["max_time"]
         if max_time is not None and (
             not isinstance(max_time, (int, float)) or isinstance(max_time, bool) or max_time <= 0

@@ -8,8 +8,10 @@ eos left out), the minimum of new tokens (eos impossible until reached), the cal
 (``forced_bos_token_id`` where the prompt is one token, ``forced_eos_token_id`` as the last of
 ``max_new_tokens``), the exponential decay length penalty (eos raised past a length), its suppressed
 tokens (always, and ``begin_suppress_tokens`` as the first new token), the caller's
-``logits_processor`` list, then for sampling the warpers: temperature, top-h, top-k, top-p, min-p,
-typical, epsilon and eta cutoffs; greedy takes the argmax of the processed scores,
+``logits_processor`` list (one of a class these are transformers' own runs at that one's place
+instead, as its merge does: ``replacing``), then for sampling the warpers: temperature, top-h,
+top-k, top-p, min-p, typical, epsilon and eta cutoffs, and last ``renormalize_logits``'
+log-softmax; greedy takes the argmax of the processed scores,
 sampling draws from their softmax (``torch.multinomial``, with the caller's ``torch.Generator``).
 Each step is transformers' own arithmetic (its LogitsProcessor classes, one token kept at least),
 written here so that a loaded plan generates without transformers.
@@ -29,7 +31,7 @@ from typing import Any
 
 from opcore.errors import ArgumentError
 
-__all__ = ["Choice", "one_thread", "stopped"]
+__all__ = ["REPLACEABLE", "Choice", "one_thread", "stopped"]
 
 _GENERATE = "LanguageModel.generate"
 
@@ -76,6 +78,16 @@ class Choice:
     # the caller's own processors (transformers' logits_processor list): (tokens, scores) -> scores,
     # after the built-in processors and before the warpers, as transformers merges them
     processors: tuple[Any, ...] = ()
+    # (stage, processor): a caller's processor of a class transformers' generate builds from an option
+    # (REPLACEABLE), run at that built-in's place instead of it, as transformers' merge does
+    replacing: tuple[tuple[str, Any], ...] = ()
+    # the stages of transformers' processors for the minimum of new tokens: min_length alone where the
+    # generation config's min_length sets it, both where min_new_tokens does (transformers then sets
+    # min_length from it too); the built-in ban goes only where the caller replaces each
+    minimum: tuple[str, ...] = ("min_length", "min_new_tokens")
+    # transformers' renormalize_logits (LogitNormalization): the processed scores as log-probabilities,
+    # after every processor and warper (the tokens chosen are the same; the scores returned are not)
+    renormalize_logits: bool = False
 
     def __post_init__(self) -> None:
         _positive("temperature", self.temperature, strict=True)
@@ -107,7 +119,15 @@ class Choice:
             or any(len(sequence) > 1 for sequence in self.bad_words_ids)
             or self.prefix_allowed_tokens_fn is not None
             or bool(self.processors)
+            or bool(self.replacing)
         )
+
+    def _own(self, stage: str) -> Any:
+        """The caller's processor that takes the built-in ``stage``'s place, or None."""
+        for name, processor in self.replacing:
+            if name == stage:
+                return processor
+        return None
 
     def scores(self, logits: Any, tokens: Any, new_tokens: int, padding: Any = None) -> Any:
         """The processed scores (batch, vocab) of float32 ``logits`` for rows whose tokens so far are
@@ -117,9 +137,14 @@ class Choice:
         import torch
 
         scores = logits.float()
-        if self.sequence_bias:
+        own = self._own if self.replacing else _no_processor
+        if (custom := own("sequence_bias")) is not None:
+            scores = _called(custom, tokens, scores, logits, "replacing sequence_bias")
+        elif self.sequence_bias:
             scores = _biased(scores, tokens, self.sequence_bias)
-        if self.repetition_penalty is not None and self.repetition_penalty != 1.0 and tokens is not None:
+        if (custom := own("repetition_penalty")) is not None:
+            scores = _called(custom, tokens, scores, logits, "replacing repetition_penalty")
+        elif self.repetition_penalty is not None and self.repetition_penalty != 1.0 and tokens is not None:
             # each id the row holds (its left padding and an id outside the vocabulary not), penalized
             # once, as transformers' RepetitionPenaltyLogitsProcessor
             vocab = scores.shape[-1]
@@ -131,53 +156,66 @@ class Choice:
             present = present.scatter(1, ids, True)[:, :vocab]
             penalized = torch.where(scores < 0, scores * self.repetition_penalty, scores / self.repetition_penalty)
             scores = torch.where(present, penalized, scores)
-        if self.no_repeat_ngram_size and tokens is not None:
+        if (custom := own("no_repeat_ngram_size")) is not None:
+            scores = _called(custom, tokens, scores, logits, "replacing no_repeat_ngram_size")
+        elif self.no_repeat_ngram_size and tokens is not None:
             scores = _no_repeated_ngrams(scores, tokens, self.no_repeat_ngram_size)
-        if self.bad_words_ids:
+        if (custom := own("bad_words_ids")) is not None:
+            scores = _called(custom, tokens, scores, logits, "replacing bad_words_ids")
+        elif self.bad_words_ids:
             scores = _biased(scores, tokens, tuple((words, -float("inf")) for words in self.bad_words_ids))
         # an eos id outside the vocabulary (a config's default beside a smaller vocab) can never be
         # produced: nothing to mask or raise, as transformers' MinNewTokensLengthLogitsProcessor does
         eos = [i for i in self.eos_token_ids if 0 <= i < scores.shape[-1]]
         banned = eos if new_tokens < self.min_new_tokens else []
+        customs = [(stage, custom) for stage in self.minimum if (custom := own(stage)) is not None]
+        if len(customs) == len(self.minimum):  # every processor generate builds for it replaced
+            banned = []
         if banned:
             scores = scores.clone()
             scores[:, banned] = -float("inf")
-        if self.prefix_allowed_tokens_fn is not None:
+        for stage, custom in customs:
+            scores = _called(custom, tokens, scores, logits, f"replacing {stage}")
+        if (custom := own("prefix_allowed_tokens_fn")) is not None:
+            scores = _called(custom, tokens, scores, logits, "replacing prefix_allowed_tokens_fn")
+        elif self.prefix_allowed_tokens_fn is not None:
             scores = _prefix_allowed(scores, tokens, self.prefix_allowed_tokens_fn, self.num_beams)
-        forced = [self.forced_bos_token_id] if self.forced_bos_token_id is not None and new_tokens == 0 else []
-        if self.forced_eos_token_ids and new_tokens == self.last_new_token:
-            forced = list(self.forced_eos_token_ids)
-        forced = [i for i in forced if 0 <= i < scores.shape[-1]]
-        if forced:  # every other token impossible, the forced ones at 0
-            scores = torch.full_like(scores, -float("inf"))
-            scores[:, forced] = 0.0
+        for stage, first in (("forced_bos_token_id", True), ("forced_eos_token_id", False)):
+            if (custom := own(stage)) is not None:
+                scores = _called(custom, tokens, scores, logits, f"replacing {stage}")
+                continue
+            if first:
+                forced = [self.forced_bos_token_id] if self.forced_bos_token_id is not None and new_tokens == 0 else []
+            else:
+                forced = list(self.forced_eos_token_ids) if new_tokens == self.last_new_token else []
+            forced = [i for i in forced if 0 <= i < scores.shape[-1]]
+            if forced:  # every other token impossible, the forced ones at 0
+                scores = torch.full_like(scores, -float("inf"))
+                scores[:, forced] = 0.0
         decay = self.exponential_decay_length_penalty
-        if decay is not None and eos and new_tokens > decay[0]:
+        if (custom := own("exponential_decay_length_penalty")) is not None:
+            scores = _called(custom, tokens, scores, logits, "replacing exponential_decay_length_penalty")
+        elif decay is not None and eos and new_tokens > decay[0]:
             at = scores[:, eos]
             raised = (torch.abs(at) * (pow(decay[1], new_tokens - decay[0]) - 1)).masked_fill(~torch.isfinite(at), 0.0)
             penalties = torch.zeros_like(scores)
             penalties[:, eos] = raised
             scores = scores + penalties
-        suppressed = list(self.suppress_tokens)
-        if new_tokens == self.begin_new_token:
-            suppressed += self.begin_suppress_tokens
-        suppressed = [i for i in suppressed if 0 <= i < scores.shape[-1]]
-        if suppressed:
-            scores = scores.clone() if scores is logits else scores
-            scores[:, suppressed] = -float("inf")
+        for stage, listed in (
+            ("suppress_tokens", self.suppress_tokens),
+            ("begin_suppress_tokens", self.begin_suppress_tokens if new_tokens == self.begin_new_token else ()),
+        ):
+            if (custom := own(stage)) is not None:
+                scores = _called(custom, tokens, scores, logits, f"replacing {stage}")
+                continue
+            suppressed = [i for i in listed if 0 <= i < scores.shape[-1]]
+            if suppressed:
+                scores = scores.clone() if scores is logits else scores
+                scores[:, suppressed] = -float("inf")
         for index, processor in enumerate(self.processors):
-            given = scores.clone() if scores is logits else scores
-            scores = processor(tokens, given)
-            if not isinstance(scores, torch.Tensor) or scores.shape != given.shape:
-                raise ArgumentError(
-                    op=_GENERATE,
-                    arg="logits_processor",
-                    expected=f"processors returning scores of the shape they were given, {tuple(given.shape)}",
-                    found=f"processor {index} ({_name(processor)}) returned {_described(scores)}",
-                    fix="return the (batch, vocab) scores tensor from __call__(input_ids, scores)",
-                )
+            scores = _called(processor, tokens, scores, logits, str(index))
         if not self.do_sample:
-            return scores
+            return scores.log_softmax(dim=-1) if self.renormalize_logits else scores
         if self.temperature is not None and self.temperature != 1.0:
             scores = scores / self.temperature
         if self.top_h is not None:
@@ -205,7 +243,7 @@ class Choice:
             eta = torch.tensor(self.eta_cutoff, device=scores.device)
             entropy = torch.distributions.Categorical(logits=scores).entropy()
             scores = _below(scores, torch.min(eta, torch.sqrt(eta) * torch.exp(-entropy))[..., None], self.keep)
-        return scores
+        return scores.log_softmax(dim=-1) if self.renormalize_logits else scores
 
     def next(self, logits: Any, tokens: Any, new_tokens: int, padding: Any = None) -> Any:
         """The next token of each row (batch,)."""
@@ -273,6 +311,45 @@ def stopped(criteria: Sequence[Any], tokens: Any, record: Sequence[tuple[Any, An
             )
         done |= said.to(torch.bool)
     return done
+
+
+# the built-in stages a caller's processor may take the place of, by transformers' class (the
+# processors its generate builds before it merges the caller's list; its warpers come after the merge)
+REPLACEABLE = {
+    "SequenceBiasLogitsProcessor": "sequence_bias",
+    "RepetitionPenaltyLogitsProcessor": "repetition_penalty",
+    "NoRepeatNGramLogitsProcessor": "no_repeat_ngram_size",
+    "NoBadWordsLogitsProcessor": "bad_words_ids",
+    "MinLengthLogitsProcessor": "min_length",
+    "MinNewTokensLengthLogitsProcessor": "min_new_tokens",
+    "PrefixConstrainedLogitsProcessor": "prefix_allowed_tokens_fn",
+    "ForcedBOSTokenLogitsProcessor": "forced_bos_token_id",
+    "ForcedEOSTokenLogitsProcessor": "forced_eos_token_id",
+    "ExponentialDecayLengthPenalty": "exponential_decay_length_penalty",
+    "SuppressTokensLogitsProcessor": "suppress_tokens",
+    "SuppressTokensAtBeginLogitsProcessor": "begin_suppress_tokens",
+}
+
+
+def _no_processor(stage: str) -> Any:
+    return None
+
+
+def _called(processor: Any, tokens: Any, scores: Any, logits: Any, which: str) -> Any:
+    """The scores a caller's processor returns, checked: (batch, vocab) as it was given."""
+    import torch
+
+    given = scores.clone() if scores is logits else scores
+    made = processor(tokens, given)
+    if not isinstance(made, torch.Tensor) or made.shape != given.shape:
+        raise ArgumentError(
+            op=_GENERATE,
+            arg="logits_processor",
+            expected=f"processors returning scores of the shape they were given, {tuple(given.shape)}",
+            found=f"processor {which} ({_name(processor)}) returned {_described(made)}",
+            fix="return the (batch, vocab) scores tensor from __call__(input_ids, scores)",
+        )
+    return made
 
 
 def _name(callable_: Any) -> str:
