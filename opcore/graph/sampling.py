@@ -169,7 +169,7 @@ class Choice:
         eos = [i for i in self.eos_token_ids if 0 <= i < scores.shape[-1]]
         banned = eos if new_tokens < self.min_new_tokens else []
         customs = [(stage, custom) for stage in self.minimum if (custom := own(stage)) is not None]
-        if len(customs) == len(self.minimum):  # every processor generate builds for it replaced
+        if customs and len(customs) == len(self.minimum):  # each processor generate builds for it replaced
             banned = []
         if banned:
             scores = scores.clone()
