@@ -551,3 +551,23 @@ def test_renormalize_logits_must_be_a_bool(padded_llama):
     _, lm = padded_llama
     with pytest.raises(ArgumentError, match="renormalize_logits.*a bool"):
         lm.generate(prompt(), max_new_tokens=2, renormalize_logits="yes")
+
+
+def test_remove_invalid_values_makes_the_scores_finite_as_model_generate_does(padded_llama):
+    """transformers' InfNanRemoveLogitsProcessor, after the forced tokens: the bad words' -inf becomes
+    float32's smallest value; the scores equal model.generate's (without it they hold -inf)."""
+    model, lm = padded_llama
+    ids, mask, _, _ = left_padded_rows()
+    options: dict[str, Any] = dict(
+        max_new_tokens=4, pad_token_id=0, eos_token_id=[model.config.vocab_size - 1], bad_words_ids=[[5], [6]],
+        return_dict_in_generate=True, output_scores=True, remove_invalid_values=True,
+    )  # fmt: skip
+    want = model.generate(ids, attention_mask=mask, **options)
+    got = lm.generate(ids, mask, **options)
+    assert torch.equal(got.sequences, want.sequences)
+    for mine, theirs in zip(got.scores, want.scores, strict=True):
+        assert bool(torch.isfinite(mine).all())
+        assert bool((mine[:, [5, 6]] == torch.finfo(torch.float32).min).all())
+        torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-4)
+    plain = lm.generate(ids, mask, **dict(options, remove_invalid_values=False))
+    assert bool(torch.isinf(plain.scores[0][:, 5]).all())

@@ -81,6 +81,8 @@ class GenerationDefaults:
     exponential_decay_length_penalty: tuple[int, float] | None = None
     # transformers' LogitNormalization: the processed scores as log-probabilities, last
     renormalize_logits: bool = False
+    # transformers' InfNanRemoveLogitsProcessor: NaN scores made 0, infinite ones float32's extremes
+    remove_invalid_values: bool = False
     # transformers' StopStringCriteria: a row ends where its text ends with one (generate needs the tokenizer)
     stop_strings: tuple[str, ...] = ()
     num_return_sequences: int | None = None  # sampled sequences per prompt (transformers' expansion)
@@ -135,6 +137,7 @@ class GenerationDefaults:
             top_h=getattr(config, "top_h", None),
             exponential_decay_length_penalty=_decay(getattr(config, "exponential_decay_length_penalty", None)),
             renormalize_logits=getattr(config, "renormalize_logits", False) is True,
+            remove_invalid_values=getattr(config, "remove_invalid_values", False) is True,
             stop_strings=_strings(getattr(config, "stop_strings", None)),
             num_return_sequences=getattr(config, "num_return_sequences", None),
             num_beams=getattr(config, "num_beams", None),
@@ -180,6 +183,7 @@ class GenerationDefaults:
             "top_h": self.top_h,
             "exponential_decay_length_penalty": list(self.exponential_decay_length_penalty or ()) or None,
             "renormalize_logits": self.renormalize_logits,
+            "remove_invalid_values": self.remove_invalid_values,
             "stop_strings": list(self.stop_strings),
             "num_return_sequences": self.num_return_sequences,
             "num_beams": self.num_beams,
@@ -223,6 +227,7 @@ class GenerationDefaults:
             top_h=record.get("top_h"),
             exponential_decay_length_penalty=_decay(record.get("exponential_decay_length_penalty")),
             renormalize_logits=record.get("renormalize_logits") is True,
+            remove_invalid_values=record.get("remove_invalid_values") is True,
             stop_strings=_strings(record.get("stop_strings")),
             num_return_sequences=record.get("num_return_sequences"),
             num_beams=record.get("num_beams"),
@@ -442,7 +447,7 @@ def _new_tokens_to(max_length: Any, prompt: int, said: str | None = None) -> int
 # generate's options read by _processing (each the generation config's where the call leaves it None)
 _PROCESSING = (
     "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "no_repeat_ngram_size", "bad_words_ids", "sequence_bias",
-    "max_time", "top_h", "exponential_decay_length_penalty", "renormalize_logits",
+    "max_time", "top_h", "exponential_decay_length_penalty", "renormalize_logits", "remove_invalid_values",
 )  # fmt: skip
 
 
@@ -1111,6 +1116,7 @@ class LanguageModel:
         top_h: float | None = None,
         exponential_decay_length_penalty: tuple[int, float] | None = None,
         renormalize_logits: bool | None = None,
+        remove_invalid_values: bool | None = None,
         stop_strings: str | Sequence[str] | None = None,
         tokenizer: Any = None,
         num_return_sequences: int | None = None,
@@ -1207,7 +1213,7 @@ class LanguageModel:
                  no_repeat_ngram_size=no_repeat_ngram_size, bad_words_ids=bad_words_ids,
                  sequence_bias=sequence_bias, max_time=max_time, top_h=top_h,
                  exponential_decay_length_penalty=exponential_decay_length_penalty, logits_processor=logits_processor,
-                 renormalize_logits=renormalize_logits,
+                 renormalize_logits=renormalize_logits, remove_invalid_values=remove_invalid_values,
                  stopping_criteria=stopping_criteria, prefix_allowed_tokens_fn=prefix_allowed_tokens_fn,
                  stop_strings=stop_strings, tokenizer=tokenizer, prompt_lookup_num_tokens=prompt_lookup_num_tokens,
                  max_matching_ngram_size=max_matching_ngram_size, assistant_model=assistant_model,
@@ -1265,6 +1271,7 @@ class LanguageModel:
         top_h: float | None = None,
         exponential_decay_length_penalty: tuple[int, float] | None = None,
         renormalize_logits: bool | None = None,
+        remove_invalid_values: bool | None = None,
         stop_strings: str | Sequence[str] | None = None,
         tokenizer: Any = None,
         num_return_sequences: int | None = None,
@@ -1305,7 +1312,7 @@ class LanguageModel:
                  no_repeat_ngram_size=no_repeat_ngram_size, bad_words_ids=bad_words_ids,
                  sequence_bias=sequence_bias, max_time=max_time, top_h=top_h,
                  exponential_decay_length_penalty=exponential_decay_length_penalty, logits_processor=logits_processor,
-                 renormalize_logits=renormalize_logits,
+                 renormalize_logits=renormalize_logits, remove_invalid_values=remove_invalid_values,
                  stopping_criteria=stopping_criteria, prefix_allowed_tokens_fn=prefix_allowed_tokens_fn,
                  stop_strings=stop_strings, tokenizer=tokenizer, prompt_lookup_num_tokens=prompt_lookup_num_tokens,
                  max_matching_ngram_size=max_matching_ngram_size, assistant_model=assistant_model,
@@ -1550,6 +1557,7 @@ class LanguageModel:
             "prefix_allowed_tokens_fn": prefix is not None,
             "forced_bos_token_id": bos is not None,
             "forced_eos_token_id": bool(defaults.forced_eos_token_ids),
+            "remove_invalid_values": processing["remove_invalid_values"],
             "exponential_decay_length_penalty": processing["exponential_decay_length_penalty"] is not None,
             "suppress_tokens": bool(defaults.suppress_tokens),
             "begin_suppress_tokens": bool(defaults.begin_suppress_tokens),
@@ -1714,10 +1722,10 @@ class LanguageModel:
         if not do_sample:
             for name in ("min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "top_h"):
                 taken[name] = None
-        renormalize = taken["renormalize_logits"]
-        if renormalize is not None and not isinstance(renormalize, bool):
-            raise ArgumentError(op=_GENERATE, arg="renormalize_logits", expected="a bool", found=repr(renormalize))
-        taken["renormalize_logits"] = bool(renormalize)
+        for name in ("renormalize_logits", "remove_invalid_values"):
+            if taken[name] is not None and not isinstance(taken[name], bool):
+                raise ArgumentError(op=_GENERATE, arg=name, expected="a bool", found=repr(taken[name]))
+            taken[name] = bool(taken[name])
         max_time = taken["max_time"]
         if max_time is not None and (
             not isinstance(max_time, (int, float)) or isinstance(max_time, bool) or max_time <= 0

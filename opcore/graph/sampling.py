@@ -6,7 +6,8 @@ repeated n-grams (``no_repeat_ngram_size``), bad words (``bad_words_ids``: a seq
 eos left out), the minimum of new tokens (eos impossible until reached), the caller's
 ``prefix_allowed_tokens_fn``, the forced first and last tokens of the model's generation config
 (``forced_bos_token_id`` where the prompt is one token, ``forced_eos_token_id`` as the last of
-``max_new_tokens``), the exponential decay length penalty (eos raised past a length), its suppressed
+``max_new_tokens``), ``remove_invalid_values`` (NaN and infinite scores made finite), the
+exponential decay length penalty (eos raised past a length), its suppressed
 tokens (always, and ``begin_suppress_tokens`` as the first new token), the caller's
 ``logits_processor`` list (one of a class these are transformers' own runs at that one's place
 instead, as its merge does: ``replacing``), then for sampling the warpers: temperature, top-h,
@@ -88,6 +89,9 @@ class Choice:
     # transformers' renormalize_logits (LogitNormalization): the processed scores as log-probabilities,
     # after every processor and warper (the tokens chosen are the same; the scores returned are not)
     renormalize_logits: bool = False
+    # transformers' remove_invalid_values (InfNanRemoveLogitsProcessor), after the forced tokens: NaN
+    # scores made 0, infinite ones the dtype's largest and smallest
+    remove_invalid_values: bool = False
 
     def __post_init__(self) -> None:
         _positive("temperature", self.temperature, strict=True)
@@ -192,6 +196,11 @@ class Choice:
             if forced:  # every other token impossible, the forced ones at 0
                 scores = torch.full_like(scores, -float("inf"))
                 scores[:, forced] = 0.0
+        if (custom := own("remove_invalid_values")) is not None:
+            scores = _called(custom, tokens, scores, logits, "replacing remove_invalid_values")
+        elif self.remove_invalid_values:
+            big = torch.finfo(scores.dtype).max
+            scores = torch.nan_to_num(scores, nan=0.0, posinf=big, neginf=-big)
         decay = self.exponential_decay_length_penalty
         if (custom := own("exponential_decay_length_penalty")) is not None:
             scores = _called(custom, tokens, scores, logits, "replacing exponential_decay_length_penalty")
@@ -325,6 +334,7 @@ REPLACEABLE = {
     "PrefixConstrainedLogitsProcessor": "prefix_allowed_tokens_fn",
     "ForcedBOSTokenLogitsProcessor": "forced_bos_token_id",
     "ForcedEOSTokenLogitsProcessor": "forced_eos_token_id",
+    "InfNanRemoveLogitsProcessor": "remove_invalid_values",
     "ExponentialDecayLengthPenalty": "exponential_decay_length_penalty",
     "SuppressTokensLogitsProcessor": "suppress_tokens",
     "SuppressTokensAtBeginLogitsProcessor": "begin_suppress_tokens",
