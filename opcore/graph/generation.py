@@ -570,8 +570,7 @@ def _replacing(
     rest: list[Any] = []
     replacing: dict[str, Any] = {}
     for processor in processors:
-        kind = type(processor)
-        stage = REPLACEABLE.get(kind.__name__) if kind.__module__.startswith("transformers.") else None
+        stage = REPLACEABLE.get(_transformers_class(processor))
         if stage is not None and built.get(stage, False) and stage not in replacing:
             replacing[stage] = processor
         else:
@@ -590,13 +589,19 @@ def _own_stops(stopping: Sequence[Any], beams: bool) -> dict[str, Any]:
     beam search a MaxLengthCriteria or EosTokenCriteria stays one more stop: there transformers'
     beams end at the config's eos, and its buffers are as long as max_new_tokens says (a longer
     MaxLengthCriteria raises an IndexError in transformers 5.23)."""
+    kept = _STOPS if not beams else ("MaxTimeCriteria", "StopStringCriteria")
     own: dict[str, Any] = {}
     for criterion in stopping:
-        kind = type(criterion)
-        if kind.__module__.startswith("transformers.") and kind.__name__ in _STOPS:
-            if not beams or kind.__name__ not in ("EosTokenCriteria", "MaxLengthCriteria"):
-                own.setdefault(kind.__name__, criterion)
+        if (kind := _transformers_class(criterion)) in kept:
+            own.setdefault(kind, criterion)
     return own
+
+
+def _transformers_class(value: Any) -> str:
+    """The name of ``value``'s class where transformers defines it ("" otherwise): its generate merges
+    a caller's processor or criterion with its own by exact class, a subclass of the caller's not."""
+    kind = type(value)
+    return kind.__name__ if kind.__module__.startswith("transformers.") else ""
 
 
 def _criterion_new_tokens(criterion: Any, prompt: int) -> int:
