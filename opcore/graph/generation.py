@@ -26,6 +26,7 @@ from opcore.graph.assisted import NUM_TOKENS as NUM_ASSISTANT_TOKENS
 from opcore.graph.assisted import Assistant
 from opcore.graph.beam_search import Beams, beam_search
 from opcore.graph.generate_output import GenerateOutput
+from opcore.graph.guidance import Guidance, guidance_scale
 from opcore.graph.prompt_lookup import NGRAM_SIZE, Lookup, lookup_steps
 from opcore.graph.sampling import REPLACEABLE, Choice, one_thread, stopped
 from opcore.graph.split_attention import WINDOW, window_length
@@ -83,6 +84,8 @@ class GenerationDefaults:
     renormalize_logits: bool = False
     # transformers' InfNanRemoveLogitsProcessor: NaN scores made 0, infinite ones float32's extremes
     remove_invalid_values: bool = False
+    # transformers' classifier-free guidance (opcore.graph.guidance): None where it does nothing (1)
+    guidance_scale: float | None = None
     # transformers' StopStringCriteria: a row ends where its text ends with one (generate needs the tokenizer)
     stop_strings: tuple[str, ...] = ()
     num_return_sequences: int | None = None  # sampled sequences per prompt (transformers' expansion)
@@ -138,6 +141,7 @@ class GenerationDefaults:
             exponential_decay_length_penalty=_decay(getattr(config, "exponential_decay_length_penalty", None)),
             renormalize_logits=getattr(config, "renormalize_logits", False) is True,
             remove_invalid_values=getattr(config, "remove_invalid_values", False) is True,
+            guidance_scale=guidance_scale(getattr(config, "guidance_scale", None), "generation_config.guidance_scale"),
             stop_strings=_strings(getattr(config, "stop_strings", None)),
             num_return_sequences=getattr(config, "num_return_sequences", None),
             num_beams=getattr(config, "num_beams", None),
@@ -184,6 +188,7 @@ class GenerationDefaults:
             "exponential_decay_length_penalty": list(self.exponential_decay_length_penalty or ()) or None,
             "renormalize_logits": self.renormalize_logits,
             "remove_invalid_values": self.remove_invalid_values,
+            "guidance_scale": self.guidance_scale,
             "stop_strings": list(self.stop_strings),
             "num_return_sequences": self.num_return_sequences,
             "num_beams": self.num_beams,
@@ -228,6 +233,7 @@ class GenerationDefaults:
             exponential_decay_length_penalty=_decay(record.get("exponential_decay_length_penalty")),
             renormalize_logits=record.get("renormalize_logits") is True,
             remove_invalid_values=record.get("remove_invalid_values") is True,
+            guidance_scale=guidance_scale(record.get("guidance_scale")),
             stop_strings=_strings(record.get("stop_strings")),
             num_return_sequences=record.get("num_return_sequences"),
             num_beams=record.get("num_beams"),
@@ -310,7 +316,6 @@ NOT_APPLIED: dict[str, Any] = {
     "constraints": None,
     "force_words_ids": None,
     "token_healing": False,
-    "guidance_scale": 1.0,
     "watermarking_config": None,
 }
 # sampling's top-k where neither the call nor the model's generation config sets one: transformers'
@@ -421,8 +426,8 @@ def _refuse(unsupported: Mapping[str, Any]) -> None:
         found=", ".join(f"{name}={unsupported[name]!r}"[:80] for name in names),
         fix=(
             "greedy search, sampling, beam search, prompt lookup and assisted generation are what it does "
-            "(contrastive search, guidance, attentions and hidden states are not: use the model's own "
-            "generate for those); a "
+            "(contrastive search, DoLa, constrained beam search, attentions and hidden states are not: use "
+            "the model's own generate for those); a "
             "GenerationConfig goes as generation_config=, or its options as keywords (do_sample=..., "
             "num_beams=...), and a captured model's generation_config is read already"
         ),
@@ -991,12 +996,12 @@ class LanguageModel:
             try:
                 value = torch.as_tensor(value)
             except Exception as error:
-                what = "a mask of 0 and 1" if arg == "attention_mask" else "a tensor of token ids"
+                what = "a mask of 0 and 1" if arg.endswith("attention_mask") else "a tensor of token ids"
                 raise ArgumentError(op=op, arg=arg, expected=what, found=type(value).__name__) from error
         if value.dim() == 1:
             value = value[None]
         # an attention mask may be integers, bool or float (as transformers takes it), of 0 and 1
-        mask = arg == "attention_mask"
+        mask = arg.endswith("attention_mask")
         flat = value.dtype.is_floating_point or value.dtype == torch.bool
         if value.dim() != 2 or value.dtype.is_complex or (flat and not mask):
             raise ArgumentError(
@@ -1122,6 +1127,9 @@ class LanguageModel:
         exponential_decay_length_penalty: tuple[int, float] | None = None,
         renormalize_logits: bool | None = None,
         remove_invalid_values: bool | None = None,
+        guidance_scale: float | None = None,
+        negative_prompt_ids: Any = None,
+        negative_prompt_attention_mask: Any = None,
         stop_strings: str | Sequence[str] | None = None,
         tokenizer: Any = None,
         num_return_sequences: int | None = None,
@@ -1219,6 +1227,8 @@ class LanguageModel:
                  sequence_bias=sequence_bias, max_time=max_time, top_h=top_h,
                  exponential_decay_length_penalty=exponential_decay_length_penalty, logits_processor=logits_processor,
                  renormalize_logits=renormalize_logits, remove_invalid_values=remove_invalid_values,
+                 guidance_scale=guidance_scale, negative_prompt_ids=negative_prompt_ids,
+                 negative_prompt_attention_mask=negative_prompt_attention_mask, copies=copies,
                  stopping_criteria=stopping_criteria, prefix_allowed_tokens_fn=prefix_allowed_tokens_fn,
                  stop_strings=stop_strings, tokenizer=tokenizer, prompt_lookup_num_tokens=prompt_lookup_num_tokens,
                  max_matching_ngram_size=max_matching_ngram_size, assistant_model=assistant_model,
@@ -1277,6 +1287,9 @@ class LanguageModel:
         exponential_decay_length_penalty: tuple[int, float] | None = None,
         renormalize_logits: bool | None = None,
         remove_invalid_values: bool | None = None,
+        guidance_scale: float | None = None,
+        negative_prompt_ids: Any = None,
+        negative_prompt_attention_mask: Any = None,
         stop_strings: str | Sequence[str] | None = None,
         tokenizer: Any = None,
         num_return_sequences: int | None = None,
@@ -1318,6 +1331,8 @@ class LanguageModel:
                  sequence_bias=sequence_bias, max_time=max_time, top_h=top_h,
                  exponential_decay_length_penalty=exponential_decay_length_penalty, logits_processor=logits_processor,
                  renormalize_logits=renormalize_logits, remove_invalid_values=remove_invalid_values,
+                 guidance_scale=guidance_scale, negative_prompt_ids=negative_prompt_ids,
+                 negative_prompt_attention_mask=negative_prompt_attention_mask, copies=copies,
                  stopping_criteria=stopping_criteria, prefix_allowed_tokens_fn=prefix_allowed_tokens_fn,
                  stop_strings=stop_strings, tokenizer=tokenizer, prompt_lookup_num_tokens=prompt_lookup_num_tokens,
                  max_matching_ngram_size=max_matching_ngram_size, assistant_model=assistant_model,
@@ -1332,7 +1347,7 @@ class LanguageModel:
         place, as transformers' generate merges a config passed to it with the model's; then the
         call's CONFIG_KEYWORDS among ``unsupported`` (the keywords generate's signature does not
         name), any other of them an ArgumentError (``_refuse``). Options of the config that opcore
-        does not apply (contrastive search, guidance...) are an ArgumentError, as the same keywords
+        does not apply (contrastive search, DoLa...) are an ArgumentError, as the same keywords
         are."""
         defaults, rest = _config_keywords(self._configured(generation_config, op), unsupported, op)
         _refuse(rest)
@@ -1553,7 +1568,9 @@ class LanguageModel:
             repetition_penalty = defaults.repetition_penalty
         max_time = processing.pop("max_time")
         bos = defaults.forced_bos_token_id
+        guide = self._guidance(defaults, extra, ids.shape[0], rows, max_new_tokens, beams)
         built = {  # the processors transformers' generate builds from these options, by stage
+            "guidance_scale": guide is not None,
             "sequence_bias": bool(processing["sequence_bias"]),
             "repetition_penalty": repetition_penalty is not None and repetition_penalty != 1.0,
             "no_repeat_ngram_size": bool(processing["no_repeat_ngram_size"]),
@@ -1583,6 +1600,8 @@ class LanguageModel:
             keep=(len(eos) + 1 if eos else 2) if beams is not None else 1,
             prefix_allowed_tokens_fn=prefix, num_beams=beams.num_beams if beams is not None else 1,
             processors=processors, replacing=replacing, minimum=minimum,
+            # the caller's guidance processor in its place needs no branch of the model's
+            guidance=guide if "guidance_scale" not in dict(replacing) else None,
             **processing,
         )  # fmt: skip
         stop = extra.get("stop_strings")
@@ -1604,9 +1623,76 @@ class LanguageModel:
             lookup = self._lookup(
                 defaults, extra.get("prompt_lookup_num_tokens"), extra.get("max_matching_ngram_size"), rows, beams
             )
+        if lookup is not None and choice.guidance is not None:
+            raise ArgumentError(
+                op=_GENERATE,
+                arg="guidance_scale",
+                expected="no guidance with drafts (its branch takes one token a step)",
+                found=f"guidance_scale={guide.scale if guide is not None else None} with "
+                + ("assistant_model" if isinstance(lookup, Assistant) else "prompt_lookup_num_tokens"),
+                fix="generate without drafts, or leave guidance_scale out (1)",
+            )
         return _Work(
             ids, mask, rows, max_new_tokens, choice, stop_eos, pad, session, max_time, stopping=stopping, lookup=lookup
         )
+
+    def _guidance(
+        self, defaults: GenerationDefaults, extra: Mapping[str, Any], batch: int, rows: int, new: int,
+        beams: Beams | None,
+    ) -> Guidance | None:  # fmt: skip
+        """Classifier-free guidance's branch (opcore.graph.guidance) where the call or the generation config
+        sets a guidance_scale other than 1 (None otherwise: a negative prompt alone does nothing, as in
+        transformers); its negative prompt checked before any work: a row per prompt row (each copied
+        as the prompt is, for beams or num_return_sequences), room in a cache for it and the new tokens."""
+        said = extra.get("guidance_scale")
+        scale = guidance_scale(said) if said is not None else defaults.guidance_scale
+        if scale is None:
+            return None
+        negative = extra.get("negative_prompt_ids")
+        if negative is None:
+            return Guidance(scale)
+        copies = beams.num_beams if beams is not None else int(extra.get("copies") or 1)
+        ids, mask, given = self._pad_rows(negative, extra.get("negative_prompt_attention_mask"), copies)
+        if given != rows:
+            raise ShapeError(
+                op=_GENERATE,
+                arg="negative_prompt_ids",
+                expected=f"{rows // copies} row(s), one per prompt row",
+                found=f"{given // copies} row(s)",
+                fix="pass one negative prompt row per prompt row (repeat it for each)",
+            )
+        ids = self._rows(ids, "negative_prompt_ids")
+        if mask is not None:
+            mask = self._rows(mask, "negative_prompt_attention_mask")
+            if mask.shape != ids.shape:
+                raise ShapeError(
+                    op=_GENERATE,
+                    arg="negative_prompt_attention_mask",
+                    expected=f"the shape of negative_prompt_ids {tuple(ids[:rows].shape)}",
+                    found=str(tuple(mask[:rows].shape)),
+                )
+            if bool(((mask != 0) & (mask != 1)).any()):
+                raise ArgumentError(
+                    op=_GENERATE,
+                    arg="negative_prompt_attention_mask",
+                    expected="0 (padding) or 1 (a token) in every place",
+                    found=f"values {sorted(set(mask.unique().tolist()) - {0, 1})[:4]}",
+                    fix=_MASK_FIX,
+                )
+        if ids.shape[1] == 0:
+            raise ShapeError(
+                op=_GENERATE, arg="negative_prompt_ids", expected="at least one token", found=str(tuple(ids.shape))
+            )
+        if ids.shape[1] + max(new - 1, 0) > self.max_length:  # its branch takes each new token but the last
+            raise ShapeError(
+                op=_GENERATE,
+                arg="negative_prompt_ids",
+                expected=f"negative prompt + new tokens - 1 <= max_length {self.max_length} (its branch's cache)",
+                found=f"{ids.shape[1]} + {new} - 1",
+                fix="a shorter negative prompt, fewer new tokens, or "
+                f"capture_lm(..., max_length={ids.shape[1] + new - 1})",
+            )
+        return Guidance(scale, ids, mask)
 
     def _assistant(self, extra: Mapping[str, Any], rows: int) -> Assistant:
         """Assisted generation's settings (opcore.graph.assisted), checked: a captured assistant of this
@@ -1767,6 +1853,7 @@ class LanguageModel:
 
     def _loop(self, work: _Work) -> Iterator[Any]:
         chat = self._take(work.session)
+        branch = self._branch(work.choice)
         try:
             if work.lookup is None:
                 yield from self._run(chat, work.session is None, work)
@@ -1780,11 +1867,13 @@ class LanguageModel:
                 )  # fmt: skip
         finally:
             self._give_back(chat, spare=work.session is None)
+            self._end_branch(branch)
 
     def _beam_search(self, work: _Work, beams: Beams) -> tuple[Any, Any, Any]:
         """Beam search (opcore.graph.beam_search) on a session of the pool, which holds no conversation
         after (its rows held beams, not a returned sequence)."""
         chat = self._take(work.session)
+        branch = self._branch(work.choice)
         try:
             padding = _padding(work.mask) if work.choice.reads_tokens else None
             return beam_search(
@@ -1795,6 +1884,7 @@ class LanguageModel:
         finally:
             chat.reset()
             self._give_back(chat, spare=work.session is None)
+            self._end_branch(branch)
 
     def _beams_fit(self, beams: Beams) -> None:
         """A ShapeError where a cache buffer's first dim is not the batch (a module of the protocol
@@ -1833,6 +1923,22 @@ class LanguageModel:
                 chat = self._spare.pop() if self._spare else Session(self)
             self._running.add(id(chat))
             return chat
+
+    def _branch(self, choice: Choice) -> Session | None:
+        """The session guidance's unconditional branch runs on for one call (None: no guidance): a
+        spare one (made where none is), never the default session, which may hold a conversation."""
+        if choice.guidance is None:
+            return None
+        with self._sessions_lock:
+            branch = self._spare.pop() if self._spare else Session(self)
+            self._running.add(id(branch))
+        choice.guidance.start(branch)
+        return branch
+
+    def _end_branch(self, branch: Session | None) -> None:
+        if branch is not None:
+            branch.reset()
+            self._give_back(branch, spare=True)
 
     def _give_back(self, chat: Session, spare: bool) -> None:
         with self._sessions_lock:

@@ -1,6 +1,7 @@
 """Choosing the next token from a step's logits, with transformers' semantics and order.
 
-transformers' ``generate`` applies, in this order: a sequence bias (``sequence_bias``), the
+transformers' ``generate`` applies, in this order: classifier-free guidance (``guidance_scale``:
+opcore.graph.guidance), a sequence bias (``sequence_bias``), the
 repetition penalty (over every token of the row so far, prompt included, its left padding not), no
 repeated n-grams (``no_repeat_ngram_size``), bad words (``bad_words_ids``: a sequence bias of -inf,
 eos left out), the minimum of new tokens (eos impossible until reached), the caller's
@@ -92,6 +93,9 @@ class Choice:
     # transformers' remove_invalid_values (InfNanRemoveLogitsProcessor), after the forced tokens: NaN
     # scores made 0, infinite ones the dtype's largest and smallest
     remove_invalid_values: bool = False
+    # transformers' guidance_scale (UnbatchedClassifierFreeGuidanceLogitsProcessor), first: the scores
+    # mixed with an unconditional branch's (opcore.graph.guidance.Guidance; None: no guidance)
+    guidance: Any = None
 
     def __post_init__(self) -> None:
         _positive("temperature", self.temperature, strict=True)
@@ -124,6 +128,7 @@ class Choice:
             or self.prefix_allowed_tokens_fn is not None
             or bool(self.processors)
             or bool(self.replacing)
+            or self.guidance is not None
         )
 
     def _own(self, stage: str) -> Any:
@@ -142,6 +147,10 @@ class Choice:
 
         scores = logits.float()
         own = self._own if self.replacing else _no_processor
+        if (custom := own("guidance_scale")) is not None:
+            scores = _called(custom, tokens, scores, logits, "replacing guidance_scale")
+        elif self.guidance is not None:
+            scores = self.guidance(tokens, scores)
         if (custom := own("sequence_bias")) is not None:
             scores = _called(custom, tokens, scores, logits, "replacing sequence_bias")
         elif self.sequence_bias:
@@ -325,6 +334,7 @@ def stopped(criteria: Sequence[Any], tokens: Any, record: Sequence[tuple[Any, An
 # the built-in stages a caller's processor may take the place of, by transformers' class (the
 # processors its generate builds before it merges the caller's list; its warpers come after the merge)
 REPLACEABLE = {
+    "UnbatchedClassifierFreeGuidanceLogitsProcessor": "guidance_scale",
     "SequenceBiasLogitsProcessor": "sequence_bias",
     "RepetitionPenaltyLogitsProcessor": "repetition_penalty",
     "NoRepeatNGramLogitsProcessor": "no_repeat_ngram_size",
