@@ -571,3 +571,26 @@ def test_remove_invalid_values_makes_the_scores_finite_as_model_generate_does(pa
         torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-4)
     plain = lm.generate(ids, mask, **dict(options, remove_invalid_values=False))
     assert bool(torch.isinf(plain.scores[0][:, 5]).all())
+
+
+@pytest.mark.parametrize("cache", ["static", "dynamic", "sliding_window"])
+def test_a_cache_implementation_of_the_same_tokens_is_taken_and_changes_nothing(padded_llama, cache):
+    model, lm = padded_llama
+    ids, mask, _, _ = left_padded_rows()
+    options: dict[str, Any] = dict(max_new_tokens=8, pad_token_id=0, eos_token_id=[model.config.vocab_size - 1])
+    want = model.generate(ids, attention_mask=mask, cache_implementation=cache, **options)
+    assert torch.equal(lm.generate(ids, mask, cache_implementation=cache, **options), want)
+    config = transformers.GenerationConfig(cache_implementation=cache, max_new_tokens=8)
+    eos = options["eos_token_id"]
+    assert torch.equal(lm.generate(ids, mask, generation_config=config, pad_token_id=0, eos_token_id=eos), want)
+
+
+def test_a_quantized_or_unknown_cache_implementation_is_refused(padded_llama):
+    _, lm = padded_llama
+    with pytest.raises(ArgumentError, match=r"cache_implementation.*'quantized'.*model's own generate"):
+        lm.generate(prompt(), max_new_tokens=2, cache_implementation="quantized")
+    with pytest.raises(ArgumentError, match=r"cache_implementation.*'fastest'"):
+        lm.generate(prompt(), max_new_tokens=2, cache_implementation="fastest")
+    config = transformers.GenerationConfig(cache_implementation="quantized")
+    with pytest.raises(ArgumentError, match=r"generation_config.cache_implementation.*'quantized'"):
+        lm.generate(prompt(), max_new_tokens=2, generation_config=config)

@@ -404,6 +404,33 @@ def _config_keywords(
     return (replace(defaults, **said) if said else defaults), rest
 
 
+# transformers' caches whose tokens are those of its default one (its generate's cache_implementation
+# values, ALL_CACHE_IMPLEMENTATIONS and "paged", but "quantized"): taken, as use_cache is, and the
+# captured cache runs
+SAME_TOKENS_CACHES = (
+    "static", "offloaded_static", "sliding_window", "hybrid", "hybrid_chunked", "offloaded_hybrid",
+    "offloaded_hybrid_chunked", "dynamic", "offloaded", "paged",
+)  # fmt: skip
+
+
+def _cache_implementation(value: Any, op: str, prefix: str = "") -> None:
+    """An ArgumentError for a ``cache_implementation`` whose tokens are not those of the captured
+    cache ("quantized": transformers' QuantizedCache rounds the keys and values) or that transformers
+    does not know; None and SAME_TOKENS_CACHES change nothing."""
+    if value is None or value in SAME_TOKENS_CACHES:
+        return
+    quantized = value == "quantized"
+    raise ArgumentError(
+        op=op,
+        arg=f"{prefix}cache_implementation",
+        expected=f"one of {', '.join(SAME_TOKENS_CACHES)} (taken as use_cache is: the captured cache runs)",
+        found=repr(value)[:80],
+        fix="use the model's own generate for a quantized key/value cache (its tokens are not the model's)"
+        if quantized
+        else "leave cache_implementation out: the captured cache runs whatever it says",
+    )
+
+
 def _refuse(unsupported: Mapping[str, Any]) -> None:
     """An ArgumentError for options of transformers' generate that opcore's does not take (contrastive
     search, a GenerationConfig object, attentions...), before any work: a TypeError would not say
@@ -1350,6 +1377,8 @@ class LanguageModel:
         does not apply (contrastive search, DoLa...) are an ArgumentError, as the same keywords
         are."""
         defaults, rest = _config_keywords(self._configured(generation_config, op), unsupported, op)
+        _cache_implementation(rest.pop("cache_implementation", None), op)
+        _cache_implementation(getattr(generation_config, "cache_implementation", None), op, "generation_config.")
         _refuse(rest)
         return defaults
 
