@@ -86,6 +86,9 @@ class GenerationDefaults:
     remove_invalid_values: bool = False
     # transformers' classifier-free guidance (opcore.graph.guidance): None where it does nothing (1)
     guidance_scale: float | None = None
+    # transformers' watermarking_config (a WatermarkingConfig or SynthIDTextWatermarkingConfig) as JSON,
+    # {"class": ..., "options": its to_dict()}: rebuilt with transformers for each call (None: no watermark)
+    watermarking: str | None = None
     # transformers' StopStringCriteria: a row ends where its text ends with one (generate needs the tokenizer)
     stop_strings: tuple[str, ...] = ()
     num_return_sequences: int | None = None  # sampled sequences per prompt (transformers' expansion)
@@ -142,6 +145,7 @@ class GenerationDefaults:
             renormalize_logits=getattr(config, "renormalize_logits", False) is True,
             remove_invalid_values=getattr(config, "remove_invalid_values", False) is True,
             guidance_scale=guidance_scale(getattr(config, "guidance_scale", None), "generation_config.guidance_scale"),
+            watermarking=_watermarking(getattr(config, "watermarking_config", None), "generation_config."),
             stop_strings=_strings(getattr(config, "stop_strings", None)),
             num_return_sequences=getattr(config, "num_return_sequences", None),
             num_beams=getattr(config, "num_beams", None),
@@ -189,6 +193,7 @@ class GenerationDefaults:
             "renormalize_logits": self.renormalize_logits,
             "remove_invalid_values": self.remove_invalid_values,
             "guidance_scale": self.guidance_scale,
+            "watermarking": self.watermarking,
             "stop_strings": list(self.stop_strings),
             "num_return_sequences": self.num_return_sequences,
             "num_beams": self.num_beams,
@@ -234,6 +239,7 @@ class GenerationDefaults:
             renormalize_logits=record.get("renormalize_logits") is True,
             remove_invalid_values=record.get("remove_invalid_values") is True,
             guidance_scale=guidance_scale(record.get("guidance_scale")),
+            watermarking=record.get("watermarking"),
             stop_strings=_strings(record.get("stop_strings")),
             num_return_sequences=record.get("num_return_sequences"),
             num_beams=record.get("num_beams"),
@@ -316,7 +322,6 @@ NOT_APPLIED: dict[str, Any] = {
     "constraints": None,
     "force_words_ids": None,
     "token_healing": False,
-    "watermarking_config": None,
 }
 # sampling's top-k where neither the call nor the model's generation config sets one: transformers'
 # global default (GenerationConfig._get_default_generation_params); top_k=0 samples from every token
@@ -411,6 +416,36 @@ SAME_TOKENS_CACHES = (
     "static", "offloaded_static", "sliding_window", "hybrid", "hybrid_chunked", "offloaded_hybrid",
     "offloaded_hybrid_chunked", "dynamic", "offloaded", "paged",
 )  # fmt: skip
+
+
+def _watermarking(value: Any, prefix: str = "") -> str | None:
+    """transformers' ``watermarking_config`` (its config object, or a dict of WatermarkingConfig's
+    options, as its GenerationConfig takes one) as GenerationDefaults.watermarking's JSON; None for
+    None; an ArgumentError for anything else."""
+    if value is None:
+        return None
+    import json
+
+    kinds = ("WatermarkingConfig", "SynthIDTextWatermarkingConfig")
+    if isinstance(value, dict):
+        kind, options = "WatermarkingConfig", dict(value)
+    elif type(value).__name__ in kinds and callable(getattr(value, "to_dict", None)):
+        kind, options = type(value).__name__, value.to_dict()
+    else:
+        raise ArgumentError(
+            op=_GENERATE,
+            arg=f"{prefix}watermarking_config",
+            expected="a transformers WatermarkingConfig or SynthIDTextWatermarkingConfig, or a dict of "
+            "WatermarkingConfig's options",
+            found=type(value).__name__,
+        )
+    try:
+        return json.dumps({"class": kind, "options": options}, sort_keys=True)
+    except (TypeError, ValueError) as error:
+        raise ArgumentError(
+            op=_GENERATE, arg=f"{prefix}watermarking_config", expected="options of numbers, strings and lists",
+            found=repr(options)[:120],
+        ) from error  # fmt: skip
 
 
 def _cache_implementation(value: Any, op: str, prefix: str = "") -> None:
@@ -1378,6 +1413,8 @@ class LanguageModel:
         are."""
         defaults, rest = _config_keywords(self._configured(generation_config, op), unsupported, op)
         _cache_implementation(rest.pop("cache_implementation", None), op)
+        if (watermarking := _watermarking(rest.pop("watermarking_config", None))) is not None:
+            defaults = replace(defaults, watermarking=watermarking)
         _cache_implementation(getattr(generation_config, "cache_implementation", None), op, "generation_config.")
         _refuse(rest)
         return defaults
@@ -1598,6 +1635,7 @@ class LanguageModel:
         max_time = processing.pop("max_time")
         bos = defaults.forced_bos_token_id
         guide = self._guidance(defaults, extra, ids.shape[0], rows, max_new_tokens, beams)
+        watermark = self._watermark(defaults.watermarking)
         built = {  # the processors transformers' generate builds from these options, by stage
             "guidance_scale": guide is not None,
             "sequence_bias": bool(processing["sequence_bias"]),
@@ -1631,6 +1669,7 @@ class LanguageModel:
             processors=processors, replacing=replacing, minimum=minimum,
             # the caller's guidance processor in its place needs no branch of the model's
             guidance=guide if "guidance_scale" not in dict(replacing) else None,
+            watermark=watermark,
             **processing,
         )  # fmt: skip
         stop = extra.get("stop_strings")
@@ -1664,6 +1703,42 @@ class LanguageModel:
         return _Work(
             ids, mask, rows, max_new_tokens, choice, stop_eos, pad, session, max_time, stopping=stopping, lookup=lookup
         )
+
+    def _watermark(self, record: str | None) -> Any:
+        """The watermark processor transformers' generate builds from a watermarking config
+        (``construct_processor(vocab size, device)``, one per call: its state is the call's), or None.
+        It is transformers' own class: an ArgumentError where transformers is not installed or the
+        options are not valid."""
+        if record is None:
+            return None
+        import json
+
+        said = json.loads(record)
+        try:
+            from transformers import generation
+        except ImportError as error:
+            raise ArgumentError(
+                op=_GENERATE,
+                arg="watermarking_config",
+                expected="transformers installed: the watermark is its processor",
+                found="no transformers",
+                fix="pip install transformers, or generate without watermarking_config",
+            ) from error
+        if self.vocab_size is None:
+            raise ArgumentError(
+                op=_GENERATE,
+                arg="watermarking_config",
+                expected="a model whose token ids have declared bounds (the vocabulary's size)",
+                found="no bounds on the plan's ids input",
+            )
+        try:
+            config = getattr(generation, said["class"]).from_dict(said["options"])
+            config.validate()
+        except (TypeError, ValueError) as error:
+            raise ArgumentError(
+                op=_GENERATE, arg="watermarking_config", expected="options transformers takes", found=str(error)[:200]
+            ) from error
+        return config.construct_processor(self.vocab_size, str(self.decode_plan.device))
 
     def _guidance(
         self, defaults: GenerationDefaults, extra: Mapping[str, Any], batch: int, rows: int, new: int,

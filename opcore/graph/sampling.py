@@ -12,7 +12,8 @@ exponential decay length penalty (eos raised past a length), its suppressed
 tokens (always, and ``begin_suppress_tokens`` as the first new token), the caller's
 ``logits_processor`` list (one of a class these are transformers' own runs at that one's place
 instead, as its merge does: ``replacing``), then for sampling the warpers: temperature, top-h,
-top-k, top-p, min-p, typical, epsilon and eta cutoffs, and last ``renormalize_logits``'
+top-k, top-p, min-p, typical, epsilon and eta cutoffs, a watermark (``watermarking_config``), and
+last ``renormalize_logits``'
 log-softmax; greedy takes the argmax of the processed scores,
 sampling draws from their softmax (``torch.multinomial``, with the caller's ``torch.Generator``).
 Each step is transformers' own arithmetic (its LogitsProcessor classes, one token kept at least),
@@ -96,6 +97,9 @@ class Choice:
     # transformers' guidance_scale (UnbatchedClassifierFreeGuidanceLogitsProcessor), first: the scores
     # mixed with an unconditional branch's (opcore.graph.guidance.Guidance; None: no guidance)
     guidance: Any = None
+    # transformers' watermarking_config: the processor its construct_processor builds (a green list's
+    # bias, or SynthID's g-values), after the warpers; None: no watermark
+    watermark: Any = None
 
     def __post_init__(self) -> None:
         _positive("temperature", self.temperature, strict=True)
@@ -129,6 +133,7 @@ class Choice:
             or bool(self.processors)
             or bool(self.replacing)
             or self.guidance is not None
+            or self.watermark is not None
         )
 
     def _own(self, stage: str) -> Any:
@@ -232,35 +237,36 @@ class Choice:
                 scores[:, suppressed] = -float("inf")
         for index, processor in enumerate(self.processors):
             scores = _called(processor, tokens, scores, logits, str(index))
-        if not self.do_sample:
-            return scores.log_softmax(dim=-1) if self.renormalize_logits else scores
-        if self.temperature is not None and self.temperature != 1.0:
-            scores = scores / self.temperature
-        if self.top_h is not None:
-            scores = _entropy_kept(scores, self.top_h)
-        if self.top_k:
-            k = min(max(self.top_k, self.keep), scores.shape[-1])
-            kth = torch.topk(scores, k)[0][..., -1, None]
-            scores = scores.masked_fill(scores < kth, -float("inf"))
-        if self.top_p is not None and self.top_p < 1.0:
-            ordered, order = torch.sort(scores, descending=False)
-            cumulative = ordered.softmax(dim=-1).cumsum(dim=-1)
-            drop = cumulative <= (1 - self.top_p)
-            drop[..., -self.keep :] = False  # keep at least that many tokens
-            scores = scores.masked_fill(drop.scatter(1, order, drop), -float("inf"))
-        if self.min_p is not None:
-            probs = torch.softmax(scores, dim=-1)
-            drop = probs < self.min_p * probs.amax(dim=-1, keepdim=True)
-            drop.scatter_(-1, torch.topk(probs, min(self.keep, probs.shape[-1]), dim=-1).indices, False)
-            scores = scores.masked_fill(drop, -float("inf"))
-        if self.typical_p is not None and self.typical_p < 1.0:
-            scores = _typical(scores, self.typical_p, self.keep)
-        if self.epsilon_cutoff is not None and 0.0 < self.epsilon_cutoff < 1.0:
-            scores = _below(scores, self.epsilon_cutoff, self.keep)
-        if self.eta_cutoff is not None and 0.0 < self.eta_cutoff < 1.0:
-            eta = torch.tensor(self.eta_cutoff, device=scores.device)
-            entropy = torch.distributions.Categorical(logits=scores).entropy()
-            scores = _below(scores, torch.min(eta, torch.sqrt(eta) * torch.exp(-entropy))[..., None], self.keep)
+        if self.do_sample:  # the warpers
+            if self.temperature is not None and self.temperature != 1.0:
+                scores = scores / self.temperature
+            if self.top_h is not None:
+                scores = _entropy_kept(scores, self.top_h)
+            if self.top_k:
+                k = min(max(self.top_k, self.keep), scores.shape[-1])
+                kth = torch.topk(scores, k)[0][..., -1, None]
+                scores = scores.masked_fill(scores < kth, -float("inf"))
+            if self.top_p is not None and self.top_p < 1.0:
+                ordered, order = torch.sort(scores, descending=False)
+                cumulative = ordered.softmax(dim=-1).cumsum(dim=-1)
+                drop = cumulative <= (1 - self.top_p)
+                drop[..., -self.keep :] = False  # keep at least that many tokens
+                scores = scores.masked_fill(drop.scatter(1, order, drop), -float("inf"))
+            if self.min_p is not None:
+                probs = torch.softmax(scores, dim=-1)
+                drop = probs < self.min_p * probs.amax(dim=-1, keepdim=True)
+                drop.scatter_(-1, torch.topk(probs, min(self.keep, probs.shape[-1]), dim=-1).indices, False)
+                scores = scores.masked_fill(drop, -float("inf"))
+            if self.typical_p is not None and self.typical_p < 1.0:
+                scores = _typical(scores, self.typical_p, self.keep)
+            if self.epsilon_cutoff is not None and 0.0 < self.epsilon_cutoff < 1.0:
+                scores = _below(scores, self.epsilon_cutoff, self.keep)
+            if self.eta_cutoff is not None and 0.0 < self.eta_cutoff < 1.0:
+                eta = torch.tensor(self.eta_cutoff, device=scores.device)
+                entropy = torch.distributions.Categorical(logits=scores).entropy()
+                scores = _below(scores, torch.min(eta, torch.sqrt(eta) * torch.exp(-entropy))[..., None], self.keep)
+        if self.watermark is not None:  # after every warper, as transformers builds it
+            scores = _called(self.watermark, tokens, scores, logits, "watermarking_config")
         return scores.log_softmax(dim=-1) if self.renormalize_logits else scores
 
     def next(self, logits: Any, tokens: Any, new_tokens: int, padding: Any = None) -> Any:
