@@ -197,3 +197,11 @@ def test_stream_yields_the_guided_tokens_generate_returns(guided):
     options = dict(max_new_tokens=NEW, pad_token_id=0, eos_token_id=[VOCAB - 1], guidance_scale=2.0)
     streamed = torch.stack(list(lm.stream(ids, mask, **options)), 1)
     assert torch.equal(torch.cat([ids, streamed], 1), lm.generate(ids, mask, **options))
+
+
+def test_a_generation_config_given_to_the_call_guides_as_model_generate_s(guided):
+    model, lm = guided
+    config = transformers.GenerationConfig(guidance_scale=1.8, max_new_tokens=NEW)
+    want = model.generate(prompt(), generation_config=config, pad_token_id=0)
+    assert torch.equal(lm.generate(prompt(), generation_config=config, pad_token_id=0), want)
+    assert not torch.equal(lm.generate(prompt(), max_new_tokens=NEW, pad_token_id=0), want)

@@ -88,3 +88,13 @@ def test_a_bad_watermarking_config_is_refused_before_any_work(watermarked, value
     _, lm = watermarked
     with pytest.raises(ArgumentError, match=match):
         lm.generate(prompt(), max_new_tokens=2, watermarking_config=value)
+
+
+def test_a_generation_config_given_to_the_call_watermarks_as_model_generate_s(watermarked):
+    model, lm = watermarked
+    config = transformers.GenerationConfig(
+        watermarking_config=generation.WatermarkingConfig(bias=5.0), max_new_tokens=NEW
+    )
+    want = model.generate(prompt(), generation_config=config, pad_token_id=0)
+    assert torch.equal(lm.generate(prompt(), generation_config=config, pad_token_id=0), want)
+    assert not torch.equal(lm.generate(prompt(), max_new_tokens=NEW, pad_token_id=0), want)
