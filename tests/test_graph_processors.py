@@ -594,3 +594,21 @@ def test_a_quantized_or_unknown_cache_implementation_is_refused(padded_llama):
     config = transformers.GenerationConfig(cache_implementation="quantized")
     with pytest.raises(ArgumentError, match=r"generation_config.cache_implementation.*'quantized'"):
         lm.generate(prompt(), max_new_tokens=2, generation_config=config)
+
+
+def test_options_that_change_nothing_are_taken_and_others_refused_naming_them(padded_llama):
+    """Code written for transformers' generate passes its compile, cache-size and sync settings, and
+    the options of decodings generate does not do at their off values: taken (NO_EFFECT, IDLE_VALUES),
+    the tokens model.generate's; the same options at values that change the decoding are refused."""
+    model, lm = padded_llama
+    ids = prompt()
+    idle: dict[str, Any] = dict(
+        prefill_chunk_size=4, disable_compile=True, synced_gpus=False, max_cache_len=40, low_memory=True,
+        num_beam_groups=1, diversity_penalty=0.0, penalty_alpha=0.0, token_healing=False, use_mtp=False,
+        output_attentions=False, output_hidden_states=False, decoder_start_token_id=1,
+    )  # fmt: skip
+    want = model.generate(ids, max_new_tokens=6, pad_token_id=0, **idle)
+    assert torch.equal(lm.generate(ids, max_new_tokens=6, pad_token_id=0, **idle), want)
+    for name, value in dict(num_beam_groups=2, diversity_penalty=0.5, token_healing=True, use_mtp=True).items():
+        with pytest.raises(ArgumentError, match=rf"{name}={value!r}"):
+            lm.generate(ids, max_new_tokens=2, **{name: value})

@@ -448,6 +448,45 @@ def _watermarking(value: Any, prefix: str = "") -> str | None:
         ) from error  # fmt: skip
 
 
+# options of transformers' generate that never change a decoder-only model's tokens (how it compiles,
+# how long its cache is, chunked prefill, multi-GPU sync, contrastive search's memory mode, an
+# encoder-decoder's start token): taken and changing nothing here
+NO_EFFECT = (
+    "prefill_chunk_size", "disable_compile", "compile_config", "synced_gpus", "max_cache_len", "cache_config",
+    "low_memory", "is_assistant", "decoder_start_token_id", "continuous_batching_config",
+)  # fmt: skip
+# options of a decoding generate does not do, taken at the values that turn them off (transformers'
+# GenerationConfig defaults): code that passes them there runs; another value is refused (_refuse)
+IDLE_VALUES: dict[str, tuple[Any, ...]] = {
+    "num_beam_groups": (None, 1),
+    "diversity_penalty": (None, 0.0),
+    "penalty_alpha": (None, 0.0),
+    "dola_layers": (None,),
+    "constraints": (None,),
+    "force_words_ids": (None,),
+    "token_healing": (None, False),
+    "use_mtp": (None, False),
+    "speculation_type": (None,),
+    "custom_generate": (None,),
+    "encoder_repetition_penalty": (None, 1.0),
+    "encoder_no_repeat_ngram_size": (None, 0),
+    "num_assistant_tokens_schedule": (None, "constant"),
+    "output_attentions": (None, False),
+    "output_hidden_states": (None, False),
+}
+
+
+def _without_idle(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` without those that change nothing: NO_EFFECT's, and IDLE_VALUES' at those values."""
+    return {
+        name: value
+        for name, value in options.items()
+        if name not in NO_EFFECT
+        and not (name in IDLE_VALUES and any(value is idle or (value == idle and type(value) is not bool)
+                                                 for idle in IDLE_VALUES[name]))
+    }  # fmt: skip
+
+
 def _cache_implementation(value: Any, op: str, prefix: str = "") -> None:
     """An ArgumentError for a ``cache_implementation`` whose tokens are not those of the captured
     cache ("quantized": transformers' QuantizedCache rounds the keys and values) or that transformers
@@ -1413,6 +1452,7 @@ class LanguageModel:
         are."""
         defaults, rest = _config_keywords(self._configured(generation_config, op), unsupported, op)
         _cache_implementation(rest.pop("cache_implementation", None), op)
+        rest = _without_idle(rest)
         if (watermarking := _watermarking(rest.pop("watermarking_config", None))) is not None:
             defaults = replace(defaults, watermarking=watermarking)
         _cache_implementation(getattr(generation_config, "cache_implementation", None), op, "generation_config.")
