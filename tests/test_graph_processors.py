@@ -612,3 +612,24 @@ def test_options_that_change_nothing_are_taken_and_others_refused_naming_them(pa
     for name, value in dict(num_beam_groups=2, diversity_penalty=0.5, token_healing=True, use_mtp=True).items():
         with pytest.raises(ArgumentError, match=rf"{name}={value!r}"):
             lm.generate(ids, max_new_tokens=2, **{name: value})
+
+
+def test_without_a_prompt_generate_starts_from_the_bos_token_as_model_generate_does(padded_llama):
+    model, lm = padded_llama
+    assert lm.defaults.bos_token_id == model.generation_config.bos_token_id == 1
+    options: dict[str, Any] = dict(max_new_tokens=6, pad_token_id=0)
+    want = model.generate(**options)
+    assert want[0, 0] == 1
+    assert torch.equal(lm.generate(**options), want)
+    assert torch.equal(torch.stack(list(lm.stream(**options)), 1), want[:, 1:])
+    assert torch.equal(lm.generate(bos_token_id=7, **options), model.generate(bos_token_id=7, **options))
+    with pytest.raises(ArgumentError, match="bos_token_id.*a token id"):
+        lm.generate(bos_token_id="<s>", **options)
+
+
+def test_without_a_prompt_or_a_bos_token_generate_says_what_to_pass():
+    model = built(transformers.LlamaForCausalLM, transformers.LlamaConfig(**SMALL, bos_token_id=None))
+    lm = opcore.graph.capture_lm(model, max_length=16, measure=False)
+    assert lm.defaults.bos_token_id is None
+    with pytest.raises(ArgumentError, match=r"input_ids.*neither.*generate\(bos_token_id=...\)"):
+        lm.generate(max_new_tokens=2)

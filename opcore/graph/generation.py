@@ -44,6 +44,8 @@ class GenerationDefaults:
 
     eos_token_ids: tuple[int, ...] = ()
     pad_token_id: int | None = None
+    # the prompt where generate is given none, as transformers' generate starts from it
+    bos_token_id: int | None = None
     top_k: int | None = None
     top_p: float | None = None
     temperature: float | None = None
@@ -117,6 +119,7 @@ class GenerationDefaults:
         return cls(
             eos_token_ids=_ids(eos),
             pad_token_id=getattr(config, "pad_token_id", None),
+            bos_token_id=_integer(getattr(config, "bos_token_id", None)),
             top_k=getattr(config, "top_k", None),
             top_p=getattr(config, "top_p", None),
             temperature=getattr(config, "temperature", None),
@@ -167,6 +170,7 @@ class GenerationDefaults:
         return {
             "eos_token_ids": list(self.eos_token_ids),
             "pad_token_id": self.pad_token_id,
+            "bos_token_id": self.bos_token_id,
             "top_k": self.top_k,
             "top_p": self.top_p,
             "temperature": self.temperature,
@@ -212,6 +216,7 @@ class GenerationDefaults:
         return cls(
             eos_token_ids=tuple(int(i) for i in record.get("eos_token_ids", ())),
             pad_token_id=record.get("pad_token_id"),
+            bos_token_id=record.get("bos_token_id"),
             top_k=record.get("top_k"),
             top_p=record.get("top_p"),
             temperature=record.get("temperature"),
@@ -328,17 +333,23 @@ NOT_APPLIED: dict[str, Any] = {
 TOP_K = 50
 
 
-def _prompt(input_ids: Any, inputs: Any, op: str) -> Any:
-    """The prompt, given as ``input_ids`` or as transformers' ``inputs``; an ArgumentError for neither
-    or both."""
+def _prompt(input_ids: Any, inputs: Any, op: str, bos: int | None = None) -> Any:
+    """The prompt, given as ``input_ids`` or as transformers' ``inputs``, else one row of the bos token
+    ``bos`` (transformers' generate starts there); an ArgumentError for both, or neither without a bos."""
+    if input_ids is None and inputs is None and bos is not None:
+        import torch
+
+        return torch.tensor([[bos]], dtype=torch.long)
     if (input_ids is None) == (inputs is None):
         both = input_ids is not None
         raise ArgumentError(
             op=op,
             arg="inputs" if both else "input_ids",
-            expected="the prompt's token ids (batch, seq) once: input_ids, or inputs as transformers names it",
-            found="both" if both else "neither",
-            fix="pass one of them: lm.generate(ids, ...), generate(input_ids=ids) or generate(inputs=ids)",
+            expected="the prompt's token ids (batch, seq) once: input_ids, or inputs as transformers names it"
+            + ("" if both else ", or a bos_token_id to start from"),
+            found="both" if both else "neither (and no bos_token_id in the call or the generation config)",
+            fix="pass one of them: lm.generate(ids, ...), generate(input_ids=ids) or generate(inputs=ids)"
+            + ("" if both else "; or generate(bos_token_id=...) to start from that token"),
         )
     return input_ids if input_ids is not None else inputs
 
@@ -372,6 +383,7 @@ def _blank_config(config: Any, op: str) -> Any:
 # transformers' generate takes any config option as a keyword: name -> GenerationDefaults' field
 CONFIG_KEYWORDS = {
     "min_length": "min_length",
+    "bos_token_id": "bos_token_id",
     "forced_bos_token_id": "forced_bos_token_id",
     "forced_eos_token_id": "forced_eos_token_ids",
     "suppress_tokens": "suppress_tokens",
@@ -392,7 +404,7 @@ def _config_keywords(
         value = rest.pop(name)
         if value is None:
             continue
-        single = name in ("min_length", "forced_bos_token_id")
+        single = name in ("min_length", "forced_bos_token_id", "bos_token_id")
         try:
             if single or isinstance(value, numbers.Integral):
                 if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
@@ -1295,7 +1307,7 @@ class LanguageModel:
         import torch
 
         defaults = self._call_defaults(generation_config, unsupported, _GENERATE)
-        input_ids = _prompt(input_ids, inputs, _GENERATE)
+        input_ids = _prompt(input_ids, inputs, _GENERATE, defaults.bos_token_id)
         beams = self._beams(defaults, num_beams, length_penalty, early_stopping, num_return_sequences)
         if beams is not None and streamer is not None:
             raise ArgumentError(
@@ -1411,7 +1423,7 @@ class LanguageModel:
         >>> for tokens in lm.stream(ids, max_new_tokens=8): print(tokens.tolist())   # doctest: +SKIP
         """
         defaults = self._call_defaults(generation_config, unsupported, "LanguageModel.stream")
-        input_ids = _prompt(input_ids, inputs, "LanguageModel.stream")
+        input_ids = _prompt(input_ids, inputs, "LanguageModel.stream", defaults.bos_token_id)
         beams = num_beams if num_beams is not None else defaults.num_beams
         if beams is not None and beams != 1:
             said = "" if num_beams is not None else " (the model's generation_config.num_beams)"
