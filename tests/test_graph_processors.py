@@ -633,3 +633,46 @@ def test_without_a_prompt_or_a_bos_token_generate_says_what_to_pass():
     assert lm.defaults.bos_token_id is None
     with pytest.raises(ArgumentError, match=r"input_ids.*neither.*generate\(bos_token_id=...\)"):
         lm.generate(max_new_tokens=2)
+
+
+def _continued_rows(lm: opcore.graph.LanguageModel) -> tuple[torch.Tensor, torch.Tensor]:
+    """left_padded_rows followed by 10 greedy tokens: prompts whose n-grams the model goes on to make."""
+    ids, mask, _, _ = left_padded_rows()
+    longer = lm.generate(ids, mask, max_new_tokens=10, pad_token_id=0, eos_token_id=[])
+    return longer, torch.cat([mask, torch.ones(2, 10, dtype=mask.dtype)], 1)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [dict(encoder_repetition_penalty=3.0), dict(encoder_repetition_penalty=0.3), dict(encoder_no_repeat_ngram_size=1),
+     dict(encoder_no_repeat_ngram_size=2), dict(encoder_repetition_penalty=2.0, encoder_no_repeat_ngram_size=2)],
+)  # fmt: skip
+def test_the_encoder_processors_run_over_the_prompt_as_model_generate_s(padded_llama, options):
+    """transformers' generate gives a decoder-only model's prompt to its Encoder* processors: the
+    prompt's tokens raised (a "hallucination penalty"), its n-grams not continued."""
+    model, lm = padded_llama
+    ids, mask = _continued_rows(lm)
+    base: dict[str, Any] = dict(max_new_tokens=10, pad_token_id=0, eos_token_id=[model.config.vocab_size - 1])
+    want = model.generate(ids, attention_mask=mask, **base, **options)
+    got = lm.generate(ids, mask, **base, **options)
+    assert torch.equal(got, want), (got[:, 19:].tolist(), want[:, 19:].tolist())
+    assert not torch.equal(got, lm.generate(ids, mask, **base))
+
+
+def test_the_encoder_processors_read_the_prompt_of_each_beam_and_of_the_config(padded_llama):
+    model, lm = padded_llama
+    ids, mask = _continued_rows(lm)
+    base: dict[str, Any] = dict(
+        max_new_tokens=8, pad_token_id=0, eos_token_id=[model.config.vocab_size - 1], num_beams=2
+    )
+    for options in (dict(encoder_no_repeat_ngram_size=2), dict(encoder_repetition_penalty=2.0)):
+        assert torch.equal(
+            lm.generate(ids[:1], mask[:1], **base, **options), model.generate(ids[:1], **base, **options)
+        )
+    config = transformers.GenerationConfig(encoder_no_repeat_ngram_size=2, max_new_tokens=8)
+    want = model.generate(ids, attention_mask=mask, generation_config=config, pad_token_id=0)
+    assert torch.equal(lm.generate(ids, mask, generation_config=config, pad_token_id=0), want)
+    with pytest.raises(ArgumentError, match="encoder_repetition_penalty.*a float > 0"):
+        lm.generate(ids, mask, max_new_tokens=2, encoder_repetition_penalty=0)
+    with pytest.raises(ArgumentError, match="encoder_no_repeat_ngram_size.*an int >= 0"):
+        lm.generate(ids, mask, max_new_tokens=2, encoder_no_repeat_ngram_size=1.5)

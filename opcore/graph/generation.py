@@ -72,6 +72,10 @@ class GenerationDefaults:
     # and eta warpers (sampling), and its MaxTimeCriteria (seconds)
     sequence_bias: tuple[tuple[tuple[int, ...], float], ...] = ()
     no_repeat_ngram_size: int | None = None
+    # transformers' Encoder* processors, which a decoder-only model's generate runs over the prompt: its
+    # tokens' scores raised (a "hallucination penalty" > 1), its n-grams not continued
+    encoder_repetition_penalty: float | None = None
+    encoder_no_repeat_ngram_size: int | None = None
     bad_words_ids: tuple[tuple[int, ...], ...] = ()
     min_p: float | None = None
     typical_p: float | None = None
@@ -137,6 +141,8 @@ class GenerationDefaults:
             min_length=_length(getattr(config, "min_length", None)),
             sequence_bias=_biases(getattr(config, "sequence_bias", None) or None, "generation_config.sequence_bias"),
             no_repeat_ngram_size=getattr(config, "no_repeat_ngram_size", None) or None,
+            encoder_repetition_penalty=getattr(config, "encoder_repetition_penalty", None),
+            encoder_no_repeat_ngram_size=getattr(config, "encoder_no_repeat_ngram_size", None) or None,
             bad_words_ids=_words(getattr(config, "bad_words_ids", None) or None, "generation_config.bad_words_ids"),
             min_p=getattr(config, "min_p", None),
             typical_p=getattr(config, "typical_p", None),
@@ -186,6 +192,8 @@ class GenerationDefaults:
             "min_length": self.min_length,
             "sequence_bias": [[list(sequence), bias] for sequence, bias in self.sequence_bias],
             "no_repeat_ngram_size": self.no_repeat_ngram_size,
+            "encoder_repetition_penalty": self.encoder_repetition_penalty,
+            "encoder_no_repeat_ngram_size": self.encoder_no_repeat_ngram_size,
             "bad_words_ids": [list(words) for words in self.bad_words_ids],
             "min_p": self.min_p,
             "typical_p": self.typical_p,
@@ -233,6 +241,8 @@ class GenerationDefaults:
             # plans saved before these were kept: none set
             sequence_bias=_biases(record.get("sequence_bias") or None, "sequence_bias"),
             no_repeat_ngram_size=record.get("no_repeat_ngram_size"),
+            encoder_repetition_penalty=record.get("encoder_repetition_penalty"),
+            encoder_no_repeat_ngram_size=record.get("encoder_no_repeat_ngram_size"),
             bad_words_ids=_words(record.get("bad_words_ids") or None, "bad_words_ids"),
             min_p=record.get("min_p"),
             typical_p=record.get("typical_p"),
@@ -480,8 +490,6 @@ IDLE_VALUES: dict[str, tuple[Any, ...]] = {
     "use_mtp": (None, False),
     "speculation_type": (None,),
     "custom_generate": (None,),
-    "encoder_repetition_penalty": (None, 1.0),
-    "encoder_no_repeat_ngram_size": (None, 0),
     "num_assistant_tokens_schedule": (None, "constant"),
     "output_attentions": (None, False),
     "output_hidden_states": (None, False),
@@ -566,6 +574,7 @@ def _new_tokens_to(max_length: Any, prompt: int, said: str | None = None) -> int
 _PROCESSING = (
     "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "no_repeat_ngram_size", "bad_words_ids", "sequence_bias",
     "max_time", "top_h", "exponential_decay_length_penalty", "renormalize_logits", "remove_invalid_values",
+    "encoder_repetition_penalty", "encoder_no_repeat_ngram_size",
 )  # fmt: skip
 
 
@@ -1233,6 +1242,8 @@ class LanguageModel:
         epsilon_cutoff: float | None = None,
         eta_cutoff: float | None = None,
         no_repeat_ngram_size: int | None = None,
+        encoder_repetition_penalty: float | None = None,
+        encoder_no_repeat_ngram_size: int | None = None,
         bad_words_ids: Sequence[Sequence[int]] | None = None,
         sequence_bias: Any = None,
         max_time: float | None = None,
@@ -1337,6 +1348,8 @@ class LanguageModel:
             repetition_penalty, eos_token_id, pad_token_id, generator, session, max_length,
             dict(min_p=min_p, typical_p=typical_p, epsilon_cutoff=epsilon_cutoff, eta_cutoff=eta_cutoff,
                  no_repeat_ngram_size=no_repeat_ngram_size, bad_words_ids=bad_words_ids,
+                 encoder_repetition_penalty=encoder_repetition_penalty,
+                 encoder_no_repeat_ngram_size=encoder_no_repeat_ngram_size,
                  sequence_bias=sequence_bias, max_time=max_time, top_h=top_h,
                  exponential_decay_length_penalty=exponential_decay_length_penalty, logits_processor=logits_processor,
                  renormalize_logits=renormalize_logits, remove_invalid_values=remove_invalid_values,
@@ -1393,6 +1406,8 @@ class LanguageModel:
         epsilon_cutoff: float | None = None,
         eta_cutoff: float | None = None,
         no_repeat_ngram_size: int | None = None,
+        encoder_repetition_penalty: float | None = None,
+        encoder_no_repeat_ngram_size: int | None = None,
         bad_words_ids: Sequence[Sequence[int]] | None = None,
         sequence_bias: Any = None,
         max_time: float | None = None,
@@ -1441,6 +1456,8 @@ class LanguageModel:
             repetition_penalty, eos_token_id, pad_token_id, generator, session, max_length,
             dict(min_p=min_p, typical_p=typical_p, epsilon_cutoff=epsilon_cutoff, eta_cutoff=eta_cutoff,
                  no_repeat_ngram_size=no_repeat_ngram_size, bad_words_ids=bad_words_ids,
+                 encoder_repetition_penalty=encoder_repetition_penalty,
+                 encoder_no_repeat_ngram_size=encoder_no_repeat_ngram_size,
                  sequence_bias=sequence_bias, max_time=max_time, top_h=top_h,
                  exponential_decay_length_penalty=exponential_decay_length_penalty, logits_processor=logits_processor,
                  renormalize_logits=renormalize_logits, remove_invalid_values=remove_invalid_values,
@@ -1692,7 +1709,9 @@ class LanguageModel:
             "guidance_scale": guide is not None,
             "sequence_bias": bool(processing["sequence_bias"]),
             "repetition_penalty": repetition_penalty is not None and repetition_penalty != 1.0,
+            "encoder_repetition_penalty": processing["encoder_repetition_penalty"] is not None,
             "no_repeat_ngram_size": bool(processing["no_repeat_ngram_size"]),
+            "encoder_no_repeat_ngram_size": bool(processing["encoder_no_repeat_ngram_size"]),
             "bad_words_ids": bool(processing["bad_words_ids"]),
             **{stage: bool(min_new_tokens and eos) for stage in minimum},
             "prefix_allowed_tokens_fn": prefix is not None,
@@ -1722,6 +1741,9 @@ class LanguageModel:
             # the caller's guidance processor in its place needs no branch of the model's
             guidance=guide if "guidance_scale" not in dict(replacing) else None,
             watermark=watermark,
+            # the prompt's rows (each copied as the prompt is), which the Encoder* processors read
+            prompt=ids[:rows] if processing["encoder_repetition_penalty"] or processing["encoder_no_repeat_ngram_size"]
+            else None,
             **processing,
         )  # fmt: skip
         stop = extra.get("stop_strings")
@@ -1973,6 +1995,20 @@ class LanguageModel:
             if taken[name] is not None and not isinstance(taken[name], bool):
                 raise ArgumentError(op=_GENERATE, arg=name, expected="a bool", found=repr(taken[name]))
             taken[name] = bool(taken[name])
+        penalty = taken["encoder_repetition_penalty"]
+        if penalty is not None and (
+            isinstance(penalty, bool) or not isinstance(penalty, numbers.Real) or not float(penalty) > 0
+        ):
+            raise ArgumentError(
+                op=_GENERATE, arg="encoder_repetition_penalty", expected="a float > 0", found=repr(penalty)
+            )
+        taken["encoder_repetition_penalty"] = None if penalty is None or penalty == 1.0 else float(penalty)
+        size = taken["encoder_no_repeat_ngram_size"]
+        if size is not None and (isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 0):
+            raise ArgumentError(
+                op=_GENERATE, arg="encoder_no_repeat_ngram_size", expected="an int >= 0", found=repr(size)
+            )
+        taken["encoder_no_repeat_ngram_size"] = int(size) if size else None
         max_time = taken["max_time"]
         if max_time is not None and (
             not isinstance(max_time, (int, float)) or isinstance(max_time, bool) or max_time <= 0

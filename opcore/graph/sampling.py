@@ -1,9 +1,10 @@
 """Choosing the next token from a step's logits, with transformers' semantics and order.
 
 transformers' ``generate`` applies, in this order: classifier-free guidance (``guidance_scale``:
-opcore.graph.guidance), a sequence bias (``sequence_bias``), the
-repetition penalty (over every token of the row so far, prompt included, its left padding not), no
-repeated n-grams (``no_repeat_ngram_size``), bad words (``bad_words_ids``: a sequence bias of -inf,
+opcore.graph.guidance), a sequence bias (``sequence_bias``), the prompt's tokens raised
+(``encoder_repetition_penalty``), the repetition penalty (over every token of the row so far, prompt
+included, its left padding not), no repeated n-grams (``no_repeat_ngram_size``), nor the prompt's
+(``encoder_no_repeat_ngram_size``), bad words (``bad_words_ids``: a sequence bias of -inf,
 eos left out), the minimum of new tokens (eos impossible until reached), the caller's
 ``prefix_allowed_tokens_fn``, the forced first and last tokens of the model's generation config
 (``forced_bos_token_id`` where the prompt is one token, ``forced_eos_token_id`` as the last of
@@ -100,6 +101,13 @@ class Choice:
     # transformers' watermarking_config: the processor its construct_processor builds (a green list's
     # bias, or SynthID's g-values), after the warpers; None: no watermark
     watermark: Any = None
+    # transformers' EncoderRepetitionPenalty and EncoderNoRepeatNGram processors, which a decoder-only
+    # model's generate runs over its prompt (``prompt``: (rows, length), left padding included, as
+    # there): each prompt token's score raised by the penalty (lowered below 1), each n-gram of the
+    # prompt not continued
+    encoder_repetition_penalty: float | None = None
+    encoder_no_repeat_ngram_size: int | None = None
+    prompt: Any = None
 
     def __post_init__(self) -> None:
         _positive("temperature", self.temperature, strict=True)
@@ -134,6 +142,7 @@ class Choice:
             or bool(self.replacing)
             or self.guidance is not None
             or self.watermark is not None
+            or bool(self.encoder_no_repeat_ngram_size)
         )
 
     def _own(self, stage: str) -> Any:
@@ -160,6 +169,13 @@ class Choice:
             scores = _called(custom, tokens, scores, logits, "replacing sequence_bias")
         elif self.sequence_bias:
             scores = _biased(scores, tokens, self.sequence_bias)
+        if (custom := own("encoder_repetition_penalty")) is not None:
+            scores = _called(custom, tokens, scores, logits, "replacing encoder_repetition_penalty")
+        elif self.encoder_repetition_penalty is not None and self.prompt is not None:
+            prompt = _rows_of(self.prompt, scores.shape[0])
+            inverse = 1 / self.encoder_repetition_penalty  # transformers' "hallucination penalty"
+            got = torch.gather(scores, 1, prompt)
+            scores = scores.scatter(1, prompt, torch.where(got < 0, got * inverse, got / inverse))
         if (custom := own("repetition_penalty")) is not None:
             scores = _called(custom, tokens, scores, logits, "replacing repetition_penalty")
         elif self.repetition_penalty is not None and self.repetition_penalty != 1.0 and tokens is not None:
@@ -178,6 +194,12 @@ class Choice:
             scores = _called(custom, tokens, scores, logits, "replacing no_repeat_ngram_size")
         elif self.no_repeat_ngram_size and tokens is not None:
             scores = _no_repeated_ngrams(scores, tokens, self.no_repeat_ngram_size)
+        if (custom := own("encoder_no_repeat_ngram_size")) is not None:
+            scores = _called(custom, tokens, scores, logits, "replacing encoder_no_repeat_ngram_size")
+        elif self.encoder_no_repeat_ngram_size and self.prompt is not None and tokens is not None:
+            scores = _prompt_ngrams_banned(
+                scores, tokens, _rows_of(self.prompt, scores.shape[0]), self.encoder_no_repeat_ngram_size
+            )
         if (custom := own("bad_words_ids")) is not None:
             scores = _called(custom, tokens, scores, logits, "replacing bad_words_ids")
         elif self.bad_words_ids:
@@ -342,6 +364,8 @@ def stopped(criteria: Sequence[Any], tokens: Any, record: Sequence[tuple[Any, An
 REPLACEABLE = {
     "UnbatchedClassifierFreeGuidanceLogitsProcessor": "guidance_scale",
     "SequenceBiasLogitsProcessor": "sequence_bias",
+    "EncoderRepetitionPenaltyLogitsProcessor": "encoder_repetition_penalty",
+    "EncoderNoRepeatNGramLogitsProcessor": "encoder_no_repeat_ngram_size",
     "RepetitionPenaltyLogitsProcessor": "repetition_penalty",
     "NoRepeatNGramLogitsProcessor": "no_repeat_ngram_size",
     "NoBadWordsLogitsProcessor": "bad_words_ids",
@@ -355,6 +379,32 @@ REPLACEABLE = {
     "SuppressTokensLogitsProcessor": "suppress_tokens",
     "SuppressTokensAtBeginLogitsProcessor": "begin_suppress_tokens",
 }
+
+
+def _rows_of(prompt: Any, rows: int) -> Any:
+    """``prompt``'s rows for ``rows`` rows of scores: each repeated in a row where there are more (as
+    transformers' Encoder* processors repeat theirs), the first ``rows`` where fewer."""
+    if rows > prompt.shape[0]:
+        return prompt.repeat_interleave(rows // prompt.shape[0], dim=0)
+    return prompt[:rows]
+
+
+def _prompt_ngrams_banned(scores: Any, tokens: Any, prompt: Any, size: int) -> Any:
+    """``scores`` with -inf for each token that would continue, after the row's last ``size`` - 1
+    tokens, an n-gram of ``size`` its prompt holds (transformers' EncoderNoRepeatNGramLogitsProcessor;
+    nothing where the row is shorter than ``size`` - 1 or the prompt than ``size``)."""
+    import torch
+
+    length = tokens.shape[1]
+    if length < size - 1 or prompt.shape[1] < size:
+        return scores
+    vocab = scores.shape[-1]
+    grams = prompt.unfold(1, size, 1)  # (rows, windows, size)
+    last = tokens[:, length - (size - 1) :]  # (rows, size - 1)
+    hit = (grams[:, :, : size - 1] == last[:, None, :]).all(-1)
+    banned = torch.where(hit, grams[:, :, -1], vocab)
+    mask = torch.zeros((scores.shape[0], vocab + 1), dtype=torch.bool, device=scores.device)
+    return scores.masked_fill(mask.scatter(1, banned, True)[:, :vocab], -float("inf"))
 
 
 def _no_processor(stage: str) -> Any:
