@@ -631,8 +631,9 @@ def test_without_a_prompt_or_a_bos_token_generate_says_what_to_pass():
     model = built(transformers.LlamaForCausalLM, transformers.LlamaConfig(**SMALL, bos_token_id=None))
     lm = opcore.graph.capture_lm(model, max_length=16, measure=False)
     assert lm.defaults.bos_token_id is None
-    with pytest.raises(ArgumentError, match=r"input_ids.*neither.*generate\(bos_token_id=...\)"):
-        lm.generate(max_new_tokens=2)
+    for call in (lm.generate, lm.stream):
+        with pytest.raises(ArgumentError, match=r"input_ids.*found neither.*generate\(bos_token_id=...\)"):
+            call(max_new_tokens=2)
 
 
 def _continued_rows(lm: opcore.graph.LanguageModel) -> tuple[torch.Tensor, torch.Tensor]:
