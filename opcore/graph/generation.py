@@ -1703,7 +1703,7 @@ class LanguageModel:
             repetition_penalty = defaults.repetition_penalty
         max_time = processing.pop("max_time")
         bos = defaults.forced_bos_token_id
-        guide = self._guidance(defaults, extra, ids.shape[0], rows, max_new_tokens, beams)
+        guide = self._guidance(defaults, extra, rows, max_new_tokens, beams)
         watermark = self._watermark(defaults.watermarking)
         built = {  # the processors transformers' generate builds from these options, by stage
             "guidance_scale": guide is not None,
@@ -1815,9 +1815,8 @@ class LanguageModel:
         return config.construct_processor(self.vocab_size, str(self.decode_plan.device))
 
     def _guidance(
-        self, defaults: GenerationDefaults, extra: Mapping[str, Any], batch: int, rows: int, new: int,
-        beams: Beams | None,
-    ) -> Guidance | None:  # fmt: skip
+        self, defaults: GenerationDefaults, extra: Mapping[str, Any], rows: int, new: int, beams: Beams | None
+    ) -> Guidance | None:
         """Classifier-free guidance's branch (opcore.graph.guidance) where the call or the generation config
         sets a guidance_scale other than 1 (None otherwise: a negative prompt alone does nothing, as in
         transformers); its negative prompt checked before any work: a row per prompt row (each copied
@@ -2045,8 +2044,9 @@ class LanguageModel:
 
     def _loop(self, work: _Work) -> Iterator[Any]:
         chat = self._take(work.session)
-        branch = self._branch(work.choice)
+        branch = None
         try:
+            branch = self._branch(work.choice)
             if work.lookup is None:
                 yield from self._run(chat, work.session is None, work)
             else:
@@ -2065,8 +2065,9 @@ class LanguageModel:
         """Beam search (opcore.graph.beam_search) on a session of the pool, which holds no conversation
         after (its rows held beams, not a returned sequence)."""
         chat = self._take(work.session)
-        branch = self._branch(work.choice)
+        branch = None
         try:
+            branch = self._branch(work.choice)
             padding = _padding(work.mask) if work.choice.reads_tokens else None
             return beam_search(
                 chat, work.ids, work.mask, work.rows, work.max_new_tokens, work.choice, work.eos, work.pad,
