@@ -480,13 +480,9 @@ NO_EFFECT = (
 # options of a decoding generate does not do, taken at the values that turn them off (transformers'
 # GenerationConfig defaults): code that passes them there runs; another value is refused (_refuse)
 IDLE_VALUES: dict[str, tuple[Any, ...]] = {
+    **{name: (None, idle) for name, idle in NOT_APPLIED.items()},  # a config's options, as keywords
     "num_beam_groups": (None, 1),
     "diversity_penalty": (None, 0.0),
-    "penalty_alpha": (None, 0.0),
-    "dola_layers": (None,),
-    "constraints": (None,),
-    "force_words_ids": (None,),
-    "token_healing": (None, False),
     "use_mtp": (None, False),
     "speculation_type": (None,),
     "custom_generate": (None,),
@@ -916,22 +912,7 @@ class Session:
         if attention_mask is None:
             given = torch.ones_like(ids)
         else:
-            given = self.lm._rows(attention_mask, "attention_mask", "Session.prefill")
-            if given.shape != ids.shape:
-                raise ShapeError(
-                    op="Session.prefill",
-                    arg="attention_mask",
-                    expected=f"the shape of input_ids {tuple(ids.shape)}",
-                    found=str(tuple(given.shape)),
-                )
-            if bool(((given != 0) & (given != 1)).any()):
-                raise ArgumentError(
-                    op="Session.prefill",
-                    arg="attention_mask",
-                    expected="0 (padding) or 1 (a token) in every place",
-                    found=f"values {sorted(set(given.unique().tolist()) - {0, 1})[:4]}",
-                    fix=_MASK_FIX,
-                )
+            given = self.lm._mask(attention_mask, ids, "attention_mask", "input_ids", "Session.prefill")
         start = self.length
         slots = torch.arange(start, start + length, device=ids.device)
         self.mask[:, start : start + length] = given
@@ -1164,6 +1145,29 @@ class LanguageModel:
                     fix="tokenize with the model's own tokenizer; pad with a valid id (pad_token_id) and mask it",
                 )
         return value
+
+    def _mask(self, value: Any, ids: Any, arg: str, ids_arg: str, op: str, rows: int | None = None) -> Any:
+        """``value`` checked as the attention mask of ``ids`` (``_rows``, then ids' shape and 0 or 1 in
+        every place: errors naming ``arg`` and ``ids_arg``, the shapes of the first ``rows`` rows, all
+        where None)."""
+        mask = self._rows(value, arg, op)
+        shown = slice(rows)
+        if mask.shape != ids.shape:
+            raise ShapeError(
+                op=op,
+                arg=arg,
+                expected=f"the shape of {ids_arg} {tuple(ids[shown].shape)}",
+                found=str(tuple(mask[shown].shape)),
+            )
+        if bool(((mask != 0) & (mask != 1)).any()):
+            raise ArgumentError(
+                op=op,
+                arg=arg,
+                expected="0 (padding) or 1 (a token) in every place",
+                found=f"values {sorted(set(mask.unique().tolist()) - {0, 1})[:4]}",
+                fix=_MASK_FIX,
+            )
+        return mask
 
     def _room(self, used: int, prompt: int, new: int) -> None:
         if used + prompt + new > self.max_length:
@@ -1840,22 +1844,7 @@ class LanguageModel:
             )
         ids = self._rows(ids, "negative_prompt_ids")
         if mask is not None:
-            mask = self._rows(mask, "negative_prompt_attention_mask")
-            if mask.shape != ids.shape:
-                raise ShapeError(
-                    op=_GENERATE,
-                    arg="negative_prompt_attention_mask",
-                    expected=f"the shape of negative_prompt_ids {tuple(ids[:rows].shape)}",
-                    found=str(tuple(mask[:rows].shape)),
-                )
-            if bool(((mask != 0) & (mask != 1)).any()):
-                raise ArgumentError(
-                    op=_GENERATE,
-                    arg="negative_prompt_attention_mask",
-                    expected="0 (padding) or 1 (a token) in every place",
-                    found=f"values {sorted(set(mask.unique().tolist()) - {0, 1})[:4]}",
-                    fix=_MASK_FIX,
-                )
+            mask = self._mask(mask, ids, "negative_prompt_attention_mask", "negative_prompt_ids", _GENERATE, rows)
         if ids.shape[1] == 0:
             raise ShapeError(
                 op=_GENERATE, arg="negative_prompt_ids", expected="at least one token", found=str(tuple(ids.shape))
