@@ -1,5 +1,6 @@
-"""What bench/beam_search.py and bench/prompt_lookup.py share: a whole call timed, --models checked
-against bench/generate.py's shapes, and the run over them (threads set, the load printed)."""
+"""What bench/beam_search.py, bench/guidance.py and bench/prompt_lookup.py share: a whole call timed,
+eager's and opcore's rows of one setting, --models checked against bench/generate.py's shapes, and the
+run over them (threads set, the load printed)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,37 @@ def take_turns(calls: dict[str, Callable[[], Any]], rounds: int) -> tuple[dict[s
                 spent, _ = timed(calls[column])
                 seconds[column].append(spent)
     return outputs, seconds
+
+
+# the columns of paired_rows' rows
+PAIRED_HEADER = ("column", "call s (median)", "min-max", "new tokens/s", "x eager", "build s", "same tokens")
+
+
+def paired_rows(
+    label: str, outputs: dict[str, Any], seconds: dict[str, list[float]], new: int, build: str
+) -> list[tuple[str, ...]]:
+    """The "eager" and "opcore" rows of one setting (take_turns' outputs and seconds; ``new`` tokens a
+    row): each call's median and spread, new tokens per second, the ratio to eager's median, and on
+    opcore's row ``build`` and whether its tokens are eager's."""
+    import statistics
+
+    eager = statistics.median(seconds["eager"])
+    same = "yes" if torch.equal(outputs["opcore"], outputs["eager"]) else "NO"
+    rows: list[tuple[str, ...]] = []
+    for column in ("eager", "opcore"):
+        median = statistics.median(seconds[column])
+        rows.append(
+            (
+                f"{label}, {column}",
+                f"{median:.3f}",
+                f"{min(seconds[column]):.3f}-{max(seconds[column]):.3f}",
+                f"{new / median:.1f}",
+                f"{eager / median:.2f}x",
+                build if column == "opcore" else "",
+                same if column == "opcore" else "",
+            )
+        )
+    return rows
 
 
 def add_common(parser: argparse.ArgumentParser, models: tuple[str, ...]) -> None:

@@ -25,15 +25,13 @@ import argparse
 import functools
 import gc
 import os
-import statistics
 import sys
 from collections.abc import Callable
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-import torch
-from _decoder_bench import add_common, check_options, run_models, take_turns, timed
+from _decoder_bench import PAIRED_HEADER, add_common, check_options, paired_rows, run_models, take_turns, timed
 from _timing import machine_load, table
 from generate import SHAPES, _quiet_transformers, prompt_ids
 
@@ -71,29 +69,14 @@ def bench_model(name: str, options: argparse.Namespace) -> str:
                 "opcore": functools.partial(lm.generate, ids, guidance_scale=scale, **settings),
             }
             outputs, seconds = take_turns(calls, options.rounds)
-            eager = statistics.median(seconds["eager"])
-            same = "yes" if torch.equal(outputs["opcore"], outputs["eager"]) else "NO"
-            for column in calls:
-                median = statistics.median(seconds[column])
-                rows.append(
-                    (
-                        f"{label}, {column}",
-                        f"{median:.3f}",
-                        f"{min(seconds[column]):.3f}-{max(seconds[column]):.3f}",
-                        f"{options.new / median:.1f}",
-                        f"{eager / median:.2f}x",
-                        f"{build_s:.1f}" if column == "opcore" and scale is None else "",
-                        same if column == "opcore" else "",
-                    )
-                )
+            rows += paired_rows(label, outputs, seconds, options.new, f"{build_s:.1f}" if scale is None else "")
         del lm
         gc.collect()
-    header = ("column", "call s (median)", "min-max", "new tokens/s", "x eager", "build s", "same tokens")
     title = (
         f"{shape.title}: batch {options.batch}, prompt {options.prompt}, {options.new} new, fp32, greedy, "
         f"{options.threads} thread{'s' * (options.threads != 1)} ({machine_load()} after the runs)"
     )
-    return f"{title}\n{table(header, rows)}"
+    return f"{title}\n{table(PAIRED_HEADER, rows)}"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
