@@ -13,8 +13,9 @@ allocated for ``batch_size`` x ``max_length``):
 
 Both write the cache in place (opcore.graph.state): a step never copies it. On the host both read a
 window of it: their attentions over the cache take its first W slots, W an input the session sets
-past the last slot written (opcore.graph.split_attention: ``window``, ``window_prompt``), so a step
-costs what the conversation holds, not ``max_length``.
+past the last slot written (opcore.graph.split_attention: ``window``, ``window_prompt``; an attention
+written as matmuls: opcore.graph.score_window), so a step costs what the conversation holds, not
+``max_length``.
 
 >>> lm = opcore.graph.capture_lm(model, max_length=256)                    # doctest: +SKIP
 >>> out = lm.generate(ids, max_new_tokens=32)                              # doctest: +SKIP
@@ -38,6 +39,7 @@ from opcore.graph.options import PlanOptions
 from opcore.graph.partition_guard import CompilerCrash, answer
 from opcore.graph.plan import Plan
 from opcore.graph.quantizing import WeightSpec
+from opcore.graph.score_window import window_scores
 from opcore.graph.split_attention import WINDOW, read_written, split_attention, window_length, window_prompt
 from opcore.graph.state import new_state
 from opcore.types import Device, DType
@@ -1098,10 +1100,17 @@ def _finish_step(
         if windowed:
             read = f"{windowed} attention{'s' * (windowed != 1)} read the cache's first W slots (W <= {max_length})"
             applied.append(f"attention window: {read}")
+    split_window = False
     if split:
         graph, parted = split_attention(graph, constants, wide, window=max_length if window else None)
         if parted:
             applied.append(f"rewrite split_attention: {parted} match{'es' * (parted != 1)}")
+        split_window = WINDOW in graph.inputs
+    if window:
+        graph, scored = window_scores(graph, constants, max_length)
+        if scored:
+            read = f"{scored} attention{'s' * (scored != 1)} as matmuls read the cache's first W slots"
+            applied.append(f"attention window: {read} (W <= {max_length})")
     examples = exported.examples
     if WINDOW in graph.inputs:
         import torch
@@ -1111,7 +1120,7 @@ def _finish_step(
         tokens = examples[0].shape[1]
         width = window_length(min(PROMPT, max_length - 1) if tokens == 1 else tokens - 1, max_length)
         examples = (*examples, torch.arange(width, device=examples[0].device))
-        if split:
+        if split_window:
             applied.append(f"decode window: the split attention reads the cache's first W slots (W <= {max_length})")
     lowered = Lowered(graph, constants, exported.notes, applied, examples, exported.seconds)
     if split:

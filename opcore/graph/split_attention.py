@@ -31,7 +31,7 @@ new row, cache as it was)``: a temporary the size of the cache, which the split 
 take: a prompt's, the torch route's decode step): an attention over the main cache reads its first W
 slots alone, W given by an input (``WINDOW``) the session sets past the last slot written, so that a
 step costs what the conversation holds, not ``max_length`` (docs/generate.md, "Steps read the slots
-they hold").
+they hold"); opcore.graph.score_window gives an attention written as matmuls the same window.
 
 >>> graph, split = split_attention(graph, constants)     # doctest: +SKIP
 """
@@ -202,10 +202,11 @@ def read_written(graph: Graph, constants: MutableMapping[str, Any]) -> tuple[Gra
             length, after = cached.shape[axis], (1,) * (cached.ndim - 1 - axis)  # a slot's dims after it
             one = row.shape[axis] == 1 and where.shape == (1,)
             readers = [graph.nodes[i] for i in users[node.outputs[0]]]
-            if not one and all(_window_gather(reader, node.outputs[0], axis) for reader in readers):
-                # a prompt's rows whose every reader gathers the written cache at the window: the
-                # value is made at the window's slots alone (a W-slot temporary, not a cache-sized
-                # one; a decode step's window is the split's, which reads no write)
+            if all(_window_gather(reader, node.outputs[0], axis) for reader in readers):
+                # rows whose every reader gathers the written cache at the window (a prompt's, a
+                # decode step's attention as matmuls: opcore.graph.score_window): the value is made
+                # at the window's slots alone (a W-slot temporary, not a cache-sized one; the split's
+                # window reads no write)
                 try:
                     for reader in readers:
                         build.written_window(reader, cache, at, new, axis, length)
@@ -348,8 +349,11 @@ class _Build:
 
     def slots_read(self, at: ValueRef, length: int) -> ValueRef:
         """The WINDOW input (int64 (W,)), made for a cache of ``length`` slots on ``at``'s device; every
-        windowed attention of the graph reads caches of one length."""
+        windowed attention of the graph reads caches of one length (the graph's own WINDOW input where
+        it has one: a split decode step's, which opcore.graph.score_window's attentions read too)."""
         if self.window is None:
+            if WINDOW in self.graph.inputs and self.meta(ValueRef(WINDOW)).shape == (length,):
+                return ValueRef(WINDOW)
             if WINDOW in self.graph.values:
                 raise _NotSplit(f"the graph has a value named {WINDOW}")
             self.window = length
@@ -509,23 +513,32 @@ class _Build:
     def written_window(
         self, reader: Node, cache: ValueRef, at: ValueRef, new: ValueRef, axis: int, length: int
     ) -> None:
-        """``reader`` (the cache a prompt's rows ``new`` were written into at slots ``at``, gathered at
-        the WINDOW input's slots along ``axis``) made as the written cache's value at those slots:
-        ``where(written there, the row written there, the cache there)``, every operand W slots long
-        (the slot tests and row numbers, over all ``length`` slots, made once per step and gathered at
-        the window once)."""
+        """``reader`` (the cache rows ``new`` were written into at slots ``at``, gathered at the WINDOW
+        input's slots along ``axis``) made as the written cache's value at those slots: ``where(written
+        there, the row written there, the cache there)``, every operand W slots long (a prompt's slot
+        tests and row numbers, over all ``length`` slots, made once per step and gathered at the
+        window once; one row's slot test made at the window)."""
         read, dims = ValueRef(WINDOW), self.dims(ValueRef(reader.outputs[0]))
         if self.meta(read).shape != (length,):
             raise _NotSplit("a window of another cache's length")
-        written, order = self.rows_at(at, length)
-        key = ("window written", written.name)
-        if key not in self.shared:
-            here = self.gathered(f"{written.name}_window", written, read, 0)
-            after = (1,) * (len(dims) - 1 - axis)
-            self.shared[key] = self.op(f"{here.name}_column", "reshape", here, (-1, *after), dims=(WINDOW, *after))
-            self.shared[(*key, "order")] = self.gathered(f"{order.name}_window", order, read, 0)
-        name = reader.outputs[0]
-        rows = self.op(f"{name}_rows", "index", new, (*(None,) * axis, self.shared[(*key, "order")]), dims=dims)
+        name, after = reader.outputs[0], (1,) * (len(dims) - 1 - axis)
+        if self.meta(at).shape == (1,) and self.meta(new).shape[axis] == 1:
+            # one row (a decode step's): the window's slots compared with the one written, the row
+            # broadcast over them
+            key: tuple[Any, ...] = ("window written one", at.name, after)
+            if key not in self.shared:
+                here = self.slot(at, length, windowed=True)
+                self.shared[key] = self.op(f"{here.name}_column", "reshape", here, (-1, *after), dims=(WINDOW, *after))
+            rows = new
+        else:
+            written, order = self.rows_at(at, length)
+            key = ("window written", written.name)
+            if key not in self.shared:
+                here = self.gathered(f"{written.name}_window", written, read, 0)
+                self.shared[key] = self.op(f"{here.name}_column", "reshape", here, (-1, *after), dims=(WINDOW, *after))
+                self.shared[(*key, "order")] = self.gathered(f"{order.name}_window", order, read, 0)
+            order = self.shared[(*key, "order")]
+            rows = self.op(f"{name}_rows", "index", new, (*(None,) * axis, order), dims=dims)
         old = self.gathered(f"{name}_cache", cache, read, axis)
         made = self.op(name, "where", self.shared[key], rows, old, replaces=True, dims=dims)
         if self.meta(made).shape != self.graph.meta(name).shape:

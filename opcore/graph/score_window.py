@@ -1,0 +1,294 @@
+"""The window for attentions written as matmuls: scores, mask, softmax, weights @ values.
+
+``split_attention``'s window (and ``window_prompt``) takes the attentions that reach the graph as
+``scaled_dot_product_attention``. Models whose attention is the eager form — GPT-J, CodeGen, BLOOM,
+MPT, Gemma 2's soft-capped scores, any transformers model with ``attn_implementation="eager"`` — give
+a chain instead: the written cache through its views (``repeat_kv``'s unsqueeze, expand and reshape,
+a transpose), ``matmul`` with the query, scalings, the mask (and ALiBi's bias) added or filled in,
+``softmax`` over the slots, ``matmul`` with the values. Every op of that chain keeps the cache's
+slots as one dim, so each can read the WINDOW input's slots (W of them) instead of ``max_length``:
+
+* the written key and value caches are gathered at the window right after their writes;
+* each other operand that spans the slots (the mask, a position bias) is gathered there too, once
+  per operand;
+* the views' static sizes say -1 where the slots were; each value's dims carry W's symbol.
+
+Exact for the same reason as the split's window: the slots after W are masked (the protocol's
+causality), so their softmax weights are 0. A chain is taken only where that holds by its form:
+every softmax over the slots reads scores that a slot-spanning operand was added or filled into
+(the mask) with only ops after that keep a masked score masked (adds, fills, casts, scalings by a
+positive number), the weights reach their values' matmul through casts and multiplications alone,
+and nothing else reads a value that spans the slots. A chain with any other op, a reduction over
+the slots, or a value the graph returns stays as it was.
+
+>>> graph, windowed = window_scores(graph, constants, max_length=512)   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import MutableMapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from opcore.graph.ir import Graph, Node, ValueRef, substitute
+from opcore.graph.split_attention import WINDOW, _Build, _NotSplit
+from opcore.types import TensorMeta
+
+__all__ = ["window_scores"]
+
+_WRITE = "state.index_copy_"
+# ops applied one element at a time: a value spanning the slots keeps them where it was
+_ELEMENTWISE = frozenset(
+    {"add", "sub", "mul", "div", "where", "masked_fill", "cast", "tanh", "neg", "clamp", "maximum", "minimum"}
+)
+# after the mask: ops that keep a masked score masked (-inf or the lowest float stays so, or lower)
+_KEEPS_MASKED = frozenset({"add", "sub", "where", "masked_fill", "cast"})
+# after the softmax: ops that keep a masked slot's weight 0
+_KEEPS_ZERO = frozenset({"cast", "mul"})
+
+
+@dataclass
+class _Chain:
+    """One group of values spanning the slots, linked from a key and a value write through their
+    weights' matmul; ``failed`` once any of its values meets an op outside the rules."""
+
+    seeds: set[str] = field(default_factory=set)
+    failed: bool = False
+    ends: int = 0  # weights @ values matmuls reached
+
+
+@dataclass
+class _Span:
+    """A value spanning the slots: the dim they are, its chain, whether a mask went in (``masked``)
+    and whether it is a softmax's weights over masked scores (``weights``)."""
+
+    axis: int
+    chain: _Chain
+    masked: bool = False
+    weights: bool = False
+
+
+def window_scores(graph: Graph, constants: MutableMapping[str, Any], max_length: int) -> tuple[Graph, int]:
+    """The graph with each matmul-form attention over the main cache (4-D caches of ``max_length``
+    slots written along dim 2 at the step's ``cache_position`` input, the protocol's third) reading
+    the WINDOW input's slots alone, as the module docstring says; how many weights @ values matmuls
+    read a window. The WINDOW input is the graph's own where it has one already (a split decode
+    step's), else added as ``split_attention`` adds it; ``constants`` is not changed."""
+    position = graph.inputs[2] if len(graph.inputs) > 3 else None
+    if position is None:
+        return graph, 0
+    spans = {
+        node.outputs[0]: _Span(2, _Chain({node.outputs[0]}))
+        for node in graph.nodes
+        if node.op == _WRITE and _is_seed(graph, node, position, max_length)
+    }
+    if not spans:
+        return graph, 0
+    returned = set(graph.output_names())
+    plans: dict[str, _Plan] = {}
+    for node in graph.nodes:
+        inside = [name for name in _refs(node.args) if name in spans]
+        if not inside or node.op == _WRITE:
+            continue
+        chain = _merge(list({id(spans[n].chain): spans[n].chain for n in inside}.values()), spans)
+        try:
+            plan = _rule(graph, node, spans, max_length)
+        except _NotSplit:
+            chain.failed = True
+            continue
+        plans[node.name] = plan
+        if plan.axis is None:
+            chain.ends += 1
+        else:
+            spans[node.outputs[0]] = _Span(plan.axis, chain, plan.masked, plan.weights)
+            chain.failed |= node.outputs[0] in returned
+    taken = {id(s.chain): s.chain for s in spans.values() if not s.chain.failed and s.chain.ends}
+    if not taken:
+        return graph, 0
+    try:
+        return _rewrite(graph, constants, spans, plans, taken, position, max_length)
+    except _NotSplit:  # a name the graph has, a gather the contracts refuse: the graph as it was
+        return graph, 0
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a node reading values that span the slots becomes: its args as the window needs them,
+    the operands to gather (arg index, dim), the dim its output spans the slots on (None: a weights
+    @ values matmul's output, which does not), and whether that output is masked scores or a masked
+    softmax's weights."""
+
+    args: tuple[Any, ...]
+    axis: int | None
+    sides: tuple[tuple[int, int], ...] = ()
+    masked: bool = False
+    weights: bool = False
+
+
+def _is_seed(graph: Graph, node: Node, position: str, max_length: int) -> bool:
+    cache, dim, at = node.args[0], node.args[1], node.args[2]
+    if not isinstance(cache, ValueRef) or dim not in (2, -2) or at != ValueRef(position):
+        return False
+    meta = graph.values[cache.name].meta
+    return meta is not None and meta.ndim == 4 and meta.shape[2] == max_length
+
+
+def _refs(args: Any) -> list[str]:
+    """The names of the values ``args`` read."""
+    found: list[str] = []
+
+    def seen(name: str) -> ValueRef:
+        found.append(name)
+        return ValueRef(name)
+
+    substitute(args, seen)
+    return found
+
+
+def _merge(chains: list[_Chain], spans: dict[str, _Span]) -> _Chain:
+    """One chain for values of several (a weights @ values matmul links a key's and a value's)."""
+    first = chains[0]
+    for other in chains[1:]:
+        first.seeds |= other.seeds
+        first.failed |= other.failed
+        first.ends += other.ends
+        for span in spans.values():
+            if span.chain is other:
+                span.chain = first
+    return first
+
+
+def _meta(graph: Graph, arg: Any) -> TensorMeta:
+    meta = graph.values[arg.name].meta
+    if meta is None:
+        raise _NotSplit("a size")
+    return meta
+
+
+def _rule(graph: Graph, node: Node, spans: dict[str, _Span], length: int) -> _Plan:
+    """``node``'s plan (it reads values that span the slots); _NotSplit outside the rules."""
+    out = _meta(graph, ValueRef(node.outputs[0]))
+    args, op = node.args, node.op
+    if op in ("transpose", "permute", "unsqueeze", "expand", "reshape", "softmax"):
+        span = spans.get(args[0].name) if isinstance(args[0], ValueRef) else None
+        if span is None or any(name in spans for name in _refs(args[1:])):
+            raise _NotSplit("the slots in a size")
+        return _view(node, span, _meta(graph, args[0]), out, length)
+    if op in ("matmul", "bmm"):
+        a, b = (spans.get(x.name) if isinstance(x, ValueRef) else None for x in args[:2])
+        if a is None and b is not None and b.axis == _meta(graph, args[1]).ndim - 1:  # query @ keys^T
+            return _Plan(args, out.ndim - 1)
+        ranks = [_meta(graph, x).ndim for x in args[:2]]
+        if a is not None and b is not None and (a.axis, b.axis) == (ranks[0] - 1, ranks[1] - 2):
+            if not a.weights:
+                raise _NotSplit("weights that are not a masked softmax's")
+            return _Plan(args, None)  # weights @ values: the slots summed over
+        raise _NotSplit("a matmul over other dims")
+    if op not in _ELEMENTWISE:
+        raise _NotSplit(op)
+    # one element at a time: each tensor operand aligned to the output's dims from the right
+    axes = {
+        spans[a.name].axis + out.ndim - _meta(graph, a).ndim
+        for a in args
+        if isinstance(a, ValueRef) and a.name in spans
+    }
+    if len(axes) != 1:
+        raise _NotSplit("the slots on two dims")
+    axis = axes.pop()
+    inside = [spans[a.name] for a in args if isinstance(a, ValueRef) and a.name in spans]
+    masked, weights = any(s.masked for s in inside), any(s.weights for s in inside)
+    sides: list[tuple[int, int]] = []
+    for i, arg in enumerate(args):
+        if not isinstance(arg, ValueRef) or arg.name in spans:
+            continue
+        meta = _meta(graph, arg)
+        at = axis - (out.ndim - meta.ndim)
+        if at >= 0 and meta.shape[at] == length:
+            sides.append((i, at))
+        elif at >= 0 and meta.shape[at] != 1:
+            raise _NotSplit("an operand of another length")
+    scalar = args[1] if len(args) > 1 else None
+    positive = isinstance(scalar, (int, float)) and not isinstance(scalar, bool) and scalar > 0
+    if masked and not (op in _KEEPS_MASKED or (op in ("mul", "div") and positive)):
+        masked = False  # an op that could make a masked score a finite one again
+    if sides and op in ("add", "sub", "where", "masked_fill"):
+        masked = True  # the mask (or a bias spanning the slots) goes in here
+    return _Plan(args, axis, tuple(sides), masked, weights and op in _KEEPS_ZERO)
+
+
+def _view(node: Node, span: _Span, given: TensorMeta, out: TensorMeta, length: int) -> _Plan:
+    """The plan of a view (or a softmax) of a value spanning the slots on ``span.axis``."""
+    args, ndim = node.args, given.ndim
+    if node.op == "transpose":
+        d0, d1 = args[1] % ndim, args[2] % ndim
+        return _Plan(args, {d0: d1, d1: d0}.get(span.axis, span.axis), (), span.masked, span.weights)
+    if node.op == "permute":
+        return _Plan(args, [d % ndim for d in args[1]].index(span.axis), (), span.masked, span.weights)
+    if node.op == "unsqueeze":
+        return _Plan(args, span.axis + (args[1] % out.ndim <= span.axis), (), span.masked, span.weights)
+    if node.op == "softmax":
+        if args[1] % ndim != span.axis or not span.masked:
+            raise _NotSplit("a softmax over other dims, or over unmasked scores")
+        return _Plan(args, span.axis, weights=True)
+    sizes = list(args[1])
+    if node.op == "expand":
+        at = len(sizes) - ndim + span.axis
+        if sizes[at] not in (length, -1):
+            raise _NotSplit("expand")
+    else:  # reshape: the dims before the slots (and after them) merged or split among themselves alone
+        before = math.prod(given.shape[: span.axis])
+        at = next((i for i in range(out.ndim) if math.prod(out.shape[:i]) == before and out.shape[i] == length), -1)
+        if at < 0 or any(s == -1 for i, s in enumerate(sizes) if i != at):
+            raise _NotSplit("a reshape across the slots, or with -1 elsewhere")
+    sizes[at] = -1
+    return _Plan((args[0], tuple(sizes), *args[2:]), at, (), span.masked, span.weights)
+
+
+def _rewrite(
+    graph: Graph,
+    constants: MutableMapping[str, Any],
+    spans: dict[str, _Span],
+    plans: dict[str, _Plan],
+    taken: dict[int, _Chain],
+    position: str,
+    length: int,
+) -> tuple[Graph, int]:
+    """The graph with the taken chains' nodes as their plans say, the written caches and the other
+    operands spanning the slots gathered at the window; how many chains' ends."""
+    build = _Build(graph, window_at=position, window_length=length)
+    read = build.slots_read(ValueRef(position), length)
+    seeds = {seed for chain in taken.values() for seed in chain.seeds}
+    gathered: dict[str, ValueRef] = {}
+    nodes: list[Node] = []
+    dims: dict[str, tuple[int | str, ...]] = {}
+    for node in graph.nodes:
+        plan = plans.get(node.name)
+        if plan is None or not any(id(spans[n].chain) in taken for n in _refs(node.args) if n in spans):
+            nodes.append(node)
+            if node.outputs[0] in seeds:  # the written cache at the window, right after its write
+                mark = len(build.nodes)
+                written = ValueRef(node.outputs[0])
+                gathered[written.name] = build.gathered(f"{written.name}_window", written, read)
+                nodes.extend(build.nodes[mark:])
+            continue
+        args = list(plan.args)
+        mark = len(build.nodes)
+        for i, at in plan.sides:  # the mask, a bias: gathered once per operand and dim
+            key = (args[i].name, at)
+            if key not in build.shared:
+                sizes = list(build.dims(args[i]))
+                sizes[at] = WINDOW
+                index = (*(None,) * at, read)
+                build.shared[key] = build.op(f"{args[i].name}_window{at}", "index", args[i], index, dims=tuple(sizes))
+            args[i] = build.shared[key]
+        nodes.extend(build.nodes[mark:])
+        nodes.append(replace(node, args=substitute(tuple(args), lambda n: gathered.get(n, ValueRef(n)))))
+        if plan.axis is not None:
+            info = graph.values[node.outputs[0]]
+            sizes = list(info.dims or _meta(graph, ValueRef(info.name)).shape)
+            sizes[plan.axis] = WINDOW
+            dims[info.name] = tuple(sizes)
+    rewritten = build.graph_with(nodes, constants)
+    values = {name: replace(info, dims=dims[name]) if name in dims else info for name, info in rewritten.values.items()}
+    return replace(rewritten, values=values), sum(chain.ends for chain in taken.values())
