@@ -1,5 +1,5 @@
-"""The decode step's window (opcore.graph.split_attention, ``window``) against reading every slot, and
-against transformers' own step, in one run.
+"""The decode step's window (opcore.graph.split_attention, ``window``; opcore.graph.score_window for an
+attention written as matmuls) against reading every slot, and against transformers' own step, in one run.
 
 A captured decoder's cache has ``max_length`` slots. Its decode step's split attention reads the
 first W of them, W the step's position + 1 rounded up to WINDOW_STEP (an input of the plan), where it
@@ -20,6 +20,7 @@ One thread by default (torch's and the runtimes'); the load is printed.
 
     python bench/decode_window.py                                  # small and 135m, 256 and 2048
     python bench/decode_window.py --shapes 0.5b --weights int4 --lengths 256,2048,4096
+    python bench/decode_window.py --attention eager    # the models' attention as matmuls (GPT-J's, Gemma 2's form)
 """
 
 from __future__ import annotations
@@ -40,8 +41,11 @@ from _timing import machine_load, medians, table
 PROMPT = 128
 
 
-def rows_of(shape_name: str, weights: str | None, length: int, rounds: int, backends: Any) -> list[tuple[str, ...]]:
-    """One shape at one max_length: the three decode steps' medians, and the prompt's."""
+def rows_of(
+    shape_name: str, weights: str | None, length: int, rounds: int, backends: Any, attention: str = "sdpa"
+) -> list[tuple[str, ...]]:
+    """One shape at one max_length: the three decode steps' medians, and the prompt's; ``attention``:
+    the model's attn_implementation ("eager": scores, softmax and weights @ values as matmuls)."""
     from generate import SHAPES
 
     import opcore.graph
@@ -49,12 +53,13 @@ def rows_of(shape_name: str, weights: str | None, length: int, rounds: int, back
 
     shape = SHAPES[shape_name]
     model = shape.build(length)
+    model.set_attn_implementation(attention)
     started = time.perf_counter()
     lm = opcore.graph.capture_lm(model, max_length=length, weights=weights, backends=backends)
     print(f"  {shape_name} max_length {length}: captured in {time.perf_counter() - started:.1f} s; "
           f"decode: {lm.decode_plan.summary()}", flush=True)  # fmt: skip
     if WINDOW not in lm.decode_plan.graph.inputs:
-        raise SystemExit(f"{shape_name}: the decode step has no window (no split attention): nothing to compare")
+        raise SystemExit(f"{shape_name}: the decode step has no window (no attention took one): nothing to compare")
     ids = torch.randint(3, min(shape.vocab, 1000), (1, PROMPT), generator=torch.Generator().manual_seed(0))
     chat = lm.session()
     chat.prefill(ids)
@@ -86,7 +91,8 @@ def rows_of(shape_name: str, weights: str | None, length: int, rounds: int, back
 
         eager = one_step
     times = _timed(step, width, length, eager, rounds, f"{shape_name}'s decode step")
-    name = f"{shape_name}{' ' + weights if weights else ''}, max_length {length}"
+    kind = "".join(f" {v}" for v in (weights, attention if attention != "sdpa" else None) if v)
+    name = f"{shape_name}{kind}, max_length {length}"
     rows = [_row(f"{name}: decode step", f"{at} (W {width})", times, 2)]
     prompt = prompt_times(lm, model, ids, length, weights is None, max(rounds // 3, 5))
     if prompt is not None:
@@ -145,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--weights", default=None, help="capture_lm's weights= (int8, int4); default float32")
     parser.add_argument("--lengths", default="256,2048", help="max_length values (comma-separated)")
     parser.add_argument("--backends", default=None, help="capture_lm's backends= (comma-separated); default all")
+    parser.add_argument(
+        "--attention", default="sdpa", choices=("sdpa", "eager"), help="the models' attn_implementation"
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch's and the runtimes' threads")
     parser.add_argument("--rounds", type=int, default=31)
     options = parser.parse_args(argv)
@@ -156,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[tuple[str, ...]] = []
     for shape_name in options.shapes.split(","):
         for length in lengths:
-            rows += rows_of(shape_name, options.weights, length, options.rounds, backends)
+            rows += rows_of(shape_name, options.weights, length, options.rounds, backends, options.attention)
     header = ("model, step", "slots", "window", "every slot", "window's gain", "transformers", "vs transformers")
     print(table(header, rows))
     print(machine_load())

@@ -29,3 +29,19 @@ def test_a_tiny_run_prints_every_row(capsys: pytest.CaptureFixture[str], monkeyp
     ], out
     assert [row[5].split()[:2] for row in rows] == [["140", "(W"], ["0-127", "(W"]] * 2, out
     assert [row[5].split()[2] for row in rows] == ["160)", "128)"] * 2, out
+
+
+def test_the_models_eager_attention_reads_the_window_too(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # --attention eager: the same model with its attention as matmuls (opcore.graph.score_window),
+    # on the torch route where no graph runtime is installed
+    bench = load_bench("decode_window")
+    assert (
+        run_main(bench, ["--shapes", "small", "--lengths", "160", "--rounds", "3", "--attention", "eager"], monkeypatch)
+        == 0
+    )
+    out = capsys.readouterr().out
+    rows = [line.split(None, 6) for line in out.splitlines() if line.startswith("small eager, max_length")]
+    assert [row[4:6] for row in rows] == [["decode", "step"], ["prefill", "128"]], out
+    assert [row[6].split()[0] for row in rows] == ["140", "0-127"], out
