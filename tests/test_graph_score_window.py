@@ -7,8 +7,8 @@ into the batch with a position bias, as BLOOM's; a softmax written by hand, whic
 make one) are stepped through windows of 32, 64 and 80 slots
 on each graph runtime and the torch route, against the module run eagerly, with another
 conversation's keys in the slots after the position. Forms whose result depends on the slots past
-the position (an op after the mask that makes a masked score finite again, weights shifted off zero,
-no mask) keep reading every slot, and still give the module's logits.
+the position (an op after the mask that makes a masked score finite again, a fill of a finite value
+over it, weights shifted off zero, no mask) keep reading every slot, and still give the module's logits.
 Two transformers families generate a left-padded batch through the windows as ``model.generate``.
 """
 
@@ -64,6 +64,8 @@ class ScoresDecoder(SdpaDecoder):
             scores = scores.masked_fill(~allowed, LOWEST)
             if self.form == "bounded after the mask":  # a masked score made -1: every slot counts
                 scores = torch.tanh(scores)
+            if self.form == "refilled with a finite value":  # the masked slots made -1 again
+                scores = scores.masked_fill(~allowed, -1.0)
             if self.form == "softmax by hand":  # opcore's rewrites make it one softmax: taken
                 shifted = (scores - scores.amax(-1, keepdim=True)).exp()
                 weights = shifted / shifted.sum(-1, keepdim=True)
@@ -109,7 +111,9 @@ def test_an_attention_as_matmuls_reads_the_window_and_gives_the_modules_logits(f
         assert (other - runs[0]).abs().max().item() <= 1e-5
 
 
-@pytest.mark.parametrize("form", ["bounded after the mask", "weights shifted", "no mask"])
+@pytest.mark.parametrize(
+    "form", ["bounded after the mask", "refilled with a finite value", "weights shifted", "no mask"]
+)
 def test_a_form_that_reads_the_slots_past_the_position_reads_every_slot(form):
     # with a window these would lose the empty slots' share: eager's logits tell
     torch.manual_seed(0)

@@ -15,11 +15,13 @@ slots as one dim, so each can read the WINDOW input's slots (W of them) instead 
 
 Exact for the same reason as the split's window: the slots after W are masked (the protocol's
 causality), so their softmax weights are 0. A chain is taken only where that holds by its form:
-every softmax over the slots reads scores that a slot-spanning operand was added or filled into
-(the mask) with only ops after that keep a masked score masked (adds, fills, casts, scalings by a
-positive number), the weights reach their values' matmul through casts and multiplications alone,
-and nothing else reads a value that spans the slots. A chain with any other op, a reduction over
-the slots, or a value the graph returns stays as it was.
+every softmax over the slots reads scores that a slot-spanning operand was added, filled or
+selected into (the mask) with only ops after that keep a masked score masked (adds, fills and
+choices of a masking value, casts, scalings by a positive number), the weights reach their values'
+matmul through casts and multiplications alone, and nothing else reads a value that spans the
+slots. A chain with any other op, a reduction over the slots, or a value the graph returns stays as
+it was. (A model that never masks the slots past its position — a position bias alone — would read
+the empty slots in eager's static cache too, and not what transformers' dynamic cache reads.)
 
 >>> graph, windowed = window_scores(graph, constants, max_length=512)   # doctest: +SKIP
 """
@@ -42,8 +44,8 @@ _WRITE = "state.index_copy_"
 _ELEMENTWISE = frozenset(
     {"add", "sub", "mul", "div", "where", "masked_fill", "cast", "tanh", "neg", "clamp", "maximum", "minimum"}
 )
-# after the mask: ops that keep a masked score masked (-inf or the lowest float stays so, or lower)
-_KEEPS_MASKED = frozenset({"add", "sub", "where", "masked_fill", "cast"})
+# a fill or a choice at or below this masks a score (transformers fills the dtype's lowest float, or -inf)
+_MASKING = -1e30
 # after the softmax: ops that keep a masked slot's weight 0
 _KEEPS_ZERO = frozenset({"cast", "mul"})
 
@@ -197,7 +199,7 @@ def _rule(graph: Graph, node: Node, spans: dict[str, _Span], length: int) -> _Pl
         raise _NotSplit("the slots on two dims")
     axis = axes.pop()
     inside = [spans[a.name] for a in args if isinstance(a, ValueRef) and a.name in spans]
-    masked, weights = any(s.masked for s in inside), any(s.weights for s in inside)
+    weights = any(s.weights for s in inside)
     sides: list[tuple[int, int]] = []
     for i, arg in enumerate(args):
         if not isinstance(arg, ValueRef) or arg.name in spans:
@@ -208,13 +210,44 @@ def _rule(graph: Graph, node: Node, spans: dict[str, _Span], length: int) -> _Pl
             sides.append((i, at))
         elif at >= 0 and meta.shape[at] != 1:
             raise _NotSplit("an operand of another length")
-    scalar = args[1] if len(args) > 1 else None
-    positive = isinstance(scalar, (int, float)) and not isinstance(scalar, bool) and scalar > 0
-    if masked and not (op in _KEEPS_MASKED or (op in ("mul", "div") and positive)):
-        masked = False  # an op that could make a masked score a finite one again
-    if sides and op in ("add", "sub", "where", "masked_fill"):
-        masked = True  # the mask (or a bias spanning the slots) goes in here
-    return _Plan(args, axis, tuple(sides), masked, weights and op in _KEEPS_ZERO)
+    return _Plan(
+        args, axis, tuple(sides), _masked(op, args, spans, {i for i, _ in sides}), weights and op in _KEEPS_ZERO
+    )
+
+
+def _masked(op: str, args: tuple[Any, ...], spans: dict[str, _Span], sides: set[int]) -> bool:
+    """Whether an elementwise op's output is masked scores (the masked slots -inf, or the lowest
+    floats): its input's masked scores kept so, or a mask spanning the slots (``sides``: the args
+    gathered at the window) added, subtracted, filled or selected in. An op that could make a masked
+    score finite again (a bounded function, a negative scale, a fill with a finite value) is not."""
+
+    def low(i: int) -> bool:  # masked scores, or a value that masks
+        arg: Any = args[i] if i < len(args) else None
+        if isinstance(arg, ValueRef):
+            return arg.name in spans and spans[arg.name].masked
+        return _number(arg) and float(arg) <= _MASKING
+
+    if op in ("add", "sub"):
+        if len(args) > 2 and args[2] != 1:  # a scaled second operand
+            return False
+        if op == "sub" and isinstance(args[1], ValueRef) and args[1].name in spans:
+            return False  # scores subtracted: their masked slots made +inf
+        return low(0) or low(1) or bool(sides)  # the mask (or a bias spanning the slots) goes in here
+    if op == "masked_fill":
+        return (low(0) or 1 in sides) and low(2)
+    if op == "where":  # both choices masked, or a mask spanning the slots choosing a masking value
+        return (low(1) and low(2)) or (0 in sides and (low(1) or low(2)))
+    if op == "cast":
+        return low(0)
+    if op in ("mul", "div"):
+        return low(0) and _number(args[1]) and float(args[1]) > 0
+    if op == "minimum":
+        return low(0) or low(1)
+    return False
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _view(node: Node, span: _Span, given: TensorMeta, out: TensorMeta, length: int) -> _Plan:
