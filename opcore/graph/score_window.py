@@ -91,9 +91,12 @@ def window_scores(graph: Graph, constants: MutableMapping[str, Any], max_length:
     plans: dict[str, _Plan] = {}
     for node in graph.nodes:
         inside = [name for name in _refs(node.args) if name in spans]
-        if not inside or node.op == _WRITE:
+        if not inside:
             continue
         chain = _merge(list({id(spans[n].chain): spans[n].chain for n in inside}.values()), spans)
+        if node.op == _WRITE:  # a write reading a written cache reads it whole; a value made W long, not
+            chain.failed |= any(n not in chain.seeds for n in inside)
+            continue
         try:
             plan = _rule(graph, node, spans, max_length)
         except _NotSplit:
