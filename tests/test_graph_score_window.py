@@ -4,12 +4,13 @@ reads the cache's first W slots, as the fused attention's window does.
 Decoders following the capture_lm protocol with the forms transformers' eager attentions take (the
 key heads repeated by expand + reshape and soft-capped scores, as Llama's and Gemma 2's; heads merged
 into the batch with a position bias, as BLOOM's; a softmax written by hand, which opcore's rewrites
-make one) are stepped through windows of 32, 64 and 80 slots
-on each graph runtime and the torch route, against the module run eagerly, with another
-conversation's keys in the slots after the position. Forms whose result depends on the slots past
-the position (an op after the mask that makes a masked score finite again, a fill of a finite value
-over it, weights shifted off zero, no mask) keep reading every slot, and still give the module's logits.
-Two transformers families generate a left-padded batch through the windows as ``model.generate``.
+make one) are stepped through windows of 32, 64 and 80 slots on each graph runtime and the torch
+route, against the module run eagerly, with another conversation's keys in the slots after the
+position. Forms whose result depends on the slots past the position (an op after the mask that
+makes a masked score finite again, a fill of a finite value over it, weights shifted off zero, no
+mask) or that keep a value over every slot (the scores written into a buffer) keep reading every
+slot, and still give the module's logits. Two transformers families generate a left-padded batch
+through the windows as ``model.generate``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ class ScoresDecoder(SdpaDecoder):
     def __init__(self, form="repeat"):
         super().__init__(kv_heads=4 if form == "merged" else 2, length=LENGTH)
         self.form = form
+        if form == "scores kept":  # each query row's scores over every slot, kept in a buffer
+            self.register_buffer("kept", torch.zeros(BATCH, self.heads, LENGTH, LENGTH))
 
     def forward(self, input_ids, position_ids, cache_position, attention_mask):
         q, k, v = self.project(input_ids)
@@ -66,6 +69,8 @@ class ScoresDecoder(SdpaDecoder):
                 scores = torch.tanh(scores)
             if self.form == "refilled with a finite value":  # the masked slots made -1 again
                 scores = scores.masked_fill(~allowed, -1.0)
+            if self.form == "scores kept":  # a write of every slot's score: read whole
+                self.kept.index_copy_(2, cache_position, scores)
             if self.form == "softmax by hand":  # opcore's rewrites make it one softmax: taken
                 shifted = (scores - scores.amax(-1, keepdim=True)).exp()
                 weights = shifted / shifted.sum(-1, keepdim=True)
@@ -112,7 +117,7 @@ def test_an_attention_as_matmuls_reads_the_window_and_gives_the_modules_logits(f
 
 
 @pytest.mark.parametrize(
-    "form", ["bounded after the mask", "refilled with a finite value", "weights shifted", "no mask"]
+    "form", ["bounded after the mask", "refilled with a finite value", "weights shifted", "no mask", "scores kept"]
 )
 def test_a_form_that_reads_the_slots_past_the_position_reads_every_slot(form):
     # with a window these would lose the empty slots' share: eager's logits tell
