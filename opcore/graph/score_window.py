@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from opcore.graph.ir import Graph, Node, ValueRef, substitute
-from opcore.graph.split_attention import WINDOW, _Build, _NotSplit
+from opcore.graph.split_attention import WINDOW, AttentionBuild, NotSplit
 from opcore.types import TensorMeta
 
 __all__ = ["window_scores"]
@@ -99,7 +99,7 @@ def window_scores(graph: Graph, constants: MutableMapping[str, Any], max_length:
             continue
         try:
             plan = _rule(graph, node, spans, max_length)
-        except _NotSplit:
+        except NotSplit:
             chain.failed = True
             continue
         plans[node.name] = plan
@@ -113,7 +113,7 @@ def window_scores(graph: Graph, constants: MutableMapping[str, Any], max_length:
         return graph, 0
     try:
         return _rewrite(graph, constants, spans, plans, taken, position, max_length)
-    except _NotSplit:  # a name the graph has, a gather the contracts refuse: the graph as it was
+    except NotSplit:  # a name the graph has, a gather the contracts refuse: the graph as it was
         return graph, 0
 
 
@@ -167,18 +167,18 @@ def _merge(chains: list[_Chain], spans: dict[str, _Span]) -> _Chain:
 def _meta(graph: Graph, arg: Any) -> TensorMeta:
     meta = graph.values[arg.name].meta
     if meta is None:
-        raise _NotSplit("a size")
+        raise NotSplit("a size")
     return meta
 
 
 def _rule(graph: Graph, node: Node, spans: dict[str, _Span], length: int) -> _Plan:
-    """``node``'s plan (it reads values that span the slots); _NotSplit outside the rules."""
+    """``node``'s plan (it reads values that span the slots); NotSplit outside the rules."""
     out = _meta(graph, ValueRef(node.outputs[0]))
     args, op = node.args, node.op
     if op in ("transpose", "permute", "unsqueeze", "expand", "reshape", "softmax"):
         span = spans.get(args[0].name) if isinstance(args[0], ValueRef) else None
         if span is None or any(name in spans for name in _refs(args[1:])):
-            raise _NotSplit("the slots in a size")
+            raise NotSplit("the slots in a size")
         return _view(node, span, _meta(graph, args[0]), out, length)
     if op in ("matmul", "bmm"):
         a, b = (spans.get(x.name) if isinstance(x, ValueRef) else None for x in args[:2])
@@ -187,11 +187,11 @@ def _rule(graph: Graph, node: Node, spans: dict[str, _Span], length: int) -> _Pl
         ranks = [_meta(graph, x).ndim for x in args[:2]]
         if a is not None and b is not None and (a.axis, b.axis) == (ranks[0] - 1, ranks[1] - 2):
             if not a.weights:
-                raise _NotSplit("weights that are not a masked softmax's")
+                raise NotSplit("weights that are not a masked softmax's")
             return _Plan(args, None)  # weights @ values: the slots summed over
-        raise _NotSplit("a matmul over other dims")
+        raise NotSplit("a matmul over other dims")
     if op not in _ELEMENTWISE:
-        raise _NotSplit(op)
+        raise NotSplit(op)
     # one element at a time: each tensor operand aligned to the output's dims from the right
     axes = {
         spans[a.name].axis + out.ndim - _meta(graph, a).ndim
@@ -199,7 +199,7 @@ def _rule(graph: Graph, node: Node, spans: dict[str, _Span], length: int) -> _Pl
         if isinstance(a, ValueRef) and a.name in spans
     }
     if len(axes) != 1:
-        raise _NotSplit("the slots on two dims")
+        raise NotSplit("the slots on two dims")
     axis = axes.pop()
     inside = [spans[a.name] for a in args if isinstance(a, ValueRef) and a.name in spans]
     weights = any(s.weights for s in inside)
@@ -212,7 +212,7 @@ def _rule(graph: Graph, node: Node, spans: dict[str, _Span], length: int) -> _Pl
         if at >= 0 and meta.shape[at] == length:
             sides.append((i, at))
         elif at >= 0 and meta.shape[at] != 1:
-            raise _NotSplit("an operand of another length")
+            raise NotSplit("an operand of another length")
     return _Plan(
         args, axis, tuple(sides), _masked(op, args, spans, {i for i, _ in sides}), weights and op in _KEEPS_ZERO
     )
@@ -265,18 +265,18 @@ def _view(node: Node, span: _Span, given: TensorMeta, out: TensorMeta, length: i
         return _Plan(args, span.axis + (args[1] % out.ndim <= span.axis), (), span.masked, span.weights)
     if node.op == "softmax":
         if args[1] % ndim != span.axis or not span.masked:
-            raise _NotSplit("a softmax over other dims, or over unmasked scores")
+            raise NotSplit("a softmax over other dims, or over unmasked scores")
         return _Plan(args, span.axis, weights=True)
     sizes = list(args[1])
     if node.op == "expand":
         at = len(sizes) - ndim + span.axis
         if sizes[at] not in (length, -1):
-            raise _NotSplit("expand")
+            raise NotSplit("expand")
     else:  # reshape: the dims before the slots (and after them) merged or split among themselves alone
         before = math.prod(given.shape[: span.axis])
         at = next((i for i in range(out.ndim) if math.prod(out.shape[:i]) == before and out.shape[i] == length), -1)
         if at < 0 or any(s == -1 for i, s in enumerate(sizes) if i != at):
-            raise _NotSplit("a reshape across the slots, or with -1 elsewhere")
+            raise NotSplit("a reshape across the slots, or with -1 elsewhere")
     sizes[at] = -1
     return _Plan((args[0], tuple(sizes), *args[2:]), at, (), span.masked, span.weights)
 
@@ -292,7 +292,7 @@ def _rewrite(
 ) -> tuple[Graph, int]:
     """The graph with the taken chains' nodes as their plans say, the written caches and the other
     operands spanning the slots gathered at the window; how many chains' ends."""
-    build = _Build(graph, window_at=position, window_length=length)
+    build = AttentionBuild(graph, window_at=position, window_length=length)
     read = build.slots_read(ValueRef(position), length)
     seeds = {seed for chain in taken.values() for seed in chain.seeds}
     gathered: dict[str, ValueRef] = {}

@@ -48,7 +48,17 @@ from opcore.graph.ir import Graph, Node, ValueInfo, ValueRef, substitute
 from opcore.runtime import runtime
 from opcore.types import DType, TensorMeta
 
-__all__ = ["SLOTS", "WINDOW", "WINDOW_STEP", "read_written", "split_attention", "window_length", "window_prompt"]
+__all__ = [
+    "SLOTS",
+    "WINDOW",
+    "WINDOW_STEP",
+    "AttentionBuild",
+    "NotSplit",
+    "read_written",
+    "split_attention",
+    "window_length",
+    "window_prompt",
+]
 
 SLOTS = "decode_slots"  # + "_<length>": the constant arange(length) the written slot is compared with
 # a windowed step's input (a decode step's or a prompt's): the slot numbers 0 .. W - 1 its attentions
@@ -84,7 +94,7 @@ def split_attention(
     users = graph.users()
     producer = {out: node for node in graph.nodes for out in node.outputs}
     position = graph.inputs[2] if window is not None and len(graph.inputs) > 3 else None
-    build = _Build(graph, window_at=position, window_length=window)
+    build = AttentionBuild(graph, window_at=position, window_length=window)
     nodes: list[Node] = []
     split = 0
     for node in graph.nodes:
@@ -95,7 +105,7 @@ def split_attention(
         mark = build.mark()
         try:
             build.attention(node, *found)
-        except _NotSplit:  # this attention stays as it was, and nothing built for it is kept
+        except NotSplit:  # this attention stays as it was, and nothing built for it is kept
             build.undo(mark)
             nodes.append(node)
             continue
@@ -117,7 +127,7 @@ def window_prompt(graph: Graph, constants: MutableMapping[str, Any], max_length:
     ``constants`` is not changed (the window is an input)."""
     producer = {out: node for node in graph.nodes for out in node.outputs}
     position = graph.inputs[2] if len(graph.inputs) > 3 else None
-    build = _Build(graph, window_at=position, window_length=max_length)
+    build = AttentionBuild(graph, window_at=position, window_length=max_length)
     nodes: list[Node] = []
     windowed = 0
     for node in graph.nodes:
@@ -139,12 +149,12 @@ def window_prompt(graph: Graph, constants: MutableMapping[str, Any], max_length:
         try:
             keys, values, masked = build.meta(key), build.meta(value), build.meta(mask)
             if keys.ndim != 4 or values.ndim != 4 or keys.shape[2] != max_length or masked.shape[-1] != max_length:
-                raise _NotSplit("not the main cache")
+                raise NotSplit("not the main cache")
             read = build.slots_read(writes[0].args[2], max_length)  # type: ignore[union-attr,arg-type]
             k = build.gathered(f"{node.name}_window_k", key, read)
             v = build.gathered(f"{node.name}_window_v", value, read)
             m = build.mask_window(mask, read)
-        except _NotSplit:
+        except NotSplit:
             build.undo(mark)
             nodes.append(node)
             continue
@@ -169,7 +179,7 @@ def read_written(graph: Graph, constants: MutableMapping[str, Any]) -> tuple[Gra
     a value, so no partition waits for the write. The same rows as the write gives, whether the write
     ran before or not; the cost is a temporary the size of the cache, per layer and step, inside the
     runtime (the state itself is still written in place, once). A write of several rows (a prompt's,
-    a dynamic number of them, at any slots) reads each slot's row through ``_Build.rows_at``: the
+    a dynamic number of them, at any slots) reads each slot's row through ``AttentionBuild.rows_at``: the
     slots compared with the cache's numbers once per step, each cache's rows gathered. Applied to
     rows written along any dim of a cache (a 4-D cache's dim 2; a sparse attention's 3-D indexer
     keys' dim 1). Where every reader of a write gathers it at a window (``window_prompt``), the value
@@ -179,7 +189,7 @@ def read_written(graph: Graph, constants: MutableMapping[str, Any]) -> tuple[Gra
     users = graph.users()
     producer = {out: node for node in graph.nodes for out in node.outputs}
     returned = graph.output_names()
-    build = _Build(graph)
+    build = AttentionBuild(graph)
     renamed: dict[str, ValueRef] = {}
     added: dict[str, list[Node]] = {}  # per write, the nodes made for its readers (inputs first)
     dropped: set[str] = set()  # readers made again among a write's nodes (its window's gathers)
@@ -193,11 +203,11 @@ def read_written(graph: Graph, constants: MutableMapping[str, Any]) -> tuple[Gra
         try:
             cached, row, where = build.meta(cache), build.meta(new), build.meta(at)
             if cached.ndim < 2 or row.ndim != cached.ndim or where.ndim != 1 or not -cached.ndim <= dim < cached.ndim:
-                raise _NotSplit("not rows of a cache")
+                raise NotSplit("not rows of a cache")
             if row.dtype is not cached.dtype:
-                raise _NotSplit("dtype")
+                raise NotSplit("dtype")
             if cache.name in producer:  # the cache as the step received it, not a value made here
-                raise _NotSplit("cache")
+                raise NotSplit("cache")
             axis = dim % cached.ndim
             length, after = cached.shape[axis], (1,) * (cached.ndim - 1 - axis)  # a slot's dims after it
             one = row.shape[axis] == 1 and where.shape == (1,)
@@ -210,7 +220,7 @@ def read_written(graph: Graph, constants: MutableMapping[str, Any]) -> tuple[Gra
                 try:
                     for reader in readers:
                         build.written_window(reader, cache, at, new, axis, length)
-                except _NotSplit:  # the whole cache's value, below
+                except NotSplit:  # the whole cache's value, below
                     build.undo(mark)
                 else:
                     dropped.update(reader.outputs[0] for reader in readers)
@@ -223,8 +233,8 @@ def read_written(graph: Graph, constants: MutableMapping[str, Any]) -> tuple[Gra
                 rows = build.op(f"{node.outputs[0]}_rows", "index", new, (*(None,) * axis, order))
             read = build.op(f"{node.outputs[0]}_read", "where", build.column(written, length, after), rows, cache)
             if build.meta(read).shape != cached.shape:
-                raise _NotSplit("shape")
-        except _NotSplit:
+                raise NotSplit("shape")
+        except NotSplit:
             build.undo(mark)
             continue
         renamed[node.outputs[0]] = read
@@ -256,8 +266,9 @@ def _window_gather(node: Node, cache: str, axis: int) -> bool:
     )
 
 
-class _NotSplit(Exception):
-    """A matched attention the ops cannot express exactly (a shape the contracts refuse)."""
+class NotSplit(Exception):
+    """A matched attention the ops cannot express exactly (a shape the contracts refuse): it stays as
+    it was (opcore.graph.score_window raises it for a chain outside its rules too)."""
 
 
 def _match(
@@ -293,15 +304,16 @@ def _match(
     return k_cache, v_cache, k_new, v_new, k_at
 
 
-# what _Build.mark keeps: the nodes' count, the shared values, the values' infos, the slot constants
+# what AttentionBuild.mark keeps: the nodes' count, the shared values, the values' infos, the slot constants
 # and the window's length
 _Mark = tuple[int, dict[tuple[Any, ...], ValueRef], dict[str, ValueInfo], list[str], int | None]
 
 
 @dataclass
-class _Build:
+class AttentionBuild:
     """Appends contract nodes (their metas from the contracts' own meta functions) and shares what
-    every layer's split computes alike: the slot test, and the mask as scores to add."""
+    every layer's split computes alike: the slot test, and the mask as scores to add (the split's,
+    the window's and opcore.graph.score_window's rewrites build with it)."""
 
     graph: Graph
     nodes: list[Node] = field(default_factory=list)
@@ -355,7 +367,7 @@ class _Build:
             if WINDOW in self.graph.inputs and self.meta(ValueRef(WINDOW)).shape == (length,):
                 return ValueRef(WINDOW)
             if WINDOW in self.graph.values:
-                raise _NotSplit(f"the graph has a value named {WINDOW}")
+                raise NotSplit(f"the graph has a value named {WINDOW}")
             self.window = length
             meta = TensorMeta((length,), DType.INT64, self.meta(at).device)
             self.values[WINDOW] = ValueInfo(WINDOW, meta, (WINDOW,))
@@ -369,22 +381,22 @@ class _Build:
     def meta(self, ref: ValueRef) -> TensorMeta:
         info = self.values.get(ref.name) or self.graph.values[ref.name]
         if info.meta is None:  # a size computed at run time: not an attention this takes
-            raise _NotSplit(f"{ref.name} is a scalar")
+            raise NotSplit(f"{ref.name} is a scalar")
         return info.meta
 
     def op(self, name: str, op: str, *args: Any, replaces: bool = False, dims: tuple[Any, ...] = ()) -> ValueRef:
         """A node ``op(*args)`` whose output is ``name`` (``replaces``: the attention's own output);
         ``dims``: its sizes with a symbol where one is dynamic (default: the example's sizes)."""
         if not replaces and (name in self.graph.values or name in self.values):
-            raise _NotSplit(f"the graph has a value named {name}")
+            raise NotSplit(f"the graph has a value named {name}")
         contract = runtime().ensure_loaded().registry.contract(op)
         try:
             bound = contract.schema.bind(substitute(args, lambda n: self.meta(ValueRef(n))), {}, metas=True)
             out = contract.meta(*bound)
         except OpcoreError as error:  # a contract that refuses the shapes: this attention stays whole
-            raise _NotSplit(str(error)) from error
+            raise NotSplit(str(error)) from error
         if not isinstance(out, TensorMeta):  # every op the split uses has one result
-            raise _NotSplit(f"{op} gives {len(out)} results")
+            raise NotSplit(f"{op} gives {len(out)} results")
         full = (*args, *bound[len(args) :])  # the defaults the contract filled in
         self.nodes.append(Node(name, op, f"rewrite:split_attention:{op}", full, (name,)))
         self.values[name] = ValueInfo(name, out, dims or tuple(out.shape))
@@ -398,7 +410,7 @@ class _Build:
         batch, heads, _, dim = q.shape
         kv_heads, length = keys.shape[1], keys.shape[2]
         if heads % kv_heads or (heads != kv_heads and not gqa):
-            raise _NotSplit("heads")
+            raise NotSplit("heads")
         group = heads // kv_heads
         name = f"{node.name}_split"
         # W: the cache's length, or the WINDOW input's dynamic size (the sizes below that hold it)
@@ -445,7 +457,7 @@ class _Build:
         want = self.graph.meta(out)
         got = self.meta(self.op(out, "reshape", mixed, (batch, heads, 1, values.shape[3]), replaces=True))
         if got.shape != want.shape or got.dtype is not want.dtype:
-            raise _NotSplit("shape")
+            raise NotSplit("shape")
 
     def slot(self, at: ValueRef, length: int, windowed: bool = False) -> ValueRef:
         """Bool (length,): True at the slot this step writes (one per position input and cache length);
@@ -469,7 +481,7 @@ class _Build:
         numbers = f"{SLOTS}_{length}"
         if numbers not in self.graph.constants and numbers not in self.slots:
             if numbers in self.graph.values:
-                raise _NotSplit(f"the graph has a value named {numbers}")
+                raise NotSplit(f"the graph has a value named {numbers}")
             self.slots.append(numbers)
             meta = TensorMeta((length,), DType.INT64, self.meta(at).device)
             self.values[numbers] = ValueInfo(numbers, meta, (length,))
@@ -520,7 +532,7 @@ class _Build:
         window once; one row's slot test made at the window)."""
         read, dims = ValueRef(WINDOW), self.dims(ValueRef(reader.outputs[0]))
         if self.meta(read).shape != (length,):
-            raise _NotSplit("a window of another cache's length")
+            raise NotSplit("a window of another cache's length")
         name, after = reader.outputs[0], (1,) * (len(dims) - 1 - axis)
         if self.meta(at).shape == (1,) and self.meta(new).shape[axis] == 1:
             # one row (a decode step's): the window's slots compared with the one written, the row
@@ -542,7 +554,7 @@ class _Build:
         old = self.gathered(f"{name}_cache", cache, read, axis)
         made = self.op(name, "where", self.shared[key], rows, old, replaces=True, dims=dims)
         if self.meta(made).shape != self.graph.meta(name).shape:
-            raise _NotSplit("shape")
+            raise NotSplit("shape")
 
     def column(self, written: ValueRef, length: int, after: tuple[int, ...]) -> ValueRef:
         """``written`` (length,) as (length, *after), broadcast over a cache's dims after the written
@@ -566,7 +578,7 @@ class _Build:
             shape = (1,) * (4 - meta.ndim) + tuple(meta.shape)
             rows, mask_heads, length = shape[0], shape[1], shape[3]
             if shape[2] != 1 or mask_heads not in (1, heads):
-                raise _NotSplit("mask")
+                raise NotSplit("mask")
             grouped = (rows, kv_heads, group, length) if mask_heads == heads else (rows, 1, 1, length)
             name = f"{mask.name}_split{kv_heads}x{group}"
             # where windowed, the length is W (reshaped as -1) and the scores' sizes carry its symbol
