@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_graph_split_attention import BATCH, RUNTIMES, VOCAB, SdpaDecoder, _steps_match_eager
+from test_graph_split_attention import BATCH, RUNTIMES, VOCAB, MatmulDecoder, _steps_match_eager
 
 import opcore.graph
 from opcore.graph.split_attention import WINDOW
@@ -26,7 +26,7 @@ LENGTH = 80
 LOWEST = torch.finfo(torch.float32).min
 
 
-class ScoresDecoder(SdpaDecoder):
+class ScoresDecoder(MatmulDecoder):
     """One attention as the model's own matmuls, in the ``form`` given (see the module docstring)."""
 
     def __init__(self, form="repeat"):
@@ -52,15 +52,7 @@ class ScoresDecoder(SdpaDecoder):
                 weights.view(rows * self.heads, tokens, -1), self.values.reshape(rows * self.heads, -1, self.dim)
             )
             return self.logits(y.view(rows, self.heads, tokens, self.dim))
-        group = self.heads // self.kv_heads
-
-        def repeat(t):
-            return (
-                t[:, :, None].expand(rows, self.kv_heads, group, LENGTH, self.dim).reshape(rows, self.heads, LENGTH, -1)
-            )
-
-        scores = torch.matmul(q, repeat(self.keys).transpose(2, 3)) / self.dim**0.5
-        scores = torch.tanh(scores / 5.0) * 5.0
+        scores = self.capped_scores(q)
         if self.form == "no mask":
             weights = torch.softmax(scores, dim=-1)
         else:
@@ -78,7 +70,7 @@ class ScoresDecoder(SdpaDecoder):
                 weights = torch.softmax(scores, dim=-1)
             if self.form == "weights shifted":  # a masked slot's weight made 0.01
                 weights = weights + 0.01
-        return self.logits(torch.matmul(weights, repeat(self.values)))
+        return self.logits(torch.matmul(weights, self.repeat(self.values)))
 
 
 def _captured(model, runtime):

@@ -239,24 +239,25 @@ class MatmulDecoder(SdpaDecoder):
     """Attention written as the model's own matmuls (as Gemma2's soft-capped, BLOOM's and CodeGen's
     are): the key heads repeated by expand + reshape, scores soft-capped, a bool mask by masked_fill."""
 
+    def repeat(self, t):
+        """A cache's key heads repeated for each query head of their group (transformers' repeat_kv)."""
+        rows, group, length = t.shape[0], self.heads // self.kv_heads, self.max_length
+        return t[:, :, None].expand(rows, self.kv_heads, group, length, self.dim).reshape(rows, self.heads, length, -1)
+
+    def capped_scores(self, q):
+        """The query's scores over every slot, soft-capped (Gemma 2's form)."""
+        scores = torch.matmul(q, self.repeat(self.keys).transpose(2, 3)) / self.dim**0.5
+        return torch.tanh(scores / 5.0) * 5.0
+
     def forward(self, input_ids, position_ids, cache_position, attention_mask):
         q, k, v = self.project(input_ids)
-        rows = input_ids.shape[0]
         self.keys.index_copy_(2, cache_position, k)
         self.values.index_copy_(2, cache_position, v)
-        group = self.heads // self.kv_heads
-
-        def repeat(t):
-            return (
-                t[:, :, None].expand(rows, self.kv_heads, group, LENGTH, self.dim).reshape(rows, self.heads, LENGTH, -1)
-            )
-
-        scores = torch.matmul(q, repeat(self.keys).transpose(2, 3)) / self.dim**0.5
-        scores = torch.tanh(scores / 5.0) * 5.0
-        allowed = (torch.arange(LENGTH)[None, :] <= cache_position[:, None])[None, None]
+        scores = self.capped_scores(q)
+        allowed = (torch.arange(self.max_length)[None, :] <= cache_position[:, None])[None, None]
         allowed = allowed & attention_mask[:, None, None, :].bool()
         weights = torch.softmax(scores.masked_fill(~allowed, torch.finfo(torch.float32).min), dim=-1)
-        y = torch.matmul(weights, repeat(self.values))
+        y = torch.matmul(weights, self.repeat(self.values))
         return self.logits(y)
 
 
