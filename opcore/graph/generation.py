@@ -1124,15 +1124,8 @@ class LanguageModel:
                 if mask
                 else f"capture_lm(..., batch_size={value.shape[0]}) (generate pads fewer rows itself)",
             )
-        if mask and value.dtype.is_floating_point and bool(((value != 0) & (value != 1)).any()):
-            # before the conversion to integers, which would turn 0.5 into 0
-            raise ArgumentError(
-                op=op,
-                arg=arg,
-                expected="0 (padding) or 1 (a token) in every place",
-                found=f"values {sorted(set(value.unique().tolist()) - {0.0, 1.0})[:4]}",
-                fix=_MASK_FIX,
-            )
+        if mask and value.dtype.is_floating_point:
+            _zeros_and_ones(value, arg, op)  # before the conversion to integers, which would turn 0.5 into 0
         value = value.to(device=str(self.decode_plan.device), dtype=torch.long)
         if not mask and self.vocab_size is not None and value.numel():
             low, high = int(value.min()), int(value.max())
@@ -1159,14 +1152,7 @@ class LanguageModel:
                 expected=f"the shape of {ids_arg} {tuple(ids[shown].shape)}",
                 found=str(tuple(mask[shown].shape)),
             )
-        if bool(((mask != 0) & (mask != 1)).any()):
-            raise ArgumentError(
-                op=op,
-                arg=arg,
-                expected="0 (padding) or 1 (a token) in every place",
-                found=f"values {sorted(set(mask.unique().tolist()) - {0, 1})[:4]}",
-                fix=_MASK_FIX,
-            )
+        _zeros_and_ones(mask, arg, op)
         return mask
 
     def _room(self, used: int, prompt: int, new: int) -> None:
@@ -2224,3 +2210,15 @@ def _stream_target(streamer: Any, prompt: Any) -> Callable[[Any], Any] | None:
         expected="a callable taking each step's tokens, or an object with put() and end()",
         found=type(streamer).__name__,
     )
+
+
+def _zeros_and_ones(mask: Any, arg: str, op: str) -> None:
+    """An ArgumentError naming ``arg`` where the attention mask holds anything but 0 and 1."""
+    if bool(((mask != 0) & (mask != 1)).any()):
+        raise ArgumentError(
+            op=op,
+            arg=arg,
+            expected="0 (padding) or 1 (a token) in every place",
+            found=f"values {sorted(set(mask.unique().tolist()) - {0, 1})[:4]}",
+            fix=_MASK_FIX,
+        )
