@@ -176,3 +176,50 @@ def test_copies_no_reader_needs_are_elided_and_a_returned_input_copy_stays():
         want, _ = model(x)
     torch.testing.assert_close(y, want)
     assert torch.equal(copy, x) and copy.data_ptr() != x.data_ptr()  # the caller's tensor is not handed back
+
+
+def _assembled(self, x):
+    """DeepSeek's keys: a new buffer written piece by piece (``new_empty``, two ``copy_``)."""
+    rotary = torch.sin(x[..., :2])
+    keys = x.new_empty(*x.shape[:-1], x.shape[-1] + 2)
+    keys[..., : x.shape[-1]].copy_(x * 2)
+    keys[..., x.shape[-1] :].copy_(rotary)
+    return torch.relu(keys) + 1
+
+
+def test_a_buffer_written_piece_by_piece_reads_its_pieces():
+    ops, plan = ops_of(Fn(_assembled), torch.randn(2, 3, 5))
+    assert "zeros" not in ops and "slice_scatter" not in ops, ops
+    assert any("slice of a cat piece" in note for note in plan.notes), plan.notes
+    assert ops.count("cat") == 1, ops  # the keys: (x * 2, rotary)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda self, x: torch.cat([x, x * 2], -1)[..., 3:7],  # across two pieces
+        lambda self, x: torch.cat([x, x * 2], -1)[..., 0:5:2],  # a step
+        lambda self, x: torch.cat([x, x * 2], 1)[..., 0:3],  # along another dim than the cat's
+    ],
+    ids=["two pieces", "a step", "another dim"],
+)
+def test_a_slice_that_is_not_one_piece_of_its_cat_stays(fn):
+    ops, plan = ops_of(Fn(fn), torch.randn(2, 5, 5))
+    assert "cat" in ops and "slice" in ops, ops
+    assert not any("slice of a cat piece" in note for note in plan.notes), plan.notes
+
+
+def test_a_cat_read_elsewhere_stays_and_a_returned_piece_is_the_callers_own():
+    x = torch.randn(2, 5)
+
+    def fn(self, x):
+        both = torch.cat([x * 2, x + 1], -1)
+        return both[:, :5], both.sum(-1)
+
+    plan = opcore.graph.capture(Fn(fn).eval(), (x,), measure=False)
+    ops = [n.op for n in plan.graph.nodes]
+    assert "cat" in ops, ops  # its sum reads it
+    got, want = plan(x), fn(None, x)
+    assert all(torch.allclose(g, w) for g, w in zip(got, want, strict=True))
+    got[0].add_(1)  # the returned slice is a tensor of its own, not the piece inside the plan
+    assert torch.allclose(plan(x)[0], want[0])

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 from opcore.errors import OpcoreError
 from opcore.graph.ir import Graph, Node, ValueRef, refs_in, substitute
 from opcore.graph.mapping import RULES
 from opcore.runtime import runtime
 
-__all__ = ["REWRITES", "Pat", "Rewrite", "Var", "apply_rewrites", "aten_arguments", "elide_copies"]
+__all__ = ["REWRITES", "Pat", "Rewrite", "Var", "apply_rewrites", "aten_arguments", "elide_copies", "slices_of_cat"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -443,6 +443,9 @@ def apply_rewrites(graph: Graph, rewrites: tuple[Rewrite, ...] = REWRITES) -> tu
     graph, empty = drop_empty_pieces(graph)
     if empty:
         counts["empty cat piece"] = empty
+    graph, picked = slices_of_cat(graph)
+    if picked:
+        counts["slice of a cat piece"] = picked
     notes = [f"rewrite {name}: {n} match{'es' * (n != 1)}" for name, n in counts.items()]
     return graph, notes
 
@@ -606,6 +609,95 @@ def drop_empty_pieces(graph: Graph) -> tuple[Graph, int]:
         needed.update(node.refs())
     outputs = substitute(graph.outputs, lambda n: renamed.get(n, ValueRef(n)))
     return replace(graph, nodes=tuple(reversed(kept_nodes)), outputs=outputs), dropped
+
+
+def _static_size(graph: Graph, value: Any, dim: int) -> int | None:
+    info = graph.values.get(value.name) if isinstance(value, ValueRef) else None
+    if info is None or info.meta is None or not -info.meta.ndim <= dim < info.meta.ndim:
+        return None
+    size = (info.dims or info.meta.shape)[dim]
+    return size if isinstance(size, int) else None
+
+
+def slices_of_cat(graph: Graph) -> tuple[Graph, int]:
+    """The graph with each ``slice`` that takes exactly one piece of a ``cat`` (along the cat's dim,
+    step 1, static sizes) reading that piece, and the nodes nothing reads then (the cat, what made
+    only its other pieces) gone; how many slices went. A tensor written piece by piece into a new
+    buffer, as transformers' DeepSeek attention builds its keys (``new_empty``, then ``copy_`` into
+    ``[..., :d]`` and ``[..., d:]``), exports as cats of slices of a zeros tensor the size of the
+    cache: this reads the pieces themselves, and the zeros are not made at all.
+
+    >>> from opcore.graph.ir import ValueInfo
+    >>> from opcore.types import DType, TensorMeta
+    >>> x = ValueInfo("x", TensorMeta((2, 3), DType.FLOAT32))
+    >>> z = ValueInfo("z", TensorMeta((2, 5), DType.FLOAT32))
+    >>> c = ValueInfo("c", TensorMeta((2, 8), DType.FLOAT32))
+    >>> s = ValueInfo("s", TensorMeta((2, 3), DType.FLOAT32))
+    >>> cat = Node("c", "cat", "aten.cat.default", ((ValueRef("x"), ValueRef("z")), 1), ("c",))
+    >>> r = ValueInfo("r", TensorMeta((2, 3), DType.FLOAT32))
+    >>> cut = Node("s", "slice", "aten.slice.Tensor", (ValueRef("c"), 1, 0, 3, 1), ("s",))
+    >>> relu = Node("r", "relu", "aten.relu.default", (ValueRef("s"),), ("r",))
+    >>> g = Graph(("x", "z"), (), (cat, cut, relu), (ValueRef("r"),), {v.name: v for v in (x, z, c, s, r)})
+    >>> picked, n = slices_of_cat(g)
+    >>> n, [(node.name, node.args) for node in picked.nodes]
+    (1, [('r', (ValueRef(name='x'),))])
+    """
+    producer = {out: node for node in graph.nodes for out in node.outputs}
+    returned = graph.output_names()
+    renamed: dict[str, ValueRef] = {}
+    for node in graph.nodes:
+        if node.op != "slice" or len(node.args) < 4 or not isinstance(node.args[0], ValueRef):
+            continue
+        if node.outputs[0] in returned:  # the caller gets a tensor of its own, never a piece's
+            continue
+        cat = producer.get(node.args[0].name)
+        step = node.args[4] if len(node.args) > 4 else 1
+        if cat is None or cat.op != "cat" or step not in (1, None) or not isinstance(cat.args[0], tuple):
+            continue
+        rank = len(_static_shape(graph, node.args[0]))
+        dim, start, end = node.args[1], node.args[2], node.args[3]
+        if not rank or not all(isinstance(v, int) or v is None for v in (dim, start, end)):
+            continue
+        cat_dim = cat.args[1] if len(cat.args) > 1 else 0
+        if not isinstance(dim, int) or not isinstance(cat_dim, int) or dim % rank != cat_dim % rank:
+            continue
+        sizes = [_static_size(graph, piece, dim % rank) for piece in cat.args[0]]
+        if any(size is None for size in sizes):
+            continue
+        offsets = [sum(cast(list[int], sizes)[:i]) for i in range(len(sizes) + 1)]
+        begin, stop = start or 0, min(end if end is not None else offsets[-1], offsets[-1])
+        if begin < 0 or stop < 0:
+            continue
+        for i, piece in enumerate(cat.args[0]):
+            if (offsets[i], offsets[i + 1]) == (begin, stop) and isinstance(piece, ValueRef):
+                renamed[node.outputs[0]] = renamed.get(piece.name, piece)
+    if not renamed:
+        return graph, 0
+
+    def read(name: str) -> ValueRef:
+        return renamed.get(name, ValueRef(name))
+
+    # the nodes read only by what went (the cat, the slices of a zeros tensor, the zeros), last first;
+    # a node nothing read before stays as it was
+    nodes = [replace(node, args=substitute(node.args, read)) for node in graph.nodes]
+    readers: dict[str, set[str]] = {}
+    for node in nodes:
+        for name in node.refs():
+            readers.setdefault(name, set()).add(node.name)
+    gone = {node.name for node in graph.nodes if node.outputs[0] in renamed}
+    for node in reversed(graph.nodes):
+        read_by = set().union(*(readers.get(out, set()) for out in node.outputs))
+        if read_by and read_by <= gone and returned.isdisjoint(node.outputs) and not node.op.startswith("state."):
+            gone.add(node.name)
+    kept = tuple(node for node in nodes if node.name not in gone)
+    dropped = {out for node in graph.nodes if node.name in gone for out in node.outputs}
+    values = {name: info for name, info in graph.values.items() if name not in dropped}
+    return replace(graph, nodes=kept, outputs=substitute(graph.outputs, read), values=values), len(renamed)
+
+
+def _static_shape(graph: Graph, value: ValueRef) -> tuple[Any, ...]:
+    info = graph.values.get(value.name)
+    return () if info is None or info.meta is None else tuple(info.dims or info.meta.shape)
 
 
 def _try(graph: Graph, rewrite: Rewrite, index: int, maps: _Maps) -> tuple[Graph, list[int]] | None:
