@@ -21,6 +21,7 @@ One thread by default (torch's and the runtimes'); the load is printed.
     python bench/decode_window.py                                  # small and 135m, 256 and 2048
     python bench/decode_window.py --shapes 0.5b --weights int4 --lengths 256,2048,4096
     python bench/decode_window.py --attention eager    # the models' attention as matmuls (GPT-J's, Gemma 2's form)
+    python bench/decode_window.py --shapes mla         # a latent cache projected up each step (DeepSeek-V2's)
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -39,6 +41,44 @@ sys.path.insert(0, os.path.dirname(__file__))
 from _timing import machine_load, medians, table
 
 PROMPT = 128
+
+
+@dataclass(frozen=True)
+class LatentShape:
+    """A DeepSeek-V2-shaped decoder (transformers' multi-head latent attention: a latent of ``latent``
+    and a rotary key of ``rope`` cached per slot, projected up to every head's keys and values at each
+    step), dense MLPs; random weights, its logits scaled as bench/generate.py's shapes'."""
+
+    name: str
+    hidden: int
+    layers: int
+    heads: int
+    intermediate: int
+    vocab: int
+    latent: int
+    rope: int
+    nope: int
+    value: int
+
+    def build(self, max_length: int) -> Any:
+        import transformers
+        from generate import LOGIT_SCALE, scale_logits
+
+        torch.manual_seed(0)
+        config = transformers.DeepseekV2Config(
+            vocab_size=self.vocab, hidden_size=self.hidden, intermediate_size=self.intermediate,
+            num_hidden_layers=self.layers, num_attention_heads=self.heads, num_key_value_heads=self.heads,
+            kv_lora_rank=self.latent, q_lora_rank=None, qk_rope_head_dim=self.rope, qk_nope_head_dim=self.nope,
+            v_head_dim=self.value, first_k_dense_replace=self.layers, max_position_embeddings=max(max_length, 512),
+            tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        )  # fmt: skip
+        model = transformers.DeepseekV2ForCausalLM(config).eval()
+        scale_logits(model, LOGIT_SCALE)
+        return model
+
+
+# DeepSeek-V2-Lite's attention (latent 512, rotary 64, 128 + 128 per head) at half its widths, 4 layers
+LATENT_SHAPES = {"mla": LatentShape("mla", 1024, 4, 8, 2816, 8000, 256, 32, 64, 64)}
 
 
 def rows_of(
@@ -51,7 +91,7 @@ def rows_of(
     import opcore.graph
     from opcore.graph.split_attention import WINDOW, window_length
 
-    shape = SHAPES[shape_name]
+    shape = LATENT_SHAPES[shape_name] if shape_name in LATENT_SHAPES else SHAPES[shape_name]
     model = shape.build(length)
     model.set_attn_implementation(attention)
     started = time.perf_counter()
@@ -147,7 +187,7 @@ def _row(name: str, where: str, times: dict[str, float], digits: int) -> tuple[s
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--shapes", default="small,135m", help="bench/generate.py shapes (comma-separated)")
+    parser.add_argument("--shapes", default="small,135m", help="bench/generate.py shapes, or mla (comma-separated)")
     parser.add_argument("--weights", default=None, help="capture_lm's weights= (int8, int4); default float32")
     parser.add_argument("--lengths", default="256,2048", help="max_length values (comma-separated)")
     parser.add_argument("--backends", default=None, help="capture_lm's backends= (comma-separated); default all")

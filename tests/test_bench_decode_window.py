@@ -45,3 +45,13 @@ def test_the_models_eager_attention_reads_the_window_too(
     rows = [line.split(None, 6) for line in out.splitlines() if line.startswith("small eager, max_length")]
     assert [row[4:6] for row in rows] == [["decode", "step"], ["prefill", "128"]], out
     assert [row[6].split()[0] for row in rows] == ["140", "0-127"], out
+
+
+def test_a_latent_cache_reads_the_window(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # --shapes mla: DeepSeek-V2's latent attention (opcore.graph.score_window through the up-projection)
+    bench = load_bench("decode_window")
+    assert run_main(bench, ["--shapes", "mla", "--lengths", "160", "--rounds", "3"], monkeypatch) == 0
+    out = capsys.readouterr().out
+    rows = [line.split(None, 5) for line in out.splitlines() if line.startswith("mla, max_length")]
+    assert [row[3:5] for row in rows] == [["decode", "step"], ["prefill", "128"]], out
+    assert [row[5].split()[0] for row in rows] == ["140", "0-127"], out

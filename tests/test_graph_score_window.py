@@ -11,6 +11,13 @@ makes a masked score finite again, a fill of a finite value over it, weights shi
 mask) or that keep a value over every slot (the scores written into a buffer) keep reading every
 slot, and still give the module's logits. Two transformers families generate a left-padded batch
 through the windows as ``model.generate``.
+
+A latent cache (DeepSeek's and MiniCPM3's multi-head latent attention: one latent and one rotary key
+per slot, projected up to every head's keys and values at each step, the keys written piece by
+piece into a new buffer, then ``scaled_dot_product_attention`` with a mask) reads the window the
+same way: the up-projection runs over W slots, not ``max_length``; a latent attention without a
+mask reads every slot. DeepSeek-V2 from transformers generates through the windows as its own
+``generate``.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import torch
 from test_graph_split_attention import BATCH, RUNTIMES, VOCAB, MatmulDecoder, _steps_match_eager
 
 import opcore.graph
+from opcore.graph.ir import ValueRef
 from opcore.graph.split_attention import WINDOW
 
 LENGTH = 80
@@ -73,14 +81,53 @@ class ScoresDecoder(MatmulDecoder):
         return self.logits(torch.matmul(weights, self.repeat(self.values)))
 
 
+class LatentDecoder(torch.nn.Module):
+    """Multi-head latent attention as transformers writes DeepSeek-V2's: a latent of ``rank`` and one
+    rotary key per slot cached, each step projecting every cached latent up to the heads' keys and
+    values, the keys assembled in a new buffer (``new_empty`` then two ``copy_``), then SDPA."""
+
+    def __init__(self, masked=True, heads=4, rank=12, nope=8, rope=4, dim=8):
+        super().__init__()
+        self.batch_size, self.max_length, self.masked = BATCH, LENGTH, masked
+        self.heads, self.nope, self.rope, self.dim = heads, nope, rope, dim
+        width = heads * dim
+        self.embed = torch.nn.Embedding(VOCAB, width)
+        self.q = torch.nn.Linear(width, heads * (nope + rope))
+        self.down = torch.nn.Linear(width, rank + rope)
+        self.up = torch.nn.Linear(rank, heads * (nope + dim), bias=False)
+        self.out = torch.nn.Linear(width, VOCAB)
+        self.register_buffer("latents", torch.zeros(BATCH, 1, LENGTH, rank))
+        self.register_buffer("rotary", torch.zeros(BATCH, 1, LENGTH, rope))
+
+    def forward(self, input_ids, position_ids, cache_position, attention_mask):
+        rows, tokens = input_ids.shape
+        x = self.embed(input_ids)
+        q = self.q(x).view(rows, tokens, self.heads, -1).transpose(1, 2)
+        latent, rotary = self.down(x).split([self.latents.shape[-1], self.rope], dim=-1)
+        self.latents.index_copy_(2, cache_position, latent[:, None])
+        self.rotary.index_copy_(2, cache_position, torch.sin(rotary + position_ids[..., None])[:, None])
+        up = self.up(self.latents).view(rows, LENGTH, self.heads, -1).transpose(1, 2)
+        k_nope, values = up.split([self.nope, self.dim], dim=-1)
+        keys = k_nope.new_empty(rows, self.heads, LENGTH, self.nope + self.rope)
+        keys[..., : self.nope].copy_(k_nope)
+        keys[..., self.nope :].copy_(self.rotary.expand(-1, self.heads, -1, -1))
+        allowed = (torch.arange(LENGTH)[None, :] <= cache_position[:, None])[None, None]
+        allowed = allowed & attention_mask[:, None, None, :].bool()
+        y = torch.nn.functional.scaled_dot_product_attention(
+            q, keys, values, attn_mask=allowed if self.masked else None
+        )
+        return self.out(y.transpose(1, 2).reshape(rows, tokens, -1)) * 4
+
+
 def _captured(model, runtime):
     partitions = runtime != "cpu"
     backends = (runtime, "cpu") if partitions else ("cpu",)
     return opcore.graph.capture_lm(model, backends=backends, measure=False, prefill_partitions=partitions)
 
 
-def _windowed(plan) -> bool:
-    return any("attention window: 1 attention as matmuls" in note for note in plan.notes)
+def _windowed(plan, count=1) -> bool:
+    said = f"attention window: {count} attention{'s' * (count != 1)} reading the cache through other ops"
+    return any(said in note for note in plan.notes)
 
 
 @pytest.mark.parametrize("runtime", [*RUNTIMES, "cpu"])
@@ -148,7 +195,61 @@ def test_eager_attention_families_generate_through_the_windows_as_transformers(f
         model.get_output_embeddings().weight.mul_(8)  # greedy choices well apart
     lm = opcore.graph.capture_lm(model, max_length=96, batch_size=2, measure=False)
     for plan in (lm.decode_plan, lm.prefill_plan):
-        assert any("attention window: 2 attentions as matmuls" in note for note in plan.notes), plan.notes
+        assert _windowed(plan, 2), plan.notes
+    ids = torch.randint(3, 300, (2, 21), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[1, :4] = ids[1, :4] = 0
+    options = dict(attention_mask=mask, max_new_tokens=60, pad_token_id=0, eos_token_id=None)
+    want = model.generate(ids, do_sample=False, min_new_tokens=60, **options)
+    assert torch.equal(lm.generate(ids, **options), want)  # windows of 32, 64 and 96
+
+
+@pytest.mark.parametrize("runtime", [*RUNTIMES, "cpu"])
+def test_a_latent_cache_is_projected_up_at_the_window_alone(runtime):
+    torch.manual_seed(0)
+    model = LatentDecoder().eval()
+    lm = _captured(model, runtime)
+    for plan in (lm.decode_plan, lm.prefill_plan):
+        assert _windowed(plan), plan.notes
+        # the keys' buffer is not made: its pieces are read where they are made (a cache-sized zeros before)
+        assert not any(node.op == "zeros" for node in plan.graph.nodes), [n.op for n in plan.graph.nodes]
+        up = _weight(plan, "up")
+        ups = [node for node in plan.graph.nodes if node.op == "linear" and node.args[1] == up]
+        assert ups and all(plan.graph.values[n.outputs[0]].dims[2] == WINDOW for n in ups), ups
+    ids = torch.randint(0, VOCAB, (BATCH, 3), generator=torch.Generator().manual_seed(5))
+    _steps_match_eager(lm, model, ids, 70)  # windows of 32, 64 and 80
+
+
+def _weight(plan, name):
+    """The graph's reference to the module's ``name`` weight (the latent's up-projection)."""
+    found = [ref for ref in plan.graph.constants if ref.endswith(f"{name}_weight")]
+    assert len(found) == 1, list(plan.graph.constants)
+    return ValueRef(found[0])
+
+
+def test_a_latent_attention_without_a_mask_reads_every_slot():
+    torch.manual_seed(0)
+    model = LatentDecoder(masked=False).eval()
+    lm = _captured(model, RUNTIMES[0] if RUNTIMES else "cpu")
+    assert not _windowed(lm.decode_plan) and not _windowed(lm.prefill_plan), lm.decode_plan.notes
+    ids = torch.randint(0, VOCAB, (BATCH, 3), generator=torch.Generator().manual_seed(5))
+    _steps_match_eager(lm, model, ids, 24)
+
+
+def test_deepseek_v2s_latent_attention_generates_through_the_windows_as_transformers():
+    transformers = pytest.importorskip("transformers", reason="DeepSeek-V2 is a transformers model")
+    torch.manual_seed(0)
+    config = transformers.DeepseekV2Config(
+        vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=4, kv_lora_rank=32, q_lora_rank=None, qk_rope_head_dim=8, qk_nope_head_dim=16,
+        v_head_dim=16, first_k_dense_replace=2, max_position_embeddings=256, pad_token_id=0,
+    )  # fmt: skip
+    model = transformers.DeepseekV2ForCausalLM(config).eval()
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(8)  # greedy choices well apart
+    lm = opcore.graph.capture_lm(model, max_length=96, batch_size=2, measure=False)
+    for plan in (lm.decode_plan, lm.prefill_plan):
+        assert _windowed(plan, 2), plan.notes
     ids = torch.randint(3, 300, (2, 21), generator=torch.Generator().manual_seed(1))
     mask = torch.ones_like(ids)
     mask[1, :4] = ids[1, :4] = 0

@@ -283,7 +283,9 @@ def test_reading_the_written_cache_does_not_depend_on_when_the_write_ran(runtime
     torch.manual_seed(0)
     model = MatmulDecoder(kv_heads=4).eval()
     lm = opcore.graph.capture_lm(model, backends=(runtime, "cpu"), measure=False)
-    _twice_on_a_random_state(lm.decode_plan, model, torch.tensor([[7], [9]]), torch.tensor([[3], [3]]), [3])
+    assert "decode_window" in lm.decode_plan.graph.inputs  # its matmuls read the window (opcore.graph.score_window)
+    ids, positions = torch.tensor([[7], [9]]), torch.tensor([[3], [3]])
+    _twice_on_a_random_state(lm.decode_plan, model, ids, positions, [3], torch.arange(4))
 
 
 class MatmulThenSdpa(SdpaDecoder):
@@ -381,20 +383,18 @@ def test_a_prompt_reads_its_written_cache_as_a_value_and_is_one_partition(decode
 @pytest.mark.parametrize("decoder", [MatmulDecoder, SdpaDecoder])
 def test_a_prompt_s_rows_are_read_where_they_are_written_at_any_slots(decoder, slots, runtime):
     # the slots a prompt writes need not start at 0 nor be in order: each slot reads the row written
-    # there, every other slot the cache as it was, whether the writes ran before the read or not; an
-    # attention reading a window (the slots up to the last written) makes that value at the window's
-    # slots alone
+    # there, every other slot the cache as it was, whether the writes ran before the read or not; the
+    # attention reads a window (the slots up to the last written: the fused one's, and the matmuls'
+    # through opcore.graph.score_window), so that value is made at the window's slots alone
     torch.manual_seed(0)
     model = decoder(kv_heads=4).eval()
     lm = opcore.graph.capture_lm(model, backends=(runtime, "cpu"), measure=False, prefill_partitions=True)
     _all_in_one_partition(lm.prefill_plan, runtime)
-    windowed = decoder is SdpaDecoder
-    assert ("2 at the window's slots alone" in _prefill_notes(lm)) == windowed, lm.prefill_plan.notes
+    assert "2 at the window's slots alone" in _prefill_notes(lm), lm.prefill_plan.notes
     n = len(slots)
     ids = torch.randint(0, VOCAB, (BATCH, n), generator=torch.Generator().manual_seed(6))
     positions = torch.tensor(slots).expand(BATCH, n).contiguous()
-    window = torch.arange(max(slots) + 1) if windowed else None
-    _twice_on_a_random_state(lm.prefill_plan, model, ids, positions, slots, window)
+    _twice_on_a_random_state(lm.prefill_plan, model, ids, positions, slots, torch.arange(max(slots) + 1))
 
 
 class IndexerDecoder(SdpaDecoder):

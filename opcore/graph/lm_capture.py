@@ -1109,7 +1109,10 @@ def _finish_step(
     if window:
         graph, scored = window_scores(graph, constants, max_length)
         if scored:
-            read = f"{scored} attention{'s' * (scored != 1)} as matmuls read the cache's first W slots"
+            read = (
+                f"{scored} attention{'s' * (scored != 1)} reading the cache through other ops (scores as matmuls, "
+                "a latent's up-projection) read its first W slots"
+            )
             applied.append(f"attention window: {read} (W <= {max_length})")
     examples = exported.examples
     if WINDOW in graph.inputs:

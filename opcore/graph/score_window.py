@@ -13,6 +13,13 @@ slots as one dim, so each can read the WINDOW input's slots (W of them) instead 
   per operand;
 * the views' static sizes say -1 where the slots were; each value's dims carry W's symbol.
 
+A latent cache (DeepSeek's and MiniCPM3's multi-head latent attention) reaches an attention through
+ops along other dims: the cached latents projected up by a ``linear`` over their features, split,
+sliced, expanded and concatenated into each head's keys and values, then
+``scaled_dot_product_attention`` with a mask. Those ops keep the slots too, and the attention ends
+the chain as the weights' matmul does (its mask gathered at the window; without a mask it is not
+taken): the up-projection runs over W slots.
+
 Exact for the same reason as the split's window: the slots after W are masked (the protocol's
 causality), so their softmax weights are 0. A chain is taken only where that holds by its form:
 every softmax over the slots reads scores that a slot-spanning operand was added, filled or
@@ -106,8 +113,9 @@ def window_scores(graph: Graph, constants: MutableMapping[str, Any], max_length:
         if plan.axis is None:
             chain.ends += 1
         else:
-            spans[node.outputs[0]] = _Span(plan.axis, chain, plan.masked, plan.weights)
-            chain.failed |= node.outputs[0] in returned
+            for output in node.outputs:  # a split's parts each span the slots on the same dim
+                spans[output] = _Span(plan.axis, chain, plan.masked, plan.weights)
+                chain.failed |= output in returned
     taken = {id(s.chain): s.chain for s in spans.values() if not s.chain.failed and s.chain.ends}
     if not taken:
         return graph, 0
@@ -120,13 +128,13 @@ def window_scores(graph: Graph, constants: MutableMapping[str, Any], max_length:
 @dataclass(frozen=True)
 class _Plan:
     """What a node reading values that span the slots becomes: its args as the window needs them,
-    the operands to gather (arg index, dim), the dim its output spans the slots on (None: a weights
-    @ values matmul's output, which does not), and whether that output is masked scores or a masked
-    softmax's weights."""
+    the operands to gather (where in the args: an arg's index, or an arg's and its part's; the dim),
+    the dim its outputs span the slots on (None: a weights @ values matmul's or an attention's output,
+    which does not), and whether that output is masked scores or a masked softmax's weights."""
 
     args: tuple[Any, ...]
     axis: int | None
-    sides: tuple[tuple[int, int], ...] = ()
+    sides: tuple[tuple[tuple[int, ...], int], ...] = ()
     masked: bool = False
     weights: bool = False
 
@@ -179,7 +187,9 @@ def _rule(graph: Graph, node: Node, spans: dict[str, _Span], length: int) -> _Pl
         span = spans.get(args[0].name) if isinstance(args[0], ValueRef) else None
         if span is None or any(name in spans for name in _refs(args[1:])):
             raise NotSplit("the slots in a size")
-        return _view(node, span, _meta(graph, args[0]), out, length)
+        return _view(node, span, _meta(graph, args[0]), out, length, graph.values[node.outputs[0]].dims)
+    if op in ("linear", "split_with_sizes", "slice", "cat", "scaled_dot_product_attention"):
+        return _along_features(graph, node, spans, out, length)
     if op in ("matmul", "bmm"):
         a, b = (spans.get(x.name) if isinstance(x, ValueRef) else None for x in args[:2])
         if a is None and b is not None and b.axis == _meta(graph, args[1]).ndim - 1:  # query @ keys^T
@@ -203,19 +213,63 @@ def _rule(graph: Graph, node: Node, spans: dict[str, _Span], length: int) -> _Pl
     axis = axes.pop()
     inside = [spans[a.name] for a in args if isinstance(a, ValueRef) and a.name in spans]
     weights = any(s.weights for s in inside)
-    sides: list[tuple[int, int]] = []
+    sides: list[tuple[tuple[int, ...], int]] = []
     for i, arg in enumerate(args):
         if not isinstance(arg, ValueRef) or arg.name in spans:
             continue
         meta = _meta(graph, arg)
         at = axis - (out.ndim - meta.ndim)
         if at >= 0 and meta.shape[at] == length:
-            sides.append((i, at))
+            sides.append(((i,), at))
         elif at >= 0 and meta.shape[at] != 1:
             raise NotSplit("an operand of another length")
     return _Plan(
-        args, axis, tuple(sides), _masked(op, args, spans, {i for i, _ in sides}), weights and op in _KEEPS_ZERO
+        args, axis, tuple(sides), _masked(op, args, spans, {i for (i,), _ in sides}), weights and op in _KEEPS_ZERO
     )
+
+
+def _along_features(graph: Graph, node: Node, spans: dict[str, _Span], out: TensorMeta, length: int) -> _Plan:
+    """The plan of an op that works along other dims than the slots: a linear over the features (the
+    up-projection of a latent cache: DeepSeek's and MiniCPM3's multi-head latent attention), a split,
+    slice or concatenation of other dims, and ``scaled_dot_product_attention`` reading keys and values
+    that span the slots (a chain's end, exact as the matmul form's: its mask spans the slots and goes
+    into every score; without one it is not taken)."""
+    args, op = node.args, node.op
+    if op == "scaled_dot_product_attention":
+        query, key, value, mask, dropout, causal = args[:6]
+        if isinstance(query, ValueRef) and query.name in spans:
+            raise NotSplit("a query spanning the slots")
+        kv = [spans.get(x.name) if isinstance(x, ValueRef) else None for x in (key, value)]
+        ranks = [_meta(graph, x).ndim for x in (key, value)]
+        if any(s is None or s.axis != r - 2 for s, r in zip(kv, ranks, strict=True)):
+            raise NotSplit("keys or values whose slots are not the attention's")
+        if dropout or causal or not isinstance(mask, ValueRef) or mask.name in spans:
+            raise NotSplit("an attention without a mask over the slots")
+        meta = _meta(graph, mask)
+        if meta.shape[-1] != length:
+            raise NotSplit("a mask of another length")
+        return _Plan(args, None, (((3,), meta.ndim - 1),))
+    if op == "cat":
+        parts, dim = args[0], args[1] % out.ndim
+        inside = {spans[p.name].axis for p in parts if isinstance(p, ValueRef) and p.name in spans}
+        if len(inside) != 1 or dim in inside:
+            raise NotSplit("a concatenation along the slots")
+        axis = inside.pop()
+        sides = []
+        for j, part in enumerate(parts):
+            if isinstance(part, ValueRef) and part.name not in spans:
+                if _meta(graph, part).shape[axis] != length:
+                    raise NotSplit("a part of another length")
+                sides.append(((0, j), axis))  # a part spanning the slots too (a buffer's): gathered
+        return _Plan(args, axis, tuple(sides))
+    source = spans.get(args[0].name) if isinstance(args[0], ValueRef) else None
+    if source is None or any(name in spans for name in _refs(args[1:])):
+        raise NotSplit("the slots in an operand that is not the first")
+    ndim = _meta(graph, args[0]).ndim
+    along = ndim - 1 if op == "linear" else args[2 if op == "split_with_sizes" else 1] % ndim
+    if along == source.axis:
+        raise NotSplit(f"a {op} along the slots")
+    return _Plan(args, source.axis)
 
 
 def _masked(op: str, args: tuple[Any, ...], spans: dict[str, _Span], sides: set[int]) -> bool:
@@ -253,8 +307,11 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _view(node: Node, span: _Span, given: TensorMeta, out: TensorMeta, length: int) -> _Plan:
-    """The plan of a view (or a softmax) of a value spanning the slots on ``span.axis``."""
+def _view(
+    node: Node, span: _Span, given: TensorMeta, out: TensorMeta, length: int, out_dims: tuple[Any, ...] | None
+) -> _Plan:
+    """The plan of a view (or a softmax) of a value spanning the slots on ``span.axis``; ``out_dims``
+    the output's dims (symbols where dynamic) where the graph has them."""
     args, ndim = node.args, given.ndim
     if node.op == "transpose":
         d0, d1 = args[1] % ndim, args[2] % ndim
@@ -275,8 +332,13 @@ def _view(node: Node, span: _Span, given: TensorMeta, out: TensorMeta, length: i
     else:  # reshape: the dims before the slots (and after them) merged or split among themselves alone
         before = math.prod(given.shape[: span.axis])
         at = next((i for i in range(out.ndim) if math.prod(out.shape[:i]) == before and out.shape[i] == length), -1)
-        if at < 0 or any(s == -1 for i, s in enumerate(sizes) if i != at):
-            raise NotSplit("a reshape across the slots, or with -1 elsewhere")
+        if at < 0:
+            raise NotSplit("a reshape across the slots")
+        for i, size in enumerate(sizes):  # another -1 (DeepSeek's heads): its size, where static
+            if i != at and size == -1:
+                if out_dims is not None and not isinstance(out_dims[i], int):
+                    raise NotSplit("a reshape with -1 on a dynamic dim")
+                sizes[i] = out.shape[i]
     sizes[at] = -1
     return _Plan((args[0], tuple(sizes), *args[2:]), at, (), span.masked, span.weights)
 
@@ -308,20 +370,28 @@ def _rewrite(
                 gathered[written.name] = build.gathered(f"{written.name}_window", written, read)
                 nodes.extend(build.nodes[mark:])
             continue
-        args = list(plan.args)
+        args: list[Any] = list(plan.args)
         mark = len(build.nodes)
-        for i, at in plan.sides:  # the mask, a bias: gathered once per operand and dim
-            key = (args[i].name, at)
+        for path, at in plan.sides:  # the mask, a bias, a buffer: gathered once per operand and dim
+            side = args[path[0]] if len(path) == 1 else args[path[0]][path[1]]
+            key = (side.name, at)
             if key not in build.shared:
-                sizes = list(build.dims(args[i]))
+                sizes = list(build.dims(side))
                 sizes[at] = WINDOW
                 index = (*(None,) * at, read)
-                build.shared[key] = build.op(f"{args[i].name}_window{at}", "index", args[i], index, dims=tuple(sizes))
-            args[i] = build.shared[key]
+                build.shared[key] = build.op(f"{side.name}_window{at}", "index", side, index, dims=tuple(sizes))
+            if len(path) == 1:
+                args[path[0]] = build.shared[key]
+            else:
+                parts = list(args[path[0]])
+                parts[path[1]] = build.shared[key]
+                args[path[0]] = tuple(parts)
         nodes.extend(build.nodes[mark:])
         nodes.append(replace(node, args=substitute(tuple(args), lambda n: gathered.get(n, ValueRef(n)))))
-        if plan.axis is not None:
-            info = graph.values[node.outputs[0]]
+        if plan.axis is None:
+            continue
+        for output in node.outputs:
+            info = graph.values[output]
             sizes = list(info.dims or _meta(graph, ValueRef(info.name)).shape)
             sizes[plan.axis] = WINDOW
             dims[info.name] = tuple(sizes)
