@@ -256,3 +256,21 @@ def test_deepseek_v2s_latent_attention_generates_through_the_windows_as_transfor
     options = dict(attention_mask=mask, max_new_tokens=60, pad_token_id=0, eos_token_id=None)
     want = model.generate(ids, do_sample=False, min_new_tokens=60, **options)
     assert torch.equal(lm.generate(ids, **options), want)  # windows of 32, 64 and 96
+
+
+def test_a_quantized_latent_up_projection_reads_the_window_too():
+    # capture_lm(weights="int8"): the up-projection is a linear_wq, over the window's slots as well;
+    # the step at its window gives the logits it gives reading every slot
+    torch.manual_seed(0)
+    model = LatentDecoder().eval()
+    lm = opcore.graph.capture_lm(model, measure=False, weights="int8")
+    assert _windowed(lm.decode_plan), lm.decode_plan.notes
+    assert any(node.op == "linear_wq" for node in lm.decode_plan.graph.nodes)
+    session = lm.session()
+    logits = session.prefill(torch.randint(0, VOCAB, (BATCH, 3), generator=torch.Generator().manual_seed(5)))
+    for _ in range(40):
+        logits = session.decode(logits.argmax(-1))
+    given = [logits.argmax(-1)[:, None], session.positions[:, None], session.slot, session.mask]
+    with torch.no_grad():
+        runs = [lm.decode_plan.program.run([*given, lm.window_slots[:w], *session.state])[0] for w in (64, LENGTH)]
+    assert (runs[0] - runs[1]).abs().max().item() <= 1e-5

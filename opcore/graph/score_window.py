@@ -53,6 +53,8 @@ _ELEMENTWISE = frozenset(
 )
 # a fill or a choice at or below this masks a score (transformers fills the dtype's lowest float, or -inf)
 _MASKING = -1e30
+# ops over the last dim alone, their input first: a linear (quantized, or with its activation fused)
+_ALONG_FEATURES = frozenset({"linear", "linear_wq", "linear_relu", "linear_silu", "linear_gelu"})
 # after the softmax: ops that keep a masked slot's weight 0
 _KEEPS_ZERO = frozenset({"cast", "mul"})
 
@@ -188,7 +190,7 @@ def _rule(graph: Graph, node: Node, spans: dict[str, _Span], length: int) -> _Pl
         if span is None or any(name in spans for name in _refs(args[1:])):
             raise NotSplit("the slots in a size")
         return _view(node, span, _meta(graph, args[0]), out, length, graph.values[node.outputs[0]].dims)
-    if op in ("linear", "split_with_sizes", "slice", "cat", "scaled_dot_product_attention"):
+    if op in _ALONG_FEATURES or op in ("split_with_sizes", "slice", "cat", "scaled_dot_product_attention"):
         return _along_features(graph, node, spans, out, length)
     if op in ("matmul", "bmm"):
         a, b = (spans.get(x.name) if isinstance(x, ValueRef) else None for x in args[:2])
@@ -266,7 +268,7 @@ def _along_features(graph: Graph, node: Node, spans: dict[str, _Span], out: Tens
     if source is None or any(name in spans for name in _refs(args[1:])):
         raise NotSplit("the slots in an operand that is not the first")
     ndim = _meta(graph, args[0]).ndim
-    along = ndim - 1 if op == "linear" else args[2 if op == "split_with_sizes" else 1] % ndim
+    along = ndim - 1 if op in _ALONG_FEATURES else args[2 if op == "split_with_sizes" else 1] % ndim
     if along == source.axis:
         raise NotSplit(f"a {op} along the slots")
     return _Plan(args, source.axis)
