@@ -654,7 +654,7 @@ def slices_of_cat(graph: Graph) -> tuple[Graph, int]:
         step = node.args[4] if len(node.args) > 4 else 1
         if cat is None or cat.op != "cat" or step not in (1, None) or not isinstance(cat.args[0], tuple):
             continue
-        rank = len(_static_shape(graph, node.args[0]))
+        rank = len(_dims_of(graph, node.args[0]))
         dim, start, end = node.args[1], node.args[2], node.args[3]
         if not rank or not all(isinstance(v, int) or v is None for v in (dim, start, end)):
             continue
@@ -695,7 +695,8 @@ def slices_of_cat(graph: Graph) -> tuple[Graph, int]:
     return replace(graph, nodes=kept, outputs=substitute(graph.outputs, read), values=values), len(renamed)
 
 
-def _static_shape(graph: Graph, value: ValueRef) -> tuple[Any, ...]:
+def _dims_of(graph: Graph, value: ValueRef) -> tuple[Any, ...]:
+    """A value's dims (sizes, or symbols where dynamic); () where the graph has no meta for it."""
     info = graph.values.get(value.name)
     return () if info is None or info.meta is None else tuple(info.dims or info.meta.shape)
 
