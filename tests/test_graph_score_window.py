@@ -185,14 +185,9 @@ FAMILIES = {
 }
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_eager_attention_families_generate_through_the_windows_as_transformers(family):
-    transformers = pytest.importorskip("transformers", reason="the families are transformers models")
-    torch.manual_seed(0)
-    model = FAMILIES[family](transformers).eval()
-    assert model.config._attn_implementation == "eager"
-    with torch.no_grad():
-        model.get_output_embeddings().weight.mul_(8)  # greedy choices well apart
+def _generates_through_the_windows_as_transformers(model):
+    """A transformers model of 2 attentions (vocabulary 300), captured at 96 slots: both read the window
+    in each phase, and a left-padded batch of 2 generates ``model.generate``'s 60 greedy tokens."""
     lm = opcore.graph.capture_lm(model, max_length=96, batch_size=2, measure=False)
     for plan in (lm.decode_plan, lm.prefill_plan):
         assert _windowed(plan, 2), plan.notes
@@ -202,6 +197,17 @@ def test_eager_attention_families_generate_through_the_windows_as_transformers(f
     options = dict(attention_mask=mask, max_new_tokens=60, pad_token_id=0, eos_token_id=None)
     want = model.generate(ids, do_sample=False, min_new_tokens=60, **options)
     assert torch.equal(lm.generate(ids, **options), want)  # windows of 32, 64 and 96
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_eager_attention_families_generate_through_the_windows_as_transformers(family):
+    transformers = pytest.importorskip("transformers", reason="the families are transformers models")
+    torch.manual_seed(0)
+    model = FAMILIES[family](transformers).eval()
+    assert model.config._attn_implementation == "eager"
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(8)  # greedy choices well apart
+    _generates_through_the_windows_as_transformers(model)
 
 
 @pytest.mark.parametrize("runtime", [*RUNTIMES, "cpu"])
@@ -247,15 +253,7 @@ def test_deepseek_v2s_latent_attention_generates_through_the_windows_as_transfor
     model = transformers.DeepseekV2ForCausalLM(config).eval()
     with torch.no_grad():
         model.get_output_embeddings().weight.mul_(8)  # greedy choices well apart
-    lm = opcore.graph.capture_lm(model, max_length=96, batch_size=2, measure=False)
-    for plan in (lm.decode_plan, lm.prefill_plan):
-        assert _windowed(plan, 2), plan.notes
-    ids = torch.randint(3, 300, (2, 21), generator=torch.Generator().manual_seed(1))
-    mask = torch.ones_like(ids)
-    mask[1, :4] = ids[1, :4] = 0
-    options = dict(attention_mask=mask, max_new_tokens=60, pad_token_id=0, eos_token_id=None)
-    want = model.generate(ids, do_sample=False, min_new_tokens=60, **options)
-    assert torch.equal(lm.generate(ids, **options), want)  # windows of 32, 64 and 96
+    _generates_through_the_windows_as_transformers(model)
 
 
 def test_a_quantized_latent_up_projection_reads_the_window_too():

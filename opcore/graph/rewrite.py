@@ -569,10 +569,7 @@ def elide_copies(graph: Graph) -> tuple[Graph, int]:
 
 def _empty(graph: Graph, value: Any) -> bool:
     """A value empty at every call: one of its dims is a static 0 (the others may be dynamic)."""
-    info = graph.values.get(value.name) if isinstance(value, ValueRef) else None
-    if info is None or info.meta is None:
-        return False
-    return any(isinstance(d, int) and d == 0 for d in (info.dims or info.meta.shape))
+    return any(isinstance(d, int) and d == 0 for d in _dims_of(graph, value))
 
 
 def drop_empty_pieces(graph: Graph) -> tuple[Graph, int]:
@@ -612,10 +609,8 @@ def drop_empty_pieces(graph: Graph) -> tuple[Graph, int]:
 
 
 def _static_size(graph: Graph, value: Any, dim: int) -> int | None:
-    info = graph.values.get(value.name) if isinstance(value, ValueRef) else None
-    if info is None or info.meta is None or not -info.meta.ndim <= dim < info.meta.ndim:
-        return None
-    size = (info.dims or info.meta.shape)[dim]
+    dims = _dims_of(graph, value)
+    size = dims[dim] if -len(dims) <= dim < len(dims) else None
     return size if isinstance(size, int) else None
 
 
@@ -695,9 +690,9 @@ def slices_of_cat(graph: Graph) -> tuple[Graph, int]:
     return replace(graph, nodes=kept, outputs=substitute(graph.outputs, read), values=values), len(renamed)
 
 
-def _dims_of(graph: Graph, value: ValueRef) -> tuple[Any, ...]:
-    """A value's dims (sizes, or symbols where dynamic); () where the graph has no meta for it."""
-    info = graph.values.get(value.name)
+def _dims_of(graph: Graph, value: Any) -> tuple[Any, ...]:
+    """A value's dims (sizes, or symbols where dynamic); () where it is not a value with a meta."""
+    info = graph.values.get(value.name) if isinstance(value, ValueRef) else None
     return () if info is None or info.meta is None else tuple(info.dims or info.meta.shape)
 
 
